@@ -1,0 +1,110 @@
+"""Time: the injected clock, and naive local timestamps turned into UTC epoch seconds.
+
+Every source declares the IANA zone its naive timestamps are written in; `ZonedParser` turns
+them into UTC. DST is handled by zoneinfo; an ambiguous wall time (the repeated hour when
+clocks go back) resolves to its first occurrence (fold=0), a skipped one is shifted forward.
+"""
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+UTC = timezone.utc
+BEIJING = ZoneInfo("Asia/Shanghai")
+
+
+class Clock(Protocol):
+    """Where "now" comes from. Tests pass a ManualClock; nothing else reads the wall clock."""
+
+    def now(self) -> float: ...
+
+    def monotonic(self) -> float: ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+class ManualClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self, start: float = 1_790_000_000.0) -> None:
+        self._t = start
+        self._mono = 0.0
+
+    def now(self) -> float:
+        return self._t
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def advance(self, seconds: float) -> None:
+        self._t += seconds
+        self._mono += seconds
+
+
+def zone(name: str) -> ZoneInfo | timezone:
+    """The zone called `name`; raises ValueError for an unknown one."""
+    if name.upper() in ("UTC", "Z", "ETC/UTC"):
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except Exception as exc:  # ZoneInfoNotFoundError, ValueError on odd keys
+        raise ValueError(f"unknown time zone {name!r}") from exc
+
+
+def local_to_epoch(wall: datetime, tz: ZoneInfo | timezone) -> float:
+    """Epoch seconds of the naive wall time `wall` read in `tz`."""
+    aware = wall.replace(tzinfo=tz, fold=0)
+    if tz is not UTC:
+        # A wall time inside a spring-forward gap does not round-trip; shift it by the gap.
+        back = aware.astimezone(UTC).astimezone(tz).replace(tzinfo=None)
+        if back != wall:
+            aware = (wall + (wall - back)).replace(tzinfo=tz, fold=0)
+    return aware.timestamp()
+
+
+class ZonedParser:
+    """Parses 'YYYY-MM-DD HH:MM:SS' (bytes or str) in one zone, caching per wall-clock second.
+
+    Log lines arrive many per second, so the cache turns the zone arithmetic into a dict lookup.
+    """
+
+    def __init__(self, tz_name: str) -> None:
+        self.tz = zone(tz_name)
+        self._cache: dict[bytes, float] = {}
+
+    def seconds(self, stamp: bytes) -> float:
+        """Epoch seconds of a 19-byte 'YYYY-MM-DD HH:MM:SS' stamp; ValueError if malformed."""
+        hit = self._cache.get(stamp)
+        if hit is not None:
+            return hit
+        wall = datetime(int(stamp[0:4]), int(stamp[5:7]), int(stamp[8:10]),
+                        int(stamp[11:13]), int(stamp[14:16]), int(stamp[17:19]))
+        value = local_to_epoch(wall, self.tz)
+        if len(self._cache) > 4096:
+            self._cache.clear()
+        self._cache[stamp] = value
+        return value
+
+
+def format_both(ts: float) -> str:
+    """'2026-10-19 04:49:00Z (12:49:00 Beijing)': storage is UTC, analysts read Beijing time."""
+    utc = datetime.fromtimestamp(ts, tz=UTC)
+    bj = utc.astimezone(BEIJING)
+    day = "" if bj.date() == utc.date() else bj.strftime("%m-%d ")
+    return f"{utc:%Y-%m-%d %H:%M:%S}Z ({day}{bj:%H:%M:%S} Beijing)"
+
+
+def to_iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+__all__ = ["Clock", "SystemClock", "ManualClock", "ZonedParser", "zone", "local_to_epoch",
+           "format_both", "to_iso", "UTC", "BEIJING"]

@@ -1,0 +1,146 @@
+"""Engine log (sources.md §1): `YYYY-MM-DD HH:MM:SS.mmm L [component] message`, naive, UTC.
+
+Every line kind of the Strata engine, keyed by kind name; each regex may be replaced from config
+(`[sources.NAME.patterns]`). The parser is pure; `EngineLogSource` adds the one piece of state a
+line cannot carry: which request a `task N` belongs to (only the `queued` line names it).
+Fixture: tests/fixtures/engine_log/strata-iq3_xxs-b.log
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Literal
+
+from pydantic import Field
+
+from collectors import SourceOptions, register
+from collectors.clock import ZonedParser
+from collectors.event import Event
+from collectors.grammar import Grammar, Miss, build_kinds
+
+PREFIX = (r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](?P<ms>\d{1,6}))? "
+          r"(?P<level>[DIWE]) \[(?P<component>[^\]\n]{1,40})\] ")
+
+TASK = r"task (?P<task>\d+) "
+CACHE_STATE = r"parked=(?P<parked>\d+) used=(?P<used>\d+) budget=(?P<budget>\d+) evictions=(?P<evictions>\d+)"
+
+# kind: (component, literal prefilter, message regex)
+PATTERNS: dict[str, tuple[str, str, str]] = {
+    "start": ("main", "starting pid=",
+              r"(?P<build_name>\S+) (?P<version>\S+) \(build (?P<build>\w+)\) starting pid=(?P<pid>\d+)"),
+    "args": ("main", "args: ", r"args: (?P<args>.*)"),
+    "model": ("main", "model path=",
+              r"model path=(?P<path>\S+) real=(?P<real>\S+) bytes=(?P<bytes>\d+) md5=(?P<md5>[0-9a-fA-F]+)"),
+    "cpus": ("main", "cpus allowed=", r"cpus allowed=(?P<cpus>[0-9,\-]+) pool_workers=(?P<pool_workers>\d+)"),
+    "ready": ("main", "ready in ", r"ready in (?P<seconds>[\d.]+) s"),
+    "experts_loaded": ("load", "experts resident=",
+                       r"experts resident=(?P<resident>\d+)/(?P<total>\d+) arena_mib=(?P<arena_mib>\d+)"
+                       r" loaded in (?P<seconds>[\d.]+) s"),
+    "checksum_mismatch": ("load", "checksum mismatch",
+                          r"checksum mismatch reading (?P<path>\S+): expected md5=(?P<expected>\w+)"
+                          r" got=(?P<got>\w+)"),
+    "queued": ("http", " queued",
+               TASK + r"req=(?P<req>\S+) conv=(?P<conv>\S+) queued prefill_depth=(?P<prefill_depth>\d+)"),
+    "rejected": ("http", " rejected ",
+                 TASK + r"rejected (?P<status>\d{3})(?: #(?P<code>\d+))? (?P<reason>[^:\n]*)"
+                 r"(?:: (?P<prompt>\d+) > (?P<window>\d+))?"),
+    "prompt": ("slot", " reused + ",
+               TASK + r"prompt (?P<prompt>\d+) = (?P<reused>\d+) reused \+ (?P<read>\d+) read in (?P<ms>\d+) ms"),
+    "thinking": ("slot", "thinking: ",
+                 TASK + r"thinking: (?P<tokens>\d+) of max (?P<max>\d+) (?:→|->) done \((?P<cause>\w+)\)"),
+    "tool_call": ("slot", "writing a tool call", TASK + r"writing a tool call"),
+    "done": ("slot", " done finish=",
+             TASK + r"done finish=(?P<finish>\w+) prompt=(?P<prompt>\d+) completion=(?P<completion>\d+)"
+             r" ttft_ms=(?P<ttft_ms>\d+) decode_tps=(?P<decode_tps>[\d.]+)"),
+    "park": ("cache", "park ",
+             r"park conv=(?P<conv>\S+) parked=(?P<parked>\d+) bytes=(?P<bytes>\d+) used=(?P<used>\d+)"
+             r" budget=(?P<budget>\d+) evictions=(?P<evictions>\d+)"),
+    "evict": ("cache", "evict ",
+              r"evict conv=(?P<conv>\S+) bytes=(?P<bytes>\d+) reason=(?P<reason>\w+) " + CACHE_STATE),
+    "restore": ("cache", "restore ", r"restore conv=(?P<conv>\S+) from=(?P<origin>\w+) tokens=(?P<tokens>\d+)"),
+    "graph_rebuild": ("graph", "rebuild ",
+                      r"rebuild shape=(?P<shape>\S+) reason=(?P<reason>\w+) took_ms=(?P<took_ms>\d+)"),
+    "stats": ("stats", "busy=",
+              r"busy=(?P<busy>\d+)/(?P<slots>\d+) prefill_queue=(?P<prefill_queue>\d+)"
+              r" decode_tps=(?P<decode_tps>[\d.]+) " + CACHE_STATE),
+}
+TEXT_FIELDS = ("build", "version", "build_name", "md5", "expected", "got", "conv", "req", "shape",
+               "path", "real", "cpus", "reason", "origin", "finish", "cause", "args")
+ARG_FLAGS = ("port", "slots", "ctx", "pool-workers", "conversation-cache-mib", "prompt-cache-every")
+
+
+class EngineLogOptions(SourceOptions):
+    kind: Literal["engine_log"] = "engine_log"
+    tz: str = "UTC"
+    lane: str = Field("", description="Lane label of this instance (fast, normal); empty = unknown.")
+    prefix: str = Field(PREFIX, description="Regex of the line prefix; groups ts, ms, level, component.")
+    patterns: dict[str, str] = Field(default_factory=dict,
+                                     description="Per-kind message regex overrides (see docs/config.md).")
+    ignore_levels: list[str] = Field(["D"], description="Levels whose lines are skipped, not counted unparsed.")
+
+
+def parse_args(text: str) -> dict[str, int | str]:
+    """The engine flags that matter downstream, from the `args:` line."""
+    words = text.split()
+    found: dict[str, int | str] = {}
+    for flag, value in zip(words, words[1:]):
+        name = flag.removeprefix("--")
+        if flag.startswith("--") and name in ARG_FLAGS + ("model",):
+            found[name.replace("-", "_")] = int(value) if value.isdigit() else value
+    return found
+
+
+class EngineLogParser:
+    """parse_line(bytes) -> Event | Miss, with no I/O and no clock."""
+
+    def __init__(self, options: EngineLogOptions, source: str, host: str = "") -> None:
+        where = f"sources.{source}.patterns"
+        self.grammar = Grammar(options.prefix, build_kinds(PATTERNS, options.patterns, where),
+                               ignore_levels=options.ignore_levels, text_fields=TEXT_FIELDS)
+        self.clock = ZonedParser(options.tz)
+        self.source, self.instance, self.host = source, options.instance, host
+
+    def parse_line(self, line: bytes) -> Event | Miss:
+        found = self.grammar.match(line)
+        if isinstance(found, Miss):
+            return found
+        head, kind, fields = found
+        try:
+            ts = self.clock.seconds(head.group("ts"))
+        except ValueError:  # e.g. month 13: the prefix shape matched, the date did not
+            return Miss.UNMATCHED
+        ms = head.group("ms")
+        if ms:
+            ts += int(ms) / 10 ** len(ms)
+        if kind == "args":
+            fields = parse_args(fields.get("args", ""))
+        return Event(ts, self.source, kind, self.instance, fields, fields.get("req"), self.host)
+
+
+@register("engine_log", EngineLogOptions)
+class EngineLogSource:
+    """Engine log lines in, events out; joins `task N` to the request id its `queued` line named."""
+
+    def __init__(self, name: str, options: EngineLogOptions, host: str = "", max_tasks: int = 4096) -> None:
+        self.name, self.options = name, options
+        self.parser = EngineLogParser(options, name, host)
+        self._requests: OrderedDict[int, str] = OrderedDict()
+        self._max_tasks = max_tasks
+
+    def handle(self, line: bytes) -> Event | Miss:
+        event = self.parser.parse_line(line)
+        if isinstance(event, Miss):
+            return event
+        task = event.fields.get("task")
+        if task is None:
+            if event.kind == "start":
+                self._requests.clear()  # task numbers restart with the engine process
+            return event
+        if event.kind == "queued":
+            self._requests[task] = event.request_id or ""
+            if len(self._requests) > self._max_tasks:
+                self._requests.popitem(last=False)
+        else:
+            event.request_id = self._requests.get(task) or None
+            if event.kind in ("done", "rejected"):
+                self._requests.pop(task, None)
+        return event
