@@ -1,0 +1,195 @@
+"""Follows one configured path across rotations and restarts; returns complete lines in order.
+
+Each poll: (1) on the first poll, resume the files named in the checkpoint wherever they now are
+(the path, the recorded real path, or a rotated name such as `x.log.1`); (2) if the path now
+names another file (rename + create, delete + recreate, a swapped symlink), retire the old one;
+(3) if the live file was truncated, adopt the copy a copytruncate left in a rotated name; (4)
+read retired files to their end, older content first; (5) read the live file; (6) close retired
+files that stayed at their end for the grace period, flushing a last line without a newline.
+Cases and names: ../shared/research/log-tailers.md F1-F28.
+"""
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+from loguru import logger
+
+from collectors.clock import Clock
+from collectors.tail_file import TailFile, TailStats
+
+COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
+
+
+class Tailer:
+    def __init__(self, path: str, clock: Clock, *, checkpoint: dict[str, Any] | None = None,
+                 rotated: tuple[str, ...] = ("{path}.1",), start_at: str = "beginning",
+                 max_line: int = 1 << 20, grace_seconds: float = 5.0) -> None:
+        self.path = os.path.expanduser(path)
+        self.rotated = [p.format(path=self.path) for p in rotated if not p.endswith(COMPRESSED)]
+        self.clock, self.max_line, self.grace = clock, max_line, grace_seconds
+        self.live: TailFile | None = None
+        self.draining: list[TailFile] = []
+        self.stats = TailStats(**(checkpoint or {}).get("stats", {}))
+        self._pending = list((checkpoint or {}).get("files", []))
+        self._first_poll = True
+        self._fresh_start_at_end = checkpoint is None and start_at == "end"
+        self.error: str | None = None  # why the path cannot be read right now, if it cannot
+
+    def poll(self, budget: int = 8 << 20) -> list[bytes]:
+        """Complete lines that appeared since the last poll, at most about `budget` bytes of them."""
+        out: list[bytes] = []
+        if self._first_poll:
+            self._first_poll = False
+            self._resume()
+        self._follow_path()
+        if self.live is not None and self.live.rewritten():
+            self._on_truncate(out)
+        for old in self.draining:
+            budget -= old.read(budget, out, self.stats)
+        if self.live is not None and budget > 0 and not self._draining_unread():
+            self.live.read(budget, out, self.stats)
+        self._close_finished(out)
+        return out
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The resumable state: every open file (retired first), and the counters."""
+        files = [f.record() for f in self.draining]
+        if self.live is not None:
+            files.append(self.live.record())
+        return {"files": files, "stats": _stats_dict(self.stats)}
+
+    def lag_bytes(self) -> int:
+        """Bytes written to open files that no complete line has consumed yet."""
+        return sum(max(0, f.size() - f.offset) for f in self._open_files())
+
+    def close(self) -> None:
+        for f in self._open_files():
+            f.close()
+        self.live, self.draining = None, []
+
+    def _open_files(self) -> list[TailFile]:
+        return self.draining + ([self.live] if self.live is not None else [])
+
+    def _draining_unread(self) -> bool:
+        return any(f.size() > f.pos for f in self.draining)
+
+    def _open(self, path: str, offset: int = 0) -> TailFile | None:
+        try:
+            f = TailFile.open(path, offset, self.max_line)
+        except FileNotFoundError:
+            self.error = "missing"
+            return None
+        except PermissionError:
+            self.error = "permission"
+            return None
+        except OSError as exc:
+            self.error = errno.errorcode.get(exc.errno or 0, "oserror").lower()
+            return None
+        self.error = None
+        return f
+
+    def _resume(self) -> None:
+        """Find each checkpointed file again; what is not found is counted as lost."""
+        candidates = [self.path] + self.rotated
+        for record in self._pending:
+            found = self._find(record, [record.get("real", "")] + candidates)
+            if found is None:
+                unread = record.get("size", record["offset"] + 1) - record["offset"]
+                if unread > 0:
+                    self.stats.lost_files += 1
+                    logger.warning("{}: a checkpointed file (inode {}) is gone with {} bytes unread",
+                                   self.path, record["ino"], unread)
+                continue
+            found.seek(record["offset"])
+            found.retired_at = self.clock.monotonic()
+            self.draining.append(found)
+        self._pending = []
+
+    def _find(self, record: dict[str, Any], paths: list[str]) -> TailFile | None:
+        seen = {(f.dev, f.ino) for f in self._open_files()}
+        for path in dict.fromkeys(p for p in paths if p and os.path.exists(p)):
+            f = self._open(path)
+            if f is None:
+                continue
+            if (f.dev, f.ino) not in seen and f.matches(record):
+                return f
+            f.close()
+        return None
+
+    def _follow_path(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self.error = "missing"
+            self._retire_live("deleted")
+            return
+        except OSError as exc:
+            self.error = errno.errorcode.get(exc.errno or 0, "oserror").lower()
+            return
+        identity = (st.st_dev, st.st_ino)
+        if self.live is not None and (self.live.dev, self.live.ino) == identity:
+            self.error = None
+            return
+        self._retire_live("renamed")
+        for old in self.draining:
+            if (old.dev, old.ino) == identity:  # resumed from the checkpoint, or a link swapped back
+                self.draining.remove(old)
+                old.retired_at, self.live = None, old
+                return
+        self._adopt_new_file()
+
+    def _adopt_new_file(self) -> None:
+        f = self._open(self.path)
+        if f is None:
+            return
+        if self._fresh_start_at_end:
+            f.seek(_after_last_newline(f))
+        self._fresh_start_at_end = False
+        self.live = f
+
+    def _retire_live(self, kind: str) -> None:
+        if self.live is None:
+            return
+        self.stats.rotated(kind)
+        self.live.retired_at = self.clock.monotonic()
+        self.draining.append(self.live)
+        self.live = None
+
+    def _on_truncate(self, out: list[bytes]) -> None:
+        """The live file lost what we read. A copytruncate leaves the rest in a rotated copy."""
+        live = self.live
+        assert live is not None
+        copy = self._find(live.record(), self.rotated)
+        if copy is not None:
+            copy.seek(live.offset)
+            copy.retired_at = self.clock.monotonic()
+            self.draining.append(copy)
+            self.stats.rotated("copytruncate")
+        else:
+            self.stats.rotated("truncate")
+            live.flush(out, self.stats)
+        live.restart()
+
+    def _close_finished(self, out: list[bytes]) -> None:
+        now = self.clock.monotonic()
+        for old in list(self.draining):
+            idle = old.retired_at is not None and now - old.retired_at >= self.grace
+            if idle and old.size() <= old.pos:
+                old.flush(out, self.stats)
+                old.close()
+                self.draining.remove(old)
+
+
+def _after_last_newline(f: TailFile) -> int:
+    """Offset just past the last complete line, so a line still being written is read whole."""
+    size = f.size()
+    window = os.pread(f.fd, min(size, f.max_line), size - min(size, f.max_line))
+    return size - len(window) + window.rfind(b"\n") + 1
+
+
+def _stats_dict(stats: TailStats) -> dict[str, Any]:
+    return {"lines": stats.lines, "bytes": stats.bytes, "long_lines": stats.long_lines,
+            "nul_bytes": stats.nul_bytes, "lost_files": stats.lost_files,
+            "rotations": dict(stats.rotations)}
