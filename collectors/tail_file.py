@@ -91,7 +91,10 @@ class TailFile:
         if st.st_mtime_ns == self.mtime_ns:
             return False
         self.mtime_ns = st.st_mtime_ns
-        return self._marker(self.offset) != (self.tail_len, self.tail_hash)
+        held = self.partial[:TAIL_BYTES]
+        return (self._marker(self.offset) != (self.tail_len, self.tail_hash)
+                or digest(os.pread(self.fd, self.head_len, 0)) != self.head_hash
+                or os.pread(self.fd, len(held), self.offset) != held)
 
     def record(self) -> dict[str, Any]:
         """What a checkpoint keeps of this file."""
@@ -123,8 +126,8 @@ class TailFile:
         if self.offset != before:
             stats.bytes += self.offset - before
             self.tail_len, self.tail_hash = self._marker(self.offset)
-            if self.head_len < HEAD_BYTES:
-                self.head_len, self.head_hash = self._head()
+        if total and self.head_len < HEAD_BYTES:
+            self.head_len, self.head_hash = self._head()
         return total
 
     def flush(self, out: list[bytes], stats: TailStats) -> None:

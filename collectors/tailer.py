@@ -43,9 +43,9 @@ class Tailer:
         if self._first_poll:
             self._first_poll = False
             self._resume()
+        self._check_rewritten()  # on the descriptors, before the path can retire the live file
         self._follow_path()
-        if self.live is not None and self.live.rewritten():
-            self._on_truncate(out)
+        self._fresh_start_at_end = False  # only files present at the first poll start at the end
         for old in self.draining:
             budget -= old.read(budget, out, self.stats)
         if self.live is not None and budget > 0 and not self._draining_unread():
@@ -55,7 +55,7 @@ class Tailer:
 
     def checkpoint(self) -> dict[str, Any]:
         """The resumable state: every open file (retired first), and the counters."""
-        files = [f.record() for f in self.draining]
+        files = list(self._pending) + [f.record() for f in self.draining]  # pending: not yet polled
         if self.live is not None:
             files.append(self.live.record())
         return {"files": files, "stats": _stats_dict(self.stats)}
@@ -91,31 +91,64 @@ class Tailer:
         return f
 
     def _resume(self) -> None:
-        """Find each checkpointed file again; what is not found is counted as lost."""
-        candidates = [self.path] + self.rotated
+        """Find each checkpointed file again, wherever it now is; count what is gone."""
         for record in self._pending:
-            found = self._find(record, [record.get("real", "")] + candidates)
-            if found is None:
-                unread = record.get("size", record["offset"] + 1) - record["offset"]
-                if unread > 0:
-                    self.stats.lost_files += 1
-                    logger.warning("{}: a checkpointed file (inode {}) is gone with {} bytes unread",
-                                   self.path, record["ino"], unread)
-                continue
-            found.seek(record["offset"])
-            found.retired_at = self.clock.monotonic()
-            self.draining.append(found)
+            paths = [record.get("real", ""), self.path] + self.rotated
+            found = self._find(record, paths) or self._retired_copy_of(record)
+            if found is not None:
+                found.seek(record["offset"])
+                self._keep_draining(found)
+            elif record.get("size", record["offset"] + 1) > record["offset"]:
+                self.stats.lost_files += 1
+                logger.warning("{}: a checkpointed file (inode {}) is gone with {} bytes unread",
+                               self.path, record["ino"], record.get("size", 0) - record["offset"])
+            reborn = self._reopen_rewritten(record, paths)
+            if reborn is not None:  # truncated and rewritten while we were stopped: read it from 0
+                self.stats.rotated("truncate")
+                self._keep_draining(reborn)
         self._pending = []
 
-    def _find(self, record: dict[str, Any], paths: list[str]) -> TailFile | None:
+    def _keep_draining(self, f: TailFile) -> None:
+        f.retired_at = self.clock.monotonic()
+        if f not in self.draining:
+            self.draining.append(f)
+
+    def _reopen_rewritten(self, record: dict[str, Any], paths: list[str]) -> TailFile | None:
+        """The record's own inode, if it is still there but holds other content now."""
         seen = {(f.dev, f.ino) for f in self._open_files()}
-        for path in dict.fromkeys(p for p in paths if p and os.path.exists(p)):
-            f = self._open(path)
-            if f is None:
+        for path in dict.fromkeys(p for p in paths if p):
+            try:
+                st = os.stat(path)
+            except OSError:
                 continue
-            if (f.dev, f.ino) not in seen and f.matches(record):
+            identity = (st.st_dev, st.st_ino)
+            if identity == (record["dev"], record["ino"]) and identity not in seen:
+                return self._open(path)
+        return None
+
+    def _find(self, record: dict[str, Any], paths: list[str]) -> TailFile | None:
+        """The file `record` describes: its own inode first, else a copy holding its content.
+
+        A copy (copytruncate) can only be recognised by content, so a record of an empty file,
+        whose head proves nothing, is matched by inode alone.
+        """
+        seen = {(f.dev, f.ino) for f in self._open_files()}
+        same_inode, copies = [], []
+        for path in dict.fromkeys(p for p in paths if p):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            own = (st.st_dev, st.st_ino) == (record["dev"], record["ino"])
+            (same_inode if own else copies).append(path)
+        for path in same_inode + (copies if record["head_len"] > 0 else []):
+            f = self._open(path)
+            if f is not None and f.matches(record):
                 return f
-            f.close()
+            if f is not None:
+                f.close()
         return None
 
     def _follow_path(self) -> None:
@@ -146,7 +179,6 @@ class Tailer:
             return
         if self._fresh_start_at_end:
             f.seek(_after_last_newline(f))
-        self._fresh_start_at_end = False
         self.live = f
 
     def _retire_live(self, kind: str) -> None:
@@ -157,20 +189,40 @@ class Tailer:
         self.draining.append(self.live)
         self.live = None
 
-    def _on_truncate(self, out: list[bytes]) -> None:
+    def _check_rewritten(self) -> None:
+        for old in [f for f in self.draining if f.rewritten()]:
+            # A retired file whose bytes were replaced (`cp x.log x.log.1` reuses the inode)
+            # now holds someone else's content, most likely the copy of the live file.
+            self.stats.rotated("overwritten")
+            old.close()
+            self.draining.remove(old)
+        if self.live is not None and self.live.rewritten():
+            self._on_truncate(self.live)
+
+    def _on_truncate(self, live: TailFile) -> None:
         """The live file lost what we read. A copytruncate leaves the rest in a rotated copy."""
-        live = self.live
-        assert live is not None
-        copy = self._find(live.record(), self.rotated)
+        copy = self._retired_copy_of(live.record()) or self._find(live.record(), self.rotated)
         if copy is not None:
             copy.seek(live.offset)
             copy.retired_at = self.clock.monotonic()
-            self.draining.append(copy)
+            if copy not in self.draining:
+                self.draining.append(copy)
             self.stats.rotated("copytruncate")
         else:
-            self.stats.rotated("truncate")
-            live.flush(out, self.stats)
+            self.stats.rotated("truncate")  # a held fragment went with the truncated bytes
         live.restart()
+
+    def _retired_copy_of(self, record: dict[str, Any]) -> TailFile | None:
+        """A retired file we hold open whose inode the copy was written into (`cp` reuses it)."""
+        for path in self.rotated:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            for old in self.draining:
+                if (old.dev, old.ino) == (st.st_dev, st.st_ino) and old.matches(record):
+                    return old
+        return None
 
     def _close_finished(self, out: list[bytes]) -> None:
         now = self.clock.monotonic()

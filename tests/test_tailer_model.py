@@ -1,0 +1,158 @@
+"""Model-based test of the tailer (Vector's quickcheck interpreter, as a hypothesis state machine).
+
+Invariants after a final drain: no line is seen twice, lines come in the order written, and every
+line that no lossy operation could have destroyed is seen. A line is at risk only when it was
+written since the last poll and then truncated in place, or overwritten in `x.log.1` before any
+poll (or restart) could open it: the bounds OpenTelemetry and Vector test with.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from collectors.clock import ManualClock
+from collectors.tailer import Tailer
+
+
+def line_of(i: int) -> bytes:
+    """A line that starts differently from its neighbours, as timestamped log lines do."""
+    return b"%04x-L%06d\n" % ((i * 40503) & 0xFFFF, i)
+
+
+def id_of(line: bytes) -> int:
+    return int(line.split(b"-L")[1])
+
+
+class TailerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="spyglass-model-"))
+        self.path = self.dir / "x.log"
+        self.rotated = Path(f"{self.path}.1")
+        self.clock = ManualClock()
+        self.tailer = Tailer(str(self.path), self.clock)
+        self.next_id = 0
+        self.files: dict[Path, list[int]] = {self.path: []}  # line ids held by each name
+        self.unpolled: set[int] = set()  # written since the last poll
+        self.at_risk: set[int] = set()
+        self.partial: int | None = None  # id whose line is half written
+        self.opened = False  # whether any poll has opened the file now at x.log
+        self.consumed = False  # whether any poll read a byte of the file now at x.log
+        self.seen: list[bytes] = []
+
+    def teardown(self) -> None:
+        try:
+            self.final_check()
+        finally:
+            self.tailer.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _append(self, data: bytes) -> None:
+        with open(self.path, "ab") as f:
+            f.write(data)
+
+    @precondition(lambda self: self.partial is None)
+    @rule(n=st.integers(1, 40))
+    def write(self, n: int) -> None:
+        ids = list(range(self.next_id, self.next_id + n))
+        self.next_id += n
+        self._append(b"".join(line_of(i) for i in ids))
+        self.files.setdefault(self.path, []).extend(ids)
+        self.unpolled.update(ids)
+
+    @precondition(lambda self: self.partial is None)
+    @rule()
+    def write_half_a_line(self) -> None:
+        self.partial = self.next_id
+        self.next_id += 1
+        self._append(line_of(self.partial)[:6])
+
+    @precondition(lambda self: self.partial is not None)
+    @rule()
+    def finish_the_line(self) -> None:
+        self._append(line_of(self.partial)[6:])
+        self.files.setdefault(self.path, []).append(self.partial)
+        self.unpolled.add(self.partial)
+        self.partial = None
+
+    @rule(budget=st.sampled_from([64, 4096, 8 << 20]))
+    def poll(self, budget: int) -> None:
+        self.seen += self.tailer.poll(budget)
+        self.opened = self.opened or self.path.exists()
+        self.consumed = self.consumed or (self.path.exists() and self.path.stat().st_size > 0)
+        if budget == 8 << 20:
+            self.unpolled.clear()
+
+    def _move_to_rotated(self) -> None:
+        """x.log's lines move to x.log.1, replacing what was there."""
+        self.at_risk.update(set(self.files.get(self.rotated, [])) & self.unpolled)
+        if not self.opened:  # never seen by any poll: a first start reads only the path
+            self.at_risk.update(self.files.get(self.path, []))
+
+    @precondition(lambda self: self.partial is None)
+    @rule()
+    def rotate_by_rename(self) -> None:
+        if self.path.exists():
+            self._move_to_rotated()
+            os.rename(self.path, self.rotated)
+            self.files[self.rotated] = self.files.pop(self.path, [])
+        self.path.touch()
+        self.files[self.path] = []
+        self.opened = self.consumed = False
+
+    @precondition(lambda self: self.partial is None and self.path.exists())
+    @rule()
+    def copytruncate(self) -> None:
+        self._move_to_rotated()
+        if not self.consumed:  # nothing read yet: no size or marker can show the truncation
+            self.at_risk.update(set(self.files.get(self.path, [])) & self.unpolled)
+        self.rotated.unlink(missing_ok=True)  # logrotate creates the copy as a new file
+        shutil.copyfile(self.path, self.rotated)
+        os.truncate(self.path, 0)
+        self.consumed = False
+        self.files[self.rotated], self.files[self.path] = self.files.get(self.path, []), []
+
+    @precondition(lambda self: self.partial is None and self.path.exists())
+    @rule()
+    def truncate_in_place(self) -> None:
+        self.at_risk.update(set(self.files.get(self.path, [])) & self.unpolled)
+        os.truncate(self.path, 0)
+        self.files[self.path] = []
+        self.consumed = False
+
+    @rule()
+    def restart(self) -> None:
+        saved = json.loads(json.dumps(self.tailer.checkpoint()))
+        self.tailer.close()
+        self.tailer = Tailer(str(self.path), self.clock, checkpoint=saved)
+
+    @rule(seconds=st.sampled_from([1.0, 10.0]))
+    def advance_clock(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    @invariant()
+    def no_duplicates_and_in_order(self) -> None:
+        ids = [id_of(line) for line in self.seen]
+        assert len(ids) == len(set(ids)), "a line was emitted twice"
+        assert ids == sorted(ids), "lines out of order"
+
+    def final_check(self) -> None:
+        """Drain everything, then check the loss bounds."""
+        if self.partial is not None:
+            self.finish_the_line()
+        for _ in range(3):
+            self.poll(8 << 20)
+            self.clock.advance(3600)
+        self.no_duplicates_and_in_order()
+        missing = set(range(self.next_id)) - {id_of(line) for line in self.seen} - self.at_risk
+        assert not missing, f"lost lines that no lossy operation touched: {sorted(missing)[:10]}"
+
+
+TestTailerModel = TailerMachine.TestCase
+TestTailerModel.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
