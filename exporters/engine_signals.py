@@ -1,0 +1,221 @@
+"""Engine-log events turned into metrics (labels: instance, lane; never a conversation or request).
+
+Counters the engine reports cumulatively (`evictions=`) are exported as the engine's own value:
+an agent restart cannot double them, and an engine restart shows as a reset to 0 next to a new
+`spyglass_engine_start_time_seconds`. Everything else is counted from events.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from collectors.event import Event
+from exporters import signals_for
+from exporters.catalogue import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND, MetricSpec
+from exporters.state import MetricState
+
+IL = ("instance", "lane")
+
+
+def _m(name: str, type_: str, help_: str, labels: tuple[str, ...] = (), unit: str = "",
+       buckets: tuple[float, ...] = ()) -> MetricSpec:
+    return MetricSpec(name, type_, help_, IL + labels, unit, buckets, "engine_log")  # type: ignore[arg-type]
+
+
+SPECS = [
+    _m("spyglass_engine_evictions_total", "counter",
+       "Conversation snapshots evicted, as the engine's own cumulative evictions= value (resets with the engine)."),
+    _m("spyglass_engine_evicted_snapshots_total", "counter", "Evict lines seen, by the engine's reason.", ("reason",)),
+    _m("spyglass_engine_evicted_bytes_total", "counter", "Bytes of conversation snapshots evicted.", unit="bytes"),
+    _m("spyglass_engine_cache_parked_snapshots", "gauge", "Conversation snapshots parked in the cache."),
+    _m("spyglass_engine_cache_used_bytes", "gauge", "Bytes of parked conversation snapshots.", unit="bytes"),
+    _m("spyglass_engine_cache_budget_bytes", "gauge", "Byte budget of the conversation cache.", unit="bytes"),
+    _m("spyglass_engine_cache_snapshot_bytes", "histogram", "Size of each conversation snapshot parked.",
+       unit="bytes", buckets=SNAPSHOT_BYTES),
+    _m("spyglass_engine_prompt_tokens_total", "counter",
+       "Prompt tokens, by part: reused from cache or read (prefilled).", ("part",), unit="tokens"),
+    _m("spyglass_engine_request_prompt_tokens", "histogram", "Prompt length of each request in tokens.",
+       unit="tokens", buckets=PROMPT_TOKENS),
+    _m("spyglass_engine_prompt_restores_total", "counter",
+       "Prompts by where their cached prefix came from: parked snapshot, checkpoint, or none.", ("origin",)),
+    _m("spyglass_engine_long_prompts_total", "counter",
+       "Prompts at or above the long-prompt threshold (signals.long_prompt_tokens)."),
+    _m("spyglass_engine_long_prompts_checkpoint_only_total", "counter",
+       "Long prompts whose reuse was a positive multiple of prompt-cache-every: only a checkpoint saved them."),
+    _m("spyglass_engine_prompt_cache_every_tokens", "gauge",
+       "The engine's --prompt-cache-every: tokens between prompt-cache checkpoints.", unit="tokens"),
+    _m("spyglass_engine_prefill_read_seconds", "histogram", "Time to read (prefill) the uncached part of a prompt.",
+       unit="seconds", buckets=LATENCY_SECONDS),
+    _m("spyglass_engine_ttft_seconds", "histogram", "Time to first token, as the engine measured it.",
+       unit="seconds", buckets=LATENCY_SECONDS),
+    _m("spyglass_engine_request_decode_tokens_per_second", "histogram", "Decode rate of each finished request.",
+       unit="tokens_per_second", buckets=TOKENS_PER_SECOND),
+    _m("spyglass_engine_requests_finished_total", "counter", "Requests finished, by finish reason.", ("finish",)),
+    _m("spyglass_engine_completion_tokens_total", "counter", "Completion tokens of finished requests.",
+       unit="tokens"),
+    _m("spyglass_engine_tool_calls_total", "counter", "Tool calls the engine started writing."),
+    _m("spyglass_engine_thinking_tokens_total", "counter", "Reasoning tokens used.", unit="tokens"),
+    _m("spyglass_engine_thinking_stops_total", "counter", "Reasoning phases ended, by stop cause.", ("cause",)),
+    _m("spyglass_engine_thinking_budget_exhausted_total", "counter",
+       "Reasoning phases that used their whole thinking budget."),
+    _m("spyglass_engine_rejections_total", "counter", "Requests the engine refused, by HTTP status.", ("status",)),
+    _m("spyglass_engine_graph_rebuilds_total", "counter", "Compute-graph rebuilds, by reason.", ("reason",)),
+    _m("spyglass_engine_graph_rebuild_seconds_total", "counter", "Time spent rebuilding compute graphs.",
+       unit="seconds"),
+    _m("spyglass_engine_errors_total", "counter", "Error-level engine lines, by component.", ("component",)),
+    _m("spyglass_engine_model_checksum_mismatches_total", "counter", "Model files whose md5 did not match."),
+    _m("spyglass_engine_starts_total", "counter", "Engine process starts seen in the log."),
+    _m("spyglass_engine_start_time_seconds", "gauge", "Unix time of the last engine process start.",
+       unit="seconds"),
+    _m("spyglass_engine_ready", "gauge", "1 once the engine logged ready, 0 from its start line until then."),
+    _m("spyglass_engine_load_duration_seconds", "gauge", "How long the last model load took until ready.",
+       unit="seconds"),
+    _m("spyglass_engine_experts_resident", "gauge", "Experts resident in the CPU expert arena."),
+    _m("spyglass_engine_experts", "gauge", "Experts of the model."),
+    _m("spyglass_engine_allowed_cpus", "gauge", "CPUs the engine process may run on (its affinity set size)."),
+    _m("spyglass_engine_pool_workers", "gauge", "Worker threads of the CPU expert pool."),
+    _m("spyglass_engine_slots", "gauge", "Request slots of the engine."),
+    _m("spyglass_engine_slots_busy", "gauge", "Request slots in use."),
+    _m("spyglass_engine_prefill_queue_depth", "gauge", "Requests waiting in the global serial prefill queue."),
+    _m("spyglass_engine_decode_tokens_per_second", "gauge", "Engine-wide decode rate from its stats line.",
+       unit="tokens_per_second"),
+    _m("spyglass_engine_model_bytes", "gauge", "Size of the model file the engine loaded.", unit="bytes"),
+    _m("spyglass_engine_build_info", "info", "Engine build, value 1.", ("build_name", "version", "build")),
+    _m("spyglass_engine_model_info", "info",
+       "Model the engine loaded, value 1: file name the path resolved to, and md5.", ("model", "md5")),
+]
+
+
+def cpu_count(cpu_list: str) -> int:
+    """Number of CPUs in a Linux cpu list such as '0-15,38-53'."""
+    total = 0
+    for part in filter(None, cpu_list.split(",")):
+        low, _, high = part.partition("-")
+        total += int(high or low) - int(low) + 1
+    return total
+
+
+@signals_for("engine_log", SPECS)
+class EngineSignals:
+    def __init__(self, state: MetricState, lanes: dict[str, str], long_prompt_tokens: int = 200_000,
+                 default_prompt_cache_every: int = 16384) -> None:
+        self.state, self.lanes = state, lanes
+        self.long_prompt_tokens = long_prompt_tokens
+        self.default_every = default_prompt_cache_every
+        self.handlers: dict[str, Callable[[Event, tuple[str, str]], None]] = {
+            kind.removeprefix("on_"): getattr(self, kind) for kind in dir(self) if kind.startswith("on_")}
+
+    def apply(self, event: Event) -> None:
+        handler = self.handlers.get(event.kind)
+        if handler is not None:
+            handler(event, (event.instance, self.lanes.get(event.instance, "")))
+
+    def on_start(self, e: Event, key: tuple[str, str]) -> None:
+        s = self.state
+        s.inc("spyglass_engine_starts_total", key)
+        s.set("spyglass_engine_start_time_seconds", key, e.ts)
+        s.set("spyglass_engine_ready", key, 0.0)
+        s.set("spyglass_engine_evictions_total", key, 0.0)  # a new process counts from 0
+        f = e.fields
+        s.set_info("spyglass_engine_build_info", key + (str(f["build_name"]), str(f["version"]), str(f["build"])), 2)
+
+    def on_args(self, e: Event, key: tuple[str, str]) -> None:
+        every = e.fields.get("prompt_cache_every")
+        if isinstance(every, int):
+            self.state.set("spyglass_engine_prompt_cache_every_tokens", key, every)
+        if isinstance(e.fields.get("slots"), int):
+            self.state.set("spyglass_engine_slots", key, e.fields["slots"])
+
+    def on_model(self, e: Event, key: tuple[str, str]) -> None:
+        # The file name, not the path: labels stay bounded; full paths are in the stored event.
+        model = os.path.basename(str(e.fields["real"]))
+        self.state.set_info("spyglass_engine_model_info", key + (model, str(e.fields["md5"])), 2)
+        self.state.set("spyglass_engine_model_bytes", key, e.fields["bytes"])
+
+    def on_cpus(self, e: Event, key: tuple[str, str]) -> None:
+        self.state.set("spyglass_engine_allowed_cpus", key, cpu_count(str(e.fields["cpus"])))
+        self.state.set("spyglass_engine_pool_workers", key, e.fields["pool_workers"])
+
+    def on_experts_loaded(self, e: Event, key: tuple[str, str]) -> None:
+        self.state.set("spyglass_engine_experts_resident", key, e.fields["resident"])
+        self.state.set("spyglass_engine_experts", key, e.fields["total"])
+
+    def on_ready(self, e: Event, key: tuple[str, str]) -> None:
+        self.state.set("spyglass_engine_ready", key, 1.0)
+        self.state.set("spyglass_engine_load_duration_seconds", key, e.fields["seconds"])
+
+    def on_checksum_mismatch(self, e: Event, key: tuple[str, str]) -> None:
+        self.state.inc("spyglass_engine_model_checksum_mismatches_total", key)
+
+    def on_error(self, e: Event, key: tuple[str, str]) -> None:
+        self.state.inc("spyglass_engine_errors_total", key + (str(e.fields["component"]),))
+
+    def on_queued(self, e: Event, key: tuple[str, str]) -> None:
+        self.state.set("spyglass_engine_prefill_queue_depth", key, e.fields["prefill_depth"])
+
+    def on_rejected(self, e: Event, key: tuple[str, str]) -> None:
+        self.state.inc("spyglass_engine_rejections_total", key + (str(e.fields["status"]),))
+
+    def on_prompt(self, e: Event, key: tuple[str, str]) -> None:
+        s, f = self.state, e.fields
+        prompt, reused = f["prompt"], f["reused"]
+        s.inc("spyglass_engine_prompt_tokens_total", key + ("reused",), reused)
+        s.inc("spyglass_engine_prompt_tokens_total", key + ("read",), f["read"])
+        s.observe("spyglass_engine_request_prompt_tokens", key, prompt)
+        s.observe("spyglass_engine_prefill_read_seconds", key, f["ms"] / 1000.0)
+        if reused == 0:
+            s.inc("spyglass_engine_prompt_restores_total", key + ("none",))
+        if prompt >= self.long_prompt_tokens:
+            s.inc("spyglass_engine_long_prompts_total", key)
+            every = int(s.values["spyglass_engine_prompt_cache_every_tokens"].get(key, self.default_every))
+            if reused > 0 and every > 0 and reused % every == 0 and reused < prompt:
+                s.inc("spyglass_engine_long_prompts_checkpoint_only_total", key)
+
+    def on_restore(self, e: Event, key: tuple[str, str]) -> None:
+        self.state.inc("spyglass_engine_prompt_restores_total", key + (str(e.fields["origin"]),))
+
+    def on_thinking(self, e: Event, key: tuple[str, str]) -> None:
+        s, f = self.state, e.fields
+        s.inc("spyglass_engine_thinking_tokens_total", key, f["tokens"])
+        s.inc("spyglass_engine_thinking_stops_total", key + (str(f["cause"]),))
+        if f["cause"] == "budget" or f["tokens"] >= f["max"]:
+            s.inc("spyglass_engine_thinking_budget_exhausted_total", key)
+
+    def on_tool_call(self, e: Event, key: tuple[str, str]) -> None:
+        self.state.inc("spyglass_engine_tool_calls_total", key)
+
+    def on_done(self, e: Event, key: tuple[str, str]) -> None:
+        s, f = self.state, e.fields
+        s.inc("spyglass_engine_requests_finished_total", key + (str(f["finish"]),))
+        s.inc("spyglass_engine_completion_tokens_total", key, f["completion"])
+        s.observe("spyglass_engine_ttft_seconds", key, f["ttft_ms"] / 1000.0)
+        s.observe("spyglass_engine_request_decode_tokens_per_second", key, f["decode_tps"])
+
+    def on_park(self, e: Event, key: tuple[str, str]) -> None:
+        self._cache_state(e, key)
+        self.state.observe("spyglass_engine_cache_snapshot_bytes", key, e.fields["bytes"])
+
+    def on_evict(self, e: Event, key: tuple[str, str]) -> None:
+        self._cache_state(e, key)
+        self.state.inc("spyglass_engine_evicted_snapshots_total", key + (str(e.fields["reason"]),))
+        self.state.inc("spyglass_engine_evicted_bytes_total", key, e.fields["bytes"])
+
+    def on_graph_rebuild(self, e: Event, key: tuple[str, str]) -> None:
+        self.state.inc("spyglass_engine_graph_rebuilds_total", key + (str(e.fields["reason"]),))
+        self.state.inc("spyglass_engine_graph_rebuild_seconds_total", key, e.fields["took_ms"] / 1000.0)
+
+    def on_stats(self, e: Event, key: tuple[str, str]) -> None:
+        s, f = self.state, e.fields
+        self._cache_state(e, key)
+        s.set("spyglass_engine_slots_busy", key, f["busy"])
+        s.set("spyglass_engine_slots", key, f["slots"])
+        s.set("spyglass_engine_prefill_queue_depth", key, f["prefill_queue"])
+        s.set("spyglass_engine_decode_tokens_per_second", key, f["decode_tps"])
+
+    def _cache_state(self, e: Event, key: tuple[str, str]) -> None:
+        s, f = self.state, e.fields
+        s.set("spyglass_engine_evictions_total", key, f["evictions"])
+        s.set("spyglass_engine_cache_parked_snapshots", key, f["parked"])
+        s.set("spyglass_engine_cache_used_bytes", key, f["used"])
+        s.set("spyglass_engine_cache_budget_bytes", key, f["budget"])
+

@@ -1,0 +1,37 @@
+"""spyglass's own health, per source: is it read, how much, what failed to parse, how far behind.
+
+These close the blind spots of heuristic H19: a source that went silent while its process runs,
+lines that stopped parsing (format drift), a file that vanished with unread bytes.
+"""
+from __future__ import annotations
+
+from exporters import declare_only
+from exporters.catalogue import MetricSpec
+
+S = ("source",)
+
+SPECS = [
+    MetricSpec("spyglass_source_up", "gauge", "1 when the source could be read at the last poll, else 0.", S),
+    MetricSpec("spyglass_source_lines_total", "counter",
+               "Lines read, by outcome: event, ignored (skipped level), unmatched (prefix but no pattern:"
+               " format drift), unprefixed (continuation lines), invalid (matched but unusable).",
+               S + ("outcome",)),
+    MetricSpec("spyglass_source_bytes_total", "counter", "Bytes of complete lines read.", S, "bytes"),
+    MetricSpec("spyglass_source_long_lines_total", "counter",
+               "Lines longer than agent.max_line_bytes, truncated to it.", S),
+    MetricSpec("spyglass_source_nul_bytes_total", "counter",
+               "NUL bytes skipped at line starts (a copytruncate hole).", S, "bytes"),
+    MetricSpec("spyglass_source_rotations_total", "counter",
+               "File generations ended, by how: renamed, deleted, truncate, copytruncate, overwritten.",
+               S + ("kind",)),
+    MetricSpec("spyglass_source_lost_files_total", "counter",
+               "Checkpointed files that vanished while spyglass was stopped, with bytes unread.", S),
+    MetricSpec("spyglass_source_last_event_timestamp_seconds", "gauge",
+               "Timestamp (from the line itself) of the newest event of the source.", S, "seconds"),
+    MetricSpec("spyglass_source_lag_bytes", "gauge", "Bytes written to the source not yet read as lines.", S,
+               "bytes"),
+    MetricSpec("spyglass_store_events_total", "counter", "Events committed to the DuckDB store."),
+    MetricSpec("spyglass_agent_info", "info", "spyglass version, value 1.", ("version",)),
+]
+
+declare_only("agent", SPECS)

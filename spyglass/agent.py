@@ -1,0 +1,106 @@
+"""Running the agent: the pipeline in the foreground, /metrics on a thread, inotify as a hint.
+
+watchdog events only wake the loop early; the polling pass runs regardless, so NFS, missed
+events or a watch that could not be placed never stall a source (log-tailers.md F25).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+from loguru import logger
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from collectors.clock import Clock, SystemClock
+from exporters.prometheus import AgentServer
+from exporters.store import DuckDBStore, StateFile, Store
+from spyglass.config import Config
+from spyglass.pipeline import Pipeline
+from spyglass.query import execute, jsonable
+
+
+def open_store(config: Config) -> Store:
+    if config.exporters.store.enabled:
+        return DuckDBStore(config.store_path())
+    return StateFile(config.state_dir() / "state.json")
+
+
+class _Wake(FileSystemEventHandler):
+    def __init__(self, wake: threading.Event) -> None:
+        self.wake = wake
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        self.wake.set()
+
+
+def watch_dirs(config: Config, wake: threading.Event) -> Observer | None:
+    """An inotify observer on the folders of the file sources, or None if none could be watched."""
+    observer = Observer()
+    folders = {Path(o.path).expanduser().parent for o in config.sources.values() if o.path}
+    watched = 0
+    for folder in folders:
+        try:
+            observer.schedule(_Wake(wake), str(folder), recursive=False)
+            watched += 1
+        except OSError as exc:
+            logger.info("no inotify watch on {} ({}); polling covers it", folder, exc)
+    if not watched:
+        return None
+    observer.daemon = True
+    observer.start()
+    return observer
+
+
+class Agent:
+    """The pipeline plus its server and watcher; `serve()` runs until `stop` is set."""
+
+    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+        self.config = config
+        self.stop = threading.Event()
+        self.wake = threading.Event()
+        self.pipeline = Pipeline(config, clock or SystemClock(), open_store(config))
+        self.server: AgentServer | None = None
+        if config.exporters.prometheus.enabled:
+            self.server = AgentServer(config.exporters.prometheus.listen, self.pipeline.state,
+                                      self.pipeline.debug_sources, self._query_function())
+
+    def _query_function(self):
+        store = self.pipeline.store
+        if not isinstance(store, DuckDBStore):
+            return None
+
+        def query(text: str) -> tuple[list[str], list]:
+            cursor = store.con.cursor()  # one cursor per request thread
+            try:
+                columns, rows = execute(cursor, text)
+                return columns, [[jsonable(v) for v in row] for row in rows]
+            finally:
+                cursor.close()
+
+        return query
+
+    def serve(self) -> None:
+        observer = watch_dirs(self.config, self.wake)
+        if self.server:
+            self.server.start()
+            logger.info("metrics at {}/metrics", self.server.url)
+        try:
+            self.pipeline.run(self.stop, self.wake)
+        finally:
+            if observer is not None:
+                observer.stop()
+            if self.server:
+                self.server.stop()
+            self.pipeline.close()
+            logger.info("stopped cleanly")
+
+    def stop_on_signals(self) -> None:
+        def handler(signum: int, _frame: object) -> None:
+            logger.info("{} received, stopping", signal.Signals(signum).name)
+            self.stop.set()
+            self.wake.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)

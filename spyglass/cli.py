@@ -1,0 +1,84 @@
+"""The `spyglass` command: run, ingest, sql, demo."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from loguru import logger
+
+from spyglass.config import ConfigError, load_config
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Observability and blind-spot monitoring for a self-hosted MoE inference stack.")
+ConfigOption = Annotated[Path, typer.Option("--config", "-c", help="The agent's TOML config file.")]
+
+
+def _config(path: Path):
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def run(config: ConfigOption) -> None:
+    """Run the agent until SIGTERM or Ctrl-C."""
+    from spyglass.agent import Agent
+
+    agent = Agent(_config(config))
+    agent.stop_on_signals()
+    agent.serve()
+
+
+@app.command()
+def ingest(config: ConfigOption) -> None:
+    """Read every file source to its current end, commit, exit. Run again: it adds nothing."""
+    from spyglass.agent import open_store
+    from collectors.clock import SystemClock
+    from spyglass.pipeline import Pipeline
+
+    cfg = _config(config)
+    pipeline = Pipeline(cfg, SystemClock(), open_store(cfg))
+    try:
+        lines = pipeline.run_until_idle()
+    finally:
+        pipeline.close()
+    typer.echo(f"ingested {lines} lines from {len(cfg.sources)} sources")
+
+
+@app.command()
+def sql(config: ConfigOption, query: Annotated[str, typer.Argument(help="One SELECT statement.")],
+        fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json")] = "table") -> None:
+    """Run a read-only query on the store."""
+    from spyglass.query import QueryError, run_readonly, show
+
+    cfg = _config(config)
+    try:
+        api = f"http://{cfg.exporters.prometheus.listen}/api/sql" if cfg.exporters.prometheus.enabled else None
+        columns, rows = run_readonly(cfg.store_path(), query, api)
+    except QueryError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    show(columns, rows, fmt)
+
+
+@app.command()
+def demo(seconds: Annotated[float, typer.Option(help="Stop after this long; 0 runs until Ctrl-C.")] = 0.0,
+         listen: Annotated[str, typer.Option(help="host:port for /metrics.")] = "127.0.0.1:9464") -> None:
+    """Generate a live engine log with an eviction storm and run the agent on it."""
+    from spyglass.demo import run_demo
+
+    run_demo(seconds=seconds, listen=listen)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    logger.remove()
+    logger.add(sys.stderr, level="INFO")
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

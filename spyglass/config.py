@@ -1,0 +1,154 @@
+"""The agent's configuration: one TOML file, validated with pydantic.
+
+A wrong key or value stops start-up with `ConfigError: FILE: dotted.key: what was expected`.
+Each source's keys come from its collector module's options model (collectors.REGISTRY).
+"""
+from __future__ import annotations
+
+import socket
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+import collectors
+from collectors.clock import zone
+
+
+class ConfigError(Exception):
+    """A configuration problem, already phrased for the person who wrote the file."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AgentConfig(Strict):
+    host: str = Field(default_factory=socket.gethostname, description="Host name stamped on events.")
+    state_dir: Path = Field(Path("~/.local/state/spyglass"), description="Checkpoints and the store live here.")
+    poll_interval_seconds: float = Field(0.25, gt=0, le=60, description="Polling pass period; inotify only hints.")
+    grace_seconds: float = Field(5.0, ge=0, description="How long a rotated file is still read after its last growth.")
+    max_line_bytes: int = Field(1 << 20, ge=256, description="Longer lines are truncated to this and counted.")
+    read_budget_bytes: int = Field(8 << 20, ge=1 << 16, description="Bytes read per source per poll (fairness).")
+
+
+class PrometheusConfig(Strict):
+    enabled: bool = True
+    listen: str = Field("127.0.0.1:9464", description="host:port of /metrics; loopback unless you mean it.")
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("expected host:port, e.g. 127.0.0.1:9464")
+        return value
+
+
+class StoreConfig(Strict):
+    enabled: bool = Field(True, description="Off: metrics only; checkpoints go to state_dir/state.json.")
+    path: Path | None = Field(None, description="DuckDB file; default state_dir/spyglass.duckdb.")
+
+
+class OtlpConfig(Strict):
+    endpoint: str | None = Field(None, description="OTLP/HTTP base URL, e.g. http://127.0.0.1:4318; off if unset.")
+    interval_seconds: float = Field(15.0, gt=0)
+
+
+class ExportersConfig(Strict):
+    prometheus: PrometheusConfig = PrometheusConfig()
+    store: StoreConfig = StoreConfig()
+    otlp: OtlpConfig = OtlpConfig()
+
+
+class SignalsConfig(Strict):
+    long_prompt_tokens: int = Field(200_000, gt=0, description="A prompt this long counts as long (H4).")
+    default_prompt_cache_every: int = Field(16384, gt=0,
+                                            description="Used until the engine's args line tells its own.")
+    buckets: dict[str, list[float]] = Field(default_factory=dict, description="Histogram bucket overrides.")
+
+
+class Config(Strict):
+    agent: AgentConfig = AgentConfig()
+    exporters: ExportersConfig = ExportersConfig()
+    signals: SignalsConfig = SignalsConfig()
+    sources: dict[str, Any] = Field(default_factory=dict)
+
+    def state_dir(self) -> Path:
+        return self.agent.state_dir.expanduser()
+
+    def store_path(self) -> Path:
+        return (self.exporters.store.path or self.state_dir() / "spyglass.duckdb").expanduser()
+
+    def lanes(self) -> dict[str, str]:
+        return {o.instance: getattr(o, "lane", "") for o in self.sources.values() if o.instance}
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "(top level)"
+
+
+def _describe(error: dict[str, Any]) -> str:
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown key"
+    elif error["type"] == "missing":
+        message = "required key is missing"
+    got = error.get("input")
+    return message if isinstance(got, dict) or got is None or error["type"] == "missing" else f"{message} (got {got!r})"
+
+
+def _validate_source(name: str, raw: Any, file: str) -> collectors.SourceOptions:
+    kinds = collectors.load_all()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{file}: sources.{name}: expected a table")
+    kind = raw.get("kind")
+    if kind not in kinds:
+        raise ConfigError(f"{file}: sources.{name}.kind: expected one of {sorted(kinds)} (got {kind!r})")
+    try:
+        options = kinds[kind].options.model_validate(raw)
+        zone(options.tz)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"{file}: sources.{name}.{_where(first['loc'])}: {_describe(first)}") from None
+    except ValueError as exc:
+        raise ConfigError(f"{file}: sources.{name}.tz: {exc} (expected an IANA zone such as Asia/Shanghai)") from None
+    if kinds[kind].options.model_fields.get("path") and options.path is None and "url" not in raw:
+        raise ConfigError(f"{file}: sources.{name}.path: required for kind {kind}")
+    return options
+
+
+def parse_config(data: dict[str, Any], file: str = "<config>") -> Config:
+    """Validate an already-parsed TOML document."""
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ConfigError(f"{file}: {_where(first['loc'])}: {_describe(first)}") from None
+    config.sources = {name: _validate_source(name, raw, file) for name, raw in config.sources.items()}
+    _check_unique_paths(config, file)
+    return config
+
+
+def _check_unique_paths(config: Config, file: str) -> None:
+    seen: dict[str, str] = {}
+    for name, options in config.sources.items():
+        if options.path is None:
+            continue
+        real = str(options.path.expanduser().resolve())
+        if real in seen:
+            raise ConfigError(f"{file}: sources.{name}.path: the same file as sources.{seen[real]}.path;"
+                              " a file is tailed once")
+        seen[real] = name
+
+
+def load_config(path: Path) -> Config:
+    """Read and validate a TOML config file; ConfigError names the file and the key."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_config(data, str(path))

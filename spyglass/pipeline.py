@@ -1,0 +1,160 @@
+"""The agent's main loop: tail -> parse -> derive metrics -> commit events, checkpoints and state.
+
+One `step()` polls every source once (bounded bytes each), applies the events to the metric
+state under one lock, and commits events + checkpoints + metric state in one store commit.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from loguru import logger
+
+import collectors
+import exporters
+from collectors.clock import Clock
+from collectors.event import Event
+from collectors.grammar import Miss
+from collectors.tailer import Tailer
+from exporters.state import MetricState
+from exporters.store import DuckDBStore, Store
+from spyglass import __version__
+from spyglass.config import Config
+
+
+@dataclass
+class SourceRuntime:
+    name: str
+    kind: str
+    source: Any  # the collector's source object: handle(bytes) -> Event | Miss
+    tailer: Tailer
+    apply: Any  # the signals object's apply(event), or None
+    outcomes: dict[str, int] = field(default_factory=dict)
+    last_unmatched: bytes = b""
+    last_event_ts: float = 0.0
+
+
+class Pipeline:
+    def __init__(self, config: Config, clock: Clock, store: Store) -> None:
+        self.config, self.clock, self.store = config, clock, store
+        catalogue = exporters.full_catalogue().with_buckets(config.signals.buckets)
+        self.state = MetricState(catalogue)
+        saved = store.load()
+        if saved.metrics:
+            self.state.load_json(saved.metrics)
+        self.signals = self._build_signals()
+        self.sources = [self._build_source(name, options, saved.checkpoints.get(name))
+                        for name, options in config.sources.items()]
+        self.state.set_info("spyglass_agent_info", (__version__,), 0)
+        self._last_checkpoints: dict[str, Any] = saved.checkpoints
+
+    def _build_signals(self) -> dict[str, Any]:
+        signals = {}
+        for kind, registration in exporters.load_all().items():
+            if registration.cls is not None:
+                signals[kind] = registration.cls(self.state, self.config.lanes(),
+                                                 self.config.signals.long_prompt_tokens,
+                                                 self.config.signals.default_prompt_cache_every)
+        return signals
+
+    def _build_source(self, name: str, options: Any, checkpoint: dict[str, Any] | None) -> SourceRuntime:
+        registration = collectors.load_all()[options.kind]
+        source = registration.cls(name, options, host=self.config.agent.host)
+        agent = self.config.agent
+        tailer = Tailer(str(options.path), self.clock, checkpoint=checkpoint, rotated=tuple(options.rotated),
+                        start_at=options.start_at, max_line=agent.max_line_bytes, grace_seconds=agent.grace_seconds)
+        signals = self.signals.get(options.kind)
+        runtime = SourceRuntime(name, options.kind, source, tailer, signals.apply if signals else None)
+        for (src, outcome), value in self.state.series("spyglass_source_lines_total").items():
+            if src == name:
+                runtime.outcomes[outcome] = int(value)
+        return runtime
+
+    def step(self) -> int:
+        """Poll every source once; returns the number of lines read."""
+        batches = [(rt, rt.tailer.poll(self.config.agent.read_budget_bytes)) for rt in self.sources]
+        stored: list[Event] = []
+        with self.state.lock:
+            for rt, lines in batches:
+                events = self._parse(rt, lines)
+                self._apply(rt, events)
+                self._update_health(rt)
+                stored += events
+            if isinstance(self.store, DuckDBStore) and stored:
+                self.state.inc("spyglass_store_events_total", (), len(stored))
+            checkpoints = {rt.name: rt.tailer.checkpoint() for rt in self.sources}
+            lines_read = sum(len(lines) for _, lines in batches)
+            if lines_read or checkpoints != self._last_checkpoints:
+                self.store.commit(stored, checkpoints, self.state.to_json())
+                self._last_checkpoints = checkpoints
+        return lines_read
+
+    def run_until_idle(self) -> int:
+        """Read every source to its current end; returns the lines read."""
+        total = 0
+        while (n := self.step()) > 0:
+            total += n
+        return total
+
+    def run(self, stop: threading.Event, wake: threading.Event) -> None:
+        """Step until `stop`; sleep between idle steps until `wake` (inotify) or the poll interval."""
+        while not stop.is_set():
+            if self.step() == 0:
+                wake.wait(self.config.agent.poll_interval_seconds)
+                wake.clear()
+
+    def close(self) -> None:
+        for rt in self.sources:
+            rt.tailer.close()
+        self.store.close()
+
+    def _parse(self, rt: SourceRuntime, lines: list[bytes]) -> list[Event]:
+        handle, events, outcomes = rt.source.handle, [], rt.outcomes
+        for line in lines:
+            result = handle(line)
+            if result.__class__ is Event:
+                events.append(result)
+            else:
+                outcomes[result.value] = outcomes.get(result.value, 0) + 1
+                if result is Miss.UNMATCHED:
+                    rt.last_unmatched = line[:512]
+        return events
+
+    def _apply(self, rt: SourceRuntime, events: list[Event]) -> None:
+        apply, good = rt.apply, []
+        for event in events:
+            try:
+                if apply is not None:
+                    apply(event)
+                good.append(event)
+            except (KeyError, TypeError, ValueError) as exc:  # a pattern override without a field we need
+                rt.outcomes["invalid"] = rt.outcomes.get("invalid", 0) + 1
+                logger.warning("{}: {} event not usable ({!r}); check sources.{}.patterns", rt.name,
+                               event.kind, exc, rt.name)
+        rt.outcomes["event"] = rt.outcomes.get("event", 0) + len(good)
+        events[:] = good
+        if good:
+            rt.last_event_ts = max(rt.last_event_ts, max(e.ts for e in good))
+
+    def _update_health(self, rt: SourceRuntime) -> None:
+        s, key, stats = self.state, (rt.name,), rt.tailer.stats
+        s.set("spyglass_source_up", key, 1.0 if rt.tailer.error is None and rt.tailer.live else 0.0)
+        for outcome, count in rt.outcomes.items():
+            s.set("spyglass_source_lines_total", key + (outcome,), count)
+        s.set("spyglass_source_bytes_total", key, stats.bytes)
+        s.set("spyglass_source_long_lines_total", key, stats.long_lines)
+        s.set("spyglass_source_nul_bytes_total", key, stats.nul_bytes)
+        s.set("spyglass_source_lost_files_total", key, stats.lost_files)
+        for kind, count in stats.rotations.items():
+            s.set("spyglass_source_rotations_total", key + (kind,), count)
+        if rt.last_event_ts:
+            s.set("spyglass_source_last_event_timestamp_seconds", key, rt.last_event_ts)
+        s.set("spyglass_source_lag_bytes", key, rt.tailer.lag_bytes())
+
+    def debug_sources(self) -> dict[str, Any]:
+        """Per-source state for /debug/sources: error, outcomes, the last line no pattern matched."""
+        return {rt.name: {"kind": rt.kind, "path": rt.tailer.path, "error": rt.tailer.error,
+                          "outcomes": dict(rt.outcomes),
+                          "last_unmatched": rt.last_unmatched.decode("utf-8", "replace")}
+                for rt in self.sources}
