@@ -1,8 +1,9 @@
 """Time: the injected clock, and naive local timestamps turned into UTC epoch seconds.
 
 Every source declares the IANA zone its naive timestamps are written in; `ZonedParser` turns
-them into UTC. DST is handled by zoneinfo; an ambiguous wall time (the repeated hour when
-clocks go back) resolves to its first occurrence (fold=0), a skipped one is shifted forward.
+them into UTC. DST is handled by zoneinfo (PEP 495, fold=0): a wall time in the repeated hour
+when clocks go back is its first occurrence; one in the skipped hour is read with the offset in
+force before the jump.
 """
 from __future__ import annotations
 
@@ -60,14 +61,8 @@ def zone(name: str) -> ZoneInfo | timezone:
 
 
 def local_to_epoch(wall: datetime, tz: ZoneInfo | timezone) -> float:
-    """Epoch seconds of the naive wall time `wall` read in `tz`."""
-    aware = wall.replace(tzinfo=tz, fold=0)
-    if tz is not UTC:
-        # A wall time inside a spring-forward gap does not round-trip; shift it by the gap.
-        back = aware.astimezone(UTC).astimezone(tz).replace(tzinfo=None)
-        if back != wall:
-            aware = (wall + (wall - back)).replace(tzinfo=tz, fold=0)
-    return aware.timestamp()
+    """Epoch seconds of the naive wall time `wall` read in `tz` (PEP 495 with fold=0)."""
+    return wall.replace(tzinfo=tz, fold=0).timestamp()
 
 
 class ZonedParser:

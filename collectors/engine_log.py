@@ -15,7 +15,7 @@ from pydantic import Field
 from collectors import SourceOptions, register
 from collectors.clock import ZonedParser
 from collectors.event import Event
-from collectors.grammar import Grammar, Miss, build_kinds
+from collectors.grammar import Grammar, Miss, PatternOverride, build_kinds
 
 PREFIX = (r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](?P<ms>\d{1,6}))? "
           r"(?P<level>[DIWE]) \[(?P<component>[^\]\n]{1,40})\] ")
@@ -73,8 +73,8 @@ class EngineLogOptions(SourceOptions):
     tz: str = "UTC"
     lane: str = Field("", description="Lane label of this instance (fast, normal); empty = unknown.")
     prefix: str = Field(PREFIX, description="Regex of the line prefix; groups ts, ms, level, component.")
-    patterns: dict[str, str] = Field(default_factory=dict,
-                                     description="Per-kind message regex overrides (see docs/config.md).")
+    patterns: dict[str, str | PatternOverride] = Field(
+        default_factory=dict, description="Per-kind message regex overrides (see docs/config.md).")
     ignore_levels: list[str] = Field(["D"], description="Levels whose lines are skipped, not counted unparsed.")
 
 
@@ -125,6 +125,14 @@ class EngineLogSource:
         self.parser = EngineLogParser(options, name, host)
         self._requests: OrderedDict[int, str] = OrderedDict()
         self._max_tasks = max_tasks
+
+    def checkpoint(self) -> dict[str, str]:
+        """The open tasks' request ids: committed with the tailer offsets, so a restart between a
+        request's queued line and its later lines still joins them."""
+        return {str(task): req for task, req in self._requests.items()}
+
+    def restore(self, saved: dict[str, str]) -> None:
+        self._requests = OrderedDict((int(task), req) for task, req in saved.items())
 
     def handle(self, line: bytes) -> Event | Miss:
         event = self.parser.parse_line(line)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 
 class Miss(str, Enum):
     """Why a line produced no event."""
@@ -88,24 +90,34 @@ class Grammar:
         return {k: _typed(k, v, self.text_fields) for k, v in groups.items() if v is not None}
 
 
-def build_kinds(defaults: Mapping[str, tuple[str, str, str]],
-                overrides: Mapping[str, str], where: str) -> list[LineKind]:
-    """Default (component, literal, regex) per kind, with regexes replaced by `overrides`.
+class PatternOverride(BaseModel):
+    """A kind's pattern from config: the regex, and optionally its component and literal prefilter."""
 
-    An override for a kind we do not know adds it, with the component and literal read from an
-    optional 'component|literal|regex' form; a plain regex override keeps the default's.
+    model_config = ConfigDict(extra="forbid")
+
+    regex: str
+    component: str | None = None
+    literal: str = ""
+
+
+def build_kinds(defaults: Mapping[str, tuple[str, str, str]],
+                overrides: Mapping[str, str | PatternOverride], where: str) -> list[LineKind]:
+    """Default (component, literal, regex) per kind, with config overrides applied.
+
+    A plain regex override keeps the kind's component and drops its literal prefilter (the old
+    literal may be what drifted); a table gives all three. A new kind needs a component.
     """
     kinds = []
     for name in sorted(set(defaults) | set(overrides)):
-        component, literal, regex = defaults.get(name, ("", "", ""))
-        text = overrides.get(name)
-        if text is not None:
-            parts = text.split("|", 2) if name not in defaults else None
-            if parts is not None:
-                if len(parts) != 3:
-                    raise ValueError(f"{where}.{name}: a new kind is written 'component|literal|regex'")
-                component, literal, text = parts
-            regex = text
-        kinds.append(LineKind(name, component, literal.encode(),
-                              compile_pattern(regex, f"{where}.{name}")))
+        component, literal, regex = defaults.get(name, (None, "", ""))
+        override = overrides.get(name)
+        if isinstance(override, str):
+            override = PatternOverride(regex=override)
+        if override is not None:
+            component = override.component or component
+            literal, regex = override.literal, override.regex
+        if not component:
+            raise ValueError(f"{where}.{name}: a new kind needs a component, e.g."
+                             f" {{ regex = '...', component = 'cache' }}")
+        kinds.append(LineKind(name, component, literal.encode(), compile_pattern(regex, f"{where}.{name}")))
     return kinds

@@ -116,6 +116,10 @@ def _validate_source(name: str, raw: Any, file: str) -> collectors.SourceOptions
         raise ConfigError(f"{file}: sources.{name}.tz: {exc} (expected an IANA zone such as Asia/Shanghai)") from None
     if kinds[kind].options.model_fields.get("path") and options.path is None and "url" not in raw:
         raise ConfigError(f"{file}: sources.{name}.path: required for kind {kind}")
+    try:
+        kinds[kind].cls(name, options)  # compiles the grammar: a bad pattern fails here, by name
+    except ValueError as exc:
+        raise ConfigError(f"{file}: {exc}") from None
     return options
 
 

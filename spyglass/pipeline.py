@@ -64,6 +64,8 @@ class Pipeline:
         agent = self.config.agent
         tailer = Tailer(str(options.path), self.clock, checkpoint=checkpoint, rotated=tuple(options.rotated),
                         start_at=options.start_at, max_line=agent.max_line_bytes, grace_seconds=agent.grace_seconds)
+        if checkpoint and hasattr(source, "restore"):
+            source.restore(checkpoint.get("source", {}))
         signals = self.signals.get(options.kind)
         runtime = SourceRuntime(name, options.kind, source, tailer, signals.apply if signals else None)
         for (src, outcome), value in self.state.series("spyglass_source_lines_total").items():
@@ -83,12 +85,19 @@ class Pipeline:
                 stored += events
             if isinstance(self.store, DuckDBStore) and stored:
                 self.state.inc("spyglass_store_events_total", (), len(stored))
-            checkpoints = {rt.name: rt.tailer.checkpoint() for rt in self.sources}
+            checkpoints = {rt.name: self._checkpoint(rt) for rt in self.sources}
             lines_read = sum(len(lines) for _, lines in batches)
             if lines_read or checkpoints != self._last_checkpoints:
                 self.store.commit(stored, checkpoints, self.state.to_json())
                 self._last_checkpoints = checkpoints
         return lines_read
+
+    @staticmethod
+    def _checkpoint(rt: SourceRuntime) -> dict[str, Any]:
+        saved = rt.tailer.checkpoint()
+        if hasattr(rt.source, "checkpoint"):
+            saved["source"] = rt.source.checkpoint()
+        return saved
 
     def run_until_idle(self) -> int:
         """Read every source to its current end; returns the lines read."""

@@ -1,0 +1,137 @@
+"""A small mechanistic model of one Strata engine that writes its log lines (sources.md §1).
+
+Conversations grow turn by turn; each turn parks a snapshot sized by its tokens; the cache
+evicts least-recently-used snapshots when over its byte budget; the next turn restores from the
+parked snapshot, else from the last checkpoint (a multiple of prompt-cache-every), else reads it
+all. With the seed's numbers (8 GiB budget, ~4.7 GB snapshots of 250k-token conversations) an
+eviction storm and checkpoint-only reuse emerge; with a large budget they do not.
+Used by `spyglass demo` and bench/; the full emulator of engine + serve + gateway builds on it.
+"""
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+BYTES_PER_TOKEN = 18_732  # 4716362992 bytes parked for 251787 tokens (incident 2)
+PREFILL_TOKENS_PER_MS = 2.0  # 238k tokens re-read in about two minutes (incident 2)
+NOISE = (b"D [sched] tick busy=%d", b"D [http] keepalive conn=%d", b"D [pool] worker %d idle")
+
+
+@dataclass
+class Conversation:
+    conv: str
+    tokens: int
+
+
+@dataclass
+class EngineModel:
+    instance_port: int = 8082
+    budget_bytes: int = 8192 << 20
+    every: int = 16384
+    slots: int = 20
+    decode_tps: float = 90.0
+    seed: int = 7
+    conversations: int = 8
+    start_tokens: int = 180_000
+    time_scale: float = 1.0  # < 1 compresses line timestamps (a live demo); values stay real
+    rng: random.Random = field(init=False)
+    convs: list[Conversation] = field(init=False)
+    parked: OrderedDict[str, int] = field(init=False)  # conv -> snapshot bytes, LRU first
+    evictions: int = 0
+    task: int = 18000
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self.convs = [Conversation(f"{self.rng.getrandbits(64):016x}",
+                                   self.start_tokens + self.rng.randrange(0, 60_000))
+                      for _ in range(self.conversations)]
+        self.parked = OrderedDict()
+
+    def start_lines(self, ts: float) -> list[bytes]:
+        return [
+            line(ts, "I", "main", "Strata 0.9.3 (build 7f3c2e1) starting pid=48211"),
+            line(ts, "I", "main", f"args: --model /home/cloud/models/current.gguf --port {self.instance_port}"
+                                  f" --slots {self.slots} --ctx 262144 --pool-workers 24"
+                                  f" --conversation-cache-mib {self.budget_bytes >> 20} --prompt-cache-every {self.every}"),
+            line(ts, "I", "main", "model path=/home/cloud/models/current.gguf real=/data/models/v7/"
+                                  "qwen3.5-397b-a17b-iq3_xxs.gguf bytes=163208757248 md5=5d41402abc4b2a76b9719d911017c592"),
+            line(ts, "I", "main", "cpus allowed=38-53 pool_workers=24"),
+            line(ts + 0.5, "I", "main", "ready in 435.0 s"),
+        ]
+
+    def turn(self, ts: float) -> list[bytes]:
+        """The lines of one request: a random conversation takes its next turn at `ts`."""
+        c = self.rng.choice(self.convs)
+        self.task += 1
+        task, grown = self.task, self.rng.randrange(800, 4000)
+        prompt = min(c.tokens + grown, 262_000)
+        req = datetime.fromtimestamp(ts + 8 * 3600, tz=timezone.utc).strftime("%Y%m%d-%H%M%S-") + \
+            f"{self.rng.getrandbits(24):06x}"
+        out = [line(ts, "I", "http", f"task {task} req={req} conv={c.conv} queued prefill_depth={self.rng.randrange(0, 4)}")]
+        reused, origin = self._restore(c)
+        if origin:
+            out.append(line(ts + 0.01, "I", "cache", f"restore conv={c.conv} from={origin} tokens={reused}"))
+        read = prompt - reused
+        read_ms = 300 + int(read / PREFILL_TOKENS_PER_MS)
+        slot = f"slot {task % self.slots}"
+        t = ts + read_ms / 1000 * self.time_scale
+        out.append(line(t, "I", slot, f"task {task} prompt {prompt} = {reused} reused + {read} read in {read_ms} ms"))
+        thinking = self.rng.randrange(200, 4000)
+        completion = thinking + self.rng.randrange(20, 600)
+        t += completion / self.decode_tps * self.time_scale
+        out.append(line(t, "I", slot, f"task {task} thinking: {thinking} of max 32000 \u2192 done (stop)"))
+        tool = self.rng.random() < 0.6
+        if tool:
+            out.append(line(t, "I", slot, f"task {task} writing a tool call"))
+        out.append(line(t + 0.05, "I", slot,
+                        f"task {task} done finish={'tool_calls' if tool else 'stop'} prompt={prompt}"
+                        f" completion={completion} ttft_ms={read_ms + 15} decode_tps={self.decode_tps:.1f}"))
+        c.tokens = prompt + completion
+        out += self._park(c, t + 0.1)
+        return out
+
+    def stats_line(self, ts: float) -> bytes:
+        used = sum(self.parked.values())
+        return line(ts, "I", "stats", f"busy={self.rng.randrange(0, 4)}/{self.slots} prefill_queue="
+                                      f"{self.rng.randrange(0, 3)} decode_tps={self.decode_tps:.1f} parked="
+                                      f"{len(self.parked)} used={used} budget={self.budget_bytes} evictions={self.evictions}")
+
+    def noise(self, ts: float) -> bytes:
+        return line_raw(ts, self.rng.choice(NOISE) % self.rng.randrange(0, 64))
+
+    def _restore(self, c: Conversation) -> tuple[int, str]:
+        if c.conv in self.parked:
+            self.parked.move_to_end(c.conv)
+            return c.tokens, "parked"
+        checkpoint = (c.tokens // self.every) * self.every
+        return (checkpoint, "checkpoint") if checkpoint else (0, "")
+
+    def _park(self, c: Conversation, ts: float) -> list[bytes]:
+        out = []
+        size = c.tokens * BYTES_PER_TOKEN
+        self.parked.pop(c.conv, None)
+        while self.parked and sum(self.parked.values()) + size > self.budget_bytes:
+            victim, victim_bytes = self.parked.popitem(last=False)
+            self.evictions += 1
+            out.append(line(ts, "I", "cache", f"evict conv={victim} bytes={victim_bytes} reason=budget"
+                                              f" parked={len(self.parked)} used={sum(self.parked.values())}"
+                                              f" budget={self.budget_bytes} evictions={self.evictions}"))
+        self.parked[c.conv] = size
+        out.append(line(ts, "I", "cache", f"park conv={c.conv} parked={len(self.parked)} bytes={size}"
+                                          f" used={sum(self.parked.values())} budget={self.budget_bytes}"
+                                          f" evictions={self.evictions}"))
+        return out
+
+
+def stamp(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def line(ts: float, level: str, component: str, message: str) -> bytes:
+    return f"{stamp(ts)} {level} [{component}] {message}".encode()
+
+
+def line_raw(ts: float, message: bytes) -> bytes:
+    return stamp(ts).encode() + b" " + message
