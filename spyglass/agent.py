@@ -62,6 +62,13 @@ class Agent:
         self.wake = threading.Event()
         self.pipeline = Pipeline(config, clock or SystemClock(), open_store(config))
         self.server: AgentServer | None = None
+        self.otel = None
+        otlp = config.exporters.otlp
+        if otlp.endpoint:
+            from exporters.otel import otlp_instruments
+
+            self.otel = otlp_instruments(self.pipeline.state, otlp.endpoint, otlp.interval_seconds,
+                                         config.agent.host)
         if config.exporters.prometheus.enabled:
             self.server = AgentServer(config.exporters.prometheus.listen, self.pipeline.state,
                                       self.pipeline.debug_sources, self._query_function())
@@ -93,6 +100,8 @@ class Agent:
                 observer.stop()
             if self.server:
                 self.server.stop()
+            if self.otel is not None:
+                self.otel.shutdown()  # flushes the last export
             self.pipeline.close()
             logger.info("stopped cleanly")
 

@@ -24,3 +24,31 @@ def promtool() -> str:
     path = shutil.which("promtool")
     assert path, "promtool not found: run scripts/setup (installs Debian's prometheus package)"
     return path
+
+
+def wait_until(predicate, timeout: float = 20.0, what: str = "condition"):
+    """Poll `predicate` until it returns a truthy value; fail after `timeout` seconds.
+
+    For conditions only another process can make true (an HTTP answer, a line on /metrics);
+    the assertion is on the condition, never on how long it took.
+    """
+    import threading
+    import time
+
+    pause = threading.Event()
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        pause.wait(0.02)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,95 @@
+"""`spyglass run` as a real process: serves /metrics and /api/sql, follows a growing log, and
+stops cleanly on SIGTERM."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import FIXTURES, free_port, wait_until
+from spyglass.query import QueryError, run_readonly
+
+FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
+
+
+@pytest.fixture
+def agent(tmp_path):
+    port = free_port()
+    log = tmp_path / "strata-iq3_xxs-b.log"
+    log.write_bytes(FIXTURE.read_bytes())
+    config = tmp_path / "spyglass.toml"
+    config.write_text(f"""
+[agent]
+state_dir = "{tmp_path / 'state'}"
+[exporters.prometheus]
+listen = "127.0.0.1:{port}"
+[sources.engine-b]
+kind = "engine_log"
+path = "{log}"
+instance = "strata-b"
+lane = "normal"
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
+                            stderr=subprocess.PIPE, text=True)
+    killer = __import__("threading").Timer(60, proc.kill)  # never let a hung agent hang the suite
+    killer.start()
+    for line in proc.stderr:
+        if "metrics at" in line:
+            break
+    yield {"proc": proc, "url": f"http://127.0.0.1:{port}", "log": log, "config": config,
+           "store": tmp_path / "state" / "spyglass.duckdb"}
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+    killer.cancel()
+
+
+def metric(url: str, sample: str) -> float | None:
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith(sample + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_agent_follows_the_log_and_stops_cleanly_on_sigterm(agent):
+    url, key = agent["url"], 'spyglass_engine_evictions_total{instance="strata-b",lane="normal"}'
+    wait_until(lambda: metric(url, key) == 0.0, what="the fixture on /metrics")
+    with open(agent["log"], "ab") as log:
+        log.write(b"2026-10-19 05:21:00.000 I [cache] evict conv=7b7b bytes=76021760 reason=budget parked=0"
+                  b" used=0 budget=8589934592 evictions=1\n")
+    wait_until(lambda: metric(url, key) == 1.0, what="the appended evict line on /metrics")
+    assert httpx.get(f"{url}/health").text == "ok\n"
+    sources = httpx.get(f"{url}/debug/sources").json()
+    assert sources["engine-b"]["last_unmatched"].endswith("rebalanced experts in 12 ms")
+
+    agent["proc"].send_signal(signal.SIGTERM)
+    _, err = agent["proc"].communicate(timeout=30)
+    assert agent["proc"].returncode == 0
+    assert "SIGTERM received" in err and "stopped cleanly" in err
+
+
+def test_sql_goes_through_the_agent_while_it_holds_the_store(agent):
+    url = agent["url"]
+    wait_until(lambda: metric(url, 'spyglass_store_events_total') == 35.0, what="the fixture stored")
+    columns, rows = run_readonly(agent["store"], "SELECT count(*) AS n FROM events WHERE kind = 'done'",
+                                 f"{url}/api/sql")
+    assert (columns, rows) == (["n"], [(4,)])
+    with pytest.raises(QueryError, match="only one SELECT or EXPLAIN"):
+        run_readonly(agent["store"], "DELETE FROM events", f"{url}/api/sql")
+    with pytest.raises(QueryError, match="disabled by configuration"):
+        run_readonly(agent["store"], "SELECT * FROM read_csv('/etc/passwd')", f"{url}/api/sql")
+
+
+def test_sql_cli_reads_the_store_directly_when_no_agent_runs(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(f'[agent]\nstate_dir = "{tmp_path}"\n[sources.b]\nkind = "engine_log"\n'
+                      f'path = "{FIXTURE}"\ninstance = "strata-b"\n')
+    run = lambda *args: subprocess.run([sys.executable, "-m", "spyglass.cli", *args, "-c", str(config)],  # noqa: E731
+                                       capture_output=True, text=True)
+    assert run("ingest").returncode == 0
+    out = run("sql", "--format", "csv", "SELECT kind, count(*) AS n FROM events WHERE kind = 'park' GROUP BY kind")
+    assert out.stdout.splitlines() == ["kind,n", "park,3"]
