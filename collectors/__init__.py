@@ -1,7 +1,8 @@
 """Source registry. Each module in this package registers its source kind with @register.
 
 Adding a source is one module here (options model, pure parser, source class) plus a fixture.
-A source class takes (name, options, host=...) and has `handle(line: bytes) -> Event | Miss`;
+A source class takes (name, options, host=...) and has `handle(line: bytes) -> Event | Miss` and
+`handle_lines(lines) -> (events, miss counts, last unmatched line)` for the hot path;
 if it keeps state across lines it also has `checkpoint() -> dict` and `restore(dict)`, and that
 state is committed with the tailer's offsets.
 """

@@ -65,6 +65,8 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
 }
 TEXT_FIELDS = ("build", "version", "build_name", "md5", "expected", "got", "conv", "req", "shape",
                "path", "real", "cpus", "reason", "origin", "finish", "cause", "args")
+DIGITS_TO_9 = bytes.maketrans(b"0123456789", b"9999999999")
+STAMP_LAYOUT = b"9999-99-99 99:99:99.999"
 ARG_FLAGS = ("port", "slots", "ctx", "pool-workers", "conversation-cache-mib", "prompt-cache-every")
 
 
@@ -92,25 +94,52 @@ def parse_args(text: str) -> dict[str, int | str]:
 class EngineLogParser:
     """parse_line(bytes) -> Event | Miss, with no I/O and no clock."""
 
-    def __init__(self, options: EngineLogOptions, source: str, host: str = "") -> None:
+    def __init__(self, options: EngineLogOptions, source: str, host: str = "", fast_layout: bool = True) -> None:
         where = f"sources.{source}.patterns"
-        self.grammar = Grammar(options.prefix, build_kinds(PATTERNS, options.patterns, where),
-                               ignore_levels=options.ignore_levels, text_fields=TEXT_FIELDS)
+        self.grammar = Grammar(options.prefix, build_kinds(PATTERNS, options.patterns, where, frozenset(TEXT_FIELDS)),
+                               ignore_levels=options.ignore_levels)
         self.clock = ZonedParser(options.tz)
         self.source, self.instance, self.host = source, options.instance, host
+        # With the default prefix, a line in its common layout (milliseconds, one-letter level)
+        # has its level and component at fixed offsets: it is parsed with one regex call, the
+        # kind's, instead of two. Any other line takes the grammar's path; both agree exactly.
+        self.fast = fast_layout and options.prefix == PREFIX
+        self.skip = {b" %s [" % level.encode() for level in options.ignore_levels} if self.fast else set()
 
-    def parse_line(self, line: bytes) -> Event | Miss:
+    def parse_line(self, line: bytes) -> Event | str:
+        if not self.fast or line[:23].translate(DIGITS_TO_9) != STAMP_LAYOUT:
+            return self._parse_generic(line)
+        head = line[23:27]
+        close = line.find(b"]", 28, 68)
+        if head[0:1] != b" " or head[2:4] != b" [" or not head[1:2] or head[1:2] not in b"DIWE" \
+                or close < 0 or line[close + 1:close + 2] != b" " or b"\n" in line[27:close]:
+            return self._parse_generic(line)
+        if head in self.skip:
+            return Miss.IGNORED
+        start, component = close + 2, line[27:close]
+        for kind in self.grammar.by_component.get(component.split(b" ", 1)[0], ()):
+            if line.find(kind.literal, start) >= 0:
+                found = kind.pattern.match(line, start)
+                if found is not None:
+                    return self._event(line[:19], kind.kind, kind.typed(found), int(line[20:23]) * 0.001)
+        if head[1:2] == self.grammar.error_level:
+            return self._event(line[:19], "error", self.grammar.error_fields(component, line[start:]),
+                               int(line[20:23]) * 0.001)
+        return Miss.UNMATCHED
+
+    def _parse_generic(self, line: bytes) -> Event | str:
         found = self.grammar.match(line)
-        if isinstance(found, Miss):
+        if found.__class__ is str:
             return found
         head, kind, fields = found
+        ms = head.group("ms")
+        return self._event(head.group("ts"), kind, fields, int(ms) / 10 ** len(ms) if ms else 0.0)
+
+    def _event(self, stamp: bytes, kind: str, fields: dict, fraction: float) -> Event | str:
         try:
-            ts = self.clock.seconds(head.group("ts"))
+            ts = self.clock.seconds(stamp) + fraction
         except ValueError:  # e.g. month 13: the prefix shape matched, the date did not
             return Miss.UNMATCHED
-        ms = head.group("ms")
-        if ms:
-            ts += int(ms) / 10 ** len(ms)
         if kind == "args":
             fields = parse_args(fields.get("args", ""))
         return Event(ts, self.source, kind, self.instance, fields, fields.get("req"), self.host)
@@ -134,9 +163,32 @@ class EngineLogSource:
     def restore(self, saved: dict[str, str]) -> None:
         self._requests = OrderedDict((int(task), req) for task, req in saved.items())
 
-    def handle(self, line: bytes) -> Event | Miss:
+    def handle_lines(self, lines: list[bytes]) -> tuple[list[Event], dict[str, int], bytes]:
+        """Events of a batch of lines, the count of each Miss, and the last unmatched line."""
+        events: list[Event] = []
+        misses = {Miss.IGNORED: 0, Miss.UNMATCHED: 0, Miss.UNPREFIXED: 0}
+        unmatched = b""
+        skip = self.parser.skip
+        handle = self.handle
+        for line in lines:
+            # Exactly what the default prefix regex accepts, for the layout with milliseconds.
+            if skip and line[23:27] in skip and line[:23].translate(DIGITS_TO_9) == STAMP_LAYOUT:
+                close = line.find(b"]", 28, 68)
+                if close > 0 and line[close + 1:close + 2] == b" ":
+                    misses[Miss.IGNORED] += 1
+                    continue
+            result = handle(line)
+            if result.__class__ is str:
+                misses[result] += 1
+                if result == Miss.UNMATCHED:
+                    unmatched = line
+            else:
+                events.append(result)
+        return events, misses, unmatched[:512]
+
+    def handle(self, line: bytes) -> Event | str:
         event = self.parser.parse_line(line)
-        if isinstance(event, Miss):
+        if event.__class__ is str:
             return event
         task = event.fields.get("task")
         if task is None:

@@ -6,21 +6,52 @@ a literal `in` test run before any regex. Every pattern can be replaced from con
 """
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from enum import Enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 
-class Miss(str, Enum):
-    """Why a line produced no event."""
+class Miss:
+    """Why a line produced no event (plain strings: they are counted per line on the hot path)."""
 
-    IGNORED = "ignored"  # prefixed, but of a level or kind we skip on purpose
+    IGNORED = "ignored"  # prefixed, but of a level we skip on purpose
     UNMATCHED = "unmatched"  # prefixed, but no pattern matched: format drift shows up here
     UNPREFIXED = "unprefixed"  # no line prefix: a continuation, a stack trace, an echoed prompt
+
+
+_text = functools.partial(str, encoding="utf-8", errors="replace")  # C-level: called per text field
+
+
+def _float(raw: bytes) -> float | str:
+    try:
+        return float(raw)
+    except ValueError:  # [\d.]+ also matches "1.2.3"
+        return _text(raw)
+
+
+# A named group whose body is one of these always converts the same way.
+_INT_BODY = re.compile(r"\\d(?:\+|\{[\d,]+\})")
+_FLOAT_BODY = re.compile(r"\[\\d\.\]\+|\[\.\\d\]\+")
+_GROUP = re.compile(r"\(\?P<(\w+)>((?:[^()\\]|\\.)*)\)")
+
+
+def converters(regex: str, text_fields: frozenset[str]) -> dict[str, Callable[[bytes], Any]]:
+    """Per named group: int, float or text, read off the group's regex once instead of per value.
+
+    Groups of another shape are typed by their value (see _auto)."""
+    found: dict[str, Callable[[bytes], Any]] = {}
+    for name, body in _GROUP.findall(regex):
+        if name in text_fields:
+            found[name] = _text
+        elif _INT_BODY.fullmatch(body):
+            found[name] = int
+        elif _FLOAT_BODY.fullmatch(body):
+            found[name] = _float
+    return found
 
 
 @dataclass(frozen=True)
@@ -31,6 +62,22 @@ class LineKind:
     component: str  # first word of the bracketed component ("slot" matches "[slot 3]")
     literal: bytes
     pattern: re.Pattern[bytes]
+    convert: dict[str, Callable[[bytes], Any]] = field(default_factory=dict)
+
+    @functools.cached_property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.pattern.groupindex)
+
+    @functools.cached_property
+    def plan(self) -> tuple[tuple[str, Callable[[bytes], Any]], ...]:
+        """(name, converter) per named group; a group of no fixed type is typed by its value."""
+        return tuple((name, self.convert.get(name) or functools.partial(_auto, name)) for name in self.names)
+
+    def typed(self, found: re.Match[bytes]) -> dict[str, Any]:
+        """The named groups of `found`, converted, absent ones left out."""
+        names = self.names
+        values = found.group(*names) if len(names) > 1 else (found.group(names[0]),) if names else ()
+        return {name: conv(raw) for (name, conv), raw in zip(self.plan, values) if raw is not None}
 
 
 def compile_pattern(text: str, where: str) -> re.Pattern[bytes]:
@@ -41,33 +88,32 @@ def compile_pattern(text: str, where: str) -> re.Pattern[bytes]:
         raise ValueError(f"{where}: invalid regular expression: {exc}") from exc
 
 
-def _typed(name: str, raw: bytes, text_fields: frozenset[str]) -> Any:
-    if name not in text_fields:
-        if raw.isdigit():
-            return int(raw)
-        if raw.count(b".") == 1 and raw.replace(b".", b"", 1).isdigit():
-            return float(raw)
-    return raw.decode("utf-8", "replace")
+def _auto(name: str, raw: bytes) -> Any:
+    """A value typed by its look: digits are int, digits with one dot float, the rest text."""
+    if raw.isdigit():
+        return int(raw)
+    if raw.count(b".") == 1 and raw.replace(b".", b"", 1).isdigit():
+        return float(raw)
+    return _text(raw)
 
 
 class Grammar:
     """Prefix regex (groups ts, ms, level, component) plus message kinds."""
 
     def __init__(self, prefix: str, kinds: Iterable[LineKind], *, ignore_levels: Iterable[str] = (),
-                 error_level: str | None = "E", text_fields: Iterable[str] = ()) -> None:
+                 error_level: str | None = "E") -> None:
         self.prefix = compile_pattern(prefix, "grammar.prefix")
         missing = {"ts", "level", "component"} - set(self.prefix.groupindex)
         if missing:
             raise ValueError(f"grammar.prefix: missing named groups {sorted(missing)}")
         self.ignore_levels = frozenset(level.encode() for level in ignore_levels)
         self.error_level = error_level.encode() if error_level else None
-        self.text_fields = frozenset(text_fields)
         self.by_component: dict[bytes, list[LineKind]] = {}
         for kind in kinds:
             self.by_component.setdefault(kind.component.encode(), []).append(kind)
 
-    def match(self, line: bytes) -> tuple[re.Match[bytes], str, dict[str, Any]] | Miss:
-        """The prefix match, the kind and its typed fields, or why there is none."""
+    def match(self, line: bytes) -> tuple[re.Match[bytes], str, dict[str, Any]] | str:
+        """The prefix match, the kind and its typed fields, or why there is none (a Miss)."""
         head = self.prefix.match(line)
         if head is None:
             return Miss.UNPREFIXED
@@ -80,14 +126,13 @@ class Grammar:
             if kind.literal in message:
                 found = kind.pattern.match(message)
                 if found is not None:
-                    return head, kind.kind, self.fields(found.groupdict())
+                    return head, kind.kind, kind.typed(found)
         if level == self.error_level:
-            return head, "error", {"component": component.split(b" ", 1)[0].decode("utf-8", "replace"),
-                                   "message": message[:240].decode("utf-8", "replace")}
+            return head, "error", self.error_fields(component, message)
         return Miss.UNMATCHED
 
-    def fields(self, groups: Mapping[str, bytes | None]) -> dict[str, Any]:
-        return {k: _typed(k, v, self.text_fields) for k, v in groups.items() if v is not None}
+    def error_fields(self, component: bytes, message: bytes) -> dict[str, Any]:
+        return {"component": _text(component.split(b" ", 1)[0]), "message": _text(message[:240])}
 
 
 class PatternOverride(BaseModel):
@@ -101,7 +146,8 @@ class PatternOverride(BaseModel):
 
 
 def build_kinds(defaults: Mapping[str, tuple[str, str, str]],
-                overrides: Mapping[str, str | PatternOverride], where: str) -> list[LineKind]:
+                overrides: Mapping[str, str | PatternOverride], where: str,
+                text_fields: frozenset[str] = frozenset()) -> list[LineKind]:
     """Default (component, literal, regex) per kind, with config overrides applied.
 
     A plain regex override keeps the kind's component and drops its literal prefilter (the old
@@ -119,5 +165,6 @@ def build_kinds(defaults: Mapping[str, tuple[str, str, str]],
         if not component:
             raise ValueError(f"{where}.{name}: a new kind needs a component, e.g."
                              f" {{ regex = '...', component = 'cache' }}")
-        kinds.append(LineKind(name, component, literal.encode(), compile_pattern(regex, f"{where}.{name}")))
+        kinds.append(LineKind(name, component, literal.encode(), compile_pattern(regex, f"{where}.{name}"),
+                              converters(regex, text_fields)))
     return kinds

@@ -16,7 +16,10 @@ from datetime import datetime, timezone
 
 BYTES_PER_TOKEN = 18_732  # 4716362992 bytes parked for 251787 tokens (incident 2)
 PREFILL_TOKENS_PER_MS = 2.0  # 238k tokens re-read in about two minutes (incident 2)
-NOISE = (b"D [sched] tick busy=%d", b"D [http] keepalive conn=%d", b"D [pool] worker %d idle")
+WINDOW = 262_144
+NOISE = (b"D [sched] tick busy=%d/20 prefill_queue=2 decode_batch=8 kv_used_mib=91234 experts_hot=212/512 lat_us=1843",
+         b"D [http] keepalive conn=%d peer=127.0.0.1:51234 idle_ms=1200 bytes_in=512 bytes_out=20480 streams=1",
+         b"D [pool] worker %d expert=341 layer=44 tokens=8 took_us=912 queue=3 numa=1 arena_hit=1 stolen=0")
 
 
 @dataclass
@@ -66,7 +69,10 @@ class EngineModel:
         c = self.rng.choice(self.convs)
         self.task += 1
         task, grown = self.task, self.rng.randrange(800, 4000)
-        prompt = min(c.tokens + grown, 262_000)
+        if c.tokens + grown + 4000 > WINDOW:  # the client starts the conversation over
+            self.parked.pop(c.conv, None)
+            c.conv, c.tokens = f"{self.rng.getrandbits(64):016x}", self.rng.randrange(2000, 20000)
+        prompt = c.tokens + grown
         req = datetime.fromtimestamp(ts + 8 * 3600, tz=timezone.utc).strftime("%Y%m%d-%H%M%S-") + \
             f"{self.rng.getrandbits(24):06x}"
         out = [line(ts, "I", "http", f"task {task} req={req} conv={c.conv} queued prefill_depth={self.rng.randrange(0, 4)}")]

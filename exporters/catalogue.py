@@ -36,13 +36,11 @@ class MetricSpec:
 
     @property
     def otel_name(self) -> str:
-        """Dotted OpenTelemetry name without the unit and type suffixes."""
-        base = self.name.removeprefix("spyglass_")
-        for suffix in ("_total", "_info"):
-            base = base.removesuffix(suffix)
-        if self.unit:
-            base = base.removesuffix("_" + self.unit)
-        return "spyglass." + base.replace("_", ".", 1)
+        """Dotted OpenTelemetry name: no `_total`, and no unit word where a name remains without it."""
+        subsystem, _, rest = self.name.removeprefix("spyglass_").removesuffix("_total").partition("_")
+        if self.unit and rest.endswith("_" + self.unit):
+            rest = rest.removesuffix("_" + self.unit)
+        return f"spyglass.{subsystem}.{rest}"
 
     @property
     def otel_unit(self) -> str:
@@ -58,6 +56,9 @@ class Catalogue:
             _check_name(spec)
             if spec.name in self.specs and self.specs[spec.name] != spec:
                 raise ValueError(f"metric {spec.name} declared twice, differently")
+            clash = [s.name for s in self.specs.values() if s.otel_name == spec.otel_name and s.name != spec.name]
+            if clash:
+                raise ValueError(f"metric {spec.name}: OpenTelemetry name {spec.otel_name} is {clash[0]}'s")
             self.specs[spec.name] = spec
 
     def __getitem__(self, name: str) -> MetricSpec:

@@ -1,24 +1,21 @@
-"""Where events and the agent's resumable state go, committed together.
-
-`DuckDBStore`: events (TIMESTAMPTZ, UTC), tailer checkpoints and the metric state in one
+"""The DuckDB store: events (TIMESTAMPTZ, UTC), tailer checkpoints and the metric state in one
 transaction, so a kill -9 at any point neither loses nor duplicates a stored event or a count.
-`StateFile`: the metrics-only mode; the same checkpoint + metric state, written tmp -> fsync ->
-rename -> fsync(dir). The agent is the only writer of either (duckdb-forensics.md §1).
+The agent is the only writer (duckdb-forensics.md §1); analysts go through spyglass sql.
 """
 from __future__ import annotations
 
 import json
-import os
 import time
-from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import duckdb
+import orjson
 import pyarrow as pa
-from loguru import logger
 
 from collectors.event import Event
+from exporters.statefile import SavedState
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -39,24 +36,15 @@ EVENT_SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("source", pa.st
                           ("request_id", pa.string()), ("fields", pa.string())])
 
 
-@dataclass
-class SavedState:
-    checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
-    metrics: dict[str, Any] | None = None
-
-
-class Store(Protocol):
-    def load(self) -> SavedState: ...
-
-    def commit(self, events: list[Event], checkpoints: dict[str, dict[str, Any]],
-               metrics: dict[str, Any]) -> None: ...
-
-    def close(self) -> None: ...
+def _json_column(events: list[Event]) -> pa.Array:
+    """The fields of every event as one Arrow string column, built from a single buffer."""
+    blobs = [orjson.dumps(e.fields, default=str) for e in events]
+    offsets = pa.py_buffer(pa.array([0, *accumulate(map(len, blobs))], pa.int32()).buffers()[1])
+    return pa.StringArray.from_buffers(len(blobs), offsets, pa.py_buffer(b"".join(blobs)))
 
 
 def events_table(events: list[Event]) -> pa.Table:
     """Events as an Arrow table: DuckDB inserts it in bulk (executemany is 300x slower)."""
-    dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
     return pa.Table.from_arrays([
         pa.array([round(e.ts * 1_000_000) for e in events], pa.int64()).cast(EVENT_SCHEMA.field("ts").type),
         pa.array([e.source for e in events], pa.string()),
@@ -64,11 +52,13 @@ def events_table(events: list[Event]) -> pa.Table:
         pa.array([e.instance for e in events], pa.string()),
         pa.array([e.host for e in events], pa.string()),
         pa.array([e.request_id for e in events], pa.string()),
-        pa.array([dumps(e.fields) for e in events], pa.string()),
+        _json_column(events),
     ], schema=EVENT_SCHEMA)
 
 
 class DuckDBStore:
+    keeps_events = True
+
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
@@ -110,41 +100,3 @@ class DuckDBStore:
 
     def close(self) -> None:
         self.con.close()
-
-
-class StateFile:
-    """Checkpoints and metric state in one JSON file; events are not kept (store disabled)."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-
-    def load(self) -> SavedState:
-        try:
-            saved = json.loads(self.path.read_text())
-            return SavedState(dict(saved["checkpoints"]), saved.get("metrics"))
-        except FileNotFoundError:
-            return SavedState()
-        except (ValueError, KeyError, TypeError) as exc:
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
-            os.replace(self.path, aside)
-            logger.error("state file {} is unreadable ({}); moved to {}; sources start over by their"
-                         " start_at policy", self.path, exc, aside)
-            return SavedState()
-
-    def commit(self, events: list[Event], checkpoints: dict[str, dict[str, Any]],
-               metrics: dict[str, Any]) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump({"checkpoints": checkpoints, "metrics": metrics}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-
-    def close(self) -> None:
-        pass

@@ -15,14 +15,15 @@ from watchdog.observers import Observer
 
 from collectors.clock import Clock, SystemClock
 from exporters.prometheus import AgentServer
-from exporters.store import DuckDBStore, StateFile, Store
+from exporters.statefile import StateFile, Store
 from spyglass.config import Config
 from spyglass.pipeline import Pipeline
-from spyglass.query import execute, jsonable
 
 
 def open_store(config: Config) -> Store:
     if config.exporters.store.enabled:
+        from exporters.store import DuckDBStore  # duckdb and pyarrow load only when the store is on
+
         return DuckDBStore(config.store_path())
     return StateFile(config.state_dir() / "state.json")
 
@@ -75,8 +76,9 @@ class Agent:
 
     def _query_function(self):
         store = self.pipeline.store
-        if not isinstance(store, DuckDBStore):
+        if not store.keeps_events:
             return None
+        from spyglass.query import execute, jsonable
 
         def query(text: str) -> tuple[list[str], list]:
             cursor = store.con.cursor()  # one cursor per request thread

@@ -34,7 +34,7 @@ class AgentConfig(Strict):
 
 
 class PrometheusConfig(Strict):
-    enabled: bool = True
+    enabled: bool = Field(True, description="Serve /metrics, /health, /debug/sources and /api/sql.")
     listen: str = Field("127.0.0.1:9464", description="host:port of /metrics; loopback unless you mean it.")
 
     @field_validator("listen")
@@ -53,7 +53,7 @@ class StoreConfig(Strict):
 
 class OtlpConfig(Strict):
     endpoint: str | None = Field(None, description="OTLP/HTTP base URL, e.g. http://127.0.0.1:4318; off if unset.")
-    interval_seconds: float = Field(15.0, gt=0)
+    interval_seconds: float = Field(15.0, gt=0, description="Seconds between OTLP pushes.")
 
 
 class ExportersConfig(Strict):

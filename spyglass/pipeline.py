@@ -15,10 +15,9 @@ import collectors
 import exporters
 from collectors.clock import Clock
 from collectors.event import Event
-from collectors.grammar import Miss
 from collectors.tailer import Tailer
 from exporters.state import MetricState
-from exporters.store import DuckDBStore, Store
+from exporters.statefile import Store
 from spyglass import __version__
 from spyglass.config import Config
 
@@ -83,7 +82,7 @@ class Pipeline:
                 self._apply(rt, events)
                 self._update_health(rt)
                 stored += events
-            if isinstance(self.store, DuckDBStore) and stored:
+            if self.store.keeps_events and stored:
                 self.state.inc("spyglass_store_events_total", (), len(stored))
             checkpoints = {rt.name: self._checkpoint(rt) for rt in self.sources}
             lines_read = sum(len(lines) for _, lines in batches)
@@ -119,15 +118,12 @@ class Pipeline:
         self.store.close()
 
     def _parse(self, rt: SourceRuntime, lines: list[bytes]) -> list[Event]:
-        handle, events, outcomes = rt.source.handle, [], rt.outcomes
-        for line in lines:
-            result = handle(line)
-            if result.__class__ is Event:
-                events.append(result)
-            else:
-                outcomes[result.value] = outcomes.get(result.value, 0) + 1
-                if result is Miss.UNMATCHED:
-                    rt.last_unmatched = line[:512]
+        events, misses, unmatched = rt.source.handle_lines(lines)
+        for outcome, count in misses.items():
+            if count:
+                rt.outcomes[outcome] = rt.outcomes.get(outcome, 0) + count
+        if unmatched:
+            rt.last_unmatched = unmatched
         return events
 
     def _apply(self, rt: SourceRuntime, events: list[Event]) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from collectors.clock import ManualClock
 from exporters.prometheus import render
-from exporters.store import StateFile
+from exporters.statefile import StateFile
 from spyglass.config import parse_config
 from spyglass.pipeline import Pipeline
 

@@ -9,7 +9,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from collectors.clock import ManualClock
 from exporters.otel import OtelInstruments, otlp_instruments
-from exporters.store import StateFile
+from exporters.statefile import StateFile
 from spyglass.config import parse_config
 from spyglass.pipeline import Pipeline
 from test_metrics_golden import fixture_config

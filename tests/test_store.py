@@ -9,7 +9,8 @@ import pytest
 
 from collectors.clock import ManualClock
 from exporters.prometheus import render
-from exporters.store import DuckDBStore, StateFile
+from exporters.store import DuckDBStore
+from exporters.statefile import StateFile
 from spyglass.config import parse_config
 from spyglass.pipeline import Pipeline
 

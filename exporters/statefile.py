@@ -1,0 +1,75 @@
+"""The metrics-only store: tailer checkpoints and the metric state in one JSON file.
+
+Written tmp -> fsync -> rename -> fsync(dir), so the file on disk is always a whole commit; a torn
+or corrupt file (an OOM kill mid-write on a filesystem that lies) is moved aside, loudly. Also
+the Store protocol every store follows.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from loguru import logger
+
+from collectors.event import Event
+
+
+@dataclass
+class SavedState:
+    checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    metrics: dict[str, Any] | None = None
+
+
+class Store(Protocol):
+    keeps_events: bool
+
+    def load(self) -> SavedState: ...
+
+    def commit(self, events: list[Event], checkpoints: dict[str, dict[str, Any]],
+               metrics: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class StateFile:
+    """Checkpoints and metric state in one JSON file; events are not kept (store disabled)."""
+
+    keeps_events = False
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+
+    def load(self) -> SavedState:
+        try:
+            saved = json.loads(self.path.read_text())
+            return SavedState(dict(saved["checkpoints"]), saved.get("metrics"))
+        except FileNotFoundError:
+            return SavedState()
+        except (ValueError, KeyError, TypeError) as exc:
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+            os.replace(self.path, aside)
+            logger.error("state file {} is unreadable ({}); moved to {}; sources start over by their"
+                         " start_at policy", self.path, exc, aside)
+            return SavedState()
+
+    def commit(self, events: list[Event], checkpoints: dict[str, dict[str, Any]],
+               metrics: dict[str, Any]) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump({"checkpoints": checkpoints, "metrics": metrics}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def close(self) -> None:
+        pass
