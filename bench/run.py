@@ -26,6 +26,7 @@ OUT = HERE / "out"
 sys.path.insert(0, str(HERE.parent))
 
 from bench.gen_log import generate  # noqa: E402
+from spyglass.config import engine_log_toml  # noqa: E402
 
 
 def timed(cmd: list[str], **kwargs) -> tuple[float, int, str]:
@@ -44,22 +45,10 @@ def timed(cmd: list[str], **kwargs) -> tuple[float, int, str]:
 
 
 def config(folder: Path, log: Path, store: bool, listen: str | None = None) -> Path:
-    path = folder / f"spyglass-{'store' if store else 'metrics'}.toml"
-    shutil.rmtree(folder / ("state-store" if store else "state-metrics"), ignore_errors=True)
-    prometheus = f'listen = "{listen}"' if listen else "enabled = false"
-    path.write_text(f"""
-[agent]
-state_dir = "{folder / ('state-store' if store else 'state-metrics')}"
-[exporters.prometheus]
-{prometheus}
-[exporters.store]
-enabled = {str(store).lower()}
-[sources.engine-b]
-kind = "engine_log"
-path = "{log}"
-instance = "strata-b"
-lane = "normal"
-""")
+    name = "store" if store else "metrics"
+    shutil.rmtree(folder / f"state-{name}", ignore_errors=True)
+    path = folder / f"spyglass-{name}.toml"
+    path.write_text(engine_log_toml(log, folder / f"state-{name}", store=store, listen=listen))
     return path
 
 

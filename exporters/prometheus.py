@@ -6,6 +6,7 @@ deterministic for a given state (tests/golden/metrics.prom relies on it).
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -62,6 +63,10 @@ def render(state: MetricState) -> bytes:
     return generate_latest(registry_for(state))
 
 
+class _IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
 class AgentServer:
     """/metrics, /health, /debug/sources and POST /api/sql on one loopback port, from a thread."""
 
@@ -105,14 +110,15 @@ class AgentServer:
             def log_message(self, *args: Any) -> None:
                 pass  # scrapes every 15 s would drown the agent's own log
 
-        self.httpd = ThreadingHTTPServer((host.strip("[]"), int(port)), Handler)
+        server_class = _IPv6Server if ":" in host else ThreadingHTTPServer
+        self.httpd = server_class((host.strip("[]"), int(port)), Handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="spyglass-http", daemon=True)
 
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def start(self) -> AgentServer:
         self.thread.start()

@@ -147,6 +147,18 @@ def _check_unique_paths(config: Config, file: str) -> None:
         seen[real] = name
 
 
+def engine_log_toml(log: Path, state_dir: Path, *, store: bool = True, listen: str | None = None,
+                    host: str = "", read_budget_bytes: int | None = None) -> str:
+    """A whole config for one engine log (strata-b, normal lane): the demo, tests and bench use it."""
+    agent = [f'state_dir = "{state_dir}"'] + ([f'host = "{host}"'] if host else []) + \
+        ([f"read_budget_bytes = {read_budget_bytes}"] if read_budget_bytes else [])
+    prometheus = f'listen = "{listen}"' if listen else "enabled = false"
+    return "\n".join(["[agent]", *agent, "[exporters.prometheus]", prometheus,
+                      "[exporters.store]", f"enabled = {str(store).lower()}",
+                      "[sources.engine-b]", 'kind = "engine_log"', f'path = "{log}"',
+                      'instance = "strata-b"', 'lane = "normal"', ""])
+
+
 def load_config(path: Path) -> Config:
     """Read and validate a TOML config file; ConfigError names the file and the key."""
     try:

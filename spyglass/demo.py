@@ -9,13 +9,14 @@ import shutil
 import tempfile
 import threading
 import time
+import tomllib
 from pathlib import Path
 
 from rich.console import Console
 
 from engine.logsynth import EngineModel
 from spyglass.agent import Agent
-from spyglass.config import parse_config
+from spyglass.config import engine_log_toml, parse_config
 
 
 def write_log(path: Path, stop: threading.Event, pace_seconds: float = 0.4) -> None:
@@ -34,12 +35,8 @@ def write_log(path: Path, stop: threading.Event, pace_seconds: float = 0.4) -> N
 
 
 def demo_config(folder: Path, listen: str) -> dict:
-    return {
-        "agent": {"state_dir": str(folder / "state"), "host": "demo"},
-        "exporters": {"prometheus": {"listen": listen}},
-        "sources": {"engine-b": {"kind": "engine_log", "path": str(folder / "strata-iq3_xxs-b.log"),
-                                 "instance": "strata-b", "lane": "normal"}},
-    }
+    log = folder / "strata-iq3_xxs-b.log"
+    return tomllib.loads(engine_log_toml(log, folder / "state", listen=listen, host="demo"))
 
 
 def summary(agent: Agent) -> str:
@@ -53,7 +50,7 @@ def summary(agent: Agent) -> str:
         ckpt_only = values["spyglass_engine_long_prompts_checkpoint_only_total"].get(key, 0)
         lines = sum(v for (src, _), v in values["spyglass_source_lines_total"].items() if src == "engine-b")
     return (f"lines {lines:>6.0f}  evictions {evictions:>4.0f}  parked {used / 2**30:4.1f}/8 GiB"
-            f"  checkpoint-only {ckpt_only:.0f}/{long_total:.0f} long prompts")
+            f"  ckpt-only {ckpt_only:.0f}/{long_total:.0f} long")
 
 
 def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464") -> None:

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from conftest import FIXTURES, free_port, wait_until
+from spyglass.config import engine_log_toml
 from spyglass.query import QueryError, run_readonly
 
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
@@ -22,17 +23,7 @@ def agent(tmp_path):
     log = tmp_path / "strata-iq3_xxs-b.log"
     log.write_bytes(FIXTURE.read_bytes())
     config = tmp_path / "spyglass.toml"
-    config.write_text(f"""
-[agent]
-state_dir = "{tmp_path / 'state'}"
-[exporters.prometheus]
-listen = "127.0.0.1:{port}"
-[sources.engine-b]
-kind = "engine_log"
-path = "{log}"
-instance = "strata-b"
-lane = "normal"
-""")
+    config.write_text(engine_log_toml(log, tmp_path / "state", listen=f"127.0.0.1:{port}"))
     proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
                             stderr=subprocess.PIPE, text=True)
     killer = __import__("threading").Timer(60, proc.kill)  # never let a hung agent hang the suite
@@ -86,10 +77,22 @@ def test_sql_goes_through_the_agent_while_it_holds_the_store(agent):
 
 def test_sql_cli_reads_the_store_directly_when_no_agent_runs(tmp_path):
     config = tmp_path / "c.toml"
-    config.write_text(f'[agent]\nstate_dir = "{tmp_path}"\n[sources.b]\nkind = "engine_log"\n'
-                      f'path = "{FIXTURE}"\ninstance = "strata-b"\n')
+    config.write_text(engine_log_toml(FIXTURE, tmp_path))
     run = lambda *args: subprocess.run([sys.executable, "-m", "spyglass.cli", *args, "-c", str(config)],  # noqa: E731
                                        capture_output=True, text=True)
     assert run("ingest").returncode == 0
     out = run("sql", "--format", "csv", "SELECT kind, count(*) AS n FROM events WHERE kind = 'park' GROUP BY kind")
     assert out.stdout.splitlines() == ["kind,n", "park,3"]
+
+
+def test_the_server_binds_ipv6_loopback_too():
+    from exporters.prometheus import AgentServer
+    from exporters.state import MetricState
+    import exporters
+
+    server = AgentServer("[::1]:0", MetricState(exporters.full_catalogue()), dict).start()
+    try:
+        assert server.url.startswith("http://[::1]:")
+        assert "spyglass_agent_info" in httpx.get(f"{server.url}/metrics").text
+    finally:
+        server.stop()

@@ -15,6 +15,7 @@ import exporters
 from engine.logsynth import EngineModel
 from exporters.prometheus import render
 from exporters.state import MetricState
+from spyglass.config import engine_log_toml
 
 EVENT_COLUMNS = "ts, source, kind, instance, host, request_id, fields::VARCHAR"
 
@@ -33,19 +34,8 @@ def write_log(path: Path, turns: int) -> None:
 
 def write_config(folder: Path, log: Path) -> Path:
     path = folder / "spyglass.toml"
-    path.write_text(f"""
-[agent]
-state_dir = "{folder / 'state'}"
-host = "h1"
-read_budget_bytes = 65536        # many small commits, so kills land between and inside them
-[exporters.prometheus]
-enabled = false
-[sources.engine-b]
-kind = "engine_log"
-path = "{log}"
-instance = "strata-b"
-lane = "normal"
-""")
+    # A small read budget makes many small commits, so kills land between and inside them.
+    path.write_text(engine_log_toml(log, folder / "state", host="h1", read_budget_bytes=65536))
     return path
 
 

@@ -6,12 +6,13 @@ then review the diff like code: it is a public interface.
 from __future__ import annotations
 
 import subprocess
+import tomllib
 from pathlib import Path
 
 from collectors.clock import ManualClock
 from exporters.prometheus import render
 from exporters.statefile import StateFile
-from spyglass.config import parse_config
+from spyglass.config import engine_log_toml, parse_config
 from spyglass.pipeline import Pipeline
 
 HERE = Path(__file__).parent
@@ -19,12 +20,8 @@ GOLDEN = HERE / "golden" / "metrics.prom"
 
 
 def fixture_config(state_dir: Path) -> dict:
-    return {
-        "agent": {"state_dir": str(state_dir), "host": "golden"},
-        "exporters": {"store": {"enabled": False}},
-        "sources": {"engine-b": {"kind": "engine_log", "instance": "strata-b", "lane": "normal",
-                                 "path": str(HERE / "fixtures" / "engine_log" / "strata-iq3_xxs-b.log")}},
-    }
+    log = HERE / "fixtures" / "engine_log" / "strata-iq3_xxs-b.log"
+    return tomllib.loads(engine_log_toml(log, state_dir, store=False, host="golden"))
 
 
 def render_fixtures(state_dir: Path) -> str:

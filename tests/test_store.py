@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import duckdb
@@ -11,17 +12,14 @@ from collectors.clock import ManualClock
 from exporters.prometheus import render
 from exporters.store import DuckDBStore
 from exporters.statefile import StateFile
-from spyglass.config import parse_config
+from spyglass.config import engine_log_toml, parse_config
 from spyglass.pipeline import Pipeline
 
 FIXTURE = Path(__file__).parent / "fixtures" / "engine_log" / "strata-iq3_xxs-b.log"
 
 
 def config(tmp: Path, log: Path, store: bool = True) -> dict:
-    return {"agent": {"state_dir": str(tmp / "state"), "host": "h1"},
-            "exporters": {"store": {"enabled": store}},
-            "sources": {"engine-b": {"kind": "engine_log", "path": str(log), "instance": "strata-b",
-                                     "lane": "normal"}}}
+    return tomllib.loads(engine_log_toml(log, tmp / "state", store=store, host="h1"))
 
 
 def open_pipeline(tmp: Path, log: Path, store: bool = True) -> Pipeline:
