@@ -31,8 +31,7 @@ class Tailer:
         self.clock, self.max_line, self.grace = clock, max_line, grace_seconds
         self.live: TailFile | None = None
         self.draining: list[TailFile] = []
-        self.stats = TailStats(**(checkpoint or {}).get("stats", {}))
-        self._pending = list((checkpoint or {}).get("files", []))
+        self.stats, self._pending = _valid_checkpoint(self.path, checkpoint)
         self._first_poll = True
         self._fresh_start_at_end = checkpoint is None and start_at == "end"
         self.error: str | None = None  # why the path cannot be read right now, if it cannot
@@ -214,6 +213,8 @@ class Tailer:
 
     def _retired_copy_of(self, record: dict[str, Any]) -> TailFile | None:
         """A retired file we hold open whose inode the copy was written into (`cp` reuses it)."""
+        if record["head_len"] == 0:  # an empty file's content matches anything: no evidence
+            return None
         for path in self.rotated:
             try:
                 st = os.stat(path)
@@ -232,6 +233,31 @@ class Tailer:
                 old.flush(out, self.stats)
                 old.close()
                 self.draining.remove(old)
+
+
+RECORD_KEYS = {"dev": int, "ino": int, "head_len": int, "head_hash": str, "offset": int,
+               "tail_len": int, "tail_hash": str}
+
+
+def _valid_checkpoint(path: str, checkpoint: dict[str, Any] | None) -> tuple[TailStats, list[dict[str, Any]]]:
+    """Counters and file records of a checkpoint; a malformed one is reported and dropped whole."""
+    if not checkpoint:
+        return TailStats(), []
+    try:
+        stats = TailStats(**checkpoint.get("stats", {}))
+        counters = [stats.lines, stats.bytes, stats.long_lines, stats.nul_bytes, stats.lost_files,
+                    *stats.rotations.values()]
+        if not all(isinstance(n, int) for n in counters):
+            raise TypeError(f"counters {counters!r}")
+        records = list(checkpoint.get("files", []))
+        for record in records:
+            for key, kind in RECORD_KEYS.items():
+                if not isinstance(record[key], kind):
+                    raise TypeError(f"{key} is {record[key]!r}")
+        return stats, records
+    except (TypeError, KeyError, AttributeError) as exc:
+        logger.error("{}: checkpoint is malformed ({!r}); reading starts over by the start_at policy", path, exc)
+        return TailStats(), []
 
 
 def _after_last_newline(f: TailFile) -> int:

@@ -359,6 +359,13 @@ def test_f26_counters_survive_a_restart_with_the_checkpoint(h):
     assert (h.tailer.stats.lines, h.tailer.stats.nul_bytes) == (4, 2)
 
 
+def test_f26_a_malformed_checkpoint_is_dropped_not_fatal(h):
+    h.write(lines("a", 2))
+    h.restart({"files": [{"dev": "x", "offset": 3}], "stats": {"lines": "many"}})
+    h.poll()
+    assert h.seen == names("a", 2)
+
+
 def test_f27_closed_rotations_leave_the_checkpoint(h):
     for generation in range(5):
         h.write(lines(f"g{generation}-", 2))

@@ -1,4 +1,5 @@
-"""Model-based test of the tailer (Vector's quickcheck interpreter, as a hypothesis state machine).
+"""Model-based test of the tailer (Vector's quickcheck interpreter, as a hypothesis state machine):
+write, half-line, rename, copytruncate, truncate, delete, restart and the clock.
 
 Invariants after a final drain: no line is seen twice, lines come in the order written, and every
 line that no lossy operation could have destroyed is seen. A line is at risk only when it was
@@ -44,6 +45,8 @@ class TailerMachine(RuleBasedStateMachine):
         self.partial: int | None = None  # id whose line is half written
         self.opened = False  # whether any poll has opened the file now at x.log
         self.consumed = False  # whether any poll read a byte of the file now at x.log
+        self.deleted: set[int] = set()  # lines of deleted files: readable only through an open fd
+        self.held = False  # whether the running tailer has polled since it started (holds fds)
         self.seen: list[bytes] = []
 
     def teardown(self) -> None:
@@ -85,6 +88,7 @@ class TailerMachine(RuleBasedStateMachine):
     def poll(self, budget: int) -> None:
         self.seen += self.tailer.poll(budget)
         self.opened = self.opened or self.path.exists()
+        self.held = True
         self.consumed = self.consumed or (self.path.exists() and self.path.stat().st_size > 0)
         if budget == 8 << 20:
             self.unpolled.clear()
@@ -126,8 +130,19 @@ class TailerMachine(RuleBasedStateMachine):
         self.files[self.path] = []
         self.consumed = False
 
+    @precondition(lambda self: self.partial is None and self.path.exists())
+    @rule()
+    def delete(self) -> None:
+        if not (self.opened and self.held):  # no descriptor on it: deleting it deletes what was unread
+            self.at_risk.update(set(self.files.get(self.path, [])) & self.unpolled)
+        os.unlink(self.path)
+        self.deleted.update(self.files.pop(self.path, []))
+        self.opened = self.consumed = False
+
     @rule()
     def restart(self) -> None:
+        self.at_risk.update(self.deleted & self.unpolled)  # the fd closes; the file is gone
+        self.held = False
         saved = json.loads(json.dumps(self.tailer.checkpoint()))
         self.tailer.close()
         self.tailer = Tailer(str(self.path), self.clock, checkpoint=saved)
