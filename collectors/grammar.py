@@ -162,9 +162,11 @@ def build_kinds(defaults: Mapping[str, tuple[str, str, str]],
         if override is not None:
             component = override.component or component
             literal, regex = override.literal, override.regex
-        if not component:
-            raise ValueError(f"{where}.{name}: a new kind needs a component, e.g."
-                             f" {{ regex = '...', component = 'cache' }}")
+        if component is None:
+            if any(c for c, _, _ in defaults.values()):
+                raise ValueError(f"{where}.{name}: a new kind needs a component, e.g."
+                                 f" {{ regex = '...', component = 'cache' }}")
+            component = ""  # a format without components
         kinds.append(LineKind(name, component, literal.encode(), compile_pattern(regex, f"{where}.{name}"),
                               converters(regex, text_fields)))
     return kinds

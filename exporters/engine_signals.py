@@ -98,7 +98,7 @@ def cpu_count(cpu_list: str) -> int:
 @signals_for("engine_log", SPECS)
 class EngineSignals:
     def __init__(self, state: MetricState, lanes: dict[str, str], long_prompt_tokens: int = 200_000,
-                 default_prompt_cache_every: int = 16384) -> None:
+                 default_prompt_cache_every: int = 16384, *_args) -> None:
         self.state, self.lanes = state, lanes
         self.long_prompt_tokens = long_prompt_tokens
         self.default_every = default_prompt_cache_every

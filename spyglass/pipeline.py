@@ -74,7 +74,7 @@ class Pipeline:
 
     def step(self) -> int:
         """Poll every source once; returns the number of lines read."""
-        batches = [(rt, rt.tailer.poll(self.config.agent.read_budget_bytes)) for rt in self.sources]
+        batches = [(rt, self._poll_file(rt)) for rt in self.sources]
         stored: list[Event] = []
         with self.state.lock:
             for rt, lines in batches:
@@ -90,6 +90,12 @@ class Pipeline:
                 self.store.commit(stored, checkpoints, self.state.to_json())
                 self._last_checkpoints = checkpoints
         return lines_read
+
+    def _poll_file(self, rt: SourceRuntime) -> list[bytes]:
+        lines = rt.tailer.poll(self.config.agent.read_budget_bytes)
+        if lines and rt.tailer.live is not None and hasattr(rt.source, "file_mtime"):
+            rt.source.file_mtime(rt.tailer.live.mtime_ns / 1e9)  # a date for date-less lines
+        return lines
 
     @staticmethod
     def _checkpoint(rt: SourceRuntime) -> dict[str, Any]:

@@ -5,6 +5,7 @@ then review the diff like code: it is a public interface.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import tomllib
 from pathlib import Path
@@ -12,16 +13,20 @@ from pathlib import Path
 from collectors.clock import ManualClock
 from exporters.prometheus import render
 from exporters.statefile import StateFile
-from spyglass.config import engine_log_toml, parse_config
+from spyglass.config import parse_config
 from spyglass.pipeline import Pipeline
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden" / "metrics.prom"
+PINNED_MTIME = 1_792_454_399.0  # 2026-10-19 23:59:59 UTC: the gateway's date before its first request id
 
 
 def fixture_config(state_dir: Path) -> dict:
-    log = HERE / "fixtures" / "engine_log" / "strata-iq3_xxs-b.log"
-    return tomllib.loads(engine_log_toml(log, state_dir, store=False, host="golden"))
+    """Every fixture source, with the file mtimes a fresh clone would scramble pinned."""
+    template = (HERE / "fixtures" / "spyglass.toml.in").read_text()
+    gateway = HERE / "fixtures" / "gateway_log" / "rag-proxy.log"
+    os.utime(gateway, (PINNED_MTIME, PINNED_MTIME))
+    return tomllib.loads(template.format(fixtures=HERE / "fixtures", state=state_dir))
 
 
 def render_fixtures(state_dir: Path) -> str:
