@@ -13,9 +13,9 @@ from typing import Literal
 from pydantic import Field
 
 from collectors import SourceOptions, register
-from collectors.clock import ZonedParser
+from collectors.dated_log import DatedLogParser
 from collectors.event import Event
-from collectors.grammar import Grammar, Miss, PatternOverride, build_kinds
+from collectors.grammar import Miss, PatternOverride, build_kinds
 
 PREFIX = (r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](?P<ms>\d{1,6}))? "
           r"(?P<level>[DIWE]) \[(?P<component>[^\]\n]{1,40})\] ")
@@ -91,15 +91,13 @@ def parse_args(text: str) -> dict[str, int | str]:
     return found
 
 
-class EngineLogParser:
-    """parse_line(bytes) -> Event | Miss, with no I/O and no clock."""
+class EngineLogParser(DatedLogParser):
+    """The engine's parser: the generic one, plus a fast path for the default line layout."""
 
     def __init__(self, options: EngineLogOptions, source: str, host: str = "", fast_layout: bool = True) -> None:
-        where = f"sources.{source}.patterns"
-        self.grammar = Grammar(options.prefix, build_kinds(PATTERNS, options.patterns, where, frozenset(TEXT_FIELDS)),
-                               ignore_levels=options.ignore_levels)
-        self.clock = ZonedParser(options.tz)
-        self.source, self.instance, self.host = source, options.instance, host
+        kinds = build_kinds(PATTERNS, options.patterns, f"sources.{source}.patterns", frozenset(TEXT_FIELDS))
+        super().__init__(options.prefix, kinds, options.tz, source, options.instance, host,
+                         options.ignore_levels, error_level="E")
         # With the default prefix, a line in its common layout (milliseconds, one-letter level)
         # has its level and component at fixed offsets: it is parsed with one regex call, the
         # kind's, instead of two. Any other line takes the grammar's path; both agree exactly.
@@ -108,12 +106,12 @@ class EngineLogParser:
 
     def parse_line(self, line: bytes) -> Event | str:
         if not self.fast or line[:23].translate(DIGITS_TO_9) != STAMP_LAYOUT:
-            return self._parse_generic(line)
+            return super().parse_line(line)
         head = line[23:27]
         close = line.find(b"]", 28, 68)
         if head[0:1] != b" " or head[2:4] != b" [" or not head[1:2] or head[1:2] not in b"DIWE" \
                 or close < 0 or line[close + 1:close + 2] != b" " or b"\n" in line[27:close]:
-            return self._parse_generic(line)
+            return super().parse_line(line)
         if head in self.skip:
             return Miss.IGNORED
         start, component = close + 2, line[27:close]
@@ -121,28 +119,16 @@ class EngineLogParser:
             if line.find(kind.literal, start) >= 0:
                 found = kind.pattern.match(line, start)
                 if found is not None:
-                    return self._event(line[:19], kind.kind, kind.typed(found), int(line[20:23]) * 0.001)
+                    return self.event(line[:19], kind.kind, kind.typed(found), int(line[20:23]) * 0.001)
         if head[1:2] == self.grammar.error_level:
-            return self._event(line[:19], "error", self.grammar.error_fields(component, line[start:]),
-                               int(line[20:23]) * 0.001)
+            return self.event(line[:19], "error", self.grammar.error_fields(component, line[start:]),
+                              int(line[20:23]) * 0.001)
         return Miss.UNMATCHED
 
-    def _parse_generic(self, line: bytes) -> Event | str:
-        found = self.grammar.match(line)
-        if found.__class__ is str:
-            return found
-        head, kind, fields = found
-        ms = head.group("ms")
-        return self._event(head.group("ts"), kind, fields, int(ms) / 10 ** len(ms) if ms else 0.0)
-
-    def _event(self, stamp: bytes, kind: str, fields: dict, fraction: float) -> Event | str:
-        try:
-            ts = self.clock.seconds(stamp) + fraction
-        except ValueError:  # e.g. month 13: the prefix shape matched, the date did not
-            return Miss.UNMATCHED
+    def event(self, stamp: bytes, kind: str, fields: dict, fraction: float) -> Event | str:
         if kind == "args":
             fields = parse_args(fields.get("args", ""))
-        return Event(ts, self.source, kind, self.instance, fields, fields.get("req"), self.host)
+        return super().event(stamp, kind, fields, fraction)
 
 
 @register("engine_log", EngineLogOptions)

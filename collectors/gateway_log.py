@@ -18,6 +18,7 @@ from pydantic import Field
 
 from collectors import SourceOptions, register
 from collectors.clock import zone
+from collectors.dated_log import handle_lines
 from collectors.event import Event
 from collectors.grammar import Miss, PatternOverride, build_kinds
 
@@ -110,15 +111,7 @@ class GatewayLogSource:
             self.dates.day = datetime.fromtimestamp(mtime, tz=timezone.utc).date()
 
     def handle_lines(self, lines: list[bytes]) -> tuple[list[Event], dict[str, int], bytes]:
-        events, misses, unmatched = [], {Miss.UNMATCHED: 0, Miss.UNPREFIXED: 0}, b""
-        for line in lines:
-            result = self.handle(line)
-            if result.__class__ is str:
-                misses[result] += 1
-                unmatched = line if result == Miss.UNMATCHED else unmatched
-            else:
-                events.append(result)
-        return events, misses, unmatched[:512]
+        return handle_lines(self.handle, lines)
 
     def handle(self, line: bytes) -> Event | str:
         head = PREFIX.match(line)

@@ -98,14 +98,15 @@ def _auto(name: str, raw: bytes) -> Any:
 
 
 class Grammar:
-    """Prefix regex (groups ts, ms, level, component) plus message kinds."""
+    """Prefix regex (group ts; optional ms, level, component) plus message kinds."""
 
     def __init__(self, prefix: str, kinds: Iterable[LineKind], *, ignore_levels: Iterable[str] = (),
                  error_level: str | None = "E") -> None:
         self.prefix = compile_pattern(prefix, "grammar.prefix")
-        missing = {"ts", "level", "component"} - set(self.prefix.groupindex)
-        if missing:
-            raise ValueError(f"grammar.prefix: missing named groups {sorted(missing)}")
+        if "ts" not in self.prefix.groupindex:
+            raise ValueError("grammar.prefix: needs a named group ts")
+        self.has_level = "level" in self.prefix.groupindex
+        self.has_component = "component" in self.prefix.groupindex
         self.ignore_levels = frozenset(level.encode() for level in ignore_levels)
         self.error_level = error_level.encode() if error_level else None
         self.by_component: dict[bytes, list[LineKind]] = {}
@@ -117,10 +118,10 @@ class Grammar:
         head = self.prefix.match(line)
         if head is None:
             return Miss.UNPREFIXED
-        level = head.group("level")
+        level = head.group("level") if self.has_level else None
         if level in self.ignore_levels:
             return Miss.IGNORED
-        component = head.group("component")
+        component = head.group("component") if self.has_component else b""
         message = line[head.end():]
         for kind in self.by_component.get(component.split(b" ", 1)[0], ()):
             if kind.literal in message:

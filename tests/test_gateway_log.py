@@ -15,7 +15,7 @@ def events() -> list[Event]:
     source = GatewayLogSource("gw", GatewayLogOptions(path="x", instance="rag-proxy"))
     source.file_mtime(MTIME)
     found, misses, unmatched = source.handle_lines(FIXTURE.read_bytes().splitlines())
-    assert misses == {"unmatched": 1, "unprefixed": 2}
+    assert {k: v for k, v in misses.items() if v} == {"unmatched": 1, "unprefixed": 2}
     assert unmatched == b"[03:00:01] upstream pool warm: 2 lanes"
     return found
 
