@@ -1,0 +1,91 @@
+"""supervisord events turned into metrics (label: program, and bounded causes).
+
+A program that dies after `startsecs` is respawned at once and never reaches FATAL, so a crash
+loop is visible here as spawns and unexpected exits, not waited for: alert on
+`increase(spyglass_supervisord_spawns_total[15m]) >= 3`. States follow the log's transitions.
+"""
+from __future__ import annotations
+
+from collectors.event import Event
+from exporters import signals_for
+from exporters.catalogue import MetricSpec
+from exporters.state import MetricState
+
+P = ("program",)
+STATES = ("STARTING", "RUNNING", "BACKOFF", "EXITED", "FATAL", "STOPPING", "STOPPED")
+
+
+def _s(name: str, type_: str, help_: str, labels: tuple[str, ...] = P, unit: str = "") -> MetricSpec:
+    return MetricSpec(name, type_, help_, labels, unit, (), "supervisord_log")  # type: ignore[arg-type]
+
+
+SPECS = [
+    _s("spyglass_supervisord_spawns_total", "counter", "Processes spawned by supervisord, restarts included."),
+    _s("spyglass_supervisord_exits_total", "counter",
+       "Process exits, by expected or not and cause (exit_N or the signal name).", P + ("expected", "cause")),
+    _s("spyglass_supervisord_core_dumps_total", "counter", "Process exits that dumped core."),
+    _s("spyglass_supervisord_fatal_total", "counter", "Times a program entered FATAL (gave up restarting)."),
+    _s("spyglass_supervisord_stops_total", "counter", "Processes stopped on request, by the signal that ended them.",
+       P + ("signal",)),
+    _s("spyglass_supervisord_stop_kills_total", "counter",
+       "Stops escalated to SIGKILL after stopwaitsecs."),
+    _s("spyglass_supervisord_spawn_errors_total", "counter",
+       "Spawns that failed before a process existed (a missing or non-executable command).", ()),
+    _s("spyglass_supervisord_process_state", "gauge", "1 for the program's current state, 0 for the others.",
+       P + ("state",)),
+    _s("spyglass_supervisord_process_start_time_seconds", "gauge", "Unix time the program was last spawned.",
+       unit="seconds"),
+    _s("spyglass_supervisord_starts_total", "counter", "supervisord itself starting.", ()),
+    _s("spyglass_supervisord_event_overflows_total", "counter",
+       "Events an event-listener pool dropped because its buffer was full.", ()),
+]
+
+
+@signals_for("supervisord_log", SPECS)
+class SupervisordSignals:
+    def __init__(self, state: MetricState, *_args) -> None:
+        self.state = state
+
+    def _enter(self, program: str, new: str) -> None:
+        states = self.state.series("spyglass_supervisord_process_state")
+        for name in STATES:
+            states[(program, name)] = 1.0 if name == new else 0.0
+
+    def _current(self, program: str) -> str:
+        states = self.state.series("spyglass_supervisord_process_state")
+        return next((name for name in STATES if states.get((program, name)) == 1.0), "")
+
+    def apply(self, e: Event) -> None:
+        s, f, kind = self.state, e.fields, e.kind
+        program = str(f.get("program", ""))
+        if kind == "spawned":
+            s.inc("spyglass_supervisord_spawns_total", (program,))
+            s.set("spyglass_supervisord_process_start_time_seconds", (program,), e.ts)
+            self._enter(program, "STARTING")
+        elif kind == "running":
+            self._enter(program, "RUNNING")
+        elif kind == "exited":
+            expected = "true" if f["expected"] == "expected" else "false"
+            cause = f"exit_{f['status']}" if "status" in f else str(f["signal"])
+            s.inc("spyglass_supervisord_exits_total", (program, expected, cause))
+            if f.get("core"):
+                s.inc("spyglass_supervisord_core_dumps_total", (program,))
+            # An unexpected exit before RUNNING is supervisord's BACKOFF; the log never names it.
+            self._enter(program, "BACKOFF" if self._current(program) == "STARTING" and expected == "false"
+                        else "EXITED")
+        elif kind == "fatal":
+            s.inc("spyglass_supervisord_fatal_total", (program,))
+            self._enter(program, "FATAL")
+        elif kind == "stopping":
+            self._enter(program, "STOPPING")
+        elif kind == "stopped":
+            s.inc("spyglass_supervisord_stops_total", (program, str(f.get("signal") or f"exit_{f.get('status')}")))
+            self._enter(program, "STOPPED")
+        elif kind == "stop_kill":
+            s.inc("spyglass_supervisord_stop_kills_total", (program,))
+        elif kind == "spawn_error":
+            s.inc("spyglass_supervisord_spawn_errors_total", ())
+        elif kind == "supervisord_started":
+            s.inc("spyglass_supervisord_starts_total", ())
+        elif kind == "event_overflow":
+            s.inc("spyglass_supervisord_event_overflows_total", ())
