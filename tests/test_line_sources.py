@@ -1,0 +1,56 @@
+"""Table tests for the smaller line sources (switch log, supervisord log), and robustness of all."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import collectors
+from collectors.event import Event
+from collectors.supervisord_log import SupervisordLogOptions, SupervisordLogSource
+from collectors.switch_log import SwitchLogOptions, SwitchLogSource
+from conftest import FIXTURES
+
+
+def utc(e: Event) -> str:
+    return datetime.fromtimestamp(e.ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def test_switch_log_is_beijing_time_and_names_its_instance():
+    source = SwitchLogSource("switch", SwitchLogOptions(path="x"))
+    events, _, _ = source.handle_lines((FIXTURES / "switch_log" / "switch-engine.log").read_bytes().splitlines())
+    assert [(e.kind, e.instance, utc(e)) for e in events] == [
+        ("switch", "strata-a", "2026-10-07 13:02:44"), ("switch", "strata-b", "2026-10-17 12:34:12"),
+        ("restart", "strata-a", "2026-10-18 06:15:36"), ("restart", "strata-b", "2026-10-19 10:58:03")]
+    assert events[1].fields == {"instance": "strata-b", "from_build": "SSEStraBed", "to_build": "Strata", "by": "ops"}
+
+
+@pytest.mark.parametrize(("line", "kind", "fields"), [
+    (b"2026-10-19 06:20:01,777 WARN exited: strata-b (terminated by SIGABRT (core dumped); not expected)", "exited",
+     {"program": "strata-b", "signal": "SIGABRT", "core": True, "expected": "not expected"}),
+    (b"2026-10-19 06:14:30,002 INFO exited: strata-a (exit status 0; expected)", "exited",
+     {"program": "strata-a", "status": 0, "expected": "expected"}),
+    (b"2026-10-19 06:20:09,112 INFO gave up: strata-b entered FATAL state, too many start retries too quickly",
+     "fatal", {"program": "strata-b"}),
+    (b"2026-10-19 06:14:31,000 INFO spawnerr: can't find command '/home/cloud/Strata/run-iq3_xxs-a.sh'",
+     "spawn_error", {"error": "can't find command '/home/cloud/Strata/run-iq3_xxs-a.sh'"}),
+    (b"2026-11-30 14:35:28,265 WARN killing 'stubborn' (7762) with SIGKILL", "stop_kill",
+     {"program": "stubborn", "pid": 7762, "signal": "SIGKILL"}),
+    (b"2026-11-30 14:35:31,884 INFO waiting for spy, slowstop, victim to die", "shutdown_wait",
+     {"programs": "spy, slowstop, victim"}),
+])
+def test_supervisord_templates(line, kind, fields):
+    event = SupervisordLogSource("s", SupervisordLogOptions(path="x")).handle(line)
+    assert (event.kind, event.fields) == (kind, fields)
+
+
+@settings(max_examples=200)
+@given(st.sampled_from(sorted(collectors.load_all())), st.binary(max_size=200))
+def test_random_bytes_never_crash_any_line_source(kind, data):
+    registration = collectors.load_all()[kind]
+    source = registration.cls("s", registration.options(kind=kind, path="x"))
+    if hasattr(source, "file_mtime"):
+        source.file_mtime(1_792_454_399.0)
+    events, misses, _ = source.handle_lines([data, data + b"\n" + data])
+    assert len(events) + sum(misses.values()) == 2
