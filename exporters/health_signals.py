@@ -11,7 +11,8 @@ from exporters.catalogue import MetricSpec
 S = ("source",)
 
 SPECS = [
-    MetricSpec("spyglass_source_up", "gauge", "1 when the source could be read at the last poll, else 0.", S),
+    MetricSpec("spyglass_source_up", "gauge",
+               "1 when the source could be read (file) or answered (endpoint) at the last poll, else 0.", S),
     MetricSpec("spyglass_source_lines_total", "counter",
                "Lines read, by outcome: event, ignored (skipped level), unmatched (prefix but no pattern:"
                " format drift), unprefixed (continuation lines), invalid (matched but unusable).",
@@ -30,6 +31,8 @@ SPECS = [
                "Timestamp (from the line itself) of the newest event of the source.", S, "seconds"),
     MetricSpec("spyglass_source_lag_bytes", "gauge", "Bytes written to the source not yet read as lines.", S,
                "bytes"),
+    MetricSpec("spyglass_source_polls_total", "counter", "Polls of a polled source, by result: ok or error.",
+               S + ("result",)),
     MetricSpec("spyglass_store_events_total", "counter", "Events committed to the DuckDB store."),
     MetricSpec("spyglass_agent_info", "info", "spyglass version, value 1.", ("version",)),
 ]

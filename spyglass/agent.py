@@ -90,14 +90,32 @@ class Agent:
 
         return query
 
+    def _pollers(self) -> list[threading.Thread]:
+        """One thread per polled source: a slow endpoint delays only itself, never the tailing."""
+
+        def loop(rt) -> None:
+            while not self.stop.is_set():
+                self.pipeline.poll(rt)
+                self.wake.set()
+                due = getattr(rt.source, "next_due", 0.0)
+                self.stop.wait(max(0.05, due - self.pipeline.clock.now()))
+
+        return [threading.Thread(target=loop, args=(rt,), name=f"poll-{rt.name}", daemon=True)
+                for rt in self.pipeline.polled_sources()]
+
     def serve(self) -> None:
         observer = watch_dirs(self.config, self.wake)
+        pollers = self._pollers()
+        for thread in pollers:
+            thread.start()
         if self.server:
             self.server.start()
             logger.info("metrics at {}/metrics", self.server.url)
         try:
             self.pipeline.run(self.stop, self.wake)
         finally:
+            for thread in pollers:
+                thread.join(timeout=30)
             if observer is not None:
                 observer.stop()
             if self.server:

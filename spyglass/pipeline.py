@@ -5,6 +5,7 @@ state under one lock, and commits events + checkpoints + metric state in one sto
 """
 from __future__ import annotations
 
+import queue
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +27,10 @@ from spyglass.config import Config
 class SourceRuntime:
     name: str
     kind: str
-    source: Any  # the collector's source object: handle(bytes) -> Event | Miss
-    tailer: Tailer
+    source: Any  # the collector's source object: handle_lines(lines), or poll(now) when polled
+    tailer: Tailer | None  # None for a polled source
     apply: Any  # the signals object's apply(event), or None
+    polled_checkpoint: dict[str, Any] | None = None
     outcomes: dict[str, int] = field(default_factory=dict)
     last_unmatched: bytes = b""
     last_event_ts: float = 0.0
@@ -47,6 +49,7 @@ class Pipeline:
                         for name, options in config.sources.items()]
         self.state.set_info("spyglass_agent_info", (__version__,), 0)
         self._last_checkpoints: dict[str, Any] = saved.checkpoints
+        self._polled: queue.Queue[tuple[SourceRuntime, list[Event], bool, Any]] = queue.Queue()
 
     def _build_signals(self) -> dict[str, Any]:
         signals = {}
@@ -61,20 +64,23 @@ class Pipeline:
         registration = collectors.load_all()[options.kind]
         source = registration.cls(name, options, host=self.config.agent.host)
         agent = self.config.agent
-        tailer = Tailer(str(options.path), self.clock, checkpoint=checkpoint, rotated=tuple(options.rotated),
-                        start_at=options.start_at, max_line=agent.max_line_bytes, grace_seconds=agent.grace_seconds)
-        if checkpoint and hasattr(source, "restore"):
-            source.restore(checkpoint.get("source", {}))
+        tailer = None if getattr(source, "polled", False) else Tailer(
+            str(options.path), self.clock, checkpoint=checkpoint, rotated=tuple(options.rotated),
+            start_at=options.start_at, max_line=agent.max_line_bytes, grace_seconds=agent.grace_seconds)
+        if checkpoint and hasattr(source, "restore") and checkpoint.get("source") is not None:
+            source.restore(checkpoint["source"])
         signals = self.signals.get(options.kind)
-        runtime = SourceRuntime(name, options.kind, source, tailer, signals.apply if signals else None)
+        runtime = SourceRuntime(name, options.kind, source, tailer, signals.apply if signals else None,
+                                checkpoint if tailer is None else None)
         for (src, outcome), value in self.state.series("spyglass_source_lines_total").items():
             if src == name:
                 runtime.outcomes[outcome] = int(value)
         return runtime
 
     def step(self) -> int:
-        """Poll every source once; returns the number of lines read."""
-        batches = [(rt, self._poll_file(rt)) for rt in self.sources]
+        """Read every file source once and take what pollers queued; returns lines + polled events."""
+        batches = [(rt, self._poll_file(rt)) for rt in self.sources if rt.tailer is not None]
+        polled = self._drain_polled()
         stored: list[Event] = []
         with self.state.lock:
             for rt, lines in batches:
@@ -82,14 +88,43 @@ class Pipeline:
                 self._apply(rt, events)
                 self._update_health(rt)
                 stored += events
+            for rt, events, ok in polled:
+                self._apply(rt, events)
+                self.state.inc("spyglass_source_polls_total", (rt.name, "ok" if ok else "error"))
+                self.state.set("spyglass_source_up", (rt.name,), 1.0 if ok else 0.0)
+                stored += events
             if self.store.keeps_events and stored:
                 self.state.inc("spyglass_store_events_total", (), len(stored))
             checkpoints = {rt.name: self._checkpoint(rt) for rt in self.sources}
-            lines_read = sum(len(lines) for _, lines in batches)
+            lines_read = sum(len(lines) for _, lines in batches) + sum(len(events) for _, events, _ in polled)
             if lines_read or checkpoints != self._last_checkpoints:
                 self.store.commit(stored, checkpoints, self.state.to_json())
                 self._last_checkpoints = checkpoints
         return lines_read
+
+    def polled_sources(self) -> list[SourceRuntime]:
+        return [rt for rt in self.sources if rt.tailer is None]
+
+    def poll(self, rt: SourceRuntime) -> None:
+        """One poll of a polled source (if due), queued for the next step. Safe from any thread."""
+        events = rt.source.poll(self.clock.now())
+        if events:
+            saved = rt.source.checkpoint() if hasattr(rt.source, "checkpoint") else None
+            self._polled.put((rt, events, bool(getattr(rt.source, "up", True)), saved))
+
+    def poll_all(self) -> None:
+        for rt in self.polled_sources():
+            self.poll(rt)
+
+    def _drain_polled(self) -> list[tuple[SourceRuntime, list[Event], bool]]:
+        drained = []
+        while True:
+            try:
+                rt, events, ok, saved = self._polled.get_nowait()
+            except queue.Empty:
+                return drained
+            rt.polled_checkpoint = saved
+            drained.append((rt, events, ok))
 
     def _poll_file(self, rt: SourceRuntime) -> list[bytes]:
         lines = rt.tailer.poll(self.config.agent.read_budget_bytes)
@@ -99,13 +134,16 @@ class Pipeline:
 
     @staticmethod
     def _checkpoint(rt: SourceRuntime) -> dict[str, Any]:
+        if rt.tailer is None:
+            return {"source": rt.polled_checkpoint} if rt.polled_checkpoint is not None else {}
         saved = rt.tailer.checkpoint()
         if hasattr(rt.source, "checkpoint"):
             saved["source"] = rt.source.checkpoint()
         return saved
 
     def run_until_idle(self) -> int:
-        """Read every source to its current end; returns the lines read."""
+        """Read every file source to its current end and poll every polled source once."""
+        self.poll_all()
         total = 0
         while (n := self.step()) > 0:
             total += n
@@ -120,7 +158,10 @@ class Pipeline:
 
     def close(self) -> None:
         for rt in self.sources:
-            rt.tailer.close()
+            if rt.tailer is not None:
+                rt.tailer.close()
+            elif hasattr(rt.source, "close"):
+                rt.source.close()
         self.store.close()
 
     def _parse(self, rt: SourceRuntime, lines: list[bytes]) -> list[Event]:
@@ -165,7 +206,8 @@ class Pipeline:
 
     def debug_sources(self) -> dict[str, Any]:
         """Per-source state for /debug/sources: error, outcomes, the last line no pattern matched."""
-        return {rt.name: {"kind": rt.kind, "path": rt.tailer.path, "error": rt.tailer.error,
+        return {rt.name: {"kind": rt.kind, "path": rt.tailer.path if rt.tailer else None,
+                          "error": rt.tailer.error if rt.tailer else None,
                           "outcomes": dict(rt.outcomes),
                           "last_unmatched": rt.last_unmatched.decode("utf-8", "replace")}
                 for rt in self.sources}
