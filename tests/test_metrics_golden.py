@@ -5,8 +5,11 @@ then review the diff like code: it is a public interface.
 """
 from __future__ import annotations
 
+import gzip
 import os
+import sqlite3
 import subprocess
+from contextlib import closing
 import tomllib
 from pathlib import Path
 
@@ -19,6 +22,20 @@ from spyglass.pipeline import Pipeline
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden" / "metrics.prom"
 PINNED_MTIME = 1_792_454_399.0  # 2026-10-19 23:59:59 UTC: the gateway's date before its first request id
+NOW = 1_793_000_000.0  # 2026-10-26: the clock of the golden run, after every fixture
+
+
+def build_infer_store(folder: Path) -> Path:
+    """infer.db and its segment, built from the text fixtures (no binary files in git)."""
+    fixture = HERE / "fixtures" / "infer_store"
+    folder.mkdir(parents=True, exist_ok=True)
+    with closing(sqlite3.connect(folder / "infer.db")) as con:
+        con.executescript((fixture / "requests.sql").read_text())
+    segment = folder / "infer-segs" / "20261017" / "seg-220000-00001.jsonl.gz"
+    segment.parent.mkdir(parents=True, exist_ok=True)
+    segment.write_bytes(gzip.compress((fixture / "seg-220000-00001.jsonl").read_bytes(), mtime=0))
+    os.utime(segment, (PINNED_MTIME, PINNED_MTIME))  # long settled
+    return folder
 
 
 def fixture_config(state_dir: Path) -> dict:
@@ -26,12 +43,13 @@ def fixture_config(state_dir: Path) -> dict:
     template = (HERE / "fixtures" / "spyglass.toml.in").read_text()
     gateway = HERE / "fixtures" / "gateway_log" / "rag-proxy.log"
     os.utime(gateway, (PINNED_MTIME, PINNED_MTIME))
-    return tomllib.loads(template.format(fixtures=HERE / "fixtures", state=state_dir))
+    infer = build_infer_store(state_dir / "infer")
+    return tomllib.loads(template.format(fixtures=HERE / "fixtures", state=state_dir, infer=infer))
 
 
 def render_fixtures(state_dir: Path) -> str:
     config = parse_config(fixture_config(state_dir), "golden")
-    pipeline = Pipeline(config, ManualClock(), StateFile(state_dir / "state.json"))
+    pipeline = Pipeline(config, ManualClock(start=NOW), StateFile(state_dir / "state.json"))
     try:
         pipeline.run_until_idle()
         return render(pipeline.state).decode()

@@ -1,0 +1,58 @@
+"""Infer-store rows and bodies turned into metrics (label: lane, and bounded outcomes).
+
+These are the incident tables as counters: special-token requests vs thinking-only responses
+(incident 3: 58 vs 295), plan-then-stop (incidents 4 and 5), a lost task anchor (incident 5).
+"""
+from __future__ import annotations
+
+from collectors.event import Event
+from exporters import signals_for
+from exporters.catalogue import MetricSpec
+
+L = ("lane",)
+
+
+def _i(name: str, help_: str, labels: tuple[str, ...] = L) -> MetricSpec:
+    return MetricSpec(name, "counter", help_, labels, "", (), "infer_store")
+
+
+SPECS = [
+    _i("spyglass_infer_requests_total", "Requests recorded in the infer store, by lane, status and finish reason.",
+       L + ("status", "finish")),
+    _i("spyglass_infer_bodies_total", "Request bodies read from the infer store's segments."),
+    _i("spyglass_infer_special_token_requests_total",
+       "Requests whose sent prompt contains special-token literals (incident 3)."),
+    _i("spyglass_infer_special_token_literals_total", "Special-token literals in sent prompts."),
+    _i("spyglass_infer_thinking_only_total", "Responses with reasoning but no visible text and no tool call.",
+       L + ("special_tokens",)),
+    _i("spyglass_infer_invalid_tool_arguments_total", "Tool calls whose arguments are not valid JSON."),
+    _i("spyglass_infer_plan_then_stop_total",
+       "Responses that stopped with short text and no tool call although tools were offered (H8)."),
+    _i("spyglass_infer_anchor_lost_total",
+       "Requests whose client's first user message (the task anchor) was dropped by assembly (H9)."),
+]
+
+
+@signals_for("infer_store", SPECS)
+class InferSignals:
+    def __init__(self, state, *_args) -> None:
+        self.state = state
+
+    def apply(self, e: Event) -> None:
+        s, f = self.state, e.fields
+        lane = (str(f.get("lane") or "unknown"),)
+        if e.kind == "request":
+            s.inc("spyglass_infer_requests_total", lane + (str(f.get("status")), str(f.get("finish") or "none")))
+        elif e.kind == "request_body":
+            s.inc("spyglass_infer_bodies_total", lane)
+            if f["special_literals"]:
+                s.inc("spyglass_infer_special_token_requests_total", lane)
+                s.inc("spyglass_infer_special_token_literals_total", lane, f["special_literals"])
+            if f["thinking_only"]:
+                s.inc("spyglass_infer_thinking_only_total", lane + ("yes" if f["special_literals"] else "no",))
+            if f["invalid_tool_json"]:
+                s.inc("spyglass_infer_invalid_tool_arguments_total", lane, f["invalid_tool_json"])
+            if f["plan_then_stop"]:
+                s.inc("spyglass_infer_plan_then_stop_total", lane)
+            if f["anchor_survived"] is False:
+                s.inc("spyglass_infer_anchor_lost_total", lane)

@@ -1,0 +1,142 @@
+"""The infer-store importer on a store the test writes while it imports."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+from collectors.infer_store import InferStoreOptions, InferStoreSource
+from exporters import full_catalogue
+from exporters.infer_signals import InferSignals
+from exporters.state import MetricState
+
+COLUMNS = ("id TEXT PRIMARY KEY, ts TEXT, session TEXT, lane TEXT, upstream TEXT, mode TEXT, client_msgs INT,"
+           " sent_msgs INT, chars INT, est_tokens INT, prompt_tokens INT, completion_tokens INT, max_tokens INT,"
+           " status INT, finish TEXT, tool_calls INT, content_chars INT, reasoning_chars INT, ttft_ms INT,"
+           " dur_ms INT, seg TEXT")
+
+
+def row(i: int, lane: str = "fast") -> tuple:
+    rid = f"20261017-22{i // 60 % 60:02d}{i % 60:02d}-{i:06x}"
+    ts = f"2026-10-17 22:{i // 60 % 60:02d}:{i % 60:02d}.000"
+    return (rid, ts, f"auto:{i:016x}", lane, "strata-a", "assembled", 40, 38, 52000, 30000, 24100, 800, 32000,
+            200, "stop", 0, 2000, 300, 1400, 15000, "20261017/seg-220000-00001.jsonl.gz")
+
+
+def create(db: Path) -> None:
+    with sqlite3.connect(db) as con:
+        con.execute(f"CREATE TABLE requests ({COLUMNS})")
+
+
+def test_rows_are_imported_once_while_the_gateway_writes(tmp_path):
+    db = tmp_path / "infer.db"
+    create(db)
+    written, errors, committed, done = [], [], threading.Event(), threading.Event()
+
+    def gateway():
+        con = sqlite3.connect(db, timeout=0.25)  # a short busy timeout: a long reader lock would show
+        try:
+            for i in range(1500):
+                try:
+                    con.execute(f"INSERT INTO requests VALUES ({','.join('?' * 21)})", row(i))
+                    con.commit()
+                    written.append(row(i)[0])
+                except sqlite3.OperationalError as exc:
+                    errors.append(str(exc))
+                committed.set()
+        finally:
+            con.close()
+            done.set()
+            committed.set()
+
+    source = InferStoreSource("infer", InferStoreOptions(path=db, interval_seconds=1, batch_rows=100))
+    writer = threading.Thread(target=gateway)
+    writer.start()
+    imported, now = [], 0.0
+    while not (done.is_set() and len(imported) == len(written)):
+        committed.wait(5)
+        committed.clear()
+        now += 1
+        imported += [e.request_id for e in source.poll(now) if e.kind == "request"]
+    writer.join()
+    assert errors == []
+    assert imported == written and len(imported) == 1500
+
+
+def seg_record(rid: str, *, prompt: str, first_user: str, sent_user: str, tools: bool, content: str,
+               reasoning: str = "", calls: list | None = None, finish: str = "stop") -> dict:
+    return {"id": rid,
+            "request": {"client": {"messages": [{"role": "user", "content": first_user}]},
+                        "sent": {"system": prompt, "messages": [{"role": "user", "content": [{"type": "text",
+                                                                                              "text": sent_user}]}],
+                                 "tools": [{"name": "Bash"}] if tools else [], "max_tokens": 32000}},
+            "response": {"content": content, "reasoning": reasoning, "tool_calls": calls or [],
+                         "finish_reason": finish, "usage": {}}}
+
+
+def write_segment(path: Path, records: list[dict], age: float | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as f:
+        for record in records:
+            f.write(json.dumps(record) + "\n")
+    if age is not None:
+        os.utime(path, (age, age))
+
+
+def test_body_facts_and_signals(tmp_path):
+    db = tmp_path / "infer.db"
+    create(db)
+    with sqlite3.connect(db) as con:
+        for i, lane in enumerate(["fast", "fast", "normal", "fast", "normal"]):
+            con.execute(f"INSERT INTO requests VALUES ({','.join('?' * 21)})", row(i, lane))
+    ids = [row(i)[0] for i in range(5)]
+    task = "Write chapter 7 of the book"
+    records = [
+        seg_record(ids[0], prompt="see generate.cpp: <|endoftext|> and <|im_end|>", first_user=task, sent_user=task,
+                   tools=True, content="", reasoning="I will repeat <|im_end|"),
+        seg_record(ids[1], prompt="plain", first_user=task, sent_user=task, tools=True,
+                   content="I'll now write the chapter."),
+        seg_record(ids[2], prompt="plain", first_user=task, sent_user=task, tools=True, content="",
+                   calls=[{"name": "Bash", "arguments": '{"command": "ls'}], finish="tool_calls"),
+        seg_record(ids[3], prompt="plain", first_user=task, sent_user="(older messages dropped) continue",
+                   tools=False, content="x" * 900),
+        seg_record(ids[4], prompt="plain", first_user=task, sent_user=task, tools=True, content="done" * 200,
+                   calls=[{"name": "Bash", "arguments": {"command": "ls"}}], finish="tool_calls"),
+    ]
+    segs = tmp_path / "infer-segs" / "20261017"
+    write_segment(segs / "seg-220000-00001.jsonl.gz", records, age=1_000.0)
+    (segs / "seg-223000-00002.jsonl.gz").write_bytes(gzip.compress(b'{"id": "x"}\n' * 50)[:40])  # being written
+
+    source = InferStoreSource("infer", InferStoreOptions(path=db, settle_seconds=30))
+    events = source.poll(10_000.0)
+    bodies = {e.request_id: e.fields for e in events if e.kind == "request_body"}
+    assert [(b["special_literals"], b["thinking_only"], b["invalid_tool_json"], b["anchor_survived"],
+             b["plan_then_stop"], b["lane"]) for b in (bodies[i] for i in ids)] == [
+        (2, True, 0, True, False, "fast"),
+        (0, False, 0, True, True, "fast"),
+        (0, False, 1, True, False, "normal"),
+        (0, False, 0, False, False, "fast"),
+        (0, False, 0, True, False, "normal"),
+    ]
+    assert not any(key in fields for fields in bodies.values() for key in ("request", "response"))  # no text
+    assert source.checkpoint()["segments"] == ["20261017/seg-220000-00001.jsonl.gz"]  # the partial one waits
+
+    state = MetricState(full_catalogue())
+    signals = InferSignals(state)
+    for event in events:
+        signals.apply(event)
+    v = state.values
+    assert v["spyglass_infer_special_token_requests_total"] == {("fast",): 1}
+    assert v["spyglass_infer_thinking_only_total"] == {("fast", "yes"): 1}
+    assert v["spyglass_infer_plan_then_stop_total"] == {("fast",): 1}
+    assert v["spyglass_infer_invalid_tool_arguments_total"] == {("normal",): 1}
+    assert v["spyglass_infer_anchor_lost_total"] == {("fast",): 1}
+    assert sum(v["spyglass_infer_requests_total"].values()) == 5
+
+    write_segment(segs / "seg-223000-00002.jsonl.gz", [seg_record("20261017-223000-aaaaaa", prompt="p",
+                  first_user=task, sent_user=task, tools=False, content="ok")], age=2_000.0)
+    again = source.poll(20_000.0)
+    assert [(e.kind, e.request_id) for e in again] == [("request_body", "20261017-223000-aaaaaa")]
