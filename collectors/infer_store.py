@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from collectors import SourceOptions, register
 from collectors.clock import local_to_epoch, zone
@@ -45,6 +45,12 @@ class InferStoreOptions(SourceOptions):
     short_content_chars: int = Field(400, ge=0, description="Visible text this short, with tools offered and no"
                                                             " tool call, is plan-then-stop (H8).")
     store_bodies: bool = Field(False, description="Keep prompt and response text in the store.")
+
+    @model_validator(mode="after")
+    def _needs_path(self) -> InferStoreOptions:
+        if self.path is None:
+            raise ValueError("path to infer.db is required")
+        return self
 
 
 def text_of(content: Any) -> str:

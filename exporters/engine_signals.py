@@ -10,6 +10,7 @@ import os
 from collections.abc import Callable
 
 from collectors.event import Event
+from collectors.host import cpu_set
 from exporters import signals_for
 from exporters.catalogue import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND, MetricSpec
 from exporters.state import MetricState
@@ -74,6 +75,9 @@ SPECS = [
     _m("spyglass_engine_experts", "gauge", "Experts of the model."),
     _m("spyglass_engine_allowed_cpus", "gauge", "CPUs the engine process may run on (its affinity set size)."),
     _m("spyglass_engine_pool_workers", "gauge", "Worker threads of the CPU expert pool."),
+    _m("spyglass_engine_cpus_info", "info", "The CPU list the engine logged at start, value 1.", ("cpus",)),
+    _m("spyglass_engine_shared_cpus", "gauge",
+       "CPUs this engine shares with another, from both engines' start lines (incident 1).", ("other",)),
     _m("spyglass_engine_slots", "gauge", "Request slots of the engine."),
     _m("spyglass_engine_slots_busy", "gauge", "Request slots in use."),
     _m("spyglass_engine_prefill_queue_depth", "gauge", "Requests waiting in the global serial prefill queue."),
@@ -84,15 +88,6 @@ SPECS = [
     _m("spyglass_engine_model_info", "info",
        "Model the engine loaded, value 1: file name the path resolved to, and md5.", ("model", "md5")),
 ]
-
-
-def cpu_count(cpu_list: str) -> int:
-    """Number of CPUs in a Linux cpu list such as '0-15,38-53'."""
-    total = 0
-    for part in filter(None, cpu_list.split(",")):
-        low, _, high = part.partition("-")
-        total += int(high or low) - int(low) + 1
-    return total
 
 
 @signals_for("engine_log", SPECS)
@@ -133,8 +128,16 @@ class EngineSignals:
         self.state.set("spyglass_engine_model_bytes", key, e.fields["bytes"])
 
     def on_cpus(self, e: Event, key: tuple[str, str]) -> None:
-        self.state.set("spyglass_engine_allowed_cpus", key, cpu_count(str(e.fields["cpus"])))
-        self.state.set("spyglass_engine_pool_workers", key, e.fields["pool_workers"])
+        s, cpus = self.state, str(e.fields["cpus"])
+        s.set("spyglass_engine_allowed_cpus", key, len(cpu_set(cpus)))
+        s.set("spyglass_engine_pool_workers", key, e.fields["pool_workers"])
+        s.set_info("spyglass_engine_cpus_info", key + (cpus,), 2)
+        # Overlap with every other instance's last start line: a replayed window shows incident 1.
+        for (instance, lane, theirs) in list(s.series("spyglass_engine_cpus_info")):
+            if instance != key[0]:
+                shared = len(cpu_set(cpus) & cpu_set(theirs))
+                s.set("spyglass_engine_shared_cpus", key + (instance,), shared)
+                s.set("spyglass_engine_shared_cpus", (instance, lane, key[0]), shared)
 
     def on_experts_loaded(self, e: Event, key: tuple[str, str]) -> None:
         self.state.set("spyglass_engine_experts_resident", key, e.fields["resident"])
