@@ -108,9 +108,9 @@ class EngineLogParser(DatedLogParser):
         if not self.fast or line[:23].translate(DIGITS_TO_9) != STAMP_LAYOUT:
             return super().parse_line(line)
         head = line[23:27]
-        close = line.find(b"]", 28, 68)
+        close = line.find(b"]", 27, 68)  # the component is 1 to 40 bytes, and never empty
         if head[0:1] != b" " or head[2:4] != b" [" or not head[1:2] or head[1:2] not in b"DIWE" \
-                or close < 0 or line[close + 1:close + 2] != b" " or b"\n" in line[27:close]:
+                or close <= 27 or line[close + 1:close + 2] != b" " or b"\n" in line[27:close]:
             return super().parse_line(line)
         if head in self.skip:
             return Miss.IGNORED
@@ -159,8 +159,8 @@ class EngineLogSource:
         for line in lines:
             # Exactly what the default prefix regex accepts, for the layout with milliseconds.
             if skip and line[23:27] in skip and line[:23].translate(DIGITS_TO_9) == STAMP_LAYOUT:
-                close = line.find(b"]", 28, 68)
-                if close > 0 and line[close + 1:close + 2] == b" ":
+                close = line.find(b"]", 27, 68)
+                if close > 27 and line[close + 1:close + 2] == b" " and b"\n" not in line[27:close]:
                     misses[Miss.IGNORED] += 1
                     continue
             result = handle(line)

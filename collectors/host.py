@@ -17,12 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from collectors import SourceOptions, register
 from collectors.event import Event
+from collectors.supervisord_rpc import pid_of
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class ProcessRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    program: str | None = Field(None, description="supervisord program name (needs `supervisord`).")
     pid_file: Path | None = Field(None, description="File holding the process id.")
     cmdline: str | None = Field(None, description="Regex over /proc/PID/cmdline (NULs read as spaces).")
 
@@ -33,6 +35,7 @@ class HostOptions(SourceOptions):
     interval_seconds: float = Field(5.0, gt=0, description="Seconds between samples.")
     proc_root: Path = Field(Path("/proc"), description="Where /proc is (a fixture tree in tests).")
     cgroup_root: Path = Field(Path("/sys/fs/cgroup"), description="Where the cgroup hierarchy is mounted.")
+    supervisord: str | None = Field(None, description="supervisord endpoint (unix:///path) for `program` lookups.")
 
 
 def cpu_set(text: str) -> set[int]:
@@ -146,6 +149,8 @@ class HostSource:
         self.next_due, self.up = 0.0, False
 
     def find_pid(self, ref: ProcessRef) -> int | None:
+        if ref.program and self.options.supervisord:
+            return pid_of(self.options.supervisord, ref.program)
         if ref.pid_file is not None:
             try:
                 return int(ref.pid_file.read_text().split()[0])

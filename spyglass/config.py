@@ -82,7 +82,8 @@ class Config(Strict):
         return (self.exporters.store.path or self.state_dir() / "spyglass.duckdb").expanduser()
 
     def lanes(self) -> dict[str, str]:
-        return {o.instance: getattr(o, "lane", "") for o in self.sources.values() if o.instance}
+        """Instance -> lane, from the sources that declare one (engine logs)."""
+        return {o.instance: o.lane for o in self.sources.values() if o.instance and getattr(o, "lane", "")}
 
 
 def _where(loc: tuple[Any, ...]) -> str:

@@ -19,7 +19,8 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_the_shipped_example_is_valid():
     config = load_config(ROOT / "examples" / "strata.toml")
-    assert set(config.sources) == {"engine-a", "engine-b"}
+    assert set(config.sources) == {"engine-a", "engine-b", "gateway", "supervisord", "switch", "serve-a", "serve-b",
+                                   "infer", "host"}
     assert config.lanes() == {"strata-a": "fast", "strata-b": "normal"}
     assert config.exporters.prometheus.listen == "127.0.0.1:9464"
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from collectors.host import HostOptions, HostSource
 from collectors.supervisord_log import SupervisordLogOptions, SupervisordLogSource
+from collectors.supervisord_rpc import SupervisordRpcOptions, SupervisordRpcSource
 from conftest import wait_until
 from exporters import full_catalogue
 from exporters.state import MetricState
@@ -78,14 +80,21 @@ def supervised(tmp_path_factory):
                    timeout=60, what="supervisord to crash-loop its programs")
         victim_pid = int(re.findall(r"spawned: 'victim' with pid (\d+)", text())[-1])
         os.kill(victim_pid, signal.SIGKILL)  # as the OOM killer would
-        wait_until(lambda: "exited: victim (terminated by SIGKILL; not expected)" in text(), what="the kill")
+        wait_until(lambda: "exited: victim (terminated by SIGKILL; not expected)" in text()
+                   and text().count("success: victim") >= 2, what="the kill and the respawn")
+        endpoint = f"unix://{folder}/supervisor.sock"
+        rpc_source = SupervisordRpcSource("rpc", SupervisordRpcOptions(endpoint=endpoint, interval_seconds=1))
+        rpc_events = rpc_source.poll(0.0)
+        host = HostSource("host", HostOptions(supervisord=endpoint, processes={"victim": {"program": "victim"}}))
+        host_events = host.poll(0.0)
+        victim_pid = int(re.findall(r"spawned: 'victim' with pid (\d+)", text())[-1])  # after the kill
         subprocess.run([str(BIN / "supervisorctl"), "-c", str(config), "stop", "steady"], check=True,
                        capture_output=True)
         wait_until(lambda: "stopped: steady" in text(), what="the stop")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
-    return log
+    return {"log": log, "rpc": rpc_events, "host": host_events, "victim_pid": victim_pid}
 
 
 def derive(log: Path) -> tuple[list, MetricState]:
@@ -100,7 +109,7 @@ def derive(log: Path) -> tuple[list, MetricState]:
 
 
 def test_lifecycle_from_a_real_supervisord_log(supervised):
-    events, state = derive(supervised)
+    events, state = derive(supervised["log"])
     value = lambda name, *key: state.values[name].get(key, 0.0)  # noqa: E731
     current = {program: s for (program, s), v in state.values["spyglass_supervisord_process_state"].items() if v}
 
@@ -119,3 +128,18 @@ def test_lifecycle_from_a_real_supervisord_log(supervised):
     assert current["crashy"] == "FATAL" and current["missing"] == "FATAL"
     assert {e.kind for e in events} >= {"supervisord_started", "spawned", "running", "exited", "fatal",
                                         "stopping", "stopped", "spawn_error", "signal", "shutdown_wait"}
+
+
+def test_the_rpc_api_reports_current_state_and_feeds_the_host_collector(supervised):
+    states = {e.instance: e.fields["statename"] for e in supervised["rpc"] if e.kind == "process_info"}
+    assert states["crashy"] == "FATAL" and states["missing"] == "FATAL"
+    assert states["victim"] == "RUNNING" and states["steady"] == "RUNNING"
+    (sample,) = supervised["host"]
+    assert (sample.kind, sample.instance, sample.fields["pid"]) == ("process", "victim", supervised["victim_pid"])
+
+
+def test_a_restart_between_two_polls_is_counted():
+    source = SupervisordRpcSource("rpc", SupervisordRpcOptions(endpoint="unix:///nonexistent.sock"))
+    source.restore({"seen": {"engine": [100, 1000]}})
+    assert [e.kind for e in source.poll(0)] == ["poll_error"]  # unreachable: up = 0, the agent goes on
+    assert source.up is False

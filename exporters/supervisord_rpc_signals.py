@@ -1,0 +1,36 @@
+"""supervisord XML-RPC snapshots turned into metrics (label: program)."""
+from __future__ import annotations
+
+from collectors.event import Event
+from exporters import signals_for
+from exporters.catalogue import MetricSpec
+from exporters.supervisord_signals import STATES
+
+P = ("program",)
+SPECS = [
+    MetricSpec("spyglass_supervisord_rpc_state", "gauge",
+               "1 for the program's state as supervisord's API reports it, 0 for the others.", P + ("state",),
+               source="supervisord_rpc"),
+    MetricSpec("spyglass_supervisord_rpc_restarts_total", "counter",
+               "Restarts seen by the API as a new (pid, start), even between two polls.", P, source="supervisord_rpc"),
+    MetricSpec("spyglass_supervisord_rpc_start_time_seconds", "gauge",
+               "Unix time of the program's last spawn attempt, from the API.", P, "seconds", source="supervisord_rpc"),
+]
+
+
+@signals_for("supervisord_rpc", SPECS)
+class SupervisordRpcSignals:
+    def __init__(self, state, *_args) -> None:
+        self.state = state
+
+    def apply(self, e: Event) -> None:
+        key = (e.instance,)
+        if e.kind == "process_info":
+            current = str(e.fields.get("statename", ""))
+            for name in set(STATES) | {current}:
+                if name:
+                    self.state.set("spyglass_supervisord_rpc_state", key + (name,), 1.0 if name == current else 0.0)
+            if e.fields.get("start"):
+                self.state.set("spyglass_supervisord_rpc_start_time_seconds", key, e.fields["start"])
+        elif e.kind == "restarted":
+            self.state.inc("spyglass_supervisord_rpc_restarts_total", key)
