@@ -47,6 +47,16 @@ class MetricSpec:
         return OTEL_UNITS.get(self.unit, "{" + self.unit + "}")
 
 
+def spec_maker(source: str, base_labels: tuple[str, ...] = ()):
+    """A short constructor for one signals module's rows: its source and base labels preset."""
+
+    def make(name: str, type_: MetricType, help_: str, extra: tuple[str, ...] = (), unit: str = "",
+             buckets: tuple[float, ...] = (), labels: tuple[str, ...] | None = None) -> MetricSpec:
+        return MetricSpec(name, type_, help_, base_labels + extra if labels is None else labels, unit, buckets, source)
+
+    return make
+
+
 @dataclass
 class Catalogue:
     specs: dict[str, MetricSpec] = field(default_factory=dict)

@@ -12,16 +12,13 @@ from collections.abc import Callable
 from collectors.event import Event
 from collectors.host import cpu_set
 from exporters import signals_for
-from exporters.catalogue import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND, MetricSpec
+from exporters.catalogue import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND, spec_maker
 from exporters.state import MetricState
 
 IL = ("instance", "lane")
 
 
-def _m(name: str, type_: str, help_: str, labels: tuple[str, ...] = (), unit: str = "",
-       buckets: tuple[float, ...] = ()) -> MetricSpec:
-    return MetricSpec(name, type_, help_, IL + labels, unit, buckets, "engine_log")  # type: ignore[arg-type]
-
+_m = spec_maker("engine_log", IL)
 
 SPECS = [
     _m("spyglass_engine_evictions_total", "counter",

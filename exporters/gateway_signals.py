@@ -7,29 +7,26 @@ from __future__ import annotations
 
 from collectors.event import Event
 from exporters import signals_for
-from exporters.catalogue import LATENCY_SECONDS, MetricSpec
+from exporters.catalogue import LATENCY_SECONDS, spec_maker
 
 RATIO_BUCKETS = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 8.0)
 DROPPED_BUCKETS = (0.0, 1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0)
 
 
-def _g(name: str, type_: str, help_: str, labels: tuple[str, ...] = ("lane",), unit: str = "",
-       buckets: tuple[float, ...] = ()) -> MetricSpec:
-    return MetricSpec(name, type_, help_, labels, unit, buckets, "gateway_log")  # type: ignore[arg-type]
-
+_g = spec_maker("gateway_log", ("lane",))
 
 SPECS = [
     _g("spyglass_gateway_requests_received_total", "counter", "Requests the gateway received, by lane and mode.",
-       ("lane", "mode")),
+       ("mode",)),
     _g("spyglass_gateway_requests_total", "counter", "Requests the gateway answered, by lane and HTTP status.",
-       ("lane", "status")),
+       ("status",)),
     _g("spyglass_gateway_assembly_dropped_messages", "histogram",
        "Client messages RAG assembly left out of the request sent upstream.", buckets=DROPPED_BUCKETS),
     _g("spyglass_gateway_assembly_dropped_most_total", "counter",
        "Assembled requests that dropped more than half of the client's messages (incident 5)."),
     _g("spyglass_gateway_prompt_tokens_total", "counter",
        "Prompt tokens of requests, by the layer that counted them: gateway_estimate or engine.",
-       ("lane", "counted_by"), "tokens"),
+       ("counted_by",), "tokens"),
     _g("spyglass_gateway_estimate_ratio", "histogram",
        "Gateway token estimate divided by the engine's count of the same prompt (English runs about 3.3).",
        buckets=RATIO_BUCKETS),
@@ -43,8 +40,8 @@ SPECS = [
        buckets=LATENCY_SECONDS),
     _g("spyglass_gateway_request_duration_seconds", "histogram", "Whole request duration seen by the gateway.",
        unit="seconds", buckets=LATENCY_SECONDS),
-    _g("spyglass_gateway_starts_total", "counter", "Gateway process starts seen in its log.", ()),
-    _g("spyglass_gateway_info", "info", "Gateway version from its last start line, value 1.", ("version",)),
+    _g("spyglass_gateway_starts_total", "counter", "Gateway process starts seen in its log.", labels=()),
+    _g("spyglass_gateway_info", "info", "Gateway version from its last start line, value 1.", labels=("version",)),
 ]
 
 

@@ -9,14 +9,12 @@ from __future__ import annotations
 from collectors.event import Event
 from collectors.host import cpu_set
 from exporters import signals_for
-from exporters.catalogue import MetricSpec
+from exporters.catalogue import spec_maker
 
 I = ("instance",)
 
 
-def _h(name: str, type_: str, help_: str, labels: tuple[str, ...] = I, unit: str = "") -> MetricSpec:
-    return MetricSpec(name, type_, help_, labels, unit, (), "host")  # type: ignore[arg-type]
-
+_h = spec_maker("host", I)
 
 SPECS = [
     _h("spyglass_host_process_up", "gauge", "1 when the instance's process was found at the last sample, else 0."),
@@ -28,7 +26,7 @@ SPECS = [
     _h("spyglass_host_process_resident_bytes", "gauge", "Resident memory of the process.", unit="bytes"),
     _h("spyglass_host_process_threads", "gauge", "Threads of the process."),
     _h("spyglass_host_shared_cpus", "gauge", "CPUs both processes of a pair may run on: more than 0 means contention.",
-       ("instance", "other")),
+       ("other",)),
     _h("spyglass_host_cgroup_periods_total", "counter", "CFS enforcement periods of the process's cgroup."),
     _h("spyglass_host_cgroup_throttled_periods_total", "counter", "CFS periods in which the cgroup was throttled."),
     _h("spyglass_host_cgroup_throttled_seconds_total", "counter", "Time the cgroup's threads were throttled.",

@@ -7,24 +7,27 @@ from __future__ import annotations
 
 from collectors.event import Event
 from exporters import signals_for
-from exporters.catalogue import MetricSpec
+from exporters.catalogue import spec_maker
 
 L = ("lane",)
 
 
-def _i(name: str, help_: str, labels: tuple[str, ...] = L) -> MetricSpec:
-    return MetricSpec(name, "counter", help_, labels, "", (), "infer_store")
+_make = spec_maker("infer_store", L)
+
+
+def _i(name: str, help_: str, extra: tuple[str, ...] = ()):
+    return _make(name, "counter", help_, extra)
 
 
 SPECS = [
     _i("spyglass_infer_requests_total", "Requests recorded in the infer store, by lane, status and finish reason.",
-       L + ("status", "finish")),
+       ("status", "finish")),
     _i("spyglass_infer_bodies_total", "Request bodies read from the infer store's segments."),
     _i("spyglass_infer_special_token_requests_total",
        "Requests whose sent prompt contains special-token literals (incident 3)."),
     _i("spyglass_infer_special_token_literals_total", "Special-token literals in sent prompts."),
     _i("spyglass_infer_thinking_only_total", "Responses with reasoning but no visible text and no tool call.",
-       L + ("special_tokens",)),
+       ("special_tokens",)),
     _i("spyglass_infer_invalid_tool_arguments_total", "Tool calls whose arguments are not valid JSON."),
     _i("spyglass_infer_plan_then_stop_total",
        "Responses that stopped with short text and no tool call although tools were offered (H8)."),

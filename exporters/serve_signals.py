@@ -8,23 +8,21 @@ from __future__ import annotations
 
 from collectors.event import Event
 from exporters import signals_for
-from exporters.catalogue import MetricSpec
+from exporters.catalogue import spec_maker
 
 I = ("instance",)
 STATES = ("loading", "ready", "draining")
 
 
-def _s(name: str, type_: str, help_: str, labels: tuple[str, ...] = I, unit: str = "") -> MetricSpec:
-    return MetricSpec(name, type_, help_, labels, unit, (), "serve_status")  # type: ignore[arg-type]
-
+_s = spec_maker("serve_status", I)
 
 SPECS = [
     _s("spyglass_serve_up", "gauge", "1 when the last /v1/status poll answered with a status, else 0."),
     _s("spyglass_serve_poll_errors_total", "counter",
        "Failed /v1/status polls, by kind: timeout, refused, http_NNN, invalid_json, not_an_object.",
-       I + ("error",)),
+       ("error",)),
     _s("spyglass_serve_state", "gauge", "1 for the serve's current state (loading, ready, draining), 0 for the others.",
-       I + ("state",)),
+       ("state",)),
     _s("spyglass_serve_slots", "gauge", "Request slots of the engine behind the serve."),
     _s("spyglass_serve_slots_busy", "gauge", "Request slots in use."),
     _s("spyglass_serve_prefill_queue_depth", "gauge", "Requests waiting for prefill, as the serve reports."),
@@ -35,11 +33,11 @@ SPECS = [
     _s("spyglass_serve_prompt_escape_literals_total", "counter", "Special-token literals the serve escaped."),
     _s("spyglass_serve_stops_while_reasoning_total", "counter", "Responses that stopped inside reasoning."),
     _s("spyglass_serve_requests_total", "counter", "Requests the serve answered, by HTTP status (its own count).",
-       I + ("status",)),
+       ("status",)),
     _s("spyglass_serve_measures_escapes", "gauge",
        "1 when the serve build reports prompt_escapes (it has the escape fix), 0 when it does not."),
     _s("spyglass_serve_info", "info", "Engine build and serve version the serve reports, value 1.",
-       I + ("build", "serve_version")),
+       ("build", "serve_version")),
 ]
 
 

@@ -8,36 +8,34 @@ from __future__ import annotations
 
 from collectors.event import Event
 from exporters import signals_for
-from exporters.catalogue import MetricSpec
+from exporters.catalogue import spec_maker
 from exporters.state import MetricState
 
 P = ("program",)
 STATES = ("STARTING", "RUNNING", "BACKOFF", "EXITED", "FATAL", "STOPPING", "STOPPED")
 
 
-def _s(name: str, type_: str, help_: str, labels: tuple[str, ...] = P, unit: str = "") -> MetricSpec:
-    return MetricSpec(name, type_, help_, labels, unit, (), "supervisord_log")  # type: ignore[arg-type]
-
+_s = spec_maker("supervisord_log", P)
 
 SPECS = [
     _s("spyglass_supervisord_spawns_total", "counter", "Processes spawned by supervisord, restarts included."),
     _s("spyglass_supervisord_exits_total", "counter",
-       "Process exits, by expected or not and cause (exit_N or the signal name).", P + ("expected", "cause")),
+       "Process exits, by expected or not and cause (exit_N or the signal name).", ("expected", "cause")),
     _s("spyglass_supervisord_core_dumps_total", "counter", "Process exits that dumped core."),
     _s("spyglass_supervisord_fatal_total", "counter", "Times a program entered FATAL (gave up restarting)."),
     _s("spyglass_supervisord_stops_total", "counter", "Processes stopped on request, by the signal that ended them.",
-       P + ("signal",)),
+       ("signal",)),
     _s("spyglass_supervisord_stop_kills_total", "counter",
        "Stops escalated to SIGKILL after stopwaitsecs."),
     _s("spyglass_supervisord_spawn_errors_total", "counter",
-       "Spawns that failed before a process existed (a missing or non-executable command).", ()),
+       "Spawns that failed before a process existed (a missing or non-executable command).", labels=()),
     _s("spyglass_supervisord_process_state", "gauge", "1 for the program's current state, 0 for the others.",
-       P + ("state",)),
-    _s("spyglass_supervisord_process_start_time_seconds", "gauge", "Unix time the program was last spawned.",
-       unit="seconds"),
-    _s("spyglass_supervisord_starts_total", "counter", "supervisord itself starting.", ()),
+       ("state",)),
+    _s("spyglass_supervisord_process_start_time_seconds", "gauge",
+       "Unix time the program was last spawned; uptime is time() minus this.", unit="seconds"),
+    _s("spyglass_supervisord_starts_total", "counter", "supervisord itself starting.", labels=()),
     _s("spyglass_supervisord_event_overflows_total", "counter",
-       "Events an event-listener pool dropped because its buffer was full.", ()),
+       "Events an event-listener pool dropped because its buffer was full.", labels=()),
 ]
 
 
