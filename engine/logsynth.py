@@ -10,11 +10,11 @@ Used by `spyglass demo` and bench/; the full emulator of engine + serve + gatewa
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-BYTES_PER_TOKEN = 18_732  # 4716362992 bytes parked for 251787 tokens (incident 2)
+from engine.mechanism import ConversationCache
+
 PREFILL_TOKENS_PER_MS = 2.0  # 238k tokens re-read in about two minutes (incident 2)
 WINDOW = 262_144
 NOISE = (b"D [sched] tick busy=%d/20 prefill_queue=2 decode_batch=8 kv_used_mib=91234 experts_hot=212/512 lat_us=1843",
@@ -41,8 +41,7 @@ class EngineModel:
     time_scale: float = 1.0  # < 1 compresses line timestamps (a live demo); values stay real
     rng: random.Random = field(init=False)
     convs: list[Conversation] = field(init=False)
-    parked: OrderedDict[str, int] = field(init=False)  # conv -> snapshot bytes, LRU first
-    evictions: int = 0
+    cache: ConversationCache = field(init=False)
     task: int = 18000
 
     def __post_init__(self) -> None:
@@ -50,7 +49,7 @@ class EngineModel:
         self.convs = [Conversation(f"{self.rng.getrandbits(64):016x}",
                                    self.start_tokens + self.rng.randrange(0, 60_000))
                       for _ in range(self.conversations)]
-        self.parked = OrderedDict()
+        self.cache = ConversationCache(self.budget_bytes, self.every)
 
     def start_lines(self, ts: float) -> list[bytes]:
         return [
@@ -70,14 +69,14 @@ class EngineModel:
         self.task += 1
         task, grown = self.task, self.rng.randrange(800, 4000)
         if c.tokens + grown + 4000 > WINDOW:  # the client starts the conversation over
-            self.parked.pop(c.conv, None)
+            self.cache.parked.pop(c.conv, None)
             c.conv, c.tokens = f"{self.rng.getrandbits(64):016x}", self.rng.randrange(2000, 20000)
         prompt = c.tokens + grown
         req = datetime.fromtimestamp(ts + 8 * 3600, tz=timezone.utc).strftime("%Y%m%d-%H%M%S-") + \
             f"{self.rng.getrandbits(24):06x}"
         out = [line(ts, "I", "http", f"task {task} req={req} conv={c.conv} queued prefill_depth={self.rng.randrange(0, 4)}")]
-        reused, origin = self._restore(c)
-        if origin:
+        reused, origin = self.cache.restore(c.conv, prompt)
+        if origin != "none":
             out.append(line(ts + 0.01, "I", "cache", f"restore conv={c.conv} from={origin} tokens={reused}"))
         read = prompt - reused
         read_ms = 300 + int(read / PREFILL_TOKENS_PER_MS)
@@ -99,36 +98,33 @@ class EngineModel:
         return out
 
     def stats_line(self, ts: float) -> bytes:
-        used = sum(self.parked.values())
+        cache = self.cache
         return line(ts, "I", "stats", f"busy={self.rng.randrange(0, 4)}/{self.slots} prefill_queue="
                                       f"{self.rng.randrange(0, 3)} decode_tps={self.decode_tps:.1f} parked="
-                                      f"{len(self.parked)} used={used} budget={self.budget_bytes} evictions={self.evictions}")
+                                      f"{len(cache.parked)} used={cache.used_bytes()} budget={self.budget_bytes}"
+                                      f" evictions={cache.evictions}")
 
     def noise(self, ts: float) -> bytes:
         return line_raw(ts, self.rng.choice(NOISE) % self.rng.randrange(0, 64))
 
-    def _restore(self, c: Conversation) -> tuple[int, str]:
-        if c.conv in self.parked:
-            self.parked.move_to_end(c.conv)
-            return c.tokens, "parked"
-        checkpoint = (c.tokens // self.every) * self.every
-        return (checkpoint, "checkpoint") if checkpoint else (0, "")
-
     def _park(self, c: Conversation, ts: float) -> list[bytes]:
-        out = []
-        size = c.tokens * BYTES_PER_TOKEN
-        self.parked.pop(c.conv, None)
-        while self.parked and sum(self.parked.values()) + size > self.budget_bytes:
-            victim, victim_bytes = self.parked.popitem(last=False)
-            self.evictions += 1
-            out.append(line(ts, "I", "cache", f"evict conv={victim} bytes={victim_bytes} reason=budget"
-                                              f" parked={len(self.parked)} used={sum(self.parked.values())}"
-                                              f" budget={self.budget_bytes} evictions={self.evictions}"))
-        self.parked[c.conv] = size
-        out.append(line(ts, "I", "cache", f"park conv={c.conv} parked={len(self.parked)} bytes={size}"
-                                          f" used={sum(self.parked.values())} budget={self.budget_bytes}"
-                                          f" evictions={self.evictions}"))
-        return out
+        return park_lines(self.cache, c.conv, c.tokens, ts)
+
+
+def park_lines(cache: ConversationCache, conv: str, tokens: int, ts: float) -> list[bytes]:
+    """The evict lines and the park line of parking one conversation's snapshot."""
+    out = []
+    evicted = cache.park(conv, tokens)
+    left = len(cache.parked) - 1 + len(evicted)  # parked before the new snapshot, minus each eviction
+    used = cache.used_bytes() - tokens * cache.bytes_per_token + sum(size for _, size in evicted)
+    for n, (victim, victim_bytes) in enumerate(evicted, start=cache.evictions - len(evicted) + 1):
+        left, used = left - 1, used - victim_bytes
+        out.append(line(ts, "I", "cache", f"evict conv={victim} bytes={victim_bytes} reason=budget"
+                                          f" parked={left} used={used} budget={cache.budget_bytes} evictions={n}"))
+    out.append(line(ts, "I", "cache", f"park conv={conv} parked={len(cache.parked)}"
+                                      f" bytes={tokens * cache.bytes_per_token} used={cache.used_bytes()}"
+                                      f" budget={cache.budget_bytes} evictions={cache.evictions}"))
+    return out
 
 
 def stamp(ts: float) -> str:
