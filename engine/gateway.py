@@ -1,0 +1,234 @@
+"""An emulated RAG gateway (rag-proxy): FastAPI on 127.0.0.1 in front of the serve lanes.
+
+Routes by lane, assembles (keeps the newest messages within a character budget, which can drop
+the task anchor: incident 5), estimates tokens with the CJK 1.05 / other 0.70 rule, prechecks
+with count_tokens, clamps max_tokens to the room left, optionally retries an overfit the blind way
+(incident 6), enforces a model concurrency limit (429), and writes the gateway log (sources.md
+§4) and the infer store (§6: infer.db rows and infer-segs/*/seg-*.jsonl.gz bodies).
+
+    python -m engine.gateway --settings '{"port": 8080, "log": "rag-proxy.log", "infer": "infer"}'
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import secrets
+import sqlite3
+import time
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from engine.mechanism import cjk_chars, estimate_tokens
+from engine.serve import text_of
+
+BEIJING = timezone(timedelta(hours=8))
+FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
+SCHEMA = ("CREATE TABLE IF NOT EXISTS requests (id TEXT PRIMARY KEY, ts TEXT, session TEXT, lane TEXT, upstream TEXT,"
+          " mode TEXT, client_msgs INT, sent_msgs INT, chars INT, est_tokens INT, prompt_tokens INT,"
+          " completion_tokens INT, max_tokens INT, status INT, finish TEXT, tool_calls INT, content_chars INT,"
+          " reasoning_chars INT, ttft_ms INT, dur_ms INT, seg TEXT)")
+
+
+class GatewaySettings(BaseModel):
+    port: int = 8080
+    log: Path = Path("rag-proxy.log")
+    infer: Path = Path("infer")
+    lanes: dict[str, str] = {"fast": "http://127.0.0.1:8081", "normal": "http://127.0.0.1:8082"}
+    upstreams: dict[str, str] = {"fast": "strata-a", "normal": "strata-b"}
+    assembly_budget_chars: int = 600_000
+    window: int = 262_144
+    concurrency_limit: int = 2
+    blind_retry: bool = True
+    segment_records: int = 20
+    version: str = "2026.10.19-2"
+    time_scale: float = 0.01  # the engines' scale: logged durations are model time, like theirs
+
+
+class Gateway:
+    def __init__(self, s: GatewaySettings) -> None:
+        self.s = s
+        self.log = open(s.log, "ab", buffering=0)  # noqa: SIM115 - open for the process's life
+        s.infer.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(s.infer / "infer.db", timeout=1.0)
+        self.db.execute(SCHEMA)
+        self.db.commit()
+        self.in_flight = {lane: 0 for lane in s.lanes}
+        self.pending: list[dict[str, Any]] = []  # bodies of the segment being filled
+        self.segment = self._segment_name()
+        self.client = httpx.AsyncClient(timeout=600)
+
+    def write(self, message: str) -> None:
+        self.log.write(f"[{time.strftime('%H:%M:%S', time.gmtime())}] {message}\n".encode())
+
+    def _segment_name(self) -> str:
+        now = datetime.now(BEIJING)
+        return f"{now:%Y%m%d}/seg-{now:%H%M%S}-{secrets.token_hex(3)[:5]}.jsonl.gz"
+
+    def flush_segment(self) -> None:
+        """Publish the filled segment whole (tmp + rename): a reader never sees half of one."""
+        if not self.pending:
+            return
+        path = self.s.infer / "infer-segs" / self.segment
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in self.pending).encode()))
+        os.replace(tmp, path)
+        self.pending, self.segment = [], self._segment_name()
+
+    def record(self, row: dict[str, Any], body: dict[str, Any] | None) -> None:
+        row["seg"] = self.segment
+        self.db.execute(f"INSERT INTO requests ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                        list(row.values()))
+        self.db.commit()
+        if body is not None:
+            self.pending.append(body)
+            if len(self.pending) >= self.s.segment_records:
+                self.flush_segment()
+
+    async def handle(self, body: dict[str, Any], lane: str, mode: str) -> tuple[int, dict[str, Any]]:
+        started = time.monotonic()
+        now = datetime.now(BEIJING)
+        rid = f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+        messages = list(body.get("messages") or [])
+        first_user = next((text_of(m.get("content")) for m in messages if m.get("role") == "user"), "")
+        session = "auto:" + hashlib.sha256(first_user.encode()).hexdigest()[:16]
+        row = {"id": rid, "ts": f"{now:%Y-%m-%d %H:%M:%S.%f}"[:-3], "session": session, "lane": lane,
+               "upstream": self.s.upstreams.get(lane, lane), "mode": mode, "client_msgs": len(messages)}
+        if self.in_flight[lane] >= self.s.concurrency_limit:
+            reason = f"model concurrency full (limit {self.s.concurrency_limit})"
+            self.write(f'reject req={rid} status=429 reason="{reason}"')
+            self.record({**row, "status": 429, "sent_msgs": 0}, None)
+            return 429, {"type": "error", "error": {"type": "rate_limit_error", "message": reason}}
+        sent = self.assemble(messages) if mode == "assembled" else messages
+        text = text_of(body.get("system")) + "".join(text_of(m.get("content")) for m in sent)
+        est = estimate_tokens(text)
+        max_tokens = int(body.get("max_tokens") or 32000)
+        self.write(f"req={rid} session={session} lane={lane} mode={mode} client_msgs={len(messages)}"
+                   f" sent_msgs={len(sent)} chars={len(text)} cjk={cjk_chars(text) / max(len(text), 1):.3f}"
+                   f" est_tokens={est} max_tokens={max_tokens}")
+        row.update(sent_msgs=len(sent), chars=len(text), est_tokens=est, max_tokens=max_tokens)
+        upstream = {**body, "messages": sent}
+        self.in_flight[lane] += 1
+        try:
+            return await self._forward(upstream, lane, rid, row, started, body)
+        finally:
+            self.in_flight[lane] -= 1
+
+    def assemble(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The newest messages that fit the budget: older ones, the task anchor among them, drop."""
+        kept, total = [], 0
+        for message in reversed(messages):
+            total += len(text_of(message.get("content")))
+            if total > self.s.assembly_budget_chars and kept:
+                break
+            kept.append(message)
+        return kept[::-1]
+
+    async def _forward(self, upstream: dict[str, Any], lane: str, rid: str, row: dict[str, Any], started: float,
+                       original: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        base, headers = self.s.lanes[lane], {"x-request-id": rid}
+        counted = (await self.client.post(f"{base}/v1/messages/count_tokens", json=upstream)).json()["input_tokens"]
+        room = self.s.window - counted
+        self.write(f"precheck req={rid} count_tokens={counted} window={self.s.window} room={room}")
+        max_tokens = int(upstream.get("max_tokens") or 32000)
+        if 0 < room < max_tokens:
+            budget = max(1, room * 2 // 3)
+            self.write(f"clamp req={rid} max_tokens {max_tokens} -> {room} thinking_budget {budget}")
+            upstream = {**upstream, "max_tokens": room, "thinking": {"type": "enabled", "budget_tokens": budget}}
+        response = await self.client.post(f"{base}/v1/messages", json=upstream, headers=headers)
+        if response.status_code == 400:
+            upstream_text = response.json()["error"]["message"]
+            self.write(f'overfit req={rid} status=400 prompt={row["est_tokens"]} max={self.s.window - 6144}'
+                       f' upstream="{upstream_text}"')
+            if self.s.blind_retry:  # incident 6: the retry only clamps max_tokens; the prompt is the problem
+                self.write(f"retry_on_overfit req={rid} max_tokens {upstream.get('max_tokens', 32000)} -> 1")
+                response = await self.client.post(f"{base}/v1/messages", json={**upstream, "max_tokens": 1},
+                                                  headers=headers)
+        return self._finish(response, rid, row, started, original, upstream)
+
+    def _finish(self, response: httpx.Response, rid: str, row: dict[str, Any], started: float,
+                original: dict[str, Any], upstream: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        body, dur_ms = response.json(), int((time.monotonic() - started) * 1000 / self.s.time_scale)
+        if response.status_code != 200:
+            self.record({**row, "status": response.status_code, "dur_ms": dur_ms}, None)
+            return response.status_code, body
+        blocks = body.get("content") or []
+        content = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+        reasoning = "".join(b.get("thinking", "") for b in blocks if b.get("type") == "thinking")
+        calls = [b for b in blocks if b.get("type") == "tool_use"]
+        usage, finish = body.get("usage") or {}, FINISH.get(body.get("stop_reason"), "stop")
+        ttft_ms = int(response.headers.get("x-ttft-ms", dur_ms))
+        dur_ms = int(response.headers.get("x-model-ms", dur_ms))  # the engine's model time, as its log
+        self.write(f"done req={rid} status=200 engine_prompt={usage.get('input_tokens', 0)}"
+                   f" completion={usage.get('output_tokens', 0)} finish={finish} tool_calls={len(calls)}"
+                   f" content_chars={len(content)} ttft_ms={ttft_ms} dur_ms={dur_ms}")
+        self.record({**row, "status": 200, "prompt_tokens": usage.get("input_tokens"),
+                     "completion_tokens": usage.get("output_tokens"), "finish": finish, "tool_calls": len(calls),
+                     "content_chars": len(content), "reasoning_chars": len(reasoning), "ttft_ms": ttft_ms,
+                     "dur_ms": dur_ms},
+                    {"id": rid, "request": {"client": {"messages": original.get("messages")},
+                                            "sent": {"system": upstream.get("system"), "messages": upstream["messages"],
+                                                     "tools": upstream.get("tools"),
+                                                     "max_tokens": upstream.get("max_tokens")}},
+                     "response": {"content": content, "reasoning": reasoning,
+                                  "tool_calls": [{"name": c.get("name"), "arguments": json.dumps(c.get("input"))}
+                                                 for c in calls],
+                                  "finish_reason": finish, "usage": usage}})
+        return 200, body
+
+
+def create_app(settings: GatewaySettings) -> FastAPI:
+    gateway = Gateway(settings)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        gateway.write(f"rag-proxy started pid={os.getpid()} version={settings.version}")
+        yield
+        gateway.flush_segment()
+        await gateway.client.aclose()
+        gateway.db.close()
+
+    app = FastAPI(lifespan=lifespan)
+    app.state.gateway = gateway
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"state": "ready"}
+
+    @app.post("/v1/messages")
+    async def messages(request: Request) -> JSONResponse:
+        lane = request.headers.get("x-lane", "fast")
+        if lane not in settings.lanes:
+            return JSONResponse({"error": f"unknown lane {lane}"}, 400)
+        status, body = await gateway.handle(await request.json(), lane, request.headers.get("x-mode", "assembled"))
+        return JSONResponse(body, status)
+
+    @app.post("/admin/flush")
+    async def flush() -> dict[str, bool]:
+        gateway.flush_segment()
+        return {"flushed": True}
+
+    return app
+
+
+def main() -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description="An emulated RAG gateway.")
+    parser.add_argument("--settings", required=True, help="GatewaySettings as JSON")
+    settings = GatewaySettings.model_validate_json(parser.parse_args().settings)
+    uvicorn.run(create_app(settings), host="127.0.0.1", port=settings.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

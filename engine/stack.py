@@ -1,0 +1,126 @@
+"""The emulated stack under a real supervisord: the gateway and two engine instances as programs.
+
+`Stack` writes the supervisord config and the matching spyglass config (every source of the
+stack), starts supervisord, waits for the engines to finish loading, and stops it all.
+"""
+from __future__ import annotations
+
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from engine.gateway import GatewaySettings
+from engine.serve import EngineSettings
+
+BIN = Path(sys.executable).parent
+
+
+def engines(folder: Path, base_port: int, **patch) -> dict[str, EngineSettings]:
+    """strata-a (fast lane, cores 0-15) and strata-b (normal lane, cores 38-53), as in sources.md."""
+    defaults = {"load_seconds": 60.0, "time_scale": 0.005}
+    return {name: EngineSettings(instance=name, port=base_port + i + 1, log=folder / f"strata-iq3_xxs-{name[-1]}.log",
+                                 seed=i + 1, **{"cpus": cpus, **defaults, **patch.get(name, {})})
+            for i, (name, cpus) in enumerate((("strata-a", "0-15"), ("strata-b", "38-53")))}
+
+
+@dataclass
+class Stack:
+    folder: Path
+    base_port: int = 18080
+    engine_patch: dict[str, dict] = field(default_factory=dict)
+    gateway_patch: dict = field(default_factory=dict)
+    crash_loop: set[str] = field(default_factory=set)  # programs that abort: no startretries limit
+    proc: subprocess.Popen | None = None
+
+    def __post_init__(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.engines = engines(self.folder, self.base_port, **self.engine_patch)
+        lanes = {"fast": f"http://127.0.0.1:{self.base_port + 1}", "normal": f"http://127.0.0.1:{self.base_port + 2}"}
+        self.gateway = GatewaySettings(**{"port": self.base_port, "log": self.folder / "rag-proxy.log",
+                                          "infer": self.folder / "infer", "lanes": lanes,
+                                          "time_scale": self.engines["strata-a"].time_scale, **self.gateway_patch})
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.base_port}"
+
+    def supervisord_conf(self) -> Path:
+        py = shlex.quote(sys.executable)
+        programs = {"rag-proxy": f"{py} -m engine.gateway --settings {shlex.quote(self.gateway.model_dump_json())}"}
+        for name, settings in self.engines.items():
+            programs[name] = f"{py} -m engine.serve --settings {shlex.quote(settings.model_dump_json())}"
+        sections = [f"[supervisord]\nlogfile={self.folder}/supervisord.log\npidfile={self.folder}/supervisord.pid\n"
+                    f"nodaemon=true\nloglevel=info\n",
+                    f"[unix_http_server]\nfile={self.folder}/supervisor.sock\n",
+                    "[rpcinterface:supervisor]\nsupervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface\n",
+                    f"[supervisorctl]\nserverurl=unix://{self.folder}/supervisor.sock\n"]
+        root = Path(__file__).resolve().parent.parent
+        for name, command in programs.items():
+            retries = 100 if name in self.crash_loop else 3
+            sections.append(f"[program:{name}]\ncommand={command.replace('%', '%%')}\ndirectory={root}\n"
+                            f"startsecs=1\nstartretries={retries}\nautorestart=true\nstopwaitsecs=5\n"
+                            f"stdout_logfile={self.folder}/{name}.out\nredirect_stderr=true\n")
+        path = self.folder / "supervisord.conf"
+        path.write_text("\n".join(sections))
+        return path
+
+    def spyglass_toml(self, state: Path | None = None) -> str:
+        """A spyglass config reading every source this stack writes."""
+        f, a, b = self.folder, self.engines["strata-a"], self.engines["strata-b"]
+        return "\n".join([
+            f'[agent]\nstate_dir = "{state or f / "spyglass"}"\nhost = "emulated"',
+            "[exporters.prometheus]\nenabled = false",
+            f'[sources.engine-a]\nkind = "engine_log"\npath = "{a.log}"\ninstance = "strata-a"\nlane = "fast"',
+            f'[sources.engine-b]\nkind = "engine_log"\npath = "{b.log}"\ninstance = "strata-b"\nlane = "normal"',
+            f'[sources.gateway]\nkind = "gateway_log"\npath = "{self.gateway.log}"\ninstance = "rag-proxy"',
+            f'[sources.supervisord]\nkind = "supervisord_log"\npath = "{f}/supervisord.log"',
+            f'[sources.serve-a]\nkind = "serve_status"\nurl = "http://127.0.0.1:{a.port}/v1/status"\ninstance = "strata-a"',
+            f'[sources.serve-b]\nkind = "serve_status"\nurl = "http://127.0.0.1:{b.port}/v1/status"\ninstance = "strata-b"',
+            f'[sources.infer]\nkind = "infer_store"\npath = "{self.gateway.infer}/infer.db"\nsettle_seconds = 0',
+            f'[sources.supervisord-api]\nkind = "supervisord_rpc"\nendpoint = "unix://{f}/supervisor.sock"',
+            f'[sources.host]\nkind = "host"\nsupervisord = "unix://{f}/supervisor.sock"\n'
+            '[sources.host.processes.strata-a]\nprogram = "strata-a"\n[sources.host.processes.strata-b]\nprogram = "strata-b"',
+            ""])
+
+    def start(self) -> Stack:
+        self.proc = subprocess.Popen([str(BIN / "supervisord"), "-c", str(self.supervisord_conf())],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return self
+
+    def wait_ready(self, names: tuple[str, ...] = ("strata-a", "strata-b"), timeout: float = 60.0) -> None:
+        """Until the gateway answers and the named engines report ready (they load first)."""
+        pause, deadline = threading.Event(), time.monotonic() + timeout
+        pending = [self.url + "/health"] + [f"http://127.0.0.1:{self.engines[n].port}/health" for n in names]
+        while pending:
+            try:
+                if httpx.get(pending[0], timeout=1).status_code == 200:
+                    pending.pop(0)
+                    continue
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not ready after {timeout:.0f} s: {pending[0]}")
+            pause.wait(0.05)
+
+    def flush(self) -> None:
+        """Have the gateway publish its open infer segment."""
+        httpx.post(self.url + "/admin/flush", timeout=5)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=60)
+
+    def __enter__(self) -> Stack:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
