@@ -6,6 +6,7 @@ stack), starts supervisord, waits for the engines to finish loading, and stops i
 from __future__ import annotations
 
 import shlex
+import socket
 import signal
 import subprocess
 import sys
@@ -20,6 +21,24 @@ from engine.gateway import GatewaySettings
 from engine.serve import EngineSettings
 
 BIN = Path(sys.executable).parent
+
+
+def free_port_base(count: int = 3) -> int:
+    """A base port with `count` free loopback ports after it (gateway, strata-a, strata-b)."""
+    for base in range(21000, 40000, 7):
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+    raise RuntimeError("no free loopback ports")
 
 
 def engines(folder: Path, base_port: int, **patch) -> dict[str, EngineSettings]:

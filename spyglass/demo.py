@@ -1,10 +1,13 @@
-"""`spyglass demo`: a live engine log with an eviction storm, and the agent running on it.
+"""`spyglass demo`: the emulated Strata stack under supervisord, a mix of incident scenarios driving
+it, and the agent on every source of it, with a live summary of the signals that moved.
 
-Needs nothing outside this process: the log is written by engine.logsynth into a temp folder,
-the agent tails it into DuckDB and serves /metrics on 127.0.0.1.
+Needs nothing outside this machine: the stack runs on 127.0.0.1 from a temp folder, the agent
+serves /metrics and /api/sql and writes its DuckDB store there; Ctrl-C stops and removes it all.
 """
 from __future__ import annotations
 
+import asyncio
+import itertools
 import shutil
 import tempfile
 import threading
@@ -13,72 +16,96 @@ import tomllib
 from pathlib import Path
 
 from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
-from engine.logsynth import EngineModel
+from engine.scenarios import SCENARIOS, run_scenario
+from engine.stack import Stack, free_port_base
 from spyglass.agent import Agent
-from spyglass.config import engine_log_toml, parse_config
+from spyglass.config import parse_config
+
+# strata-b gets the seed's troubles: a cache too small for its snapshots, an old serve build.
+DEMO_ENGINES = {"strata-a": {"cache_mib": 65_536},
+                "strata-b": {"escape_fix": False, "serve_version": "2026.10.16"}}
+MIX = ("healthy", "eviction-storm", "special-tokens", "plan-then-eos", "assembly-drop", "token-count")
+SIGNALS = [  # (what the on-call engineer reads, metric, labels)
+    ("evictions, strata-b (engine's own counter)", "spyglass_engine_evictions_total", {"instance": "strata-b"}),
+    ("long prompts restored only from a checkpoint", "spyglass_engine_long_prompts_checkpoint_only_total", {}),
+    ("thinking-only responses with special tokens", "spyglass_infer_thinking_only_total", {"special_tokens": "yes"}),
+    ("plan, then EOS", "spyglass_infer_plan_then_stop_total", {}),
+    ("task anchor dropped by assembly", "spyglass_infer_anchor_lost_total", {}),
+    ("overfit 400s at the gateway", "spyglass_gateway_overfits_total", {}),
+    ("blind retries after an overfit", "spyglass_gateway_blind_retries_total", {}),
+    ("requests answered by the gateway", "spyglass_gateway_requests_total", {}),
+]
 
 
-def write_log(path: Path, stop: threading.Event, pace_seconds: float = 0.4) -> None:
-    """Append engine lines until `stop`: one request turn per `pace_seconds`, stats every 10 s."""
-    model = EngineModel(time_scale=0.002, seed=int(time.time()))
-    last_stats = 0.0
-    with open(path, "ab", buffering=0) as log:
-        log.write(b"\n".join(model.start_lines(time.time())) + b"\n")
-        while not stop.wait(pace_seconds):
-            now = time.time()
-            lines = [model.noise(now)] + model.turn(now)
-            if now - last_stats >= 10:
-                lines.append(model.stats_line(now))
-                last_stats = now
-            log.write(b"\n".join(lines) + b"\n")
+def drive_mix(url: str, stop: threading.Event) -> None:
+    """Run the scenario mix round after round until `stop`."""
+    for name in itertools.cycle(MIX):
+        if stop.is_set():
+            return
+        asyncio.run(run_scenario(SCENARIOS[name], url, deadline_seconds=30))
 
 
-def demo_config(folder: Path, listen: str) -> dict:
-    log = folder / "strata-iq3_xxs-b.log"
-    return tomllib.loads(engine_log_toml(log, folder / "state", listen=listen, host="demo"))
-
-
-def summary(agent: Agent) -> str:
+def signal_values(agent: Agent) -> list[tuple[str, float]]:
     state = agent.pipeline.state
     with state.lock:
-        values = state.values
-        key = ("strata-b", "normal")
-        evictions = values["spyglass_engine_evictions_total"].get(key, 0)
-        used = values["spyglass_engine_cache_used_bytes"].get(key, 0)
-        long_total = values["spyglass_engine_long_prompts_total"].get(key, 0)
-        ckpt_only = values["spyglass_engine_long_prompts_checkpoint_only_total"].get(key, 0)
-        lines = sum(v for (src, _), v in values["spyglass_source_lines_total"].items() if src == "engine-b")
-    return (f"lines {lines:>6.0f}  evictions {evictions:>4.0f}  parked {used / 2**30:4.1f}/8 GiB"
-            f"  ckpt-only {ckpt_only:.0f}/{long_total:.0f} long")
+        rows = []
+        for label, metric, labels in SIGNALS:
+            spec = state.catalogue[metric]
+            rows.append((label, sum(v for key, v in state.values[metric].items()
+                                    if all(dict(zip(spec.labels, key)).get(k) == w for k, w in labels.items()))))
+    return rows
+
+
+def summary_table(agent: Agent) -> Table:
+    table = Table("signal", "value", title="spyglass demo: incident signals")
+    for label, value in signal_values(agent):
+        table.add_row(label, f"[bold red]{value:.0f}[/]" if value else "0")
+    return table
 
 
 def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464") -> None:
     console = Console()
     folder = Path(tempfile.mkdtemp(prefix="spyglass-demo-"))
-    stop_writer = threading.Event()
-    writer = threading.Thread(target=write_log, args=(folder / "strata-iq3_xxs-b.log", stop_writer), daemon=True)
-    agent = Agent(parse_config(demo_config(folder, listen), "demo"))
+    stack = Stack(folder / "stack", free_port_base(), DEMO_ENGINES, {"assembly_budget_chars": 20_000})
+    toml = stack.spyglass_toml(folder / "spyglass").replace("[exporters.prometheus]\nenabled = false",
+                                                              f'[exporters.prometheus]\nlisten = "{listen}"')
+    agent = Agent(parse_config(tomllib.loads(toml), "demo"))
     agent.stop_on_signals()
-    runner = threading.Thread(target=agent.serve, name="spyglass-agent")
-    writer.start()
-    runner.start()
-    console.print(f"[bold]spyglass demo[/] - an engine with a conversation cache too small for its snapshots\n"
-                  f"  engine log  {folder / 'strata-iq3_xxs-b.log'}\n"
-                  f"  metrics     http://{listen}/metrics\n"
-                  f"  sources     http://{listen}/debug/sources\n"
-                  f"  SQL         curl -s http://{listen}/api/sql -d "
-                  "'{\"query\": \"SELECT kind, count(*) FROM events GROUP BY kind\"}'\n"
-                  "  Ctrl-C stops it.")
-    deadline = time.monotonic() + seconds if seconds else None
+    stop_driver = threading.Event()
+    stack.start()
     try:
-        while runner.is_alive() and (deadline is None or time.monotonic() < deadline):
-            agent.stop.wait(2.0)
-            console.print(summary(agent))
+        stack.wait_ready()
+        runner = threading.Thread(target=agent.serve, name="spyglass-agent")
+        driver = threading.Thread(target=drive_mix, args=(stack.url, stop_driver), name="load-driver", daemon=True)
+        runner.start()
+        driver.start()
+        console.print(f"[bold]spyglass demo[/]: the emulated Strata stack under supervisord, driven by {', '.join(MIX)}\n"
+                      f"  metrics     http://{listen}/metrics\n  sources     http://{listen}/debug/sources\n"
+                      f"  SQL         curl -s http://{listen}/api/sql -d '{{\"query\": \"SELECT kind, count(*)"
+                      f" FROM events GROUP BY ALL\"}}'\n  store       {folder / 'spyglass' / 'spyglass.duckdb'}\n"
+                      f"  stack logs  {stack.folder}\n  Ctrl-C stops it.")
+        _watch(agent, runner, console, seconds)
     finally:
+        stop_driver.set()
         agent.stop.set()
         agent.wake.set()
-        stop_writer.set()
-        runner.join()
-        writer.join()
+        stack.stop()
+        console.print(summary_table(agent))
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _watch(agent: Agent, runner: threading.Thread, console: Console, seconds: float) -> None:
+    deadline = time.monotonic() + seconds if seconds else None
+    running = lambda: runner.is_alive() and (deadline is None or time.monotonic() < deadline)  # noqa: E731
+    if console.is_terminal:
+        with Live(summary_table(agent), console=console, refresh_per_second=1) as live:
+            while running():
+                agent.stop.wait(1.0)
+                live.update(summary_table(agent))
+        return
+    while running():
+        agent.stop.wait(3.0)
+        console.print("  ".join(f"{label.split(' (')[0]}: {value:.0f}" for label, value in signal_values(agent)[:3]))

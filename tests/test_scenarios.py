@@ -3,7 +3,6 @@ read by spyglass from all its sources; the expected signals move, and `healthy` 
 from __future__ import annotations
 
 import asyncio
-import socket
 import tomllib
 from pathlib import Path
 
@@ -11,34 +10,16 @@ import pytest
 
 from collectors.clock import SystemClock
 from engine.scenarios import SCENARIOS, run_scenario
-from engine.stack import Stack
+from engine.stack import Stack, free_port_base
 from exporters.state import MetricState
 from exporters.statefile import StateFile
 from spyglass.config import parse_config
 from spyglass.pipeline import Pipeline
 
 
-def free_ports(count: int = 3) -> int:
-    """A base port with `count` free ports after it."""
-    for base in range(21000, 40000, 7):
-        sockets = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                sockets.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise RuntimeError("no free ports")
-
-
 def run(name: str, folder: Path) -> MetricState:
     scenario = SCENARIOS[name]
-    stack = Stack(folder / "stack", free_ports(), dict(scenario.engine_patch), dict(scenario.gateway_patch),
+    stack = Stack(folder / "stack", free_port_base(), dict(scenario.engine_patch), dict(scenario.gateway_patch),
                   set(scenario.crash_loop))
     config = parse_config(tomllib.loads(stack.spyglass_toml(folder / "spyglass")), name)
     with stack:
