@@ -117,7 +117,7 @@ class Gateway:
                    f" sent_msgs={len(sent)} chars={len(text)} cjk={cjk_chars(text) / max(len(text), 1):.3f}"
                    f" est_tokens={est} max_tokens={max_tokens}")
         row.update(sent_msgs=len(sent), chars=len(text), est_tokens=est, max_tokens=max_tokens)
-        upstream = {**body, "messages": sent}
+        upstream = {**body, "messages": sent, "stream": False}  # the gateway answers whole messages
         self.in_flight[lane] += 1
         try:
             return await self._forward(upstream, lane, rid, row, started, body)
