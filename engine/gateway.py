@@ -28,6 +28,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from engine.instrument import annotate, event, instrument, new_request_id, otlp_tracing, request_id
 from engine.mechanism import cjk_chars, estimate_tokens
 from engine.serve import text_of
 
@@ -52,6 +53,7 @@ class GatewaySettings(BaseModel):
     segment_records: int = 20
     version: str = "2026.10.19-2"
     time_scale: float = 0.01  # the engines' scale: logged durations are model time, like theirs
+    otlp_endpoint: str | None = None  # trace the gateway (engine.instrument) and push spans here
 
 
 class Gateway:
@@ -59,7 +61,7 @@ class Gateway:
         self.s = s
         self.log = open(s.log, "ab", buffering=0)  # noqa: SIM115 - open for the process's life
         s.infer.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(s.infer / "infer.db", timeout=1.0)
+        self.db = sqlite3.connect(s.infer / "infer.db", timeout=1.0, check_same_thread=False)  # used by its loop
         self.db.execute(SCHEMA)
         self.db.commit()
         self.in_flight = {lane: 0 for lane in s.lanes}
@@ -98,7 +100,7 @@ class Gateway:
     async def handle(self, body: dict[str, Any], lane: str, mode: str) -> tuple[int, dict[str, Any]]:
         started = time.monotonic()
         now = datetime.now(BEIJING)
-        rid = f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+        rid = request_id() or new_request_id()  # instrument() made it, when the gateway is traced
         messages = list(body.get("messages") or [])
         first_user = next((text_of(m.get("content")) for m in messages if m.get("role") == "user"), "")
         session = "auto:" + hashlib.sha256(first_user.encode()).hexdigest()[:16]
@@ -117,6 +119,9 @@ class Gateway:
                    f" sent_msgs={len(sent)} chars={len(text)} cjk={cjk_chars(text) / max(len(text), 1):.3f}"
                    f" est_tokens={est} max_tokens={max_tokens}")
         row.update(sent_msgs=len(sent), chars=len(text), est_tokens=est, max_tokens=max_tokens)
+        if len(sent) < len(messages):
+            event("assembly_drop", client_msgs=len(messages), sent_msgs=len(sent),
+                  anchor_kept=first_user in {text_of(m.get("content")) for m in sent})
         upstream = {**body, "messages": sent, "stream": False}  # the gateway answers whole messages
         self.in_flight[lane] += 1
         try:
@@ -151,6 +156,7 @@ class Gateway:
             self.write(f'overfit req={rid} status=400 prompt={row["est_tokens"]} max={self.s.window - 6144}'
                        f' upstream="{upstream_text}"')
             if self.s.blind_retry:  # incident 6: the retry only clamps max_tokens; the prompt is the problem
+                event("blind_retry")
                 self.write(f"retry_on_overfit req={rid} max_tokens {upstream.get('max_tokens', 32000)} -> 1")
                 response = await self.client.post(f"{base}/v1/messages", json={**upstream, "max_tokens": 1},
                                                   headers=headers)
@@ -167,6 +173,9 @@ class Gateway:
         reasoning = "".join(b.get("thinking", "") for b in blocks if b.get("type") == "thinking")
         calls = [b for b in blocks if b.get("type") == "tool_use"]
         usage, finish = body.get("usage") or {}, FINISH.get(body.get("stop_reason"), "stop")
+        annotate(input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens"), finish=finish,
+                 model=str(original.get("model") or "local"), gateway_estimate=row["est_tokens"],
+                 engine=usage.get("input_tokens", 0))
         ttft_ms = int(response.headers.get("x-ttft-ms", dur_ms))
         dur_ms = int(response.headers.get("x-model-ms", dur_ms))  # the engine's model time, as its log
         self.write(f"done req={rid} status=200 engine_prompt={usage.get('input_tokens', 0)}"
@@ -227,7 +236,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="An emulated RAG gateway.")
     parser.add_argument("--settings", required=True, help="GatewaySettings as JSON")
     settings = GatewaySettings.model_validate_json(parser.parse_args().settings)
-    uvicorn.run(create_app(settings), host="127.0.0.1", port=settings.port, log_level="warning")
+    app = create_app(settings)
+    if settings.otlp_endpoint:
+        app = instrument(app, "gateway", otlp_tracing(settings.otlp_endpoint, "rag-proxy"))
+    uvicorn.run(app, host="127.0.0.1", port=settings.port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
+from engine.instrument import annotate, event, instrument, otlp_tracing
 from engine.logsynth import line, park_lines
 from engine.mechanism import (ANCHOR, SPECIAL_LITERALS, ConversationCache, Response, count_tokens, plan_response)
 
@@ -52,6 +53,7 @@ class EngineSettings(BaseModel):
     serve_version: str = "2026.10.18"
     crash_after_seconds: float | None = None  # abort (SIGABRT) this long after start: a crash loop
     seed: int = 1
+    otlp_endpoint: str | None = None  # trace the serve (engine.instrument) and push spans here
 
 
 def text_of(content: Any) -> str:
@@ -124,8 +126,10 @@ class Engine:
             body["stops_while_reasoning"] = self.stops_while_reasoning
         return body
 
-    async def run(self, body: dict[str, Any], req_id: str) -> tuple[int, dict[str, Any], Response | None]:
-        """One request through queue, prefill, thinking and decode; (status, usage, response)."""
+    async def run(self, body: dict[str, Any], req_id: str,
+                  first_token: asyncio.Event | None = None) -> tuple[int, dict[str, Any], Response | None]:
+        """One request through queue, prefill, thinking and decode; (status, usage, response).
+        `first_token` is set when prefill ends, for a streamed reply's first chunk."""
         messages = body.get("messages") or []
         system = text_of(body.get("system"))
         text = system + "".join(text_of(m.get("content")) for m in messages)
@@ -136,6 +140,7 @@ class Engine:
             if literals:
                 self.escapes["calls"] += 1
                 self.escapes["literals"] += literals
+                event("escape", literals=literals)
         self.task += 1
         task = self.task
         if prompt > self.s.window:
@@ -150,12 +155,12 @@ class Engine:
         async with self.slots:
             self.busy += 1
             try:
-                return await self._serve(task, conv, prompt, messages, body, escaped, queued)
+                return await self._serve(task, conv, prompt, messages, body, escaped, queued, first_token)
             finally:
                 self.busy -= 1
 
     async def _serve(self, task: int, conv: str, prompt: int, messages: list, body: dict, escaped: bool,
-                     queued: float | None) -> tuple[int, dict[str, Any], Response]:
+                     queued: float | None, first_token: asyncio.Event | None) -> tuple[int, dict[str, Any], Response]:
         slot = f"slot {task % self.s.slots}"
         async with self.prefill:
             # Waiting counts only when another request held a slot or the prefill queue: the
@@ -175,6 +180,8 @@ class Engine:
             await self.sleep(read_ms / 1000)
             self.write("I", slot, f"task {task} prompt {prompt} = {reused} reused + {read} read in {read_ms} ms")
         ttft_ms = wait_ms + read_ms
+        if first_token is not None:
+            first_token.set()
         last_user = next((text_of(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
         anchored = any(ANCHOR in text_of(m.get("content")) for m in messages if m.get("role") == "user")
         budget = int((body.get("thinking") or {}).get("budget_tokens", 32000))
@@ -187,8 +194,12 @@ class Engine:
             self.write("I", slot, f"task {task} writing a tool call")
         self.write("I", slot, f"task {task} done finish={response.finish} prompt={prompt}"
                               f" completion={response.completion} ttft_ms={ttft_ms} decode_tps={self.decode_rate():.1f}")
-        if response.finish == "stop" and not response.content and not response.tool_call and self.s.escape_fix:
-            self.stops_while_reasoning += 1
+        if response.finish == "stop" and not response.content and not response.tool_call:
+            event("stop_while_reasoning")
+            if self.s.escape_fix:  # only builds with the fix count it in /v1/status
+                self.stops_while_reasoning += 1
+        annotate(input_tokens=prompt, output_tokens=response.completion, reasoning_tokens=response.thinking,
+                 finish=response.finish, model=str(body.get("model") or "local"), engine=prompt)
         for park_line in park_lines(self.cache, conv, prompt + response.completion, time.time()):
             self.log.write(park_line + b"\n")
         self.count(200)
@@ -213,9 +224,17 @@ def sse(event: str, data: dict[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-async def stream_message(message: dict[str, Any]):
-    """The message as Anthropic server-sent events; the first chunk follows the prefill."""
-    yield sse("message_start", {"type": "message_start", "message": {**message, "content": []}})
+async def stream_message(run: asyncio.Task, first_token: asyncio.Event, model: str):
+    """Anthropic server-sent events: message_start as soon as prefill ends, the rest when decoded."""
+    await asyncio.wait([run, asyncio.ensure_future(first_token.wait())], return_when=asyncio.FIRST_COMPLETED)
+    yield sse("message_start", {"type": "message_start", "message": {"id": "msg_emulated", "type": "message",
+                                                                     "role": "assistant", "model": model,
+                                                                     "content": []}})
+    code, usage, response = await run
+    if response is None:
+        yield sse("error", {"type": "error", "error": {"type": "invalid_request_error", "message": usage["error"]}})
+        return
+    message = anthropic_message(response, usage, model)
     for index, block in enumerate(message["content"]):
         yield sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
         yield sse("content_block_stop", {"type": "content_block_stop", "index": index})
@@ -260,15 +279,18 @@ def create_app(settings: EngineSettings) -> FastAPI:
         if engine.state != "ready":
             return JSONResponse({"type": "error", "error": {"type": "overloaded_error", "message": "loading"}}, 503)
         body = await request.json()
-        code, usage, response = await engine.run(body, request.headers.get("x-request-id", "-"))
+        rid = request.headers.get("x-request-id", "-")
+        if body.get("stream"):
+            first_token = asyncio.Event()
+            run = asyncio.create_task(engine.run(body, rid, first_token))
+            return StreamingResponse(stream_message(run, first_token, str(body.get("model", "local"))),
+                                     media_type="text/event-stream")
+        code, usage, response = await engine.run(body, rid)
         if response is None:
             return JSONResponse({"type": "error", "error": {"type": "invalid_request_error",
                                                             "message": usage["error"]}}, code)
         message = anthropic_message(response, usage, str(body.get("model", "local")))
-        headers = {"x-ttft-ms": str(usage["ttft_ms"]), "x-model-ms": str(usage["model_ms"])}
-        if body.get("stream"):
-            return StreamingResponse(stream_message(message), media_type="text/event-stream", headers=headers)
-        return JSONResponse(message, headers=headers)
+        return JSONResponse(message, headers={"x-ttft-ms": str(usage["ttft_ms"]), "x-model-ms": str(usage["model_ms"])})
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
@@ -295,7 +317,10 @@ def main() -> None:
     settings = EngineSettings.model_validate_json(parser.parse_args().settings)
     if os.environ.get("STRATA_ESCAPE_SPECIAL") == "0":
         settings.escape_special = False
-    uvicorn.run(create_app(settings), host="127.0.0.1", port=settings.port, log_level="warning")
+    app = create_app(settings)
+    if settings.otlp_endpoint:
+        app = instrument(app, "serve", otlp_tracing(settings.otlp_endpoint, settings.instance))
+    uvicorn.run(app, host="127.0.0.1", port=settings.port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -70,6 +70,12 @@ class Agent:
 
             self.otel = otlp_instruments(self.pipeline.state, otlp.endpoint, otlp.interval_seconds,
                                          config.agent.host)
+            from engine.instrument import otlp_tracing
+            from exporters.traces import EngineSpanExporter
+
+            self.tracing = otlp_tracing(otlp.endpoint, "spyglass")
+            kinds = {name: options.kind for name, options in config.sources.items()}
+            self.pipeline.event_hooks.append(EngineSpanExporter(self.tracing, kinds).observe)
         if config.exporters.prometheus.enabled:
             self.server = AgentServer(config.exporters.prometheus.listen, self.pipeline.state,
                                       self.pipeline.debug_sources, self._query_function())
@@ -122,6 +128,7 @@ class Agent:
                 self.server.stop()
             if self.otel is not None:
                 self.otel.shutdown()  # flushes the last export
+                self.tracing.shutdown()
             self.pipeline.close()
             logger.info("stopped cleanly")
 

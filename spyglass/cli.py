@@ -65,6 +65,19 @@ def sql(config: ConfigOption, query: Annotated[str, typer.Argument(help="One SEL
     show(columns, rows, fmt)
 
 
+@app.command("trace")
+def trace_command(config: ConfigOption, request_id: Annotated[str, typer.Argument(help="e.g. 20261019-124900-7aa82c")]) -> None:
+    """Print one request's trace from the store: gateway, engine and its phases, with durations."""
+    from spyglass.query import QueryError
+    from spyglass.trace import print_trace
+
+    try:
+        print_trace(_config(config), request_id)
+    except QueryError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
 @app.command()
 def demo(seconds: Annotated[float, typer.Option(help="Stop after this long; 0 runs until Ctrl-C.")] = 0.0,
          listen: Annotated[str, typer.Option(help="host:port for /metrics.")] = "127.0.0.1:9464") -> None:

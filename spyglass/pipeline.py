@@ -8,6 +8,7 @@ from __future__ import annotations
 import queue
 import threading
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from loguru import logger
@@ -50,6 +51,7 @@ class Pipeline:
         self.state.set_info("spyglass_agent_info", (__version__,), 0)
         self._last_checkpoints: dict[str, Any] = saved.checkpoints
         self._polled: queue.Queue[tuple[SourceRuntime, list[Event], bool, Any]] = queue.Queue()
+        self.event_hooks: list[Callable[[list[Event]], None]] = []  # after each commit, e.g. span export
 
     def _build_signals(self) -> dict[str, Any]:
         signals = {}
@@ -100,6 +102,8 @@ class Pipeline:
             if lines_read or checkpoints != self._last_checkpoints:
                 self.store.commit(stored, checkpoints, self.state.to_json())
                 self._last_checkpoints = checkpoints
+        for hook in self.event_hooks:
+            hook(stored)
         return lines_read
 
     def polled_sources(self) -> list[SourceRuntime]:

@@ -1,0 +1,240 @@
+"""One call, `instrument(app, role=...)`, traces a gateway or serve app end to end.
+
+Built on the OpenTelemetry SDK and its FastAPI and httpx instrumentations: a server span per
+request, W3C `traceparent` on every upstream httpx call, GenAI semantic-convention attributes and
+metrics. The request id joins everything:
+
+- the gateway makes it (`YYYYMMDD-HHMMSS-hhhhhh`, Beijing time) unless the client sent one, and it
+  travels in the `x-request-id` header;
+- trace id = the first 16 bytes of sha256("spyglass-trace:" + request id), for a request that
+  arrives without a `traceparent`; a server span's id = the first 8 bytes of
+  sha256(role + ":" + request id). So spans built later from logs (engine.spans) join the trace
+  and hang under the serve's span without ever having seen it.
+
+No prompt or response text is recorded unless `capture_content=True`; attributes are capped at
+256 characters.
+"""
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+# OpenTelemetry's advisory heads, with a tail to 30 minutes (CPU-expert prefill of 250k tokens).
+DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+                    160.0, 320.0, 640.0, 1200.0, 1800.0]
+TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 320.0, 640.0, 1200.0, 1800.0]
+TPOT_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0]
+TOKEN_BUCKETS = [float(4 ** k) for k in range(14)]
+BEIJING = timezone(timedelta(hours=8))
+REQUEST_ID = "x-request-id"
+MAIN_PATHS = ("/v1/messages", "/v1/chat/completions")
+TRACE_HEADERS = (b"traceparent", b"tracestate")
+
+
+def new_request_id(now: datetime | None = None) -> str:
+    now = (now or datetime.now(timezone.utc)).astimezone(BEIJING)
+    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+def trace_id_for(request_id: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"spyglass-trace:{request_id}".encode()).digest()[:16], "big")
+
+
+def span_id_for(role: str, request_id: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{role}:{request_id}".encode()).digest()[:8], "big")
+
+
+@dataclass
+class _Hint:
+    role: str
+    request_id: str
+    span_used: bool = False  # True from the start for calls whose server span keeps a random id
+
+
+_hint: contextvars.ContextVar[_Hint | None] = contextvars.ContextVar("spyglass_id_hint", default=None)
+
+
+class RequestIdGenerator(RandomIdGenerator):
+    """Derives the trace id and the server span's id from the request id when one is in context."""
+
+    def generate_trace_id(self) -> int:
+        hint = _hint.get()
+        return trace_id_for(hint.request_id) if hint else super().generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        hint = _hint.get()
+        if hint and not hint.span_used:  # the first span of the request is its server span
+            hint.span_used = True
+            return span_id_for(hint.role, hint.request_id)
+        return super().generate_span_id()
+
+
+def tracer_provider(**kwargs: Any) -> TracerProvider:
+    """A TracerProvider with the request-id rule and bounded attributes."""
+    return TracerProvider(id_generator=RequestIdGenerator(), span_limits=SpanLimits(max_attribute_length=256),
+                          **kwargs)
+
+
+def otlp_tracing(endpoint: str, service: str) -> TracerProvider:
+    """A tracer provider pushing spans in batches to an OTLP/HTTP endpoint; never blocks a request."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = tracer_provider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")))
+    return provider
+
+
+@dataclass
+class RequestFacts:
+    """What a handler tells `annotate`, read back for the metrics when the request ends."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    first_chunk: float | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    attributes_on_start: dict[str, Any] = field(default_factory=dict)  # set on the span by annotate
+
+
+_facts: contextvars.ContextVar[RequestFacts | None] = contextvars.ContextVar("spyglass_facts", default=None)
+
+
+def request_id() -> str | None:
+    hint = _hint.get()
+    return hint.request_id if hint else None
+
+
+def annotate(*, input_tokens: int | None = None, output_tokens: int | None = None,
+             reasoning_tokens: int | None = None, finish: str | None = None, model: str | None = None,
+             **counted_by: int) -> None:
+    """GenAI attributes on the current span; token counts by the layer that counted them."""
+    span, facts = trace.get_current_span(), _facts.get()
+    attributes: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "strata"}
+    if model:
+        attributes["gen_ai.request.model"] = model
+    if input_tokens is not None:
+        attributes["gen_ai.usage.input_tokens"] = input_tokens
+    if output_tokens is not None:
+        attributes["gen_ai.usage.output_tokens"] = output_tokens
+    if reasoning_tokens is not None:
+        attributes["gen_ai.usage.reasoning.output_tokens"] = reasoning_tokens
+    if finish:
+        attributes["gen_ai.response.finish_reasons"] = [finish]
+    for layer, tokens in counted_by.items():  # e.g. gateway_estimate=516561, engine=154796
+        attributes[f"spyglass.tokens.{layer}"] = tokens
+    span.set_attributes(attributes)
+    if facts is not None and facts.attributes_on_start:
+        span.set_attributes(facts.attributes_on_start)
+    if facts is not None:
+        facts.input_tokens = input_tokens if input_tokens is not None else facts.input_tokens
+        facts.output_tokens = output_tokens if output_tokens is not None else facts.output_tokens
+        facts.attributes.update({k: v for k, v in attributes.items() if k.startswith("gen_ai.")
+                                 and k in ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model")})
+
+
+def event(name: str, **attributes: int | str | bool) -> None:
+    """A span event and a count of it: assembly drops, escapes, stops while reasoning, blind retries."""
+    trace.get_current_span().add_event(f"spyglass.{name}", attributes)
+    if _events_counter is not None:
+        _events_counter.add(1, {"event": name})
+
+
+_events_counter: Any = None
+
+
+class _Metrics:
+    def __init__(self, meter_provider: Any) -> None:
+        global _events_counter
+        meter = (meter_provider or metrics.get_meter_provider()).get_meter("spyglass.instrument")
+        self.duration = meter.create_histogram("gen_ai.server.request.duration", "s", "GenAI request duration.",
+                                               explicit_bucket_boundaries_advisory=DURATION_BUCKETS)
+        self.ttft = meter.create_histogram("gen_ai.server.time_to_first_token", "s",
+                                           "Time to the first streamed chunk.",
+                                           explicit_bucket_boundaries_advisory=TTFT_BUCKETS)
+        self.tpot = meter.create_histogram("gen_ai.server.time_per_output_token", "s",
+                                           "Decode time per output token after the first.",
+                                           explicit_bucket_boundaries_advisory=TPOT_BUCKETS)
+        self.tokens = meter.create_histogram("gen_ai.client.token.usage", "{token}", "Tokens used, by type.",
+                                             explicit_bucket_boundaries_advisory=TOKEN_BUCKETS)
+        _events_counter = meter.create_counter("spyglass.genai.events", "{event}",
+                                               "Assembly drops, escapes, stops while reasoning, blind retries.")
+
+    def record(self, role: str, facts: RequestFacts, started: float, ended: float) -> None:
+        attrs = facts.attributes or {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "strata"}
+        self.duration.record(ended - started, attrs)
+        if facts.first_chunk is not None:
+            self.ttft.record(facts.first_chunk - started, attrs)
+            if facts.output_tokens and facts.output_tokens > 1:
+                self.tpot.record((ended - facts.first_chunk) / (facts.output_tokens - 1), attrs)
+        if role == "gateway":
+            for kind, tokens in (("input", facts.input_tokens), ("output", facts.output_tokens)):
+                if tokens is not None:
+                    self.tokens.record(tokens, {**attrs, "gen_ai.token.type": kind})
+
+
+Asgi = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+
+
+def instrument(app: Any, role: str, tracer_provider: TracerProvider | None = None,
+               meter_provider: Any = None) -> Asgi:
+    """The app, traced: returns the ASGI callable to serve."""
+    FastAPIInstrumentor.instrument_app(app, tracer_provider=tracer_provider, meter_provider=meter_provider,
+                                       excluded_urls="health,v1/status")
+    HTTPXClientInstrumentor().instrument(tracer_provider=tracer_provider)
+    recorder = _Metrics(meter_provider)
+
+    async def with_request_id(scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope["path"] in ("/health", "/v1/status"):
+            await app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        rid = headers.get(REQUEST_ID.encode(), b"").decode() or (new_request_id() if role == "gateway" else "")
+        client_context = headers.get(b"traceparent", b"").decode()
+        if role == "gateway":
+            # The gateway starts the trace of its request id: a client's own traceparent would put it
+            # in a trace whose id the agent cannot derive, away from the engine spans built from logs.
+            scope = {**scope, "headers": [(k, v) for k, v in scope.get("headers", []) if k not in TRACE_HEADERS]}
+        if rid and REQUEST_ID.encode() not in headers:
+            scope = {**scope, "headers": [*scope.get("headers", []), (REQUEST_ID.encode(), rid.encode())]}
+        facts, started = RequestFacts(), time.monotonic()
+        # Only the main call's server span takes the derived id: the gateway's precheck
+        # (count_tokens) carries the same request id and must not collide with it.
+        main = scope["path"] in MAIN_PATHS
+        hint_token = _hint.set(_Hint(role, rid, span_used=not main) if rid else None)
+        facts_token = _facts.set(facts)
+        streaming = False
+
+        async def timed_send(message: dict) -> None:
+            nonlocal streaming
+            if message["type"] == "http.response.start":
+                streaming = any(k == b"content-type" and v.startswith(b"text/event-stream")
+                                for k, v in message.get("headers", []))
+            elif message["type"] == "http.response.body" and streaming and facts.first_chunk is None \
+                    and message.get("body"):
+                facts.first_chunk = time.monotonic()  # the first streamed chunk: TTFT
+            await send(message)
+
+        if client_context and role == "gateway":
+            facts.attributes_on_start = {"spyglass.client.traceparent": client_context}
+        try:
+            await app(scope, receive, timed_send)
+        finally:
+            recorder.record(role, facts, started, time.monotonic())
+            _facts.reset(facts_token)
+            _hint.reset(hint_token)
+
+    return with_request_id

@@ -1,0 +1,184 @@
+"""One request through the instrumented gateway and serve yields one trace: gateway, serve and the
+engine phases built from the engine log, with correct parentage, ordered times and every layer's
+token counts; the same tree over OTLP/HTTP; and no prompt text anywhere."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import urllib.error
+import urllib.request
+
+import pytest
+import uvicorn
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from collectors.engine_log import EngineLogOptions, EngineLogSource
+from conftest import free_port, wait_until
+from engine.gateway import GatewaySettings, create_app as gateway_app
+from engine.instrument import instrument, otlp_tracing, span_id_for, trace_id_for, tracer_provider
+from engine.serve import EngineSettings, create_app as serve_app
+from exporters.traces import EngineSpanExporter
+
+MARKER = "SECRET-MARKER-93d1"
+
+
+def plain(method: str, url: str, body: dict | None = None, headers: dict | None = None) -> int:
+    """A request the httpx instrumentation does not see (the test is not part of the trace)."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"content-type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+class Server:
+    def __init__(self, app, port: int) -> None:
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        wait_until(lambda: self.server.started, what="uvicorn to start")
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("traced")
+    spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    provider, meters = tracer_provider(), MeterProvider(metric_readers=[reader])
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    serve_port, gateway_port = free_port(), free_port()
+    engine = EngineSettings(instance="strata-a", port=serve_port, log=folder / "a.log", load_seconds=1,
+                            time_scale=0.01)
+    gateway = GatewaySettings(port=gateway_port, log=folder / "gw.log", infer=folder / "infer", time_scale=0.01,
+                              lanes={"fast": f"http://127.0.0.1:{serve_port}"}, upstreams={"fast": "strata-a"})
+    with Server(instrument(serve_app(engine), "serve", provider, meters), serve_port), \
+            Server(instrument(gateway_app(gateway), "gateway", provider, meters), gateway_port):
+        wait_until(lambda: plain("GET", f"http://127.0.0.1:{serve_port}/health") == 200, what="the engine loaded")
+        body = {"model": "qwen3.5-397b", "max_tokens": 4000, "tools": [{"name": "Bash"}],
+                "messages": [{"role": "user", "content": f"Task: fix the build. {MARKER} " + "context " * 3000}]}
+        client_traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        assert plain("POST", f"http://127.0.0.1:{gateway_port}/v1/messages", body,
+                     {"traceparent": client_traceparent}) == 200
+    source = EngineLogSource("engine-a", EngineLogOptions(path="x", instance="strata-a"))
+    events, _, _ = source.handle_lines((folder / "a.log").read_bytes().splitlines())
+    EngineSpanExporter(provider, {"engine-a": "engine_log"}).observe(events)
+    request_id = next(e.request_id for e in events if e.kind == "done")
+    return {"spans": spans.get_finished_spans(), "metrics": reader.get_metrics_data(), "request_id": request_id,
+            "folder": folder, "events": events}
+
+
+def test_one_trace_with_gateway_serve_and_engine_phases(traced):
+    rid, spans = traced["request_id"], traced["spans"]
+    assert {s.context.trace_id for s in spans} == {trace_id_for(rid)}
+    by_id = {s.context.span_id: s for s in spans}
+    gateway = by_id[span_id_for("gateway", rid)]
+    serve = by_id[span_id_for("serve", rid)]
+    engine = next(s for s in spans if s.name == "engine strata-a")
+    phases = {s.name: s for s in spans if s.parent and s.parent.span_id == engine.context.span_id}
+    assert gateway.parent is None  # the gateway starts the trace; the client's context is kept aside
+    assert gateway.attributes["spyglass.client.traceparent"].startswith("00-0af7651916cd43dd")
+    client = by_id[serve.parent.span_id]  # the gateway's httpx call carried traceparent
+    assert client.kind.name == "CLIENT" and _root(client, by_id) is gateway
+    assert engine.parent.span_id == serve.context.span_id
+    assert list(phases) == ["queue", "prefill", "thinking", "decode"]
+    starts = [phases[n].start_time for n in ("queue", "prefill", "thinking", "decode")]
+    assert starts == sorted(starts) and engine.start_time <= starts[0] and phases["decode"].end_time <= engine.end_time
+    assert gateway.attributes["spyglass.tokens.gateway_estimate"] > serve.attributes["gen_ai.usage.input_tokens"]
+    assert gateway.attributes["spyglass.tokens.engine"] == serve.attributes["spyglass.tokens.engine"] \
+        == engine.attributes["spyglass.tokens.engine"]
+    assert phases["prefill"].attributes["spyglass.prompt.read_tokens"] == serve.attributes["gen_ai.usage.input_tokens"]
+    assert serve.attributes["gen_ai.operation.name"] == "chat"
+    assert serve.attributes["gen_ai.response.finish_reasons"] == ("tool_calls",)
+
+
+def _root(span, by_id):
+    while span.parent is not None:
+        span = by_id[span.parent.span_id]
+    return span
+
+
+def test_genai_metrics_have_the_long_tail(traced):
+    names = {m.name: m for rm in traced["metrics"].resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    assert {"gen_ai.server.request.duration", "gen_ai.client.token.usage"} <= set(names)
+    duration = names["gen_ai.server.request.duration"].data.data_points[0]
+    assert duration.explicit_bounds[-1] == 1800.0 and duration.count >= 1
+
+
+def test_no_prompt_text_leaves_the_process(traced):
+    exported = json.dumps([json.loads(s.to_json()) for s in traced["spans"]]) + \
+        traced["metrics"].to_json() + json.dumps([e.fields for e in traced["events"]])
+    assert MARKER not in exported
+    assert MARKER not in (traced["folder"] / "gw.log").read_text() + (traced["folder"] / "a.log").read_text()
+
+
+class Receiver(BaseHTTPRequestHandler):
+    requests: list[ExportTraceServiceRequest] = []
+    arrived = threading.Event()
+
+    def do_POST(self):  # noqa: N802
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(self.rfile.read(int(self.headers["Content-Length"])))
+        Receiver.requests.append(request)
+        Receiver.arrived.set()
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_engine_phases_over_otlp_http_decode_to_the_same_tree(traced):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    provider = otlp_tracing(f"http://127.0.0.1:{server.server_address[1]}", "spyglass")
+    EngineSpanExporter(provider, {"engine-a": "engine_log"}).observe(traced["events"])
+    provider.force_flush()
+    assert Receiver.arrived.wait(10)
+    spans = [s for r in Receiver.requests for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    rid = traced["request_id"]
+    engine = next(s for s in spans if s.name == "engine strata-a")
+    assert engine.trace_id == trace_id_for(rid).to_bytes(16, "big")
+    assert engine.parent_span_id == span_id_for("serve", rid).to_bytes(8, "big")
+    assert sorted(s.name for s in spans if s.parent_span_id == engine.span_id) == ["decode", "prefill", "queue",
+                                                                                   "thinking"]
+    provider.shutdown()
+    server.shutdown()
+    server.server_close()
+
+
+def test_spyglass_trace_prints_the_tree_from_the_store(traced, tmp_path):
+    import subprocess
+    import sys
+
+    folder = traced["folder"]
+    config = tmp_path / "spyglass.toml"
+    config.write_text(f'[agent]\nstate_dir = "{tmp_path}"\n[exporters.prometheus]\nenabled = false\n'
+                      f'[sources.engine-a]\nkind = "engine_log"\npath = "{folder / "a.log"}"\ninstance = "strata-a"\n'
+                      f'[sources.gateway]\nkind = "gateway_log"\npath = "{folder / "gw.log"}"\n')
+    cli = [sys.executable, "-m", "spyglass.cli"]
+    assert subprocess.run([*cli, "ingest", "-c", str(config)], capture_output=True).returncode == 0
+    out = subprocess.run([*cli, "trace", "-c", str(config), traced["request_id"]], capture_output=True, text=True,
+                         env={"COLUMNS": "200", "PATH": ""})
+    assert out.returncode == 0, out.stderr
+    lines = [line.strip("│├└─ ") for line in out.stdout.splitlines()]
+    assert lines[0].startswith("gateway ") and "gateway_estimate=" in lines[0]
+    assert [line.split()[0] for line in lines[2:]] == ["engine", "queue", "prefill", "thinking", "decode"]
+    bad = subprocess.run([*cli, "trace", "-c", str(config), "'; DROP TABLE events; --"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "not a request id" in bad.stderr
