@@ -192,8 +192,10 @@ Asgi = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable
 def instrument(app: Any, role: str, tracer_provider: TracerProvider | None = None,
                meter_provider: Any = None) -> Asgi:
     """The app, traced: returns the ASGI callable to serve."""
+    # No internal span per ASGI send/receive: a streamed reply would add one per chunk and bury the
+    # engine phases in the trace; the first chunk's time is measured below instead.
     FastAPIInstrumentor.instrument_app(app, tracer_provider=tracer_provider, meter_provider=meter_provider,
-                                       excluded_urls="health,v1/status")
+                                       excluded_urls="health,v1/status", exclude_spans=["receive", "send"])
     HTTPXClientInstrumentor().instrument(tracer_provider=tracer_provider)
     recorder = _Metrics(meter_provider)
 
