@@ -186,6 +186,13 @@ class _Metrics:
                     self.tokens.record(tokens, {**attrs, "gen_ai.token.type": kind})
 
 
+def _tag_request_id(span: Any, scope: dict) -> None:
+    """The request id as an attribute of every server span (it rides in x-request-id)."""
+    for key, value in scope.get("headers") or []:
+        if key == REQUEST_ID.encode():
+            span.set_attribute("spyglass.request.id", value.decode("ascii", "replace")[:64])
+
+
 Asgi = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
 
 
@@ -195,7 +202,8 @@ def instrument(app: Any, role: str, tracer_provider: TracerProvider | None = Non
     # No internal span per ASGI send/receive: a streamed reply would add one per chunk and bury the
     # engine phases in the trace; the first chunk's time is measured below instead.
     FastAPIInstrumentor.instrument_app(app, tracer_provider=tracer_provider, meter_provider=meter_provider,
-                                       excluded_urls="health,v1/status", exclude_spans=["receive", "send"])
+                                       excluded_urls="health,v1/status", exclude_spans=["receive", "send"],
+                                       server_request_hook=_tag_request_id)
     HTTPXClientInstrumentor().instrument(tracer_provider=tracer_provider)
     recorder = _Metrics(meter_provider)
 

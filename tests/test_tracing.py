@@ -92,6 +92,7 @@ def test_one_trace_with_gateway_serve_and_engine_phases(traced):
     serve = by_id[span_id_for("serve", rid)]
     engine = next(s for s in spans if s.name == "engine strata-a")
     phases = {s.name: s for s in spans if s.parent and s.parent.span_id == engine.context.span_id}
+    assert gateway.attributes["spyglass.request.id"] == serve.attributes["spyglass.request.id"] == rid
     assert gateway.parent is None  # the gateway starts the trace; the client's context is kept aside
     assert gateway.attributes["spyglass.client.traceparent"].startswith("00-0af7651916cd43dd")
     client = by_id[serve.parent.span_id]  # the gateway's httpx call carried traceparent
