@@ -187,9 +187,10 @@ class Engine:
         budget = int((body.get("thinking") or {}).get("budget_tokens", 32000))
         max_tokens = int(body.get("max_tokens") or 32000)
         response = plan_response(self.rng, last_user, anchored, bool(body.get("tools")), max_tokens, budget, escaped)
-        await self.sleep(response.completion / self.decode_rate())
+        await self.sleep(response.thinking / self.decode_rate())
         self.write("I", slot, f"task {task} thinking: {response.thinking} of max {budget} \u2192 done"
                               f" ({response.thinking_cause})")
+        await self.sleep((response.completion - response.thinking) / self.decode_rate())
         if response.tool_call:
             self.write("I", slot, f"task {task} writing a tool call")
         self.write("I", slot, f"task {task} done finish={response.finish} prompt={prompt}"

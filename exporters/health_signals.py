@@ -33,6 +33,8 @@ SPECS = [
                "bytes"),
     MetricSpec("spyglass_source_polls_total", "counter", "Polls of a polled source, by result: ok or error.",
                S + ("result",)),
+    MetricSpec("spyglass_agent_spans_received_total", "counter",
+               "Spans received over OTLP/HTTP at the agent's /v1/traces (stored as span events)."),
     MetricSpec("spyglass_store_events_total", "counter", "Events committed to the DuckDB store."),
     MetricSpec("spyglass_agent_info", "info", "spyglass version, value 1.", ("version",)),
 ]

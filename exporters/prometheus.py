@@ -68,15 +68,19 @@ class _IPv6Server(ThreadingHTTPServer):
 
 
 class AgentServer:
-    """/metrics, /health, /debug/sources and POST /api/sql on one loopback port, from a thread."""
+    """/metrics, /health, /debug/sources, POST /api/sql and POST /v1/traces on one loopback port."""
 
     def __init__(self, listen: str, state: MetricState, debug: Callable[[], dict[str, Any]],
-                 query: Callable[[str], tuple[list[str], list[Any]]] | None = None) -> None:
+                 query: Callable[[str], tuple[list[str], list[Any]]] | None = None,
+                 traces: Callable[[bytes], None] | None = None) -> None:
         host, _, port = listen.rpartition(":")
         registry = registry_for(state)
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802
+                if self.path == "/v1/traces" and traces is not None:
+                    self._traces()
+                    return
                 if self.path != "/api/sql" or query is None:
                     self._send(404, "text/plain", b"not found\n")
                     return
@@ -99,6 +103,14 @@ class AgentServer:
                     self._send(200, "application/json", json.dumps(debug(), indent=2).encode())
                 else:
                     self._send(404, "text/plain", b"not found\n")
+
+            def _traces(self) -> None:
+                try:
+                    traces(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                except ValueError as exc:
+                    self._send(400, "text/plain", str(exc).encode())
+                    return
+                self._send(200, "application/x-protobuf", b"")  # an empty ExportTraceServiceResponse
 
             def _send(self, status: int, content_type: str, body: bytes) -> None:
                 self.send_response(status)

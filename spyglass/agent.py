@@ -78,7 +78,14 @@ class Agent:
             self.pipeline.event_hooks.append(EngineSpanExporter(self.tracing, kinds).observe)
         if config.exporters.prometheus.enabled:
             self.server = AgentServer(config.exporters.prometheus.listen, self.pipeline.state,
-                                      self.pipeline.debug_sources, self._query_function())
+                                      self.pipeline.debug_sources, self._query_function(),
+                                      self._receive_traces if config.exporters.traces.accept else None)
+
+    def _receive_traces(self, body: bytes) -> None:
+        from exporters.otlp_receiver import decode_spans
+
+        self.pipeline.submit(decode_spans(body, self.config.agent.host))
+        self.wake.set()
 
     def _query_function(self):
         store = self.pipeline.store

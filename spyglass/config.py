@@ -56,8 +56,13 @@ class OtlpConfig(Strict):
     interval_seconds: float = Field(15.0, gt=0, description="Seconds between OTLP pushes.")
 
 
+class TracesConfig(Strict):
+    accept: bool = Field(True, description="Store OTLP/HTTP spans posted to /v1/traces on the agent's server.")
+
+
 class ExportersConfig(Strict):
     prometheus: PrometheusConfig = PrometheusConfig()
+    traces: TracesConfig = TracesConfig()
     store: StoreConfig = StoreConfig()
     otlp: OtlpConfig = OtlpConfig()
 

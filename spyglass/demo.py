@@ -69,10 +69,14 @@ def summary_table(agent: Agent) -> Table:
 def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464") -> None:
     console = Console()
     folder = Path(tempfile.mkdtemp(prefix="spyglass-demo-"))
-    stack = Stack(folder / "stack", free_port_base(), DEMO_ENGINES, {"assembly_budget_chars": 20_000})
+    traced = {"otlp_endpoint": f"http://{listen}"}  # the stack pushes its spans to the agent
+    stack = Stack(folder / "stack", free_port_base(), {name: {**patch, **traced} for name, patch in DEMO_ENGINES.items()},
+                  {"assembly_budget_chars": 20_000, **traced})
     toml = stack.spyglass_toml(folder / "spyglass").replace("[exporters.prometheus]\nenabled = false",
                                                               f'[exporters.prometheus]\nlisten = "{listen}"')
-    agent = Agent(parse_config(tomllib.loads(toml), "demo"))
+    config_file = folder / "spyglass.toml"
+    config_file.write_text(toml)
+    agent = Agent(parse_config(tomllib.loads(toml), str(config_file)))
     agent.stop_on_signals()
     stop_driver = threading.Event()
     stack.start()
@@ -86,8 +90,8 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464") -> None:
                       f"  metrics     http://{listen}/metrics\n  sources     http://{listen}/debug/sources\n"
                       f"  SQL         curl -s http://{listen}/api/sql -d '{{\"query\": \"SELECT kind, count(*)"
                       f" FROM events GROUP BY ALL\"}}'\n  store       {folder / 'spyglass' / 'spyglass.duckdb'}\n"
-                      f"  stack logs  {stack.folder}\n  Ctrl-C stops it.")
-        _watch(agent, runner, console, seconds)
+                      f"  stack logs  {stack.folder}\n  Ctrl-C stops it.", soft_wrap=True)
+        _watch(agent, runner, console, seconds, config_file)
     finally:
         stop_driver.set()
         agent.stop.set()
@@ -97,8 +101,23 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464") -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _watch(agent: Agent, runner: threading.Thread, console: Console, seconds: float) -> None:
+def finished_request(agent: Agent) -> str | None:
+    """The id of a request that went all the way through, for the `spyglass trace` hint."""
+    cursor = agent.pipeline.store.con.cursor()
+    try:
+        # finished a while ago, so that its spans (batched every 5 s) are in the store too
+        row = cursor.execute("SELECT request_id FROM events WHERE source = 'gateway' AND kind = 'done'"
+                             " AND ts < now() - INTERVAL 6 SECOND ORDER BY ts DESC LIMIT 1").fetchone()
+    finally:
+        cursor.close()
+    return row[0] if row else None
+
+
+def _watch(agent: Agent, runner: threading.Thread, console: Console, seconds: float, config: Path) -> None:
     deadline = time.monotonic() + seconds if seconds else None
+    hinted = threading.Timer(14.0, lambda: _hint_trace(agent, console, config))
+    hinted.daemon = True
+    hinted.start()
     running = lambda: runner.is_alive() and (deadline is None or time.monotonic() < deadline)  # noqa: E731
     if console.is_terminal:
         with Live(summary_table(agent), console=console, refresh_per_second=1) as live:
@@ -109,3 +128,9 @@ def _watch(agent: Agent, runner: threading.Thread, console: Console, seconds: fl
     while running():
         agent.stop.wait(3.0)
         console.print("  ".join(f"{label.split(' (')[0]}: {value:.0f}" for label, value in signal_values(agent)[:3]))
+
+
+def _hint_trace(agent: Agent, console: Console, config: Path) -> None:
+    request = finished_request(agent)
+    if request:
+        console.print(f"  one request's trace: .venv/bin/spyglass trace -c {config} {request}", soft_wrap=True)

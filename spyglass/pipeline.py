@@ -52,6 +52,7 @@ class Pipeline:
         self._last_checkpoints: dict[str, Any] = saved.checkpoints
         self._polled: queue.Queue[tuple[SourceRuntime, list[Event], bool, Any]] = queue.Queue()
         self.event_hooks: list[Callable[[list[Event]], None]] = []  # after each commit, e.g. span export
+        self._submitted: queue.Queue[list[Event]] = queue.Queue()  # from outside: spans received by OTLP
 
     def _build_signals(self) -> dict[str, Any]:
         signals = {}
@@ -83,7 +84,7 @@ class Pipeline:
         """Read every file source once and take what pollers queued; returns lines + polled events."""
         batches = [(rt, self._poll_file(rt)) for rt in self.sources if rt.tailer is not None]
         polled = self._drain_polled()
-        stored: list[Event] = []
+        stored: list[Event] = self._drain_submitted()
         with self.state.lock:
             for rt, lines in batches:
                 events = self._parse(rt, lines)
@@ -98,7 +99,7 @@ class Pipeline:
             if self.store.keeps_events and stored:
                 self.state.inc("spyglass_store_events_total", (), len(stored))
             checkpoints = {rt.name: self._checkpoint(rt) for rt in self.sources}
-            lines_read = sum(len(lines) for _, lines in batches) + sum(len(events) for _, events, _ in polled)
+            lines_read = sum(len(lines) for _, lines in batches) + len(stored)
             if lines_read or checkpoints != self._last_checkpoints:
                 self.store.commit(stored, checkpoints, self.state.to_json())
                 self._last_checkpoints = checkpoints
@@ -129,6 +130,20 @@ class Pipeline:
                 return drained
             rt.polled_checkpoint = saved
             drained.append((rt, events, ok))
+
+    def submit(self, events: list[Event]) -> None:
+        """Events from outside the sources (spans pushed to /v1/traces), stored at the next step."""
+        self._submitted.put(events)
+
+    def _drain_submitted(self) -> list[Event]:
+        drained: list[Event] = []
+        while True:
+            try:
+                drained += self._submitted.get_nowait()
+            except queue.Empty:
+                if drained:
+                    self.state.inc("spyglass_agent_spans_received_total", (), len(drained))
+                return drained
 
     def _poll_file(self, rt: SourceRuntime) -> list[bytes]:
         lines = rt.tailer.poll(self.config.agent.read_budget_bytes)

@@ -9,7 +9,8 @@ from rich.tree import Tree
 
 from collectors.clock import format_both
 from collectors.event import Event
-from engine.spans import PhaseSpan, request_tree
+from engine.instrument import span_id_for, trace_id_for
+from engine.spans import PhaseSpan, engine_span, request_tree
 from spyglass.config import Config
 from spyglass.query import QueryError, run_readonly
 
@@ -20,8 +21,10 @@ def events_of(config: Config, request_id: str) -> list[Event]:
     if not REQUEST_ID.match(request_id):
         raise QueryError(f"not a request id: {request_id!r} (expected YYYYMMDD-HHMMSS-hex)")
     api = f"http://{config.exporters.prometheus.listen}/api/sql" if config.exporters.prometheus.enabled else None
+    trace_hex = format(trace_id_for(request_id), "032x")  # client spans carry no request id, only the trace
     columns, rows = run_readonly(config.store_path(), "SELECT epoch(ts), source, kind, instance, fields::VARCHAR"
-                                 f" FROM events WHERE request_id = '{request_id}' ORDER BY ts", api)
+                                 f" FROM events WHERE request_id = '{request_id}' OR (kind = 'span' AND"
+                                 f" fields->>'trace_id' = '{trace_hex}') ORDER BY ts", api)
     return [Event(float(ts), source, kind, instance, json.loads(fields), request_id)
             for ts, source, kind, instance, fields in rows]
 
@@ -37,11 +40,33 @@ def add(tree: Tree, span: PhaseSpan) -> None:
         add(tree.add(label(child)), child)
 
 
+def live_tree(spans: list[Event], engine: PhaseSpan | None, request_id: str) -> PhaseSpan | None:
+    """The spans the gateway and serve pushed, with the engine phases from the log under the serve."""
+    nodes, roots = {}, []
+    for span in spans:
+        f = span.fields
+        attributes = {k: v for k, v in f["attributes"].items() if k.startswith(("gen_ai.usage", "spyglass.tokens"))}
+        nodes[f["span_id"]] = PhaseSpan(f"{f['service']}: {f['name']}", f["start"], f["end"], attributes,
+                                        error=f.get("status_message") if f["status"] == "error" else None)
+    for span in spans:
+        parent = nodes.get(span.fields["parent_span_id"] or "")
+        (parent.children if parent else roots).append(nodes[span.fields["span_id"]])
+    serve = nodes.get(format(span_id_for("serve", request_id), "016x"))
+    pushed_engine = serve is not None and any(c.name.split(": ", 1)[-1].startswith("engine ") for c in serve.children)
+    if serve is not None and engine is not None and not pushed_engine:  # the agent may have pushed them itself
+        serve.children.append(engine)
+    for node in nodes.values():
+        node.children.sort(key=lambda child: child.start)
+    return min(roots, key=lambda root: root.start) if roots else None
+
+
 def print_trace(config: Config, request_id: str) -> None:
     events = events_of(config, request_id)
     kinds = {name: options.kind for name, options in config.sources.items()}
-    root = request_tree([e for e in events if kinds.get(e.source) == "engine_log"],
-                        [e for e in events if kinds.get(e.source) == "gateway_log"])
+    engine = [e for e in events if kinds.get(e.source) == "engine_log"]
+    spans = [e for e in events if e.kind == "span"]
+    root = live_tree(spans, engine_span(engine), request_id) if spans else None
+    root = root or request_tree(engine, [e for e in events if kinds.get(e.source) == "gateway_log"])
     if root is None:
         raise QueryError(f"no finished request {request_id} in the store")
     tree = Tree(f"{label(root)}\n[dim]{request_id}, started {format_both(root.start)}[/]")

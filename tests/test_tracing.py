@@ -4,6 +4,7 @@ token counts; the same tree over OTLP/HTTP; and no prompt text anywhere."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -183,3 +184,50 @@ def test_spyglass_trace_prints_the_tree_from_the_store(traced, tmp_path):
     assert [line.split()[0] for line in lines[2:]] == ["engine", "queue", "prefill", "thinking", "decode"]
     bad = subprocess.run([*cli, "trace", "-c", str(config), "'; DROP TABLE events; --"], capture_output=True, text=True)
     assert bad.returncode == 1 and "not a request id" in bad.stderr
+
+
+def test_the_agent_stores_pushed_spans_and_trace_merges_them_with_the_log(traced, tmp_path):
+    import subprocess
+    import sys
+
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from spyglass.agent import Agent
+    from spyglass.config import load_config
+
+    folder, port = traced["folder"], free_port()
+    config_path = tmp_path / "spyglass.toml"
+    config_path.write_text(f'[agent]\nstate_dir = "{tmp_path}"\n[exporters.prometheus]\nlisten = "127.0.0.1:{port}"\n'
+                           f'[sources.engine-a]\nkind = "engine_log"\npath = "{folder / "a.log"}"\n'
+                           f'instance = "strata-a"\n')
+    agent = Agent(load_config(config_path))
+    agent.server.start()
+    try:
+        body = encode_spans(traced["spans"]).SerializeToString()
+        assert plain_bytes(f"http://127.0.0.1:{port}/v1/traces", body) == 200
+        assert plain_bytes(f"http://127.0.0.1:{port}/v1/traces", b"not protobuf \xff\xff") == 400
+        agent.pipeline.run_until_idle()
+        out = subprocess.run([sys.executable, "-m", "spyglass.cli", "trace", "-c", str(config_path),
+                              traced["request_id"]], capture_output=True, text=True, env={"COLUMNS": "200", "PATH": ""})
+    finally:
+        agent.server.stop()
+        agent.pipeline.close()
+    assert out.returncode == 0, out.stderr
+    names = [m.group(1).split(": ", 1)[-1] for m in map(SPAN_LINE.match, out.stdout.splitlines()) if m]
+    assert names[0] == "POST /v1/messages"  # the gateway's server span is the root
+    assert names.count("engine strata-a") == 1  # pushed by the agent or built from the log, never both
+    assert names[names.index("engine strata-a"):] == ["engine strata-a", "queue", "prefill", "thinking", "decode"]
+    assert names.index("engine strata-a") > names.index("POST /v1/messages", 1)  # under the serve's span
+
+
+SPAN_LINE = re.compile(r"^[│├└─\s]*(.*?) \d+\.\d{3} s")
+
+
+def plain_bytes(url: str, body: bytes) -> int:
+    request = urllib.request.Request(url, data=body, method="POST",
+                                     headers={"content-type": "application/x-protobuf"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
