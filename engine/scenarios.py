@@ -104,7 +104,7 @@ async def light_load(d: Driver, c: httpx.AsyncClient) -> None:
 
 
 async def crash_loop(d: Driver, c: httpx.AsyncClient) -> None:
-    await asyncio.sleep(8)  # strata-b aborts 2 s after each start; supervisord respawns it
+    await asyncio.sleep(12)  # strata-b aborts 1 s after each start; supervisord respawns it
 
 
 async def slow_load(d: Driver, c: httpx.AsyncClient) -> None:
@@ -138,7 +138,7 @@ SCENARIOS = {s.name: s for s in [
     Scenario("token-count", "Estimate 3.3x the engine count; an overfit 400 and a blind retry (incident 6).",
              token_count, {"strata-b": BIG_CACHE}),
     Scenario("crash-loop", "strata-b aborts after start and is respawned: never FATAL (upgrade article).",
-             crash_loop, {"strata-b": {"crash_after_seconds": 2.0}}, crash_loop=frozenset({"strata-b"}),
+             crash_loop, {"strata-b": {"crash_after_seconds": 1.0}}, crash_loop=frozenset({"strata-b"}),
              ready=("strata-a",)),
     Scenario("slow-load", "strata-b loads far longer than a probe allows: loading, /health 503.", slow_load,
              {"strata-b": {"load_seconds": 6000.0}}, ready=("strata-a",)),

@@ -83,7 +83,9 @@ class Stack:
         root = Path(__file__).resolve().parent.parent
         for name, command in programs.items():
             retries = 100 if name in self.crash_loop else 3
-            sections.append(f"[program:{name}]\ncommand={command.replace('%', '%%')}\ndirectory={root}\n"
+            # Programs run in the stack's folder (a core dump lands there, not in the work tree).
+            sections.append(f"[program:{name}]\ncommand={command.replace('%', '%%')}\ndirectory={self.folder}\n"
+                            f'environment=PYTHONPATH="{root}"\n'
                             f"startsecs=1\nstartretries={retries}\nautorestart=true\nstopwaitsecs=5\n"
                             f"stdout_logfile={self.folder}/{name}.out\nredirect_stderr=true\n")
         path = self.folder / "supervisord.conf"

@@ -122,7 +122,7 @@ def test_body_facts_and_signals(tmp_path):
         (0, False, 0, True, False, "normal"),
     ]
     assert not any(key in fields for fields in bodies.values() for key in ("request", "response"))  # no text
-    assert source.checkpoint()["segments"] == ["20261017/seg-220000-00001.jsonl.gz"]  # the partial one waits
+    assert list(source.checkpoint()["segments"]) == ["20261017/seg-220000-00001.jsonl.gz"]  # the partial one waits
 
     state = MetricState(full_catalogue())
     signals = InferSignals(state)
@@ -140,3 +140,11 @@ def test_body_facts_and_signals(tmp_path):
                   first_user=task, sent_user=task, tools=False, content="ok")], age=2_000.0)
     again = source.poll(20_000.0)
     assert [(e.kind, e.request_id) for e in again] == [("request_body", "20261017-223000-aaaaaa")]
+
+    # A gateway that appends a gzip member to a segment later: only the new record is read.
+    with gzip.open(segs / "seg-223000-00002.jsonl.gz", "at") as f:
+        f.write(json.dumps(seg_record("20261017-223100-bbbbbb", prompt="p", first_user=task, sent_user=task,
+                                      tools=False, content="ok")) + "\n")
+    os.utime(segs / "seg-223000-00002.jsonl.gz", (3_000.0, 3_000.0))
+    assert [e.request_id for e in source.poll(30_000.0)] == ["20261017-223100-bbbbbb"]
+    assert source.poll(40_000.0) == []
