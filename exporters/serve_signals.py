@@ -54,10 +54,7 @@ class ServeSignals:
             return
         body = e.fields
         s.set("spyglass_serve_up", key, 1.0)
-        current = str(body.get("state", ""))
-        for name in set(STATES) | {current}:
-            if name:
-                s.set("spyglass_serve_state", key + (name,), 1.0 if name == current else 0.0)
+        s.set_one_hot("spyglass_serve_state", key, STATES, str(body.get("state", "")))
         slots = body.get("slots") or {}
         for metric, value in (("spyglass_serve_slots", slots.get("total")), ("spyglass_serve_slots_busy", slots.get("busy")),
                               ("spyglass_serve_prefill_queue_depth", body.get("prefill_queue")),

@@ -52,6 +52,13 @@ class MetricState:
             del values[old]
         values[key] = 1.0
 
+    def set_one_hot(self, name: str, key: Key, states: tuple[str, ...], current: str) -> None:
+        """1 for `current` (the last label) and 0 for every other state of `key`."""
+        values = self.values[name]
+        for state in dict.fromkeys((*states, current)):
+            if state:
+                values[key + (state,)] = 1.0 if state == current else 0.0
+
     def observe(self, name: str, key: Key, value: float) -> None:
         series = self.hists[name]
         bucket = series.get(key)

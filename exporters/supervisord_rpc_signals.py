@@ -26,10 +26,7 @@ class SupervisordRpcSignals:
     def apply(self, e: Event) -> None:
         key = (e.instance,)
         if e.kind == "process_info":
-            current = str(e.fields.get("statename", ""))
-            for name in set(STATES) | {current}:
-                if name:
-                    self.state.set("spyglass_supervisord_rpc_state", key + (name,), 1.0 if name == current else 0.0)
+            self.state.set_one_hot("spyglass_supervisord_rpc_state", key, STATES, str(e.fields.get("statename", "")))
             if e.fields.get("start"):
                 self.state.set("spyglass_supervisord_rpc_start_time_seconds", key, e.fields["start"])
         elif e.kind == "restarted":

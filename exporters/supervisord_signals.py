@@ -45,9 +45,7 @@ class SupervisordSignals:
         self.state = state
 
     def _enter(self, program: str, new: str) -> None:
-        states = self.state.series("spyglass_supervisord_process_state")
-        for name in STATES:
-            states[(program, name)] = 1.0 if name == new else 0.0
+        self.state.set_one_hot("spyglass_supervisord_process_state", (program,), STATES, new)
 
     def _current(self, program: str) -> str:
         states = self.state.series("spyglass_supervisord_process_state")
