@@ -111,8 +111,17 @@ class Pipeline:
         return [rt for rt in self.sources if rt.tailer is None]
 
     def poll(self, rt: SourceRuntime) -> None:
-        """One poll of a polled source (if due), queued for the next step. Safe from any thread."""
-        events = rt.source.poll(self.clock.now())
+        """One poll of a polled source (if due), queued for the next step. Safe from any thread.
+
+        A source that raises is a bug or a surprise of the host, never a dead agent: it is logged,
+        counted as an error poll with up = 0, and polled again at the next turn."""
+        try:
+            events = rt.source.poll(self.clock.now())
+        except Exception:  # noqa: BLE001 - anything, so that the poller thread survives it
+            logger.exception("{}: poll failed; retried at the next turn", rt.name)
+            rt.source.next_due = self.clock.now() + getattr(rt.source.options, "interval_seconds", 5.0)
+            self._polled.put((rt, [], False, rt.polled_checkpoint))
+            return
         if events:
             saved = rt.source.checkpoint() if hasattr(rt.source, "checkpoint") else None
             self._polled.put((rt, events, bool(getattr(rt.source, "up", True)), saved))
@@ -184,7 +193,12 @@ class Pipeline:
         self.store.close()
 
     def _parse(self, rt: SourceRuntime, lines: list[bytes]) -> list[Event]:
-        events, misses, unmatched = rt.source.handle_lines(lines)
+        try:
+            events, misses, unmatched = rt.source.handle_lines(lines)
+        except Exception:  # noqa: BLE001 - a parser bug must cost lines, not the agent
+            logger.exception("{}: parsing a batch of {} lines failed; they are counted invalid", rt.name, len(lines))
+            rt.outcomes["invalid"] = rt.outcomes.get("invalid", 0) + len(lines)
+            return []
         for outcome, count in misses.items():
             if count:
                 rt.outcomes[outcome] = rt.outcomes.get(outcome, 0) + count
@@ -199,10 +213,11 @@ class Pipeline:
                 if apply is not None:
                     apply(event)
                 good.append(event)
-            except (KeyError, TypeError, ValueError) as exc:  # a pattern override without a field we need
+            except Exception as exc:  # noqa: BLE001 - e.g. a pattern override without a field we need
                 rt.outcomes["invalid"] = rt.outcomes.get("invalid", 0) + 1
-                logger.warning("{}: {} event not usable ({!r}); check sources.{}.patterns", rt.name,
-                               event.kind, exc, rt.name)
+                if rt.outcomes["invalid"] <= 10 or rt.outcomes["invalid"] % 1000 == 0:  # loud, not a flood
+                    logger.warning("{}: {} event not usable ({!r}); check sources.{}.patterns", rt.name,
+                                   event.kind, exc, rt.name)
         rt.outcomes["event"] = rt.outcomes.get("event", 0) + len(good)
         events[:] = good
         if good:
