@@ -80,11 +80,17 @@ def trace_command(config: ConfigOption, request_id: Annotated[str, typer.Argumen
 
 @app.command()
 def demo(seconds: Annotated[float, typer.Option(help="Stop after this long; 0 runs until Ctrl-C.")] = 0.0,
-         listen: Annotated[str, typer.Option(help="host:port for /metrics.")] = "127.0.0.1:9464") -> None:
-    """Generate a live engine log with an eviction storm and run the agent on it."""
+         listen: Annotated[str, typer.Option(help="host:port for /metrics.")] = "127.0.0.1:9464",
+         scenario: Annotated[str | None, typer.Option(help="Run one scenario (healthy, eviction-storm, ...)"
+                                                          " instead of the mix.")] = None) -> None:
+    """Run the emulated stack under supervisord with incident scenarios, and the agent on it."""
     from spyglass.demo import run_demo
 
-    run_demo(seconds=seconds, listen=listen)
+    try:
+        run_demo(seconds=seconds, listen=listen, scenario=scenario)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -36,13 +36,18 @@ SIGNALS = [  # (what the on-call engineer reads, metric, labels)
     ("task anchor dropped by assembly", "spyglass_infer_anchor_lost_total", {}),
     ("overfit 400s at the gateway", "spyglass_gateway_overfits_total", {}),
     ("blind retries after an overfit", "spyglass_gateway_blind_retries_total", {}),
+    ("unexpected process exits (supervisord)", "spyglass_supervisord_exits_total", {"expected": "false"}),
+    ("programs that gave up (FATAL)", "spyglass_supervisord_fatal_total", {}),
+    ("engines still loading", "spyglass_serve_state", {"state": "loading"}),
+    ("compute-graph rebuilds", "spyglass_engine_graph_rebuilds_total", {}),
+    ("CPUs the two engines share", "spyglass_engine_shared_cpus", {"instance": "strata-a"}),
     ("requests answered by the gateway", "spyglass_gateway_requests_total", {}),
 ]
 
 
-def drive_mix(url: str, stop: threading.Event) -> None:
+def drive_mix(url: str, stop: threading.Event, mix: tuple[str, ...] = MIX) -> None:
     """Run the scenario mix round after round until `stop`."""
-    for name in itertools.cycle(MIX):
+    for name in itertools.cycle(mix):
         if stop.is_set():
             return
         asyncio.run(run_scenario(SCENARIOS[name], url, deadline_seconds=30))
@@ -66,12 +71,20 @@ def summary_table(agent: Agent) -> Table:
     return table
 
 
-def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464") -> None:
+def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str | None = None) -> None:
+    """The mix on a troubled stack, or one scenario (`scenario`) on the stack it describes."""
     console = Console()
+    if scenario is not None and scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}; one of {', '.join(sorted(SCENARIOS))}")
     folder = Path(tempfile.mkdtemp(prefix="spyglass-demo-"))
     traced = {"otlp_endpoint": f"http://{listen}"}  # the stack pushes its spans to the agent
-    stack = Stack(folder / "stack", free_port_base(), {name: {**patch, **traced} for name, patch in DEMO_ENGINES.items()},
-                  {"assembly_budget_chars": 20_000, **traced})
+    chosen = SCENARIOS[scenario] if scenario else None
+    engines_patch = dict(chosen.engine_patch) if chosen else DEMO_ENGINES
+    gateway_patch = dict(chosen.gateway_patch) if chosen else {"assembly_budget_chars": 20_000}
+    stack = Stack(folder / "stack", free_port_base(),
+                  {name: {**engines_patch.get(name, {}), **traced} for name in ("strata-a", "strata-b")},
+                  {**gateway_patch, **traced}, set(chosen.crash_loop) if chosen else set())
+    mix = (scenario,) if scenario else MIX
     toml = stack.spyglass_toml(folder / "spyglass").replace("[exporters.prometheus]\nenabled = false",
                                                               f'[exporters.prometheus]\nlisten = "{listen}"')
     config_file = folder / "spyglass.toml"
@@ -81,12 +94,12 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464") -> None:
     stop_driver = threading.Event()
     stack.start()
     try:
-        stack.wait_ready()
+        stack.wait_ready(chosen.ready if chosen else ("strata-a", "strata-b"))
         runner = threading.Thread(target=agent.serve, name="spyglass-agent")
-        driver = threading.Thread(target=drive_mix, args=(stack.url, stop_driver), name="load-driver", daemon=True)
+        driver = threading.Thread(target=drive_mix, args=(stack.url, stop_driver, mix), name="load-driver", daemon=True)
         runner.start()
         driver.start()
-        console.print(f"[bold]spyglass demo[/]: the emulated Strata stack under supervisord, driven by {', '.join(MIX)}\n"
+        console.print(f"[bold]spyglass demo[/]: the emulated Strata stack under supervisord, driven by {', '.join(mix)}\n"
                       f"  metrics     http://{listen}/metrics\n  sources     http://{listen}/debug/sources\n"
                       f"  SQL         curl -s http://{listen}/api/sql -d '{{\"query\": \"SELECT kind, count(*)"
                       f" FROM events GROUP BY ALL\"}}'\n  store       {folder / 'spyglass' / 'spyglass.duckdb'}\n"
