@@ -20,6 +20,7 @@ from exporters.state import MetricState
 from exporters.supervisord_signals import SupervisordSignals
 
 BIN = Path(sys.executable).parent
+PROGRAM = Path(__file__).parent / "fixtures" / "supervisord" / "program.py"
 
 
 def conf(folder: Path) -> Path:
@@ -42,12 +43,12 @@ supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
 serverurl=unix://{folder}/supervisor.sock
 
 [program:crashy]
-command={py} -c "import time; time.sleep(0.2); raise SystemExit(1)"
+command={py} {PROGRAM} 0.2 1
 startsecs=1
 startretries=2
 
 [program:lateloop]
-command={py} -c "import time; time.sleep(1.3); raise SystemExit(3)"
+command={py} {PROGRAM} 1.3 3
 startsecs=1
 autorestart=true
 
@@ -56,11 +57,11 @@ command=/nonexistent/strata-engine
 startretries=1
 
 [program:victim]
-command={py} -c "import time; time.sleep(600)"
+command={py} {PROGRAM} 0 0
 startsecs=1
 
 [program:steady]
-command={py} -c "import time; time.sleep(600)"
+command={py} {PROGRAM} 0 0
 startsecs=1
 """)
     return path
