@@ -103,6 +103,13 @@ async def light_load(d: Driver, c: httpx.AsyncClient) -> None:
     await asyncio.gather(*(d.conversation(c, lane, f"{lane}-light", 2, 5_000) for lane in ("fast", "normal")))
 
 
+async def over_limit(d: Driver, c: httpx.AsyncClient) -> None:
+    # Six at once on a lane whose model takes two: 429 "model concurrency full (limit 2)" (H12).
+    d.limit = asyncio.Semaphore(6)
+    await asyncio.gather(*(d.send(c, "fast", [{"role": "user", "content": f"Task: {i} " + filler(40_000, str(i))}],
+                                  mode="passthrough") for i in range(6)))
+
+
 async def crash_loop(d: Driver, c: httpx.AsyncClient) -> None:
     await asyncio.sleep(12)  # strata-b aborts 1 s after each start; supervisord respawns it
 
@@ -137,6 +144,8 @@ SCENARIOS = {s.name: s for s in [
              assembly_drop, {"strata-a": BIG_CACHE}, {"assembly_budget_chars": 20_000}),
     Scenario("token-count", "Estimate 3.3x the engine count; an overfit 400 and a blind retry (incident 6).",
              token_count, {"strata-b": BIG_CACHE}),
+    Scenario("concurrency", "More requests at once than the model's limit: 429s at the gateway (H12).",
+             over_limit, {"strata-a": BIG_CACHE}),
     Scenario("crash-loop", "strata-b aborts after start and is respawned: never FATAL (upgrade article).",
              crash_loop, {"strata-b": {"crash_after_seconds": 1.0}}, crash_loop=frozenset({"strata-b"}),
              ready=("strata-a",)),

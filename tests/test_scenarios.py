@@ -61,6 +61,8 @@ EXPECTED = {
     and v("spyglass_gateway_assembly_dropped_most_total") >= 3 and v("spyglass_infer_plan_then_stop_total") >= 3,
     "token-count": lambda v: v("spyglass_gateway_overfits_total") >= 1 and v("spyglass_gateway_blind_retries_total") >= 1
     and v("spyglass_engine_rejections_total", status="400") >= 2 and v("spyglass_gateway_clamps_total") >= 1,
+    "concurrency": lambda v: v("spyglass_gateway_concurrency_rejections_total") >= 3  # a reject line names no lane
+    and v("spyglass_infer_requests_total", status="429") >= 3 and v("spyglass_gateway_requests_total", status="200") >= 2,
     "crash-loop": lambda v: v("spyglass_supervisord_spawns_total", program="strata-b") >= 3
     and v("spyglass_supervisord_exits_total", program="strata-b", cause="SIGABRT") >= 2
     and v("spyglass_supervisord_fatal_total", program="strata-b") == 0,
