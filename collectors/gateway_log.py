@@ -1,23 +1,24 @@
 """Gateway log (rag-proxy.log, sources.md §4): `[HH:MM:SS] message`, UTC, with no date.
 
-The date is recovered (DateRecovery): a line with a request id takes its UTC date from the id's
-Beijing time; a line without one takes the date of the line before, a new day when the clock
-goes back more than 12 hours; lines before the first id take the file's mtime. The source also
-carries each request's lane, mode and token estimate from its first line to the later ones
-(precheck, done, overfit, reject), which do not repeat them.
+The date is recovered (DateRecovery), in the log's zone (`tz`, UTC by default): a line with a
+request id takes its date from the id's Beijing time; a line without one takes the date of the
+line before, a new day when the clock goes back more than 12 hours; lines before the first id
+take the file's mtime. The source also carries each request's lane, mode and token estimate
+from its first line to the later ones (precheck, done, overfit, reject), which do not repeat
+them, and lets go of it at the request's last line.
 Fixture: tests/fixtures/gateway_log/rag-proxy.log
 """
 from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import Field
 
 from collectors import SourceOptions, register
-from collectors.clock import zone
+from collectors.clock import local_to_epoch, zone
 from collectors.dated_log import handle_lines
 from collectors.event import Event
 from collectors.grammar import Miss, PatternOverride, build_kinds
@@ -48,6 +49,7 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
 }
 TEXT_FIELDS = frozenset({"req", "session", "lane", "mode", "version", "finish", "upstream", "reason"})
 CARRIED = ("lane", "mode", "est_tokens", "client_msgs", "sent_msgs")
+LAST_LINES = ("done", "reject", "retry_on_overfit")  # a request writes nothing after these
 
 
 class GatewayLogOptions(SourceOptions):
@@ -59,10 +61,10 @@ class GatewayLogOptions(SourceOptions):
 
 
 class DateRecovery:
-    """The UTC date of each `[HH:MM:SS]` line (rules in the module docstring)."""
+    """The date, in the log's zone, of each `[HH:MM:SS]` line (rules in the module docstring)."""
 
-    def __init__(self, id_zone: str) -> None:
-        self.id_zone = zone(id_zone)
+    def __init__(self, id_zone: str, log_zone: str = "UTC") -> None:
+        self.id_zone, self.log_zone = zone(id_zone), zone(log_zone)
         self.day: date | None = None
         self.last_seconds = -1
 
@@ -80,7 +82,7 @@ class DateRecovery:
             local = datetime.strptime((found.group(1) + found.group(2)).decode(), "%Y%m%d%H%M%S")
         except ValueError:
             return None
-        arrived = local.replace(tzinfo=self.id_zone).astimezone(timezone.utc)
+        arrived = local.replace(tzinfo=self.id_zone).astimezone(self.log_zone)
         arrived_seconds = arrived.hour * 3600 + arrived.minute * 60 + arrived.second
         # A line is written at or after its request arrived: an earlier time of day is the next day.
         return arrived.date() + timedelta(days=1 if seconds_of_day < arrived_seconds - 60 else 0)
@@ -97,18 +99,20 @@ class DateRecovery:
 class GatewayLogSource:
     """Gateway lines in, events out, with the date recovered and request context carried."""
 
-    def __init__(self, name: str, options: GatewayLogOptions, host: str = "", max_requests: int = 20_000) -> None:
+    def __init__(self, name: str, options: GatewayLogOptions, host: str = "", max_requests: int = 2000) -> None:
         self.name, self.options, self.host = name, options, host
         self.kinds = build_kinds(PATTERNS, options.patterns, f"sources.{name}.patterns", TEXT_FIELDS)
-        self.dates = DateRecovery(options.request_id_tz)
+        self.dates = DateRecovery(options.request_id_tz, options.tz)
+        self.log_zone = zone(options.tz)
+        # Requests between their first and last line: few at a time (the model takes two), but
+        # checkpointed every step, so a bound and a release at the last line both matter.
         self.requests: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.max_requests = max_requests
-        zone(options.tz)  # only UTC logs are known; the option exists so a bad value is reported
 
     def file_mtime(self, mtime: float) -> None:
         """The date for lines before the first request id (the pipeline passes the file's mtime)."""
         if self.dates.day is None:
-            self.dates.day = datetime.fromtimestamp(mtime, tz=timezone.utc).date()
+            self.dates.day = datetime.fromtimestamp(mtime, tz=self.log_zone).date()
 
     def handle_lines(self, lines: list[bytes]) -> tuple[list[Event], dict[str, int], bytes]:
         return handle_lines(self.handle, lines)
@@ -125,8 +129,8 @@ class GatewayLogSource:
             if kind.literal in line:
                 found = kind.pattern.match(line, head.end())
                 if found is not None and day is not None:
-                    ts = datetime(day.year, day.month, day.day, tzinfo=timezone.utc).timestamp()
-                    return self._event(ts + hour * 3600 + minute * 60 + second, kind.kind, kind.typed(found))
+                    wall = datetime(day.year, day.month, day.day, hour, minute, min(second, 59))
+                    return self._event(local_to_epoch(wall, self.log_zone), kind.kind, kind.typed(found))
         return Miss.UNMATCHED
 
     def _event(self, ts: float, kind: str, fields: dict[str, Any]) -> Event:
@@ -136,7 +140,8 @@ class GatewayLogSource:
             if len(self.requests) > self.max_requests:
                 self.requests.popitem(last=False)
         elif req in self.requests:
-            fields = {**self.requests[req], **fields}
+            context = self.requests.pop(req) if kind in LAST_LINES else self.requests[req]
+            fields = {**context, **fields}
         return Event(ts, self.name, kind, self.options.instance or "rag-proxy", fields, req, self.host)
 
     def checkpoint(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+from dataclasses import asdict
 from typing import Any
 
 from loguru import logger
@@ -57,7 +58,7 @@ class Tailer:
         files = list(self._pending) + [f.record() for f in self.draining]  # pending: not yet polled
         if self.live is not None:
             files.append(self.live.record())
-        return {"files": files, "stats": _stats_dict(self.stats)}
+        return {"files": files, "stats": asdict(self.stats)}
 
     def lag_bytes(self) -> int:
         """Bytes written to open files that no complete line has consumed yet."""
@@ -265,9 +266,3 @@ def _after_last_newline(f: TailFile) -> int:
     size = f.size()
     window = os.pread(f.fd, min(size, f.max_line), size - min(size, f.max_line))
     return size - len(window) + window.rfind(b"\n") + 1
-
-
-def _stats_dict(stats: TailStats) -> dict[str, Any]:
-    return {"lines": stats.lines, "bytes": stats.bytes, "long_lines": stats.long_lines,
-            "nul_bytes": stats.nul_bytes, "lost_files": stats.lost_files,
-            "rotations": dict(stats.rotations)}

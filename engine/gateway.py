@@ -19,7 +19,7 @@ import secrets
 import sqlite3
 import time
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +28,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from collectors.clock import BEIJING
 from engine.instrument import annotate, event, instrument, new_request_id, otlp_tracing, request_id
 from engine.mechanism import cjk_chars, estimate_tokens
-from engine.serve import text_of
+from collectors.infer_store import text_of
 
-BEIJING = timezone(timedelta(hours=8))
 FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
 SCHEMA = ("CREATE TABLE IF NOT EXISTS requests (id TEXT PRIMARY KEY, ts TEXT, session TEXT, lane TEXT, upstream TEXT,"
           " mode TEXT, client_msgs INT, sent_msgs INT, chars INT, est_tokens INT, prompt_tokens INT,"

@@ -22,10 +22,12 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 from opentelemetry import metrics, trace
+
+from collectors.clock import BEIJING
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
@@ -38,7 +40,6 @@ TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
                 20.0, 40.0, 80.0, 160.0, 320.0, 640.0, 1200.0, 1800.0]
 TPOT_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0]
 TOKEN_BUCKETS = [float(4 ** k) for k in range(14)]
-BEIJING = timezone(timedelta(hours=8))
 REQUEST_ID = "x-request-id"
 MAIN_PATHS = ("/v1/messages", "/v1/chat/completions")
 TRACE_HEADERS = (b"traceparent", b"tracestate")

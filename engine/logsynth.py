@@ -5,7 +5,7 @@ evicts least-recently-used snapshots when over its byte budget; the next turn re
 parked snapshot, else from the last checkpoint (a multiple of prompt-cache-every), else reads it
 all. With the seed's numbers (8 GiB budget, ~4.7 GB snapshots of 250k-token conversations) an
 eviction storm and checkpoint-only reuse emerge; with a large budget they do not.
-Used by `spyglass demo` and bench/; the full emulator of engine + serve + gateway builds on it.
+Used by bench/ and the kill-loop test; the emulator (engine.serve) logs the same lines as requests happen.
 """
 from __future__ import annotations
 
@@ -38,7 +38,6 @@ class EngineModel:
     seed: int = 7
     conversations: int = 8
     start_tokens: int = 180_000
-    time_scale: float = 1.0  # < 1 compresses line timestamps (a live demo); values stay real
     rng: random.Random = field(init=False)
     convs: list[Conversation] = field(init=False)
     cache: ConversationCache = field(init=False)
@@ -81,11 +80,11 @@ class EngineModel:
         read = prompt - reused
         read_ms = 300 + int(read / PREFILL_TOKENS_PER_MS)
         slot = f"slot {task % self.slots}"
-        t = ts + read_ms / 1000 * self.time_scale
+        t = ts + read_ms / 1000
         out.append(line(t, "I", slot, f"task {task} prompt {prompt} = {reused} reused + {read} read in {read_ms} ms"))
         thinking = self.rng.randrange(200, 4000)
         completion = thinking + self.rng.randrange(20, 600)
-        t += completion / self.decode_tps * self.time_scale
+        t += completion / self.decode_tps
         out.append(line(t, "I", slot, f"task {task} thinking: {thinking} of max 32000 \u2192 done (stop)"))
         tool = self.rng.random() < 0.6
         if tool:

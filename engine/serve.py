@@ -28,6 +28,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
+from collectors.infer_store import text_of
 from engine.instrument import annotate, event, instrument, otlp_tracing
 from engine.logsynth import line, park_lines
 from engine.mechanism import (ANCHOR, SPECIAL_LITERALS, ConversationCache, Response, count_tokens, plan_response)
@@ -54,12 +55,6 @@ class EngineSettings(BaseModel):
     crash_after_seconds: float | None = None  # abort (SIGABRT) this long after start: a crash loop
     seed: int = 1
     otlp_endpoint: str | None = None  # trace the serve (engine.instrument) and push spans here
-
-
-def text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
 
 
 class Engine:

@@ -59,6 +59,12 @@ class MetricState:
             if state:
                 values[key + (state,)] = 1.0 if state == current else 0.0
 
+    def total(self, name: str, /, **labels: str) -> float:
+        """The sum of a metric's series whose labels match `labels` (observations, for a histogram)."""
+        names = self.catalogue[name].labels
+        series = self.values.get(name) or {k: sum(c) for k, (c, _) in self.hists.get(name, {}).items()}
+        return sum(v for key, v in series.items() if all(dict(zip(names, key)).get(k) == w for k, w in labels.items()))
+
     def observe(self, name: str, key: Key, value: float) -> None:
         series = self.hists[name]
         bucket = series.get(key)

@@ -56,12 +56,7 @@ def drive_mix(url: str, stop: threading.Event, mix: tuple[str, ...] = MIX) -> No
 def signal_values(agent: Agent) -> list[tuple[str, float]]:
     state = agent.pipeline.state
     with state.lock:
-        rows = []
-        for label, metric, labels in SIGNALS:
-            spec = state.catalogue[metric]
-            rows.append((label, sum(v for key, v in state.values[metric].items()
-                                    if all(dict(zip(spec.labels, key)).get(k) == w for k, w in labels.items()))))
-    return rows
+        return [(label, state.total(metric, **labels)) for label, metric, labels in SIGNALS]
 
 
 def summary_table(agent: Agent) -> Table:

@@ -15,7 +15,6 @@ import exporters
 from spyglass.config import AgentConfig, ExportersConfig, SignalsConfig
 
 ROOT = Path(__file__).resolve().parent.parent
-UNIT_WORDS = {"": "", "seconds": "s", "bytes": "By", "tokens": "{token}", "tokens_per_second": "{token}/s"}
 
 
 def metrics_markdown() -> str:
@@ -84,7 +83,7 @@ def config_markdown() -> str:
         module = sys.modules[registration.cls.__module__]
         patterns = getattr(module, "PATTERNS", None)
         if patterns:
-            out += [f"Line kinds and their default message patterns (override in `[sources.NAME.patterns]`",
+            out += ["Line kinds and their default message patterns (override in `[sources.NAME.patterns]`",
                     "with a regex, or a table `{ regex, component, literal }`; named groups become fields):", "",
                     "| kind | component | literal prefilter | regex |", "|---|---|---|---|"]
             for name, (component, literal, regex) in sorted(patterns.items()):

@@ -67,3 +67,19 @@ def test_context_survives_a_restart_through_the_checkpoint():
     assert [(e.kind, utc(e), e.fields.get("lane")) for e in later] == [
         ("precheck", "2026-10-20 04:49:00", "fast"), ("clamp", "2026-10-20 04:49:00", "fast"),
         ("done", "2026-10-20 04:49:15", "fast")]
+
+
+def test_a_request_lets_go_of_its_context_at_its_last_line():
+    source = GatewayLogSource("gw", GatewayLogOptions(path="x"))
+    source.file_mtime(MTIME)
+    source.handle_lines(FIXTURE.read_bytes().splitlines())
+    assert source.checkpoint()["requests"] == {}  # every request in the fixture finished
+
+
+def test_a_log_written_in_another_zone():
+    lines = [b"[12:49:00] req=20261020-124900-7aa82c session=auto:1 lane=fast mode=assembled client_msgs=1"
+             b" sent_msgs=1 chars=9 cjk=0.000 est_tokens=7 max_tokens=9",
+             b"[00:00:30] rag-proxy started pid=1 version=2026.10.20-1"]  # back by 12 h 48 m: the next day
+    source = GatewayLogSource("gw", GatewayLogOptions(path="x", tz="Asia/Shanghai"))
+    events, _, _ = source.handle_lines(lines)
+    assert [utc(e) for e in events] == ["2026-10-20 04:49:00", "2026-10-20 16:00:30"]

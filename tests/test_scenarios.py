@@ -33,12 +33,6 @@ def run(name: str, folder: Path) -> MetricState:
     return pipeline.state
 
 
-def total(metrics: MetricState, metric: str, /, **labels: str) -> float:
-    spec = metrics.catalogue[metric]
-    series = metrics.values.get(metric) or {k: sum(c) for k, (c, _) in metrics.hists.get(metric, {}).items()}
-    return sum(v for key, v in series.items() if all(dict(zip(spec.labels, key)).get(k) == w for k, w in labels.items()))
-
-
 INCIDENT_SIGNALS = [
     ("spyglass_engine_evictions_total", {}), ("spyglass_engine_long_prompts_checkpoint_only_total", {}),
     ("spyglass_infer_thinking_only_total", {}), ("spyglass_infer_plan_then_stop_total", {}),
@@ -78,7 +72,7 @@ EXPECTED = {
 def test_scenario_end_to_end(name, tmp_path):
     state = run(name, tmp_path)
     def v(metric: str, /, **labels: str) -> float:
-        return total(state, metric, **labels)
+        return state.total(metric, **labels)
 
     assert v("spyglass_source_lines_total", outcome="unmatched") == 0, "a line of the stack did not parse"
     if name == "healthy":
