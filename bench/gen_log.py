@@ -1,6 +1,6 @@
 """Writes the benchmark's engine log: N lines, one in four an event (the rest debug noise).
 
-Events come from engine.logsynth's model (requests, cache park/evict/restore, stats), so the
+Events come from engine.emulator.logsynth's model (requests, cache park/evict/restore, stats), so the
 mix of kinds and field values is the one the parsers see in production.
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from engine.logsynth import EngineModel
+from engine.emulator.logsynth import EngineModel
 
 
 def generate(path: Path, total_lines: int, seed: int = 42) -> int:

@@ -16,16 +16,15 @@ from opentelemetry.sdk.resources import Resource
 
 from exporters.catalogue import MetricSpec
 from exporters.state import Key, MetricState
-from spyglass import __version__ as VERSION
 
 
 class OtelInstruments:
     """Every catalogue metric as an OpenTelemetry instrument over one MetricState."""
 
-    def __init__(self, state: MetricState, reader: MetricReader, host: str = "") -> None:
-        resource = Resource.create({"service.name": "spyglass", "service.version": VERSION, "host.name": host})
+    def __init__(self, state: MetricState, reader: MetricReader, host: str = "", version: str = "") -> None:
+        resource = Resource.create({"service.name": "spyglass", "service.version": version, "host.name": host})
         self.provider = MeterProvider(resource=resource, metric_readers=[reader])
-        meter = self.provider.get_meter("spyglass", VERSION)
+        meter = self.provider.get_meter("spyglass", version)
         self.state = state
         self.histograms = {}
         for spec in state.catalogue:
@@ -56,10 +55,11 @@ class OtelInstruments:
         self.provider.shutdown()
 
 
-def otlp_instruments(state: MetricState, endpoint: str, interval_seconds: float, host: str) -> OtelInstruments:
+def otlp_instruments(state: MetricState, endpoint: str, interval_seconds: float, host: str,
+                     version: str = "") -> OtelInstruments:
     """Instruments pushed to `endpoint` (an OTLP/HTTP base URL) every `interval_seconds`."""
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
     exporter = OTLPMetricExporter(endpoint=endpoint.rstrip("/") + "/v1/metrics", timeout=10)
     reader = PeriodicExportingMetricReader(exporter, export_interval_millis=int(interval_seconds * 1000))
-    return OtelInstruments(state, reader, host)
+    return OtelInstruments(state, reader, host, version)

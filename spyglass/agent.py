@@ -14,8 +14,9 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from collectors.clock import Clock, SystemClock
-from exporters.prometheus import AgentServer
+from spyglass.server import AgentServer
 from exporters.statefile import StateFile, Store
+from spyglass import __version__
 from spyglass.config import Config
 from spyglass.pipeline import Pipeline
 
@@ -69,9 +70,9 @@ class Agent:
             from exporters.otel import otlp_instruments
 
             self.otel = otlp_instruments(self.pipeline.state, otlp.endpoint, otlp.interval_seconds,
-                                         config.agent.host)
+                                         config.agent.host, __version__)
             from engine.instrument import otlp_tracing
-            from exporters.traces import EngineSpanExporter
+            from engine.span_export import EngineSpanExporter
 
             self.tracing = otlp_tracing(otlp.endpoint, "spyglass")
             kinds = {name: options.kind for name, options in config.sources.items()}
@@ -82,7 +83,7 @@ class Agent:
                                       self._receive_traces if config.exporters.traces.accept else None)
 
     def _receive_traces(self, body: bytes) -> None:
-        from exporters.otlp_receiver import decode_spans
+        from spyglass.otlp_receiver import decode_spans
 
         self.pipeline.submit(decode_spans(body, self.config.agent.host))
         self.wake.set()

@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from engine.scenarios import SCENARIOS, run_scenario
-from engine.stack import Stack, free_port_base
+from engine.emulator.scenarios import SCENARIOS, run_scenario
+from engine.emulator.stack import Stack, free_port_base
 from spyglass.agent import Agent
 from spyglass.config import parse_config
 

@@ -85,7 +85,7 @@ def test_sql_cli_reads_the_store_directly_when_no_agent_runs(tmp_path):
 
 
 def test_the_server_binds_ipv6_loopback_too():
-    from exporters.prometheus import AgentServer
+    from spyglass.server import AgentServer
     from exporters.state import MetricState
     import exporters
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 
 import exporters
-from engine.logsynth import EngineModel
+from engine.emulator.logsynth import EngineModel
 from exporters.prometheus import render
 from exporters.state import MetricState
 from spyglass.config import engine_log_toml

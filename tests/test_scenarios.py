@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from collectors.clock import SystemClock
-from engine.scenarios import SCENARIOS, run_scenario
-from engine.stack import Stack, free_port_base
+from engine.emulator.scenarios import SCENARIOS, run_scenario
+from engine.emulator.stack import Stack, free_port_base
 from exporters.state import MetricState
 from exporters.statefile import StateFile
 from spyglass.config import parse_config

@@ -21,10 +21,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from collectors.engine_log import EngineLogOptions, EngineLogSource
 from conftest import free_port, wait_until
-from engine.gateway import GatewaySettings, create_app as gateway_app
+from engine.emulator.gateway import GatewaySettings, create_app as gateway_app
 from engine.instrument import instrument, otlp_tracing, span_id_for, trace_id_for, tracer_provider
-from engine.serve import EngineSettings, create_app as serve_app
-from exporters.traces import EngineSpanExporter
+from engine.emulator.serve import EngineSettings, create_app as serve_app
+from engine.span_export import EngineSpanExporter
 
 MARKER = "SECRET-MARKER-93d1"
 

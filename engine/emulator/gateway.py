@@ -6,7 +6,7 @@ with count_tokens, clamps max_tokens to the room left, optionally retries an ove
 (incident 6), enforces a model concurrency limit (429), and writes the gateway log (sources.md
 §4) and the infer store (§6: infer.db rows and infer-segs/*/seg-*.jsonl.gz bodies).
 
-    python -m engine.gateway --settings '{"port": 8080, "log": "rag-proxy.log", "infer": "infer"}'
+    python -m engine.emulator.gateway --settings '{"port": 8080, "log": "rag-proxy.log", "infer": "infer"}'
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from collectors.clock import BEIJING
 from engine.instrument import annotate, event, instrument, new_request_id, otlp_tracing, request_id
-from engine.mechanism import cjk_chars, estimate_tokens
+from engine.emulator.mechanism import cjk_chars, estimate_tokens
 from collectors.infer_store import text_of
 
 FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length"}

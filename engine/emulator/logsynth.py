@@ -5,7 +5,7 @@ evicts least-recently-used snapshots when over its byte budget; the next turn re
 parked snapshot, else from the last checkpoint (a multiple of prompt-cache-every), else reads it
 all. With the seed's numbers (8 GiB budget, ~4.7 GB snapshots of 250k-token conversations) an
 eviction storm and checkpoint-only reuse emerge; with a large budget they do not.
-Used by bench/ and the kill-loop test; the emulator (engine.serve) logs the same lines as requests happen.
+Used by bench/ and the kill-loop test; the emulator (engine.emulator.serve) logs the same lines as requests happen.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from engine.mechanism import ConversationCache
+from engine.emulator.mechanism import ConversationCache
 
 PREFILL_TOKENS_PER_MS = 2.0  # 238k tokens re-read in about two minutes (incident 2)
 WINDOW = 262_144

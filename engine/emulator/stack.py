@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 
-from engine.gateway import GatewaySettings
-from engine.serve import EngineSettings
+from engine.emulator.gateway import GatewaySettings
+from engine.emulator.serve import EngineSettings
 
 BIN = Path(sys.executable).parent
 
@@ -72,9 +72,9 @@ class Stack:
 
     def supervisord_conf(self) -> Path:
         py = shlex.quote(sys.executable)
-        programs = {"rag-proxy": f"{py} -m engine.gateway --settings {shlex.quote(self.gateway.model_dump_json())}"}
+        programs = {"rag-proxy": f"{py} -m engine.emulator.gateway --settings {shlex.quote(self.gateway.model_dump_json())}"}
         for name, settings in self.engines.items():
-            programs[name] = f"{py} -m engine.serve --settings {shlex.quote(settings.model_dump_json())}"
+            programs[name] = f"{py} -m engine.emulator.serve --settings {shlex.quote(settings.model_dump_json())}"
         sections = [f"[supervisord]\nlogfile={self.folder}/supervisord.log\npidfile={self.folder}/supervisord.pid\n"
                     f"nodaemon=true\nloglevel=info\n",
                     f"[unix_http_server]\nfile={self.folder}/supervisor.sock\n",

@@ -1,0 +1,39 @@
+"""Arrows run down: collectors know only the event; exporters know collectors' events; the
+application (spyglass/) and the observed stack (engine/) sit above them."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FORBIDDEN = {
+    "collectors": {"exporters", "spyglass", "engine"},
+    "exporters": {"spyglass", "engine"},
+    "engine": {"spyglass"},
+}
+
+
+def imported_packages(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_a_package_imports_nothing_above_it(package):
+    offenders = {str(path.relative_to(ROOT)): sorted(imported_packages(path) & FORBIDDEN[package])
+                 for path in sorted((ROOT / package).rglob("*.py"))}
+    assert {path: bad for path, bad in offenders.items() if bad} == {}
+
+
+def test_the_rule_sees_a_violation(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from spyglass.config import Config\nimport engine.instrument\n")
+    assert imported_packages(bad) >= {"spyglass", "engine"}
