@@ -1,20 +1,31 @@
-"""Source registry. Each module in this package registers its source kind with @register.
+"""Source registry and the contracts of a source. Each module here registers its kind with @register.
 
 Adding a source is one module here (options model, pure parser, source class) plus a fixture.
-A source class takes (name, options, host=...) and has `handle(line: bytes) -> Event | Miss` and
-`handle_lines(lines) -> (events, miss counts, last unmatched line)` for the hot path;
-if it keeps state across lines it also has `checkpoint() -> dict` and `restore(dict)`, and that
-state is committed with the tailer's offsets.
+A source class is constructed as `cls(name, options, host=...)` and is one of two kinds:
+
+- a `LineSource` (subclass `LineSourceBase`): the pipeline tails `options.path` and hands it
+  complete lines, `handle_lines(lines) -> (events, miss counts, last unmatched line)`;
+- a `PolledSource` (subclass `PolledSourceBase`): the pipeline calls `poll(now) -> PollResult`
+  on its own thread when `poll_policy()` says it is due; the source never schedules itself.
+
+Both have `checkpoint() -> dict | None` and `restore(dict)` (state kept across lines or polls,
+committed with the tailer's offsets) and `close()`; the base classes give them as no-ops, and
+@register rejects a class that does not satisfy its protocol. A kind may register one class of
+each (serve_status polls a URL or replays a file): a source whose options name a `path` is tailed.
 """
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from collectors.event import Event
 
 
 class SourceOptions(BaseModel):
@@ -32,23 +43,148 @@ class SourceOptions(BaseModel):
                                description="Where a rotated copy of the file may be found; '{path}' expands.")
 
 
+LineBatch = tuple[list[Event], dict[str, int], bytes]  # events, miss counts by outcome, last unmatched line
+
+
+@dataclass(frozen=True)
+class PollResult:
+    """One poll's events, and whether the source answered (up, and the next poll after the interval)
+    or not (up = 0, and the next poll backs off)."""
+
+    events: list[Event] = field(default_factory=list)
+    ok: bool = True
+
+
+@dataclass(frozen=True)
+class PollPolicy:
+    """How the pipeline schedules a polled source: every `interval_seconds` while it answers; after
+    n failures in a row, interval * 2**n, at most `max_backoff_seconds` (None: no backoff)."""
+
+    interval_seconds: float
+    max_backoff_seconds: float | None = None
+
+
+@runtime_checkable
+class LineSource(Protocol):
+    """What the pipeline calls on a tailed source."""
+
+    def handle_lines(self, lines: list[bytes]) -> LineBatch: ...
+
+    def file_mtime(self, mtime: float) -> None: ...  # the live file's mtime: a date for date-less lines
+
+    def checkpoint(self) -> dict[str, Any] | None: ...
+
+    def restore(self, saved: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class PolledSource(Protocol):
+    """What the pipeline calls on a polled source."""
+
+    def poll(self, now: float) -> PollResult: ...
+
+    def poll_policy(self) -> PollPolicy: ...
+
+    def checkpoint(self) -> dict[str, Any] | None: ...
+
+    def restore(self, saved: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _SourceBase:
+    def checkpoint(self) -> dict[str, Any] | None:
+        """State to commit with the events (None: the source keeps none)."""
+        return None
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        """Take back what `checkpoint` returned before a restart."""
+
+    def close(self) -> None:
+        """Release connections and files."""
+
+
+class LineSourceBase(_SourceBase):
+    """Defaults of a line source: no state across lines, no use for the file's mtime."""
+
+    def file_mtime(self, mtime: float) -> None:
+        """Told before each batch of lines read from the live file."""
+
+
+class PolledSourceBase(_SourceBase):
+    """Defaults of a polled source: no state across polls."""
+
+
 @dataclass(frozen=True)
 class Registration:
+    """A source kind: its options model and its class (or one of each mode)."""
+
     kind: str
-    cls: type
     options: type[SourceOptions]
+    tailed: Callable[..., LineSource] | None = None  # constructed as cls(name, options, host=...)
+    polled: Callable[..., PolledSource] | None = None
+
+    @property
+    def cls(self) -> type:
+        """The kind's main class (its docstring describes the kind): the polled one if it has one."""
+        main = self.polled or self.tailed
+        assert isinstance(main, type), "a registration holds at least one class"
+        return main
+
+    def is_polled(self, options: SourceOptions) -> bool:
+        """Whether a source with these options is polled; a kind with both classes is tailed when
+        its options name a path."""
+        return self.polled is not None and (self.tailed is None or options.path is None)
+
+    def build(self, name: str, options: SourceOptions, host: str = "") -> LineSource | PolledSource:
+        """The source object for these options (a bad pattern raises ValueError, naming its key)."""
+        make = self.polled if self.is_polled(options) else self.tailed
+        assert make is not None
+        return make(name, options, host=host)
 
 
 REGISTRY: dict[str, Registration] = {}
+SourceClass = TypeVar("SourceClass", bound=type)
 
 
-def register(kind: str, options: type[SourceOptions]) -> Callable[[type], type]:
+def _members(protocol: type) -> list[str]:
+    return sorted(name for name in dir(protocol) if not name.startswith("_"))
+
+
+def _missing(cls: type, protocol: type) -> list[str]:
+    return [name for name in _members(protocol) if not callable(inspect.getattr_static(cls, name, None))]
+
+
+def check_source_class(kind: str, cls: type) -> str:
+    """'tailed' or 'polled'; ValueError naming what `cls` lacks to be a line or a polled source."""
+    where = f"source kind {kind!r}: {cls.__qualname__}"
+    try:
+        inspect.signature(cls).bind("name", SourceOptions(kind=kind), host="")
+    except TypeError as exc:
+        raise ValueError(f"{where} must be constructible as cls(name, options, host=...) ({exc})") from None
+    line, polled = _missing(cls, LineSource), _missing(cls, PolledSource)
+    if not line and not polled:
+        raise ValueError(f"{where} is both a line source and a polled source; register one class of each")
+    if line and polled:
+        raise ValueError(f"{where} is neither a line source (lacks {', '.join(line)}) nor a polled source "
+                         f"(lacks {', '.join(polled)}); subclass LineSourceBase or PolledSourceBase")
+    return "polled" if not polled else "tailed"
+
+
+def register(kind: str, options: type[SourceOptions]) -> Callable[[SourceClass], SourceClass]:
     """Register a source class under `kind`, with the pydantic model of its options."""
 
-    def decorate(cls: type) -> type:
-        if kind in REGISTRY and REGISTRY[kind].cls is not cls:
+    def decorate(cls: SourceClass) -> SourceClass:
+        slot = check_source_class(kind, cls)
+        current = REGISTRY.get(kind) or Registration(kind, options)
+        if current.options is not options:
+            raise ValueError(f"source kind {kind!r} registered with two options models")
+        taken = current.polled if slot == "polled" else current.tailed
+        if taken not in (None, cls):
             raise ValueError(f"source kind {kind!r} registered twice")
-        REGISTRY[kind] = Registration(kind, cls, options)
+        REGISTRY[kind] = replace(current, polled=cls) if slot == "polled" else replace(current, tailed=cls)
         return cls
 
     return decorate

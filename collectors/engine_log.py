@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from collectors import SourceOptions, register
+from collectors import LineSourceBase, SourceOptions, register
 from collectors.dated_log import DatedLogParser
 from collectors.event import Event
 from collectors.grammar import Miss, PatternOverride, build_kinds
@@ -132,7 +132,7 @@ class EngineLogParser(DatedLogParser):
 
 
 @register("engine_log", EngineLogOptions)
-class EngineLogSource:
+class EngineLogSource(LineSourceBase):
     """Engine log lines in, events out; joins `task N` to the request id its `queued` line named."""
 
     def __init__(self, name: str, options: EngineLogOptions, host: str = "", max_tasks: int = 4096) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from collectors import SourceOptions, register
+from collectors import LineSourceBase, SourceOptions, register
 from collectors.clock import local_to_epoch, zone
 from collectors.dated_log import handle_lines
 from collectors.event import Event
@@ -96,7 +96,7 @@ class DateRecovery:
 
 
 @register("gateway_log", GatewayLogOptions)
-class GatewayLogSource:
+class GatewayLogSource(LineSourceBase):
     """Gateway lines in, events out, with the date recovered and request context carried."""
 
     def __init__(self, name: str, options: GatewayLogOptions, host: str = "", max_requests: int = 2000) -> None:

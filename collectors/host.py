@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from collectors import SourceOptions, register
+from collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
 from collectors.event import Event
 from collectors.supervisord_rpc import pid_of
 
@@ -139,14 +139,14 @@ def read_process(proc: Path, cgroup_root: Path, pid: int) -> dict[str, Any]:
 
 
 @register("host", HostOptions)
-class HostSource:
+class HostSource(PolledSourceBase):
     """Samples each configured engine process and its cgroup; pairs of processes share CPUs or not."""
-
-    polled = True
 
     def __init__(self, name: str, options: HostOptions, host: str = "") -> None:
         self.name, self.options, self.host = name, options, host
-        self.next_due, self.up = 0.0, False
+
+    def poll_policy(self) -> PollPolicy:
+        return PollPolicy(self.options.interval_seconds)
 
     def find_pid(self, ref: ProcessRef) -> int | None:
         if ref.program and self.options.supervisord:
@@ -167,10 +167,8 @@ class HostSource:
                     continue
         return None
 
-    def poll(self, now: float) -> list[Event]:
-        if now < self.next_due:
-            return []
-        self.next_due = now + self.options.interval_seconds
+    def poll(self, now: float) -> PollResult:
+        """One sample; ok unless every configured process was missing."""
         events, cpus = [], {}
         for instance, ref in sorted(self.options.processes.items()):
             pid = self.find_pid(ref)
@@ -186,5 +184,4 @@ class HostSource:
         for a, b in itertools.combinations(sorted(cpus), 2):
             events.append(Event(now, self.name, "shared_cpus", a, {"other": b, "shared": len(cpus[a] & cpus[b])},
                                 None, self.host))
-        self.up = bool(cpus) or not self.options.processes
-        return events
+        return PollResult(events, ok=bool(cpus) or not self.options.processes)

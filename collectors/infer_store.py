@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from collectors import SourceOptions, register
+from collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
 from collectors.clock import local_to_epoch, zone
 from collectors.event import Event
 
@@ -97,10 +97,8 @@ def body_facts(record: dict[str, Any], literals: re.Pattern[str], short: int) ->
 
 
 @register("infer_store", InferStoreOptions)
-class InferStoreSource:
+class InferStoreSource(PolledSourceBase):
     """Imports new rows and settled segments of the infer store at each poll."""
-
-    polled = True
 
     def __init__(self, name: str, options: InferStoreOptions, host: str = "") -> None:
         self.name, self.options, self.host = name, options, host
@@ -109,21 +107,17 @@ class InferStoreSource:
         self.segments = options.segments or (Path(str(options.path)).parent / "infer-segs")
         self.rowid = 0
         self.done_segments: dict[str, list[int]] = {}  # name -> [bytes read, records read]
-        self.next_due, self.up = 0.0, False
 
-    def poll(self, now: float) -> list[Event]:
-        if now < self.next_due:
-            return []
-        self.next_due = now + self.options.interval_seconds
+    def poll_policy(self) -> PollPolicy:
+        return PollPolicy(self.options.interval_seconds)
+
+    def poll(self, now: float) -> PollResult:
         try:
             with closing(self._connect()) as con:
-                events = self._rows(con) + self._segments(con, now)
-            self.up = True
-            return events
+                return PollResult(self._rows(con) + self._segments(con, now))
         except sqlite3.Error as exc:
-            self.up = False
-            return [Event(now, self.name, "poll_error", self.options.instance, {"error": type(exc).__name__}, None,
-                          self.host)]
+            return PollResult([Event(now, self.name, "poll_error", self.options.instance,
+                                     {"error": type(exc).__name__}, None, self.host)], ok=False)
 
     def _connect(self) -> sqlite3.Connection:
         path = Path(str(self.options.path)).expanduser().resolve()

@@ -1,7 +1,7 @@
 """Serve status (sources.md §2): `GET /v1/status` of each engine's serve layer, polled with httpx.
 
 A successful poll is a `status` event holding the raw snapshot (stored whole); a failed one is a
-`poll_error` event naming the error kind, and the next poll backs off exponentially. Absent keys
+`poll_error` event naming the error kind, and the pipeline backs off the next poll. Absent keys
 stay absent: an old serve build without `prompt_escapes` has it "not measured", never 0. With
 `path` instead of `url`, a JSONL file of recorded snapshots ({"ts", "url", "body"} a line) is
 tailed instead, for replay and backfill.
@@ -16,7 +16,8 @@ from typing import Any, Literal
 import httpx
 from pydantic import Field, model_validator
 
-from collectors import SourceOptions, register
+from collectors import (LineBatch, LineSourceBase, PolledSourceBase, PollPolicy, PollResult, SourceOptions,
+                        register)
 from collectors.dated_log import handle_lines
 from collectors.event import Event
 from collectors.grammar import Miss
@@ -56,21 +57,18 @@ def error_kind(exc: Exception) -> str:
 
 
 @register("serve_status", ServeStatusOptions)
-class ServeStatusSource:
+class ServeStatusSource(PolledSourceBase):
     """Polls one serve's /v1/status, or replays recorded snapshots from a file."""
 
     def __init__(self, name: str, options: ServeStatusOptions, host: str = "") -> None:
         self.name, self.options, self.host = name, options, host
-        self.polled = options.url is not None
-        self.failures = 0
-        self.next_due = 0.0
-        self.up = False
         self._client: httpx.Client | None = None
 
-    def poll(self, now: float) -> list[Event]:
-        """One poll if it is due: a status or a poll_error event."""
-        if now < self.next_due:
-            return []
+    def poll_policy(self) -> PollPolicy:
+        return PollPolicy(self.options.interval_seconds, self.options.max_backoff_seconds)
+
+    def poll(self, now: float) -> PollResult:
+        """One poll: a status event, or a poll_error event naming the error kind (and not ok)."""
         self._client = self._client or httpx.Client(timeout=self.options.timeout_seconds)
         try:
             response = self._client.get(str(self.options.url))
@@ -79,11 +77,19 @@ class ServeStatusSource:
         except (httpx.HTTPError, ValueError) as exc:
             event = Event(now, self.name, "poll_error", self.options.instance, {"error": error_kind(exc)}, None,
                           self.host)
-        self.up = event.kind == "status"
-        self.failures = 0 if self.up else self.failures + 1
-        wait = self.options.interval_seconds * (2 ** min(self.failures, 16))
-        self.next_due = now + min(wait, max(self.options.max_backoff_seconds, self.options.interval_seconds))
-        return [event]
+        return PollResult([event], ok=event.kind == "status")
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+@register("serve_status", ServeStatusOptions)
+class ServeStatusReplay(LineSourceBase):
+    """Replays snapshots recorded in a JSONL file (`path` instead of `url`)."""
+
+    def __init__(self, name: str, options: ServeStatusOptions, host: str = "") -> None:
+        self.name, self.options, self.host = name, options, host
 
     def handle(self, line: bytes) -> Event | str:
         """One recorded snapshot: {"ts": ISO-8601 or epoch seconds, "url": ..., "body": {...}}."""
@@ -97,9 +103,5 @@ class ServeStatusSource:
             return Miss.UNMATCHED if line.strip() else Miss.UNPREFIXED
         return snapshot_event(ts, record.get("body"), self.name, self.options.instance, self.host)
 
-    def handle_lines(self, lines: list[bytes]) -> tuple[list[Event], dict[str, int], bytes]:
+    def handle_lines(self, lines: list[bytes]) -> LineBatch:
         return handle_lines(self.handle, lines)
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from collectors import SourceOptions, register
+from collectors import LineSourceBase, SourceOptions, register
 from collectors.dated_log import DatedLogParser, handle_lines
 from collectors.event import Event
 from collectors.grammar import PatternOverride, build_kinds
@@ -51,7 +51,7 @@ class SupervisordLogOptions(SourceOptions):
 
 
 @register("supervisord_log", SupervisordLogOptions)
-class SupervisordLogSource:
+class SupervisordLogSource(LineSourceBase):
     """supervisord lines in, process lifecycle events out."""
 
     def __init__(self, name: str, options: SupervisordLogOptions, host: str = "") -> None:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from collectors import SourceOptions, register
+from collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
 from collectors.event import Event
 
 
@@ -76,27 +76,23 @@ class SupervisordRpcOptions(SourceOptions):
 
 
 @register("supervisord_rpc", SupervisordRpcOptions)
-class SupervisordRpcSource:
+class SupervisordRpcSource(PolledSourceBase):
     """Polls getAllProcessInfo: one `process_info` event per program, `restarted` when (pid, start) moved."""
-
-    polled = True
 
     def __init__(self, name: str, options: SupervisordRpcOptions, host: str = "") -> None:
         self.name, self.options, self.host = name, options, host
-        self.next_due, self.up = 0.0, False
         self.seen: dict[str, list[int]] = {}  # program -> [pid, start] at the last poll
 
-    def poll(self, now: float) -> list[Event]:
-        if now < self.next_due:
-            return []
-        self.next_due = now + self.options.interval_seconds
+    def poll_policy(self) -> PollPolicy:
+        return PollPolicy(self.options.interval_seconds)
+
+    def poll(self, now: float) -> PollResult:
         try:
             with rpc(self.options.endpoint, self.options.timeout_seconds) as proxy:
                 infos = proxy.supervisor.getAllProcessInfo()
         except (OSError, xmlrpc.client.Error) as exc:
-            self.up = False
-            return [Event(now, self.name, "poll_error", "supervisord", {"error": type(exc).__name__}, None, self.host)]
-        self.up = True
+            return PollResult([Event(now, self.name, "poll_error", "supervisord", {"error": type(exc).__name__},
+                                     None, self.host)], ok=False)
         events = []
         for info in infos:
             program = str(info["name"])
@@ -108,7 +104,7 @@ class SupervisordRpcSource:
                 events.append(Event(now, self.name, "restarted", program, {"pid": current[0], "start": current[1]},
                                     None, self.host))
             self.seen[program] = current
-        return events
+        return PollResult(events)
 
     def checkpoint(self) -> dict[str, Any]:
         return {"seen": self.seen}

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from collectors import SourceOptions, register
+from collectors import LineSourceBase, SourceOptions, register
 from collectors.dated_log import DatedLogParser, handle_lines
 from collectors.event import Event
 from collectors.grammar import PatternOverride, build_kinds
@@ -30,7 +30,7 @@ class SwitchLogOptions(SourceOptions):
 
 
 @register("switch_log", SwitchLogOptions)
-class SwitchLogSource:
+class SwitchLogSource(LineSourceBase):
     """Switch-log lines in; each event's instance is the one the line names."""
 
     def __init__(self, name: str, options: SwitchLogOptions, host: str = "") -> None:

@@ -24,6 +24,13 @@ COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
 
 
 class Tailer:
+    """One configured path, followed. Guarantees: lines come out whole and in file order, each once
+    across rotations, truncations and restarts (only lines that a lossy operation such as
+    copytruncate destroyed before they were read can be missing); a line longer than
+    `max_line` is truncated and counted; `checkpoint()` resumes right after the last line returned;
+    a path that cannot be opened sets `error` (missing, permission, ...) and is tried again at the
+    next poll, never raised."""
+
     def __init__(self, path: str, clock: Clock, *, checkpoint: dict[str, Any] | None = None,
                  rotated: tuple[str, ...] = ("{path}.1",), start_at: str = "beginning",
                  max_line: int = 1 << 20, grace_seconds: float = 5.0) -> None:

@@ -33,13 +33,10 @@ from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
-# OpenTelemetry's advisory heads, with a tail to 30 minutes (CPU-expert prefill of 250k tokens).
-DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
-                    160.0, 320.0, 640.0, 1200.0, 1800.0]
-TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 320.0, 640.0, 1200.0, 1800.0]
-TPOT_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0]
-TOKEN_BUCKETS = [float(4 ** k) for k in range(14)]
+# OpenTelemetry's advisory heads with a tail to 30 minutes, defined once beside the catalogue's buckets.
+from exporters.buckets import (LATENCY_SECONDS as TTFT_BUCKETS, REQUEST_DURATION_SECONDS as DURATION_BUCKETS,
+                               TIME_PER_OUTPUT_TOKEN_SECONDS as TPOT_BUCKETS, TOKEN_COUNTS as TOKEN_BUCKETS)
+
 REQUEST_ID = "x-request-id"
 MAIN_PATHS = ("/v1/messages", "/v1/chat/completions")
 TRACE_HEADERS = (b"traceparent", b"tracestate")

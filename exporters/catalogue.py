@@ -6,19 +6,9 @@ signals module contributes its rows with `declare`; nothing else names a metric.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 MetricType = Literal["counter", "gauge", "histogram", "info"]
-
-# OpenTelemetry's advisory TTFT head (1 ms .. 10 s) with vLLM's tail out to 30 minutes: CPU-expert
-# engines with 250k-token prompts take minutes, and a capped bucket list hides exactly that tail.
-LATENCY_SECONDS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                   7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0, 1200.0, 1800.0)
-TOKENS_PER_SECOND = (0.5, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0,
-                     80.0, 90.0, 100.0, 120.0, 150.0, 200.0)
-SNAPSHOT_BYTES = tuple(float(1 << k) for k in range(24, 36))  # 16 MiB .. 32 GiB
-PROMPT_TOKENS = (1024.0, 4096.0, 16384.0, 32768.0, 65536.0, 131072.0, 200000.0, 262144.0, 524288.0,
-                 1048576.0)
 
 OTEL_UNITS = {"seconds": "s", "bytes": "By", "tokens": "{token}", "tokens_per_second": "{token}/s",
               "ratio": "1", "": "1"}
@@ -47,8 +37,16 @@ class MetricSpec:
         return OTEL_UNITS.get(self.unit, "{" + self.unit + "}")
 
 
-def spec_maker(source: str, base_labels: tuple[str, ...] = ()):
-    """A short constructor for one signals module's rows: its source and base labels preset."""
+class SpecMaker(Protocol):
+    """Makes one catalogue row of a signals module: its source and base labels preset."""
+
+    def __call__(self, name: str, type_: MetricType, help_: str, extra: tuple[str, ...] = (), unit: str = "",
+                 buckets: tuple[float, ...] = (), labels: tuple[str, ...] | None = None) -> MetricSpec: ...
+
+
+def spec_maker(source: str, base_labels: tuple[str, ...] = ()) -> SpecMaker:
+    """A short constructor for one signals module's rows: `labels` replaces the base labels, `extra`
+    follows them."""
 
     def make(name: str, type_: MetricType, help_: str, extra: tuple[str, ...] = (), unit: str = "",
              buckets: tuple[float, ...] = (), labels: tuple[str, ...] | None = None) -> MetricSpec:
@@ -59,6 +57,10 @@ def spec_maker(source: str, base_labels: tuple[str, ...] = ()):
 
 @dataclass
 class Catalogue:
+    """The one table of exported metrics. Guarantees: every row follows the Prometheus naming rules
+    (checked at `declare`); a name is declared once, or again only identically; no two metrics
+    share an OpenTelemetry name; iteration is in name order, so every output it drives is stable."""
+
     specs: dict[str, MetricSpec] = field(default_factory=dict)
 
     def declare(self, *specs: MetricSpec) -> None:

@@ -11,91 +11,111 @@ from collections.abc import Callable
 
 from collectors.event import Event
 from collectors.host import cpu_set
-from exporters import signals_for
-from exporters.catalogue import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND, spec_maker
+from exporters import SignalsBase, SignalsSettings, signals_for
+from exporters.buckets import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND
+from exporters.catalogue import spec_maker
 from exporters.state import MetricState
 
-IL = ("instance", "lane")
+INSTANCE_LANE = ("instance", "lane")
 
-
-_m = spec_maker("engine_log", IL)
+spec = spec_maker("engine_log", INSTANCE_LANE)
 
 SPECS = [
-    _m("spyglass_engine_evictions_total", "counter",
-       "Conversation snapshots evicted, as the engine's own cumulative evictions= value (resets with the engine)."),
-    _m("spyglass_engine_evicted_snapshots_total", "counter", "Evict lines seen, by the engine's reason.", ("reason",)),
-    _m("spyglass_engine_evicted_bytes_total", "counter", "Bytes of conversation snapshots evicted.", unit="bytes"),
-    _m("spyglass_engine_cache_parked_snapshots", "gauge", "Conversation snapshots parked in the cache."),
-    _m("spyglass_engine_cache_used_bytes", "gauge", "Bytes of parked conversation snapshots.", unit="bytes"),
-    _m("spyglass_engine_cache_budget_bytes", "gauge", "Byte budget of the conversation cache.", unit="bytes"),
-    _m("spyglass_engine_cache_snapshot_bytes", "histogram", "Size of each conversation snapshot parked.",
-       unit="bytes", buckets=SNAPSHOT_BYTES),
-    _m("spyglass_engine_prompt_tokens_total", "counter",
-       "Prompt tokens, by part: reused from cache or read (prefilled).", ("part",), unit="tokens"),
-    _m("spyglass_engine_request_prompt_tokens", "histogram", "Prompt length of each request in tokens.",
-       unit="tokens", buckets=PROMPT_TOKENS),
-    _m("spyglass_engine_prompt_restores_total", "counter",
-       "Prompts by where their cached prefix came from: parked snapshot, checkpoint, or none.", ("origin",)),
-    _m("spyglass_engine_long_prompts_total", "counter",
-       "Prompts at or above the long-prompt threshold (signals.long_prompt_tokens)."),
-    _m("spyglass_engine_long_prompts_checkpoint_only_total", "counter",
-       "Long prompts whose reuse was a positive multiple of prompt-cache-every: only a checkpoint saved them."),
-    _m("spyglass_engine_prompt_cache_every_tokens", "gauge",
-       "The engine's --prompt-cache-every: tokens between prompt-cache checkpoints.", unit="tokens"),
-    _m("spyglass_engine_prefill_read_seconds", "histogram", "Time to read (prefill) the uncached part of a prompt.",
-       unit="seconds", buckets=LATENCY_SECONDS),
-    _m("spyglass_engine_ttft_seconds", "histogram", "Time to first token, as the engine measured it.",
-       unit="seconds", buckets=LATENCY_SECONDS),
-    _m("spyglass_engine_request_decode_tokens_per_second", "histogram", "Decode rate of each finished request.",
-       unit="tokens_per_second", buckets=TOKENS_PER_SECOND),
-    _m("spyglass_engine_requests_finished_total", "counter", "Requests finished, by finish reason.", ("finish",)),
-    _m("spyglass_engine_completion_tokens_total", "counter", "Completion tokens of finished requests.",
-       unit="tokens"),
-    _m("spyglass_engine_tool_calls_total", "counter", "Tool calls the engine started writing."),
-    _m("spyglass_engine_thinking_tokens_total", "counter", "Reasoning tokens used.", unit="tokens"),
-    _m("spyglass_engine_thinking_stops_total", "counter", "Reasoning phases ended, by stop cause.", ("cause",)),
-    _m("spyglass_engine_thinking_budget_exhausted_total", "counter",
-       "Reasoning phases that used their whole thinking budget."),
-    _m("spyglass_engine_rejections_total", "counter", "Requests the engine refused, by HTTP status.", ("status",)),
-    _m("spyglass_engine_graph_rebuilds_total", "counter", "Compute-graph rebuilds, by reason.", ("reason",)),
-    _m("spyglass_engine_graph_rebuild_seconds_total", "counter", "Time spent rebuilding compute graphs.",
-       unit="seconds"),
-    _m("spyglass_engine_errors_total", "counter", "Error-level engine lines, by component.", ("component",)),
-    _m("spyglass_engine_model_checksum_mismatches_total", "counter", "Model files whose md5 did not match."),
-    _m("spyglass_engine_starts_total", "counter", "Engine process starts seen in the log."),
-    _m("spyglass_engine_start_time_seconds", "gauge", "Unix time of the last engine process start.",
-       unit="seconds"),
-    _m("spyglass_engine_ready", "gauge", "1 once the engine logged ready, 0 from its start line until then."),
-    _m("spyglass_engine_load_duration_seconds", "gauge", "How long the last model load took until ready.",
-       unit="seconds"),
-    _m("spyglass_engine_experts_resident", "gauge", "Experts resident in the CPU expert arena."),
-    _m("spyglass_engine_experts", "gauge", "Experts of the model."),
-    _m("spyglass_engine_allowed_cpus", "gauge", "CPUs the engine process may run on (its affinity set size)."),
-    _m("spyglass_engine_pool_workers", "gauge", "Worker threads of the CPU expert pool."),
-    _m("spyglass_engine_cpus_info", "info", "The CPU list the engine logged at start, value 1.", ("cpus",)),
-    _m("spyglass_engine_shared_cpus", "gauge",
-       "CPUs this engine shares with another, from both engines' start lines (incident 1).", ("other",)),
-    _m("spyglass_engine_slots", "gauge", "Request slots of the engine."),
-    _m("spyglass_engine_slots_busy", "gauge", "Request slots in use."),
-    _m("spyglass_engine_prefill_queue_depth", "gauge", "Requests waiting in the global serial prefill queue."),
-    _m("spyglass_engine_decode_tokens_per_second", "gauge", "Engine-wide decode rate from its stats line.",
-       unit="tokens_per_second"),
-    _m("spyglass_engine_model_bytes", "gauge", "Size of the model file the engine loaded.", unit="bytes"),
-    _m("spyglass_engine_build_info", "info", "Engine build, value 1.", ("build_name", "version", "build")),
-    _m("spyglass_engine_model_info", "info",
-       "Model the engine loaded, value 1: file name the path resolved to, and md5.", ("model", "md5")),
+    spec("spyglass_engine_evictions_total", "counter",
+         "Conversation snapshots evicted, as the engine's own cumulative evictions= value (resets with the engine)."),
+    spec("spyglass_engine_evicted_snapshots_total", "counter", "Evict lines seen, by the engine's reason.",
+         ("reason",)),
+    spec("spyglass_engine_evicted_bytes_total", "counter", "Bytes of conversation snapshots evicted.", unit="bytes"),
+    spec("spyglass_engine_cache_parked_snapshots", "gauge", "Conversation snapshots parked in the cache."),
+    spec("spyglass_engine_cache_used_bytes", "gauge", "Bytes of parked conversation snapshots.", unit="bytes"),
+    spec("spyglass_engine_cache_budget_bytes", "gauge", "Byte budget of the conversation cache.", unit="bytes"),
+    spec("spyglass_engine_cache_snapshot_bytes", "histogram", "Size of each conversation snapshot parked.",
+         unit="bytes", buckets=SNAPSHOT_BYTES),
+    spec("spyglass_engine_prompt_tokens_total", "counter",
+         "Prompt tokens, by part: reused from cache or read (prefilled).", ("part",), unit="tokens"),
+    spec("spyglass_engine_request_prompt_tokens", "histogram", "Prompt length of each request in tokens.",
+         unit="tokens", buckets=PROMPT_TOKENS),
+    spec("spyglass_engine_prompt_restores_total", "counter",
+         "Prompts by where their cached prefix came from: parked snapshot, checkpoint, or none.", ("origin",)),
+    spec("spyglass_engine_long_prompts_total", "counter",
+         "Prompts at or above the long-prompt threshold (signals.long_prompt_tokens)."),
+    spec("spyglass_engine_long_prompts_checkpoint_only_total", "counter",
+         "Long prompts whose reuse was a positive multiple of prompt-cache-every: only a checkpoint saved them."),
+    spec("spyglass_engine_prompt_cache_every_tokens", "gauge",
+         "The engine's --prompt-cache-every: tokens between prompt-cache checkpoints.", unit="tokens"),
+    spec("spyglass_engine_prefill_read_seconds", "histogram", "Time to read (prefill) the uncached part of a prompt.",
+         unit="seconds", buckets=LATENCY_SECONDS),
+    spec("spyglass_engine_ttft_seconds", "histogram", "Time to first token, as the engine measured it.",
+         unit="seconds", buckets=LATENCY_SECONDS),
+    spec("spyglass_engine_request_decode_tokens_per_second", "histogram", "Decode rate of each finished request.",
+         unit="tokens_per_second", buckets=TOKENS_PER_SECOND),
+    spec("spyglass_engine_requests_finished_total", "counter", "Requests finished, by finish reason.", ("finish",)),
+    spec("spyglass_engine_completion_tokens_total", "counter", "Completion tokens of finished requests.",
+         unit="tokens"),
+    spec("spyglass_engine_tool_calls_total", "counter", "Tool calls the engine started writing."),
+    spec("spyglass_engine_thinking_tokens_total", "counter", "Reasoning tokens used.", unit="tokens"),
+    spec("spyglass_engine_thinking_stops_total", "counter", "Reasoning phases ended, by stop cause.", ("cause",)),
+    spec("spyglass_engine_thinking_budget_exhausted_total", "counter",
+         "Reasoning phases that used their whole thinking budget."),
+    spec("spyglass_engine_rejections_total", "counter", "Requests the engine refused, by HTTP status.", ("status",)),
+    spec("spyglass_engine_graph_rebuilds_total", "counter", "Compute-graph rebuilds, by reason.", ("reason",)),
+    spec("spyglass_engine_graph_rebuild_seconds_total", "counter", "Time spent rebuilding compute graphs.",
+         unit="seconds"),
+    spec("spyglass_engine_errors_total", "counter", "Error-level engine lines, by component.", ("component",)),
+    spec("spyglass_engine_model_checksum_mismatches_total", "counter", "Model files whose md5 did not match."),
+    spec("spyglass_engine_starts_total", "counter", "Engine process starts seen in the log."),
+    spec("spyglass_engine_start_time_seconds", "gauge", "Unix time of the last engine process start.",
+         unit="seconds"),
+    spec("spyglass_engine_ready", "gauge", "1 once the engine logged ready, 0 from its start line until then."),
+    spec("spyglass_engine_load_duration_seconds", "gauge", "How long the last model load took until ready.",
+         unit="seconds"),
+    spec("spyglass_engine_experts_resident", "gauge", "Experts resident in the CPU expert arena."),
+    spec("spyglass_engine_experts", "gauge", "Experts of the model."),
+    spec("spyglass_engine_allowed_cpus", "gauge", "CPUs the engine process may run on (its affinity set size)."),
+    spec("spyglass_engine_pool_workers", "gauge", "Worker threads of the CPU expert pool."),
+    spec("spyglass_engine_cpus_info", "info", "The CPU list the engine logged at start, value 1.", ("cpus",)),
+    spec("spyglass_engine_shared_cpus", "gauge",
+         "CPUs this engine shares with another, from both engines' start lines (incident 1).", ("other",)),
+    spec("spyglass_engine_slots", "gauge", "Request slots of the engine."),
+    spec("spyglass_engine_slots_busy", "gauge", "Request slots in use."),
+    spec("spyglass_engine_prefill_queue_depth", "gauge", "Requests waiting in the global serial prefill queue."),
+    spec("spyglass_engine_decode_tokens_per_second", "gauge", "Engine-wide decode rate from its stats line.",
+         unit="tokens_per_second"),
+    spec("spyglass_engine_model_bytes", "gauge", "Size of the model file the engine loaded.", unit="bytes"),
+    spec("spyglass_engine_build_info", "info", "Engine build, value 1.", ("build_name", "version", "build")),
+    spec("spyglass_engine_model_info", "info",
+         "Model the engine loaded, value 1: file name the path resolved to, and md5.", ("model", "md5")),
 ]
 
 
 @signals_for("engine_log", SPECS)
-class EngineSignals:
-    def __init__(self, state: MetricState, lanes: dict[str, str], long_prompt_tokens: int = 200_000,
-                 default_prompt_cache_every: int = 16384, *_args) -> None:
-        self.state, self.lanes = state, lanes
-        self.long_prompt_tokens = long_prompt_tokens
-        self.default_every = default_prompt_cache_every
-        self.handlers: dict[str, Callable[[Event, tuple[str, str]], None]] = {
-            kind.removeprefix("on_"): getattr(self, kind) for kind in dir(self) if kind.startswith("on_")}
+class EngineSignals(SignalsBase):
+    def __init__(self, state: MetricState, settings: SignalsSettings = SignalsSettings()) -> None:
+        super().__init__(state, settings)
+        self.lanes = settings.lanes
+        self.long_prompt_tokens = settings.long_prompt_tokens
+        self.default_every = settings.default_prompt_cache_every
+        self.handlers: dict[str, Callable[[Event, tuple[str, str]], None]] = {  # event kind -> its handler
+            "start": self.on_start,
+            "args": self.on_args,
+            "model": self.on_model,
+            "cpus": self.on_cpus,
+            "experts_loaded": self.on_experts_loaded,
+            "ready": self.on_ready,
+            "checksum_mismatch": self.on_checksum_mismatch,
+            "error": self.on_error,
+            "queued": self.on_queued,
+            "rejected": self.on_rejected,
+            "prompt": self.on_prompt,
+            "restore": self.on_restore,
+            "thinking": self.on_thinking,
+            "tool_call": self.on_tool_call,
+            "done": self.on_done,
+            "park": self.on_park,
+            "evict": self.on_evict,
+            "graph_rebuild": self.on_graph_rebuild,
+            "stats": self.on_stats,
+        }
 
     def apply(self, event: Event) -> None:
         handler = self.handlers.get(event.kind)

@@ -6,50 +6,51 @@ prompts (incident 6: every count names who counted; the engine is the authority)
 from __future__ import annotations
 
 from collectors.event import Event
-from exporters import signals_for
-from exporters.catalogue import LATENCY_SECONDS, spec_maker
+from exporters import SignalsBase, signals_for
+from exporters.buckets import LATENCY_SECONDS
+from exporters.catalogue import spec_maker
 
 RATIO_BUCKETS = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 8.0)
 DROPPED_BUCKETS = (0.0, 1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0)
 
 
-_g = spec_maker("gateway_log", ("lane",))
+LANE = ("lane",)
+
+spec = spec_maker("gateway_log", LANE)
 
 SPECS = [
-    _g("spyglass_gateway_requests_received_total", "counter", "Requests the gateway received, by lane and mode.",
-       ("mode",)),
-    _g("spyglass_gateway_requests_total", "counter", "Requests the gateway answered, by lane and HTTP status.",
-       ("status",)),
-    _g("spyglass_gateway_assembly_dropped_messages", "histogram",
-       "Client messages RAG assembly left out of the request sent upstream.", buckets=DROPPED_BUCKETS),
-    _g("spyglass_gateway_assembly_dropped_most_total", "counter",
-       "Assembled requests that dropped more than half of the client's messages (incident 5)."),
-    _g("spyglass_gateway_prompt_tokens_total", "counter",
-       "Prompt tokens of requests, by the layer that counted them: gateway_estimate or engine.",
-       ("counted_by",), "tokens"),
-    _g("spyglass_gateway_estimate_ratio", "histogram",
-       "Gateway token estimate divided by the engine's count of the same prompt (English runs about 3.3).",
-       buckets=RATIO_BUCKETS),
-    _g("spyglass_gateway_clamps_total", "counter", "Requests whose max_tokens the gateway lowered to fit."),
-    _g("spyglass_gateway_overfits_total", "counter", "Requests the engine refused with 400 for overfilling its window."),
-    _g("spyglass_gateway_blind_retries_total", "counter",
-       "Retries after a 400 overfit that only clamped max_tokens (incident 6)."),
-    _g("spyglass_gateway_concurrency_rejections_total", "counter",
-       "Requests rejected with 429 because the model's concurrency limit was full."),
-    _g("spyglass_gateway_ttft_seconds", "histogram", "Time to first token seen by the gateway.", unit="seconds",
-       buckets=LATENCY_SECONDS),
-    _g("spyglass_gateway_request_duration_seconds", "histogram", "Whole request duration seen by the gateway.",
-       unit="seconds", buckets=LATENCY_SECONDS),
-    _g("spyglass_gateway_starts_total", "counter", "Gateway process starts seen in its log.", labels=()),
-    _g("spyglass_gateway_info", "info", "Gateway version from its last start line, value 1.", labels=("version",)),
+    spec("spyglass_gateway_requests_received_total", "counter", "Requests the gateway received, by lane and mode.",
+         ("mode",)),
+    spec("spyglass_gateway_requests_total", "counter", "Requests the gateway answered, by lane and HTTP status.",
+         ("status",)),
+    spec("spyglass_gateway_assembly_dropped_messages", "histogram",
+         "Client messages RAG assembly left out of the request sent upstream.", buckets=DROPPED_BUCKETS),
+    spec("spyglass_gateway_assembly_dropped_most_total", "counter",
+         "Assembled requests that dropped more than half of the client's messages (incident 5)."),
+    spec("spyglass_gateway_prompt_tokens_total", "counter",
+         "Prompt tokens of requests, by the layer that counted them: gateway_estimate or engine.",
+         ("counted_by",), "tokens"),
+    spec("spyglass_gateway_estimate_ratio", "histogram",
+         "Gateway token estimate divided by the engine's count of the same prompt (English runs about 3.3).",
+         buckets=RATIO_BUCKETS),
+    spec("spyglass_gateway_clamps_total", "counter", "Requests whose max_tokens the gateway lowered to fit."),
+    spec("spyglass_gateway_overfits_total", "counter",
+         "Requests the engine refused with 400 for overfilling its window."),
+    spec("spyglass_gateway_blind_retries_total", "counter",
+         "Retries after a 400 overfit that only clamped max_tokens (incident 6)."),
+    spec("spyglass_gateway_concurrency_rejections_total", "counter",
+         "Requests rejected with 429 because the model's concurrency limit was full."),
+    spec("spyglass_gateway_ttft_seconds", "histogram", "Time to first token seen by the gateway.", unit="seconds",
+         buckets=LATENCY_SECONDS),
+    spec("spyglass_gateway_request_duration_seconds", "histogram", "Whole request duration seen by the gateway.",
+         unit="seconds", buckets=LATENCY_SECONDS),
+    spec("spyglass_gateway_starts_total", "counter", "Gateway process starts seen in its log.", labels=()),
+    spec("spyglass_gateway_info", "info", "Gateway version from its last start line, value 1.", labels=("version",)),
 ]
 
 
 @signals_for("gateway_log", SPECS)
-class GatewaySignals:
-    def __init__(self, state, lanes, *_args) -> None:
-        self.state = state
-
+class GatewaySignals(SignalsBase):
     def apply(self, e: Event) -> None:
         s, f, lane = self.state, e.fields, str(e.fields.get("lane") or "unknown")
         kind = e.kind

@@ -8,31 +8,31 @@ from __future__ import annotations
 from exporters import declare_only
 from exporters.catalogue import MetricSpec
 
-S = ("source",)
+SOURCE = ("source",)
 
 SPECS = [
     MetricSpec("spyglass_source_up", "gauge",
-               "1 when the source could be read (file) or answered (endpoint) at the last poll, else 0.", S),
+               "1 when the source could be read (file) or answered (endpoint) at the last poll, else 0.", SOURCE),
     MetricSpec("spyglass_source_lines_total", "counter",
                "Lines read, by outcome: event, ignored (skipped level), unmatched (prefix but no pattern:"
                " format drift), unprefixed (continuation lines), invalid (matched but unusable).",
-               S + ("outcome",)),
-    MetricSpec("spyglass_source_bytes_total", "counter", "Bytes of complete lines read.", S, "bytes"),
+               SOURCE + ("outcome",)),
+    MetricSpec("spyglass_source_bytes_total", "counter", "Bytes of complete lines read.", SOURCE, "bytes"),
     MetricSpec("spyglass_source_long_lines_total", "counter",
-               "Lines longer than agent.max_line_bytes, truncated to it.", S),
+               "Lines longer than agent.max_line_bytes, truncated to it.", SOURCE),
     MetricSpec("spyglass_source_nul_bytes_total", "counter",
-               "NUL bytes skipped at line starts (a copytruncate hole).", S, "bytes"),
+               "NUL bytes skipped at line starts (a copytruncate hole).", SOURCE, "bytes"),
     MetricSpec("spyglass_source_rotations_total", "counter",
                "File generations ended, by how: renamed, deleted, truncate, copytruncate, overwritten.",
-               S + ("kind",)),
+               SOURCE + ("kind",)),
     MetricSpec("spyglass_source_lost_files_total", "counter",
-               "Checkpointed files that vanished while spyglass was stopped, with bytes unread.", S),
+               "Checkpointed files that vanished while spyglass was stopped, with bytes unread.", SOURCE),
     MetricSpec("spyglass_source_last_event_timestamp_seconds", "gauge",
-               "Timestamp (from the line itself) of the newest event of the source.", S, "seconds"),
-    MetricSpec("spyglass_source_lag_bytes", "gauge", "Bytes written to the source not yet read as lines.", S,
+               "Timestamp (from the line itself) of the newest event of the source.", SOURCE, "seconds"),
+    MetricSpec("spyglass_source_lag_bytes", "gauge", "Bytes written to the source not yet read as lines.", SOURCE,
                "bytes"),
     MetricSpec("spyglass_source_polls_total", "counter", "Polls of a polled source, by result: ok or error.",
-               S + ("result",)),
+               SOURCE + ("result",)),
     MetricSpec("spyglass_agent_spans_received_total", "counter",
                "Spans received over OTLP/HTTP at the agent's /v1/traces (stored as span events)."),
     MetricSpec("spyglass_store_events_total", "counter", "Events committed to the DuckDB store."),

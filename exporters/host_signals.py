@@ -8,31 +8,32 @@ from __future__ import annotations
 
 from collectors.event import Event
 from collectors.host import cpu_set
-from exporters import signals_for
+from exporters import SignalsBase, signals_for
 from exporters.catalogue import spec_maker
 
-I = ("instance",)
+INSTANCE = ("instance",)
 
 
-_h = spec_maker("host", I)
+spec = spec_maker("host", INSTANCE)
 
 SPECS = [
-    _h("spyglass_host_process_up", "gauge", "1 when the instance's process was found at the last sample, else 0."),
-    _h("spyglass_host_process_allowed_cpus", "gauge", "CPUs the process may run on (Cpus_allowed_list)."),
-    _h("spyglass_host_process_cpu_seconds_total", "counter", "CPU time of all the process's threads (utime + stime).",
-       unit="seconds"),
-    _h("spyglass_host_process_runqueue_wait_seconds_total", "counter",
-       "Time the process's threads waited on a run queue, summed over threads.", unit="seconds"),
-    _h("spyglass_host_process_resident_bytes", "gauge", "Resident memory of the process.", unit="bytes"),
-    _h("spyglass_host_process_threads", "gauge", "Threads of the process."),
-    _h("spyglass_host_shared_cpus", "gauge", "CPUs both processes of a pair may run on: more than 0 means contention.",
-       ("other",)),
-    _h("spyglass_host_cgroup_periods_total", "counter", "CFS enforcement periods of the process's cgroup."),
-    _h("spyglass_host_cgroup_throttled_periods_total", "counter", "CFS periods in which the cgroup was throttled."),
-    _h("spyglass_host_cgroup_throttled_seconds_total", "counter", "Time the cgroup's threads were throttled.",
-       unit="seconds"),
-    _h("spyglass_host_cgroup_memory_bytes", "gauge", "Memory charged to the process's cgroup.", unit="bytes"),
-    _h("spyglass_host_cgroup_oom_kills_total", "counter", "Processes of the cgroup killed by the OOM killer."),
+    spec("spyglass_host_process_up", "gauge", "1 when the instance's process was found at the last sample, else 0."),
+    spec("spyglass_host_process_allowed_cpus", "gauge", "CPUs the process may run on (Cpus_allowed_list)."),
+    spec("spyglass_host_process_cpu_seconds_total", "counter", "CPU time of all the process's threads (utime + stime).",
+         unit="seconds"),
+    spec("spyglass_host_process_runqueue_wait_seconds_total", "counter",
+         "Time the process's threads waited on a run queue, summed over threads.", unit="seconds"),
+    spec("spyglass_host_process_resident_bytes", "gauge", "Resident memory of the process.", unit="bytes"),
+    spec("spyglass_host_process_threads", "gauge", "Threads of the process."),
+    spec("spyglass_host_shared_cpus", "gauge",
+         "CPUs both processes of a pair may run on: more than 0 means contention.",
+         ("other",)),
+    spec("spyglass_host_cgroup_periods_total", "counter", "CFS enforcement periods of the process's cgroup."),
+    spec("spyglass_host_cgroup_throttled_periods_total", "counter", "CFS periods in which the cgroup was throttled."),
+    spec("spyglass_host_cgroup_throttled_seconds_total", "counter", "Time the cgroup's threads were throttled.",
+         unit="seconds"),
+    spec("spyglass_host_cgroup_memory_bytes", "gauge", "Memory charged to the process's cgroup.", unit="bytes"),
+    spec("spyglass_host_cgroup_oom_kills_total", "counter", "Processes of the cgroup killed by the OOM killer."),
 ]
 FACTS = {"cpu_seconds": "spyglass_host_process_cpu_seconds_total",
          "runqueue_wait_seconds": "spyglass_host_process_runqueue_wait_seconds_total",
@@ -44,10 +45,7 @@ FACTS = {"cpu_seconds": "spyglass_host_process_cpu_seconds_total",
 
 
 @signals_for("host", SPECS)
-class HostSignals:
-    def __init__(self, state, *_args) -> None:
-        self.state = state
-
+class HostSignals(SignalsBase):
     def apply(self, e: Event) -> None:
         s, key = self.state, (e.instance,)
         if e.kind == "process_missing":

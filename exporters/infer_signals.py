@@ -6,41 +6,37 @@ These are the incident tables as counters: special-token requests vs thinking-on
 from __future__ import annotations
 
 from collectors.event import Event
-from exporters import signals_for
-from exporters.catalogue import spec_maker
+from exporters import SignalsBase, signals_for
+from exporters.catalogue import MetricSpec, spec_maker
 
-L = ("lane",)
+LANE = ("lane",)
+
+spec = spec_maker("infer_store", LANE)
 
 
-_make = spec_maker("infer_store", L)
-
-
-def _i(name: str, help_: str, extra: tuple[str, ...] = ()):
-    return _make(name, "counter", help_, extra)
+def counter(name: str, help_: str, extra: tuple[str, ...] = ()) -> MetricSpec:
+    return spec(name, "counter", help_, extra)
 
 
 SPECS = [
-    _i("spyglass_infer_requests_total", "Requests recorded in the infer store, by lane, status and finish reason.",
-       ("status", "finish")),
-    _i("spyglass_infer_bodies_total", "Request bodies read from the infer store's segments."),
-    _i("spyglass_infer_special_token_requests_total",
-       "Requests whose sent prompt contains special-token literals (incident 3)."),
-    _i("spyglass_infer_special_token_literals_total", "Special-token literals in sent prompts."),
-    _i("spyglass_infer_thinking_only_total", "Responses with reasoning but no visible text and no tool call.",
-       ("special_tokens",)),
-    _i("spyglass_infer_invalid_tool_arguments_total", "Tool calls whose arguments are not valid JSON."),
-    _i("spyglass_infer_plan_then_stop_total",
-       "Responses that stopped with short text and no tool call although tools were offered (H8)."),
-    _i("spyglass_infer_anchor_lost_total",
-       "Requests whose client's first user message (the task anchor) was dropped by assembly (H9)."),
+    counter("spyglass_infer_requests_total", "Requests recorded in the infer store, by lane, status and finish reason.",
+            ("status", "finish")),
+    counter("spyglass_infer_bodies_total", "Request bodies read from the infer store's segments."),
+    counter("spyglass_infer_special_token_requests_total",
+            "Requests whose sent prompt contains special-token literals (incident 3)."),
+    counter("spyglass_infer_special_token_literals_total", "Special-token literals in sent prompts."),
+    counter("spyglass_infer_thinking_only_total", "Responses with reasoning but no visible text and no tool call.",
+            ("special_tokens",)),
+    counter("spyglass_infer_invalid_tool_arguments_total", "Tool calls whose arguments are not valid JSON."),
+    counter("spyglass_infer_plan_then_stop_total",
+            "Responses that stopped with short text and no tool call although tools were offered (H8)."),
+    counter("spyglass_infer_anchor_lost_total",
+            "Requests whose client's first user message (the task anchor) was dropped by assembly (H9)."),
 ]
 
 
 @signals_for("infer_store", SPECS)
-class InferSignals:
-    def __init__(self, state, *_args) -> None:
-        self.state = state
-
+class InferSignals(SignalsBase):
     def apply(self, e: Event) -> None:
         s, f = self.state, e.fields
         lane = (str(f.get("lane") or "unknown"),)

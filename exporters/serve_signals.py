@@ -7,45 +7,43 @@ says which lanes run a build with the special-token escape fix (H7: build skew b
 from __future__ import annotations
 
 from collectors.event import Event
-from exporters import signals_for
+from exporters import SignalsBase, signals_for
 from exporters.catalogue import spec_maker
 
-I = ("instance",)
+INSTANCE = ("instance",)
 STATES = ("loading", "ready", "draining")
 
 
-_s = spec_maker("serve_status", I)
+spec = spec_maker("serve_status", INSTANCE)
 
 SPECS = [
-    _s("spyglass_serve_up", "gauge", "1 when the last /v1/status poll answered with a status, else 0."),
-    _s("spyglass_serve_poll_errors_total", "counter",
-       "Failed /v1/status polls, by kind: timeout, refused, http_NNN, invalid_json, not_an_object.",
-       ("error",)),
-    _s("spyglass_serve_state", "gauge", "1 for the serve's current state (loading, ready, draining), 0 for the others.",
-       ("state",)),
-    _s("spyglass_serve_slots", "gauge", "Request slots of the engine behind the serve."),
-    _s("spyglass_serve_slots_busy", "gauge", "Request slots in use."),
-    _s("spyglass_serve_prefill_queue_depth", "gauge", "Requests waiting for prefill, as the serve reports."),
-    _s("spyglass_serve_uptime_seconds", "gauge", "Seconds since the serve process started, as it reports.",
-       unit="seconds"),
-    _s("spyglass_serve_prompt_escape_calls_total", "counter",
-       "Prompts in which the serve escaped special-token literals (cumulative, the serve's own count)."),
-    _s("spyglass_serve_prompt_escape_literals_total", "counter", "Special-token literals the serve escaped."),
-    _s("spyglass_serve_stops_while_reasoning_total", "counter", "Responses that stopped inside reasoning."),
-    _s("spyglass_serve_requests_total", "counter", "Requests the serve answered, by HTTP status (its own count).",
-       ("status",)),
-    _s("spyglass_serve_measures_escapes", "gauge",
-       "1 when the serve build reports prompt_escapes (it has the escape fix), 0 when it does not."),
-    _s("spyglass_serve_info", "info", "Engine build and serve version the serve reports, value 1.",
-       ("build", "serve_version")),
+    spec("spyglass_serve_up", "gauge", "1 when the last /v1/status poll answered with a status, else 0."),
+    spec("spyglass_serve_poll_errors_total", "counter",
+         "Failed /v1/status polls, by kind: timeout, refused, http_NNN, invalid_json, not_an_object.",
+         ("error",)),
+    spec("spyglass_serve_state", "gauge",
+         "1 for the serve's current state (loading, ready, draining), 0 for the others.",
+         ("state",)),
+    spec("spyglass_serve_slots", "gauge", "Request slots of the engine behind the serve."),
+    spec("spyglass_serve_slots_busy", "gauge", "Request slots in use."),
+    spec("spyglass_serve_prefill_queue_depth", "gauge", "Requests waiting for prefill, as the serve reports."),
+    spec("spyglass_serve_uptime_seconds", "gauge", "Seconds since the serve process started, as it reports.",
+         unit="seconds"),
+    spec("spyglass_serve_prompt_escape_calls_total", "counter",
+         "Prompts in which the serve escaped special-token literals (cumulative, the serve's own count)."),
+    spec("spyglass_serve_prompt_escape_literals_total", "counter", "Special-token literals the serve escaped."),
+    spec("spyglass_serve_stops_while_reasoning_total", "counter", "Responses that stopped inside reasoning."),
+    spec("spyglass_serve_requests_total", "counter", "Requests the serve answered, by HTTP status (its own count).",
+         ("status",)),
+    spec("spyglass_serve_measures_escapes", "gauge",
+         "1 when the serve build reports prompt_escapes (it has the escape fix), 0 when it does not."),
+    spec("spyglass_serve_info", "info", "Engine build and serve version the serve reports, value 1.",
+         ("build", "serve_version")),
 ]
 
 
 @signals_for("serve_status", SPECS)
-class ServeSignals:
-    def __init__(self, state, *_args) -> None:
-        self.state = state
-
+class ServeSignals(SignalsBase):
     def apply(self, e: Event) -> None:
         s, key = self.state, (e.instance,)
         if e.kind == "poll_error":

@@ -20,6 +20,12 @@ HistogramHook = Callable[[str, Key, float], None]
 
 
 class MetricState:
+    """Every declared series' current value. Guarantees: only metrics of its catalogue exist (an
+    undeclared name is a KeyError, never a silent new series); a histogram observation lands in
+    exactly one bucket of the catalogue's bounds; `to_json`/`load_json` round-trip every series,
+    so a restarted agent continues its counters; it never locks by itself (hold `lock` to change
+    or copy it from more than one thread)."""
+
     def __init__(self, catalogue: Catalogue) -> None:
         self.catalogue = catalogue
         self.lock = threading.RLock()

@@ -25,6 +25,8 @@ class SavedState:
 
 
 class Store(Protocol):
+    """Where the pipeline commits: `commit` is atomic, and `load` returns the last whole commit."""
+
     keeps_events: bool
 
     def load(self) -> SavedState: ...
@@ -36,7 +38,9 @@ class Store(Protocol):
 
 
 class StateFile:
-    """Checkpoints and metric state in one JSON file; events are not kept (store disabled)."""
+    """Checkpoints and metric state in one JSON file; events are not kept (store disabled).
+    Guarantees: the file on disk is always one whole commit (tmp, fsync, rename, fsync of the
+    folder); an unreadable file is moved aside, logged, and loads as empty, never a crash."""
 
     keeps_events = False
 

@@ -57,6 +57,11 @@ def events_table(events: list[Event]) -> pa.Table:
 
 
 class DuckDBStore:
+    """Events, checkpoints and the metric state in one DuckDB file. Guarantees: a `commit` is one
+    transaction (all of its events, checkpoints and metric state, or none); `load` returns what the
+    last finished commit wrote; timestamps are stored as UTC; the connection analysts query through
+    cannot read or write other files nor change its settings."""
+
     keeps_events = True
 
     def __init__(self, path: Path) -> None:

@@ -2,27 +2,26 @@
 from __future__ import annotations
 
 from collectors.event import Event
-from exporters import signals_for
+from exporters import SignalsBase, signals_for
 from exporters.catalogue import MetricSpec
 from exporters.supervisord_signals import STATES
 
-P = ("program",)
+PROGRAM = ("program",)
 SPECS = [
     MetricSpec("spyglass_supervisord_rpc_state", "gauge",
-               "1 for the program's state as supervisord's API reports it, 0 for the others.", P + ("state",),
+               "1 for the program's state as supervisord's API reports it, 0 for the others.", PROGRAM + ("state",),
                source="supervisord_rpc"),
     MetricSpec("spyglass_supervisord_rpc_restarts_total", "counter",
-               "Restarts seen by the API as a new (pid, start), even between two polls.", P, source="supervisord_rpc"),
+               "Restarts seen by the API as a new (pid, start), even between two polls.", PROGRAM,
+               source="supervisord_rpc"),
     MetricSpec("spyglass_supervisord_rpc_start_time_seconds", "gauge",
-               "Unix time of the program's last spawn attempt, from the API.", P, "seconds", source="supervisord_rpc"),
+               "Unix time of the program's last spawn attempt, from the API.", PROGRAM, "seconds",
+               source="supervisord_rpc"),
 ]
 
 
 @signals_for("supervisord_rpc", SPECS)
-class SupervisordRpcSignals:
-    def __init__(self, state, *_args) -> None:
-        self.state = state
-
+class SupervisordRpcSignals(SignalsBase):
     def apply(self, e: Event) -> None:
         key = (e.instance,)
         if e.kind == "process_info":

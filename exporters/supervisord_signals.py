@@ -7,43 +7,39 @@ loop is visible here as spawns and unexpected exits, not waited for: alert on
 from __future__ import annotations
 
 from collectors.event import Event
-from exporters import signals_for
+from exporters import SignalsBase, signals_for
 from exporters.catalogue import spec_maker
-from exporters.state import MetricState
 
-P = ("program",)
+PROGRAM = ("program",)
 STATES = ("STARTING", "RUNNING", "BACKOFF", "EXITED", "FATAL", "STOPPING", "STOPPED")
 
 
-_s = spec_maker("supervisord_log", P)
+spec = spec_maker("supervisord_log", PROGRAM)
 
 SPECS = [
-    _s("spyglass_supervisord_spawns_total", "counter", "Processes spawned by supervisord, restarts included."),
-    _s("spyglass_supervisord_exits_total", "counter",
-       "Process exits, by expected or not and cause (exit_N or the signal name).", ("expected", "cause")),
-    _s("spyglass_supervisord_core_dumps_total", "counter", "Process exits that dumped core."),
-    _s("spyglass_supervisord_fatal_total", "counter", "Times a program entered FATAL (gave up restarting)."),
-    _s("spyglass_supervisord_stops_total", "counter", "Processes stopped on request, by the signal that ended them.",
-       ("signal",)),
-    _s("spyglass_supervisord_stop_kills_total", "counter",
-       "Stops escalated to SIGKILL after stopwaitsecs."),
-    _s("spyglass_supervisord_spawn_errors_total", "counter",
-       "Spawns that failed before a process existed (a missing or non-executable command).", labels=()),
-    _s("spyglass_supervisord_process_state", "gauge", "1 for the program's current state, 0 for the others.",
-       ("state",)),
-    _s("spyglass_supervisord_process_start_time_seconds", "gauge",
-       "Unix time the program was last spawned; uptime is time() minus this.", unit="seconds"),
-    _s("spyglass_supervisord_starts_total", "counter", "supervisord itself starting.", labels=()),
-    _s("spyglass_supervisord_event_overflows_total", "counter",
-       "Events an event-listener pool dropped because its buffer was full.", labels=()),
+    spec("spyglass_supervisord_spawns_total", "counter", "Processes spawned by supervisord, restarts included."),
+    spec("spyglass_supervisord_exits_total", "counter",
+         "Process exits, by expected or not and cause (exit_N or the signal name).", ("expected", "cause")),
+    spec("spyglass_supervisord_core_dumps_total", "counter", "Process exits that dumped core."),
+    spec("spyglass_supervisord_fatal_total", "counter", "Times a program entered FATAL (gave up restarting)."),
+    spec("spyglass_supervisord_stops_total", "counter", "Processes stopped on request, by the signal that ended them.",
+         ("signal",)),
+    spec("spyglass_supervisord_stop_kills_total", "counter",
+         "Stops escalated to SIGKILL after stopwaitsecs."),
+    spec("spyglass_supervisord_spawn_errors_total", "counter",
+         "Spawns that failed before a process existed (a missing or non-executable command).", labels=()),
+    spec("spyglass_supervisord_process_state", "gauge", "1 for the program's current state, 0 for the others.",
+         ("state",)),
+    spec("spyglass_supervisord_process_start_time_seconds", "gauge",
+         "Unix time the program was last spawned; uptime is time() minus this.", unit="seconds"),
+    spec("spyglass_supervisord_starts_total", "counter", "supervisord itself starting.", labels=()),
+    spec("spyglass_supervisord_event_overflows_total", "counter",
+         "Events an event-listener pool dropped because its buffer was full.", labels=()),
 ]
 
 
 @signals_for("supervisord_log", SPECS)
-class SupervisordSignals:
-    def __init__(self, state: MetricState, *_args) -> None:
-        self.state = state
-
+class SupervisordSignals(SignalsBase):
     def _enter(self, program: str, new: str) -> None:
         self.state.set_one_hot("spyglass_supervisord_process_state", (program,), STATES, new)
 

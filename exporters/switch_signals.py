@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collectors.event import Event
-from exporters import signals_for
+from exporters import SignalsBase, signals_for
 from exporters.catalogue import MetricSpec
 
 SPECS = [
@@ -19,10 +19,7 @@ SPECS = [
 
 
 @signals_for("switch_log", SPECS)
-class SwitchSignals:
-    def __init__(self, state, *_args) -> None:
-        self.state = state
-
+class SwitchSignals(SignalsBase):
     def apply(self, e: Event) -> None:
         key = (e.instance,)
         if e.kind == "switch":

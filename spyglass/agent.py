@@ -18,7 +18,7 @@ from spyglass.server import AgentServer
 from exporters.statefile import StateFile, Store
 from spyglass import __version__
 from spyglass.config import Config
-from spyglass.pipeline import Pipeline
+from spyglass.pipeline import Pipeline, SourceRuntime
 
 
 def open_store(config: Config) -> Store:
@@ -107,12 +107,11 @@ class Agent:
     def _pollers(self) -> list[threading.Thread]:
         """One thread per polled source: a slow endpoint delays only itself, never the tailing."""
 
-        def loop(rt) -> None:
+        def loop(rt: SourceRuntime) -> None:
             while not self.stop.is_set():
-                self.pipeline.poll(rt)
+                wait = self.pipeline.poll(rt)  # the pipeline keeps the schedule: interval, or backoff
                 self.wake.set()
-                due = getattr(rt.source, "next_due", 0.0)
-                self.stop.wait(max(0.05, due - self.pipeline.clock.now()))
+                self.stop.wait(max(0.05, wait))
 
         return [threading.Thread(target=loop, args=(rt,), name=f"poll-{rt.name}", daemon=True)
                 for rt in self.pipeline.polled_sources()]

@@ -120,11 +120,10 @@ def _validate_source(name: str, raw: Any, file: str) -> collectors.SourceOptions
         raise ConfigError(f"{file}: sources.{name}.{_where(first['loc'])}: {_describe(first)}") from None
     except ValueError as exc:
         raise ConfigError(f"{file}: sources.{name}.tz: {exc} (expected an IANA zone such as Asia/Shanghai)") from None
-    polled = getattr(kinds[kind].cls, "polled", False)
-    if not polled and options.path is None and not getattr(options, "url", None):
+    if not kinds[kind].is_polled(options) and options.path is None:
         raise ConfigError(f"{file}: sources.{name}.path: required for kind {kind}")
     try:
-        kinds[kind].cls(name, options)  # compiles the grammar: a bad pattern fails here, by name
+        kinds[kind].build(name, options)  # compiles the grammar: a bad pattern fails here, by name
     except ValueError as exc:
         raise ConfigError(f"{file}: {exc}") from None
     return options

@@ -9,15 +9,17 @@ import queue
 import threading
 from dataclasses import dataclass, field
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from loguru import logger
 
 import collectors
 import exporters
+from collectors import LineSource, PolledSource, PollPolicy
 from collectors.clock import Clock
 from collectors.event import Event
 from collectors.tailer import Tailer
+from exporters import Signals, SignalsSettings
 from exporters.state import MetricState
 from exporters.statefile import Store
 from spyglass import __version__
@@ -25,19 +27,47 @@ from spyglass.config import Config
 
 
 @dataclass
+class PollSchedule:
+    """When a polled source is next due: `interval_seconds` after a poll that answered; after n
+    failed polls in a row, interval * 2**n, at most `max_backoff_seconds` (never less than the
+    interval). The pipeline owns it; a source only says how its polls went."""
+
+    source: PolledSource
+    policy: PollPolicy
+    next_due: float = 0.0  # due at once
+    failures: int = 0
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_due
+
+    def done(self, now: float, ok: bool) -> None:
+        self.failures = 0 if ok else self.failures + 1
+        interval, cap = self.policy.interval_seconds, self.policy.max_backoff_seconds
+        wait = interval * 2 ** min(self.failures, 16)
+        self.next_due = now + min(wait, max(cap if cap is not None else interval, interval))
+
+
+@dataclass
 class SourceRuntime:
     name: str
     kind: str
-    source: Any  # the collector's source object: handle_lines(lines), or poll(now) when polled
+    source: LineSource | PolledSource
     tailer: Tailer | None  # None for a polled source
-    apply: Any  # the signals object's apply(event), or None
+    apply: Callable[[Event], None] | None  # the signals object's apply(event)
     polled_checkpoint: dict[str, Any] | None = None
+    schedule: PollSchedule | None = None  # for a polled source
     outcomes: dict[str, int] = field(default_factory=dict)
     last_unmatched: bytes = b""
     last_event_ts: float = 0.0
 
 
 class Pipeline:
+    """Sources in, metric state and store out. Guarantees: the events of a step, every source's
+    checkpoint and the metric state reach the store in one commit, so a restart resumes exactly
+    where the last commit ended; a source that raises costs its lines or its poll, never the
+    pipeline; polled sources are polled on the schedule the pipeline keeps (`PollSchedule`),
+    from any thread, and their events are applied at the next step."""
+
     def __init__(self, config: Config, clock: Clock, store: Store) -> None:
         self.config, self.clock, self.store = config, clock, store
         catalogue = exporters.full_catalogue().with_buckets(config.signals.buckets)
@@ -54,27 +84,30 @@ class Pipeline:
         self.event_hooks: list[Callable[[list[Event]], None]] = []  # after each commit, e.g. span export
         self._submitted: queue.Queue[list[Event]] = queue.Queue()  # from outside: spans received by OTLP
 
-    def _build_signals(self) -> dict[str, Any]:
-        signals = {}
-        for kind, registration in exporters.load_all().items():
-            if registration.cls is not None:
-                signals[kind] = registration.cls(self.state, self.config.lanes(),
-                                                 self.config.signals.long_prompt_tokens,
-                                                 self.config.signals.default_prompt_cache_every)
-        return signals
+    def _build_signals(self) -> dict[str, Signals]:
+        settings = SignalsSettings(lanes=self.config.lanes(),
+                                   long_prompt_tokens=self.config.signals.long_prompt_tokens,
+                                   default_prompt_cache_every=self.config.signals.default_prompt_cache_every)
+        return {kind: registration.cls(self.state, settings=settings)
+                for kind, registration in exporters.load_all().items() if registration.cls is not None}
 
     def _build_source(self, name: str, options: Any, checkpoint: dict[str, Any] | None) -> SourceRuntime:
         registration = collectors.load_all()[options.kind]
-        source = registration.cls(name, options, host=self.config.agent.host)
         agent = self.config.agent
-        tailer = None if getattr(source, "polled", False) else Tailer(
-            str(options.path), self.clock, checkpoint=checkpoint, rotated=tuple(options.rotated),
-            start_at=options.start_at, max_line=agent.max_line_bytes, grace_seconds=agent.grace_seconds)
-        if checkpoint and hasattr(source, "restore") and checkpoint.get("source") is not None:
+        source = registration.build(name, options, host=agent.host)
+        tailer, schedule = None, None
+        if registration.is_polled(options):
+            polled = cast(PolledSource, source)  # is_polled: built from the registration's polled class
+            schedule = PollSchedule(polled, polled.poll_policy())
+        else:
+            tailer = Tailer(str(options.path), self.clock, checkpoint=checkpoint, rotated=tuple(options.rotated),
+                            start_at=options.start_at, max_line=agent.max_line_bytes,
+                            grace_seconds=agent.grace_seconds)
+        if checkpoint and checkpoint.get("source") is not None:
             source.restore(checkpoint["source"])
         signals = self.signals.get(options.kind)
         runtime = SourceRuntime(name, options.kind, source, tailer, signals.apply if signals else None,
-                                checkpoint if tailer is None else None)
+                                checkpoint.get("source") if checkpoint and tailer is None else None, schedule)
         for (src, outcome), value in self.state.series("spyglass_source_lines_total").items():
             if src == name:
                 runtime.outcomes[outcome] = int(value)
@@ -110,23 +143,31 @@ class Pipeline:
     def polled_sources(self) -> list[SourceRuntime]:
         return [rt for rt in self.sources if rt.tailer is None]
 
-    def poll(self, rt: SourceRuntime) -> None:
-        """One poll of a polled source (if due), queued for the next step. Safe from any thread.
+    def poll(self, rt: SourceRuntime) -> float:
+        """One poll of a polled source if it is due, queued for the next step; returns the seconds
+        until it is due again. Safe from any thread, one thread per source.
 
         A source that raises is a bug or a surprise of the host, never a dead agent: it is logged,
-        counted as an error poll with up = 0, and polled again at the next turn."""
+        counted as an error poll with up = 0, and retried on the failure schedule."""
+        schedule = rt.schedule
+        assert schedule is not None, f"{rt.name} is not a polled source"
+        now = self.clock.now()
+        if not schedule.due(now):
+            return schedule.next_due - now
         try:
-            events = rt.source.poll(self.clock.now())
+            result = schedule.source.poll(now)
         except Exception:  # noqa: BLE001 - anything, so that the poller thread survives it
-            logger.exception("{}: poll failed; retried at the next turn", rt.name)
-            rt.source.next_due = self.clock.now() + getattr(rt.source.options, "interval_seconds", 5.0)
+            logger.exception("{}: poll failed; retried on the failure schedule", rt.name)
+            schedule.done(now, ok=False)
             self._polled.put((rt, [], False, rt.polled_checkpoint))
-            return
-        if events:
-            saved = rt.source.checkpoint() if hasattr(rt.source, "checkpoint") else None
-            self._polled.put((rt, events, bool(getattr(rt.source, "up", True)), saved))
+            return schedule.next_due - now
+        schedule.done(now, result.ok)
+        if result.events or not result.ok:
+            self._polled.put((rt, result.events, result.ok, schedule.source.checkpoint()))
+        return schedule.next_due - now
 
     def poll_all(self) -> None:
+        """Poll every polled source that is due, on this thread."""
         for rt in self.polled_sources():
             self.poll(rt)
 
@@ -156,8 +197,8 @@ class Pipeline:
 
     def _poll_file(self, rt: SourceRuntime) -> list[bytes]:
         lines = rt.tailer.poll(self.config.agent.read_budget_bytes)
-        if lines and rt.tailer.live is not None and hasattr(rt.source, "file_mtime"):
-            rt.source.file_mtime(rt.tailer.live.mtime_ns / 1e9)  # a date for date-less lines
+        if lines and rt.tailer.live is not None:
+            cast(LineSource, rt.source).file_mtime(rt.tailer.live.mtime_ns / 1e9)  # a date for date-less lines
         return lines
 
     @staticmethod
@@ -165,8 +206,9 @@ class Pipeline:
         if rt.tailer is None:
             return {"source": rt.polled_checkpoint} if rt.polled_checkpoint is not None else {}
         saved = rt.tailer.checkpoint()
-        if hasattr(rt.source, "checkpoint"):
-            saved["source"] = rt.source.checkpoint()
+        state = rt.source.checkpoint()
+        if state is not None:
+            saved["source"] = state
         return saved
 
     def run_until_idle(self) -> int:
@@ -188,8 +230,7 @@ class Pipeline:
         for rt in self.sources:
             if rt.tailer is not None:
                 rt.tailer.close()
-            elif hasattr(rt.source, "close"):
-                rt.source.close()
+            rt.source.close()
         self.store.close()
 
     def _parse(self, rt: SourceRuntime, lines: list[bytes]) -> list[Event]:

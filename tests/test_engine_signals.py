@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 from collectors.event import Event
-from exporters import full_catalogue
+from exporters import SignalsSettings, full_catalogue
 from exporters.engine_signals import EngineSignals
 from exporters.state import MetricState
 
 
 def apply(*events: Event) -> MetricState:
     state = MetricState(full_catalogue())
-    signals = EngineSignals(state, {"strata-a": "fast", "strata-b": "normal"})
+    signals = EngineSignals(state, settings=SignalsSettings(lanes={"strata-a": "fast", "strata-b": "normal"}))
     for event in events:
         signals.apply(event)
     return state

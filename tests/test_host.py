@@ -37,7 +37,7 @@ def test_stat_splits_after_the_last_parenthesis():
 
 
 def test_incident_one_on_cgroup_v2_two_engines_on_the_same_cores():
-    events = source("v2", {"strata-a": {"cmdline": "--port 8081"}, "strata-b": {"cmdline": "--port 8082"}}).poll(0)
+    events = source("v2", {"strata-a": {"cmdline": "--port 8081"}, "strata-b": {"cmdline": "--port 8082"}}).poll(0).events
     by_kind = {(e.kind, e.instance): e.fields for e in events}
     a = by_kind[("process", "strata-a")]
     assert (a["pid"], a["cpus"], a["rss_bytes"], a["threads"]) == (4242, "0-31", 98_304_000 * 1024, 26)
@@ -52,13 +52,13 @@ def test_incident_one_on_cgroup_v2_two_engines_on_the_same_cores():
 
 
 def test_cgroup_v1_counters_are_converted_to_seconds():
-    (event,) = source("v1", {"strata-b": {"cmdline": "--port 8082"}}).poll(0)
+    (event,) = source("v1", {"strata-b": {"cmdline": "--port 8082"}}).poll(0).events
     assert (event.fields["throttled_seconds"], event.fields["memory_bytes"], event.fields["oom_kills"]) == \
         (pytest.approx(4.288698555), 67108864, 1)
 
 
 def test_a_missing_process_is_reported_not_fatal(tmp_path):
-    (event,) = source("v2", {"strata-c": {"pid_file": str(tmp_path / "absent.pid")}}).poll(0)
+    (event,) = source("v2", {"strata-c": {"pid_file": str(tmp_path / "absent.pid")}}).poll(0).events
     assert (event.kind, event.instance) == ("process_missing", "strata-c")
 
 
@@ -76,14 +76,14 @@ def test_two_real_processes_pinned_to_overlapping_then_disjoint_cpus(tmp_path):
         host = HostSource("host", HostOptions(processes=processes, interval_seconds=1))
 
         def shared(now: float) -> int:
-            return next(e.fields["shared"] for e in host.poll(now) if e.kind == "shared_cpus")
+            return next(e.fields["shared"] for e in host.poll(now).events if e.kind == "shared_cpus")
 
         for child in children:
             os.sched_setaffinity(child.pid, {cpus[0]})
         assert shared(0) == 1
         os.sched_setaffinity(children[1].pid, {cpus[1]})
         assert shared(1) == 0
-        facts = next(e.fields for e in host.poll(2) if e.kind == "process")
+        facts = next(e.fields for e in host.poll(2).events if e.kind == "process")
         assert facts["cpus"] == str(cpus[0]) and facts["rss_bytes"] > 0 and facts["cpu_seconds"] >= 0
     finally:
         for child in children:

@@ -60,7 +60,7 @@ def test_rows_are_imported_once_while_the_gateway_writes(tmp_path):
         committed.wait(5)
         committed.clear()
         now += 1
-        imported += [e.request_id for e in source.poll(now) if e.kind == "request"]
+        imported += [e.request_id for e in source.poll(now).events if e.kind == "request"]
     writer.join()
     assert errors == []
     assert imported == written and len(imported) == 1500
@@ -111,7 +111,7 @@ def test_body_facts_and_signals(tmp_path):
     (segs / "seg-223000-00002.jsonl.gz").write_bytes(gzip.compress(b'{"id": "x"}\n' * 50)[:40])  # being written
 
     source = InferStoreSource("infer", InferStoreOptions(path=db, settle_seconds=30))
-    events = source.poll(10_000.0)
+    events = source.poll(10_000.0).events
     bodies = {e.request_id: e.fields for e in events if e.kind == "request_body"}
     assert [(b["special_literals"], b["thinking_only"], b["invalid_tool_json"], b["anchor_survived"],
              b["plan_then_stop"], b["lane"]) for b in (bodies[i] for i in ids)] == [
@@ -138,7 +138,7 @@ def test_body_facts_and_signals(tmp_path):
 
     write_segment(segs / "seg-223000-00002.jsonl.gz", [seg_record("20261017-223000-aaaaaa", prompt="p",
                   first_user=task, sent_user=task, tools=False, content="ok")], age=2_000.0)
-    again = source.poll(20_000.0)
+    again = source.poll(20_000.0).events
     assert [(e.kind, e.request_id) for e in again] == [("request_body", "20261017-223000-aaaaaa")]
 
     # A gateway that appends a gzip member to a segment later: only the new record is read.
@@ -146,5 +146,5 @@ def test_body_facts_and_signals(tmp_path):
         f.write(json.dumps(seg_record("20261017-223100-bbbbbb", prompt="p", first_user=task, sent_user=task,
                                       tools=False, content="ok")) + "\n")
     os.utime(segs / "seg-223000-00002.jsonl.gz", (3_000.0, 3_000.0))
-    assert [e.request_id for e in source.poll(30_000.0)] == ["20261017-223100-bbbbbb"]
-    assert source.poll(40_000.0) == []
+    assert [e.request_id for e in source.poll(30_000.0).events] == ["20261017-223100-bbbbbb"]
+    assert source.poll(40_000.0).events == []

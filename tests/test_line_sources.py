@@ -46,12 +46,11 @@ def test_supervisord_templates(line, kind, fields):
 
 
 @settings(max_examples=200)
-@given(st.sampled_from(sorted(k for k, r in collectors.load_all().items() if not getattr(r.cls, "polled", False))),
+@given(st.sampled_from(sorted(k for k, r in collectors.load_all().items() if r.tailed is not None)),
        st.binary(max_size=200))
 def test_random_bytes_never_crash_any_line_source(kind, data):
     registration = collectors.load_all()[kind]
-    source = registration.cls("s", registration.options(kind=kind, path="x"))
-    if hasattr(source, "file_mtime"):
-        source.file_mtime(1_792_454_399.0)
+    source = registration.tailed("s", registration.options(kind=kind, path="x"))
+    source.file_mtime(1_792_454_399.0)
     events, misses, _ = source.handle_lines([data, data + b"\n" + data])
     assert len(events) + sum(misses.values()) == 2

@@ -85,9 +85,9 @@ def supervised(tmp_path_factory):
                    and text().count("success: victim") >= 2, what="the kill and the respawn")
         endpoint = f"unix://{folder}/supervisor.sock"
         rpc_source = SupervisordRpcSource("rpc", SupervisordRpcOptions(endpoint=endpoint, interval_seconds=1))
-        rpc_events = rpc_source.poll(0.0)
+        rpc_events = rpc_source.poll(0.0).events
         host = HostSource("host", HostOptions(supervisord=endpoint, processes={"victim": {"program": "victim"}}))
-        host_events = host.poll(0.0)
+        host_events = host.poll(0.0).events
         victim_pid = int(re.findall(r"spawned: 'victim' with pid (\d+)", text())[-1])  # after the kill
         subprocess.run([str(BIN / "supervisorctl"), "-c", str(config), "stop", "steady"], check=True,
                        capture_output=True)
@@ -142,5 +142,6 @@ def test_the_rpc_api_reports_current_state_and_feeds_the_host_collector(supervis
 def test_a_restart_between_two_polls_is_counted():
     source = SupervisordRpcSource("rpc", SupervisordRpcOptions(endpoint="unix:///nonexistent.sock"))
     source.restore({"seen": {"engine": [100, 1000]}})
-    assert [e.kind for e in source.poll(0)] == ["poll_error"]  # unreachable: up = 0, the agent goes on
-    assert source.up is False
+    result = source.poll(0)
+    assert [e.kind for e in result.events] == ["poll_error"]  # unreachable: up = 0, the agent goes on
+    assert result.ok is False
