@@ -15,7 +15,7 @@ from pydantic import Field
 from collectors import SourceOptions, register
 from collectors.dated_log import DatedLogParser
 from collectors.event import Event
-from collectors.grammar import Miss, PatternOverride, build_kinds
+from collectors.grammar import MAX_NUMBER, Miss, PatternOverride, build_kinds
 
 PREFIX = (r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](?P<ms>\d{1,6}))? "
           r"(?P<level>[DIWE]) \[(?P<component>[^\]\n]{1,40})\] ")
@@ -87,7 +87,7 @@ def parse_args(text: str) -> dict[str, int | str]:
     for flag, value in zip(words, words[1:]):
         name = flag.removeprefix("--")
         if flag.startswith("--") and name in ARG_FLAGS + ("model",):
-            found[name.replace("-", "_")] = int(value) if value.isdigit() else value
+            found[name.replace("-", "_")] = int(value) if value.isascii() and value.isdigit() else value
     return found
 
 
@@ -119,7 +119,10 @@ class EngineLogParser(DatedLogParser):
             if line.find(kind.literal, start) >= 0:
                 found = kind.pattern.match(line, start)
                 if found is not None:
-                    return self.event(line[:19], kind.kind, kind.typed(found), int(line[20:23]) * 0.001)
+                    fields = kind.typed(found)
+                    if fields.__class__ is str:
+                        return fields
+                    return self.event(line[:19], kind.kind, fields, int(line[20:23]) * 0.001)
         if head[1:2] == self.grammar.error_level:
             return self.event(line[:19], "error", self.grammar.error_fields(component, line[start:]),
                               int(line[20:23]) * 0.001)
@@ -128,6 +131,10 @@ class EngineLogParser(DatedLogParser):
     def event(self, stamp: bytes, kind: str, fields: dict, fraction: float) -> Event | str:
         if kind == "args":
             fields = parse_args(fields.get("args", ""))
+            refused = next((name for name, value in fields.items() if value.__class__ is int and value > MAX_NUMBER),
+                           None)
+            if refused:
+                return Miss.invalid(refused)
         return super().event(stamp, kind, fields, fraction)
 
 
@@ -166,7 +173,10 @@ class EngineLogSource:
                     continue
             result = handle(line)
             if result.__class__ is str:
-                misses[result] += 1
+                try:
+                    misses[result] += 1
+                except KeyError:  # Miss.invalid(field): one key per field name
+                    misses[result] = 1
                 if result == Miss.UNMATCHED:
                     unmatched = line
             else:

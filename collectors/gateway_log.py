@@ -129,8 +129,11 @@ class GatewayLogSource:
             if kind.literal in line:
                 found = kind.pattern.match(line, head.end())
                 if found is not None and day is not None:
+                    fields = kind.typed(found)
+                    if fields.__class__ is str:
+                        return fields
                     wall = datetime(day.year, day.month, day.day, hour, minute, min(second, 59))
-                    return self._event(local_to_epoch(wall, self.log_zone), kind.kind, kind.typed(found))
+                    return self._event(local_to_epoch(wall, self.log_zone), kind.kind, fields)
         return Miss.UNMATCHED
 
     def _event(self, ts: float, kind: str, fields: dict[str, Any]) -> Event:
