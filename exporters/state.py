@@ -6,6 +6,7 @@ Plain dicts keyed by label-value tuples, so the hot path costs a dict update per
 """
 from __future__ import annotations
 
+import copy
 import functools
 import threading
 from bisect import bisect_left
@@ -48,6 +49,10 @@ class MetricState:
             else:
                 self.values[spec.name] = {}
         self.histogram_hooks: list[HistogramHook] = []
+        # What a signals module must remember to derive a value (the last raw counters of a
+        # serve, the engine's last plausible evictions=): saved and restored with the series, so
+        # a restart derives exactly what one pass would. Its owner validates what it reads back.
+        self.memo: dict[str, Any] = {}
 
     def series(self, name: str) -> dict[Key, float]:
         """The live dict of one counter, gauge or info metric (read it; write through the methods)."""
@@ -132,6 +137,7 @@ class MetricState:
             "values": {n: [[list(k), v] for k, v in s.items()] for n, s in self.values.items() if s},
             "hists": {n: [[list(k), list(c), total] for k, (c, total) in s.items()]
                       for n, s in self.hists.items() if s},
+            **({"memo": copy.deepcopy(self.memo)} if self.memo else {}),
         }
 
     def load_json(self, saved: Any) -> None:
@@ -157,6 +163,8 @@ class MetricState:
                 continue
             restored, bad = self._rows(name, rows, functools.partial(self._histogram, width))
             self.hists[name], damaged = restored, damaged + bad
+        memo = saved.get("memo") if isinstance(saved, dict) else None
+        self.memo = {k: v for k, v in memo.items() if isinstance(v, dict)} if isinstance(memo, dict) else {}
         if damaged or not isinstance(values, (dict, type(None))) or not isinstance(hists, (dict, type(None))):
             logger.error("the saved metric state was damaged: {} series dropped, the valid ones restored;"
                          " counters of the dropped series restart from 0", damaged)
