@@ -2,7 +2,8 @@
 
 Every line kind of the Strata engine, keyed by kind name; each regex may be replaced from config
 (`[sources.NAME.patterns]`). The parser is pure; `EngineLogSource` adds the one piece of state a
-line cannot carry: which request a `task N` belongs to (only the `queued` line names it).
+line cannot carry: which request a `task N` belongs to (only the `queued` line names it). A task
+line of a task never queued is marked `orphan` (the signals count it apart from requests).
 Fixture: tests/fixtures/engine_log/strata-iq3_xxs-b.log
 """
 from __future__ import annotations
@@ -42,7 +43,7 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
                TASK + r"req=(?P<req>\S+) conv=(?P<conv>\S+) queued prefill_depth=(?P<prefill_depth>\d+)"),
     "rejected": ("http", " rejected ",
                  TASK + r"rejected (?P<status>\d{3})(?: #(?P<code>\d+))? (?P<reason>[^:\n]*)"
-                 r"(?:: (?P<prompt>\d+) > (?P<window>\d+))?"),
+                 r"(?:: (?P<prompt>\d+) > (?P<window>\d+)|: (?P<detail>[^\n]*))?"),
     "prompt": ("slot", " reused + ",
                TASK + r"prompt (?P<prompt>\d+) = (?P<reused>\d+) reused \+ (?P<read>\d+) read in (?P<ms>\d+) ms"),
     "thinking": ("slot", "thinking: ",
@@ -64,7 +65,8 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
               r" decode_tps=(?P<decode_tps>[\d.]+) " + CACHE_STATE),
 }
 TEXT_FIELDS = ("build", "version", "build_name", "md5", "expected", "got", "conv", "req", "shape",
-               "path", "real", "cpus", "reason", "origin", "finish", "cause", "args")
+               "path", "real", "cpus", "reason", "origin", "finish", "cause", "args", "detail")
+TASK_LINES = frozenset({"prompt", "thinking", "tool_call", "done"})  # written only for a queued task
 DIGITS_TO_9 = bytes.maketrans(b"0123456789", b"9999999999")
 STAMP_LAYOUT = b"9999-99-99 99:99:99.999"
 ARG_FLAGS = ("port", "slots", "ctx", "pool-workers", "conversation-cache-mib", "prompt-cache-every")
@@ -197,7 +199,10 @@ class EngineLogSource:
             if len(self._requests) > self._max_tasks:
                 self._requests.popitem(last=False)
         else:
-            event.request_id = self._requests.get(task) or None
+            req = self._requests.get(task)
+            event.request_id = req or None
+            if req is None and event.kind in TASK_LINES:
+                event.fields["orphan"] = True  # never queued: a forged line, or queued before we read
             if event.kind in ("done", "rejected"):
                 self._requests.pop(task, None)
         return event

@@ -1,7 +1,8 @@
 """A line grammar: an anchored prefix, then message patterns chosen by component and literal.
 
 Only a line that matches the prefix can become an event, so text inside a prompt echoed on a
-continuation line can never forge one. After the prefix, a cheap dispatch on the component and
+continuation line can never forge one; a message pattern must match to the end of the line, so
+no text may follow a valid message. Every number is range-checked where it is converted. After the prefix, a cheap dispatch on the component and
 a literal `in` test run before any regex. Every pattern can be replaced from configuration.
 """
 from __future__ import annotations
@@ -210,6 +211,7 @@ def build_kinds(defaults: Mapping[str, tuple[str, str, str]],
                 raise ValueError(f"{where}.{name}: a new kind needs a component, e.g."
                                  f" {{ regex = '...', component = 'cache' }}")
             component = ""  # a format without components
-        kinds.append(LineKind(name, component, literal.encode(), compile_pattern(regex, f"{where}.{name}"),
+        # Anchored at both ends: text after a valid message (a prompt running on) is no event.
+        kinds.append(LineKind(name, component, literal.encode(), compile_pattern(f"(?:{regex})$", f"{where}.{name}"),
                               converters(regex, text_fields)))
     return kinds
