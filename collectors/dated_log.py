@@ -41,14 +41,18 @@ class DatedLogParser:
 
 def handle_lines(handle: Callable[[bytes], Event | str],
                  lines: list[bytes]) -> tuple[list[Event], dict[str, int], bytes]:
-    """Events of a batch of lines, the count of each Miss, and the last unmatched line."""
+    """Events of a batch of lines, the count of each Miss (Miss.invalid(field) included), and the
+    last unmatched line."""
     events: list[Event] = []
     misses = {Miss.IGNORED: 0, Miss.UNMATCHED: 0, Miss.UNPREFIXED: 0}
     unmatched = b""
     for line in lines:
         result = handle(line)
         if result.__class__ is str:
-            misses[result] += 1
+            try:
+                misses[result] += 1
+            except KeyError:  # Miss.invalid(field): one key per field name
+                misses[result] = 1
             if result == Miss.UNMATCHED:
                 unmatched = line
         else:

@@ -2,7 +2,8 @@
 
 Every line kind of the Strata engine, keyed by kind name; each regex may be replaced from config
 (`[sources.NAME.patterns]`). The parser is pure; `EngineLogSource` adds the one piece of state a
-line cannot carry: which request a `task N` belongs to (only the `queued` line names it).
+line cannot carry: which request a `task N` belongs to (only the `queued` line names it). A task
+line of a task never queued is marked `orphan` (the signals count it apart from requests).
 Fixture: tests/fixtures/engine_log/strata-iq3_xxs-b.log
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pydantic import Field
 from collectors import LineSourceBase, SourceOptions, register
 from collectors.dated_log import DatedLogParser
 from collectors.event import Event
-from collectors.grammar import Miss, PatternOverride, build_kinds
+from collectors.grammar import MAX_NUMBER, Miss, PatternOverride, build_kinds
 
 PREFIX = (r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](?P<ms>\d{1,6}))? "
           r"(?P<level>[DIWE]) \[(?P<component>[^\]\n]{1,40})\] ")
@@ -42,7 +43,7 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
                TASK + r"req=(?P<req>\S+) conv=(?P<conv>\S+) queued prefill_depth=(?P<prefill_depth>\d+)"),
     "rejected": ("http", " rejected ",
                  TASK + r"rejected (?P<status>\d{3})(?: #(?P<code>\d+))? (?P<reason>[^:\n]*)"
-                 r"(?:: (?P<prompt>\d+) > (?P<window>\d+))?"),
+                 r"(?:: (?P<prompt>\d+) > (?P<window>\d+)|: (?P<detail>[^\n]*))?"),
     "prompt": ("slot", " reused + ",
                TASK + r"prompt (?P<prompt>\d+) = (?P<reused>\d+) reused \+ (?P<read>\d+) read in (?P<ms>\d+) ms"),
     "thinking": ("slot", "thinking: ",
@@ -64,7 +65,8 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
               r" decode_tps=(?P<decode_tps>[\d.]+) " + CACHE_STATE),
 }
 TEXT_FIELDS = ("build", "version", "build_name", "md5", "expected", "got", "conv", "req", "shape",
-               "path", "real", "cpus", "reason", "origin", "finish", "cause", "args")
+               "path", "real", "cpus", "reason", "origin", "finish", "cause", "args", "detail")
+TASK_LINES = frozenset({"prompt", "thinking", "tool_call", "done"})  # written only for a queued task
 DIGITS_TO_9 = bytes.maketrans(b"0123456789", b"9999999999")
 STAMP_LAYOUT = b"9999-99-99 99:99:99.999"
 ARG_FLAGS = ("port", "slots", "ctx", "pool-workers", "conversation-cache-mib", "prompt-cache-every")
@@ -87,7 +89,7 @@ def parse_args(text: str) -> dict[str, int | str]:
     for flag, value in zip(words, words[1:]):
         name = flag.removeprefix("--")
         if flag.startswith("--") and name in ARG_FLAGS + ("model",):
-            found[name.replace("-", "_")] = int(value) if value.isdigit() else value
+            found[name.replace("-", "_")] = int(value) if value.isascii() and value.isdigit() else value
     return found
 
 
@@ -119,7 +121,10 @@ class EngineLogParser(DatedLogParser):
             if line.find(kind.literal, start) >= 0:
                 found = kind.pattern.match(line, start)
                 if found is not None:
-                    return self.event(line[:19], kind.kind, kind.typed(found), int(line[20:23]) * 0.001)
+                    fields = kind.typed(found)
+                    if fields.__class__ is str:
+                        return fields
+                    return self.event(line[:19], kind.kind, fields, int(line[20:23]) * 0.001)
         if head[1:2] == self.grammar.error_level:
             return self.event(line[:19], "error", self.grammar.error_fields(component, line[start:]),
                               int(line[20:23]) * 0.001)
@@ -128,6 +133,10 @@ class EngineLogParser(DatedLogParser):
     def event(self, stamp: bytes, kind: str, fields: dict, fraction: float) -> Event | str:
         if kind == "args":
             fields = parse_args(fields.get("args", ""))
+            refused = next((name for name, value in fields.items() if value.__class__ is int and value > MAX_NUMBER),
+                           None)
+            if refused:
+                return Miss.invalid(refused)
         return super().event(stamp, kind, fields, fraction)
 
 
@@ -166,7 +175,10 @@ class EngineLogSource(LineSourceBase):
                     continue
             result = handle(line)
             if result.__class__ is str:
-                misses[result] += 1
+                try:
+                    misses[result] += 1
+                except KeyError:  # Miss.invalid(field): one key per field name
+                    misses[result] = 1
                 if result == Miss.UNMATCHED:
                     unmatched = line
             else:
@@ -187,7 +199,10 @@ class EngineLogSource(LineSourceBase):
             if len(self._requests) > self._max_tasks:
                 self._requests.popitem(last=False)
         else:
-            event.request_id = self._requests.get(task) or None
+            req = self._requests.get(task)
+            event.request_id = req or None
+            if req is None and event.kind in TASK_LINES:
+                event.fields["orphan"] = True  # never queued: a forged line, or queued before we read
             if event.kind in ("done", "rejected"):
                 self._requests.pop(task, None)
         return event

@@ -5,7 +5,8 @@ request id takes its date from the id's Beijing time; a line without one takes t
 line before, a new day when the clock goes back more than 12 hours; lines before the first id
 take the file's mtime. The source also carries each request's lane, mode and token estimate
 from its first line to the later ones (precheck, done, overfit, reject), which do not repeat
-them, and lets go of it at the request's last line.
+them, and lets go of it at the request's last line. A lane or mode outside the configured
+`lanes` / `modes` is carried as `other` (the line's value stays in the stored event).
 Fixture: tests/fixtures/gateway_log/rag-proxy.log
 """
 from __future__ import annotations
@@ -50,6 +51,7 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
 TEXT_FIELDS = frozenset({"req", "session", "lane", "mode", "version", "finish", "upstream", "reason"})
 CARRIED = ("lane", "mode", "est_tokens", "client_msgs", "sent_msgs")
 LAST_LINES = ("done", "reject", "retry_on_overfit")  # a request writes nothing after these
+MAX_UNLISTED = 120  # characters kept of a label value outside its list
 
 
 class GatewayLogOptions(SourceOptions):
@@ -58,6 +60,9 @@ class GatewayLogOptions(SourceOptions):
     request_id_tz: str = Field("Asia/Shanghai", description="Zone of the time inside request ids.")
     patterns: dict[str, str | PatternOverride] = Field(default_factory=dict,
                                                        description="Per-kind message regex overrides.")
+    lanes: list[str] = Field(["fast", "normal"], description="Lanes exported as labels; any other is `other`.")
+    modes: list[str] = Field(["assembled", "passthrough", "no_rag"],
+                             description="Modes exported as labels; any other is `other`.")
 
 
 class DateRecovery:
@@ -108,6 +113,7 @@ class GatewayLogSource(LineSourceBase):
         # checkpointed every step, so a bound and a release at the last line both matter.
         self.requests: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.max_requests = max_requests
+        self.listed = {"lane": frozenset(options.lanes), "mode": frozenset(options.modes)}
 
     def file_mtime(self, mtime: float) -> None:
         """The date for lines before the first request id (the pipeline passes the file's mtime)."""
@@ -129,12 +135,17 @@ class GatewayLogSource(LineSourceBase):
             if kind.literal in line:
                 found = kind.pattern.match(line, head.end())
                 if found is not None and day is not None:
+                    fields = kind.typed(found)
+                    if fields.__class__ is str:
+                        return fields
                     wall = datetime(day.year, day.month, day.day, hour, minute, min(second, 59))
-                    return self._event(local_to_epoch(wall, self.log_zone), kind.kind, kind.typed(found))
+                    return self._event(local_to_epoch(wall, self.log_zone), kind.kind, fields)
         return Miss.UNMATCHED
 
     def _event(self, ts: float, kind: str, fields: dict[str, Any]) -> Event:
         req = fields.get("req")
+        if kind == "request":
+            self._bound_labels(fields)
         if kind == "request" and req:
             self.requests[req] = {k: fields[k] for k in CARRIED}
             if len(self.requests) > self.max_requests:
@@ -143,6 +154,15 @@ class GatewayLogSource(LineSourceBase):
             context = self.requests.pop(req) if kind in LAST_LINES else self.requests[req]
             fields = {**context, **fields}
         return Event(ts, self.name, kind, self.options.instance or "rag-proxy", fields, req, self.host)
+
+    def _bound_labels(self, fields: dict[str, Any]) -> None:
+        """A lane or mode outside the configured lists becomes "other"; the value the line gave is
+        kept (cut) under `unlisted` for the store, and the signals count it."""
+        for label, allowed in self.listed.items():
+            value = fields.get(label)
+            if value is not None and value not in allowed:
+                fields.setdefault("unlisted", {})[label] = str(value)[:MAX_UNLISTED]
+                fields[label] = "other"
 
     def checkpoint(self) -> dict[str, Any]:
         return {"dates": self.dates.state(), "requests": dict(self.requests)}

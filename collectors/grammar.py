@@ -1,7 +1,8 @@
 """A line grammar: an anchored prefix, then message patterns chosen by component and literal.
 
 Only a line that matches the prefix can become an event, so text inside a prompt echoed on a
-continuation line can never forge one. After the prefix, a cheap dispatch on the component and
+continuation line can never forge one; a message pattern must match to the end of the line, so
+no text may follow a valid message. Every number is range-checked where it is converted. After the prefix, a cheap dispatch on the component and
 a literal `in` test run before any regex. Every pattern can be replaced from configuration.
 """
 from __future__ import annotations
@@ -21,16 +22,43 @@ class Miss:
     IGNORED = "ignored"  # prefixed, but of a level we skip on purpose
     UNMATCHED = "unmatched"  # prefixed, but no pattern matched: format drift shows up here
     UNPREFIXED = "unprefixed"  # no line prefix: a continuation, a stack trace, an echoed prompt
+    INVALID = "invalid"  # matched, but a value is unusable: "invalid:FIELD" names the field
 
+    @staticmethod
+    def invalid(field: str) -> str:
+        return f"{Miss.INVALID}:{field}"
+
+
+def split_outcome(outcome: str) -> tuple[str, str]:
+    """("invalid", "decode_tps") for "invalid:decode_tps"; (outcome, "") for the other misses."""
+    outcome, _, field = outcome.partition(":")
+    return outcome, field
+
+
+# The largest magnitude a parsed number may have: every value up to it is exact in the float
+# metric state and fits the store's 64-bit integers. A larger one is a forged or broken line.
+MAX_NUMBER = 2 ** 53
 
 _text = functools.partial(str, encoding="utf-8", errors="replace")  # C-level: called per text field
 
 
-def _float(raw: bytes) -> float | str:
-    try:
-        return float(raw)
-    except ValueError:  # [\d.]+ also matches "1.2.3"
-        return _text(raw)
+def number_ok(value: object) -> bool:
+    """True for an int or float (not bool) of magnitude at most MAX_NUMBER; NaN and inf fail."""
+    return value.__class__ in (int, float) and -MAX_NUMBER <= value <= MAX_NUMBER  # type: ignore[operator]
+
+
+def _int(raw: bytes) -> int:
+    value = int(raw)
+    if value > MAX_NUMBER:  # a \d+ group is never negative
+        raise ValueError("out of range")
+    return value
+
+
+def _float(raw: bytes) -> float:
+    value = float(raw)  # ValueError for "1.2.3" or "." ([\d.]+ matches both)
+    if not value <= MAX_NUMBER:  # inf for 400 digits
+        raise ValueError("out of range")
+    return value
 
 
 # A named group whose body is one of these always converts the same way.
@@ -48,7 +76,7 @@ def converters(regex: str, text_fields: frozenset[str]) -> dict[str, Callable[[b
         if name in text_fields:
             found[name] = _text
         elif _INT_BODY.fullmatch(body):
-            found[name] = int
+            found[name] = _int
         elif _FLOAT_BODY.fullmatch(body):
             found[name] = _float
     return found
@@ -73,11 +101,24 @@ class LineKind:
         """(name, converter) per named group; a group of no fixed type is typed by its value."""
         return tuple((name, self.convert.get(name) or functools.partial(_auto, name)) for name in self.names)
 
-    def typed(self, found: re.Match[bytes]) -> dict[str, Any]:
-        """The named groups of `found`, converted, absent ones left out."""
+    def typed(self, found: re.Match[bytes]) -> dict[str, Any] | str:
+        """The named groups of `found`, converted, absent ones left out; or Miss.invalid(field)
+        when a number is malformed or out of range (the line is then not an event at all)."""
         names = self.names
         values = found.group(*names) if len(names) > 1 else (found.group(names[0]),) if names else ()
-        return {name: conv(raw) for (name, conv), raw in zip(self.plan, values) if raw is not None}
+        try:
+            return {name: conv(raw) for (name, conv), raw in zip(self.plan, values) if raw is not None}
+        except ValueError:
+            return self._refused(values)
+
+    def _refused(self, values: tuple[bytes | None, ...]) -> str:
+        for (name, conv), raw in zip(self.plan, values):
+            try:
+                if raw is not None:
+                    conv(raw)
+            except ValueError:
+                return Miss.invalid(name)
+        return Miss.INVALID
 
 
 def compile_pattern(text: str, where: str) -> re.Pattern[bytes]:
@@ -89,11 +130,12 @@ def compile_pattern(text: str, where: str) -> re.Pattern[bytes]:
 
 
 def _auto(name: str, raw: bytes) -> Any:
-    """A value typed by its look: digits are int, digits with one dot float, the rest text."""
+    """A value typed by its look: digits are int, digits with one dot float, the rest text;
+    a number beyond MAX_NUMBER is refused (ValueError), as for a typed group."""
     if raw.isdigit():
-        return int(raw)
+        return _int(raw)
     if raw.count(b".") == 1 and raw.replace(b".", b"", 1).isdigit():
-        return float(raw)
+        return _float(raw)
     return _text(raw)
 
 
@@ -127,7 +169,8 @@ class Grammar:
             if kind.literal in message:
                 found = kind.pattern.match(message)
                 if found is not None:
-                    return head, kind.kind, kind.typed(found)
+                    fields = kind.typed(found)
+                    return fields if fields.__class__ is str else (head, kind.kind, fields)
         if level == self.error_level:
             return head, "error", self.error_fields(component, message)
         return Miss.UNMATCHED
@@ -168,6 +211,7 @@ def build_kinds(defaults: Mapping[str, tuple[str, str, str]],
                 raise ValueError(f"{where}.{name}: a new kind needs a component, e.g."
                                  f" {{ regex = '...', component = 'cache' }}")
             component = ""  # a format without components
-        kinds.append(LineKind(name, component, literal.encode(), compile_pattern(regex, f"{where}.{name}"),
+        # Anchored at both ends: text after a valid message (a prompt running on) is no event.
+        kinds.append(LineKind(name, component, literal.encode(), compile_pattern(f"(?:{regex})$", f"{where}.{name}"),
                               converters(regex, text_fields)))
     return kinds

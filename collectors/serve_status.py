@@ -1,14 +1,19 @@
 """Serve status (sources.md §2): `GET /v1/status` of each engine's serve layer, polled with httpx.
 
-A successful poll is a `status` event holding the raw snapshot (stored whole); a failed one is a
-`poll_error` event naming the error kind, and the pipeline backs off the next poll. Absent keys
-stay absent: an old serve build without `prompt_escapes` has it "not measured", never 0. With
-`path` instead of `url`, a JSONL file of recorded snapshots ({"ts", "url", "body"} a line) is
-tailed instead, for replay and backfill.
+A successful poll is a `status` event holding a bounded snapshot of the body (`snapshot`: the
+known keys, numbers checked, strings cut, at most MAX_STATUSES status codes); a failed one is a
+`poll_error` event naming the error kind, and the pipeline backs off the next poll. One poll
+has a total deadline (`timeout_seconds` covers connect, headers and body: a server dripping a
+byte at a time cannot hold it longer) and a body cap (the body is streamed and the poll stops
+at `max_body_bytes`). Absent keys stay absent: an old serve build without `prompt_escapes` has
+it "not measured", never 0. The instance label comes from configuration, never from the body.
+With `path` instead of `url`, a JSONL file of recorded snapshots ({"ts", "url", "body"} a line)
+is tailed instead, for replay and backfill.
 Fixture: tests/fixtures/serve_status/snapshots.jsonl
 """
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -20,15 +25,25 @@ from collectors import (LineBatch, LineSourceBase, PolledSourceBase, PollPolicy,
                         register)
 from collectors.dated_log import handle_lines
 from collectors.event import Event
-from collectors.grammar import Miss
+from collectors.grammar import Miss, number_ok
+
+MAX_TEXT = 120  # characters kept of a text value of the body
+MAX_STATUSES = 64  # entries of requests.by_status kept
+NUMBERS = {"uptime_s": (), "prefill_queue": (), "stops_while_reasoning": (), "slots": ("total", "busy"),
+           "prompt_escapes": ("calls", "literals")}
+TEXTS = ("engine", "build", "serve_version", "state")
+LAST_TS = 4_102_444_800  # 2100-01-01: a recorded stamp beyond it is not a time
 
 
 class ServeStatusOptions(SourceOptions):
     kind: Literal["serve_status"] = "serve_status"
     url: str | None = Field(None, description="e.g. http://127.0.0.1:8081/v1/status; or `path` for replay.")
     interval_seconds: float = Field(5.0, gt=0, description="Seconds between polls while the endpoint answers.")
-    timeout_seconds: float = Field(2.0, gt=0, description="Connect and read timeout of one poll.")
+    timeout_seconds: float = Field(2.0, gt=0, description="Deadline of one whole poll: connect, headers and body.")
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="A longer status body is a poll error (too_large).")
     max_backoff_seconds: float = Field(60.0, gt=0, description="Longest wait between polls while it fails.")
+    instances: dict[str, str] = Field(default_factory=dict,
+                                      description="Replay: instance per recorded url; other urls take `instance`.")
 
     @model_validator(mode="after")
     def _url_or_path(self) -> ServeStatusOptions:
@@ -37,16 +52,100 @@ class ServeStatusOptions(SourceOptions):
         return self
 
 
+class BodyTooLarge(Exception):
+    """The status body passed max_body_bytes."""
+
+
+def snapshot(body: dict[str, Any]) -> dict[str, Any]:
+    """The known keys of a status body, bounded: numbers must pass `number_ok`, texts are cut to
+    MAX_TEXT, by_status keeps MAX_STATUSES entries. Refused values are named in `invalid`."""
+    kept: dict[str, Any] = {}
+    invalid: list[str] = []
+    for key in TEXTS:
+        if key in body:
+            if isinstance(body[key], str):
+                kept[key] = body[key][:MAX_TEXT]
+            else:
+                invalid.append(key)
+    for key, parts in NUMBERS.items():
+        if key not in body:
+            continue
+        value = body[key]
+        if not parts:
+            if number_ok(value):
+                kept[key] = value
+            else:
+                invalid.append(key)
+        elif isinstance(value, dict):
+            kept[key] = {part: value[part] for part in parts if part in value and number_ok(value[part])}
+            invalid += [f"{key}.{part}" for part in parts if part in value and not number_ok(value[part])]
+        else:
+            invalid.append(key)
+    requests = body.get("requests")
+    if isinstance(requests, dict):
+        kept["requests"] = _requests(requests, invalid)
+    elif "requests" in body:
+        invalid.append("requests")
+    if invalid:
+        kept["invalid"] = invalid
+    return kept
+
+
+def _requests(requests: dict[str, Any], invalid: list[str]) -> dict[str, Any]:
+    kept: dict[str, Any] = {}
+    if "total" in requests:
+        if number_ok(requests["total"]):
+            kept["total"] = requests["total"]
+        else:
+            invalid.append("requests.total")
+    by_status = requests.get("by_status")
+    if isinstance(by_status, dict):
+        good = {str(k)[:8]: v for k, v in by_status.items() if number_ok(v)}
+        if len(good) < len(by_status):
+            invalid.append("requests.by_status")
+        if len(good) > MAX_STATUSES:  # the largest counts are the ones that matter
+            good = dict(sorted(good.items(), key=lambda item: -item[1])[:MAX_STATUSES])
+            kept["by_status_truncated"] = True
+        kept["by_status"] = good
+    elif "by_status" in requests:
+        invalid.append("requests.by_status")
+    return kept
+
+
 def snapshot_event(ts: float, body: Any, source: str, instance: str, host: str) -> Event:
     """A status event, or a poll_error when the body is not a status object."""
     if not isinstance(body, dict):
         return Event(ts, source, "poll_error", instance, {"error": "not_an_object"}, None, host)
-    return Event(ts, source, "status", str(body.get("engine") or instance), body, None, host)
+    return Event(ts, source, "status", instance, snapshot(body), None, host)
+
+
+async def _fetch(url: str, deadline: float, cap: int) -> Any:
+    """The JSON body of `url`, with everything (connect, headers, body) inside `deadline`."""
+    async with asyncio.timeout(deadline):
+        async with httpx.AsyncClient(timeout=deadline, headers={"accept-encoding": "identity"}) as client:
+            async with client.stream("GET", url) as response:
+                response.raise_for_status()
+                length = response.headers.get("content-length", "")
+                if length.isdigit() and int(length) > cap:
+                    raise BodyTooLarge
+                body = bytearray()
+                async for chunk in response.aiter_raw():
+                    body += chunk
+                    if len(body) > cap:
+                        raise BodyTooLarge
+    return json.loads(body)
+
+
+def fetch(url: str, deadline: float, cap: int) -> Any:
+    """_fetch on an event loop of its own: a poll leaves nothing behind when it ends."""
+    return asyncio.run(_fetch(url, deadline, cap))
 
 
 def error_kind(exc: Exception) -> str:
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
         return "timeout"
+    if isinstance(exc, BodyTooLarge):
+        return "too_large"
     if isinstance(exc, httpx.ConnectError):
         return "refused"
     if isinstance(exc, httpx.HTTPStatusError):
@@ -58,30 +157,24 @@ def error_kind(exc: Exception) -> str:
 
 @register("serve_status", ServeStatusOptions)
 class ServeStatusSource(PolledSourceBase):
-    """Polls one serve's /v1/status, or replays recorded snapshots from a file."""
+    """Polls one serve's /v1/status; the instance label is the configured one, never the body's."""
 
     def __init__(self, name: str, options: ServeStatusOptions, host: str = "") -> None:
         self.name, self.options, self.host = name, options, host
-        self._client: httpx.Client | None = None
+        self.instance = options.instance or name
 
     def poll_policy(self) -> PollPolicy:
         return PollPolicy(self.options.interval_seconds, self.options.max_backoff_seconds)
 
     def poll(self, now: float) -> PollResult:
         """One poll: a status event, or a poll_error event naming the error kind (and not ok)."""
-        self._client = self._client or httpx.Client(timeout=self.options.timeout_seconds)
+        options = self.options
         try:
-            response = self._client.get(str(self.options.url))
-            response.raise_for_status()
-            event = snapshot_event(now, response.json(), self.name, self.options.instance, self.host)
-        except (httpx.HTTPError, ValueError) as exc:
-            event = Event(now, self.name, "poll_error", self.options.instance, {"error": error_kind(exc)}, None,
-                          self.host)
+            body = fetch(str(options.url), options.timeout_seconds, options.max_body_bytes)
+            event = snapshot_event(now, body, self.name, self.instance, self.host)
+        except (httpx.HTTPError, ValueError, TimeoutError, BodyTooLarge) as exc:
+            event = Event(now, self.name, "poll_error", self.instance, {"error": error_kind(exc)}, None, self.host)
         return PollResult([event], ok=event.kind == "status")
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
 
 
 @register("serve_status", ServeStatusOptions)
@@ -90,6 +183,7 @@ class ServeStatusReplay(LineSourceBase):
 
     def __init__(self, name: str, options: ServeStatusOptions, host: str = "") -> None:
         self.name, self.options, self.host = name, options, host
+        self.instance = options.instance or name
 
     def handle(self, line: bytes) -> Event | str:
         """One recorded snapshot: {"ts": ISO-8601 or epoch seconds, "url": ..., "body": {...}}."""
@@ -101,7 +195,10 @@ class ServeStatusReplay(LineSourceBase):
                 ts = (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).timestamp()  # naive: UTC
         except (ValueError, KeyError, TypeError):
             return Miss.UNMATCHED if line.strip() else Miss.UNPREFIXED
-        return snapshot_event(ts, record.get("body"), self.name, self.options.instance, self.host)
+        if not number_ok(ts) or not 0 <= ts < LAST_TS:
+            return Miss.invalid("ts")
+        instance = self.options.instances.get(str(record.get("url")), self.instance)
+        return snapshot_event(ts, record.get("body"), self.name, instance, self.host)
 
     def handle_lines(self, lines: list[bytes]) -> LineBatch:
         return handle_lines(self.handle, lines)

@@ -22,9 +22,9 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     "supervisord_started": ("", "supervisord started", r"supervisord started with pid (?P<pid>\d+)"),
     "spawned": ("", "spawned: ", r"spawned: '(?P<program>[^']+)' with pid (?P<pid>\d+)"),
     "running": ("", "entered RUNNING", r"success: (?P<program>\S+) entered RUNNING state, process has stayed"
-                                       r" up for > than (?P<startsecs>\d+) seconds"),
+                                       r" up for > than (?P<startsecs>\d+) seconds \(startsecs\)"),
     "exited": ("", "exited: ", r"exited: (?P<program>\S+) \(" + HOW + r"; (?P<expected>expected|not expected)\)"),
-    "fatal": ("", "gave up: ", r"gave up: (?P<program>\S+) entered FATAL state"),
+    "fatal": ("", "gave up: ", r"gave up: (?P<program>\S+) entered FATAL state, too many start retries too quickly"),
     "stopping": ("", " to stop", r"waiting for (?P<program>\S+) to stop$"),
     "stopped": ("", "stopped: ", r"stopped: (?P<program>\S+) \(" + HOW + r"\)"),
     "stop_kill": ("", "killing '", r"killing '(?P<program>[^']+)' \((?P<pid>\d+)\) with (?P<signal>SIG\w+)"),

@@ -3,6 +3,14 @@
 Counters the engine reports cumulatively (`evictions=`) are exported as the engine's own value:
 an agent restart cannot double them, and an engine restart shows as a reset to 0 next to a new
 `spyglass_engine_start_time_seconds`. Everything else is counted from events.
+
+A line can be forged (a prompt the engine echoes may start a line with a valid prefix), so the
+engine's value is exported only when plausible: it may grow by at most the evict lines seen
+since the last accepted value. Anything else is counted in spyglass_engine_implausible_values_total
+and not exported, until RESYNC_LINES values in a row agree with each other (lines were lost, the
+engine moved on). Task lines of a task never queued are counted as orphans, not as requests.
+Labels from the log (finish, cause, reason, origin, status, component) are checked against
+the closed sets below; other values are exported as `other` and counted.
 """
 from __future__ import annotations
 
@@ -17,14 +25,31 @@ from exporters.catalogue import spec_maker
 from exporters.state import MetricState
 
 INSTANCE_LANE = ("instance", "lane")
+RESYNC_LINES = 3
+STATUS_CODES = frozenset(str(code) for code in range(100, 600))
+CLOSED = {  # label -> the values the engine writes; any other is exported as "other"
+    "finish": frozenset({"stop", "length", "tool_calls", "content_filter", "error", "abort"}),
+    "cause": frozenset({"stop", "length", "budget", "eos"}),
+    "evict_reason": frozenset({"budget", "lru", "ttl", "manual", "shutdown"}),
+    "rebuild_reason": frozenset({"new_shape", "resize", "invalidated"}),
+    "origin": frozenset({"parked", "checkpoint", "disk", "none"}),
+    "component": frozenset({"main", "load", "http", "slot", "cache", "graph", "stats", "sched", "pool"}),
+    "status": STATUS_CODES,
+}
+
 
 spec = spec_maker("engine_log", INSTANCE_LANE)
 
 SPECS = [
     spec("spyglass_engine_evictions_total", "counter",
          "Conversation snapshots evicted, as the engine's own cumulative evictions= value (resets with the engine)."),
-    spec("spyglass_engine_evicted_snapshots_total", "counter", "Evict lines seen, by the engine's reason.",
-         ("reason",)),
+    spec("spyglass_engine_implausible_values_total", "counter",
+         "Cumulative values from the log not exported because the lines between cannot explain them (a forged"
+         " or damaged line), by field.", ("field",)),
+    spec("spyglass_engine_orphan_lines_total", "counter",
+         "Task lines (prompt, thinking, tool_call, done) of a task never seen queued: not counted as requests.",
+         ("kind",)),
+    spec("spyglass_engine_evicted_snapshots_total", "counter", "Evict lines seen, by the engine's reason.", ("reason",)),
     spec("spyglass_engine_evicted_bytes_total", "counter", "Bytes of conversation snapshots evicted.", unit="bytes"),
     spec("spyglass_engine_cache_parked_snapshots", "gauge", "Conversation snapshots parked in the cache."),
     spec("spyglass_engine_cache_used_bytes", "gauge", "Bytes of parked conversation snapshots.", unit="bytes"),
@@ -120,7 +145,26 @@ class EngineSignals(SignalsBase):
     def apply(self, event: Event) -> None:
         handler = self.handlers.get(event.kind)
         if handler is not None:
-            handler(event, (event.instance, self.lanes.get(event.instance, "")))
+            key = (event.instance, self.lanes.get(event.instance, ""))
+            if event.fields.get("orphan"):
+                self.state.inc("spyglass_engine_orphan_lines_total", key + (event.kind,))
+                return
+            handler(event, key)
+
+    def _label(self, e: Event, label: str, closed: str = "") -> str:
+        """The field `label` of `e` if it is in its closed set, else "other" (counted)."""
+        value = str(e.fields[label])
+        if value in CLOSED[closed or label]:
+            return value
+        self.state.inc("spyglass_source_unlisted_labels_total", (e.source, label))
+        return "other"
+
+    def _memo(self, instance: str) -> dict:
+        memos = self.state.memo.setdefault("engine_log", {})
+        memo = memos.get(instance)
+        if not isinstance(memo, dict):
+            memo = memos[instance] = {}
+        return memo
 
     def on_start(self, e: Event, key: tuple[str, str]) -> None:
         s = self.state
@@ -128,6 +172,7 @@ class EngineSignals(SignalsBase):
         s.set("spyglass_engine_start_time_seconds", key, e.ts)
         s.set("spyglass_engine_ready", key, 0.0)
         s.set("spyglass_engine_evictions_total", key, 0.0)  # a new process counts from 0
+        self.state.memo.setdefault("engine_log", {})[e.instance] = {"value": 0, "evicts": 0}
         f = e.fields
         s.set_info("spyglass_engine_build_info", key + (str(f["build_name"]), str(f["version"]), str(f["build"])), 2)
 
@@ -168,13 +213,13 @@ class EngineSignals(SignalsBase):
         self.state.inc("spyglass_engine_model_checksum_mismatches_total", key)
 
     def on_error(self, e: Event, key: tuple[str, str]) -> None:
-        self.state.inc("spyglass_engine_errors_total", key + (str(e.fields["component"]),))
+        self.state.inc("spyglass_engine_errors_total", key + (self._label(e, "component"),))
 
     def on_queued(self, e: Event, key: tuple[str, str]) -> None:
         self.state.set("spyglass_engine_prefill_queue_depth", key, e.fields["prefill_depth"])
 
     def on_rejected(self, e: Event, key: tuple[str, str]) -> None:
-        self.state.inc("spyglass_engine_rejections_total", key + (str(e.fields["status"]),))
+        self.state.inc("spyglass_engine_rejections_total", key + (self._label(e, "status"),))
 
     def on_prompt(self, e: Event, key: tuple[str, str]) -> None:
         s, f = self.state, e.fields
@@ -192,12 +237,12 @@ class EngineSignals(SignalsBase):
                 s.inc("spyglass_engine_long_prompts_checkpoint_only_total", key)
 
     def on_restore(self, e: Event, key: tuple[str, str]) -> None:
-        self.state.inc("spyglass_engine_prompt_restores_total", key + (str(e.fields["origin"]),))
+        self.state.inc("spyglass_engine_prompt_restores_total", key + (self._label(e, "origin"),))
 
     def on_thinking(self, e: Event, key: tuple[str, str]) -> None:
         s, f = self.state, e.fields
         s.inc("spyglass_engine_thinking_tokens_total", key, f["tokens"])
-        s.inc("spyglass_engine_thinking_stops_total", key + (str(f["cause"]),))
+        s.inc("spyglass_engine_thinking_stops_total", key + (self._label(e, "cause"),))
         if f["cause"] == "budget" or f["tokens"] >= f["max"]:
             s.inc("spyglass_engine_thinking_budget_exhausted_total", key)
 
@@ -206,7 +251,7 @@ class EngineSignals(SignalsBase):
 
     def on_done(self, e: Event, key: tuple[str, str]) -> None:
         s, f = self.state, e.fields
-        s.inc("spyglass_engine_requests_finished_total", key + (str(f["finish"]),))
+        s.inc("spyglass_engine_requests_finished_total", key + (self._label(e, "finish"),))
         s.inc("spyglass_engine_completion_tokens_total", key, f["completion"])
         s.observe("spyglass_engine_ttft_seconds", key, f["ttft_ms"] / 1000.0)
         s.observe("spyglass_engine_request_decode_tokens_per_second", key, f["decode_tps"])
@@ -216,12 +261,14 @@ class EngineSignals(SignalsBase):
         self.state.observe("spyglass_engine_cache_snapshot_bytes", key, e.fields["bytes"])
 
     def on_evict(self, e: Event, key: tuple[str, str]) -> None:
+        memo = self._memo(e.instance)
+        memo["evicts"] = memo.get("evicts", 0) + 1 if isinstance(memo.get("evicts"), int) else 1
         self._cache_state(e, key)
-        self.state.inc("spyglass_engine_evicted_snapshots_total", key + (str(e.fields["reason"]),))
+        self.state.inc("spyglass_engine_evicted_snapshots_total", key + (self._label(e, "reason", "evict_reason"),))
         self.state.inc("spyglass_engine_evicted_bytes_total", key, e.fields["bytes"])
 
     def on_graph_rebuild(self, e: Event, key: tuple[str, str]) -> None:
-        self.state.inc("spyglass_engine_graph_rebuilds_total", key + (str(e.fields["reason"]),))
+        self.state.inc("spyglass_engine_graph_rebuilds_total", key + (self._label(e, "reason", "rebuild_reason"),))
         self.state.inc("spyglass_engine_graph_rebuild_seconds_total", key, e.fields["took_ms"] / 1000.0)
 
     def on_stats(self, e: Event, key: tuple[str, str]) -> None:
@@ -234,8 +281,38 @@ class EngineSignals(SignalsBase):
 
     def _cache_state(self, e: Event, key: tuple[str, str]) -> None:
         s, f = self.state, e.fields
-        s.set("spyglass_engine_evictions_total", key, f["evictions"])
+        if self._plausible(e.instance, f["evictions"]):
+            s.set("spyglass_engine_evictions_total", key, f["evictions"])
+        else:
+            s.inc("spyglass_engine_implausible_values_total", key + ("evictions",))
         s.set("spyglass_engine_cache_parked_snapshots", key, f["parked"])
         s.set("spyglass_engine_cache_used_bytes", key, f["used"])
         s.set("spyglass_engine_cache_budget_bytes", key, f["budget"])
 
+
+    def _plausible(self, instance: str, value: int) -> bool:
+        """Is the engine's evictions= `value` explained by the evict lines since the last one?
+
+        Accepted: the first value ever seen, and one that grew by at most the evict lines since
+        the last accepted value. Otherwise RESYNC_LINES values in a row that agree with each
+        other (each explained by the evict lines since the one before) are accepted."""
+        memo = self._memo(instance)
+        last, evicts = memo.get("value"), memo.get("evicts", 0)
+        if not isinstance(evicts, int):
+            evicts = 0
+        if not isinstance(last, int) or last <= value <= last + evicts:
+            memo.clear()
+            memo.update(value=value, evicts=0)
+            return True
+        run = memo.get("run")
+        if isinstance(run, list) and len(run) == 3 and all(isinstance(x, int) for x in run) \
+                and run[0] <= value <= run[0] + evicts - run[1]:
+            run = [value, evicts, run[2] + 1]
+        else:
+            run = [value, evicts, 1]
+        if run[2] >= RESYNC_LINES:
+            memo.clear()
+            memo.update(value=value, evicts=0)
+            return True
+        memo["run"] = run
+        return False

@@ -1,6 +1,8 @@
 """Gateway events turned into metrics (labels: lane, mode, status; never a request or session).
 
-Token counts carry `counted_by`: the gateway's estimate and the engine's count of the same
+Lane and mode arrive bounded by the collector (configured lists, else `other`); a status
+outside 100-599 is exported as `other`, and both are counted in
+spyglass_source_unlisted_labels_total. Token counts carry `counted_by`: the gateway's estimate and the engine's count of the same
 prompts (incident 6: every count names who counted; the engine is the authority).
 """
 from __future__ import annotations
@@ -11,6 +13,7 @@ from exporters.buckets import LATENCY_SECONDS
 from exporters.catalogue import spec_maker
 
 RATIO_BUCKETS = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 8.0)
+STATUS_CODES = frozenset(str(code) for code in range(100, 600))
 DROPPED_BUCKETS = (0.0, 1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0)
 
 
@@ -54,7 +57,14 @@ class GatewaySignals(SignalsBase):
     def apply(self, e: Event) -> None:
         s, f, lane = self.state, e.fields, str(e.fields.get("lane") or "unknown")
         kind = e.kind
+        if "status" in f:
+            status = str(f["status"])
+            if status not in STATUS_CODES:
+                s.inc("spyglass_source_unlisted_labels_total", (e.source, "status"))
+                status = "other"
         if kind == "request":
+            for label in f.get("unlisted") or ():
+                s.inc("spyglass_source_unlisted_labels_total", (e.source, str(label)))
             s.inc("spyglass_gateway_requests_received_total", (lane, str(f["mode"])))
             dropped = f["client_msgs"] - f["sent_msgs"]
             if f["mode"] == "assembled":
@@ -63,7 +73,7 @@ class GatewaySignals(SignalsBase):
                     s.inc("spyglass_gateway_assembly_dropped_most_total", (lane,))
             s.inc("spyglass_gateway_prompt_tokens_total", (lane, "gateway_estimate"), f["est_tokens"])
         elif kind == "done":
-            s.inc("spyglass_gateway_requests_total", (lane, str(f["status"])))
+            s.inc("spyglass_gateway_requests_total", (lane, status))
             s.inc("spyglass_gateway_prompt_tokens_total", (lane, "engine"), f["engine_prompt"])
             if f.get("est_tokens") and f["engine_prompt"]:
                 s.observe("spyglass_gateway_estimate_ratio", (lane,), f["est_tokens"] / f["engine_prompt"])
@@ -73,11 +83,11 @@ class GatewaySignals(SignalsBase):
             s.inc("spyglass_gateway_clamps_total", (lane,))
         elif kind == "overfit":
             s.inc("spyglass_gateway_overfits_total", (lane,))
-            s.inc("spyglass_gateway_requests_total", (lane, str(f["status"])))
+            s.inc("spyglass_gateway_requests_total", (lane, status))
         elif kind == "retry_on_overfit":
             s.inc("spyglass_gateway_blind_retries_total", (lane,))
         elif kind == "reject":
-            s.inc("spyglass_gateway_requests_total", (lane, str(f["status"])))
+            s.inc("spyglass_gateway_requests_total", (lane, status))
             if f["status"] == 429:
                 s.inc("spyglass_gateway_concurrency_rejections_total", (lane,))
         elif kind == "started":

@@ -17,6 +17,12 @@ SPECS = [
                "Lines read, by outcome: event, ignored (skipped level), unmatched (prefix but no pattern:"
                " format drift), unprefixed (continuation lines), invalid (matched but unusable).",
                SOURCE + ("outcome",)),
+    MetricSpec("spyglass_source_invalid_fields_total", "counter",
+               "Values refused where they were parsed, by field: a malformed number (1.2.3) or one beyond"
+               " 2^53; a log line with one is counted invalid and skipped whole.", SOURCE + ("field",)),
+    MetricSpec("spyglass_source_unlisted_labels_total", "counter",
+               "Label values from a log or body outside their closed set or configured list, exported as"
+               " other, by label.", SOURCE + ("label",)),
     MetricSpec("spyglass_source_bytes_total", "counter", "Bytes of complete lines read.", SOURCE, "bytes"),
     MetricSpec("spyglass_source_long_lines_total", "counter",
                "Lines longer than agent.max_line_bytes, truncated to it.", SOURCE),
@@ -36,6 +42,9 @@ SPECS = [
     MetricSpec("spyglass_agent_spans_received_total", "counter",
                "Spans received over OTLP/HTTP at the agent's /v1/traces (stored as span events)."),
     MetricSpec("spyglass_store_events_total", "counter", "Events committed to the DuckDB store."),
+    MetricSpec("spyglass_state_dropped_series_total", "counter",
+               "New series refused because their metric already had the maximum number of series.",
+               ("metric",)),
     MetricSpec("spyglass_agent_info", "info", "spyglass version, value 1.", ("version",)),
 ]
 

@@ -6,12 +6,15 @@ loop is visible here as spawns and unexpected exits, not waited for: alert on
 """
 from __future__ import annotations
 
+import signal
+
 from collectors.event import Event
 from exporters import SignalsBase, signals_for
 from exporters.catalogue import spec_maker
 
 PROGRAM = ("program",)
 STATES = ("STARTING", "RUNNING", "BACKOFF", "EXITED", "FATAL", "STOPPING", "STOPPED")
+CAUSES = frozenset([f"exit_{n}" for n in range(256)] + [s.name for s in signal.Signals])
 
 
 spec = spec_maker("supervisord_log", PROGRAM)
@@ -47,6 +50,15 @@ class SupervisordSignals(SignalsBase):
         states = self.state.series("spyglass_supervisord_process_state")
         return next((name for name in STATES if states.get((program, name)) == 1.0), "")
 
+    def _cause(self, e: Event) -> str:
+        """exit_N for N in 0-255, or a signal's name; anything else is "other" (counted)."""
+        f = e.fields
+        cause = str(f["signal"]) if f.get("signal") else f"exit_{f.get('status')}"
+        if cause in CAUSES:
+            return cause
+        self.state.inc("spyglass_source_unlisted_labels_total", (e.source, "cause"))
+        return "other"
+
     def apply(self, e: Event) -> None:
         s, f, kind = self.state, e.fields, e.kind
         program = str(f.get("program", ""))
@@ -58,7 +70,7 @@ class SupervisordSignals(SignalsBase):
             self._enter(program, "RUNNING")
         elif kind == "exited":
             expected = "true" if f["expected"] == "expected" else "false"
-            cause = f"exit_{f['status']}" if "status" in f else str(f["signal"])
+            cause = self._cause(e)
             s.inc("spyglass_supervisord_exits_total", (program, expected, cause))
             if f.get("core"):
                 s.inc("spyglass_supervisord_core_dumps_total", (program,))
@@ -71,7 +83,7 @@ class SupervisordSignals(SignalsBase):
         elif kind == "stopping":
             self._enter(program, "STOPPING")
         elif kind == "stopped":
-            s.inc("spyglass_supervisord_stops_total", (program, str(f.get("signal") or f"exit_{f.get('status')}")))
+            s.inc("spyglass_supervisord_stops_total", (program, self._cause(e)))
             self._enter(program, "STOPPED")
         elif kind == "stop_kill":
             s.inc("spyglass_supervisord_stop_kills_total", (program,))

@@ -18,6 +18,7 @@ import exporters
 from collectors import LineSource, PolledSource, PollPolicy
 from collectors.clock import Clock
 from collectors.event import Event
+from collectors.grammar import split_outcome
 from collectors.tailer import Tailer
 from exporters import Signals, SignalsSettings
 from exporters.state import MetricState
@@ -240,9 +241,12 @@ class Pipeline:
             logger.exception("{}: parsing a batch of {} lines failed; they are counted invalid", rt.name, len(lines))
             rt.outcomes["invalid"] = rt.outcomes.get("invalid", 0) + len(lines)
             return []
-        for outcome, count in misses.items():
+        for miss, count in misses.items():
             if count:
+                outcome, field = split_outcome(miss)
                 rt.outcomes[outcome] = rt.outcomes.get(outcome, 0) + count
+                if field:
+                    self.state.inc("spyglass_source_invalid_fields_total", (rt.name, field), count)
         if unmatched:
             rt.last_unmatched = unmatched
         return events

@@ -76,8 +76,8 @@ def test_lines_that_are_not_events(line, miss):
 def test_a_prompt_cannot_forge_an_event_mid_line():
     forged = (b"2026-10-19 04:49:00.120 I [http] task 1 req=r conv=c queued prefill_depth=0 "
               b"2026-10-19 04:49:15.700 I [cache] park conv=a parked=1 bytes=1 used=1 budget=1 evictions=99999")
-    event = parser().parse_line(forged)
-    assert event.kind == "queued"  # the message regex is anchored: the tail is ignored, not parsed
+    # the message regex is anchored at both ends: a valid message with anything after it is no event
+    assert parser().parse_line(forged) == Miss.UNMATCHED
 
 
 def test_task_lines_carry_the_request_id_of_their_queued_line():
