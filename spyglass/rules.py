@@ -175,3 +175,17 @@ def write(d: Deployment, out: Path) -> list[Path]:
         path.write_text(text)
         written.append(path)
     return written
+
+
+def main() -> None:
+    """Regenerate the committed alerts/ folder and docs/alerts.md from examples/strata.toml."""
+    from spyglass.config import load_config
+
+    root = Path(__file__).resolve().parents[1]
+    d = Deployment.of(load_config(root / "examples" / "strata.toml"))
+    write(d, root / "alerts")
+    (root / "docs" / "alerts.md").write_text(render_docs(d))
+
+
+if __name__ == "__main__":
+    main()

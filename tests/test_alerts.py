@@ -40,10 +40,10 @@ def check(*command: str) -> subprocess.CompletedProcess:
 def test_committed_alerts_folder_is_the_generators_output_for_strata_toml() -> None:
     files = generated(DEPLOYMENT)
     for relative, text in files.items():
-        assert (FOLDER / relative).read_text() == text, f"alerts/{relative} drifted: run spyglass rules --config {CONFIG}"
+        assert (FOLDER / relative).read_text() == text, f"alerts/{relative} drifted: run python -m spyglass.rules"
     on_disk = {str(p.relative_to(FOLDER)) for p in FOLDER.rglob("*") if p.is_file()}
     assert on_disk == set(files), f"stale files in alerts/: {sorted(on_disk - set(files))}"
-    assert (ROOT / "docs" / "alerts.md").read_text() == render_docs(DEPLOYMENT), "docs/alerts.md drifted"
+    assert (ROOT / "docs" / "alerts.md").read_text() == render_docs(DEPLOYMENT), "docs/alerts.md drifted: run python -m spyglass.rules"
 
 
 def test_promtool_accepts_the_rules(promtool: str) -> None:
