@@ -1,4 +1,4 @@
-"""The `spyglass` command: run, ingest, sql, demo."""
+"""The `spyglass` command: run, ingest, sql, trace, rules, demo."""
 from __future__ import annotations
 
 import sys
@@ -76,6 +76,17 @@ def trace_command(config: ConfigOption, request_id: Annotated[str, typer.Argumen
     except QueryError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+@app.command()
+def rules(config: ConfigOption,
+          out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the rule files.")] = Path("alerts")) -> None:
+    """Write the Prometheus rules, runbooks and Alertmanager config for this deployment."""
+    from spyglass.heuristics import Deployment
+    from spyglass.rules import write
+
+    paths = write(Deployment.of(_config(config)), out)
+    typer.echo(f"wrote {len(paths)} files to {out}")
 
 
 @app.command()

@@ -74,10 +74,48 @@ class SignalsConfig(Strict):
     buckets: dict[str, list[float]] = Field(default_factory=dict, description="Histogram bucket overrides.")
 
 
+class LaneObjective(Strict):
+    """One lane's TTFT objective: a first token later than ttft_seconds is an error of the SLO."""
+
+    ttft_seconds: float = Field(gt=0, description="TTFT objective; a bucket bound of spyglass_engine_ttft_seconds.")
+    # 14.4x the budget must stay below 100% errors, or the fast-burn page could never fire.
+    objective: float = Field(0.99, gt=1 - 1 / 14.4, lt=1,
+                             description="Share of requests whose first token comes within ttft_seconds.")
+
+
+class AlertsConfig(Strict):
+    """Deployment-dependent thresholds of the alert rules (`spyglass rules`); the rest live in
+    spyglass/heuristics.py."""
+
+    job: str = Field("spyglass", description="Prometheus job label of the scrape of this agent's /metrics.")
+    runbook_base_url: str = Field("alerts/runbooks",
+                                  description="runbook_url is this, a slash and <AlertName>.md.")
+    evaluation_interval_seconds: int = Field(30, gt=0, le=300, description="Rule group evaluation interval.")
+    lanes: dict[str, LaneObjective] = Field(
+        default_factory=dict, description="TTFT objective per lane; a lane without one gets 40 s at 99%.")
+    cache_snapshot_budget_share: float = Field(
+        1 / 3, gt=0, le=1, description="H3: a parked snapshot above this share of the cache budget (per slot"
+                                       " the budget is budget/slots) leaves room for two or three conversations.")
+    probe_budget_seconds: float = Field(600, gt=0, description="H14: how long a start may load before its probe gives up.")
+    crash_loop_spawns: int = Field(3, ge=2, description="H13: this many spawns of a program within the window is a loop.")
+    crash_loop_window_minutes: int = Field(15, gt=0, description="H13: the crash-loop window.")
+    hung_minutes: int = Field(5, gt=0, description="H20: minutes with work but no finished request and no log line.")
+    source_silent_minutes: int = Field(3, gt=0, description="H19: minutes an engine log (stats every 10 s) may be silent.")
+    memory_limit_bytes: float = Field(256 * 2**30, gt=0, description="H17: resident memory an engine may reach.")
+    pager_webhook_url: str = Field("http://127.0.0.1:9095/pager", description="Alertmanager: critical alerts go here.")
+    ticket_webhook_url: str = Field("http://127.0.0.1:9095/ticket", description="Alertmanager: warning and info alerts.")
+    heartbeat_webhook_url: str = Field("http://127.0.0.1:9095/heartbeat",
+                                       description="Alertmanager: Watchdog, every minute (a dead man's switch).")
+    store_webhook_url: str | None = Field("http://127.0.0.1:9464/api/alerts",
+                                          description="Alertmanager also sends pages and tickets here (spyglass"
+                                                      " stores them as events); unset to not.")
+
+
 class Config(Strict):
     agent: AgentConfig = AgentConfig()
     exporters: ExportersConfig = ExportersConfig()
     signals: SignalsConfig = SignalsConfig()
+    alerts: AlertsConfig = AlertsConfig()
     sources: dict[str, Any] = Field(default_factory=dict)
 
     def state_dir(self) -> Path:

@@ -12,7 +12,7 @@ from pydantic_core import PydanticUndefined
 
 import collectors
 import exporters
-from spyglass.config import AgentConfig, ExportersConfig, SignalsConfig
+from spyglass.config import AgentConfig, AlertsConfig, ExportersConfig, SignalsConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,7 +75,8 @@ def config_markdown() -> str:
            "with `FILE: dotted.key: what was expected`. `examples/strata.toml` is a complete example.", "",
            "## [agent]", "", *header, *_model_rows(AgentConfig, "agent."), "",
            "## [exporters]", "", *header, *_model_rows(ExportersConfig, "exporters."), "",
-           "## [signals]", "", *header, *_model_rows(SignalsConfig, "signals."), ""]
+           "## [signals]", "", *header, *_model_rows(SignalsConfig, "signals."), "",
+           "## [alerts] (thresholds of `spyglass rules`)", "", *header, *_model_rows(AlertsConfig, "alerts."), ""]
     for kind, registration in sorted(collectors.load_all().items()):
         out += [f"## [sources.NAME] with kind = \"{kind}\"", "",
                 (registration.cls.__doc__ or "").strip().splitlines()[0], "",

@@ -1,0 +1,687 @@
+"""The heuristics catalogue H1-H20: one table that the rule files, the runbooks and the forensic
+diagnosis all read, so no two of them can disagree on a number.
+
+Each heuristic names its incident, the symptom, the usual wrong first guess, the one cheap check
+that separates the hypotheses (with its exact PromQL, SQL over the store's `events` table, or shell
+command), the knobs, its thresholds, and the alerts a metric can express. What needs request
+bodies or history beyond metrics is said in `diagnosis` and left to the forensic diagnosis.
+Thresholds that depend on the deployment come from the `[alerts]` config section (`Deployment`);
+the others are constants in the builder of their heuristic, where the expression uses them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from spyglass.config import AlertsConfig, Config, LaneObjective
+
+Severity = Literal["critical", "warning", "info"]
+
+VALUE = "{{ $value | humanize }}"
+PERCENT = "{{ $value | humanizePercentage }}"
+SECONDS = "{{ $value | humanizeDuration }}"
+BYTES = "{{ $value | humanize1024 }}B"
+INSTANCE = "{{ $labels.instance }}"
+LANE = "{{ $labels.lane }}"
+IL = "instance, lane"
+BURN_WINDOWS = ("5m", "30m", "1h", "6h", "3d")
+DEFAULT_LANE = LaneObjective(ttft_seconds=40.0, objective=0.99)
+
+
+@dataclass(frozen=True)
+class Check:
+    """The one discriminating check: what to compare, and the exact query or command for it."""
+
+    text: str
+    promql: str = ""
+    sql: str = ""
+    shell: str = ""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A number a rule or the diagnosis uses; `setting` names the [alerts] key it comes from."""
+
+    name: str
+    value: float
+    unit: str
+    meaning: str
+    setting: str = ""
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One Prometheus alerting rule; `description` holds the measured value as a template."""
+
+    name: str
+    severity: Severity
+    expr: str
+    for_: str
+    summary: str
+    description: str
+    keep_firing_for: str = ""
+    inhibits_latency: bool = False  # a source of the per-instance inhibition of latency/throughput alerts
+    latency: bool = False  # a latency or throughput alert that such a source silences
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A recording rule shared by alerts and dashboards; its expression reads raw metrics only, so a
+    backtest over backfilled series can inline it."""
+
+    record: str
+    expr: str
+
+
+@dataclass(frozen=True)
+class Heuristic:
+    id: str
+    title: str
+    incident: str
+    symptom: str
+    wrong_guess: str
+    check: Check
+    knobs: tuple[str, ...]
+    thresholds: tuple[Threshold, ...] = ()
+    alerts: tuple[Alert, ...] = ()
+    diagnosis: str = ""  # what this heuristic needs beyond metrics (bodies, history): the diagnosis does it
+
+    def threshold(self, name: str) -> float:
+        return next(t.value for t in self.thresholds if t.name == name)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The deployment facts the rules depend on: [alerts] settings, lanes, and which engine-log
+    source belongs to which instance (for silence and hung-engine rules)."""
+
+    settings: AlertsConfig = field(default_factory=AlertsConfig)
+    lanes: dict[str, LaneObjective] = field(default_factory=lambda: {"fast": DEFAULT_LANE, "normal": DEFAULT_LANE})
+    engine_sources: dict[str, str] = field(default_factory=lambda: {"engine-a": "strata-a", "engine-b": "strata-b"})
+
+    @classmethod
+    def of(cls, config: Config) -> Deployment:
+        lanes = {lane: config.alerts.lanes.get(lane, DEFAULT_LANE) for lane in config.lanes().values()}
+        lanes.update(config.alerts.lanes)
+        engines = {name: o.instance for name, o in config.sources.items()
+                   if getattr(o, "kind", "") == "engine_log" and o.instance}
+        return cls(config.alerts, dict(sorted(lanes.items())), engines)
+
+
+def _n(x: float) -> str:
+    """A number as PromQL and text show it: 0.144, 3, 1e+10."""
+    return f"{x:.6g}"
+
+
+def _le(seconds: float) -> str:
+    """The `le` label value the exposition writes for a bucket bound (prometheus_client style)."""
+    return repr(float(seconds))
+
+
+def ratio(numerator: str, denominator: str, by: str) -> str:
+    """A ratio of two sums that is absent, not NaN, when the denominator is 0 (0/0-safe)."""
+    return f"sum by ({by}) ({numerator}) / (sum by ({by}) ({denominator}) > 0)"
+
+
+def per_lane(d: Deployment, build) -> str:
+    """One expression per lane (each with its own numbers), joined with `or`."""
+    return "\n  or\n".join(f"({build(lane, objective)})" for lane, objective in d.lanes.items())
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording rules: level:metric:operations.
+# ---------------------------------------------------------------------------------------------
+
+TTFT = "spyglass_engine_ttft_seconds"
+DECODE = "spyglass_engine_request_decode_tokens_per_second"
+SLO_ERRORS = "instance_lane:spyglass_engine_ttft_slo_errors:ratio_rate"
+DECODE_MEAN = f"instance_lane:{DECODE}:mean_rate10m"
+DECODE_BASELINE = f"instance_lane:{DECODE}:baseline_mean_rate1h"
+EVICTIONS = "instance_lane:spyglass_engine_evictions:rate10m"
+EVICTIONS_BASELINE = "instance_lane:spyglass_engine_evictions:baseline_rate1h"
+SNAPSHOT_SHARE = "instance_lane:spyglass_engine_cache_parked_snapshot_per_budget:ratio"
+CHECKPOINT_ONLY = "instance_lane:spyglass_engine_long_prompts_checkpoint_only:ratio_rate1h"
+LONG_PROMPTS = "instance_lane:spyglass_engine_long_prompts:increase1h"
+THINKING_ONLY = "lane:spyglass_infer_thinking_only:ratio_rate1h"
+STOPS_REASONING = "instance:spyglass_serve_stops_while_reasoning:ratio_rate1h"
+ESTIMATE_RATIO = "lane:spyglass_gateway_prompt_tokens:estimate_ratio_rate1h"
+LOG_SILENCE = "instance:spyglass_engine_log_silence:seconds"
+
+
+def _quantile(q: float, window: str, offset: str = "") -> str:
+    off = f" offset {offset}" if offset else ""
+    return f"histogram_quantile({q}, sum by ({IL}, le) (rate({TTFT}_bucket[{window}]{off})))"
+
+
+def _mean(metric: str, window: str, offset: str = "") -> str:
+    off = f" offset {offset}" if offset else ""
+    return ratio(f"rate({metric}_sum[{window}]{off})", f"rate({metric}_count[{window}]{off})", IL)
+
+
+def _slo_errors(d: Deployment, window: str) -> str:
+    def build(lane: str, o: LaneObjective) -> str:
+        total = f'rate({TTFT}_count{{lane="{lane}"}}[{window}])'
+        fast = f'rate({TTFT}_bucket{{lane="{lane}", le="{_le(o.ttft_seconds)}"}}[{window}])'
+        return (f"(sum by ({IL}) ({total}) - sum by ({IL}) ({fast}))\n"
+                f"  / (sum by ({IL}) ({total}) > 0)")
+
+    return per_lane(d, build)
+
+
+def _silence(d: Deployment) -> str:
+    parts = [f'label_replace(time() - spyglass_source_last_event_timestamp_seconds{{source="{source}"}},'
+             f' "instance", "{instance}", "", "")' for source, instance in d.engine_sources.items()]
+    return "max by (instance) (\n  " + "\n  or\n  ".join(parts) + "\n)" if parts else "vector(0) > 1"
+
+
+def recording_rules(d: Deployment) -> tuple[Recording, ...]:
+    """Every recording rule, from raw metrics only."""
+    decode_baseline = "max by (instance, lane) (\n  " + "\n  or\n  ".join(
+        f'label_replace({_mean(DECODE, "1h", off)}, "baseline", "{off}", "", "")' for off in ("1h", "1d")) + "\n)"
+    rules = [Recording(f"instance_lane:{TTFT}:p{int(q * 100)}_rate{w}", _quantile(q, w))
+             for q, w in ((0.5, "5m"), (0.95, "5m"), (0.99, "5m"), (0.95, "30m"), (0.5, "1h"))]
+    rules += [Recording(f"{SLO_ERRORS}{w}", _slo_errors(d, w)) for w in BURN_WINDOWS]
+    rules += [
+        Recording(DECODE_MEAN, _mean(DECODE, "10m")),
+        Recording(DECODE_BASELINE, decode_baseline),
+        Recording(EVICTIONS, f"sum by ({IL}) (rate(spyglass_engine_evictions_total[10m]))"),
+        Recording(EVICTIONS_BASELINE, f"sum by ({IL}) (rate(spyglass_engine_evictions_total[1h] offset 10m))"),
+        Recording(SNAPSHOT_SHARE, "spyglass_engine_cache_used_bytes / clamp_min(spyglass_engine_cache_parked_snapshots, 1)"
+                                  "\n  / (spyglass_engine_cache_budget_bytes > 0)"),
+        Recording(CHECKPOINT_ONLY, ratio("rate(spyglass_engine_long_prompts_checkpoint_only_total[1h])",
+                                         "rate(spyglass_engine_long_prompts_total[1h])", IL)),
+        Recording(LONG_PROMPTS, f"sum by ({IL}) (increase(spyglass_engine_long_prompts_total[1h]))"),
+        Recording(THINKING_ONLY, ratio("rate(spyglass_infer_thinking_only_total[1h])",
+                                       "rate(spyglass_infer_requests_total[1h])", "lane")),
+        Recording(STOPS_REASONING, ratio("rate(spyglass_serve_stops_while_reasoning_total[1h])",
+                                         "rate(spyglass_serve_requests_total[1h])", "instance")),
+        Recording(ESTIMATE_RATIO, ratio('rate(spyglass_gateway_prompt_tokens_total{counted_by="gateway_estimate"}[1h])',
+                                        'rate(spyglass_gateway_prompt_tokens_total{counted_by="engine"}[1h])', "lane")),
+        Recording(LOG_SILENCE, _silence(d)),
+    ]
+    return tuple(rules)
+
+
+# ---------------------------------------------------------------------------------------------
+# The heuristics.
+# ---------------------------------------------------------------------------------------------
+
+def _busy() -> str:
+    """Per instance: work waiting or in progress, by the engine's last stats line or the serve's status."""
+    return " or ".join(f"(max by (instance) ({m}) > 0)" for m in (
+        "spyglass_serve_prefill_queue_depth", "spyglass_serve_slots_busy",
+        "spyglass_engine_prefill_queue_depth", "spyglass_engine_slots_busy"))
+
+
+def _h1(d: Deployment) -> Heuristic:
+    drop = 0.25
+    return Heuristic(
+        "H1", "Throughput collapse against the instance's own baseline", "1 (solo 9.3 tok/s, 2026-10-07)",
+        "Decode throughput per request fell by an order of magnitude against the same instance an hour or a day"
+        " before (76.8 -> 9.3 tok/s in incident 1).",
+        "capacity: the experts do not fit on one card",
+        Check("CPU affinity overlap between the engine processes and CFS throttling: pinning (not fewer workers)"
+              " separates contention from capacity. A 2-3x loss smells of capacity, 10x of contention.",
+              promql="max by (instance, other) (spyglass_host_shared_cpus) > 0",
+              shell="for p in $(pgrep -f strata); do grep Cpus_allowed_list /proc/$p/status; done"),
+        ("taskset / CPU pinning per instance (A 0-15, B 38-53)", "--pool-workers"),
+        (Threshold("drop_ratio", drop, "ratio", "current mean decode rate below this share of its baseline"),),
+        (Alert("EngineThroughputCollapse", "critical",
+               f"{DECODE_MEAN} < {_n(drop)} * {DECODE_BASELINE}", "10m",
+               f"{INSTANCE} decodes at a quarter of its own baseline or less.",
+               f"{INSTANCE} ({LANE}) decodes {VALUE} tok/s per request, under {_n(drop)}x its rate an hour or a day"
+               " before.", latency=True),))
+
+
+def _h2(d: Deployment) -> Heuristic:
+    throttled = 0.25
+    return Heuristic(
+        "H2", "Engine processes share CPUs, or a cgroup is throttled", "1",
+        "Two engine processes' allowed CPU sets overlap, or the cgroup of one is throttled by CFS.",
+        "-", Check("The overlap itself, per pair of processes.",
+                   promql="spyglass_host_shared_cpus > 0 or spyglass_engine_shared_cpus > 0",
+                   sql="SELECT instance, fields->>'cpus' AS cpus, max(ts) AS at FROM events WHERE kind = 'cpus'"
+                       " GROUP BY ALL ORDER BY at"),
+        ("taskset / cpuset per instance", "cpu.cfs_quota_us of the engine's cgroup"),
+        (Threshold("throttled_share", throttled, "ratio", "share of CFS periods throttled"),),
+        (Alert("EngineCPUsShared", "warning",
+               "(max by (instance) (spyglass_host_shared_cpus) > 0) or (max by (instance) (spyglass_engine_shared_cpus) > 0)",
+               "5m", f"{INSTANCE} shares CPUs with another engine.",
+               f"{INSTANCE} may run on {VALUE} CPUs that another engine instance may also run on."),
+         Alert("EngineCPUThrottled", "warning",
+               ratio("rate(spyglass_host_cgroup_throttled_periods_total[10m])",
+                     "rate(spyglass_host_cgroup_periods_total[10m])", "instance") + f" > {_n(throttled)}",
+               "10m", f"{INSTANCE}'s cgroup is throttled.",
+               f"{INSTANCE} was throttled in {PERCENT} of its CFS periods over 10 minutes.")))
+
+
+def _h3(d: Deployment) -> Heuristic:
+    s = d.settings
+    floor, spike = 1.0, 3.0
+    return Heuristic(
+        "H3", "Eviction storm", "2 (eight-way TTFT ~2 min, 2026-10-07 evening)",
+        "Conversation snapshots evicted every minute, at 3x the hourly baseline, or parked snapshots each larger"
+        " than a third of the cache budget (one 254k-token snapshot was 4,716,362,992 bytes against 8 GiB;"
+        " 2508 evictions that day).",
+        "a prefill bug in the engine",
+        Check("The same conversation's next turn reusing almost everything (253214 = 251787 reused + 1427 read"
+              " in 2.2 s) proves the mechanism works; compare the parked snapshot's bytes with budget/slots.",
+              promql=f"{SNAPSHOT_SHARE} and on (instance, lane) {EVICTIONS} > 0",
+              sql="SELECT instance, count(*) AS evictions, max((fields->>'bytes')::BIGINT) AS largest_snapshot,"
+                  " any_value((fields->>'budget')::BIGINT) AS budget FROM events WHERE kind = 'evict'"
+                  " GROUP BY instance"),
+        ("--conversation-cache-mib", "--prompt-cache-every", "admission (concurrent long sessions per lane)",
+         "the gateway's assembly budget (prompt size)"),
+        (Threshold("evictions_per_minute", floor, "1/min", "eviction rate floor"),
+         Threshold("baseline_factor", spike, "ratio", "eviction rate above this times its hourly baseline"),
+         Threshold("snapshot_budget_share", s.cache_snapshot_budget_share, "ratio",
+                   "mean parked snapshot above this share of the budget", "alerts.cache_snapshot_budget_share")),
+        (Alert("EngineEvictionStorm", "critical",
+               f"{EVICTIONS} * 60 > {_n(floor)}\n  and on (instance, lane) (\n"
+               f"    {EVICTIONS} > {_n(spike)} * {EVICTIONS_BASELINE}\n"
+               f"    or on (instance, lane) {SNAPSHOT_SHARE} > {_n(s.cache_snapshot_budget_share)}\n  )",
+               "5m", f"{INSTANCE} is evicting conversation snapshots every minute.",
+               f"{INSTANCE} ({LANE}) evicts {VALUE} snapshots a minute over 10 minutes"
+               f" (over {_n(floor)}/min and 3x its hourly baseline, or snapshots over"
+               f" {_n(s.cache_snapshot_budget_share)} of the budget)."),
+         Alert("EngineSnapshotOverBudget", "warning",
+               f"{SNAPSHOT_SHARE} > {_n(s.cache_snapshot_budget_share)}", "15m",
+               f"{INSTANCE}'s parked snapshots are each a large share of the cache budget.",
+               f"A parked snapshot on {INSTANCE} averages {PERCENT} of the conversation-cache budget: the cache holds"
+               " two or three conversations before it evicts.")))
+
+
+def _h4(d: Deployment) -> Heuristic:
+    share, least = 0.5, 10.0
+    return Heuristic(
+        "H4", "Long prompts restored only from a checkpoint", "2 (123 of 194 prompts >= 200k reused only 16384)",
+        "Long prompts (>= signals.long_prompt_tokens) whose reuse is a positive multiple of --prompt-cache-every:"
+        " their parked snapshot was evicted and a checkpoint saved only a fraction.",
+        "-", Check("Share of long prompts with checkpoint-only reuse, and the reuse values themselves.",
+                   promql=CHECKPOINT_ONLY,
+                   sql="SELECT instance, (fields->>'reused')::BIGINT AS reused, count(*) AS prompts FROM events"
+                       " WHERE kind = 'prompt' AND (fields->>'prompt')::BIGINT >= 200000 GROUP BY ALL ORDER BY prompts DESC"),
+        ("--prompt-cache-every", "--conversation-cache-mib"),
+        (Threshold("checkpoint_only_share", share, "ratio", "share of long prompts restored only from a checkpoint"),
+         Threshold("min_long_prompts", least, "prompts/h", "at least this many long prompts in the hour")),
+        (Alert("EngineLongPromptsCheckpointOnly", "warning",
+               f"{CHECKPOINT_ONLY} > {_n(share)} and on (instance, lane) {LONG_PROMPTS} >= {_n(least)}", "15m",
+               f"Long prompts on {INSTANCE} are restored only from checkpoints.",
+               f"{PERCENT} of the long prompts on {INSTANCE} ({LANE}) in the last hour reused only a checkpoint"
+               " multiple of --prompt-cache-every."),))
+
+
+def _h5(d: Deployment) -> Heuristic:
+    fast, slow = (14.4, "1h", "5m"), (6.0, "6h", "30m")
+
+    def burn(factor: float, long: str, short: str):
+        return lambda lane, o: (f'{SLO_ERRORS}{long}{{lane="{lane}"}} > {_n(factor * (1 - o.objective))}\n'
+                                f'  and on (instance, lane) {SLO_ERRORS}{short}{{lane="{lane}"}}'
+                                f' > {_n(factor * (1 - o.objective))}')
+
+    def spike(lane: str, o: LaneObjective) -> str:
+        return (f'instance_lane:{TTFT}:p95_rate5m{{lane="{lane}"}} > {_n(o.ttft_seconds)}\n'
+                f'  and on (instance, lane) instance_lane:{TTFT}:p95_rate30m{{lane="{lane}"}} > {_n(o.ttft_seconds)}')
+
+    lanes = tuple(Threshold(f"ttft_seconds.{lane}", o.ttft_seconds, "s", f"TTFT objective of lane {lane}",
+                            f"alerts.lanes.{lane}.ttft_seconds") for lane, o in d.lanes.items())
+    lanes += tuple(Threshold(f"objective.{lane}", o.objective, "ratio", f"share of lane {lane} within it",
+                             f"alerts.lanes.{lane}.objective") for lane, o in d.lanes.items())
+    return Heuristic(
+        "H5", "TTFT SLO burn and TTFT spike, per lane", "2",
+        "The share of first tokens later than the lane's objective burns the error budget (SRE workbook pairs:"
+        " 1h and 5m over 14.4x, 6h and 30m over 6x page; 3d and 6h over 1x ticket), or p95 TTFT over 5m and 30m"
+        " is above the objective while the prefill queue backs up.",
+        "an engine bug",
+        Check("Is load-test traffic on the same lane as real users? Compare requests received per lane and mode,"
+              " and the prefill queue.",
+              promql="sum by (lane, mode) (rate(spyglass_gateway_requests_received_total[30m]))",
+              sql="SELECT instance, max((fields->>'prefill_queue')::INT) AS deepest_queue, count(*) AS stats_lines"
+                  " FROM events WHERE kind = 'stats' AND ts >= now() - INTERVAL 1 HOUR GROUP BY instance"),
+        ("lane routing of load tests", "admission per lane", "alerts.lanes.<lane>.ttft_seconds"),
+        (Threshold("fast_burn_1h_5m", fast[0], "x budget", "page"), Threshold("fast_burn_6h_30m", slow[0], "x budget", "page"),
+         Threshold("slow_burn_3d_6h", 1.0, "x budget", "ticket")) + lanes,
+        (Alert("EngineTTFTBudgetFastBurn", "critical",
+               per_lane(d, lambda lane, o: f"({burn(*fast)(lane, o)})\n  or on (instance, lane)\n  ({burn(*slow)(lane, o)})"),
+               "2m", f"{INSTANCE} ({LANE}) burns its TTFT error budget fast.",
+               f"{PERCENT} of first tokens on {INSTANCE} ({LANE}) came later than the lane's objective over the"
+               " long window (14.4x the budget over 1h and 5m, or 6x over 6h and 30m).", latency=True),
+         Alert("EngineTTFTBudgetSlowBurn", "warning", per_lane(d, burn(1.0, "3d", "6h")), "1h",
+               f"{INSTANCE} ({LANE}) is spending its TTFT error budget.",
+               f"{PERCENT} of first tokens on {INSTANCE} ({LANE}) over 3 days came later than the lane's objective,"
+               " above its error budget (and over the last 6h too).", latency=True),
+         Alert("EngineTTFTSpike", "warning", per_lane(d, spike), "5m",
+               f"{INSTANCE} ({LANE}) p95 TTFT is above the lane's objective.",
+               f"p95 time to first token on {INSTANCE} ({LANE}) is {SECONDS} over 5 minutes and above the objective"
+               " over 30 minutes too.", latency=True)))
+
+
+def _h6(d: Deployment) -> Heuristic:
+    share = 0.05
+    return Heuristic(
+        "H6", "Responses that stop inside reasoning or are thinking-only", "3 (special-token early stop, 2026-10-17)",
+        "A share of responses have reasoning but no visible text and no tool call, or stopped while reasoning.",
+        "long context breaks it",
+        Check("Same day, same lane: requests with special-token literals against those without (58 thinking-only"
+              " against 0 of 295).",
+              sql="SELECT fields->>'lane' AS lane, (fields->>'special_literals')::INT > 0 AS special_tokens,"
+                  " count(*) AS requests, count(*) FILTER ((fields->>'thinking_only')::BOOLEAN) AS thinking_only"
+                  " FROM events WHERE kind = 'request_body' GROUP BY ALL ORDER BY ALL"),
+        ("the serve's prompt_escapes fix", "lane routing to a fixed serve build"),
+        (Threshold("thinking_only_share", share, "ratio", "share of responses that are thinking-only"),),
+        (Alert("ThinkingOnlyResponses", "warning", f"{THINKING_ONLY} > {_n(share)}", "15m",
+               f"Lane {LANE} answers with reasoning only.",
+               f"{PERCENT} of lane {LANE}'s responses in the last hour had reasoning but no text and no tool call."),
+         Alert("StopsWhileReasoning", "warning", f"{STOPS_REASONING} > {_n(share)}", "15m",
+               f"{INSTANCE} stops responses inside reasoning.",
+               f"{PERCENT} of {INSTANCE}'s responses in the last hour stopped while reasoning.")),
+        diagnosis="The 58/295 split needs the sent prompts' special-token literals: request_body events.")
+
+
+def _h7(d: Deployment) -> Heuristic:
+    return Heuristic(
+        "H7", "Serve build skew between lanes", "3 (the normal lane got the fix only at 10-19 18:58)",
+        "One lane runs a serve build without the escape fix (no prompt_escapes in its status) while another has it.",
+        "-", Check("Build and version per lane, side by side.",
+                   promql="spyglass_serve_info or spyglass_serve_measures_escapes",
+                   shell="curl -s http://127.0.0.1:8081/v1/status; curl -s http://127.0.0.1:8082/v1/status"),
+        ("deploy the fixed serve build to every lane",),
+        (),
+        (Alert("ServeBuildSkew", "warning",
+               "spyglass_serve_measures_escapes == 0 and on () (max(spyglass_serve_measures_escapes) == 1)", "30m",
+               f"{INSTANCE} runs a serve build without the special-token escape fix.",
+               f"{INSTANCE}'s serve does not report prompt_escapes while another lane's does."),))
+
+
+def _h8(d: Deployment) -> Heuristic:
+    least = 3.0
+    return Heuristic(
+        "H8", "Plan, then end of turn", "4, 5 (session bd7e62ed)",
+        "Responses with finish=stop, no tool call and a short visible text, on requests that offered tools.",
+        "truncation / max_tokens",
+        Check("The raw record: prompt grew, finish_reason, tool_calls, completion far below max_tokens.",
+              sql="SELECT ts, request_id, fields->>'finish' AS finish, fields->>'tool_calls' AS tool_calls,"
+                  " fields->>'content_chars' AS content_chars FROM events WHERE kind = 'request_body'"
+                  " AND (fields->>'plan_then_stop')::BOOLEAN ORDER BY ts DESC LIMIT 20"),
+        ("the client's stop handling", "the model's tool-call prompt template"),
+        (Threshold("per_hour", least, "responses/h", "plan-then-stop responses in an hour"),),
+        (Alert("PlanThenStop", "warning",
+               f"sum by (lane) (increase(spyglass_infer_plan_then_stop_total[1h])) >= {_n(least)}", "5m",
+               f"Lane {LANE} ends turns after a plan, without the tool call.",
+               f"{VALUE} responses on lane {LANE} in the last hour stopped with a short text and no tool call although"
+               " tools were offered."),),
+        diagnosis="Whether the prompt grew across the session's turns needs the session's request bodies.")
+
+
+def _h9(d: Deployment) -> Heuristic:
+    return Heuristic(
+        "H9", "Assembly dropped the task anchor", "5",
+        "RAG assembly dropped most client messages, and the client's first user message is gone from the sent request.",
+        "the tool schema got lost",
+        Check("Is the client's first user message in the sent request?",
+              sql="SELECT ts, request_id, fields->>'lane' AS lane FROM events WHERE kind = 'request_body'"
+                  " AND (fields->>'anchor_survived')::BOOLEAN = false ORDER BY ts DESC LIMIT 20"),
+        ("the gateway's assembly budget", "pin the first user message in assembly"),
+        (),
+        (Alert("AssemblyLostTaskAnchor", "warning",
+               "sum by (lane) (increase(spyglass_infer_anchor_lost_total[1h])) > 0", "5m",
+               f"Assembly on lane {LANE} drops the client's first user message.",
+               f"{VALUE} requests on lane {LANE} in the last hour were sent without the client's task anchor."),),
+        diagnosis="Which messages were dropped needs the client and sent message lists of the request body.")
+
+
+def _h10(d: Deployment) -> Heuristic:
+    high, low = 2.0, 0.5
+    return Heuristic(
+        "H10", "Gateway token estimate far from the engine's count", "6 (four counts: 516,561 estimated, 154,796 counted)",
+        "Gateway estimate / engine count of the same prompts far from 1 (English runs about 3.3x).",
+        "the relay miscounts",
+        Check("Every count names who counted; the engine count is the authority.",
+              promql=ESTIMATE_RATIO,
+              sql="SELECT request_id, fields->>'chars' AS chars, fields->>'est_tokens' AS estimated,"
+                  " fields->>'count_tokens' AS counted FROM events WHERE source = 'gateway' AND kind IN"
+                  " ('request', 'precheck') ORDER BY ts DESC LIMIT 20"),
+        ("the gateway's per-script token ratios (CJK 1.05 / other 0.70)", "use the engine's count_tokens"),
+        (Threshold("ratio_high", high, "ratio", "estimate above this times the count"),
+         Threshold("ratio_low", low, "ratio", "estimate below this times the count")),
+        (Alert("GatewayEstimateSkew", "warning", f"{ESTIMATE_RATIO} > {_n(high)} or {ESTIMATE_RATIO} < {_n(low)}", "30m",
+               f"The gateway's token estimate on lane {LANE} is far from the engine's count.",
+               f"On lane {LANE} the gateway estimates {VALUE}x the tokens the engine counts for the same prompts."),))
+
+
+def _h11(d: Deployment) -> Heuristic:
+    return Heuristic(
+        "H11", "Blind retry after an overfit 400", "6 (three 400s at 14:14:58, 14:15:04, 14:15:10)",
+        "A retry after a 400 that only clamps max_tokens; bursts of 400 overfit.",
+        "-", Check("The 400's own text and the precheck.",
+                   sql="SELECT ts, request_id, fields->>'prompt' AS prompt, fields->>'upstream' AS upstream FROM events"
+                       " WHERE source = 'gateway' AND kind IN ('overfit', 'retry_on_overfit') ORDER BY ts"),
+        ("the gateway's precheck with the engine's count", "shrink the prompt, not max_tokens"),
+        (),
+        (Alert("GatewayBlindRetries", "warning",
+               "sum by (lane) (increase(spyglass_gateway_blind_retries_total[15m])) > 0", "0m",
+               f"The gateway retries overfits on lane {LANE} blindly.",
+               f"{VALUE} retries on lane {LANE} in 15 minutes followed a 400 overfit and only clamped max_tokens."),))
+
+
+def _h12(d: Deployment) -> Heuristic:
+    share = 0.05
+    return Heuristic(
+        "H12", "Model concurrency full (429)", "5",
+        "Requests rejected with 429 because the model's concurrency limit is full.",
+        "-", Check("Concurrency limit against demand per lane.",
+                   promql="sum by (lane) (rate(spyglass_gateway_requests_received_total[10m]))"),
+        ("the model's concurrency limit", "--slots", "client retry back-off"),
+        (Threshold("rejected_share", share, "ratio", "share of requests answered 429"),),
+        (Alert("GatewayConcurrencyFull", "warning",
+               ratio("rate(spyglass_gateway_concurrency_rejections_total[10m])",
+                     "rate(spyglass_gateway_requests_received_total[10m])", "lane") + f" > {_n(share)}", "5m",
+               f"Lane {LANE} turns requests away: model concurrency full.",
+               f"{PERCENT} of lane {LANE}'s requests over 10 minutes were rejected with 429."),))
+
+
+def _h13(d: Deployment) -> Heuristic:
+    s = d.settings
+    window = f"{s.crash_loop_window_minutes}m"
+    planned = 900  # seconds after an announced restart during which its latency alerts are expected
+    spawns = ("max_over_time(spyglass_supervisord_spawns_total[{w}]) - min_over_time(spyglass_supervisord_spawns_total[{w}])"
+              .format(w=window))
+    return Heuristic(
+        "H13", "Restart loop", "upgrade (crashes within minutes; rolling back seemed to fix it)",
+        f"A program is spawned {s.crash_loop_spawns}+ times in {window}, or enters FATAL.",
+        "the new model is broken",
+        Check("2x2 old/new model x old/new environment; the exit reason and the last log lines before it.",
+              sql="SELECT ts, fields->>'program' AS program, kind, fields->>'status' AS status, fields->>'signal' AS signal"
+                  " FROM events WHERE source = 'supervisord' AND kind IN ('spawned', 'exited', 'fatal') ORDER BY ts DESC LIMIT 30",
+              shell="tail -n 200 ~/Strata/strata-iq3_xxs-b.log"),
+        ("supervisord startretries / startsecs", "the environment (image, libraries) pinned with the model"),
+        (Threshold("spawns", s.crash_loop_spawns, "spawns", "spawns in the window", "alerts.crash_loop_spawns"),
+         Threshold("window_minutes", s.crash_loop_window_minutes, "min", "crash-loop window",
+                   "alerts.crash_loop_window_minutes"),
+         Threshold("planned_restart_seconds", planned, "s", "an announced restart silences latency alerts this long")),
+        (Alert("ProgramCrashLoop", "critical",
+               f'label_replace({spawns}, "instance", "$1", "program", "(.*)") >= {s.crash_loop_spawns}', "0m",
+               f"{INSTANCE} is restarting in a loop.",
+               f"supervisord spawned {INSTANCE} {VALUE} times in {window}.", keep_firing_for="10m",
+               inhibits_latency=True),
+         Alert("ProgramFatal", "critical",
+               'label_replace(spyglass_supervisord_process_state{state="FATAL"}, "instance", "$1", "program", "(.*)") == 1',
+               "0m", f"{INSTANCE} entered FATAL: supervisord gave up restarting it.",
+               f"{INSTANCE} is FATAL: it exited too quickly too many times.", inhibits_latency=True),
+         Alert("EnginePlannedRestart", "info",
+               f"time() - spyglass_switch_last_change_timestamp_seconds < {planned}", "0m",
+               f"{INSTANCE} was switched or restarted by an operator (switch log).",
+               f"The switch log announced a switch or restart of {INSTANCE} {SECONDS} ago; its latency and"
+               " throughput alerts are silenced meanwhile.", inhibits_latency=True)))
+
+
+def _h14(d: Deployment) -> Heuristic:
+    budget = d.settings.probe_budget_seconds
+    return Heuristic(
+        "H14", "Engine not ready past its probe budget", "upgrade (a 40 s load against a 10 s probe)",
+        "The engine is still loading when its probe budget is spent, or its last load took longer than the budget.",
+        "the model is broken",
+        Check("Load duration against the probe timeout; a startup phase.",
+              promql="spyglass_engine_load_duration_seconds",
+              sql="SELECT ts, instance, kind, fields->>'seconds' AS seconds FROM events WHERE kind IN ('start', 'ready')"
+                  " ORDER BY ts DESC LIMIT 20"),
+        ("the probe's startup budget (alerts.probe_budget_seconds must match it)", "a startup phase that answers 503"),
+        (Threshold("probe_budget_seconds", budget, "s", "longest load the probe waits for", "alerts.probe_budget_seconds"),),
+        (Alert("EngineNotReady", "critical",
+               f"(time() - spyglass_engine_start_time_seconds > {_n(budget)}) and on (instance, lane)"
+               " (spyglass_engine_ready == 0)\n  and on (instance) (spyglass_host_process_up == 1)", "0m",
+               f"{INSTANCE} has been loading longer than its probe budget.",
+               f"{INSTANCE} ({LANE}) started {SECONDS} ago and is not ready (probe budget {_n(budget)} s).",
+               inhibits_latency=True),
+         Alert("EngineLoadOverProbeBudget", "warning", f"spyglass_engine_load_duration_seconds > {_n(budget)}", "0m",
+               f"{INSTANCE}'s last load took longer than the probe budget.",
+               f"{INSTANCE} ({LANE}) took {SECONDS} to become ready; the probe gives up after {_n(budget)} s.")))
+
+
+def _h15(d: Deployment) -> Heuristic:
+    return Heuristic(
+        "H15", "Dangling model link", "upgrade (md5 matched, the link pointed at a deleted file)",
+        "The configured model path no longer resolves, or resolves elsewhere than at start; a checksum mismatch.",
+        "the weights are corrupted",
+        Check("Print the path actually read; the blue/green cleanup timing.",
+              sql="SELECT ts, instance, fields->>'path' AS path, fields->>'real' AS real, fields->>'md5' AS md5"
+                  " FROM events WHERE kind IN ('model', 'checksum_mismatch') ORDER BY ts DESC LIMIT 10",
+              shell="readlink -f ~/Strata/current-model.gguf; ls -l ~/Strata/"),
+        ("atomic switch: upload, verify, switch the link, clean up only after a rollback period",),
+        (),
+        (Alert("EngineModelChecksumMismatch", "warning",
+               "sum by (instance, lane) (increase(spyglass_engine_model_checksum_mismatches_total[1h])) > 0", "0m",
+               f"{INSTANCE} read a model file whose md5 does not match.",
+               f"{INSTANCE} ({LANE}) logged {VALUE} checksum mismatches in the last hour."),),
+        diagnosis="Whether the path resolves elsewhere than at start needs the model events' path and real fields"
+                  " over time (history beyond the info metric).")
+
+
+def _h16(d: Deployment) -> Heuristic:
+    per_minute = 2.0
+    return Heuristic(
+        "H16", "Recompile storm", "upgrade (p99 20 ms -> 800 ms, CPU busy, GPU idle)",
+        "Compute-graph rebuilds every minute, with the CPU busy and the accelerator idle.",
+        "the new model is slower",
+        Check("The shapes seen; warm-up; bounded shapes.",
+              sql="SELECT fields->>'shape' AS shape, count(*) AS rebuilds FROM events WHERE kind = 'graph_rebuild'"
+                  " GROUP BY ALL ORDER BY rebuilds DESC"),
+        ("bounded request shapes (batch, sequence length)", "a warm-up of the known shapes at start"),
+        (Threshold("rebuilds_per_minute", per_minute, "1/min", "graph rebuilds a minute"),),
+        (Alert("EngineRecompileStorm", "warning",
+               f"sum by (instance, lane) (rate(spyglass_engine_graph_rebuilds_total[10m])) * 60 > {_n(per_minute)}",
+               "10m", f"{INSTANCE} rebuilds compute graphs every minute.",
+               f"{INSTANCE} ({LANE}) rebuilds {VALUE} compute graphs a minute.", latency=True),))
+
+
+def _h17(d: Deployment) -> Heuristic:
+    limit, horizon = d.settings.memory_limit_bytes, 4 * 3600
+    return Heuristic(
+        "H17", "Memory growth toward the limit", "upgrade",
+        "Resident memory of an engine rising toward the limit.",
+        "-", Check("Time to the limit by linear prediction.",
+                   promql=f"predict_linear(spyglass_host_process_resident_bytes[1h], {horizon})"),
+        ("the preprocessing cache", "log buffers", "alerts.memory_limit_bytes"),
+        (Threshold("memory_limit_bytes", limit, "bytes", "the limit", "alerts.memory_limit_bytes"),
+         Threshold("horizon_seconds", horizon, "s", "how far ahead the prediction looks")),
+        (Alert("EngineMemoryGrowth", "warning",
+               f"predict_linear(spyglass_host_process_resident_bytes[1h], {horizon}) > {_n(limit)}", "15m",
+               f"{INSTANCE}'s memory will reach the limit within 4 hours.",
+               f"{INSTANCE}'s resident memory is on course for {BYTES} in 4 hours (limit {_n(limit)} bytes)."),))
+
+
+def _h18(d: Deployment) -> Heuristic:
+    factor = 2.0
+    baseline = _quantile(0.5, "1h", "1d")
+    return Heuristic(
+        "H18", "Regression against the baseline after a change", "upgrade (no errors, so fine)",
+        "After an engine restart (a build or model change), median TTFT is worse than the same hour a day before.",
+        "no errors, so it is fine",
+        Check("The baseline snapshot itself: the same quantile a day before.",
+              promql=f"instance_lane:{TTFT}:p50_rate1h / {baseline}"),
+        ("roll back the build; compare builds on the same traffic",),
+        (Threshold("factor", factor, "ratio", "median TTFT above this times the day-before median"),),
+        (Alert("EngineRegressionAfterRestart", "warning",
+               f"instance_lane:{TTFT}:p50_rate1h > {_n(factor)} * {baseline}\n"
+               "  and on (instance, lane) changes(spyglass_engine_start_time_seconds[6h]) > 0", "30m",
+               f"{INSTANCE} got slower after its restart.",
+               f"Median TTFT on {INSTANCE} ({LANE}) is {SECONDS} over the last hour, over twice the same hour"
+               " yesterday, since a restart in the last 6 hours.", latency=True),),
+        diagnosis="Throughput and p99 against a baseline snapshot before the change need the store's history.")
+
+
+def _h19(d: Deployment) -> Heuristic:
+    s = d.settings
+    silent, unmatched, ahead = s.source_silent_minutes * 60, 0.05, 300
+    lines = "spyglass_source_lines_total"
+    return Heuristic(
+        "H19", "spyglass's own blind spots", "§6.2 of the seed: evictions= were only in the engine log",
+        "spyglass's target is down; a source went silent while its process runs; lines stop parsing (format drift);"
+        " a status endpoint is down; a source's clock runs ahead.",
+        "-", Check("spyglass's own per-source health.",
+                   promql="spyglass_source_up or spyglass_source_last_event_timestamp_seconds",
+                   shell="curl -s http://127.0.0.1:9464/debug/sources"),
+        ("sources.<name>.path / tz", "sources.<name>.patterns (after an upgrade)"),
+        (Threshold("silent_seconds", silent, "s", "engine log without a line", "alerts.source_silent_minutes"),
+         Threshold("unmatched_share", unmatched, "ratio", "share of lines no pattern matched"),
+         Threshold("ahead_seconds", ahead, "s", "newest event this far in the future")),
+        (Alert("SpyglassTargetDown", "critical",
+               f'up{{job="{s.job}"}} == 0 or absent(up{{job="{s.job}"}})', "2m",
+               "spyglass's /metrics cannot be scraped: the pager is blind.",
+               "Prometheus has not scraped spyglass (job {{ $labels.job }}) for 2 minutes."),
+         Alert("SpyglassSourceDown", "warning", "spyglass_source_up == 0", "5m",
+               "A spyglass source cannot be read.",
+               "Source {{ $labels.source }} could not be read (file) or did not answer (endpoint) for 5 minutes."),
+         Alert("SpyglassSourceSilent", "warning",
+               f"{LOG_SILENCE} > {_n(silent)}\n  and on (instance) (spyglass_host_process_up == 1)\n"
+               f"  unless on (instance) ({_busy()})", "2m",
+               f"{INSTANCE}'s engine log is silent while its process runs.",
+               f"No line from {INSTANCE}'s engine log for {SECONDS} (stats come every 10 s) while the process runs."),
+         Alert("SpyglassUnparsedLines", "warning",
+               ratio(f'rate({lines}{{outcome="unmatched"}}[15m])', f"rate({lines}[15m])", "source") + f" > {_n(unmatched)}",
+               "15m", "Lines of a source stopped parsing: format drift.",
+               "{{ $value | humanizePercentage }} of source {{ $labels.source }}'s lines matched no pattern over 15 minutes."),
+         Alert("SpyglassSourceClockAhead", "warning",
+               f"spyglass_source_last_event_timestamp_seconds - time() > {ahead}", "5m",
+               "A source's timestamps are in the future: its time zone is wrong.",
+               "Source {{ $labels.source }}'s newest event is {{ $value | humanizeDuration }} ahead of Prometheus's clock."),
+         Alert("Watchdog", "info", "vector(1)", "0m", "The alerting pipeline works (always firing).",
+               "Always fires; the heartbeat receiver alarms when it stops arriving (a dead man's switch).")),
+        diagnosis="Two sources' clocks disagreeing while both are active needs their events side by side in the store.")
+
+
+def _h20(d: Deployment) -> Heuristic:
+    minutes = d.settings.hung_minutes
+    return Heuristic(
+        "H20", "Engine hung while /health answers", "vLLM 39863: a proxy kept a hung backend in rotation for 85 minutes",
+        f"Requests queued or slots busy, but no request finished and no [stats] line for {minutes} minutes, while the"
+        " process runs and the serve says ready.",
+        "just slow: long prompts",
+        Check("The engine log's last [stats] and done times against the queue; a prompt far from the window"
+              " limit; the process CPU time (flat = hung, rising = working).",
+              promql="rate(spyglass_host_process_cpu_seconds_total[5m])",
+              shell="tail -n 5 ~/Strata/strata-iq3_xxs-b.log; grep -E 'State|ctxt' /proc/$(pgrep -f 'port 8082')/status"),
+        ("restart the instance (take it out of rotation first)", "a liveness probe on the stats heartbeat"),
+        (Threshold("hung_minutes", minutes, "min", "no finished request and no log line", "alerts.hung_minutes"),),
+        (Alert("EngineHung", "critical",
+               f"{LOG_SILENCE} > {minutes * 60}\n  and on (instance) ({_busy()})\n"
+               "  and on (instance) (spyglass_host_process_up == 1)\n"
+               '  and on (instance) (spyglass_serve_state{state="ready"} == 1)\n'
+               f"  unless on (instance) (sum by (instance) (increase(spyglass_engine_requests_finished_total[{minutes}m])) > 0)",
+               "0m", f"{INSTANCE} is hung: work waiting, nothing finishing, no log line.",
+               f"{INSTANCE} has written no line for {SECONDS} with requests queued or slots busy, while its process runs"
+               " and its serve says ready."),))
+
+
+BUILDERS = (_h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12, _h13, _h14, _h15, _h16, _h17, _h18,
+            _h19, _h20)
+
+
+def catalogue(d: Deployment | None = None) -> tuple[Heuristic, ...]:
+    """H1-H20 with this deployment's thresholds (the defaults when none is given)."""
+    d = d or Deployment()
+    return tuple(build(d) for build in BUILDERS)
+
+
+def by_id(d: Deployment | None = None) -> dict[str, Heuristic]:
+    return {h.id: h for h in catalogue(d)}

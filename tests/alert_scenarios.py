@@ -1,0 +1,260 @@
+"""Series shaped like each incident, on a healthy background, for `promtool test rules`.
+
+Time is minutes from 0 at a 1-minute interval; incidents start at minute 120 (two healthy hours,
+so an hourly baseline exists). Counters are piecewise linear (`counter`), gauges piecewise constant
+(`gauge`). A scenario lists, per evaluation time, exactly the alerts that fire (Watchdog always).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GiB = 2**30
+T0 = 120  # minute the incident starts
+
+
+def counter(*pieces: tuple[int, float], start: float = 0.0) -> str:
+    """A counter as promtool series notation: pieces of (minutes, increase per minute)."""
+    terms, value = [], start
+    for minutes, rate in pieces:
+        terms.append(f"{value:g}+{rate:g}x{minutes - 1}")
+        value += rate * minutes
+    return " ".join(terms)
+
+
+def gauge(*pieces: tuple[int, float]) -> str:
+    return " ".join(f"{value:g}x{minutes - 1}" for minutes, value in pieces)
+
+
+def clock(minutes: int, offset_s: float = 0.0) -> str:
+    """A timestamp gauge that follows the test's own clock (seconds since 0)."""
+    return f"{offset_s:g}+60x{minutes - 1}"
+
+
+ENGINES = {"strata-a": "fast", "strata-b": "normal"}
+SOURCES = {"strata-a": "engine-a", "strata-b": "engine-b"}
+
+
+def _ttft(instance: str, lane: str, n: int, per_min: float = 60, buckets: dict[str, float] | None = None) -> dict:
+    """TTFT histogram: `buckets` maps le -> share of requests at or below it (all under 1 s when healthy)."""
+    shares = {"1.0": 1.0, "10.0": 1.0, "40.0": 1.0, "160.0": 1.0, "+Inf": 1.0, **(buckets or {})}
+    il = f'instance="{instance}", lane="{lane}"'
+    out = {f'spyglass_engine_ttft_seconds_bucket{{{il}, le="{le}"}}': counter((n, per_min * s))
+           for le, s in shares.items()}
+    out[f"spyglass_engine_ttft_seconds_count{{{il}}}"] = counter((n, per_min))
+    out[f"spyglass_engine_ttft_seconds_sum{{{il}}}"] = counter((n, per_min * 0.5))
+    return out
+
+
+def background(n: int) -> dict[str, str]:
+    """A healthy deployment for n minutes: every metric an alert reads, at healthy values."""
+    s: dict[str, str] = {'up{job="spyglass", instance="127.0.0.1:9464"}': gauge((n, 1))}
+    for instance, lane in ENGINES.items():
+        il, i = f'instance="{instance}", lane="{lane}"', f'instance="{instance}"'
+        s.update(_ttft(instance, lane, n))
+        s.update({
+            f"spyglass_engine_request_decode_tokens_per_second_sum{{{il}}}": counter((n, 60 * 76.8)),
+            f"spyglass_engine_request_decode_tokens_per_second_count{{{il}}}": counter((n, 60)),
+            f"spyglass_engine_evictions_total{{{il}}}": gauge((n, 0)),
+            f"spyglass_engine_cache_used_bytes{{{il}}}": gauge((n, 4 * GiB)),
+            f"spyglass_engine_cache_parked_snapshots{{{il}}}": gauge((n, 8)),
+            f"spyglass_engine_cache_budget_bytes{{{il}}}": gauge((n, 8 * GiB)),
+            f"spyglass_engine_long_prompts_total{{{il}}}": gauge((n, 0)),
+            f"spyglass_engine_long_prompts_checkpoint_only_total{{{il}}}": gauge((n, 0)),
+            f'spyglass_engine_requests_finished_total{{{il}, finish="stop"}}': counter((n, 60)),
+            f"spyglass_engine_slots_busy{{{il}}}": gauge((n, 2)),
+            f"spyglass_engine_prefill_queue_depth{{{il}}}": gauge((n, 0)),
+            f"spyglass_engine_start_time_seconds{{{il}}}": gauge((n, 0)),
+            f"spyglass_engine_ready{{{il}}}": gauge((n, 1)),
+            f"spyglass_engine_model_checksum_mismatches_total{{{il}}}": gauge((n, 0)),
+            f'spyglass_engine_graph_rebuilds_total{{{il}, reason="new_shape"}}': gauge((n, 0)),
+            f"spyglass_host_process_up{{{i}}}": gauge((n, 1)),
+            f"spyglass_host_process_resident_bytes{{{i}}}": gauge((n, 100 * GiB)),
+            f"spyglass_host_cgroup_periods_total{{{i}}}": counter((n, 600)),
+            f"spyglass_host_cgroup_throttled_periods_total{{{i}}}": gauge((n, 0)),
+            f'spyglass_serve_state{{{i}, state="ready"}}': gauge((n, 1)),
+            f"spyglass_serve_measures_escapes{{{i}}}": gauge((n, 1)),
+            f"spyglass_serve_slots_busy{{{i}}}": gauge((n, 2)),
+            f"spyglass_serve_prefill_queue_depth{{{i}}}": gauge((n, 0)),
+            f"spyglass_serve_stops_while_reasoning_total{{{i}}}": gauge((n, 0)),
+            f'spyglass_serve_requests_total{{{i}, status="200"}}': counter((n, 60)),
+            f'spyglass_supervisord_spawns_total{{program="{instance}"}}': gauge((n, 1)),
+            f'spyglass_supervisord_process_state{{program="{instance}", state="RUNNING"}}': gauge((n, 1)),
+            f'spyglass_supervisord_process_state{{program="{instance}", state="FATAL"}}': gauge((n, 0)),
+            f'spyglass_source_last_event_timestamp_seconds{{source="{SOURCES[instance]}"}}': clock(n),
+        })
+    other = {"strata-a": "strata-b", "strata-b": "strata-a"}
+    s.update({f'spyglass_host_shared_cpus{{instance="{a}", other="{b}"}}': gauge((n, 0)) for a, b in other.items()})
+    for lane in ENGINES.values():
+        ln = f'lane="{lane}"'
+        s.update({
+            f'spyglass_gateway_requests_received_total{{{ln}, mode="assembled"}}': counter((n, 60)),
+            f'spyglass_gateway_prompt_tokens_total{{{ln}, counted_by="engine"}}': counter((n, 6000)),
+            f'spyglass_gateway_prompt_tokens_total{{{ln}, counted_by="gateway_estimate"}}': counter((n, 6600)),
+            f"spyglass_gateway_concurrency_rejections_total{{{ln}}}": gauge((n, 0)),
+            f"spyglass_gateway_blind_retries_total{{{ln}}}": gauge((n, 0)),
+            f'spyglass_infer_requests_total{{{ln}, status="200", finish="stop"}}': counter((n, 60)),
+            f'spyglass_infer_thinking_only_total{{{ln}, special_tokens="true"}}': gauge((n, 0)),
+            f"spyglass_infer_plan_then_stop_total{{{ln}}}": gauge((n, 0)),
+            f"spyglass_infer_anchor_lost_total{{{ln}}}": gauge((n, 0)),
+        })
+    for source in ("engine-a", "engine-b", "gateway", "serve-a", "serve-b"):
+        s[f'spyglass_source_up{{source="{source}"}}'] = gauge((n, 1))
+        s[f'spyglass_source_lines_total{{source="{source}", outcome="event"}}'] = counter((n, 100))
+        s[f'spyglass_source_lines_total{{source="{source}", outcome="unmatched"}}'] = gauge((n, 0))
+    return s
+
+
+@dataclass
+class Scenario:
+    name: str
+    minutes: int
+    series: dict[str, str]  # overrides of (or additions to) the background
+    checks: dict[int, list[tuple[str, dict[str, str]]]]  # minute -> the alerts firing then, besides Watchdog
+    exact: dict[str, tuple[int, dict[str, str], str]] = field(default_factory=dict)  # alert -> (minute, labels, value)
+
+
+A, B = {"instance": "strata-a", "lane": "fast"}, {"instance": "strata-b", "lane": "normal"}
+N = T0 + 60
+
+
+def scenarios() -> list[Scenario]:
+    rest = N - T0
+    b_il, a_il = 'instance="strata-b", lane="normal"', 'instance="strata-a", lane="fast"'
+    return [
+        Scenario("healthy", 26 * 60, {}, {115: [], 600: [], 26 * 60 - 5: []}),
+        Scenario("H1 contention: decode 76.8 -> 9.3 tok/s, CPUs shared", N, {
+            f"spyglass_engine_request_decode_tokens_per_second_sum{{{a_il}}}": counter((T0, 60 * 76.8), (rest, 60 * 9.3)),
+            'spyglass_host_shared_cpus{instance="strata-a", other="strata-b"}': gauge((T0, 0), (rest, 16)),
+            'spyglass_host_shared_cpus{instance="strata-b", other="strata-a"}': gauge((T0, 0), (rest, 16)),
+        }, {115: [], 132: [("EngineCPUsShared", {"instance": "strata-a"}), ("EngineCPUsShared", {"instance": "strata-b"})],
+            150: [("EngineThroughputCollapse", A), ("EngineCPUsShared", {"instance": "strata-a"}),
+                  ("EngineCPUsShared", {"instance": "strata-b"})]},
+            {"EngineThroughputCollapse": (150, A, "9.3")}),
+        Scenario("H2 cgroup throttled", N, {
+            'spyglass_host_cgroup_throttled_periods_total{instance="strata-b"}': counter((T0, 0), (rest, 300)),
+        }, {125: [], 140: [("EngineCPUThrottled", {"instance": "strata-b"})]}),
+        Scenario("H3 eviction storm: 4.7 GB snapshots, 8 GiB budget", N, {
+            f"spyglass_engine_evictions_total{{{b_il}}}": counter((T0, 0), (rest, 5)),
+            f"spyglass_engine_cache_used_bytes{{{b_il}}}": gauge((T0, 4 * GiB), (rest, 4716362992)),
+            f"spyglass_engine_cache_parked_snapshots{{{b_il}}}": gauge((T0, 8), (rest, 1)),
+        }, {115: [], 124: [], 130: [("EngineEvictionStorm", B)],
+            140: [("EngineEvictionStorm", B), ("EngineSnapshotOverBudget", B)]},
+            {"EngineEvictionStorm": (140, B, "5")}),
+        Scenario("H4 long prompts checkpoint-only", N, {
+            f"spyglass_engine_long_prompts_total{{{b_il}}}": counter((T0, 0), (rest, 3)),
+            f"spyglass_engine_long_prompts_checkpoint_only_total{{{b_il}}}": counter((T0, 0), (rest, 2)),
+        }, {130: [], 140: [("EngineLongPromptsCheckpointOnly", B)]}),
+        Scenario("H5 TTFT ~2 min for a fifth of the fast lane", N, _ttft_incident(),
+            {115: [], 130: [], 140: [("EngineTTFTSpike", A)], 170: [("EngineTTFTSpike", A), ("EngineTTFTBudgetFastBurn", A)]}),
+        Scenario("H5 slow burn: 1.5% of the normal lane late", 200, _ttft_slow(), {30: [], 150: [("EngineTTFTBudgetSlowBurn", B)]}),
+        Scenario("H6/H7 thinking-only on the lane without the escape fix", N, {
+            'spyglass_infer_thinking_only_total{lane="normal", special_tokens="true"}': counter((T0, 0), (rest, 10)),
+            'spyglass_serve_measures_escapes{instance="strata-b"}': gauge((N, 0)),
+            'spyglass_serve_stops_while_reasoning_total{instance="strata-b"}': "_x%d" % (N - 1),
+        }, {25: [], 100: [("ServeBuildSkew", {"instance": "strata-b"})],
+            170: [("ServeBuildSkew", {"instance": "strata-b"}), ("ThinkingOnlyResponses", {"lane": "normal"})]}),
+        Scenario("H6 stops while reasoning", N, {
+            'spyglass_serve_stops_while_reasoning_total{instance="strata-a"}': counter((T0, 0), (rest, 10)),
+        }, {130: [], 170: [("StopsWhileReasoning", {"instance": "strata-a"})]}),
+        Scenario("H8 plan then stop", N, {
+            'spyglass_infer_plan_then_stop_total{lane="fast"}': counter((T0, 0), (rest, 1)),
+        }, {123: [], 135: [("PlanThenStop", {"lane": "fast"})]}),
+        Scenario("H9 task anchor lost", N, {
+            'spyglass_infer_anchor_lost_total{lane="normal"}': gauge((T0, 0), (rest, 1)),
+        }, {115: [], 130: [("AssemblyLostTaskAnchor", {"lane": "normal"})]}),
+        Scenario("H10 estimate 3.34x the engine's count", N + 30, {
+            'spyglass_gateway_prompt_tokens_total{lane="fast", counted_by="gateway_estimate"}':
+                counter((T0, 6600), (rest + 30, 6000 * 3.34)),
+        }, {150: [], 205: [("GatewayEstimateSkew", {"lane": "fast"})]}),
+        Scenario("H11 blind retries after overfits", N, {
+            'spyglass_gateway_blind_retries_total{lane="fast"}': gauge((T0, 0), (rest, 1)),
+        }, {115: [], 125: [("GatewayBlindRetries", {"lane": "fast"})], 150: []}),
+        Scenario("H12 429 concurrency full", N, {
+            'spyglass_gateway_concurrency_rejections_total{lane="normal"}': counter((T0, 0), (rest, 6)),
+        }, {122: [], 140: [("GatewayConcurrencyFull", {"lane": "normal"})]}),
+        Scenario("H13 crash loop, then FATAL", N, {
+            'spyglass_supervisord_spawns_total{program="strata-b"}':
+                gauge((T0, 1), *[(3, 2 + k) for k in range(10)], (rest - 30, 11)),
+            'spyglass_supervisord_process_state{program="strata-b", state="FATAL"}': gauge((T0 + 30, 0), (rest - 30, 1)),
+            'spyglass_supervisord_process_state{program="strata-b", state="RUNNING"}': gauge((T0 + 30, 1), (rest - 30, 0)),
+            'spyglass_host_process_up{instance="strata-b"}': gauge((T0 + 30, 1), (rest - 30, 0)),
+            'spyglass_source_last_event_timestamp_seconds{source="engine-b"}': clock(T0 + 30) + f" {(T0 + 29) * 60}x{rest - 31}",
+        }, {115: [], 124: [], 130: [("ProgramCrashLoop", {"instance": "strata-b", "program": "strata-b"})],
+            155: [("ProgramCrashLoop", {"instance": "strata-b", "program": "strata-b"}),
+                  ("ProgramFatal", {"instance": "strata-b", "program": "strata-b", "state": "FATAL"})],
+            175: [("ProgramFatal", {"instance": "strata-b", "program": "strata-b", "state": "FATAL"})]}),
+        Scenario("H14 loading past the probe budget, then a slow load", N, {
+            f"spyglass_engine_start_time_seconds{{{a_il}}}": gauge((T0, 0), (rest, T0 * 60)),
+            f"spyglass_engine_ready{{{a_il}}}": gauge((T0, 1), (20, 0), (rest - 20, 1)),
+            f"spyglass_engine_load_duration_seconds{{{a_il}}}": gauge((T0 + 20, 60), (rest - 20, 1200)),
+            'spyglass_supervisord_spawns_total{program="strata-a"}': gauge((T0, 1), (rest, 2)),
+        }, {130: [], 137: [("EngineNotReady", A)], 145: [("EngineLoadOverProbeBudget", A)]}),
+        Scenario("H15 model checksum mismatch", N, {
+            f"spyglass_engine_model_checksum_mismatches_total{{{a_il}}}": gauge((T0, 0), (rest, 1)),
+        }, {115: [], 125: [("EngineModelChecksumMismatch", A)]}),
+        Scenario("H16 recompile storm", N, {
+            f'spyglass_engine_graph_rebuilds_total{{{b_il}, reason="new_shape"}}': counter((T0, 0), (rest, 5)),
+        }, {125: [], 145: [("EngineRecompileStorm", B)]}),
+        Scenario("H17 memory growth", N + 60, {
+            'spyglass_host_process_resident_bytes{instance="strata-a"}': counter((T0, 0), (rest + 60, 3 * GiB), start=100 * GiB),
+        }, {125: [], 230: [("EngineMemoryGrowth", {"instance": "strata-a"})]}),
+        _regression(),
+        Scenario("H19 spyglass target down", N, {
+            'up{job="spyglass", instance="127.0.0.1:9464"}': gauge((T0, 1), (rest, 0)),
+        }, {121: [], 125: [("SpyglassTargetDown", {"job": "spyglass", "instance": "127.0.0.1:9464"})]}),
+        Scenario("H19 status endpoint down", N, {
+            'spyglass_source_up{source="serve-b"}': gauge((T0, 1), (rest, 0)),
+        }, {122: [], 130: [("SpyglassSourceDown", {"source": "serve-b"})]}),
+        Scenario("H19 idle engine log silent", N, {
+            'spyglass_source_last_event_timestamp_seconds{source="engine-a"}': clock(T0) + f" {(T0 - 1) * 60}x{rest - 1}",
+            'spyglass_engine_slots_busy{instance="strata-a", lane="fast"}': gauge((T0, 2), (rest, 0)),
+            'spyglass_serve_slots_busy{instance="strata-a"}': gauge((T0, 2), (rest, 0)),
+        }, {123: [], 130: [("SpyglassSourceSilent", {"instance": "strata-a"})]}),
+        Scenario("H19 format drift", N, {
+            'spyglass_source_lines_total{source="engine-b", outcome="unmatched"}': counter((T0, 0), (rest, 20)),
+        }, {125: [], 140: [("SpyglassUnparsedLines", {"source": "engine-b"})]}),
+        Scenario("H19 a source's clock 8 h ahead", N, {
+            'spyglass_source_last_event_timestamp_seconds{source="switch"}': clock(N, 8 * 3600),
+        }, {3: [], 30: [("SpyglassSourceClockAhead", {"source": "switch"})]}),
+        Scenario("H20 engine hung with work queued", N, {
+            'spyglass_source_last_event_timestamp_seconds{source="engine-b"}': clock(T0) + f" {(T0 - 1) * 60}x{rest - 1}",
+            f'spyglass_engine_requests_finished_total{{{b_il}, finish="stop"}}': counter((T0, 60), (rest, 0)),
+            'spyglass_serve_slots_busy{instance="strata-b"}': gauge((T0, 2), (rest, 3)),
+            'spyglass_serve_prefill_queue_depth{instance="strata-b"}': gauge((T0, 0), (rest, 2)),
+        }, {123: [], 130: [("EngineHung", {"instance": "strata-b"})]},
+            {"EngineHung": (130, {"instance": "strata-b"}, "11m 0s")}),
+        Scenario("planned restart announced in the switch log", N, {
+            'spyglass_switch_last_change_timestamp_seconds{instance="strata-a"}': "_x%d %d" % (T0 - 1, T0 * 60) + f"x{rest - 1}",
+            f"spyglass_engine_start_time_seconds{{{a_il}}}": gauge((T0, 0), (rest, T0 * 60)),
+            f"spyglass_engine_ready{{{a_il}}}": gauge((T0, 1), (5, 0), (rest - 5, 1)),
+            'spyglass_supervisord_spawns_total{program="strata-a"}': gauge((T0, 1), (rest, 2)),
+        }, {115: [], 125: [("EnginePlannedRestart", {"instance": "strata-a"})], 140: []}),
+    ]
+
+
+def _ttft_incident() -> dict[str, str]:
+    """From minute 120 a fifth of the fast lane's first tokens take 40-160 s (the seed's ~2 minutes)."""
+    rest, il = N - T0, 'instance="strata-a", lane="fast"'
+    out = {}
+    for le, late in (("1.0", 0.8), ("10.0", 0.8), ("40.0", 0.8), ("160.0", 1.0), ("+Inf", 1.0)):
+        out[f'spyglass_engine_ttft_seconds_bucket{{{il}, le="{le}"}}'] = counter((T0, 60), (rest, 60 * late))
+    return out
+
+
+def _ttft_slow() -> dict[str, str]:
+    """1.5% of the normal lane's first tokens over its 40 s objective (1.5x the budget), all along."""
+    il = 'instance="strata-b", lane="normal"'
+    return {f'spyglass_engine_ttft_seconds_bucket{{{il}, le="{le}"}}': counter((200, 60 * share))
+            for le, share in (("1.0", 0.985), ("10.0", 0.985), ("40.0", 0.985), ("160.0", 1.0), ("+Inf", 1.0))}
+
+
+def _regression() -> Scenario:
+    """A restart a day in; afterwards median TTFT 5.5 s against 0.5 s the same hour yesterday."""
+    day, n = 24 * 60, 24 * 60 + 180
+    il = 'instance="strata-a", lane="fast"'
+    after = n - day
+    series = {f'spyglass_engine_ttft_seconds_bucket{{{il}, le="1.0"}}': counter((day, 60), (after, 0))}
+    series[f"spyglass_engine_start_time_seconds{{{il}}}"] = gauge((day, 0), (after, day * 60))
+    series['spyglass_supervisord_spawns_total{program="strata-a"}'] = gauge((day, 1), (after, 2))
+    return Scenario("H18 slower after a restart", n, series,
+                    {day + 20: [], day + 120: [("EngineRegressionAfterRestart", A)]})

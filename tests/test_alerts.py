@@ -1,0 +1,183 @@
+"""The generated alerts folder: drift, promtool and amtool checks, metric names, routes and a live
+Alertmanager's inhibitions (real binaries from Debian's prometheus and prometheus-alertmanager)."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from conftest import free_port, wait_until
+from exporters import full_catalogue
+from spyglass.cli import app
+from spyglass.config import ConfigError, load_config, parse_config
+from spyglass.heuristics import Deployment, catalogue, recording_rules
+from spyglass.rules import alerts, generated, render_docs
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDER = ROOT / "alerts"
+CONFIG = ROOT / "examples" / "strata.toml"
+DEPLOYMENT = Deployment.of(load_config(CONFIG))
+
+
+@pytest.fixture(scope="module")
+def amtool() -> str:
+    path = shutil.which("amtool")
+    assert path, "amtool not found: run scripts/setup --test (installs Debian's prometheus-alertmanager)"
+    return path
+
+
+def check(*command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+def test_committed_alerts_folder_is_the_generators_output_for_strata_toml() -> None:
+    files = generated(DEPLOYMENT)
+    for relative, text in files.items():
+        assert (FOLDER / relative).read_text() == text, f"alerts/{relative} drifted: run python -m spyglass.rules"
+    on_disk = {str(p.relative_to(FOLDER)) for p in FOLDER.rglob("*") if p.is_file()}
+    assert on_disk == set(files), f"stale files in alerts/: {sorted(on_disk - set(files))}"
+    assert (ROOT / "docs" / "alerts.md").read_text() == render_docs(DEPLOYMENT), "docs/alerts.md drifted: run python -m spyglass.rules"
+
+
+def test_promtool_accepts_the_rules(promtool: str) -> None:
+    result = check(promtool, "check", "rules", "--lint=all", "--lint-fatal", str(FOLDER / "spyglass-rules.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_rule_file_promtool_rejects_fails_the_check(promtool: str, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yml"
+    bad.write_text("groups:\n- name: x\n  rules:\n  - alert: Broken\n    expr: rate(spyglass_engine_evictions_total[5m]\n")
+    result = check(promtool, "check", "rules", str(bad))
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "unclosed" in (result.stdout + result.stderr).lower()
+
+
+def test_amtool_accepts_the_alertmanager_config(amtool: str) -> None:
+    result = check(amtool, "check-config", str(FOLDER / "alertmanager.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("labels,receiver", [
+    (["severity=critical", "alertname=EngineEvictionStorm", "instance=strata-b"], "pager"),
+    (["severity=warning", "alertname=EngineSnapshotOverBudget", "instance=strata-b"], "ticket"),
+    (["severity=info", "alertname=Watchdog"], "heartbeat"),
+    (["severity=info", "alertname=EnginePlannedRestart", "instance=strata-a"], "silent"),
+])
+def test_routes(amtool: str, labels: list[str], receiver: str) -> None:
+    result = check(amtool, "config", "routes", "test", f"--config.file={FOLDER / 'alertmanager.yml'}",
+                   f"--verify.receivers={receiver}", *labels)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _referenced_names(expr: str) -> set[str]:
+    return set(re.findall(r"\b(?:[a-z_]+:)?spyglass_[a-z0-9_]+(?::[a-z0-9_]+)?", expr))
+
+
+def test_every_metric_the_rules_read_is_in_the_catalogue() -> None:
+    known = set(full_catalogue().specs)
+    histograms = {s.name for s in full_catalogue() if s.type == "histogram"}
+    recorded = {r.record for r in recording_rules(DEPLOYMENT)}
+    exprs = [r.expr for r in recording_rules(DEPLOYMENT)] + [a.expr for _, a in alerts(DEPLOYMENT)]
+    for h in catalogue(DEPLOYMENT):
+        exprs += [h.check.promql]
+    for expr in exprs:
+        for name in _referenced_names(expr):
+            if ":" in name:
+                assert name in recorded, f"{name} is not a recording rule"
+                continue
+            base = re.sub(r"_(bucket|sum|count)$", "", name)
+            assert name in known or base in histograms, f"{name} is not in the metric catalogue"
+
+
+def test_every_alert_carries_severity_heuristic_and_annotations() -> None:
+    rules = yaml.safe_load((FOLDER / "spyglass-rules.yml").read_text())["groups"][1]["rules"]
+    without_value = {"ServeBuildSkew", "ProgramFatal", "SpyglassSourceDown", "SpyglassTargetDown", "Watchdog"}
+    assert {h.id for h in catalogue(DEPLOYMENT)} == {f"H{i}" for i in range(1, 21)}
+    for rule in rules:
+        assert rule["labels"]["severity"] in {"critical", "warning", "info"}
+        assert re.fullmatch(r"H\d+", rule["labels"]["heuristic"])
+        assert {"summary", "description", "runbook_url"} <= set(rule["annotations"])
+        assert rule["annotations"]["runbook_url"] == f"alerts/runbooks/{rule['alert']}.md"
+        assert (ROOT / rule["annotations"]["runbook_url"]).is_file()
+        assert ("$value" in rule["annotations"]["description"]) != (rule["alert"] in without_value), rule["alert"]
+    critical = {r["alert"] for r in rules if r["labels"]["severity"] == "critical"}
+    assert {"EngineEvictionStorm", "EngineTTFTBudgetFastBurn", "ProgramCrashLoop", "EngineThroughputCollapse",
+            "EngineNotReady", "EngineHung"} <= critical
+
+
+def test_runbook_has_symptom_wrong_guess_check_knobs_incident() -> None:
+    text = (FOLDER / "runbooks" / "EngineEvictionStorm.md").read_text()
+    for heading in ("## Symptom", "## What it usually is not", "## The discriminating check", "## Knobs", "## Incident"):
+        assert heading in text
+    assert "--conversation-cache-mib" in text and "--prompt-cache-every" in text and "SELECT" in text
+
+
+def test_rules_command_writes_this_deployments_numbers(tmp_path: Path) -> None:
+    config = tmp_path / "spyglass.toml"
+    config.write_text(CONFIG.read_text().replace("crash_loop_spawns = 3", "crash_loop_spawns = 5")
+                      .replace('runbook_base_url = "alerts/runbooks"', 'runbook_base_url = "https://runbooks.example/"'))
+    result = CliRunner().invoke(app, ["rules", "--config", str(config), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    rules = yaml.safe_load((tmp_path / "out" / "spyglass-rules.yml").read_text())["groups"][1]["rules"]
+    loop = next(r for r in rules if r["alert"] == "ProgramCrashLoop")
+    assert loop["expr"].endswith(">= 5") and loop["annotations"]["runbook_url"] == "https://runbooks.example/ProgramCrashLoop.md"
+    assert len(list((tmp_path / "out" / "runbooks").glob("*.md"))) == len(rules)
+
+
+def test_a_bad_alerts_setting_names_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"alerts\.lanes\.fast\.objective"):
+        parse_config({"alerts": {"lanes": {"fast": {"ttft_seconds": 10.0, "objective": 0.5}}}}, "f.toml")
+    with pytest.raises(ConfigError, match=r"alerts\.crash_loop_spawns"):
+        parse_config({"alerts": {"crash_loop_spawns": 1}}, "f.toml")
+
+
+def _post(api: str, alerts_: list[dict]) -> None:
+    httpx.post(f"{api}/api/v2/alerts", json=alerts_, timeout=5).raise_for_status()
+
+
+@pytest.mark.slow
+def test_live_alertmanager_inhibits_only_the_same_instance(tmp_path: Path) -> None:
+    """A crash loop on strata-a silences strata-a's TTFT page and leaves strata-b's alone."""
+    binary = shutil.which("prometheus-alertmanager")
+    assert binary, "prometheus-alertmanager not found: run scripts/setup --test"
+    port = free_port()
+    config = tmp_path / "alertmanager.yml"
+    config.write_text((FOLDER / "alertmanager.yml").read_text())
+    log = (tmp_path / "alertmanager.log").open("wb")
+    process = subprocess.Popen([binary, f"--config.file={config}", f"--storage.path={tmp_path / 'data'}",
+                                f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+                               stdout=log, stderr=subprocess.STDOUT)
+    api = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _ready(api), what="alertmanager ready")
+        ends = (datetime.now(timezone.utc) + timedelta(minutes=10)).isoformat()
+        def alert(name: str, instance: str, severity: str) -> dict:
+            return {"labels": {"alertname": name, "instance": instance, "severity": severity}, "endsAt": ends}
+        _post(api, [alert("ProgramCrashLoop", "strata-a", "critical"),
+                    alert("EngineTTFTBudgetFastBurn", "strata-a", "critical"),
+                    alert("EngineTTFTBudgetFastBurn", "strata-b", "critical")])
+        def states() -> dict | None:
+            got = {(a["labels"]["alertname"], a["labels"]["instance"]): a["status"]["state"]
+                   for a in httpx.get(f"{api}/api/v2/alerts", timeout=5).json()}
+            return got if len(got) == 3 and got[("EngineTTFTBudgetFastBurn", "strata-a")] == "suppressed" else None
+        got = wait_until(states, what="the inhibition applied")
+        assert got[("EngineTTFTBudgetFastBurn", "strata-b")] == "active"
+        assert got[("ProgramCrashLoop", "strata-a")] == "active"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        log.close()
+
+
+def _ready(api: str) -> bool:
+    try:
+        return httpx.get(f"{api}/-/ready", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
