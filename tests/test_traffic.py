@@ -203,3 +203,41 @@ def test_every_request_gets_exactly_its_own_trace(traffic):
 def test_the_agent_stores_the_same_traces_from_otlp(traffic):
     assert len(traffic["stored"]) == len(traffic["memory"])
     check_traces(traffic["sent"], traffic["stored"])
+
+
+def test_a_blind_retry_stays_in_its_trace_with_its_own_span_ids(tmp_path):
+    """An overfit and the gateway's retry with the same request id, on one kept-alive connection:
+    two serve spans in the request's trace, neither its own parent, no id shared."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor as Simple
+
+    from engine.instrument import tracer_provider
+
+    memory, provider = InMemorySpanExporter(), tracer_provider()
+    provider.add_span_processor(Simple(memory))
+    serve_port, gateway_port = free_port(), free_port()
+    engine = EngineSettings(instance="strata-a", port=serve_port, log=tmp_path / "a.log", load_seconds=1,
+                            time_scale=0.001, window=4_000)
+    gateway = GatewaySettings(port=gateway_port, log=tmp_path / "gw.log", infer=tmp_path / "infer", window=4_000,
+                              time_scale=0.001, lanes={lane: f"http://127.0.0.1:{serve_port}" for lane in ("fast", "normal")})
+    with Server(instrument(serve_app(engine), "serve", provider), serve_port), \
+            Server(instrument(gateway_app(gateway), "gateway", provider), gateway_port):
+        wait_until(lambda: plain("GET", f"http://127.0.0.1:{serve_port}/health") == 200, what="the engine loaded")
+        connection = http.client.HTTPConnection("127.0.0.1", gateway_port, timeout=60)
+        sent = [send(connection, 3 * i, streamed=False) for i in range(6)]  # 90,000 chars: past the window
+        connection.close()
+    source = EngineLogSource("strata-a", EngineLogOptions(path="x", instance="strata-a"))
+    EngineSpanExporter(provider, {"strata-a": "engine_log"}).observe(
+        source.handle_lines(engine.log.read_bytes().splitlines())[0])
+    spans = [_Span.of_sdk(s) for s in memory.get_finished_spans()]
+    assert {s.status for s in sent} == {400} and "retry_on_overfit" in (tmp_path / "gw.log").read_text()
+    assert not [s for s in spans if s.parent_id == s.span_id] and len({s.span_id for s in spans}) == len(spans)
+    assert {s.trace_id for s in spans} == {trace_id_for(s.request_id) for s in sent}
+    for request in sent:
+        trace = [s for s in spans if s.trace_id == trace_id_for(request.request_id)]
+        ids = {s.span_id: s for s in trace}
+        assert [s.span_id for s in trace if s.parent_id is None] == [span_id_for("gateway", request.request_id)]
+        assert all(s.parent_id in ids for s in trace if s.parent_id is not None)
+        serves = [s for s in trace if s.kind == "SERVER" and s.name == "POST /v1/messages" and s.parent_id]
+        assert len(serves) == 2 and span_id_for("serve", request.request_id) in {s.span_id for s in serves}
+        assert all(ids[s.parent_id].kind == "CLIENT" and ids[ids[s.parent_id].parent_id].parent_id is None
+                   for s in serves)
