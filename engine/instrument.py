@@ -244,10 +244,11 @@ def instrument(app: Any, role: str, tracer_provider: TracerProvider | None = Non
     FastAPIInstrumentor.instrument_app(app, tracer_provider=tracer_provider, meter_provider=meter_provider,
                                        excluded_urls="health,v1/status", exclude_spans=["receive", "send"],
                                        server_request_hook=_tag_request_id)
-    httpx_instrumentor = HTTPXClientInstrumentor()
-    if not httpx_instrumentor.is_instrumented_by_opentelemetry:  # once per process, for every client
-        httpx_instrumentor.instrument(tracer_provider=tracer_provider, request_hook=client_span_name,
-                                      async_request_hook=_async_client_span_name)
+    httpx_instrumentor = HTTPXClientInstrumentor()  # process-wide: the latest provider traces every client
+    if httpx_instrumentor.is_instrumented_by_opentelemetry:
+        httpx_instrumentor.uninstrument()
+    httpx_instrumentor.instrument(tracer_provider=tracer_provider, request_hook=client_span_name,
+                                  async_request_hook=_async_client_span_name)
     recorder = _Metrics(meter_provider)
     derived: OrderedDict[str, None] = OrderedDict()  # a retry with the same id must not reuse the span id
 

@@ -276,7 +276,8 @@ def test_spyglass_trace_of_a_request_from_the_running_stack(tmp_path):
         agent.server.stop()
         agent.pipeline.run_until_idle()
         agent.pipeline.close()
-    out = subprocess.run([sys.executable, "-m", "spyglass.cli", "trace", "-c", str(tmp_path / "spyglass.toml"), rid],
+    out = subprocess.run([sys.executable, "-m", "spyglass.cli", "trace", "-c", str(tmp_path / "spyglass.toml"),
+                          rid + "\r"],  # as piped from `--format csv`
                          capture_output=True, text=True, env={"COLUMNS": "250", "PATH": ""}, timeout=60)
     assert out.returncode == 0, out.stderr
     tree = [(len(m.group(1)) // 4, m.group(2), float(m.group(3))) for m in map(TREE_LINE.match, out.stdout.splitlines())

@@ -19,6 +19,7 @@ import os
 import secrets
 import sqlite3
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
@@ -98,7 +99,7 @@ class Gateway:
             if len(self.pending) >= self.s.segment_records:
                 self.flush_segment()
 
-    async def handle(self, body: dict[str, Any], lane: str, mode: str) -> JSONResponse | StreamingResponse:
+    async def handle(self, body: dict[str, Any], lane: str, mode: str) -> Response:
         started = time.monotonic()
         now = datetime.now(BEIJING)
         rid = request_id() or new_request_id()  # instrument() made it, when the gateway is traced
@@ -125,12 +126,12 @@ class Gateway:
                   anchor_kept=first_user in {text_of(m.get("content")) for m in sent})
         upstream = {**body, "messages": sent, "stream": bool(body.get("stream"))}
         self.in_flight[lane] += 1
-        reply: JSONResponse | StreamingResponse | None = None
+        reply: Response | None = None
         try:
             reply = await self._forward(upstream, lane, rid, row, started, body)
             return reply
         finally:
-            if not isinstance(reply, StreamingResponse):  # a relayed stream is in flight until its end
+            if not isinstance(reply, Relayed):  # a relayed stream is in flight until it ends
                 self.in_flight[lane] -= 1
 
     def assemble(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -144,7 +145,7 @@ class Gateway:
         return kept[::-1]
 
     async def _forward(self, upstream: dict[str, Any], lane: str, rid: str, row: dict[str, Any], started: float,
-                       original: dict[str, Any]) -> JSONResponse | StreamingResponse:
+                       original: dict[str, Any]) -> Response:
         base, headers = self.s.lanes[lane], {"x-request-id": rid}
         counted = (await self.client.post(f"{base}/v1/messages/count_tokens", json=upstream,
                                           headers=headers)).json()["input_tokens"]
@@ -159,8 +160,8 @@ class Gateway:
             request = self.client.build_request("POST", f"{base}/v1/messages", json=upstream, headers=headers)
             streamed = await self.client.send(request, stream=True)
             if streamed.status_code == 200:
-                return StreamingResponse(self._relay(streamed, lane, rid, row, started, original, upstream),
-                                         media_type="text/event-stream")
+                release = self._release(streamed, lane)
+                return Relayed(self._relay(streamed, release, rid, row, started, original, upstream), release)
             await streamed.aread()
             await streamed.aclose()
             return self._answer(streamed, rid, row, started, original, upstream)
@@ -189,21 +190,30 @@ class Gateway:
     def _model_ms(self, since: float) -> int:
         return int((time.monotonic() - since) * 1000 / self.s.time_scale)
 
-    async def _relay(self, response: httpx.Response, lane: str, rid: str, row: dict[str, Any], started: float,
-                     original: dict[str, Any], upstream: dict[str, Any]):
+    def _release(self, response: httpx.Response, lane: str) -> Callable[[], Awaitable[None]]:
+        """Closes the upstream stream and frees the lane's slot, once, however the relay ends."""
+        released = False
+
+        async def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.in_flight[lane] -= 1
+                await response.aclose()
+        return release
+
+    async def _relay(self, response: httpx.Response, release: Callable[[], Awaitable[None]], rid: str,
+                     row: dict[str, Any], started: float, original: dict[str, Any], upstream: dict[str, Any]):
         """The serve's events to the client as they come; the message they spell out is logged at the end."""
         message: dict[str, Any] = {"content": [], "usage": {}, "stop_reason": None}
         pending, ttft_ms, error = b"", None, None
-        try:
-            async for chunk in response.aiter_raw():
-                ttft_ms = self._model_ms(started) if ttft_ms is None else ttft_ms
-                yield chunk
-                *frames, pending = (pending + chunk).split(b"\n\n")
-                for frame in frames:
-                    error = _absorb(frame, message) or error
-        finally:
-            await response.aclose()
-            self.in_flight[lane] -= 1
+        async for chunk in response.aiter_raw():
+            ttft_ms = self._model_ms(started) if ttft_ms is None else ttft_ms
+            yield chunk
+            *frames, pending = (pending + chunk).split(b"\n\n")
+            for frame in frames:
+                error = _absorb(frame, message) or error
+        await release()
         if error is not None:
             self.write(f'overfit req={rid} status=400 prompt={row["est_tokens"]} max={self.s.window - 6144}'
                        f' upstream="{error}"')
@@ -239,6 +249,20 @@ class Gateway:
                                   "tool_calls": [{"name": c.get("name"), "arguments": json.dumps(c.get("input"))}
                                                  for c in calls],
                                   "finish_reason": finish, "usage": usage}})
+
+
+class Relayed(StreamingResponse):
+    """A streamed reply relayed from the serve; `release` runs when it ends, even if it never started."""
+
+    def __init__(self, content: AsyncIterator[bytes], release: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self.release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.release()
 
 
 def _absorb(frame: bytes, message: dict[str, Any]) -> str | None:
