@@ -45,7 +45,10 @@ def plain(method: str, url: str, body: dict | None = None, headers: dict | None 
 
 class Server:
     def __init__(self, app, port: int) -> None:
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        # A kept-alive connection is closed after 5 idle seconds by default; a client thread of a
+        # loaded test process can take that long to send its next request, and meet a reset.
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                                    timeout_keep_alive=120))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self):
