@@ -11,6 +11,10 @@ metrics. The request id joins everything:
   sha256(role + ":" + request id). So spans built later from logs (engine.spans) join the trace
   and hang under the serve's span without ever having seen it.
 
+Every request starts from an empty OpenTelemetry context, whatever the task it runs in inherited:
+under uvicorn a keep-alive connection's next request can start in a copy of the previous
+request's context (see `instrument`), and the server span would then be that request's child.
+
 No prompt or response text is recorded unless `capture_content=True`; attributes are capped at
 256 characters.
 """
@@ -20,11 +24,13 @@ import contextvars
 import hashlib
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 
 from collectors.clock import BEIJING
@@ -39,7 +45,11 @@ from exporters.buckets import (LATENCY_SECONDS as TTFT_BUCKETS, REQUEST_DURATION
 
 REQUEST_ID = "x-request-id"
 MAIN_PATHS = ("/v1/messages", "/v1/chat/completions")
+# The serve API's routes, as url.template for client span names ({method} {url.template}); they
+# have no path parameters, so a path in this list is its own template.
+URL_TEMPLATES = frozenset({*MAIN_PATHS, "/v1/messages/count_tokens", "/v1/status", "/health"})
 TRACE_HEADERS = (b"traceparent", b"tracestate")
+REMEMBERED_IDS = 65_536  # request ids whose main server span took the derived id, per process
 
 
 def new_request_id(now: datetime | None = None) -> str:
@@ -57,6 +67,11 @@ def span_id_for(role: str, request_id: str) -> int:
 
 @dataclass
 class _Hint:
+    """One request's: which role and request id the next span id derives from, once.
+
+    Made afresh for every request by `instrument`'s wrapper; tasks the request spawns share it,
+    so its server span (the first span of the request) is the only one that takes the id."""
+
     role: str
     request_id: str
     span_used: bool = False  # True from the start for calls whose server span keeps a random id
@@ -80,6 +95,19 @@ class RequestIdGenerator(RandomIdGenerator):
         return super().generate_span_id()
 
 
+def client_span_name(span: Any, request: Any) -> None:
+    """`{method} {url.template}` for a call to a known route (HTTP semantic conventions)."""
+    path = request.url.path
+    if path in URL_TEMPLATES and span.is_recording():
+        method = request.method.decode() if isinstance(request.method, bytes) else str(request.method)
+        span.update_name(f"{method} {path}")
+        span.set_attribute("url.template", path)
+
+
+async def _async_client_span_name(span: Any, request: Any) -> None:
+    client_span_name(span, request)
+
+
 def tracer_provider(**kwargs: Any) -> TracerProvider:
     """A TracerProvider with the request-id rule and bounded attributes."""
     return TracerProvider(id_generator=RequestIdGenerator(), span_limits=SpanLimits(max_attribute_length=256),
@@ -93,7 +121,9 @@ def otlp_tracing(endpoint: str, service: str) -> TracerProvider:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     provider = tracer_provider(resource=Resource.create({"service.name": service}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")))
+    # A request makes about ten spans: the default queue (2048) would drop some in a burst of 200.
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces"),
+                                                   max_queue_size=32_768))
     return provider
 
 
@@ -196,19 +226,54 @@ Asgi = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable
 
 def instrument(app: Any, role: str, tracer_provider: TracerProvider | None = None,
                meter_provider: Any = None) -> Asgi:
-    """The app, traced: returns the ASGI callable to serve."""
+    """The app, traced: returns the ASGI callable to serve.
+
+    Each request runs from an empty OpenTelemetry context, so its server span is a root or the child
+    of the caller's `traceparent`, never of a span that happens to be current. Under uvicorn one
+    would be: a request body beyond its 64 KiB buffer pauses reading, the request's task resumes
+    it (`transport.resume_reading()` from `receive`), and asyncio's reader callback then captures
+    that task's context, current span included; the next request on the keep-alive connection is
+    parsed in that callback and its task copies the context (CPython issue 140947). The ASGI
+    instrumentation then makes the new server span an INTERNAL child of the previous request's.
+    """
     # No internal span per ASGI send/receive: a streamed reply would add one per chunk and bury the
     # engine phases in the trace; the first chunk's time is measured below instead.
     FastAPIInstrumentor.instrument_app(app, tracer_provider=tracer_provider, meter_provider=meter_provider,
                                        excluded_urls="health,v1/status", exclude_spans=["receive", "send"],
                                        server_request_hook=_tag_request_id)
-    HTTPXClientInstrumentor().instrument(tracer_provider=tracer_provider)
+    httpx_instrumentor = HTTPXClientInstrumentor()  # process-wide: the latest provider traces every client
+    if httpx_instrumentor.is_instrumented_by_opentelemetry:
+        httpx_instrumentor.uninstrument()
+    httpx_instrumentor.instrument(tracer_provider=tracer_provider, request_hook=client_span_name,
+                                  async_request_hook=_async_client_span_name)
     recorder = _Metrics(meter_provider)
+    derived: OrderedDict[str, None] = OrderedDict()  # a retry with the same id must not reuse the span id
+
+    def server_span_keeps_random_id(rid: str, main: bool) -> bool:
+        if not main or rid in derived:
+            return True
+        derived[rid] = None
+        if len(derived) > REMEMBERED_IDS:
+            derived.popitem(last=False)
+        return False
 
     async def with_request_id(scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http" or scope["path"] in ("/health", "/v1/status"):
+        if scope["type"] != "http":
             await app(scope, receive, send)
             return
+        token = otel_context.attach(otel_context.Context())  # nothing inherited is this request's parent
+        hint_token, facts_token = _hint.set(None), _facts.set(None)
+        try:
+            if scope["path"] in ("/health", "/v1/status"):
+                await app(scope, receive, send)
+            else:
+                await traced(scope, receive, send)
+        finally:
+            _facts.reset(facts_token)
+            _hint.reset(hint_token)
+            otel_context.detach(token)
+
+    async def traced(scope: dict, receive: Callable, send: Callable) -> None:
         headers = dict(scope.get("headers") or [])
         rid = headers.get(REQUEST_ID.encode(), b"").decode() or (new_request_id() if role == "gateway" else "")
         client_context = headers.get(b"traceparent", b"").decode()
@@ -222,13 +287,15 @@ def instrument(app: Any, role: str, tracer_provider: TracerProvider | None = Non
         # Only the main call's server span takes the derived id: the gateway's precheck
         # (count_tokens) carries the same request id and must not collide with it.
         main = scope["path"] in MAIN_PATHS
-        hint_token = _hint.set(_Hint(role, rid, span_used=not main) if rid else None)
-        facts_token = _facts.set(facts)
+        _hint.set(_Hint(role, rid, span_used=server_span_keeps_random_id(rid, main)) if rid else None)
+        _facts.set(facts)
         streaming = False
 
         async def timed_send(message: dict) -> None:
             nonlocal streaming
             if message["type"] == "http.response.start":
+                if role == "gateway" and rid:  # the client learns the id it can trace
+                    message = {**message, "headers": [*message.get("headers", []), (REQUEST_ID.encode(), rid.encode())]}
                 streaming = any(k == b"content-type" and v.startswith(b"text/event-stream")
                                 for k, v in message.get("headers", []))
             elif message["type"] == "http.response.body" and streaming and facts.first_chunk is None \
@@ -242,7 +309,5 @@ def instrument(app: Any, role: str, tracer_provider: TracerProvider | None = Non
             await app(scope, receive, timed_send)
         finally:
             recorder.record(role, facts, started, time.monotonic())
-            _facts.reset(facts_token)
-            _hint.reset(hint_token)
 
     return with_request_id

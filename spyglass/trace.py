@@ -61,6 +61,7 @@ def live_tree(spans: list[Event], engine: PhaseSpan | None, request_id: str) -> 
 
 
 def print_trace(config: Config, request_id: str) -> None:
+    request_id = request_id.strip()  # an id taken from `--format csv` output ends in "\r"
     events = events_of(config, request_id)
     kinds = {name: options.kind for name, options in config.sources.items()}
     engine = [e for e in events if kinds.get(e.source) == "engine_log"]

@@ -45,7 +45,10 @@ def plain(method: str, url: str, body: dict | None = None, headers: dict | None 
 
 class Server:
     def __init__(self, app, port: int) -> None:
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        # A kept-alive connection is closed after 5 idle seconds by default; a client thread of a
+        # loaded test process can take that long to send its next request, and meet a reset.
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                                    timeout_keep_alive=120))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self):
@@ -231,3 +234,87 @@ def plain_bytes(url: str, body: bytes) -> int:
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code
+
+
+def test_spyglass_trace_of_a_request_from_the_running_stack(tmp_path):
+    """The stack under supervisord pushes its spans to the agent; a request sent after others on one
+    kept-alive connection prints as gateway -> serve -> engine phases, each with its duration."""
+    import http.client
+    import subprocess
+    import sys
+    import tomllib
+
+    from engine.emulator.stack import Stack
+    from spyglass.agent import Agent
+    from spyglass.config import parse_config
+
+    agent_port = free_port()
+    pushed = {"otlp_endpoint": f"http://127.0.0.1:{agent_port}"}
+    stack = Stack(tmp_path / "stack", _random_port_base(), {name: {"cache_mib": 65_536, **pushed}
+                                                         for name in ("strata-a", "strata-b")}, pushed)
+    toml = stack.spyglass_toml(tmp_path / "spyglass")
+    (tmp_path / "spyglass.toml").write_text(toml)  # for `spyglass trace`, which reads the store once the agent ends
+    settings = tomllib.loads(toml)
+    settings["exporters"]["prometheus"] = {"listen": f"127.0.0.1:{agent_port}"}  # receives /v1/traces
+    agent = Agent(parse_config(settings, "agent"))
+    agent.server.start()
+    try:
+        with stack:
+            stack.wait_ready()
+            connection = http.client.HTTPConnection("127.0.0.1", stack.base_port, timeout=60)
+            rids = []
+            for i in range(4):  # 90,000-character prompts: past uvicorn's read buffer, as in real use
+                body = {"model": "m", "max_tokens": 2000, "stream": i % 2 == 1,
+                        "messages": [{"role": "user", "content": f"Task: {i} " + "context " * 11_250}]}
+                connection.request("POST", "/v1/messages", json.dumps(body), {"x-mode": "passthrough"})
+                response = connection.getresponse()
+                response.read()
+                assert response.status == 200
+                rids.append(response.getheader("x-request-id"))
+            connection.close()
+            rid = rids[-1]
+            wait_until(lambda: agent.pipeline.run_until_idle() >= 0 and _stored_services(agent, rid) >= {
+                "rag-proxy", "strata-a"}, timeout=30, what="the stack's spans (batched every 5 s) in the store")
+    finally:
+        agent.server.stop()
+        agent.pipeline.run_until_idle()
+        agent.pipeline.close()
+    out = subprocess.run([sys.executable, "-m", "spyglass.cli", "trace", "-c", str(tmp_path / "spyglass.toml"),
+                          rid + "\r"],  # as piped from `--format csv`
+                         capture_output=True, text=True, env={"COLUMNS": "250", "PATH": ""}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    tree = [(len(m.group(1)) // 4, m.group(2), float(m.group(3))) for m in map(TREE_LINE.match, out.stdout.splitlines())
+            if m]
+    assert [(depth, name) for depth, name, _ in tree] == [
+        (0, "rag-proxy: POST /v1/messages"),
+        (1, "rag-proxy: POST /v1/messages/count_tokens"), (2, "strata-a: POST /v1/messages/count_tokens"),
+        (1, "rag-proxy: POST /v1/messages"), (2, "strata-a: POST /v1/messages"), (3, "engine strata-a"),
+        (4, "queue"), (4, "prefill"), (4, "thinking"), (4, "decode")], out.stdout
+    gateway, serve, engine, phases = tree[0][2], tree[4][2], tree[5][2], {name: s for _, name, s in tree[6:]}
+    assert phases["prefill"] > 0 and engine >= phases["prefill"] + phases["thinking"] + phases["decode"] - 0.002
+    assert engine <= serve <= gateway, out.stdout
+
+
+TREE_LINE = re.compile(r"^([│├└─\s]*)(\S.*?) (\d+\.\d{3}) s")
+
+
+def _random_port_base() -> int:
+    """Three free consecutive ports from a kernel-chosen start: other test runs on this machine scan
+    from free_port_base's fixed start and would race this stack for the same ports."""
+    import socket
+
+    while True:
+        base = free_port()
+        try:
+            for port in (base + 1, base + 2):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+
+
+def _stored_services(agent, request_id: str) -> set[str]:
+    rows = agent.pipeline.store.con.execute("SELECT DISTINCT instance FROM events WHERE kind = 'span' AND"
+                                            " request_id = ?", [request_id]).fetchall()
+    return {instance for (instance,) in rows}

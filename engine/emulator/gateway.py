@@ -3,8 +3,9 @@
 Routes by lane, assembles (keeps the newest messages within a character budget, which can drop
 the task anchor: incident 5), estimates tokens with the CJK 1.05 / other 0.70 rule, prechecks
 with count_tokens, clamps max_tokens to the room left, optionally retries an overfit the blind way
-(incident 6), enforces a model concurrency limit (429), and writes the gateway log (sources.md
-§4) and the infer store (§6: infer.db rows and infer-segs/*/seg-*.jsonl.gz bodies).
+(incident 6), enforces a model concurrency limit (429), relays a streamed reply (`"stream": true`)
+event by event, and writes the gateway log (sources.md §4) and the infer store (§6: infer.db rows
+and infer-segs/*/seg-*.jsonl.gz bodies).
 
     python -m engine.emulator.gateway --settings '{"port": 8080, "log": "rag-proxy.log", "infer": "infer"}'
 """
@@ -18,6 +19,7 @@ import os
 import secrets
 import sqlite3
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +27,7 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 from collectors.clock import BEIJING
@@ -97,7 +99,7 @@ class Gateway:
             if len(self.pending) >= self.s.segment_records:
                 self.flush_segment()
 
-    async def handle(self, body: dict[str, Any], lane: str, mode: str) -> tuple[int, dict[str, Any]]:
+    async def handle(self, body: dict[str, Any], lane: str, mode: str) -> Response:
         started = time.monotonic()
         now = datetime.now(BEIJING)
         rid = request_id() or new_request_id()  # instrument() made it, when the gateway is traced
@@ -110,7 +112,7 @@ class Gateway:
             reason = f"model concurrency full (limit {self.s.concurrency_limit})"
             self.write(f'reject req={rid} status=429 reason="{reason}"')
             self.record({**row, "status": 429, "sent_msgs": 0}, None)
-            return 429, {"type": "error", "error": {"type": "rate_limit_error", "message": reason}}
+            return JSONResponse({"type": "error", "error": {"type": "rate_limit_error", "message": reason}}, 429)
         sent = self.assemble(messages) if mode == "assembled" else messages
         text = text_of(body.get("system")) + "".join(text_of(m.get("content")) for m in sent)
         est = estimate_tokens(text)
@@ -122,12 +124,15 @@ class Gateway:
         if len(sent) < len(messages):
             event("assembly_drop", client_msgs=len(messages), sent_msgs=len(sent),
                   anchor_kept=first_user in {text_of(m.get("content")) for m in sent})
-        upstream = {**body, "messages": sent, "stream": False}  # the gateway answers whole messages
+        upstream = {**body, "messages": sent, "stream": bool(body.get("stream"))}
         self.in_flight[lane] += 1
+        reply: Response | None = None
         try:
-            return await self._forward(upstream, lane, rid, row, started, body)
+            reply = await self._forward(upstream, lane, rid, row, started, body)
+            return reply
         finally:
-            self.in_flight[lane] -= 1
+            if not isinstance(reply, Relayed):  # a relayed stream is in flight until it ends
+                self.in_flight[lane] -= 1
 
     def assemble(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The newest messages that fit the budget: older ones, the task anchor among them, drop."""
@@ -140,9 +145,10 @@ class Gateway:
         return kept[::-1]
 
     async def _forward(self, upstream: dict[str, Any], lane: str, rid: str, row: dict[str, Any], started: float,
-                       original: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+                       original: dict[str, Any]) -> Response:
         base, headers = self.s.lanes[lane], {"x-request-id": rid}
-        counted = (await self.client.post(f"{base}/v1/messages/count_tokens", json=upstream)).json()["input_tokens"]
+        counted = (await self.client.post(f"{base}/v1/messages/count_tokens", json=upstream,
+                                          headers=headers)).json()["input_tokens"]
         room = self.s.window - counted
         self.write(f"precheck req={rid} count_tokens={counted} window={self.s.window} room={room}")
         max_tokens = int(upstream.get("max_tokens") or 32000)
@@ -150,6 +156,15 @@ class Gateway:
             budget = max(1, room * 2 // 3)
             self.write(f"clamp req={rid} max_tokens {max_tokens} -> {room} thinking_budget {budget}")
             upstream = {**upstream, "max_tokens": room, "thinking": {"type": "enabled", "budget_tokens": budget}}
+        if upstream["stream"]:
+            request = self.client.build_request("POST", f"{base}/v1/messages", json=upstream, headers=headers)
+            streamed = await self.client.send(request, stream=True)
+            if streamed.status_code == 200:
+                release = self._release(streamed, lane)
+                return Relayed(self._relay(streamed, release, rid, row, started, original, upstream), release)
+            await streamed.aread()
+            await streamed.aclose()
+            return self._answer(streamed, rid, row, started, original, upstream)
         response = await self.client.post(f"{base}/v1/messages", json=upstream, headers=headers)
         if response.status_code == 400:
             upstream_text = response.json()["error"]["message"]
@@ -160,14 +175,55 @@ class Gateway:
                 self.write(f"retry_on_overfit req={rid} max_tokens {upstream.get('max_tokens', 32000)} -> 1")
                 response = await self.client.post(f"{base}/v1/messages", json={**upstream, "max_tokens": 1},
                                                   headers=headers)
-        return self._finish(response, rid, row, started, original, upstream)
+        return self._answer(response, rid, row, started, original, upstream)
 
-    def _finish(self, response: httpx.Response, rid: str, row: dict[str, Any], started: float,
-                original: dict[str, Any], upstream: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        body, dur_ms = response.json(), int((time.monotonic() - started) * 1000 / self.s.time_scale)
-        if response.status_code != 200:
-            self.record({**row, "status": response.status_code, "dur_ms": dur_ms}, None)
-            return response.status_code, body
+    def _answer(self, response: httpx.Response, rid: str, row: dict[str, Any], started: float,
+                original: dict[str, Any], upstream: dict[str, Any]) -> JSONResponse:
+        status, body = response.status_code, response.json()
+        if status == 200:
+            self._finish(body, rid, row, started, original, upstream, ttft_ms=response.headers.get("x-ttft-ms"),
+                         model_ms=response.headers.get("x-model-ms"))
+        else:
+            self.record({**row, "status": status, "dur_ms": self._model_ms(started)}, None)
+        return JSONResponse(body, status)
+
+    def _model_ms(self, since: float) -> int:
+        return int((time.monotonic() - since) * 1000 / self.s.time_scale)
+
+    def _release(self, response: httpx.Response, lane: str) -> Callable[[], Awaitable[None]]:
+        """Closes the upstream stream and frees the lane's slot, once, however the relay ends."""
+        released = False
+
+        async def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.in_flight[lane] -= 1
+                await response.aclose()
+        return release
+
+    async def _relay(self, response: httpx.Response, release: Callable[[], Awaitable[None]], rid: str,
+                     row: dict[str, Any], started: float, original: dict[str, Any], upstream: dict[str, Any]):
+        """The serve's events to the client as they come; the message they spell out is logged at the end."""
+        message: dict[str, Any] = {"content": [], "usage": {}, "stop_reason": None}
+        pending, ttft_ms, error = b"", None, None
+        async for chunk in response.aiter_raw():
+            ttft_ms = self._model_ms(started) if ttft_ms is None else ttft_ms
+            yield chunk
+            *frames, pending = (pending + chunk).split(b"\n\n")
+            for frame in frames:
+                error = _absorb(frame, message) or error
+        await release()
+        if error is not None:
+            self.write(f'overfit req={rid} status=400 prompt={row["est_tokens"]} max={self.s.window - 6144}'
+                       f' upstream="{error}"')
+            self.record({**row, "status": 400, "dur_ms": self._model_ms(started)}, None)
+            return
+        self._finish(message, rid, row, started, original, upstream, ttft_ms=ttft_ms)
+
+    def _finish(self, body: dict[str, Any], rid: str, row: dict[str, Any], started: float, original: dict[str, Any],
+                upstream: dict[str, Any], ttft_ms: str | int | None = None, model_ms: str | int | None = None) -> None:
+        dur_ms = self._model_ms(started)
         blocks = body.get("content") or []
         content = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
         reasoning = "".join(b.get("thinking", "") for b in blocks if b.get("type") == "thinking")
@@ -176,8 +232,8 @@ class Gateway:
         annotate(input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens"), finish=finish,
                  model=str(original.get("model") or "local"), gateway_estimate=row["est_tokens"],
                  engine=usage.get("input_tokens", 0))
-        ttft_ms = int(response.headers.get("x-ttft-ms", dur_ms))
-        dur_ms = int(response.headers.get("x-model-ms", dur_ms))  # the engine's model time, as its log
+        ttft_ms = int(ttft_ms if ttft_ms is not None else dur_ms)
+        dur_ms = int(model_ms if model_ms is not None else dur_ms)  # the engine's model time, as its log
         self.write(f"done req={rid} status=200 engine_prompt={usage.get('input_tokens', 0)}"
                    f" completion={usage.get('output_tokens', 0)} finish={finish} tool_calls={len(calls)}"
                    f" content_chars={len(content)} ttft_ms={ttft_ms} dur_ms={dur_ms}")
@@ -193,7 +249,37 @@ class Gateway:
                                   "tool_calls": [{"name": c.get("name"), "arguments": json.dumps(c.get("input"))}
                                                  for c in calls],
                                   "finish_reason": finish, "usage": usage}})
-        return 200, body
+
+
+class Relayed(StreamingResponse):
+    """A streamed reply relayed from the serve; `release` runs when it ends, even if it never started."""
+
+    def __init__(self, content: AsyncIterator[bytes], release: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self.release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.release()
+
+
+def _absorb(frame: bytes, message: dict[str, Any]) -> str | None:
+    """One server-sent event folded into the message it spells out; an error event's text."""
+    data = next((line[5:] for line in frame.split(b"\n") if line.startswith(b"data:")), None)
+    if data is None:
+        return None
+    payload = json.loads(data)
+    kind = payload.get("type")
+    if kind == "content_block_start":
+        message["content"].append(payload.get("content_block") or {})
+    elif kind == "message_delta":
+        message["stop_reason"] = (payload.get("delta") or {}).get("stop_reason")
+        message["usage"] = payload.get("usage") or {}
+    elif kind == "error":
+        return str((payload.get("error") or {}).get("message", "error"))
+    return None
 
 
 def create_app(settings: GatewaySettings) -> FastAPI:
@@ -215,12 +301,11 @@ def create_app(settings: GatewaySettings) -> FastAPI:
         return {"state": "ready"}
 
     @app.post("/v1/messages")
-    async def messages(request: Request) -> JSONResponse:
+    async def messages(request: Request) -> Response:
         lane = request.headers.get("x-lane", "fast")
         if lane not in settings.lanes:
             return JSONResponse({"error": f"unknown lane {lane}"}, 400)
-        status, body = await gateway.handle(await request.json(), lane, request.headers.get("x-mode", "assembled"))
-        return JSONResponse(body, status)
+        return await gateway.handle(await request.json(), lane, request.headers.get("x-mode", "assembled"))
 
     @app.post("/admin/flush")
     async def flush() -> dict[str, bool]:
