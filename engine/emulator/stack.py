@@ -5,6 +5,7 @@ stack), starts supervisord, waits for the engines to finish loading, and stops i
 """
 from __future__ import annotations
 
+import random
 import shlex
 import socket
 import signal
@@ -24,8 +25,12 @@ BIN = Path(sys.executable).parent
 
 
 def free_port_base(count: int = 3) -> int:
-    """A base port with `count` free loopback ports after it (gateway, strata-a, strata-b)."""
-    for base in range(21000, 40000, 7):
+    """A base port with `count` free loopback ports after it (gateway, strata-a, strata-b).
+
+    The scan starts at a random place: stacks started at once by parallel runs would otherwise
+    all pick the first free base and race for it."""
+    start = random.randrange(21000, 40000, 7)
+    for base in [*range(start, 40000, 7), *range(21000, start, 7)]:
         sockets = []
         try:
             for port in range(base, base + count):
@@ -80,7 +85,7 @@ class Stack:
                     f"[unix_http_server]\nfile={self.folder}/supervisor.sock\n",
                     "[rpcinterface:supervisor]\nsupervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface\n",
                     f"[supervisorctl]\nserverurl=unix://{self.folder}/supervisor.sock\n"]
-        root = Path(__file__).resolve().parent.parent
+        root = Path(__file__).resolve().parents[2]  # the repository: engine/emulator/stack.py
         for name, command in programs.items():
             retries = 100 if name in self.crash_loop else 3
             # Programs run in the stack's folder (a core dump lands there, not in the work tree).
