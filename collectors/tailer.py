@@ -36,6 +36,7 @@ class Tailer:
         self._first_poll = True
         self._fresh_start_at_end = checkpoint is None and start_at == "end"
         self.error: str | None = None  # why the path cannot be read right now, if it cannot
+        self.behind = False  # the last poll stopped at its budget: there is more to read
 
     def poll(self, budget: int = 8 << 20) -> list[bytes]:
         """Complete lines that appeared since the last poll, at most about `budget` bytes of them."""
@@ -49,7 +50,8 @@ class Tailer:
         for old in self.draining:
             budget -= old.read(budget, out, self.stats)
         if self.live is not None and budget > 0 and not self._draining_unread():
-            self.live.read(budget, out, self.stats)
+            budget -= self.live.read(budget, out, self.stats)
+        self.behind = budget <= 0
         self._close_finished(out)
         return out
 

@@ -36,6 +36,10 @@ SPECS = [
     MetricSpec("spyglass_agent_spans_received_total", "counter",
                "Spans received over OTLP/HTTP at the agent's /v1/traces (stored as span events)."),
     MetricSpec("spyglass_store_events_total", "counter", "Events committed to the DuckDB store."),
+    MetricSpec("spyglass_store_healthy", "gauge",
+               "1 while commits to the store (or the state file) succeed; 0 while they fail and are retried."),
+    MetricSpec("spyglass_store_commit_failures_total", "counter",
+               "Failed commits (disk full, read-only, ...); each is retried with back-off, nothing dropped."),
     MetricSpec("spyglass_agent_info", "info", "spyglass version, value 1.", ("version",)),
 ]
 

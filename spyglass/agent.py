@@ -78,7 +78,7 @@ class Agent:
             kinds = {name: options.kind for name, options in config.sources.items()}
             self.pipeline.event_hooks.append(EngineSpanExporter(self.tracing, kinds).observe)
         if config.exporters.prometheus.enabled:
-            self.server = AgentServer(config.exporters.prometheus.listen, self.pipeline.state,
+            self.server = AgentServer(config.exporters.prometheus.listen, self.pipeline.exposed,
                                       self.pipeline.debug_sources, self._query_function(),
                                       self._receive_traces if config.exporters.traces.accept else None)
 
@@ -125,9 +125,12 @@ class Agent:
         if self.server:
             self.server.start()
             logger.info("metrics at {}/metrics", self.server.url)
+        clean = False
         try:
             self.pipeline.run(self.stop, self.wake)
+            clean = True
         finally:
+            self.stop.set()  # the pollers end too when the loop ended by an error
             for thread in pollers:
                 thread.join(timeout=30)
             if observer is not None:
@@ -138,7 +141,10 @@ class Agent:
                 self.otel.shutdown()  # flushes the last export
                 self.tracing.shutdown()
             self.pipeline.close()
-            logger.info("stopped cleanly")
+            if clean:
+                logger.info("stopped cleanly")
+            else:
+                logger.error("stopped by the error below")
 
     def stop_on_signals(self) -> None:
         def handler(signum: int, _frame: object) -> None:

@@ -31,6 +31,18 @@ class AgentConfig(Strict):
     grace_seconds: float = Field(5.0, ge=0, description="How long a rotated file is still read after its last growth.")
     max_line_bytes: int = Field(1 << 20, ge=256, description="Longer lines are truncated to this and counted.")
     read_budget_bytes: int = Field(8 << 20, ge=1 << 16, description="Bytes read per source per poll (fairness).")
+    commit_interval_seconds: float = Field(
+        1.0, ge=0, le=60, description="Events, checkpoints and metric state are committed at most this often;"
+        " /metrics shows what is committed, and a crash re-reads at most this much.")
+    commit_max_events: int = Field(
+        20_000, ge=1, description="A commit comes sooner once this many events wait; while the store"
+        " cannot commit, reading pauses at this many (memory stays bounded, nothing is lost).")
+    coalesce_seconds: float = Field(
+        0.1, ge=0, le=5, description="A step never follows the last one sooner than this: a burst of"
+        " appends (many inotify wakes) is read in one step.")
+    rotated_generations: int = Field(
+        8, ge=1, le=1000, description="How many numbered generations a '{n}' in a source's `rotated`"
+        " patterns stands for ('{path}.{n}': .1 to .8).")
 
 
 class PrometheusConfig(Strict):
@@ -155,10 +167,12 @@ def _check_unique_paths(config: Config, file: str) -> None:
 
 
 def engine_log_toml(log: Path, state_dir: Path, *, store: bool = True, listen: str | None = None,
-                    host: str = "", read_budget_bytes: int | None = None) -> str:
+                    host: str = "", read_budget_bytes: int | None = None,
+                    commit_interval_seconds: float | None = None) -> str:
     """A whole config for one engine log (strata-b, normal lane): the demo, tests and bench use it."""
     agent = [f'state_dir = "{state_dir}"'] + ([f'host = "{host}"'] if host else []) + \
-        ([f"read_budget_bytes = {read_budget_bytes}"] if read_budget_bytes else [])
+        ([f"read_budget_bytes = {read_budget_bytes}"] if read_budget_bytes else []) + \
+        ([f"commit_interval_seconds = {commit_interval_seconds}"] if commit_interval_seconds is not None else [])
     prometheus = f'listen = "{listen}"' if listen else "enabled = false"
     return "\n".join(["[agent]", *agent, "[exporters.prometheus]", prometheus,
                       "[exporters.store]", f"enabled = {str(store).lower()}",

@@ -34,8 +34,10 @@ def write_log(path: Path, turns: int) -> None:
 
 def write_config(folder: Path, log: Path) -> Path:
     path = folder / "spyglass.toml"
-    # A small read budget makes many small commits, so kills land between and inside them.
-    path.write_text(engine_log_toml(log, folder / "state", host="h1", read_budget_bytes=65536))
+    # A small read budget and no commit interval make many small commits, so kills land between
+    # and inside them.
+    path.write_text(engine_log_toml(log, folder / "state", host="h1", read_budget_bytes=65536,
+                                    commit_interval_seconds=0))
     return path
 
 
