@@ -1,7 +1,8 @@
 """Running the agent: the pipeline in the foreground, /metrics on a thread, inotify as a hint.
 
-watchdog events only wake the loop early; the polling pass runs regardless, so NFS, missed
-events or a watch that could not be placed never stall a source (log-tailers.md F25).
+inotify events only wake the loop early (spyglass/wake.py); the polling pass runs regardless,
+so NFS, missed events or a watch that could not be placed never stall a source (log-tailers.md
+F25).
 """
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ import threading
 from pathlib import Path
 
 from loguru import logger
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
-from watchdog.observers import Observer
 
 from collectors.clock import Clock, SystemClock
 from spyglass.server import AgentServer
@@ -19,6 +18,7 @@ from exporters.statefile import StateFile, Store
 from spyglass import __version__
 from spyglass.config import Config
 from spyglass.pipeline import Pipeline
+from spyglass.wake import Wake
 
 
 def open_store(config: Config) -> Store:
@@ -29,30 +29,9 @@ def open_store(config: Config) -> Store:
     return StateFile(config.state_dir() / "state.json")
 
 
-class _Wake(FileSystemEventHandler):
-    def __init__(self, wake: threading.Event) -> None:
-        self.wake = wake
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        self.wake.set()
-
-
-def watch_dirs(config: Config, wake: threading.Event) -> Observer | None:
-    """An inotify observer on the folders of the file sources, or None if none could be watched."""
-    observer = Observer()
-    folders = {Path(o.path).expanduser().parent for o in config.sources.values() if o.path}
-    watched = 0
-    for folder in folders:
-        try:
-            observer.schedule(_Wake(wake), str(folder), recursive=False)
-            watched += 1
-        except OSError as exc:
-            logger.info("no inotify watch on {} ({}); polling covers it", folder, exc)
-    if not watched:
-        return None
-    observer.daemon = True
-    observer.start()
-    return observer
+def source_folders(config: Config) -> set[Path]:
+    """The folders of the file sources: where inotify watches."""
+    return {Path(o.path).expanduser().parent for o in config.sources.values() if o.path}
 
 
 class Agent:
@@ -61,7 +40,7 @@ class Agent:
     def __init__(self, config: Config, clock: Clock | None = None) -> None:
         self.config = config
         self.stop = threading.Event()
-        self.wake = threading.Event()
+        self.wake = Wake()
         self.pipeline = Pipeline(config, clock or SystemClock(), open_store(config))
         self.server: AgentServer | None = None
         self.otel = None
@@ -118,7 +97,7 @@ class Agent:
                 for rt in self.pipeline.polled_sources()]
 
     def serve(self) -> None:
-        observer = watch_dirs(self.config, self.wake)
+        self.wake.watch(source_folders(self.config))
         pollers = self._pollers()
         for thread in pollers:
             thread.start()
@@ -133,14 +112,13 @@ class Agent:
             self.stop.set()  # the pollers end too when the loop ended by an error
             for thread in pollers:
                 thread.join(timeout=30)
-            if observer is not None:
-                observer.stop()
             if self.server:
                 self.server.stop()
             if self.otel is not None:
                 self.otel.shutdown()  # flushes the last export
                 self.tracing.shutdown()
             self.pipeline.close()
+            self.wake.close()
             if clean:
                 logger.info("stopped cleanly")
             else:

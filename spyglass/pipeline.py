@@ -205,7 +205,7 @@ class Pipeline:
         self.committer.commit()
         return total
 
-    def run(self, stop: threading.Event, wake: threading.Event) -> None:
+    def run(self, stop: threading.Event, wake: Any) -> None:  # spyglass.wake.Wake, or a threading.Event
         """Step until `stop`, then commit what is pending.
 
         Wakes coalesce: between steps the loop waits for a wake (inotify, a poller, a posted
@@ -221,10 +221,10 @@ class Pipeline:
                 if more:
                     continue
                 wake.wait(agent.poll_interval_seconds)
-                wake.clear()
                 rest = began + agent.coalesce_seconds - self.clock.monotonic()
                 if rest > 0:
                     stop.wait(rest)
+                wake.clear()  # after the rest: what woke us meanwhile is read by the next step
         finally:
             self.committer.flush()
 
