@@ -65,7 +65,8 @@ class Committer:
 
     def add(self, events: list[Event], lines: int) -> None:
         """Events (and lines) applied to the live state, to go into the next commit."""
-        self.pending += events
+        if self.store.keeps_events or self.hooks:  # else nothing would ever read them
+            self.pending += events
         self.dirty = self.dirty or bool(events) or lines > 0
 
     def backlogged(self) -> bool:
