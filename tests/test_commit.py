@@ -74,10 +74,10 @@ def test_a_crash_before_the_commit_rereads_and_never_shows_a_scraped_counter_low
     first = open_pipeline(tmp_path, log, clock, commit_interval_seconds=1.0)
     first.step()
     first.commit_if_due()
-    scraped = render(first.exposed).decode()
     with open(log, "ab") as f:
         f.write(b"".join(LINES[20:]))
     first.step()  # read and applied, not committed: the crash comes now
+    scraped = render(first.exposed).decode()  # the last scrape before the crash
     assert lines_on(first.state) > lines_on(first.exposed)
     first.store.con.close()  # kill -9: the tailer, the pending events and the live state are gone
 
