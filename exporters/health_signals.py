@@ -26,7 +26,8 @@ SPECS = [
                "File generations ended, by how: renamed, deleted, truncate, copytruncate, overwritten.",
                S + ("kind",)),
     MetricSpec("spyglass_source_lost_files_total", "counter",
-               "Checkpointed files that vanished while spyglass was stopped, with bytes unread.", S),
+               "Files lost unread: checkpointed files that vanished while spyglass was stopped with bytes"
+               " unread, and rotations faster than a poll that may have deleted a generation unseen.", S),
     MetricSpec("spyglass_source_last_event_timestamp_seconds", "gauge",
                "Timestamp (from the line itself) of the newest event of the source.", S, "seconds"),
     MetricSpec("spyglass_source_lag_bytes", "gauge", "Bytes written to the source not yet read as lines.", S,

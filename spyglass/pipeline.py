@@ -85,7 +85,8 @@ class Pipeline:
         agent = self.config.agent
         tailer = None if getattr(source, "polled", False) else Tailer(
             str(options.path), self.clock, checkpoint=checkpoint, rotated=tuple(options.rotated),
-            start_at=options.start_at, max_line=agent.max_line_bytes, grace_seconds=agent.grace_seconds)
+            start_at=options.start_at, max_line=agent.max_line_bytes, grace_seconds=agent.grace_seconds,
+            generations=agent.rotated_generations)
         if checkpoint and hasattr(source, "restore") and checkpoint.get("source") is not None:
             source.restore(checkpoint["source"])
         signals = self.signals.get(options.kind)
