@@ -94,8 +94,7 @@ class Committer:
         with self.state.lock:
             checkpoints = self.checkpoints()
             if not (self.pending or self.dirty or checkpoints != self._last_checkpoints):
-                self._due = now + self.interval
-                return
+                return  # still due: a line after a quiet spell is committed (and shown) at once
             events = self.pending
             if self.store.keeps_events and events:
                 self.state.inc("spyglass_store_events_total", (), len(events))
