@@ -40,7 +40,8 @@ class SourceOptions(BaseModel):
     start_at: str = Field("beginning", pattern="^(beginning|end)$",
                           description="Where a first-ever read of an existing file starts.")
     rotated: list[str] = Field(default_factory=lambda: ["{path}.1"],
-                               description="Where a rotated copy of the file may be found; '{path}' expands.")
+                               description="Where rotated generations of the file may be found; '{path}' expands, '{n}'"
+                                           " counts 1..agent.rotated_generations (logrotate's x.log.1, x.log.2...).")
 
 
 LineBatch = tuple[list[Event], dict[str, int], bytes]  # events, miss counts by outcome, last unmatched line

@@ -33,9 +33,9 @@ class Tailer:
 
     def __init__(self, path: str, clock: Clock, *, checkpoint: dict[str, Any] | None = None,
                  rotated: tuple[str, ...] = ("{path}.1",), start_at: str = "beginning",
-                 max_line: int = 1 << 20, grace_seconds: float = 5.0) -> None:
+                 max_line: int = 1 << 20, grace_seconds: float = 5.0, generations: int = 8) -> None:
         self.path = os.path.expanduser(path)
-        self.rotated = [p.format(path=self.path) for p in rotated if not p.endswith(COMPRESSED)]
+        self.rotated = rotated_names(self.path, rotated, generations)
         self.clock, self.max_line, self.grace = clock, max_line, grace_seconds
         self.live: TailFile | None = None
         self.draining: list[TailFile] = []
@@ -43,6 +43,9 @@ class Tailer:
         self._first_poll = True
         self._fresh_start_at_end = checkpoint is None and start_at == "end"
         self.error: str | None = None  # why the path cannot be read right now, if it cannot
+        self.behind = False  # the last poll stopped at its budget: there is more to read
+        self._predecessor: tuple[int, int, int] | None = None  # dev, ino, mtime of the last live file
+        self._finished: dict[tuple[int, int], tuple[int, str]] = {}  # closed files: identity -> head
 
     def poll(self, budget: int = 8 << 20) -> list[bytes]:
         """Complete lines that appeared since the last poll, at most about `budget` bytes of them."""
@@ -56,7 +59,8 @@ class Tailer:
         for old in self.draining:
             budget -= old.read(budget, out, self.stats)
         if self.live is not None and budget > 0 and not self._draining_unread():
-            self.live.read(budget, out, self.stats)
+            budget -= self.live.read(budget, out, self.stats)
+        self.behind = budget <= 0
         self._close_finished(out)
         return out
 
@@ -105,6 +109,7 @@ class Tailer:
             if found is not None:
                 found.seek(record["offset"])
                 self._keep_draining(found)
+                self._predecessor = (found.dev, found.ino, os.fstat(found.fd).st_mtime_ns)
             elif record.get("size", record["offset"] + 1) > record["offset"]:
                 self.stats.lost_files += 1
                 logger.warning("{}: a checkpointed file (inode {}) is gone with {} bytes unread",
@@ -164,6 +169,7 @@ class Tailer:
         except FileNotFoundError:
             self.error = "missing"
             self._retire_live("deleted")
+            self._find_skipped_generations()
             return
         except OSError as exc:
             self.error = errno.errorcode.get(exc.errno or 0, "oserror").lower()
@@ -181,6 +187,7 @@ class Tailer:
         self._adopt_new_file()
 
     def _adopt_new_file(self) -> None:
+        self._find_skipped_generations()
         f = self._open(self.path)
         if f is None:
             return
@@ -188,9 +195,44 @@ class Tailer:
             f.seek(_after_last_newline(f))
         self.live = f
 
+    def _find_skipped_generations(self) -> None:
+        """Generations that came and went between two polls (rotated faster than we poll).
+
+        Every file a rotated name holds that is newer than the last live file and not already
+        read is read, older first. If the last live file is at none of the rotated names any
+        more (overwritten, or shifted past the last one) while newer ones are, generations
+        between may have been deleted unread: that is counted as a lost file, never silent.
+        """
+        if self._predecessor is None:
+            return
+        dev, ino, mtime = self._predecessor
+        held = {(f.dev, f.ino) for f in self._open_files()}
+        found, named = [], False
+        for order, path in enumerate(self.rotated):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            identity = (st.st_dev, st.st_ino)
+            named = named or identity == (dev, ino)
+            if identity == (dev, ino) or identity in held or st.st_mtime_ns < mtime:
+                continue
+            f = self._open(path)
+            if f is not None and self._finished.get(identity) == (f.head_len, f.head_hash):
+                f.close()  # read to its end already and closed
+            elif f is not None:
+                found.append((st.st_mtime_ns, -order, f))
+        if found and not named:
+            self.stats.lost_files += 1
+            logger.warning("{}: rotated faster than it was polled; generations between may be lost", self.path)
+        for _, _, f in sorted(found, key=lambda item: item[:2]):
+            self._keep_draining(f)
+            self.stats.rotated("renamed")
+
     def _retire_live(self, kind: str) -> None:
         if self.live is None:
             return
+        self._predecessor = (self.live.dev, self.live.ino, os.fstat(self.live.fd).st_mtime_ns)
         self.stats.rotated(kind)
         self.live.retired_at = self.clock.monotonic()
         self.draining.append(self.live)
@@ -241,6 +283,20 @@ class Tailer:
                 old.flush(out, self.stats)
                 old.close()
                 self.draining.remove(old)
+                self._finished[(old.dev, old.ino)] = (old.head_len, old.head_hash)
+                if len(self._finished) > 4 * len(self.rotated) + 16:
+                    del self._finished[next(iter(self._finished))]
+
+
+def rotated_names(path: str, patterns: tuple[str, ...], generations: int) -> list[str]:
+    """The rotated names the patterns stand for: '{path}' expands, '{n}' counts 1..generations."""
+    names = []
+    for pattern in patterns:
+        if pattern.endswith(COMPRESSED):
+            continue
+        numbers = range(1, generations + 1) if "{n}" in pattern else (0,)
+        names += [pattern.format(path=path, n=n) for n in numbers]
+    return list(dict.fromkeys(names))
 
 
 RECORD_KEYS = {"dev": int, "ino": int, "head_len": int, "head_hash": str, "offset": int,

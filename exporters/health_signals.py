@@ -32,7 +32,8 @@ SPECS = [
                "File generations ended, by how: renamed, deleted, truncate, copytruncate, overwritten.",
                SOURCE + ("kind",)),
     MetricSpec("spyglass_source_lost_files_total", "counter",
-               "Checkpointed files that vanished while spyglass was stopped, with bytes unread.", SOURCE),
+               "Files lost unread: checkpointed files that vanished while spyglass was stopped with bytes"
+               " unread, and rotations faster than a poll that may have deleted a generation unseen.", SOURCE),
     MetricSpec("spyglass_source_last_event_timestamp_seconds", "gauge",
                "Timestamp (from the line itself) of the newest event of the source.", SOURCE, "seconds"),
     MetricSpec("spyglass_source_lag_bytes", "gauge", "Bytes written to the source not yet read as lines.", SOURCE,
@@ -45,6 +46,10 @@ SPECS = [
     MetricSpec("spyglass_state_dropped_series_total", "counter",
                "New series refused because their metric already had the maximum number of series.",
                ("metric",)),
+    MetricSpec("spyglass_store_healthy", "gauge",
+               "1 while commits to the store (or the state file) succeed; 0 while they fail and are retried."),
+    MetricSpec("spyglass_store_commit_failures_total", "counter",
+               "Failed commits (disk full, read-only, ...); each is retried with back-off, nothing dropped."),
     MetricSpec("spyglass_agent_info", "info", "spyglass version, value 1.", ("version",)),
 ]
 

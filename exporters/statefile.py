@@ -64,10 +64,14 @@ class StateFile:
     def commit(self, events: list[Event], checkpoints: dict[str, dict[str, Any]],
                metrics: dict[str, Any]) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump({"checkpoints": checkpoints, "metrics": metrics}, f)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(tmp, "w") as f:
+                json.dump({"checkpoints": checkpoints, "metrics": metrics}, f)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a half-written tmp (disk full) would hold the space the retry needs
+            raise
         os.replace(tmp, self.path)
         dir_fd = os.open(self.path.parent, os.O_RDONLY)
         try:

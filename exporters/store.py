@@ -100,8 +100,16 @@ class DuckDBStore:
                         [json.dumps(metrics), now])
             con.commit()
         except BaseException:
-            con.rollback()
+            _rollback(con)
             raise
 
     def close(self) -> None:
         self.con.close()
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back if a transaction is still open: a failed COMMIT (disk full) has ended it already."""
+    try:
+        con.rollback()
+    except duckdb.TransactionException:
+        pass

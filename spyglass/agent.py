@@ -1,7 +1,8 @@
 """Running the agent: the pipeline in the foreground, /metrics on a thread, inotify as a hint.
 
-watchdog events only wake the loop early; the polling pass runs regardless, so NFS, missed
-events or a watch that could not be placed never stall a source (log-tailers.md F25).
+inotify events only wake the loop early (spyglass/wake.py); the polling pass runs regardless,
+so NFS, missed events or a watch that could not be placed never stall a source (log-tailers.md
+F25).
 """
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ import threading
 from pathlib import Path
 
 from loguru import logger
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
-from watchdog.observers import Observer
 
 from collectors.clock import Clock, SystemClock
 from spyglass.server import AgentServer
@@ -19,6 +18,7 @@ from exporters.statefile import StateFile, Store
 from spyglass import __version__
 from spyglass.config import Config
 from spyglass.pipeline import Pipeline, SourceRuntime
+from spyglass.wake import Wake
 
 
 def open_store(config: Config) -> Store:
@@ -29,30 +29,9 @@ def open_store(config: Config) -> Store:
     return StateFile(config.state_dir() / "state.json")
 
 
-class _Wake(FileSystemEventHandler):
-    def __init__(self, wake: threading.Event) -> None:
-        self.wake = wake
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        self.wake.set()
-
-
-def watch_dirs(config: Config, wake: threading.Event) -> Observer | None:
-    """An inotify observer on the folders of the file sources, or None if none could be watched."""
-    observer = Observer()
-    folders = {Path(o.path).expanduser().parent for o in config.sources.values() if o.path}
-    watched = 0
-    for folder in folders:
-        try:
-            observer.schedule(_Wake(wake), str(folder), recursive=False)
-            watched += 1
-        except OSError as exc:
-            logger.info("no inotify watch on {} ({}); polling covers it", folder, exc)
-    if not watched:
-        return None
-    observer.daemon = True
-    observer.start()
-    return observer
+def source_folders(config: Config) -> set[Path]:
+    """The folders of the file sources: where inotify watches."""
+    return {Path(o.path).expanduser().parent for o in config.sources.values() if o.path}
 
 
 class Agent:
@@ -61,7 +40,7 @@ class Agent:
     def __init__(self, config: Config, clock: Clock | None = None) -> None:
         self.config = config
         self.stop = threading.Event()
-        self.wake = threading.Event()
+        self.wake = Wake()
         self.pipeline = Pipeline(config, clock or SystemClock(), open_store(config))
         self.server: AgentServer | None = None
         self.otel = None
@@ -78,7 +57,7 @@ class Agent:
             kinds = {name: options.kind for name, options in config.sources.items()}
             self.pipeline.event_hooks.append(EngineSpanExporter(self.tracing, kinds).observe)
         if config.exporters.prometheus.enabled:
-            self.server = AgentServer(config.exporters.prometheus.listen, self.pipeline.state,
+            self.server = AgentServer(config.exporters.prometheus.listen, self.pipeline.exposed,
                                       self.pipeline.debug_sources, self._query_function(),
                                       self._receive_traces if config.exporters.traces.accept else None)
 
@@ -117,27 +96,32 @@ class Agent:
                 for rt in self.pipeline.polled_sources()]
 
     def serve(self) -> None:
-        observer = watch_dirs(self.config, self.wake)
+        self.wake.watch(source_folders(self.config))
         pollers = self._pollers()
         for thread in pollers:
             thread.start()
         if self.server:
             self.server.start()
             logger.info("metrics at {}/metrics", self.server.url)
+        clean = False
         try:
             self.pipeline.run(self.stop, self.wake)
+            clean = True
         finally:
+            self.stop.set()  # the pollers end too when the loop ended by an error
             for thread in pollers:
                 thread.join(timeout=30)
-            if observer is not None:
-                observer.stop()
             if self.server:
                 self.server.stop()
             if self.otel is not None:
                 self.otel.shutdown()  # flushes the last export
                 self.tracing.shutdown()
             self.pipeline.close()
-            logger.info("stopped cleanly")
+            self.wake.close()
+            if clean:
+                logger.info("stopped cleanly")
+            else:
+                logger.error("stopped by the error below")
 
     def stop_on_signals(self) -> None:
         def handler(signum: int, _frame: object) -> None:

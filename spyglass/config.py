@@ -5,10 +5,12 @@ Each source's keys come from its collector module's options model (collectors.RE
 """
 from __future__ import annotations
 
+import math
 import socket
 import tomllib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -31,6 +33,18 @@ class AgentConfig(Strict):
     grace_seconds: float = Field(5.0, ge=0, description="How long a rotated file is still read after its last growth.")
     max_line_bytes: int = Field(1 << 20, ge=256, description="Longer lines are truncated to this and counted.")
     read_budget_bytes: int = Field(8 << 20, ge=1 << 16, description="Bytes read per source per poll (fairness).")
+    commit_interval_seconds: float = Field(
+        1.0, ge=0, le=60, description="Events, checkpoints and metric state are committed at most this often;"
+        " /metrics shows what is committed, and a crash re-reads at most this much.")
+    commit_max_events: int = Field(
+        20_000, ge=1, description="A commit comes sooner once this many events wait; while the store"
+        " cannot commit, reading pauses at this many (memory stays bounded, nothing is lost).")
+    coalesce_seconds: float = Field(
+        0.1, ge=0, le=5, description="A step never follows the last one sooner than this: a burst of"
+        " appends (many inotify wakes) is read in one step.")
+    rotated_generations: int = Field(
+        8, ge=1, le=1000, description="How many numbered generations a '{n}' in a source's `rotated`"
+        " patterns stands for ('{path}.{n}': .1 to .8).")
 
 
 class PrometheusConfig(Strict):
@@ -176,7 +190,56 @@ def parse_config(data: dict[str, Any], file: str = "<config>") -> Config:
         raise ConfigError(f"{file}: {_where(first['loc'])}: {_describe(first)}") from None
     config.sources = {name: _validate_source(name, raw, file) for name, raw in config.sources.items()}
     _check_unique_paths(config, file)
+    _check_buckets(config, file)
+    _check_places(config, file)
+    _check_urls(config, file)
     return config
+
+
+def _check_buckets(config: Config, file: str) -> None:
+    import exporters  # the catalogue knows which metrics are histograms
+
+    for name, bounds in config.signals.buckets.items():
+        if not all(math.isfinite(b) for b in bounds):
+            raise ConfigError(f"{file}: signals.buckets.{name}: expected finite numbers (got {bounds!r})")
+    try:
+        exporters.full_catalogue().with_buckets(config.signals.buckets)
+    except ValueError as exc:  # names the key already: signals.buckets.NAME: what is wrong
+        raise ConfigError(f"{file}: {exc}") from None
+
+
+def _check_places(config: Config, file: str) -> None:
+    """state_dir must be (or be creatable as) a folder, the store path a file."""
+    state_dir = config.state_dir()
+    blocker = _file_on_the_way(state_dir)
+    if blocker is not None:
+        raise ConfigError(f"{file}: agent.state_dir: expected a folder, but {blocker} is a file")
+    if config.exporters.store.enabled:
+        path = config.store_path()
+        if path.is_dir():
+            raise ConfigError(f"{file}: exporters.store.path: expected a DuckDB file, but {path} is a folder")
+        blocker = _file_on_the_way(path.parent)
+        if blocker is not None:
+            raise ConfigError(f"{file}: exporters.store.path: expected a file in a folder, but {blocker} is a file")
+
+
+def _file_on_the_way(folder: Path) -> Path | None:
+    """The first existing ancestor of `folder` (itself included) that is not a folder, if any."""
+    for place in (folder, *folder.parents):
+        if place.exists():
+            return None if place.is_dir() else place
+    return None
+
+
+def _check_urls(config: Config, file: str) -> None:
+    urls = [("exporters.otlp.endpoint", config.exporters.otlp.endpoint)]
+    urls += [(f"sources.{name}.url", getattr(o, "url", None)) for name, o in config.sources.items()]
+    for key, url in urls:
+        if url is None:
+            continue
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"{file}: {key}: expected an http:// or https:// URL (got {url!r})")
 
 
 def _check_unique_paths(config: Config, file: str) -> None:
@@ -192,10 +255,12 @@ def _check_unique_paths(config: Config, file: str) -> None:
 
 
 def engine_log_toml(log: Path, state_dir: Path, *, store: bool = True, listen: str | None = None,
-                    host: str = "", read_budget_bytes: int | None = None) -> str:
+                    host: str = "", read_budget_bytes: int | None = None,
+                    commit_interval_seconds: float | None = None) -> str:
     """A whole config for one engine log (strata-b, normal lane): the demo, tests and bench use it."""
     agent = [f'state_dir = "{state_dir}"'] + ([f'host = "{host}"'] if host else []) + \
-        ([f"read_budget_bytes = {read_budget_bytes}"] if read_budget_bytes else [])
+        ([f"read_budget_bytes = {read_budget_bytes}"] if read_budget_bytes else []) + \
+        ([f"commit_interval_seconds = {commit_interval_seconds}"] if commit_interval_seconds is not None else [])
     prometheus = f'listen = "{listen}"' if listen else "enabled = false"
     return "\n".join(["[agent]", *agent, "[exporters.prometheus]", prometheus,
                       "[exporters.store]", f"enabled = {str(store).lower()}",

@@ -1,7 +1,9 @@
 """The agent's main loop: tail -> parse -> derive metrics -> commit events, checkpoints and state.
 
-One `step()` polls every source once (bounded bytes each), applies the events to the metric
-state under one lock, and commits events + checkpoints + metric state in one store commit.
+One `step()` polls every source once (bounded bytes each) and applies the events to the live
+metric state under one lock; the `Committer` (spyglass/commit.py) commits events + checkpoints +
+metric state in one store transaction by time and size, and publishes the committed state to
+/metrics.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from exporters import Signals, SignalsSettings
 from exporters.state import MetricState
 from exporters.statefile import Store
 from spyglass import __version__
+from spyglass.commit import Committer
 from spyglass.config import Config
 
 
@@ -63,11 +66,17 @@ class SourceRuntime:
 
 
 class Pipeline:
-    """Sources in, metric state and store out. Guarantees: the events of a step, every source's
-    checkpoint and the metric state reach the store in one commit, so a restart resumes exactly
-    where the last commit ended; a source that raises costs its lines or its poll, never the
-    pipeline; polled sources are polled on the schedule the pipeline keeps (`PollSchedule`),
-    from any thread, and their events are applied at the next step."""
+    """Sources in, metric state and store out; commits through its `Committer`.
+
+    `state` is live: every line read is applied at once. `exposed` is what /metrics serves: the
+    state as last committed, so that a restart, which resumes from that commit, never shows a
+    counter lower than one already scraped (see `Committer` for why, and for a failing store).
+    Exactly once across `kill -9` holds because a commit writes events, the checkpoints after
+    them and the state with them applied in one transaction; a crash costs a re-read. A source
+    that raises costs its lines or its poll, never the pipeline; polled sources are polled on the
+    schedule the pipeline keeps (`PollSchedule`), from any thread, and their events are applied
+    at the next step.
+    """
 
     def __init__(self, config: Config, clock: Clock, store: Store) -> None:
         self.config, self.clock, self.store = config, clock, store
@@ -80,10 +89,14 @@ class Pipeline:
         self.sources = [self._build_source(name, options, saved.checkpoints.get(name))
                         for name, options in config.sources.items()]
         self.state.set_info("spyglass_agent_info", (__version__,), 0)
-        self._last_checkpoints: dict[str, Any] = saved.checkpoints
         self._polled: queue.Queue[tuple[SourceRuntime, list[Event], bool, Any]] = queue.Queue()
         self.event_hooks: list[Callable[[list[Event]], None]] = []  # after each commit, e.g. span export
         self._submitted: queue.Queue[list[Event]] = queue.Queue()  # from outside: spans received by OTLP
+        agent = config.agent
+        self.committer = Committer(store, self.state, clock, interval=agent.commit_interval_seconds,
+                                   max_events=agent.commit_max_events, checkpoints=self._checkpoints,
+                                   saved_checkpoints=saved.checkpoints, hooks=self.event_hooks)
+        self.exposed = self.committer.exposed
 
     def _build_signals(self) -> dict[str, Signals]:
         settings = SignalsSettings(lanes=self.config.lanes(),
@@ -103,7 +116,8 @@ class Pipeline:
         else:
             tailer = Tailer(str(options.path), self.clock, checkpoint=checkpoint, rotated=tuple(options.rotated),
                             start_at=options.start_at, max_line=agent.max_line_bytes,
-                            grace_seconds=agent.grace_seconds)
+                            grace_seconds=agent.grace_seconds,
+                            generations=agent.rotated_generations)
         if checkpoint and checkpoint.get("source") is not None:
             source.restore(checkpoint["source"])
         signals = self.signals.get(options.kind)
@@ -115,8 +129,12 @@ class Pipeline:
         return runtime
 
     def step(self) -> int:
-        """Read every file source once and take what pollers queued; returns lines + polled events."""
-        batches = [(rt, self._poll_file(rt)) for rt in self.sources if rt.tailer is not None]
+        """Read every file source once and take what pollers queued; returns lines + polled events.
+
+        Nothing is committed here (see `commit_if_due`). While the store is failing and a full
+        batch waits, files are not read: their lines wait in the files, memory stays bounded."""
+        paused = self.committer.backlogged()
+        batches = [(rt, [] if paused else self._poll_file(rt)) for rt in self.sources if rt.tailer is not None]
         polled = self._drain_polled()
         stored: list[Event] = self._drain_submitted()
         with self.state.lock:
@@ -130,16 +148,20 @@ class Pipeline:
                 self.state.inc("spyglass_source_polls_total", (rt.name, "ok" if ok else "error"))
                 self.state.set("spyglass_source_up", (rt.name,), 1.0 if ok else 0.0)
                 stored += events
-            if self.store.keeps_events and stored:
-                self.state.inc("spyglass_store_events_total", (), len(stored))
-            checkpoints = {rt.name: self._checkpoint(rt) for rt in self.sources}
             lines_read = sum(len(lines) for _, lines in batches) + len(stored)
-            if lines_read or checkpoints != self._last_checkpoints:
-                self.store.commit(stored, checkpoints, self.state.to_json())
-                self._last_checkpoints = checkpoints
-        for hook in self.event_hooks:
-            hook(stored)
+            self.committer.add(stored, lines_read)
         return lines_read
+
+    def commit_if_due(self) -> None:
+        """Commit what the steps applied, if the interval passed or enough events wait."""
+        self.committer.tick()
+
+    def _checkpoints(self) -> dict[str, Any]:
+        return {rt.name: self._checkpoint(rt) for rt in self.sources}
+
+    def _behind(self) -> bool:
+        """Whether a file source stopped at its read budget with more to read."""
+        return any(rt.tailer.behind for rt in self.sources if rt.tailer is not None)
 
     def polled_sources(self) -> list[SourceRuntime]:
         return [rt for rt in self.sources if rt.tailer is None]
@@ -213,19 +235,39 @@ class Pipeline:
         return saved
 
     def run_until_idle(self) -> int:
-        """Read every file source to its current end and poll every polled source once."""
+        """Read every file source to its current end, poll every polled source once, commit.
+
+        A commit that fails raises: this is `spyglass ingest`, whose caller reports it."""
         self.poll_all()
         total = 0
         while (n := self.step()) > 0:
             total += n
+            self.committer.tick(retry=False)
+        self.committer.commit()
         return total
 
-    def run(self, stop: threading.Event, wake: threading.Event) -> None:
-        """Step until `stop`; sleep between idle steps until `wake` (inotify) or the poll interval."""
-        while not stop.is_set():
-            if self.step() == 0:
-                wake.wait(self.config.agent.poll_interval_seconds)
-                wake.clear()
+    def run(self, stop: threading.Event, wake: Any) -> None:  # spyglass.wake.Wake, or a threading.Event
+        """Step until `stop`, then commit what is pending.
+
+        Wakes coalesce: between steps the loop waits for a wake (inotify, a poller, a posted
+        span) or the poll interval, and a step never follows the previous one sooner than
+        `agent.coalesce_seconds`, so a writer's burst of appends is read in one step rather than
+        one step per write. A step that stopped at its read budget is followed at once."""
+        agent = self.config.agent
+        try:
+            while not stop.is_set():
+                began = self.clock.monotonic()
+                more = self.step() > 0 and self._behind()
+                self.commit_if_due()
+                if more:
+                    continue
+                wake.wait(agent.poll_interval_seconds)
+                rest = began + agent.coalesce_seconds - self.clock.monotonic()
+                if rest > 0:
+                    stop.wait(rest)
+                wake.clear()  # after the rest: what woke us meanwhile is read by the next step
+        finally:
+            self.committer.flush()
 
     def close(self) -> None:
         for rt in self.sources:

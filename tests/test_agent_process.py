@@ -95,3 +95,34 @@ def test_the_server_binds_ipv6_loopback_too():
         assert "spyglass_agent_info" in httpx.get(f"{server.url}/metrics").text
     finally:
         server.stop()
+
+
+def test_an_agent_that_fails_does_not_say_it_stopped_cleanly(tmp_path, monkeypatch):
+    """Finding 13 of issue 9: after a crash the log said "stopped cleanly" before the traceback.
+    The fault (a bug escaping the main loop) cannot be caused from outside any more, so the
+    loop is replaced by one that raises."""
+    import tomllib
+
+    from loguru import logger
+
+    from spyglass.agent import Agent
+    from spyglass.config import parse_config
+
+    log = tmp_path / "engine.log"
+    log.write_bytes(FIXTURE.read_bytes())
+    config = parse_config(tomllib.loads(engine_log_toml(log, tmp_path / "state")), "test")
+    agent = Agent(config)
+
+    def broken(stop, wake):
+        raise RuntimeError("a bug in the loop")
+
+    monkeypatch.setattr(agent.pipeline, "run", broken)
+    said: list[str] = []
+    sink = logger.add(lambda message: said.append(str(message)), level="INFO")
+    try:
+        with pytest.raises(RuntimeError, match="a bug in the loop"):
+            agent.serve()
+    finally:
+        logger.remove(sink)
+    assert not any("stopped cleanly" in line for line in said)
+    assert any("stopped by the error below" in line for line in said)

@@ -1,6 +1,8 @@
 """A bad config stops start-up with a message naming the file, the key and what was expected."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,17 @@ def test_the_shipped_example_is_valid():
     (ENGINE + ENGINE.replace("engine-b]", "engine-c]"), r"sources\.engine-c\.path: the same file as sources\.engine-b"),
     ('[signals]\nbuckets = "fast"\n', r"signals\.buckets: Input should be a valid dictionary"),
     ("[agent\n", r"not valid TOML"),
+    ("[signals.buckets]\nspyglass_nope_seconds = [1, 2]\n",
+     r"signals\.buckets\.spyglass_nope_seconds: not a histogram"),
+    ("[signals.buckets]\nspyglass_engine_prefill_read_seconds = [5, 1]\n",
+     r"signals\.buckets\.spyglass_engine_prefill_read_seconds: bounds must be strictly increasing"),
+    ("[signals.buckets]\nspyglass_engine_prefill_read_seconds = [1, nan]\n",
+     r"signals\.buckets\.spyglass_engine_prefill_read_seconds: expected finite numbers"),
+    ('[sources.s]\nkind = "serve_status"\nurl = "ftp://127.0.0.1/v1/status"\ninstance = "strata-b"\n',
+     r"sources\.s\.url: expected an http:// or https:// URL \(got 'ftp://127.0.0.1/v1/status'\)"),
+    ('[sources.s]\nkind = "serve_status"\nurl = "127.0.0.1:8081/v1/status"\ninstance = "strata-b"\n',
+     r"sources\.s\.url: expected an http:// or https:// URL"),
+    ('[exporters.otlp]\nendpoint = "file:///tmp/spans"\n', r"exporters\.otlp\.endpoint: expected an http:// or https://"),
 ])
 def test_errors_name_the_file_and_key(tmp_path, text, message):
     path = write(tmp_path, text)
@@ -50,3 +63,32 @@ def test_errors_name_the_file_and_key(tmp_path, text, message):
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="no such file"):
         load_config(tmp_path / "absent.toml")
+
+
+def run_cli(config: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("place", ["state_dir", "state_dir_below_a_file", "store_path"])
+def test_places_that_are_the_wrong_kind_of_thing_stop_run_with_a_message(tmp_path, place):
+    """Finding 13 of issue 9: these gave raw tracebacks from `spyglass run`."""
+    a_file, a_folder = tmp_path / "a-file", tmp_path / "a-folder"
+    a_file.write_text("")
+    a_folder.mkdir()
+    agent = {"state_dir": f'state_dir = "{a_file}"', "state_dir_below_a_file": f'state_dir = "{a_file}/state"',
+             "store_path": f'state_dir = "{tmp_path}/state"'}[place]
+    store = f'[exporters.store]\npath = "{a_folder}"\n' if place == "store_path" else ""
+    config = write(tmp_path, f"[agent]\n{agent}\n{store}[exporters.prometheus]\nenabled = false\n")
+    done = run_cli(config)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    key = "exporters.store.path: expected a DuckDB file" if place == "store_path" else "agent.state_dir: expected a folder"
+    assert done.stderr.startswith(f"error: {config}: {key}"), done.stderr
+
+
+def test_bucket_overrides_stop_run_with_a_message_not_a_traceback(tmp_path):
+    config = write(tmp_path, f'[agent]\nstate_dir = "{tmp_path}/state"\n[exporters.prometheus]\nenabled = false\n'
+                             "[signals.buckets]\nspyglass_engine_prefill_read_seconds = [3, 2, 1]\n")
+    done = run_cli(config)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "signals.buckets.spyglass_engine_prefill_read_seconds: bounds must be strictly increasing" in done.stderr

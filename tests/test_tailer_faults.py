@@ -387,3 +387,91 @@ def test_lost_rotation_while_stopped_is_counted_not_duplicated(h):
     h.drain()
     assert h.seen == names("a", 2) + names("b", 1)
     assert h.tailer.stats.lost_files == 1
+
+
+def shift_rotate(path: Path, depth: int) -> None:
+    """logrotate's numbered scheme: x.log.(depth) is deleted, x.log.n -> x.log.(n+1), x.log -> x.log.1."""
+    Path(f"{path}.{depth}").unlink(missing_ok=True)
+    for n in range(depth - 1, 0, -1):
+        if Path(f"{path}.{n}").exists():
+            os.rename(f"{path}.{n}", f"{path}.{n + 1}")
+    os.rename(path, f"{path}.1")
+
+
+def test_f5_hundred_back_to_back_numbered_rotations_lose_nothing(tmp_path):
+    """Finding 9 of issue 9: 100 rotations between two polls. Every generation the numbered
+    rotated names still hold is read, in order, once."""
+    h = Harness(tmp_path, rotated=("{path}.{n}",), generations=128)
+    h.write(b"start\n")
+    h.poll()
+    for generation in range(100):
+        h.write(lines(f"g{generation}-", 100))
+        shift_rotate(h.path, 128)
+    h.write(b"end\n")
+    h.drain()
+    expected = [b"start"] + [line for g in range(100) for line in names(f"g{g}-", 100)] + [b"end"]
+    assert h.seen == expected and len(h.seen) == 10_002
+    assert h.tailer.stats.lost_files == 0
+
+
+def test_f5_rotations_past_the_bound_are_counted_as_lost(tmp_path):
+    """More rotations between two polls than the rotated names hold: what is left is read in
+    order, and the generations deleted unread are counted, not silent."""
+    h = Harness(tmp_path, rotated=("{path}.{n}",), generations=3)
+    h.write(b"start\n")
+    h.poll()
+    for generation in range(10):
+        h.write(lines(f"g{generation}-", 10))
+        shift_rotate(h.path, 3)
+    h.write(b"end\n")
+    h.drain()
+    # The file we held (start, then g0 written into it) is read through its descriptor; g7-g9
+    # are what the three names still hold; g1-g6 were deleted before any poll.
+    assert h.seen == [b"start"] + names("g0-", 10) + [x for g in (7, 8, 9) for x in names(f"g{g}-", 10)] + [b"end"]
+    assert h.tailer.stats.lost_files == 1
+
+
+def test_f5_renames_over_one_rotated_name_faster_than_a_poll_are_counted(h):
+    """The reproduction of finding 9: `mv x.log x.log.1` 100 times back to back. Generations
+    overwritten before a poll are gone; the tailer says so and reads what remains once."""
+    h.write(b"start\n")
+    h.poll()
+    for generation in range(100):
+        h.write(lines(f"g{generation}-", 100))
+        os.rename(h.path, f"{h.path}.1")
+    h.write(b"end\n")
+    h.drain()
+    assert h.seen == [b"start"] + names("g0-", 100) + names("g99-", 100) + [b"end"]
+    assert h.tailer.stats.lost_files == 1
+
+
+def test_f5_old_rotated_generations_are_not_read_again(tmp_path):
+    """Generations older than the file we follow (an earlier run read them) stay unread."""
+    h = Harness(tmp_path, rotated=("{path}.{n}",), generations=5)
+    for generation in range(3):
+        h.write(lines(f"old{generation}-", 2))
+        shift_rotate(h.path, 5)
+    os.utime(f"{h.path}.1", ns=(1, 1))
+    os.utime(f"{h.path}.2", ns=(1, 1))
+    os.utime(f"{h.path}.3", ns=(1, 1))
+    h.write(lines("a", 2))
+    h.poll()
+    h.write(lines("a", 1, 2))
+    shift_rotate(h.path, 5)
+    h.write(lines("b", 2))
+    h.drain()
+    assert h.seen == names("a", 3) + names("b", 2)
+    assert h.tailer.stats.lost_files == 0
+
+
+def test_f5_a_rotated_file_read_and_closed_is_not_read_again(tmp_path):
+    h = Harness(tmp_path, rotated=("{path}.{n}",), generations=5)
+    h.write(lines("a", 2))
+    h.poll()
+    shift_rotate(h.path, 5)
+    h.write(lines("b", 2))
+    h.drain()  # a is read and closed after the grace period; b is live
+    shift_rotate(h.path, 5)  # a -> .2, b -> .1
+    h.write(lines("c", 2))
+    h.drain()
+    assert h.seen == names("a", 2) + names("b", 2) + names("c", 2)

@@ -1,0 +1,149 @@
+"""When the pipeline commits, what it exposes, and what it does while the store cannot commit.
+
+Lines are applied to the live metric state as soon as they are read; the events they made, the
+checkpoints after them and the state with them applied are committed together, in one store
+transaction, at most once per `agent.commit_interval_seconds` (sooner once
+`agent.commit_max_events` wait). A DuckDB commit costs milliseconds whatever its size, so
+committing per wake (about 100 a second under a busy writer) was most of the agent's CPU.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from loguru import logger
+
+from collectors.clock import Clock
+from collectors.event import Event
+from exporters.state import MetricState
+from exporters.statefile import Store
+
+MAX_BACKOFF_SECONDS = 15.0
+
+
+class Committer:
+    """Batches commits by time and size; publishes the committed state; survives a failing store.
+
+    Guarantees:
+    - Exactly once across `kill -9`: what one commit writes is consistent (events, the
+      checkpoints just after them, the state with them applied), so a crash costs the re-read of
+      at most one interval of lines, never a loss or a double count.
+    - No false resets: `exposed` (what /metrics serves) is a copy of the state *as last
+      committed*, not the live state. A restart resumes from that same commit, so a counter
+      Prometheus has scraped is never seen lower afterwards (it would read the drop as a reset
+      and count the whole value again). The price is freshness: /metrics trails the log by up to
+      one commit interval.
+    - A store that fails (disk full, a read-only remount) does not end the agent:
+      `spyglass_store_healthy` goes to 0, `spyglass_store_commit_failures_total` counts, the
+      error is logged, and the same batch is retried with back-off (interval x 2^n, at most
+      15 s) until it goes in; nothing is dropped. Meanwhile `exposed` follows the live state
+      (metrics keep flowing; only then can a kill -9 show a counter lower after the restart),
+      and reading pauses once `commit_max_events` wait, so memory stays bounded and the unread
+      lines wait in their files.
+    """
+
+    def __init__(self, store: Store, state: MetricState, clock: Clock, *, interval: float,
+                 max_events: int, checkpoints: Callable[[], dict[str, Any]],
+                 saved_checkpoints: dict[str, Any],
+                 hooks: list[Callable[[list[Event]], None]]) -> None:
+        self.store, self.state, self.clock = store, state, clock
+        self.interval, self.max_events = interval, max_events
+        self.checkpoints, self.hooks = checkpoints, hooks
+        self.pending: list[Event] = []
+        self.dirty = False  # lines or events applied since the last commit
+        self.failures = 0  # consecutive failed commits
+        self._last_checkpoints = saved_checkpoints
+        self._due = clock.monotonic()  # the next commit (or retry) may not start before this
+        self._published_at = float("-inf")
+        self.exposed = MetricState(state.catalogue)
+        state.set("spyglass_store_healthy", (), 1.0)
+        self._publish(state.to_json())
+
+    @property
+    def healthy(self) -> bool:
+        return self.failures == 0
+
+    def add(self, events: list[Event], lines: int) -> None:
+        """Events (and lines) applied to the live state, to go into the next commit."""
+        if self.store.keeps_events or self.hooks:  # else nothing would ever read them
+            self.pending += events
+        self.dirty = self.dirty or bool(events) or lines > 0
+
+    def backlogged(self) -> bool:
+        """Whether reading should pause: the store is failing and a full batch waits."""
+        return not self.healthy and len(self.pending) >= self.max_events
+
+    def tick(self, *, retry: bool = True) -> None:
+        """Commit if due (by time or size). On failure, with `retry`: count, log and schedule a
+        retry; without (`spyglass ingest`): raise."""
+        now = self.clock.monotonic()
+        if now < self._due and (not self.healthy or len(self.pending) < self.max_events):
+            if not self.healthy and now - self._published_at >= self.interval:
+                self._publish_live()
+            return
+        try:
+            self.commit()
+        except Exception as exc:  # noqa: BLE001 - disk full, a remount, a bug: the agent lives on
+            if not retry:
+                raise
+            self._failed(exc)
+
+    def commit(self) -> None:
+        """Commit now if anything changed; raises what the store raised (`spyglass ingest`)."""
+        now = self.clock.monotonic()
+        with self.state.lock:
+            checkpoints = self.checkpoints()
+            if not (self.pending or self.dirty or checkpoints != self._last_checkpoints):
+                return  # still due: a line after a quiet spell is committed (and shown) at once
+            events = self.pending
+            if self.store.keeps_events and events:
+                self.state.inc("spyglass_store_events_total", (), len(events))
+            self.state.set("spyglass_store_healthy", (), 1.0)
+            snapshot = self.state.to_json()
+        try:
+            self.store.commit(events, checkpoints, snapshot)
+        except BaseException:
+            with self.state.lock:
+                if self.store.keeps_events and events:
+                    self.state.inc("spyglass_store_events_total", (), -len(events))
+            raise
+        if self.failures:
+            logger.info("store commits again after {} failed attempts; nothing was lost", self.failures)
+        self.failures, self.dirty = 0, False
+        self.pending = []
+        self._last_checkpoints = checkpoints
+        self._due = now + self.interval
+        self._publish(snapshot)
+        for hook in self.hooks:
+            hook(events)
+
+    def flush(self) -> None:
+        """The last commit at a clean stop; if it fails, the lines are read again at the next start."""
+        try:
+            self.commit()
+        except Exception as exc:  # noqa: BLE001
+            logger.error("the last commit failed ({}); what it held is read again at the next start", exc)
+
+    def _failed(self, exc: Exception) -> None:
+        self.failures += 1
+        delay = min(MAX_BACKOFF_SECONDS, max(self.interval, 0.5) * 2 ** (self.failures - 1))
+        self._due = self.clock.monotonic() + delay
+        with self.state.lock:
+            self.state.set("spyglass_store_healthy", (), 0.0)
+            self.state.inc("spyglass_store_commit_failures_total", ())
+        if self.failures == 1 or self.failures % 20 == 0:
+            logger.error("store commit failed ({}); {} events wait, retrying every {:.0f} s at most;"
+                         " metrics go on from memory", exc, len(self.pending), MAX_BACKOFF_SECONDS)
+        self._publish_live()
+
+    def _publish_live(self) -> None:
+        with self.state.lock:
+            snapshot = self.state.to_json()
+        self._publish(snapshot)
+
+    def _publish(self, snapshot: dict[str, Any]) -> None:
+        fresh = MetricState(self.state.catalogue)
+        fresh.load_json(snapshot)
+        with self.exposed.lock:
+            self.exposed.values, self.exposed.hists = fresh.values, fresh.hists
+        self._published_at = self.clock.monotonic()
