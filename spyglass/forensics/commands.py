@@ -91,7 +91,7 @@ def timeline(config: ConfigOption, start: From = None, end: To = None, tz: Tz = 
     if not rows:
         raise nothing(cfg, w, "none matches" if (source or instance or kind or request) else "none is in it")
     records = output.records(columns, rows[:limit], json_columns=("fields",))
-    output.emit(records, fmt, title=f"{len(records)} events {describe(w)}" if fmt == "table" else None)
+    output.emit(records, fmt, title=f"{len(records)} events {describe(w)}" if fmt == "table" else None, fold=False)
     if len(rows) > limit:
         typer.echo(f"(stopped at --limit {limit}; narrow the window or raise the limit)", err=True)
 

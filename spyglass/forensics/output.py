@@ -54,8 +54,9 @@ def cell(value: Any, column: str = "") -> str:
     return str(value)
 
 
-def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | None = None) -> None:
-    """Print records as `table` (rich), `json` (one object a line, nested) or `csv`."""
+def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | None = None, fold: bool = True) -> None:
+    """Print records as `table` (rich), `json` (one object a line, nested) or `csv`. A table too wide
+    for the terminal prints one block a row instead, unless `fold` is off (a timeline stays a table)."""
     out = out or sys.stdout
     if fmt == "json":
         for record in rows:
@@ -69,9 +70,19 @@ def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | Non
         from rich.console import Console
         from rich.table import Table
 
+        console = Console(file=out)
         table = Table(title=title, title_justify="left")
         for column in rows[0] if rows else ():
             table.add_column(column, no_wrap=column.endswith(("_utc", "_beijing", "request_id")))
         for record in rows:
             table.add_row(*(cell(v, c) for c, v in record.items()))
-        Console(file=out).print(table)
+        if not fold or console.measure(table, options=console.options.update(max_width=100_000)).maximum <= console.width:
+            console.print(table)
+            return
+        if title:  # too wide for the terminal: one block a row, like psql's \x
+            console.print(title)
+        for n, record in enumerate(rows, 1):
+            block = Table("column", f"row {n}", show_header=True, title_justify="left")
+            for column, value in record.items():
+                block.add_row(column, cell(value, column))
+            console.print(block)
