@@ -12,12 +12,9 @@ from typing import Annotated
 import typer
 
 from spyglass.config import Config, ConfigError, load_config
-from spyglass.forensics import output, reports
-from spyglass.forensics.finder import Filters, requests_query
-from spyglass.forensics.run import Query, Window, query
-from spyglass.forensics.timeline import timeline_query
-from spyglass.forensics.times import describe, request_window, window
-from spyglass.query import QueryError
+
+# The query and tracing modules load DuckDB and OpenTelemetry: each command imports them when it
+# runs, so that registering the commands costs every other `spyglass` command nothing.
 
 ConfigOption = Annotated[Path, typer.Option("--config", "-c", help="The agent's TOML config file.")]
 From = Annotated[str | None, typer.Option("--from", help="Window start, e.g. '2026-10-19 04:45' (UTC unless it"
@@ -40,7 +37,9 @@ def load(path: Path) -> Config:
         raise fail(str(exc), 2) from None
 
 
-def the_window(start: str | None, end: str | None, tz: str, required: bool = True) -> Window:
+def the_window(start: str | None, end: str | None, tz: str, required: bool = True):
+    from spyglass.forensics.times import window
+
     if required and not (start and end):
         raise fail("give the window with --from and --to", 2)
     try:
@@ -54,15 +53,21 @@ def check_format(fmt: str) -> None:
         raise fail(f"--format: expected one of {', '.join(FORMATS)} (got {fmt!r})", 2)
 
 
-def fetch(config: Config, q: Query) -> tuple[list[str], list[tuple]]:
+def fetch(config: Config, q) -> tuple[list[str], list[tuple]]:
+    from spyglass.forensics.run import query
+    from spyglass.query import QueryError
+
     try:
         return query(config, q)
     except QueryError as exc:
         raise fail(str(exc), 1) from None
 
 
-def nothing(config: Config, w: Window, what: str) -> typer.Exit:
+def nothing(config: Config, w, what: str) -> typer.Exit:
     """Exit 1, saying whether the window holds no events at all or only none of `what`."""
+    from spyglass.forensics.run import Query
+    from spyglass.forensics.times import describe
+
     _, rows = fetch(config, Query("SELECT count(*) FROM ev WHERE ts >= $from AND ts < $to", w.params()))
     stored = rows[0][0] if rows else 0
     detail = "no events are stored" if not stored else f"{stored} events are stored, but {what}"
@@ -78,6 +83,11 @@ def timeline(config: ConfigOption, start: From = None, end: To = None, tz: Tz = 
              limit: Annotated[int, typer.Option(min=1, max=100_000, help="At most this many events.")] = 1000,
              fmt: Format = "table") -> None:
     """Every source's events of a window in time order, UTC and Beijing time, one line an event."""
+    from spyglass.forensics import output
+    from spyglass.forensics.run import Window
+    from spyglass.forensics.timeline import timeline_query
+    from spyglass.forensics.times import describe, request_window
+
     check_format(fmt)
     cfg = load(config)
     w = the_window(start, end, tz, required=not request)
@@ -106,6 +116,10 @@ def requests(config: ConfigOption, start: From = None, end: To = None, tz: Tz = 
              finish: Annotated[str | None, typer.Option(help="stop, tool_calls, length.")] = None,
              limit: Annotated[int, typer.Option(min=1, max=100_000)] = 200, fmt: Format = "table") -> None:
     """Find request ids (for `spyglass trace ID` and `spyglass timeline --request ID`)."""
+    from spyglass.forensics import output
+    from spyglass.forensics.finder import Filters, requests_query
+    from spyglass.forensics.times import describe
+
     check_format(fmt)
     cfg = load(config)
     w = the_window(start, end, tz)
@@ -126,6 +140,9 @@ def report(name: Annotated[str, typer.Argument(help="The report; an unknown name
            fmt: Format = "table",
            sql: Annotated[bool, typer.Option("--sql", help="Print the SQL that would run, and stop.")] = False) -> None:
     """A canned report over a window (default: everything stored)."""
+    from spyglass.forensics import output, reports
+    from spyglass.forensics.times import describe
+
     check_format(fmt)
     try:
         chosen = reports.get(name)
@@ -147,6 +164,8 @@ def views(sql: Annotated[str | None, typer.Argument(help="A SELECT over the view
           config: Annotated[Path | None, typer.Option("--config", "-c", help="The agent's TOML config file.")] = None,
           start: From = None, end: To = None, tz: Tz = "UTC", fmt: Format = "table") -> None:
     """Run a SELECT over the forensic views (docs/forensics.md) in a window, or list the views."""
+    from spyglass.forensics import output
+    from spyglass.forensics.run import Query
     from spyglass.forensics.views import VIEWS
 
     if sql is None or config is None:
