@@ -1,4 +1,4 @@
-"""The `spyglass` command: run, ingest, sql, trace, rules, demo."""
+"""The `spyglass` command: run, ingest, sql, trace, the forensic commands, rules, demo."""
 from __future__ import annotations
 
 import sys
@@ -76,6 +76,14 @@ def trace_command(config: ConfigOption, request_id: Annotated[str, typer.Argumen
     except QueryError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+from spyglass.forensics import commands as forensics  # noqa: E402 - registered where they belong in --help
+
+app.command("timeline")(forensics.timeline)
+app.command("requests")(forensics.requests)
+app.command("report")(forensics.report)
+app.command("views")(forensics.views)
 
 
 @app.command()

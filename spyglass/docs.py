@@ -1,6 +1,7 @@
-"""Generates docs/metrics.md (from the catalogue) and docs/config.md (from the config models).
+"""Generates docs/metrics.md (from the catalogue), docs/config.md (from the config models) and
+docs/forensics.md (from the forensic views and reports).
 
-`python -m spyglass.docs` rewrites both; tests/test_docs.py fails when they drift from the code.
+`python -m spyglass.docs` rewrites them all; tests/test_docs.py fails when they drift from the code.
 """
 from __future__ import annotations
 
@@ -94,7 +95,10 @@ def config_markdown() -> str:
 
 
 def generated() -> dict[Path, str]:
-    return {ROOT / "docs" / "metrics.md": metrics_markdown(), ROOT / "docs" / "config.md": config_markdown()}
+    from spyglass.forensics.docs import markdown as forensics_markdown
+
+    return {ROOT / "docs" / "metrics.md": metrics_markdown(), ROOT / "docs" / "config.md": config_markdown(),
+            ROOT / "docs" / "forensics.md": forensics_markdown()}
 
 
 def main() -> None:

@@ -1,0 +1,5 @@
+"""Forensics: typed views over the stored events, and the analyst's commands built on them.
+
+`views` is the one table of views (docs/forensics.md is generated from it), `run` the one place
+a forensic query leaves for the store, `reports/*.sql` the canned reports.
+"""

@@ -1,0 +1,57 @@
+"""`spyglass requests`: find the request ids that `spyglass trace` and `timeline --request` take.
+
+Filters become SQL over the `requests` view (pure); `--status 4xx` is a class, `429` one status.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from spyglass.forensics.run import Query, Window
+
+COLUMNS = ("request_id, ts_utc, ts_beijing, lane, session, mode, status, finish, tokens, tokens_gateway_estimate,"
+           " tool_calls, content_chars, ttft_ms_gateway, dur_ms_gateway, ttft_ms_engine, dur_ms_engine, seen_by")
+STATUS = re.compile(r"^([1-5])(xx|\d\d)$")
+
+
+@dataclass(frozen=True)
+class Filters:
+    session: str | None = None
+    lane: str | None = None
+    instance: str | None = None
+    mode: str | None = None
+    finish: str | None = None
+    status: str | None = None  # 4xx, 429, 200
+    slowest: int | None = None
+    limit: int = 200
+
+
+def status_condition(status: str, params: dict[str, Any]) -> str:
+    found = STATUS.match(status.lower())
+    if not found:
+        raise ValueError(f"--status: expected a status such as 429 or a class such as 4xx (got {status!r})")
+    if found.group(2) == "xx":
+        params["status_class"] = int(found.group(1))
+        return "status // 100 = $status_class"
+    params["status"] = int(status)
+    return "status = $status"
+
+
+def requests_query(window: Window, filters: Filters) -> Query:
+    params: dict[str, Any] = window.params()
+    where = []
+    for column in ("session", "lane", "instance", "mode", "finish"):
+        value = getattr(filters, column)
+        if value:
+            params[column] = value
+            where.append(f"{column} = ${column}")
+    if filters.status:
+        where.append(status_condition(filters.status, params))
+    order = "ts_utc, request_id"
+    if filters.slowest:
+        order = "coalesce(dur_ms_gateway, dur_ms_engine) DESC NULLS LAST, ts_utc"
+        where.append("coalesce(dur_ms_gateway, dur_ms_engine) IS NOT NULL")
+    params["limit"] = filters.slowest or filters.limit
+    condition = f"\nWHERE {' AND '.join(where)}" if where else ""
+    return Query(f"SELECT {COLUMNS}\nFROM requests{condition}\nORDER BY {order}\nLIMIT $limit", params)

@@ -1,0 +1,88 @@
+"""Results as a person or a pipe wants them: a rich table, JSON lines, or CSV.
+
+Values are normalised first (`records`), so an answer read from the file and one that came
+through the agent's JSON API print the same: instants as ISO-8601 (`Z` for UTC, `+08:00` for the
+`_beijing` columns), JSON columns nested in JSON output.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sys
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, TextIO
+
+from spyglass.forensics.times import beijing_text, utc_text
+
+ISO = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([+-]\d\d:?\d\d|Z)?$")
+
+
+def value_of(column: str, value: Any) -> Any:
+    if isinstance(value, str) and ISO.match(value):
+        value = datetime.fromisoformat(value)  # a timestamp that came through the agent's API as text
+    if isinstance(value, datetime):
+        return beijing_text(value) if column.endswith("_beijing") else utc_text(value)
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
+
+
+def records(columns: list[str], rows: list[tuple[Any, ...]], json_columns: tuple[str, ...] = ()) -> list[dict]:
+    out = []
+    for row in rows:
+        record = {c: value_of(c, v) for c, v in zip(columns, row)}
+        for c in json_columns:
+            if isinstance(record.get(c), str):
+                record[c] = json.loads(record[c])
+        out.append(record)
+    return out
+
+
+def cell(value: Any, column: str = "") -> str:
+    if isinstance(value, str) and column.endswith(("_utc", "_beijing")) and ISO.match(value):
+        return value.replace("T", " ", 1).removesuffix("Z").removesuffix("+08:00")  # the header names the zone
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return " ".join(f"{k}={cell(v)}" for k, v in value.items() if v is not None)
+    if isinstance(value, list):
+        return json.dumps(value)
+    if isinstance(value, float):
+        return f"{value:g}" if abs(value) < 1e15 else f"{value:.0f}"
+    return str(value)
+
+
+def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | None = None, fold: bool = True) -> None:
+    """Print records as `table` (rich), `json` (one object a line, nested) or `csv`. A table too wide
+    for the terminal prints one block a row instead, unless `fold` is off (a timeline stays a table)."""
+    out = out or sys.stdout
+    if fmt == "json":
+        for record in rows:
+            out.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+    elif fmt == "csv":
+        if rows:
+            writer = csv.writer(out)
+            writer.writerow(rows[0])
+            writer.writerows([[json.dumps(v) if isinstance(v, (dict, list)) else v for v in r.values()] for r in rows])
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        console = Console(file=out)
+        table = Table(title=title, title_justify="left")
+        for column in rows[0] if rows else ():
+            table.add_column(column, no_wrap=column.endswith(("_utc", "_beijing", "request_id")))
+        for record in rows:
+            table.add_row(*(cell(v, c) for c, v in record.items()))
+        if not fold or console.measure(table, options=console.options.update(max_width=100_000)).maximum <= console.width:
+            console.print(table)
+            return
+        if title:  # too wide for the terminal: one block a row, like psql's \x
+            console.print(title)
+        for n, record in enumerate(rows, 1):
+            block = Table("column", f"row {n}", show_header=True, title_justify="left")
+            for column, value in record.items():
+                block.add_row(column, cell(value, column))
+            console.print(block)

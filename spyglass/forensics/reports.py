@@ -1,0 +1,58 @@
+"""Canned reports: each one SQL file in spyglass/forensics/reports/, over the views.
+
+A report's leading `--` comment is its docstring: the first line its title, then which incident
+table it reproduces and the parameters it takes. Parameters every report may use: `$from`,
+`$to` (the window), `$request` (one request id, or NULL for all), `$long_prompt_tokens` and
+`$default_every` (signals.long_prompt_tokens and signals.default_prompt_cache_every).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from spyglass.config import Config
+from spyglass.forensics.run import Query, Window
+
+FOLDER = Path(__file__).parent / "reports"
+
+
+@dataclass(frozen=True)
+class Report:
+    name: str
+    title: str
+    doc: str  # the docstring after the title
+    sql: str
+
+    def query(self, config: Config, window: Window, request: str | None = None) -> Query:
+        return Query(self.sql, {**window.params(), "request": request,
+                                "long_prompt_tokens": config.signals.long_prompt_tokens,
+                                "default_every": config.signals.default_prompt_cache_every})
+
+
+def parse(name: str, text: str) -> Report:
+    lines = text.splitlines()
+    head = []
+    for line in lines:
+        if not line.startswith("--"):
+            break
+        head.append(line[2:].strip())
+    if not head:
+        raise ValueError(f"report {name}: its SQL file must start with a -- docstring")
+    return Report(name, head[0], "\n".join(head[1:]).strip(), text)
+
+
+def load_all() -> dict[str, Report]:
+    return {path.stem: parse(path.stem, path.read_text()) for path in sorted(FOLDER.glob("*.sql"))}
+
+
+class UnknownReport(LookupError):
+    def __init__(self, name: str, known: dict[str, Report]) -> None:
+        listing = "\n".join(f"  {n:<16} {r.title}" for n, r in known.items())
+        super().__init__(f"no report named {name!r}; the reports are:\n{listing}")
+
+
+def get(name: str) -> Report:
+    known = load_all()
+    if name not in known:
+        raise UnknownReport(name, known)
+    return known[name]
