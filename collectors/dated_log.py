@@ -24,7 +24,7 @@ class DatedLogParser:
 
     def parse_line(self, line: bytes) -> Event | str:
         found = self.grammar.match(line)
-        if found.__class__ is str:
+        if isinstance(found, str):
             return found
         head, kind, fields = found
         ms = head.groupdict().get("ms")
@@ -48,7 +48,7 @@ def handle_lines(handle: Callable[[bytes], Event | str],
     unmatched = b""
     for line in lines:
         result = handle(line)
-        if result.__class__ is str:
+        if isinstance(result, str):
             try:
                 misses[result] += 1
             except KeyError:  # Miss.invalid(field): one key per field name

@@ -136,7 +136,7 @@ class GatewayLogSource(LineSourceBase):
                 found = kind.pattern.match(line, head.end())
                 if found is not None and day is not None:
                     fields = kind.typed(found)
-                    if fields.__class__ is str:
+                    if isinstance(fields, str):
                         return fields
                     wall = datetime(day.year, day.month, day.day, hour, minute, min(second, 59))
                     return self._event(local_to_epoch(wall, self.log_zone), kind.kind, fields)
@@ -150,7 +150,7 @@ class GatewayLogSource(LineSourceBase):
             self.requests[req] = {k: fields[k] for k in CARRIED}
             if len(self.requests) > self.max_requests:
                 self.requests.popitem(last=False)
-        elif req in self.requests:
+        elif req is not None and req in self.requests:
             context = self.requests.pop(req) if kind in LAST_LINES else self.requests[req]
             fields = {**context, **fields}
         return Event(ts, self.name, kind, self.options.instance or "rag-proxy", fields, req, self.host)

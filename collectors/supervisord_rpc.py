@@ -10,7 +10,7 @@ from __future__ import annotations
 import http.client
 import socket
 import xmlrpc.client
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import Field, model_validator
 
@@ -56,7 +56,8 @@ def pid_of(endpoint: str, program: str) -> int | None:
     """The pid supervisord reports for `program`, or None when it is not running or unreachable."""
     try:
         with rpc(endpoint) as proxy:
-            pid = proxy.supervisor.getProcessInfo(program)["pid"]
+            info = cast(dict[str, Any], proxy.supervisor.getProcessInfo(program))
+            pid = info["pid"]
     except (OSError, xmlrpc.client.Error):
         return None
     return int(pid) or None
@@ -89,14 +90,14 @@ class SupervisordRpcSource(PolledSourceBase):
     def poll(self, now: float) -> PollResult:
         try:
             with rpc(self.options.endpoint, self.options.timeout_seconds) as proxy:
-                infos = proxy.supervisor.getAllProcessInfo()
+                infos = cast(list[dict[str, Any]], proxy.supervisor.getAllProcessInfo())
         except (OSError, xmlrpc.client.Error) as exc:
             return PollResult([Event(now, self.name, "poll_error", "supervisord", {"error": type(exc).__name__},
                                      None, self.host)], ok=False)
         events = []
         for info in infos:
             program = str(info["name"])
-            fields = {k: info[k] for k in ("name", "group", "statename", "pid", "start", "stop", "exitstatus",
+            fields: dict[str, Any] = {k: info[k] for k in ("name", "group", "statename", "pid", "start", "stop", "exitstatus",
                                            "spawnerr") if k in info}
             events.append(Event(now, self.name, "process_info", program, fields, None, self.host))
             before, current = self.seen.get(program), [int(info["pid"]), int(info["start"])]

@@ -32,15 +32,15 @@ class StateCollector:
     def _family(self, spec: Any) -> Metric:
         labels = list(spec.labels)
         if spec.type == "histogram":
-            family = HistogramMetricFamily(spec.name, spec.help, labels=labels)
+            histogram = HistogramMetricFamily(spec.name, spec.help, labels=labels)
             bounds = self.state.bounds[spec.name]
             for key, (counts, total) in sorted(self.state.hists[spec.name].items()):
                 cumulative, running = [], 0
                 for bound, count in zip(list(bounds) + [float("inf")], counts):
                     running += count
                     cumulative.append(("+Inf" if bound == float("inf") else _le(bound), running))
-                family.add_metric(list(key), cumulative, total)
-            return family
+                histogram.add_metric(list(key), cumulative, total)
+            return histogram
         cls = CounterMetricFamily if spec.type == "counter" else GaugeMetricFamily
         family = cls(spec.name, spec.help, labels=labels)
         for key, value in sorted(self.state.values[spec.name].items()):

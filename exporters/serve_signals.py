@@ -115,7 +115,8 @@ class ServeSignals(SignalsBase):
         last = {k: v for k, v in (memo.get("raw") or {}).items() if number_ok(v)} \
             if isinstance(memo.get("raw"), dict) else {}
         uptime, last_uptime = self._number(body, "uptime_s", ""), memo.get("uptime")
-        restarted = (uptime is not None and number_ok(last_uptime) and uptime < last_uptime) or \
+        restarted = (uptime is not None and isinstance(last_uptime, (int, float)) and number_ok(last_uptime)
+                     and uptime < last_uptime) or \
             any(value < last[k] for k, value in raw.items() if k in last)
         if restarted:
             self.state.inc("spyglass_serve_restarts_total", key)

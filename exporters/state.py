@@ -174,12 +174,13 @@ class MetricState:
                          " counters of the dropped series restart from 0", damaged)
 
     def _rows(self, name: str, rows: Any, parse: Callable[[list[Any]], Any]) -> tuple[dict[Key, Any], int]:
-        arity, restored, bad = len(self.catalogue[name].labels), {}, 0
+        arity, bad = len(self.catalogue[name].labels), 0
+        restored: dict[Key, Any] = {}
         for row in rows if isinstance(rows, list) else [None]:
             key = row[0] if isinstance(row, list) and row else None
-            value = parse(row[1:]) if isinstance(key, list) else None
-            if value is None or len(key) != arity or not all(isinstance(k, str) for k in key) \
-                    or len(restored) >= self.max_series:
+            value = parse(row[1:]) if isinstance(row, list) and isinstance(key, list) else None
+            if value is None or not isinstance(key, list) or len(key) != arity \
+                    or not all(isinstance(k, str) for k in key) or len(restored) >= self.max_series:
                 bad += 1
                 continue
             restored[tuple(key)] = value

@@ -42,7 +42,8 @@ def add(tree: Tree, span: PhaseSpan) -> None:
 
 def live_tree(spans: list[Event], engine: PhaseSpan | None, request_id: str) -> PhaseSpan | None:
     """The spans the gateway and serve pushed, with the engine phases from the log under the serve."""
-    nodes, roots = {}, []
+    nodes: dict[str, PhaseSpan] = {}
+    roots: list[PhaseSpan] = []
     for span in spans:
         f = span.fields
         attributes = {k: v for k, v in f["attributes"].items() if k.startswith(("gen_ai.usage", "spyglass.tokens"))}

@@ -136,7 +136,8 @@ class Gateway:
 
     def assemble(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The newest messages that fit the budget: older ones, the task anchor among them, drop."""
-        kept, total = [], 0
+        kept: list[dict[str, Any]] = []
+        total = 0
         for message in reversed(messages):
             total += len(text_of(message.get("content")))
             if total > self.s.assembly_budget_chars and kept:
@@ -228,7 +229,7 @@ class Gateway:
         content = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
         reasoning = "".join(b.get("thinking", "") for b in blocks if b.get("type") == "thinking")
         calls = [b for b in blocks if b.get("type") == "tool_use"]
-        usage, finish = body.get("usage") or {}, FINISH.get(body.get("stop_reason"), "stop")
+        usage, finish = body.get("usage") or {}, FINISH.get(str(body.get("stop_reason")), "stop")
         annotate(input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens"), finish=finish,
                  model=str(original.get("model") or "local"), gateway_estimate=row["est_tokens"],
                  engine=usage.get("input_tokens", 0))
@@ -321,7 +322,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="An emulated RAG gateway.")
     parser.add_argument("--settings", required=True, help="GatewaySettings as JSON")
     settings = GatewaySettings.model_validate_json(parser.parse_args().settings)
-    app = create_app(settings)
+    app: Any = create_app(settings)
     if settings.otlp_endpoint:
         app = instrument(app, "gateway", otlp_tracing(settings.otlp_endpoint, "rag-proxy"))
     uvicorn.run(app, host="127.0.0.1", port=settings.port, log_level="warning")

@@ -4,6 +4,7 @@ The SQL is built here (pure); spyglass.forensics.commands runs and prints it.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from engine.instrument import trace_id_for
@@ -17,7 +18,7 @@ CONVERSATION = """(source_kind = 'engine_log' AND kind IN ('restore', 'park', 'e
                      AND (SELECT max(ts) + INTERVAL 1 SECOND FROM ev WHERE request_id = $request))"""
 
 
-def timeline_query(window: Window, sources: list[str] = (), instances: list[str] = (), kinds: list[str] = (),
+def timeline_query(window: Window, sources: Sequence[str] = (), instances: Sequence[str] = (), kinds: Sequence[str] = (),
                    request: str | None = None, limit: int = 1000) -> Query:
     """Events in [from, to), filtered; one row more than `limit`, so truncation can be told."""
     params: dict[str, Any] = {**window.params(), "limit": limit + 1}

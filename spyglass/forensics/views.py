@@ -591,7 +591,7 @@ def ctes(sql: str, sources: dict[str, Any]) -> list[str]:
 def with_views(sql: str, sources: dict[str, Any]) -> str:
     """`sql` (one SELECT, which may start with comments and its own WITH) with the views it names in front."""
     text = sql.strip().rstrip(";")
-    comments = re.match(r"(?:[ \t]*--[^\n]*\n)*", text).group(0)
+    comments = re.match(r"(?:[ \t]*--[^\n]*\n)*", text).group(0)  # type: ignore[union-attr] # * matches always
     body = text[len(comments):].lstrip()
     head = ",\n".join(ctes(body, sources))
     own = re.match(r"(?is)^with\s+(?!recursive\b)", body)
