@@ -130,12 +130,14 @@ def trace_command(config: ConfigOption, request_id: RequestId) -> None:
 def demo(seconds: Annotated[float, typer.Option(help="Stop after this long; 0 runs until Ctrl-C.")] = 0.0,
          listen: Annotated[str, typer.Option(help="host:port for /metrics.")] = "127.0.0.1:9464",
          scenario: Annotated[str | None, typer.Option(help="Run one scenario (healthy, eviction-storm, ...)"
-                                                          " instead of the mix.")] = None) -> None:
+                                                          " instead of the mix.")] = None,
+         keep: Annotated[Path | None, typer.Option(help="Run in this new or empty folder and keep the stack's"
+                                                        " logs, the store and its config there.")] = None) -> None:
     """Run the emulated stack under supervisord with incident scenarios, and the agent on it."""
     from spyglass.demo import run_demo
 
     try:
-        run_demo(seconds=seconds, listen=listen, scenario=scenario)
+        run_demo(seconds=seconds, listen=listen, scenario=scenario, keep=keep)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
