@@ -51,7 +51,11 @@ def watch_dirs(config: Config, wake: threading.Event) -> Observer | None:
     if not watched:
         return None
     observer.daemon = True
-    observer.start()
+    try:
+        observer.start()  # places the watches: a folder gone (or not made yet) since schedule() fails here
+    except OSError as exc:
+        logger.info("no inotify watches ({}); polling covers every source", exc)
+        return None
     return observer
 
 

@@ -98,3 +98,27 @@ def test_an_unknown_format_is_refused_by_name(tmp_path):
     result = spyglass("sql", "-c", str(write_config(tmp_path, log)), "--format", "xml", "SELECT 1")
     assert result.returncode == 2
     assert "xml" in result.stderr
+
+
+def test_run_lives_through_a_log_folder_that_appears_later(tmp_path):
+    import httpx
+
+    from conftest import free_port, wait_until
+
+    port, log = free_port(), tmp_path / "not-yet" / "engine.log"
+    config = tmp_path / "spyglass.toml"
+    config.write_text(toml_text(engine_log_config(log, tmp_path / "state", listen=f"127.0.0.1:{port}")))
+    with subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
+                          stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            for line in proc.stderr:
+                if "metrics at" in line:
+                    break
+            log.parent.mkdir()
+            log.write_bytes(FIXTURE.read_bytes())
+            key = 'spyglass_engine_evictions_total{instance="strata-b",lane="normal"} 0.0'
+            wait_until(lambda: key in httpx.get(f"http://127.0.0.1:{port}/metrics").text, what="the late log read")
+            assert proc.poll() is None
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=30)

@@ -101,7 +101,8 @@ def test_demo_keep_survives_ctrl_c_and_its_store_answers_afterwards(tmp_path):
     assert f"http://127.0.0.1:{port}/metrics" in stdout
     assert stdout.count(TITLE) == 1, "the final table is printed once"
     status = [line for line in out if re.match(r"\s*\d+s  evictions-b", line)]
-    assert status and all(f" {s.short} " in f" {line} " for s in SIGNALS for line in status[-1:])
+    assert status, stdout + "".join(stderr)[-3000:]
+    assert all(f" {s.short} " in f" {line} " for s in SIGNALS for line in status[-1:])
     evictions, abnormal = row(stdout, "evictions, strata-b")
     assert evictions > 0 and abnormal  # strata-b's cache is too small: the storm is the incident
     requests, marked = row(stdout, "requests answered by the gateway")
