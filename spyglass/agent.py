@@ -41,6 +41,7 @@ def watch_dirs(config: Config, wake: threading.Event) -> Observer | None:
     """An inotify observer on the folders of the file sources, or None if none could be watched."""
     observer = Observer()
     folders = {Path(o.path).expanduser().parent for o in config.sources.values() if o.path}
+    folders = {folder for folder in folders if folder.is_dir()}  # a missing one is polled, not watched
     watched = 0
     for folder in folders:
         try:
