@@ -132,7 +132,7 @@ def test_demo_healthy_marks_nothing_and_cleans_up():
                              "--listen", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=180, env=WIDE)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count(TITLE) == 1
-    assert row(result.stdout, "requests answered by the gateway")[0] > 0
+    assert row(result.stdout, "requests answered by the gateway")[0] > 0, result.stdout + result.stderr[-3000:]
     final = result.stdout[result.stdout.rindex(TITLE):]
     assert "abnormal │" not in final.replace("abnormal when", ""), final
     store = Path(re.search(r"store\s+(\S+)", result.stdout).group(1))
