@@ -26,6 +26,7 @@ OUT = HERE / "out"
 sys.path.insert(0, str(HERE.parent))
 
 from bench.gen_log import generate  # noqa: E402
+from engine.emulator import logsynth  # noqa: E402
 from spyglass.config import engine_log_toml  # noqa: E402
 
 
@@ -88,10 +89,8 @@ def live_latency(samples: int) -> list[float]:
     latencies = []
     with httpx.Client() as client, open(log, "ab", buffering=0) as out:
         for n in range(1, samples + 1):
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S.000", time.gmtime())
             started = time.perf_counter()
-            out.write(f"{stamp} I [cache] evict conv=ab bytes=1 reason=budget parked=0 used=0"
-                      f" budget=8589934592 evictions={n}\n".encode())
+            out.write(logsynth.line(time.time(), *logsynth.evict("ab", 1, 0, 0, 8 << 30, n)) + b"\n")
             while f"{key}{float(n)}" not in client.get(url).text:
                 pass
             latencies.append(time.perf_counter() - started)

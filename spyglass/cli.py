@@ -2,17 +2,45 @@
 from __future__ import annotations
 
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from loguru import logger
 
-from spyglass.config import ConfigError, load_config
+from spyglass import __version__
+from spyglass.config import Config, ConfigError, load_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Observability and blind-spot monitoring for a self-hosted MoE inference stack.")
 ConfigOption = Annotated[Path, typer.Option("--config", "-c", help="The agent's TOML config file.")]
+
+
+def _request_id(value: str) -> str:
+    # An id pasted from `--format csv` or a terminal may carry a \r or spaces; an id never does.
+    return value.strip()
+
+
+RequestId = Annotated[str, typer.Argument(help="e.g. 20261019-124900-7aa82c", callback=_request_id)]
+
+
+class Format(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"spyglass {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    """Observability and blind-spot monitoring for a self-hosted MoE inference stack."""
 
 
 def _config(path: Path):
@@ -33,6 +61,12 @@ def run(config: ConfigOption) -> None:
     agent.serve()
 
 
+def missing_files(config: Config) -> list[tuple[str, Path]]:
+    """(source, path) of every configured file that is not there."""
+    return [(name, options.path.expanduser()) for name, options in config.sources.items()
+            if options.path is not None and not options.path.expanduser().exists()]
+
+
 @app.command()
 def ingest(config: ConfigOption) -> None:
     """Read every file source to its current end, commit, exit. Run again: it adds nothing."""
@@ -41,17 +75,31 @@ def ingest(config: ConfigOption) -> None:
     from spyglass.pipeline import Pipeline
 
     cfg = _config(config)
+    missing = missing_files(cfg)
+    for name, path in missing:
+        typer.echo(f"warning: sources.{name}: no file at {path}", err=True)
+    files = sum(1 for options in cfg.sources.values() if options.path is not None)
+    if files and len(missing) == files:
+        typer.echo(f"error: {config}: none of the {files} configured files exists", err=True)
+        raise typer.Exit(1)
     pipeline = Pipeline(cfg, SystemClock(), open_store(cfg))
+    tailers = [rt.tailer for rt in pipeline.sources if rt.tailer is not None]
+    before = sum(tailer.stats.lines for tailer in tailers)
+    events = [0]
+    pipeline.event_hooks.append(lambda committed: events.__setitem__(0, events[0] + len(committed)))
     try:
-        lines = pipeline.run_until_idle()
+        pipeline.run_until_idle()
     finally:
         pipeline.close()
-    typer.echo(f"ingested {lines} lines from {len(cfg.sources)} sources")
+    lines = sum(tailer.stats.lines for tailer in tailers) - before
+    stored = "stored" if cfg.exporters.store.enabled else "counted (store off)"
+    typer.echo(f"read {lines:,} lines from {files - len(missing)} of {files} files;"
+               f" {events[0]:,} events {stored}; {len(cfg.sources)} sources")
 
 
 @app.command()
 def sql(config: ConfigOption, query: Annotated[str, typer.Argument(help="One SELECT statement.")],
-        fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json")] = "table") -> None:
+        fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv or json")] = Format.table) -> None:
     """Run a read-only query on the store."""
     from spyglass.query import QueryError, run_readonly, show
 
@@ -62,11 +110,11 @@ def sql(config: ConfigOption, query: Annotated[str, typer.Argument(help="One SEL
     except QueryError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    show(columns, rows, fmt)
+    show(columns, rows, fmt.value)
 
 
 @app.command("trace")
-def trace_command(config: ConfigOption, request_id: Annotated[str, typer.Argument(help="e.g. 20261019-124900-7aa82c")]) -> None:
+def trace_command(config: ConfigOption, request_id: RequestId) -> None:
     """Print one request's trace from the store: gateway, engine and its phases, with durations."""
     from spyglass.query import QueryError
     from spyglass.trace import print_trace
@@ -101,12 +149,14 @@ def rules(config: ConfigOption,
 def demo(seconds: Annotated[float, typer.Option(help="Stop after this long; 0 runs until Ctrl-C.")] = 0.0,
          listen: Annotated[str, typer.Option(help="host:port for /metrics.")] = "127.0.0.1:9464",
          scenario: Annotated[str | None, typer.Option(help="Run one scenario (healthy, eviction-storm, ...)"
-                                                          " instead of the mix.")] = None) -> None:
+                                                          " instead of the mix.")] = None,
+         keep: Annotated[Path | None, typer.Option(help="Run in this new or empty folder and keep the stack's"
+                                                        " logs, the store and its config there.")] = None) -> None:
     """Run the emulated stack under supervisord with incident scenarios, and the agent on it."""
     from spyglass.demo import run_demo
 
     try:
-        run_demo(seconds=seconds, listen=listen, scenario=scenario)
+        run_demo(seconds=seconds, listen=listen, scenario=scenario, keep=keep)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -1,48 +1,167 @@
 """`spyglass demo`: the emulated Strata stack under supervisord, a mix of incident scenarios driving
-it, and the agent on every source of it, with a live summary of the signals that moved.
+it, and the agent on every source of it, with a live table of the incident signals that marks the
+abnormal ones.
 
-Needs nothing outside this machine: the stack runs on 127.0.0.1 from a temp folder, the agent
-serves /metrics and /api/sql and writes its DuckDB store there; Ctrl-C stops and removes it all.
+Needs nothing outside this machine: the stack runs on 127.0.0.1, the agent serves /metrics and
+/api/sql and writes its DuckDB store beside the stack's logs. Ctrl-C (or `seconds`) stops it all;
+the folder is removed, or with `keep` left with the logs, the store and the config that reads
+them, and the commands to query them are printed.
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
+import shlex
 import shutil
+import signal
+import sys
 import tempfile
 import threading
 import time
-import tomllib
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
+from loguru import logger
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from engine.emulator.scenarios import SCENARIOS, run_scenario
 from engine.emulator.stack import Stack, free_port_base
+from exporters.state import MetricState
 from spyglass.agent import Agent
-from spyglass.config import parse_config
+from spyglass.config import parse_config, toml_text
 
 # strata-b gets the seed's troubles: a cache too small for its snapshots, an old serve build.
 DEMO_ENGINES = {"strata-a": {"cache_mib": 65_536},
                 "strata-b": {"escape_fix": False, "serve_version": "2026.10.16"}}
 MIX = ("healthy", "eviction-storm", "special-tokens", "plan-then-eos", "assembly-drop", "token-count")
-SIGNALS = [  # (what the on-call engineer reads, metric, labels)
-    ("evictions, strata-b (engine's own counter)", "spyglass_engine_evictions_total", {"instance": "strata-b"}),
-    ("long prompts restored only from a checkpoint", "spyglass_engine_long_prompts_checkpoint_only_total", {}),
-    ("thinking-only responses with special tokens", "spyglass_infer_thinking_only_total", {"special_tokens": "yes"}),
-    ("plan, then EOS", "spyglass_infer_plan_then_stop_total", {}),
-    ("task anchor dropped by assembly", "spyglass_infer_anchor_lost_total", {}),
-    ("overfit 400s at the gateway", "spyglass_gateway_overfits_total", {}),
-    ("blind retries after an overfit", "spyglass_gateway_blind_retries_total", {}),
-    ("unexpected process exits (supervisord)", "spyglass_supervisord_exits_total", {"expected": "false"}),
-    ("programs that gave up (FATAL)", "spyglass_supervisord_fatal_total", {}),
-    ("engines still loading", "spyglass_serve_state", {"state": "loading"}),
-    ("compute-graph rebuilds", "spyglass_engine_graph_rebuilds_total", {}),
-    ("CPUs the two engines share", "spyglass_engine_shared_cpus", {"instance": "strata-a"}),
-    ("requests answered by the gateway", "spyglass_gateway_requests_total", {}),
+History = deque[tuple[float, float]]  # (monotonic seconds, value), oldest first
+
+
+class Rule(Protocol):
+    def abnormal(self, history: History) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Above:
+    """Abnormal while the value is above `limit`: a count that is zero on a healthy stack."""
+
+    limit: float = 0.0
+
+    def abnormal(self, history: History) -> bool:
+        return history[-1][1] > self.limit
+
+    def __str__(self) -> str:
+        return f"> {self.limit:g}"
+
+
+@dataclass(frozen=True)
+class Increase:
+    """Abnormal when the value grew by at least `by` within the last `seconds` (a rate, for a
+    counter that also moves a little on a healthy stack); not before `settle` seconds of
+    history, for a counter that a warming stack moves fast."""
+
+    by: float
+    seconds: float
+    settle: float = 0.0
+
+    def abnormal(self, history: History) -> bool:
+        now, value = history[-1]
+        if now - history[0][0] < self.settle:
+            return False
+        past = next((v for t, v in reversed(history) if t <= now - self.seconds), history[0][1])
+        return value - past >= self.by
+
+    def __str__(self) -> str:
+        return f"+{self.by:g} in {self.seconds / 60:g} min" + (f", after {self.settle / 60:g} min" if self.settle else "")
+
+
+@dataclass(frozen=True)
+class Held:
+    """Abnormal when the value stayed above `limit` for `seconds` in a row (a state that is
+    normal for a moment, such as loading)."""
+
+    seconds: float
+    limit: float = 0.0
+
+    def abnormal(self, history: History) -> bool:
+        now = history[-1][0]
+        if now - history[0][0] < self.seconds:
+            return False
+        return all(v > self.limit for t, v in history if t >= now - self.seconds)
+
+    def __str__(self) -> str:
+        return f"> {self.limit:g} for {self.seconds:g} s"
+
+
+@dataclass(frozen=True)
+class Signal:
+    label: str  # what the on-call engineer reads
+    short: str  # its name on a status line
+    metric: str
+    labels: dict[str, str] = field(default_factory=dict)
+    rule: Rule | None = None  # None: shown for context, never abnormal
+
+
+# The demo's thresholds, one row per signal: the stand-in for the alert heuristics catalogue.
+SIGNALS = [
+    Signal("evictions, strata-b (engine's own counter)", "evictions-b",
+           "spyglass_engine_evictions_total", {"instance": "strata-b"}, Increase(2, 60)),
+    Signal("long prompts restored only from a checkpoint", "checkpoint-only",
+           "spyglass_engine_long_prompts_checkpoint_only_total", rule=Above(0)),
+    Signal("thinking-only responses with special tokens", "special-tokens",
+           "spyglass_infer_thinking_only_total", {"special_tokens": "yes"}, Above(0)),
+    Signal("plan, then EOS", "plan-eos", "spyglass_infer_plan_then_stop_total", rule=Above(0)),
+    Signal("task anchor dropped by assembly", "anchor-lost", "spyglass_infer_anchor_lost_total", rule=Above(0)),
+    Signal("overfit 400s at the gateway", "overfits", "spyglass_gateway_overfits_total", rule=Above(0)),
+    Signal("blind retries after an overfit", "blind-retries", "spyglass_gateway_blind_retries_total", rule=Above(0)),
+    Signal("unexpected process exits (supervisord)", "unexpected-exits",  # a crash loop, before FATAL
+           "spyglass_supervisord_exits_total", {"expected": "false"}, Increase(3, 900)),
+    Signal("programs that gave up (FATAL)", "fatal", "spyglass_supervisord_fatal_total", rule=Above(0)),
+    Signal("engines still loading", "loading", "spyglass_serve_state", {"state": "loading"}, Held(60)),
+    Signal("compute-graph rebuilds", "rebuilds",  # each new shape once: many while the stack warms up
+           "spyglass_engine_graph_rebuilds_total", rule=Increase(5, 60, settle=120)),
+    Signal("CPUs the two engines share", "shared-cpus",
+           "spyglass_engine_shared_cpus", {"instance": "strata-a"}, Above(0)),
+    Signal("requests answered by the gateway", "requests", "spyglass_gateway_requests_total"),
 ]
+
+
+class Board:
+    """The signals' recent values, sampled with the caller's clock; says which are abnormal."""
+
+    def __init__(self, signals: list[Signal] = SIGNALS, keep_seconds: float = 1800.0) -> None:
+        self.signals, self.keep = signals, keep_seconds
+        self.history: list[History] = [deque() for _ in signals]
+
+    def sample(self, state: MetricState, now: float) -> None:
+        with state.lock:
+            values = [state.total(s.metric, **s.labels) for s in self.signals]
+        for history, value in zip(self.history, values):
+            history.append((now, value))
+            while history[0][0] < now - self.keep:
+                history.popleft()
+
+    def rows(self) -> list[tuple[Signal, float, bool]]:
+        """(signal, latest value, abnormal) for every signal sampled at least once."""
+        return [(s, h[-1][1], s.rule is not None and s.rule.abnormal(h))
+                for s, h in zip(self.signals, self.history) if h]
+
+    def status_line(self, elapsed: float) -> str:
+        """Every signal's value on one line; `!` marks the abnormal ones."""
+        return f"{elapsed:4.0f}s  " + "  ".join(f"{s.short} {value:.0f}{'!' if abnormal else ''}"
+                                                for s, value, abnormal in self.rows())
+
+    def table(self) -> Table:
+        table = Table("signal", "value", "abnormal when", "", title="spyglass demo: incident signals")
+        for signal, value, abnormal in self.rows():
+            shown = f"{value:,.0f}"
+            table.add_row(signal.label, f"[bold red]{shown}[/]" if abnormal else shown,
+                          str(signal.rule or "-"), "[bold red]abnormal[/]" if abnormal else "")
+        return table
 
 
 def drive_mix(url: str, stop: threading.Event, mix: tuple[str, ...] = MIX) -> None:
@@ -50,28 +169,26 @@ def drive_mix(url: str, stop: threading.Event, mix: tuple[str, ...] = MIX) -> No
     for name in itertools.cycle(mix):
         if stop.is_set():
             return
-        asyncio.run(run_scenario(SCENARIOS[name], url, deadline_seconds=30))
+        try:
+            asyncio.run(run_scenario(SCENARIOS[name], url, deadline_seconds=30))
+        except Exception as exc:  # noqa: BLE001 - e.g. the stack stopping under the last requests
+            if stop.is_set():
+                return
+            logger.warning("load driver: scenario {} failed ({!r}); the next one runs", name, exc)
 
 
-def signal_values(agent: Agent) -> list[tuple[str, float]]:
-    state = agent.pipeline.state
-    with state.lock:
-        return [(label, state.total(metric, **labels)) for label, metric, labels in SIGNALS]
+def demo_folder(keep: Path | None) -> Path:
+    if keep is None:
+        return Path(tempfile.mkdtemp(prefix="spyglass-demo-"))
+    keep = keep.expanduser().resolve()
+    if keep.exists() and (not keep.is_dir() or any(keep.iterdir())):
+        raise ValueError(f"--keep {keep}: not an empty folder; give a new or empty one")
+    keep.mkdir(parents=True, exist_ok=True)
+    return keep
 
 
-def summary_table(agent: Agent) -> Table:
-    table = Table("signal", "value", title="spyglass demo: incident signals")
-    for label, value in signal_values(agent):
-        table.add_row(label, f"[bold red]{value:.0f}[/]" if value else "0")
-    return table
-
-
-def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str | None = None) -> None:
-    """The mix on a troubled stack, or one scenario (`scenario`) on the stack it describes."""
-    console = Console()
-    if scenario is not None and scenario not in SCENARIOS:
-        raise ValueError(f"unknown scenario {scenario!r}; one of {', '.join(sorted(SCENARIOS))}")
-    folder = Path(tempfile.mkdtemp(prefix="spyglass-demo-"))
+def build_stack(folder: Path, listen: str, scenario: str | None) -> tuple[Stack, dict[str, Any]]:
+    """The stack (the mix's troubled one, or the scenario's) and the agent's config document for it."""
     traced = {"otlp_endpoint": f"http://{listen}"}  # the stack pushes its spans to the agent
     chosen = SCENARIOS[scenario] if scenario else None
     engines_patch = dict(chosen.engine_patch) if chosen else DEMO_ENGINES
@@ -79,66 +196,162 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str
     stack = Stack(folder / "stack", free_port_base(),
                   {name: {**engines_patch.get(name, {}), **traced} for name in ("strata-a", "strata-b")},
                   {**gateway_patch, **traced}, set(chosen.crash_loop) if chosen else set())
-    mix = (scenario,) if scenario else MIX
-    toml = stack.spyglass_toml(folder / "spyglass").replace("[exporters.prometheus]\nenabled = false",
-                                                              f'[exporters.prometheus]\nlisten = "{listen}"')
+    document = stack.spyglass_config(folder / "spyglass")
+    document["exporters"]["prometheus"] = {"listen": listen}
+    return stack, document
+
+
+class CatchUp:
+    """An event hook of the pipeline: `done` is set by the first step that began after `arm()`
+    and left no file source with unread bytes."""
+
+    def __init__(self, state: MetricState) -> None:
+        self.state, self.steps, self.armed_at = state, 0, None
+        self.done = threading.Event()
+
+    def arm(self) -> None:
+        self.armed_at = self.steps
+
+    def __call__(self, _events: list) -> None:
+        self.steps += 1
+        if self.armed_at is None or self.steps < self.armed_at + 2:
+            return
+        with self.state.lock:
+            if self.state.total("spyglass_source_lag_bytes") == 0:
+                self.done.set()
+
+
+def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str | None = None,
+             keep: Path | None = None) -> None:
+    """The mix on a troubled stack, or one scenario (`scenario`) on the stack it describes."""
+    console = Console()
+    if scenario is not None and scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}; one of {', '.join(sorted(SCENARIOS))}")
+    folder = demo_folder(keep)
+    stack, document = build_stack(folder, listen, scenario)
     config_file = folder / "spyglass.toml"
-    config_file.write_text(toml)
-    agent = Agent(parse_config(tomllib.loads(toml), str(config_file)))
-    agent.stop_on_signals()
+    config_file.write_text(toml_text(document))
+    agent = Agent(parse_config(document, str(config_file)))
+    stopping = stop_on_signals()  # not the agent's own: it must outlive the stack to read its last lines
+    caught_up = CatchUp(agent.pipeline.state)
+    agent.pipeline.event_hooks.append(caught_up)
+    board, mix = Board(), (scenario,) if scenario else MIX
     stop_driver = threading.Event()
+    runner = threading.Thread(target=agent.serve, name="spyglass-agent")
+    request = None
     stack.start()
     try:
-        stack.wait_ready(chosen.ready if chosen else ("strata-a", "strata-b"))
-        runner = threading.Thread(target=agent.serve, name="spyglass-agent")
-        driver = threading.Thread(target=drive_mix, args=(stack.url, stop_driver, mix), name="load-driver", daemon=True)
+        stack.wait_ready(SCENARIOS[scenario].ready if scenario else ("strata-a", "strata-b"))
         runner.start()
-        driver.start()
-        console.print(f"[bold]spyglass demo[/]: the emulated Strata stack under supervisord, driven by {', '.join(mix)}\n"
-                      f"  metrics     http://{listen}/metrics\n  sources     http://{listen}/debug/sources\n"
-                      f"  SQL         curl -s http://{listen}/api/sql -d '{{\"query\": \"SELECT kind, count(*)"
-                      f" FROM events GROUP BY ALL\"}}'\n  store       {folder / 'spyglass' / 'spyglass.duckdb'}\n"
-                      f"  stack logs  {stack.folder}\n  Ctrl-C stops it.", soft_wrap=True)
-        _watch(agent, runner, console, seconds, config_file)
+        threading.Thread(target=drive_mix, args=(stack.url, stop_driver, mix), name="load-driver",
+                         daemon=True).start()
+        console.print(banner(mix, listen, config_file, agent.config.store_path(), stack.folder, keep is not None),
+                      soft_wrap=True)
+        _watch(agent, runner, board, console, seconds, config_file, stopping)
     finally:
         stop_driver.set()
+        stack.stop()
+        if runner.is_alive():  # the agent reads what the logs gained while the stack stopped, then stops
+            caught_up.arm()
+            caught_up.done.wait(15)
+            request = finished_request(agent, settled_seconds=0)
         agent.stop.set()
         agent.wake.set()
-        stack.stop()
-        console.print(summary_table(agent))
-        shutil.rmtree(folder, ignore_errors=True)
+        if runner.ident is None:  # it never started: nobody else closes the store
+            agent.pipeline.close()
+        else:
+            runner.join(60)
+        board.sample(agent.pipeline.state, time.monotonic())
+        console.print(board.table())
+        if keep:
+            print_kept(console, folder, config_file, agent, request)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
-def finished_request(agent: Agent) -> str | None:
-    """The id of a request that went all the way through, for the `spyglass trace` hint."""
+def banner(mix: tuple[str, ...], listen: str, config: Path, store: Path, logs: Path, kept: bool) -> str:
+    ending = f"keeps {config.parent}" if kept else "removes it all (--keep DIR keeps it)"
+    return (f"[bold]spyglass demo[/]: the emulated Strata stack under supervisord, driven by {', '.join(mix)}\n"
+            f"  metrics     http://{listen}/metrics\n  sources     http://{listen}/debug/sources\n"
+            f"  SQL         {command()} sql -c {config} \"SELECT kind, count(*) FROM events GROUP BY ALL\"\n"
+            f"  store       {store}\n  stack logs  {logs}\n  Ctrl-C stops it and {ending}.")
+
+
+def command() -> str:
+    """How to call `spyglass` from here: the script beside this interpreter, relative when it can be."""
+    script = Path(sys.executable).parent / "spyglass"
+    if not script.exists():
+        return "spyglass"
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
+def print_kept(console: Console, folder: Path, config: Path, agent: Agent, request: str | None) -> None:
+    spyglass, c = command(), shlex.quote(str(config))
+    logs = ", ".join(sorted(p.name for p in (folder / "stack").iterdir() if p.suffix == ".log" or p.name == "infer"))
+    lines = [f"kept in {folder}:", f"  config      {config}", f"  store       {agent.config.store_path()}",
+             f"  stack logs  {folder / 'stack'} ({logs})", "query them:",
+             f"  {spyglass} sql -c {c} \"SELECT source, kind, count(*) AS n FROM events GROUP BY ALL ORDER BY n DESC\"",
+             f"  {spyglass} sql -c {c} \"SELECT fields->>'reason' AS reason, count(*) AS n FROM events"
+             f" WHERE kind = 'evict' GROUP BY ALL\"",
+             f"  {spyglass} trace -c {c} {request or 'REQUEST_ID'}"]
+    console.print("\n".join(lines), soft_wrap=True, highlight=False)
+
+
+def finished_request(agent: Agent, settled_seconds: float = 6.0) -> str | None:
+    """The id of a request that went all the way through, for the `spyglass trace` hint; one that
+    finished `settled_seconds` ago, so that its spans (batched every 5 s) are in the store too."""
     cursor = agent.pipeline.store.con.cursor()
     try:
-        # finished a while ago, so that its spans (batched every 5 s) are in the store too
         row = cursor.execute("SELECT request_id FROM events WHERE source = 'gateway' AND kind = 'done'"
-                             " AND ts < now() - INTERVAL 6 SECOND ORDER BY ts DESC LIMIT 1").fetchone()
+                             " AND ts < now() - to_seconds(?) ORDER BY ts DESC LIMIT 1", [settled_seconds]).fetchone()
     finally:
         cursor.close()
     return row[0] if row else None
 
 
-def _watch(agent: Agent, runner: threading.Thread, console: Console, seconds: float, config: Path) -> None:
+def stop_on_signals() -> threading.Event:
+    """An event that SIGINT (Ctrl-C) and SIGTERM set."""
+    stopping = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        logger.info("{} received, stopping the stack, then the agent", signal.Signals(signum).name)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stopping
+
+
+def _watch(agent: Agent, runner: threading.Thread, board: Board, console: Console, seconds: float,
+           config: Path, stopping: threading.Event) -> None:
     deadline = time.monotonic() + seconds if seconds else None
-    hinted = threading.Timer(14.0, lambda: _hint_trace(agent, console, config))
-    hinted.daemon = True
-    hinted.start()
-    running = lambda: runner.is_alive() and (deadline is None or time.monotonic() < deadline)  # noqa: E731
+    threading.Thread(target=_hint_trace, args=(agent, console, config), name="trace-hint", daemon=True).start()
+    running = lambda: (runner.is_alive() and not stopping.is_set()  # noqa: E731
+                       and (deadline is None or time.monotonic() < deadline))
+    board.sample(agent.pipeline.state, time.monotonic())
     if console.is_terminal:
-        with Live(summary_table(agent), console=console, refresh_per_second=1) as live:
+        # transient: the final table is printed once, after the stack stopped, with its last numbers
+        with Live(board.table(), console=console, refresh_per_second=1, transient=True) as live:
             while running():
-                agent.stop.wait(1.0)
-                live.update(summary_table(agent))
+                stopping.wait(1.0)
+                board.sample(agent.pipeline.state, time.monotonic())
+                live.update(board.table())
         return
-    while running():
-        agent.stop.wait(3.0)
-        console.print("  ".join(f"{label.split(' (')[0]}: {value:.0f}" for label, value in signal_values(agent)[:3]))
+    started = time.monotonic()
+    while running():  # a pipe or a log file: every signal on one line, every 10 s
+        stopping.wait(10.0)
+        board.sample(agent.pipeline.state, time.monotonic())
+        if running():
+            console.print(board.status_line(time.monotonic() - started), soft_wrap=True, highlight=False)
 
 
 def _hint_trace(agent: Agent, console: Console, config: Path) -> None:
-    request = finished_request(agent)
-    if request:
-        console.print(f"  one request's trace: .venv/bin/spyglass trace -c {config} {request}", soft_wrap=True)
+    """Once a request has finished and settled, print the command that shows its trace."""
+    while not agent.stop.wait(5.0):
+        request = finished_request(agent)
+        if request:
+            console.print(f"  one request's trace: {command()} trace -c {config} {request}", soft_wrap=True)
+            return

@@ -94,15 +94,26 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+def nested(value: Any) -> Any:
+    """A JSON column's value as JSON, not as a string of JSON: DuckDB hands JSON back as text."""
+    value = jsonable(value)
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
 def show(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
-    """Print a result as a rich table, CSV or JSON lines."""
+    """Print a result as a rich table, CSV (LF line ends) or JSON lines (JSON columns nested)."""
     if fmt == "csv":
-        writer = csv.writer(sys.stdout)
+        writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(columns)
         writer.writerows([[jsonable(v) for v in row] for row in rows])
     elif fmt == "json":
         for row in rows:
-            print(json.dumps({c: jsonable(v) for c, v in zip(columns, row)}, default=str))
+            print(json.dumps({c: nested(v) for c, v in zip(columns, row)}, default=str, ensure_ascii=False))
     else:
         from rich.console import Console
         from rich.table import Table

@@ -40,11 +40,16 @@ def build_infer_store(folder: Path) -> Path:
 
 def fixture_config(state_dir: Path) -> dict:
     """Every fixture source, with the file mtimes a fresh clone would scramble pinned."""
-    template = (HERE / "fixtures" / "spyglass.toml.in").read_text()
-    gateway = HERE / "fixtures" / "gateway_log" / "rag-proxy.log"
-    os.utime(gateway, (PINNED_MTIME, PINNED_MTIME))
-    infer = build_infer_store(state_dir / "infer")
-    return tomllib.loads(template.format(fixtures=HERE / "fixtures", state=state_dir, infer=infer))
+    fixtures = HERE / "fixtures"
+    document = tomllib.loads((fixtures / "spyglass.toml").read_text())
+    os.utime(fixtures / "gateway_log" / "rag-proxy.log", (PINNED_MTIME, PINNED_MTIME))
+    document["agent"]["state_dir"] = str(state_dir)
+    for options in document["sources"].values():
+        for key in ("path", "proc_root", "cgroup_root"):
+            if key in options:
+                options[key] = str(fixtures / options[key])
+    document["sources"]["infer"]["path"] = str(build_infer_store(state_dir / "infer") / "infer.db")
+    return document
 
 
 def render_fixtures(state_dir: Path) -> str:

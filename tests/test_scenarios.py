@@ -3,7 +3,6 @@ read by spyglass from all its sources; the expected signals move, and `healthy` 
 from __future__ import annotations
 
 import asyncio
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ def run(name: str, folder: Path) -> MetricState:
     scenario = SCENARIOS[name]
     stack = Stack(folder / "stack", free_port_base(), dict(scenario.engine_patch), dict(scenario.gateway_patch),
                   set(scenario.crash_loop))
-    config = parse_config(tomllib.loads(stack.spyglass_toml(folder / "spyglass")), name)
+    config = parse_config(stack.spyglass_config(folder / "spyglass"), name)
     with stack:
         stack.wait_ready(scenario.ready)
         asyncio.run(run_scenario(scenario, stack.url))

@@ -30,6 +30,7 @@ from pydantic import BaseModel
 
 from collectors.infer_store import text_of
 from engine.instrument import annotate, event, instrument, otlp_tracing
+from engine.emulator import logsynth as log
 from engine.emulator.logsynth import line, park_lines
 from engine.emulator.mechanism import (ANCHOR, SPECIAL_LITERALS, ConversationCache, Response, count_tokens, plan_response)
 
@@ -74,35 +75,31 @@ class Engine:
         self.escapes = {"calls": 0, "literals": 0}
         self.stops_while_reasoning = 0
 
-    def write(self, level: str, component: str, message: str) -> None:
-        self.log.write(line(time.time(), level, component, message) + b"\n")
+    def write(self, record: log.Record) -> None:
+        self.log.write(line(time.time(), *record) + b"\n")
 
     async def sleep(self, model_seconds: float) -> None:
         await asyncio.sleep(model_seconds * self.s.time_scale)
 
     def start_lines(self) -> None:
         s = self.s
-        self.write("I", "main", f"Strata 0.9.3 (build 7f3c2e1) starting pid={os.getpid()}")
-        self.write("I", "main", f"args: --model /home/cloud/models/current.gguf --port {s.port} --slots {s.slots}"
-                                f" --ctx {s.window} --pool-workers {s.pool_workers} --conversation-cache-mib"
-                                f" {s.cache_mib} --prompt-cache-every {s.prompt_cache_every}")
-        self.write("I", "main", "model path=/home/cloud/models/current.gguf real=/data/models/v7/qwen3.5-397b-a17b-"
-                                "iq3_xxs.gguf bytes=163208757248 md5=5d41402abc4b2a76b9719d911017c592")
-        self.write("I", "main", f"cpus allowed={s.cpus} pool_workers={s.pool_workers}")
+        self.write(log.starting(os.getpid()))
+        self.write(log.args(s.port, s.slots, s.window, s.pool_workers, s.cache_mib, s.prompt_cache_every))
+        self.write(log.model_path())
+        self.write(log.cpus(s.cpus, s.pool_workers))
 
     async def load(self) -> None:
         await self.sleep(self.s.load_seconds)
-        self.write("I", "load", f"experts resident=256/512 arena_mib=98304 loaded in {self.s.load_seconds - 2.5:.1f} s")
-        self.write("I", "main", f"ready in {self.s.load_seconds:.1f} s")
+        self.write(log.loaded(self.s.load_seconds - 2.5))
+        self.write(log.ready(self.s.load_seconds))
         self.state = "ready"
 
     async def stats(self) -> None:
         while True:
             await asyncio.sleep(max(0.5, 10 * self.s.time_scale))
             c = self.cache
-            self.write("I", "stats", f"busy={self.busy}/{self.s.slots} prefill_queue={self.queue_depth}"
-                                     f" decode_tps={self.decode_rate():.1f} parked={len(c.parked)}"
-                                     f" used={c.used_bytes()} budget={c.budget_bytes} evictions={c.evictions}")
+            self.write(log.stats(self.busy, self.s.slots, self.queue_depth, self.decode_rate(), len(c.parked),
+                                 c.used_bytes(), c.budget_bytes, c.evictions))
 
     def decode_rate(self) -> float:
         return self.s.decode_tps / (10 if self.s.shares_cores else 1)
@@ -112,7 +109,7 @@ class Engine:
 
     def status(self) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "engine": self.s.instance, "build": "Strata 0.9.3 (build 7f3c2e1)", "serve_version": self.s.serve_version,
+            "engine": self.s.instance, "build": log.BUILD, "serve_version": self.s.serve_version,
             "state": self.state, "uptime_s": round(time.time() - self.started, 1),
             "slots": {"total": self.s.slots, "busy": self.busy}, "prefill_queue": self.queue_depth,
             "requests": {"total": sum(self.requests.values()), "by_status": dict(self.requests)}}
@@ -139,13 +136,13 @@ class Engine:
         self.task += 1
         task = self.task
         if prompt > self.s.window:
-            self.write("W", "http", f"task {task} rejected 400 #545 prompt too long: {prompt} > {self.s.window}")
+            self.write(log.rejected(task, prompt, self.s.window))
             self.count(400)
             return 400, {"error": f"#545 prompt too long: {prompt} > {self.s.window}"}, None
         first = text_of(messages[0].get("content")) if messages else ""
         conv = hashlib.sha256((system + first).encode()).hexdigest()[:16]
         self.queue_depth += 1
-        self.write("I", "http", f"task {task} req={req_id} conv={conv} queued prefill_depth={self.queue_depth}")
+        self.write(log.queued(task, req_id, conv, self.queue_depth))
         queued = time.monotonic() if self.slots.locked() or self.prefill.locked() else None
         async with self.slots:
             self.busy += 1
@@ -164,16 +161,16 @@ class Engine:
             self.queue_depth -= 1
             reused, origin = self.cache.restore(conv, prompt)
             if origin != "none":
-                self.write("I", "cache", f"restore conv={conv} from={origin} tokens={reused}")
+                self.write(log.restored(conv, origin, reused))
             read = prompt - reused
             read_ms = 300 + int(read / self.s.prefill_tokens_per_ms)
             shape = f"1x{2 ** max(9, math.ceil(math.log2(max(read, 1))))}"
             if shape not in self.shapes:
                 self.shapes.add(shape)
-                self.write("I", "graph", f"rebuild shape={shape} reason=new_shape took_ms=840")
+                self.write(log.rebuild(shape, 840))
                 read_ms += 840
             await self.sleep(read_ms / 1000)
-            self.write("I", slot, f"task {task} prompt {prompt} = {reused} reused + {read} read in {read_ms} ms")
+            self.write(log.prompt_read(slot, task, prompt, reused, read_ms))
         ttft_ms = wait_ms + read_ms
         if first_token is not None:
             first_token.set()
@@ -183,13 +180,11 @@ class Engine:
         max_tokens = int(body.get("max_tokens") or 32000)
         response = plan_response(self.rng, last_user, anchored, bool(body.get("tools")), max_tokens, budget, escaped)
         await self.sleep(response.thinking / self.decode_rate())
-        self.write("I", slot, f"task {task} thinking: {response.thinking} of max {budget} \u2192 done"
-                              f" ({response.thinking_cause})")
+        self.write(log.thinking(slot, task, response.thinking, budget, response.thinking_cause))
         await self.sleep((response.completion - response.thinking) / self.decode_rate())
         if response.tool_call:
-            self.write("I", slot, f"task {task} writing a tool call")
-        self.write("I", slot, f"task {task} done finish={response.finish} prompt={prompt}"
-                              f" completion={response.completion} ttft_ms={ttft_ms} decode_tps={self.decode_rate():.1f}")
+            self.write(log.tool_call(slot, task))
+        self.write(log.done(slot, task, response.finish, prompt, response.completion, ttft_ms, self.decode_rate()))
         if response.finish == "stop" and not response.content and not response.tool_call:
             event("stop_while_reasoning")
             if self.s.escape_fix:  # only builds with the fix count it in /v1/status

@@ -15,8 +15,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
+import tomli_w
 
 from engine.emulator.gateway import GatewaySettings
 from engine.emulator.serve import EngineSettings
@@ -97,23 +99,29 @@ class Stack:
         path.write_text("\n".join(sections))
         return path
 
-    def spyglass_toml(self, state: Path | None = None) -> str:
-        """A spyglass config reading every source this stack writes."""
+    def spyglass_config(self, state: Path | None = None) -> dict[str, Any]:
+        """A spyglass config document reading every source this stack writes."""
         f, a, b = self.folder, self.engines["strata-a"], self.engines["strata-b"]
-        return "\n".join([
-            f'[agent]\nstate_dir = "{state or f / "spyglass"}"\nhost = "emulated"',
-            "[exporters.prometheus]\nenabled = false",
-            f'[sources.engine-a]\nkind = "engine_log"\npath = "{a.log}"\ninstance = "strata-a"\nlane = "fast"',
-            f'[sources.engine-b]\nkind = "engine_log"\npath = "{b.log}"\ninstance = "strata-b"\nlane = "normal"',
-            f'[sources.gateway]\nkind = "gateway_log"\npath = "{self.gateway.log}"\ninstance = "rag-proxy"',
-            f'[sources.supervisord]\nkind = "supervisord_log"\npath = "{f}/supervisord.log"',
-            f'[sources.serve-a]\nkind = "serve_status"\nurl = "http://127.0.0.1:{a.port}/v1/status"\ninstance = "strata-a"',
-            f'[sources.serve-b]\nkind = "serve_status"\nurl = "http://127.0.0.1:{b.port}/v1/status"\ninstance = "strata-b"',
-            f'[sources.infer]\nkind = "infer_store"\npath = "{self.gateway.infer}/infer.db"\nsettle_seconds = 0',
-            f'[sources.supervisord-api]\nkind = "supervisord_rpc"\nendpoint = "unix://{f}/supervisor.sock"',
-            f'[sources.host]\nkind = "host"\nsupervisord = "unix://{f}/supervisor.sock"\n'
-            '[sources.host.processes.strata-a]\nprogram = "strata-a"\n[sources.host.processes.strata-b]\nprogram = "strata-b"',
-            ""])
+        rpc = f"unix://{f}/supervisor.sock"
+        return {
+            "agent": {"state_dir": str(state or f / "spyglass"), "host": "emulated"},
+            "exporters": {"prometheus": {"enabled": False}},
+            "sources": {
+                "engine-a": {"kind": "engine_log", "path": str(a.log), "instance": "strata-a", "lane": "fast"},
+                "engine-b": {"kind": "engine_log", "path": str(b.log), "instance": "strata-b", "lane": "normal"},
+                "gateway": {"kind": "gateway_log", "path": str(self.gateway.log), "instance": "rag-proxy"},
+                "supervisord": {"kind": "supervisord_log", "path": f"{f}/supervisord.log"},
+                "serve-a": {"kind": "serve_status", "url": f"http://127.0.0.1:{a.port}/v1/status", "instance": "strata-a"},
+                "serve-b": {"kind": "serve_status", "url": f"http://127.0.0.1:{b.port}/v1/status", "instance": "strata-b"},
+                "infer": {"kind": "infer_store", "path": f"{self.gateway.infer}/infer.db", "settle_seconds": 0},
+                "supervisord-api": {"kind": "supervisord_rpc", "endpoint": rpc},
+                "host": {"kind": "host", "supervisord": rpc,
+                         "processes": {"strata-a": {"program": "strata-a"}, "strata-b": {"program": "strata-b"}}},
+            }}
+
+    def spyglass_toml(self, state: Path | None = None) -> str:
+        """spyglass_config as TOML text, for a config file."""
+        return tomli_w.dumps(self.spyglass_config(state))
 
     def start(self) -> Stack:
         self.proc = subprocess.Popen([str(BIN / "supervisord"), "-c", str(self.supervisord_conf())],
