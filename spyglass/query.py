@@ -92,7 +92,7 @@ def run_readonly(path: Path, query: str, api: AgentApi | None = None, limits: Li
     try:
         return run_bounded(path, query, limits)
     except QueryError as exc:
-        if "lock" not in str(exc).lower() or api is None:
+        if "could not set lock" not in str(exc).lower() or api is None:
             raise
     return _via_agent(api, query, limits)
 
