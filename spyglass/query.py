@@ -16,7 +16,7 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,6 @@ class Answer:
     rows: list[list[Any]]
     truncated: str | None = None  # why the rows were cut, if they were
     as_of: float | None = None  # epoch seconds of the copy the query read; None: the store itself
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"columns": self.columns, "rows": self.rows, "truncated": self.truncated, "as_of": self.as_of}
