@@ -13,7 +13,7 @@ from pathlib import Path
 from loguru import logger
 
 from collectors.clock import Clock, SystemClock
-from spyglass.server import AgentServer
+from spyglass.server import AgentServer, ServerLimits
 from exporters.statefile import StateFile, Store
 from spyglass import __version__
 from spyglass.config import Config
@@ -56,30 +56,54 @@ class Agent:
             self.tracing = otlp_tracing(otlp.endpoint, "spyglass")
             kinds = {name: options.kind for name, options in config.sources.items()}
             self.pipeline.event_hooks.append(EngineSpanExporter(self.tracing, kinds).observe)
+        self.snapshots = None
+        self._decoding = threading.Lock()
         if config.exporters.prometheus.enabled:
-            self.server = AgentServer(config.exporters.prometheus.listen, self.pipeline.exposed,
-                                      self.pipeline.debug_sources, self._query_function(),
-                                      self._receive_traces if config.exporters.traces.accept else None)
+            server = config.exporters.prometheus
+            limits = ServerLimits(server.workers, server.request_timeout_seconds, server.max_body_bytes,
+                                  server.bearer_token(), tuple(server.open_paths))
+            self.server = AgentServer(server.listen, self.pipeline.exposed, self.pipeline.debug_sources,
+                                      self._query_function(),
+                                      self._receive_traces if config.exporters.traces.accept else None, limits)
 
     def _receive_traces(self, body: bytes) -> None:
-        from spyglass.otlp_receiver import decode_spans
+        from spyglass.otlp_receiver import SpanLimits, decode_spans
 
-        self.pipeline.submit(decode_spans(body, self.config.agent.host))
+        traces = self.config.exporters.traces
+        limits = SpanLimits(traces.keep_content, traces.max_spans_per_export, traces.max_attributes,
+                            traces.max_value_chars)
+        with self._decoding:  # one export decoded at a time: its memory is bounded by the body limit
+            events = decode_spans(body, self.config.agent.host, limits)
+        self.pipeline.submit(events)
         self.wake.set()
 
     def _query_function(self):
+        """/api/sql: a bounded query on a read-only copy of the store, a few at a time."""
         store = self.pipeline.store
         if not store.keeps_events:
             return None
-        from spyglass.query import execute, jsonable
+        import time
 
-        def query(text: str) -> tuple[list[str], list]:
-            cursor = store.con.cursor()  # one cursor per request thread
+        from spyglass.query import Limits, QueryError, run_bounded
+        from spyglass.snapshot import Snapshots
+
+        server = self.config.exporters.prometheus
+        self.snapshots = Snapshots(store.con, self.config.state_dir() / "sql-copies", server.sql_snapshot_seconds)
+        limits = Limits(server.sql_timeout_seconds, server.sql_memory_mb, server.sql_max_rows, server.sql_max_bytes)
+        turns = threading.BoundedSemaphore(server.sql_workers)
+
+        def query(text: str) -> dict:
+            deadline = time.monotonic() + limits.timeout_seconds
+            if not turns.acquire(timeout=limits.timeout_seconds):
+                raise QueryError(f"the agent is busy: {server.sql_workers} queries ran for all of"
+                                 f" {limits.timeout_seconds:g} s")
             try:
-                columns, rows = execute(cursor, text)
-                return columns, [[jsonable(v) for v in row] for row in rows]
+                with self.snapshots.lease() as copy:
+                    answer = run_bounded(copy.path, text, limits, deadline)
+                    answer.as_of = copy.as_of
+                    return answer.to_json()
             finally:
-                cursor.close()
+                turns.release()
 
         return query
 
@@ -118,6 +142,8 @@ class Agent:
                 self.tracing.shutdown()
             self.pipeline.close()
             self.wake.close()
+            if self.snapshots is not None:
+                self.snapshots.close()
             if clean:
                 logger.info("stopped cleanly")
             else:

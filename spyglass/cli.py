@@ -101,16 +101,17 @@ def ingest(config: ConfigOption) -> None:
 def sql(config: ConfigOption, query: Annotated[str, typer.Argument(help="One SELECT statement.")],
         fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv or json")] = Format.table) -> None:
     """Run a read-only query on the store."""
-    from spyglass.query import QueryError, run_readonly, show
+    from spyglass.query import QueryError, agent_api, run_readonly, show
 
     cfg = _config(config)
     try:
-        api = f"http://{cfg.exporters.prometheus.listen}/api/sql" if cfg.exporters.prometheus.enabled else None
-        columns, rows = run_readonly(cfg.store_path(), query, api)
+        answer = run_readonly(cfg.store_path(), query, agent_api(cfg))
     except QueryError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    show(columns, rows, fmt.value)
+    show(answer.columns, answer.rows, fmt.value)
+    if answer.truncated:
+        typer.echo(f"note: {answer.truncated}", err=True)
 
 
 @app.command("trace")

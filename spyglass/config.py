@@ -5,6 +5,7 @@ Each source's keys come from its collector module's options model (collectors.RE
 """
 from __future__ import annotations
 
+import ipaddress
 import math
 import socket
 import tomllib
@@ -13,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 import collectors
 from collectors.clock import zone
@@ -49,16 +50,67 @@ class AgentConfig(Strict):
 
 
 class PrometheusConfig(Strict):
-    enabled: bool = Field(True, description="Serve /metrics, /health, /debug/sources and /api/sql.")
-    listen: str = Field("127.0.0.1:9464", description="host:port of /metrics; loopback unless you mean it.")
+    """The agent's HTTP server. Loopback only unless a bearer token is configured; every limit bounds
+    what one request can cost the agent (docs/config.md says which)."""
+
+    enabled: bool = Field(True, description="Serve /metrics, /health, /debug/sources, /api/sql and /v1/traces.")
+    token: str | None = Field(None, min_length=16, description="Bearer token required on every path but "
+                              "`open_paths`; needed to listen on a non-loopback address.")
+    token_file: Path | None = Field(None, description="A file holding the token (first line), instead of `token`.")
+    listen: str = Field("127.0.0.1:9464", description="IP:port or [IPv6]:port; a non-loopback address needs a token.")
+    open_paths: list[str] = Field(["/metrics", "/health"], description="Paths served without the token.")
+    workers: int = Field(32, ge=1, le=1024, description="Requests served at once; past that a connection gets 503 at once.")
+    request_timeout_seconds: float = Field(10.0, gt=0, le=600,
+                                           description="Headers and body must arrive within this, or the connection closes.")
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="A longer request body is refused with 413 (an OTLP export of 512 spans is about 0.5 MB).")
+    sql_timeout_seconds: float = Field(30.0, gt=0, le=3600,
+                                       description="/api/sql: the whole query, fetching and encoding included.")
+    sql_memory_mb: int = Field(512, ge=64, description="/api/sql: memory of the process that runs one query.")
+    sql_workers: int = Field(2, ge=1, le=64, description="/api/sql: queries run at once; others wait their turn.")
+    sql_max_rows: int = Field(100_000, ge=1, description="/api/sql: rows in an answer; more is cut and said so.")
+    sql_max_bytes: int = Field(16 << 20, ge=1024, description="/api/sql: bytes of an answer; more is cut and said so.")
+    sql_snapshot_seconds: float = Field(5.0, ge=0, le=3600,
+                                        description="/api/sql reads a copy of the store at most this much older than the query.")
+
+    @field_validator("token_file")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            try:
+                token = value.expanduser().read_text().strip().splitlines()
+            except OSError as exc:
+                raise ValueError(f"cannot read the token file: {exc.strerror}") from None
+            if not token or len(token[0]) < 16:
+                raise ValueError("the token file must hold a token of at least 16 characters")
+        return value
 
     @field_validator("listen")
     @classmethod
-    def _host_port(cls, value: str) -> str:
+    def _host_port(cls, value: str, info: ValidationInfo) -> str:
         host, _, port = value.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError("expected host:port, e.g. 127.0.0.1:9464")
+            raise ValueError("expected host:port with an IP address, e.g. 127.0.0.1:9464 or [::1]:9464")
+        try:
+            address = ipaddress.ip_address("127.0.0.1" if host == "localhost" else host.strip("[]"))
+        except ValueError:
+            raise ValueError(f"{host} is not an IP address (expected e.g. 127.0.0.1:9464 or [::1]:9464)") from None
+        if (":" in host) != (address.version == 6) or (address.version == 6 and not host.startswith("[")):
+            raise ValueError("write an IPv6 address in brackets, e.g. [::1]:9464")
+        if not address.is_loopback and not (info.data.get("token") or info.data.get("token_file")):
+            raise ValueError(f"{host} is not a loopback address: set exporters.prometheus.token or token_file"
+                             " (every path but open_paths then requires it)")
         return value
+
+    def bearer_token(self) -> str | None:
+        if self.token_file is not None:
+            return self.token_file.expanduser().read_text().strip().splitlines()[0]
+        return self.token
+
+    def client_url(self) -> str:
+        """Where a local client reaches the server: an all-interfaces address means this host's loopback."""
+        host, _, port = self.listen.rpartition(":")
+        host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]", "localhost": "127.0.0.1"}.get(host, host)
+        return f"http://{host}:{port}"
 
 
 class StoreConfig(Strict):
@@ -73,6 +125,11 @@ class OtlpConfig(Strict):
 
 class TracesConfig(Strict):
     accept: bool = Field(True, description="Store OTLP/HTTP spans posted to /v1/traces on the agent's server.")
+    keep_content: bool = Field(False, description="Keep prompt and completion attributes and status messages "
+                               "(gen_ai.prompt, gen_ai.input.messages, ...); off: dropped on receipt.")
+    max_spans_per_export: int = Field(5000, ge=1, description="A larger export is refused (400).")
+    max_attributes: int = Field(64, ge=1, description="Attributes kept per span; the rest are dropped and counted.")
+    max_value_chars: int = Field(1024, ge=16, description="A longer attribute value or span name is truncated.")
 
 
 class ExportersConfig(Strict):

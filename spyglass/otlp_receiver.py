@@ -3,9 +3,15 @@
 On one host with no trace store of its own, the instrumented gateway and serve push their spans
 to the agent; each span becomes an event (kind `span`, source `otlp`) with its ids, times,
 status and attributes, joined to the rest by its `spyglass.request.id`. Decoding is pure.
+
+What a span may bring is bounded (`SpanLimits`): spans per export, attributes per span, the
+length of every name and value, the depth and length of arrays and maps. Prompt and completion
+text (the GenAI content attributes, and status messages, which echo exceptions) is dropped on
+receipt unless `keep_content` says otherwise; the span keeps the names of what was dropped.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -13,40 +19,92 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from collectors.event import Event
 
 KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
+# OpenTelemetry GenAI semantic conventions: the attributes that carry what was said.
+CONTENT_KEYS = {"gen_ai.prompt", "gen_ai.completion", "gen_ai.input.messages", "gen_ai.output.messages",
+                "gen_ai.system_instructions", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result",
+                "gen_ai.tool.definitions", "llm.prompts", "llm.completions", "input.value", "output.value"}
+CONTENT_PREFIXES = ("gen_ai.prompt.", "gen_ai.completion.", "llm.input_messages.", "llm.output_messages.")
+MAX_EVENTS = 64
+MAX_DEPTH = 3
 
 
-def any_value(value: Any) -> Any:
+@dataclass(frozen=True)
+class SpanLimits:
+    keep_content: bool = False
+    max_spans: int = 5000
+    max_attributes: int = 64
+    max_value_chars: int = 1024
+
+
+def is_content(key: str) -> bool:
+    return key in CONTENT_KEYS or key.startswith(CONTENT_PREFIXES)
+
+
+def any_value(value: Any, limits: SpanLimits = SpanLimits(), depth: int = 0) -> Any:
     kind = value.WhichOneof("value")
+    if kind in ("array_value", "kvlist_value") and depth >= MAX_DEPTH:
+        return "[too deep]"
     if kind == "array_value":
-        return [any_value(v) for v in value.array_value.values]
+        return [any_value(v, limits, depth + 1) for v in value.array_value.values[:limits.max_attributes]]
     if kind == "kvlist_value":
-        return {kv.key: any_value(kv.value) for kv in value.kvlist_value.values}
+        return {kv.key[:limits.max_value_chars]: any_value(kv.value, limits, depth + 1)
+                for kv in value.kvlist_value.values[:limits.max_attributes]}
     if kind == "bytes_value":
-        return value.bytes_value.hex()
+        return value.bytes_value[:limits.max_value_chars // 2].hex()
+    if kind == "string_value":
+        return value.string_value[:limits.max_value_chars]
     return getattr(value, kind) if kind else None
 
 
-def decode_spans(body: bytes, host: str = "") -> list[Event]:
-    """The spans of one ExportTraceServiceRequest as events; ValueError if it is not one."""
+def attributes_of(pairs: Any, limits: SpanLimits) -> tuple[dict[str, Any], list[str], int]:
+    """Kept attributes, the keys dropped as content, and how many were dropped over the limit."""
+    kept: dict[str, Any] = {}
+    redacted: list[str] = []
+    for kv in pairs[:limits.max_attributes]:
+        key = kv.key[:limits.max_value_chars]
+        if not limits.keep_content and is_content(key):
+            redacted.append(key)
+        else:
+            kept[key] = any_value(kv.value, limits)
+    return kept, redacted, max(0, len(pairs) - limits.max_attributes)
+
+
+def decode_spans(body: bytes, host: str = "", limits: SpanLimits = SpanLimits()) -> list[Event]:
+    """The spans of one ExportTraceServiceRequest as events; ValueError if it is not one or too big."""
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(body)
     except Exception as exc:  # protobuf's DecodeError
         raise ValueError(f"not an OTLP trace export: {exc}") from None
+    count = sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
+    if count > limits.max_spans:
+        raise ValueError(f"{count} spans in one export; at most {limits.max_spans} are accepted")
     events = []
     for resource_spans in request.resource_spans:
-        resource = {kv.key: any_value(kv.value) for kv in resource_spans.resource.attributes}
+        resource, _, _ = attributes_of(resource_spans.resource.attributes, limits)
         service = str(resource.get("service.name", ""))
         for scope_spans in resource_spans.scope_spans:
-            for span in scope_spans.spans:
-                attributes = {kv.key: any_value(kv.value) for kv in span.attributes}
-                fields = {"name": span.name, "trace_id": span.trace_id.hex(), "span_id": span.span_id.hex(),
-                          "parent_span_id": span.parent_span_id.hex() or None, "kind": KINDS.get(span.kind, "?"),
-                          "start": span.start_time_unix_nano / 1e9, "end": span.end_time_unix_nano / 1e9,
-                          "status": {0: "unset", 1: "ok", 2: "error"}.get(span.status.code, "unset"),
-                          "status_message": span.status.message or None, "service": service,
-                          "attributes": attributes, "events": [e.name for e in span.events]}
-                request_id = attributes.get("spyglass.request.id")
-                events.append(Event(fields["start"], "otlp", "span", service, fields,
-                                    str(request_id) if request_id else None, host))
+            events += [_event(span, service, host, limits) for span in scope_spans.spans]
     return events
+
+
+def _event(span: Any, service: str, host: str, limits: SpanLimits) -> Event:
+    attributes, redacted, over = attributes_of(span.attributes, limits)
+    message = span.status.message or None
+    if message and not limits.keep_content:
+        redacted.append("status.message")
+        message = None
+    fields = {"name": span.name[:limits.max_value_chars], "trace_id": span.trace_id.hex()[:32],
+              "span_id": span.span_id.hex()[:16], "parent_span_id": span.parent_span_id.hex()[:16] or None,
+              "kind": KINDS.get(span.kind, "?"), "start": span.start_time_unix_nano / 1e9,
+              "end": span.end_time_unix_nano / 1e9,
+              "status": {0: "unset", 1: "ok", 2: "error"}.get(span.status.code, "unset"),
+              "status_message": message and message[:limits.max_value_chars], "service": service[:limits.max_value_chars],
+              "attributes": attributes, "events": [e.name[:limits.max_value_chars] for e in span.events[:MAX_EVENTS]]}
+    if redacted:
+        fields["redacted"] = redacted
+    if over or span.dropped_attributes_count:
+        fields["dropped_attributes"] = over + span.dropped_attributes_count
+    request_id = attributes.get("spyglass.request.id")
+    return Event(fields["start"], "otlp", "span", fields["service"], fields,
+                 str(request_id)[:64] if request_id else None, host)

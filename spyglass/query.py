@@ -1,102 +1,126 @@
-"""Read-only SQL over the store, from the CLI or through the running agent.
+"""Read-only SQL over the store, bounded, from the CLI or through the running agent.
 
-DuckDB lets no other process open the file while the agent writes it (duckdb-forensics.md §1),
-so `spyglass sql` opens it read-only when it can and otherwise asks the agent's /api/sql, which
-runs the query on a cursor of the agent's own connection. Either way only one SELECT or EXPLAIN
-statement runs, file access is off, and a watchdog interrupts a query past its time limit.
+`run_bounded(path, query, limits)` is the one way a query runs: in a process of its own
+(`spyglass.sqlworker`) that opens a DuckDB file read-only with file access off and the
+configuration locked, under a memory and CPU limit, killed at its deadline; the answer is cut at
+`max_rows` rows and `max_bytes` bytes and says so. Nothing it runs has a write path to the store.
+
+DuckDB lets no other process open the store while the agent writes it (duckdb-forensics.md §1),
+so `spyglass sql` opens the file itself when no agent holds it and otherwise asks the agent's
+/api/sql, which runs the same function on a read-only copy of the store (spyglass.snapshot).
 """
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import json
+import subprocess
 import sys
-import threading
-from decimal import Decimal
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import httpx
 
-ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
-Result = tuple[list[str], list[tuple[Any, ...]]]
+from spyglass.sqlworker import jsonable
 
 
 class QueryError(Exception):
     """A query that was refused or failed, phrased for the analyst."""
 
 
-def check_readonly(con: duckdb.DuckDBPyConnection, query: str) -> None:
+@dataclass(frozen=True)
+class Limits:
+    """What one query may cost: wall time (start to encoded answer), memory, rows and bytes."""
+
+    timeout_seconds: float = 30.0
+    memory_mb: int = 512
+    max_rows: int = 100_000
+    max_bytes: int = 16 << 20
+
+
+@dataclass
+class Answer:
+    columns: list[str]
+    rows: list[list[Any]]
+    truncated: str | None = None  # why the rows were cut, if they were
+    as_of: float | None = None  # epoch seconds of the copy the query read; None: the store itself
+
+    def to_json(self) -> dict[str, Any]:
+        return {"columns": self.columns, "rows": self.rows, "truncated": self.truncated, "as_of": self.as_of}
+
+
+@dataclass(frozen=True)
+class AgentApi:
+    url: str  # .../api/sql
+    token: str | None = None
+
+
+def run_bounded(path: Path, query: str, limits: Limits, deadline: float | None = None) -> Answer:
+    """Run one query read-only against the DuckDB file at `path`, within `limits`.
+
+    `deadline` (time.monotonic()) lets a caller that already waited (for a copy, for a turn)
+    count that wait in the query's time."""
+    deadline = deadline or time.monotonic() + limits.timeout_seconds
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise QueryError(f"query not started within {limits.timeout_seconds:g} s (the agent is busy)")
+    request = {"path": str(path), "query": query, "memory_mb": limits.memory_mb, "timeout": remaining,
+               "max_rows": limits.max_rows, "max_bytes": limits.max_bytes}
+    worker = subprocess.Popen([sys.executable, "-m", "spyglass.sqlworker"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
-        statements = con.extract_statements(query)
-    except duckdb.Error as exc:
-        raise QueryError(str(exc)) from None
-    if len(statements) != 1 or statements[0].type not in ALLOWED:
-        kinds = ", ".join(s.type.name for s in statements) or "nothing"
-        raise QueryError(f"only one SELECT or EXPLAIN statement is allowed (got {kinds})")
+        out, _ = worker.communicate(json.dumps(request).encode(), timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.communicate()
+        raise QueryError(f"query interrupted after {limits.timeout_seconds:g} s") from None
+    if worker.returncode != 0 or not out:
+        raise QueryError(f"query stopped by its limits ({limits.memory_mb} MB, "
+                         f"{limits.timeout_seconds:g} s; exit {worker.returncode})")
+    body = json.loads(out)
+    if "error" in body:
+        raise QueryError(body["error"])
+    return Answer(body["columns"], body["rows"], body.get("truncated"))
 
 
-def execute(con: duckdb.DuckDBPyConnection, query: str, timeout: float = 60.0,
-            max_rows: int = 100_000) -> Result:
-    """Run one read-only statement on `con` (a cursor of its own), interrupted after `timeout`."""
-    check_readonly(con, query)
-    watchdog = threading.Timer(timeout, con.interrupt)
-    watchdog.start()
-    try:
-        result = con.execute(query)
-        columns = [d[0] for d in result.description or []]
-        return columns, result.fetchmany(max_rows)
-    except duckdb.InterruptException:
-        raise QueryError(f"query interrupted after {timeout:.0f} s") from None
-    except duckdb.Error as exc:
-        raise QueryError(str(exc).splitlines()[0]) from None
-    finally:
-        watchdog.cancel()
-
-
-def run_readonly(path: Path, query: str, api_url: str | None = None) -> Result:
+def run_readonly(path: Path, query: str, api: AgentApi | None = None, limits: Limits = Limits()) -> Answer:
     """Query the store file read-only, or through the agent that holds it."""
     if not path.exists():
         raise QueryError(f"no store at {path}: run `spyglass ingest` or `spyglass run` first")
     try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.IOException as exc:
-        if "lock" not in str(exc).lower() or api_url is None:
-            raise QueryError(str(exc).splitlines()[0]) from None
-        return _via_agent(api_url, query)
-    try:
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute("SET enable_external_access = false")
-        return execute(con, query)
-    finally:
-        con.close()
+        return run_bounded(path, query, limits)
+    except QueryError as exc:
+        if "could not set lock" not in str(exc).lower() or api is None:
+            raise
+    return _via_agent(api, query, limits)
 
 
-def _via_agent(api_url: str, query: str) -> Result:
+def _via_agent(api: AgentApi, query: str, limits: Limits) -> Answer:
+    headers = {"Authorization": f"Bearer {api.token}"} if api.token else {}
     try:
-        response = httpx.post(api_url, json={"query": query}, timeout=120.0)
+        response = httpx.post(api.url, json={"query": query}, headers=headers,
+                              timeout=limits.timeout_seconds + 30.0)
     except httpx.HTTPError as exc:
-        raise QueryError(f"the store is locked by a running agent, and {api_url} did not answer: {exc}") from None
-    body = response.json()
+        raise QueryError(f"the store is locked by a running agent, and {api.url} did not answer: {exc}") from None
+    try:
+        body = response.json()
+    except ValueError:
+        raise QueryError(f"{api.url} answered {response.status_code}: {response.text[:200]}") from None
     if response.status_code != 200:
         raise QueryError(body.get("error", response.text))
-    return body["columns"], [tuple(row) for row in body["rows"]]
+    return Answer(body["columns"], body["rows"], body.get("truncated"), body.get("as_of"))
 
 
-def jsonable(value: Any) -> Any:
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, (bytes, bytearray)):
-        return value.decode("utf-8", "replace")
-    return value
+def agent_api(config) -> AgentApi | None:
+    """The running agent's /api/sql, with its token, if the config serves one."""
+    server = config.exporters.prometheus
+    return AgentApi(f"{server.client_url()}/api/sql", server.bearer_token()) if server.enabled else None
 
 
 def nested(value: Any) -> Any:
-    """A JSON column's value as JSON, not as a string of JSON: DuckDB hands JSON back as text."""
-    value = jsonable(value)
+    """A JSON column's value as JSON, not as a string of JSON: DuckDB hands JSON back as text.
+    Rows arrive JSON-decoded already (the query process encodes them), so numbers stay numbers."""
     if isinstance(value, str) and value[:1] in ("{", "["):
         try:
             return json.loads(value)
@@ -105,20 +129,20 @@ def nested(value: Any) -> Any:
     return value
 
 
-def show(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
+def show(columns: list[str], rows: list[list[Any]] | list[tuple[Any, ...]], fmt: str) -> None:
     """Print a result as a rich table, CSV (LF line ends) or JSON lines (JSON columns nested)."""
     if fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(columns)
-        writer.writerows([[jsonable(v) for v in row] for row in rows])
+        writer.writerows(rows)
     elif fmt == "json":
         for row in rows:
-            print(json.dumps({c: nested(v) for c, v in zip(columns, row)}, default=str, ensure_ascii=False))
+            print(json.dumps({c: nested(v) for c, v in zip(columns, row)}, default=jsonable, ensure_ascii=False))
     else:
         from rich.console import Console
         from rich.table import Table
 
         table = Table(*columns)
         for row in rows:
-            table.add_row(*("" if v is None else str(jsonable(v)) for v in row))
+            table.add_row(*("" if v is None else str(v) for v in row))
         Console().print(table)

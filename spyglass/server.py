@@ -1,11 +1,24 @@
-"""The agent's HTTP server on one loopback port: /metrics, /health, /debug/sources, /api/sql, /v1/traces."""
+"""The agent's HTTP server on one port: /metrics, /health, /debug/sources, /api/sql, /v1/traces.
+
+Every request is bounded: at most `workers` are served at once (past that a connection gets
+503 at once, never a queue), its headers and body must arrive within `request_timeout_seconds` in
+total (a half-sent or dripping request is dropped at its deadline, so it cannot pin a worker),
+a body must have a Content-Length no larger than `max_body_bytes` (else 411 or 413, unread), and
+with a token configured every path but `open_paths` needs `Authorization: Bearer TOKEN`.
+"""
 from __future__ import annotations
 
+import hmac
+import io
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from socketserver import _SocketWriter  # type: ignore[attr-defined] - http.server's own writer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -14,38 +27,93 @@ from exporters.prometheus import registry_for
 from exporters.state import MetricState
 
 
-class _IPv6Server(ThreadingHTTPServer):
-    address_family = socket.AF_INET6
+@dataclass(frozen=True)
+class ServerLimits:
+    workers: int = 32
+    request_timeout_seconds: float = 10.0
+    max_body_bytes: int = 1 << 20
+    token: str | None = None
+    open_paths: tuple[str, ...] = ("/metrics", "/health")
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's bytes until a deadline: each recv waits only for what is left of it."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self.sock, self.deadline = sock, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request not received in time")
+        self.sock.settimeout(left)
+        return self.sock.recv_into(buffer)
+
+
+class _BoundedServer(HTTPServer):
+    """HTTPServer with a fixed pool of workers instead of a thread per connection.
+
+    While every worker is busy a new connection gets 503 at once: waiting for a worker would
+    hold the accept loop, so a flood of half-sent requests would delay every other client."""
+
+    request_queue_size = 64
+
+    def __init__(self, address: tuple[str, int], handler: type, workers: int, family: int) -> None:
+        self.address_family = family
+        super().__init__(address, handler)
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="spyglass-http")
+        self.slots = threading.BoundedSemaphore(workers)
+
+    def process_request(self, request: socket.socket, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            try:
+                request.settimeout(1.0)
+                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 5\r\n"
+                                b"Retry-After: 1\r\n\r\nbusy\n")
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        self.pool.submit(self._serve, request, client_address)
+
+    def _serve(self, request: socket.socket, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:  # noqa: BLE001 - a broken connection costs itself, never the server
+            pass
+        finally:
+            self.shutdown_request(request)
+            self.slots.release()
+
+    def server_close(self) -> None:
+        super().server_close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 class AgentServer:
-    """/metrics, /health, /debug/sources, POST /api/sql and POST /v1/traces on one loopback port."""
+    """/metrics, /health, /debug/sources, POST /api/sql and POST /v1/traces on one port, bounded."""
 
     def __init__(self, listen: str, state: MetricState, debug: Callable[[], dict[str, Any]],
-                 query: Callable[[str], tuple[list[str], list[Any]]] | None = None,
-                 traces: Callable[[bytes], None] | None = None) -> None:
+                 query: Callable[[str], dict[str, Any]] | None = None,
+                 traces: Callable[[bytes], None] | None = None, limits: ServerLimits = ServerLimits()) -> None:
         host, _, port = listen.rpartition(":")
         registry = registry_for(state)
+        expected = f"Bearer {limits.token}".encode() if limits.token else None
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                if self.path == "/v1/traces" and traces is not None:
-                    self._traces()
-                    return
-                if self.path != "/api/sql" or query is None:
-                    self._send(404, "text/plain", b"not found\n")
-                    return
-                try:
-                    text = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))["query"]
-                    columns, rows = query(str(text))
-                except Exception as exc:  # noqa: BLE001 - the analyst gets the reason, the agent goes on
-                    self._send(400, "application/json", json.dumps({"error": str(exc)}).encode())
-                    return
-                body = json.dumps({"columns": columns, "rows": rows}, default=str).encode()
-                self._send(200, "application/json", body)
+            def setup(self) -> None:
+                self.connection = self.request
+                self.rfile = io.BufferedReader(_DeadlineReader(
+                    self.connection, time.monotonic() + limits.request_timeout_seconds))
+                self.wfile = _SocketWriter(self.connection)
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 path = self.path.split("?", 1)[0]
+                if not self._allowed(path):
+                    return
                 if path == "/metrics":
                     self._send(200, CONTENT_TYPE_LATEST, generate_latest(registry))
                 elif path == "/health":
@@ -55,27 +123,79 @@ class AgentServer:
                 else:
                     self._send(404, "text/plain", b"not found\n")
 
-            def _traces(self) -> None:
+            def do_POST(self) -> None:  # noqa: N802
+                path = self.path.split("?", 1)[0]
+                if not self._allowed(path):
+                    return
+                handle = {"/v1/traces": traces and self._traces, "/api/sql": query and self._sql}.get(path)
+                if not handle:
+                    self._send(404, "text/plain", b"not found\n")
+                    return
+                body = self._body()
+                if body is not None:
+                    self.connection.settimeout(limits.request_timeout_seconds)  # for writing the answer
+                    handle(body)
+
+            def _allowed(self, path: str) -> bool:
+                if expected is None or path in limits.open_paths:
+                    return True
+                given = self.headers.get("Authorization", "").encode()
+                if hmac.compare_digest(given, expected):
+                    return True
+                self._send(401, "text/plain", b"a bearer token is required\n", {"WWW-Authenticate": "Bearer"})
+                return False
+
+            def _body(self) -> bytes | None:
+                length = self.headers.get("Content-Length", "")
+                if "chunked" in self.headers.get("Transfer-Encoding", "").lower() or not length.isdigit():
+                    self._send(411, "text/plain", b"a Content-Length is required\n")
+                    return None
+                if int(length) > limits.max_body_bytes:
+                    self._send(413, "text/plain", f"body over {limits.max_body_bytes} bytes\n".encode())
+                    return None
                 try:
-                    traces(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                    body = self.rfile.read(int(length))
+                except (TimeoutError, OSError):
+                    self.close_connection = True
+                    return None
+                if len(body) < int(length):
+                    self.close_connection = True
+                    return None
+                return body
+
+            def _sql(self, body: bytes) -> None:
+                try:
+                    text = json.loads(body)["query"]
+                    if not isinstance(text, str):
+                        raise ValueError("query must be a string")
+                    answer = query(text)
+                except Exception as exc:  # noqa: BLE001 - the analyst gets the reason, the agent goes on
+                    self._send(400, "application/json", json.dumps({"error": str(exc)}).encode())
+                    return
+                self._send(200, "application/json", json.dumps(answer).encode())
+
+            def _traces(self, body: bytes) -> None:
+                try:
+                    traces(body)
                 except ValueError as exc:
                     self._send(400, "text/plain", str(exc).encode())
                     return
                 self._send(200, "application/x-protobuf", b"")  # an empty ExportTraceServiceResponse
 
-            def _send(self, status: int, content_type: str, body: bytes) -> None:
+            def _send(self, status: int, content_type: str, body: bytes, headers: dict[str, str] | None = None) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(body)
 
             def log_message(self, *args: Any) -> None:
                 pass  # scrapes every 15 s would drown the agent's own log
 
-        server_class = _IPv6Server if ":" in host else ThreadingHTTPServer
-        self.httpd = server_class((host.strip("[]"), int(port)), Handler)
-        self.httpd.daemon_threads = True
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.httpd = _BoundedServer((host.strip("[]"), int(port)), Handler, limits.workers, family)
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="spyglass-http", daemon=True)
 
     @property

@@ -12,7 +12,7 @@ from collectors.event import Event
 from engine.instrument import span_id_for, trace_id_for
 from engine.spans import PhaseSpan, engine_span, request_tree
 from spyglass.config import Config
-from spyglass.query import QueryError, run_readonly
+from spyglass.query import QueryError, agent_api, run_readonly
 
 REQUEST_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{2,32}$")
 
@@ -20,13 +20,12 @@ REQUEST_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{2,32}$")
 def events_of(config: Config, request_id: str) -> list[Event]:
     if not REQUEST_ID.match(request_id):
         raise QueryError(f"not a request id: {request_id!r} (expected YYYYMMDD-HHMMSS-hex)")
-    api = f"http://{config.exporters.prometheus.listen}/api/sql" if config.exporters.prometheus.enabled else None
     trace_hex = format(trace_id_for(request_id), "032x")  # client spans carry no request id, only the trace
-    columns, rows = run_readonly(config.store_path(), "SELECT epoch(ts), source, kind, instance, fields::VARCHAR"
+    answer = run_readonly(config.store_path(), "SELECT epoch(ts), source, kind, instance, fields::VARCHAR"
                                  f" FROM events WHERE request_id = '{request_id}' OR (kind = 'span' AND"
-                                 f" fields->>'trace_id' = '{trace_hex}') ORDER BY ts", api)
+                                 f" fields->>'trace_id' = '{trace_hex}') ORDER BY ts", agent_api(config))
     return [Event(float(ts), source, kind, instance, json.loads(fields), request_id)
-            for ts, source, kind, instance, fields in rows]
+            for ts, source, kind, instance, fields in answer.rows]
 
 
 def label(span: PhaseSpan) -> str:
@@ -48,7 +47,7 @@ def live_tree(spans: list[Event], engine: PhaseSpan | None, request_id: str) -> 
         f = span.fields
         attributes = {k: v for k, v in f["attributes"].items() if k.startswith(("gen_ai.usage", "spyglass.tokens"))}
         nodes[f["span_id"]] = PhaseSpan(f"{f['service']}: {f['name']}", f["start"], f["end"], attributes,
-                                        error=f.get("status_message") if f["status"] == "error" else None)
+                                        error=(f.get("status_message") or "error") if f["status"] == "error" else None)
     for span in spans:
         parent = nodes.get(span.fields["parent_span_id"] or "")
         (parent.children if parent else roots).append(nodes[span.fields["span_id"]])

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import FIXTURES, free_port, wait_until
 from spyglass.config import engine_log_toml
-from spyglass.query import QueryError, run_readonly
+from spyglass.query import AgentApi, QueryError, run_readonly
 
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
 
@@ -65,13 +65,13 @@ def test_agent_follows_the_log_and_stops_cleanly_on_sigterm(agent):
 def test_sql_goes_through_the_agent_while_it_holds_the_store(agent):
     url = agent["url"]
     wait_until(lambda: metric(url, 'spyglass_store_events_total') == 35.0, what="the fixture stored")
-    columns, rows = run_readonly(agent["store"], "SELECT count(*) AS n FROM events WHERE kind = 'done'",
-                                 f"{url}/api/sql")
-    assert (columns, rows) == (["n"], [(4,)])
-    with pytest.raises(QueryError, match="only one SELECT or EXPLAIN"):
-        run_readonly(agent["store"], "DELETE FROM events", f"{url}/api/sql")
+    answer = run_readonly(agent["store"], "SELECT count(*) AS n FROM events WHERE kind = 'done'",
+                                 AgentApi(f"{url}/api/sql"))
+    assert (answer.columns, answer.rows) == (["n"], [[4]])
+    with pytest.raises(QueryError, match="read-only mode"):
+        run_readonly(agent["store"], "DELETE FROM events", AgentApi(f"{url}/api/sql"))
     with pytest.raises(QueryError, match="disabled by configuration"):
-        run_readonly(agent["store"], "SELECT * FROM read_csv('/etc/passwd')", f"{url}/api/sql")
+        run_readonly(agent["store"], "SELECT * FROM read_csv('/etc/passwd')", AgentApi(f"{url}/api/sql"))
 
 
 def test_sql_cli_reads_the_store_directly_when_no_agent_runs(tmp_path):

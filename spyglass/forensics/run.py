@@ -14,7 +14,9 @@ from typing import Any
 
 from spyglass.config import Config
 from spyglass.forensics.views import literal, with_views
-from spyglass.query import QueryError, Result, run_readonly
+from spyglass.query import QueryError, agent_api, run_readonly
+
+Result = tuple[list[str], list[tuple[Any, ...]]]
 
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
 LATEST = datetime(9999, 12, 31, tzinfo=timezone.utc)
@@ -58,11 +60,9 @@ def render(sql: str, params: dict[str, Any]) -> str:
     return PARAMETER.sub(one, sql)
 
 
-def api_url(config: Config) -> str | None:
-    prometheus = config.exporters.prometheus
-    return f"http://{prometheus.listen}/api/sql" if prometheus.enabled else None
-
-
 def query(config: Config, q: Query) -> Result:
     """Columns and rows of `q`, read-only, from the file or through the running agent."""
-    return run_readonly(config.store_path(), q.text(config), api_url(config))
+    answer = run_readonly(config.store_path(), q.text(config), agent_api(config))
+    if answer.truncated:  # a forensic table must be whole or say it is not
+        raise QueryError(f"the answer was cut ({answer.truncated}); narrow the window")
+    return answer.columns, [tuple(row) for row in answer.rows]

@@ -1,0 +1,138 @@
+"""Read-only copies of the agent's store, for the queries of /api/sql.
+
+The agent's own connection is its only write path to the store, so no query runs on it. Each
+copy is a new DuckDB file written once, from one read-only transaction of the store (events,
+checkpoints and state as of one commit), and never changed again; a query opens it read-only in
+a process of its own (spyglass.query.run_bounded).
+"""
+from __future__ import annotations
+
+import itertools
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from exporters.store import SCHEMA
+
+BATCH_ROWS = 20_000
+
+
+@dataclass
+class Copy:
+    path: Path
+    as_of: float  # epoch seconds at which it was taken
+    next_rowid: int = 0  # events with a rowid from here on are not in it yet
+    users: int = 0
+    retired: bool = False
+
+
+class Snapshots:
+    """Copies of the store at most `max_age` seconds older than the query that reads them.
+
+    A copy is taken when a query finds the newest too old, one at a time (a query that arrives
+    meanwhile reads the previous copy, if there is one); a copy no longer newest is deleted when
+    its last query ends. Taking one reads the store beside the writer (MVCC): it never blocks or
+    fails an ingest commit."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, folder: Path, max_age: float,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.con, self.folder, self.max_age, self.clock = con, folder, max_age, clock
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("copy-*.duckdb*"):  # left by an agent that was killed
+            old.unlink()
+        self._serial = itertools.count(1)
+        self._lock = threading.Lock()  # guards _newest and the users of every copy
+        self._taking = threading.Lock()  # one copy at a time
+        self._newest: Copy | None = None
+
+    @contextmanager
+    def lease(self) -> Iterator[Copy]:
+        """A copy fresh enough to read, kept on disk until the block ends."""
+        copy = self._fresh()
+        try:
+            yield copy
+        finally:
+            with self._lock:
+                copy.users -= 1
+                drop = copy.retired and copy.users == 0
+            if drop:
+                copy.path.unlink(missing_ok=True)
+
+    def _fresh(self) -> Copy:
+        with self._lock:
+            newest = self._newest
+            if newest is not None and self.clock() - newest.as_of <= self.max_age:
+                newest.users += 1
+                return newest
+        if self._taking.acquire(blocking=newest is None):
+            try:
+                return self._replace()
+            finally:
+                self._taking.release()
+        with self._lock:  # another query is taking a copy: read the previous one meanwhile
+            self._newest.users += 1
+            return self._newest
+
+    def _replace(self) -> Copy:
+        with self._lock:
+            newest = self._newest
+            if newest is not None and self.clock() - newest.as_of <= self.max_age:
+                newest.users += 1  # taken while this query waited for its turn
+                return newest
+        copy = self.take()
+        with self._lock:
+            old, self._newest = self._newest, copy
+            copy.users += 1
+            drop = old is not None and old.users == 0
+            if old is not None:
+                old.retired = True
+        if drop:
+            old.path.unlink(missing_ok=True)
+        return copy
+
+    def take(self) -> Copy:
+        """Copy the store as of now into a new file, through a read-only transaction.
+
+        Events are only ever appended, so a copy starts from the previous one (a file copy) and
+        adds the events past its last rowid; checkpoints and state are copied whole."""
+        path = self.folder / f"copy-{next(self._serial)}.duckdb"
+        partial = path.with_suffix(".partial")
+        previous = self._newest
+        start = 0
+        if previous is not None and previous.path.exists():
+            shutil.copyfile(previous.path, partial)
+            start = previous.next_rowid
+        cursor = self.con.cursor()
+        try:
+            cursor.execute("BEGIN TRANSACTION READ ONLY")
+            as_of = self.clock()
+            end = cursor.execute("SELECT coalesce(max(rowid) + 1, 0) FROM events").fetchall()[0][0]
+            if end < start:  # events were removed: start over
+                partial.unlink(missing_ok=True)
+                start = 0
+            out = duckdb.connect(str(partial))
+            try:
+                out.execute(SCHEMA)
+                out.execute("DELETE FROM checkpoints; DELETE FROM agent_state")
+                for table, where in (("events", f"WHERE rowid >= {start} AND rowid < {end}"),
+                                     ("checkpoints", ""), ("agent_state", "")):
+                    out.register("batch", cursor.sql(f"SELECT * FROM {table} {where}").to_arrow_reader(BATCH_ROWS))
+                    out.execute(f"INSERT INTO {table} SELECT * FROM batch")
+                    out.unregister("batch")
+            finally:
+                out.close()
+            cursor.execute("ROLLBACK")
+        finally:
+            cursor.close()
+        partial.rename(path)
+        return Copy(path, as_of, end)
+
+    def close(self) -> None:
+        for copy in self.folder.glob("copy-*.duckdb*"):
+            copy.unlink(missing_ok=True)
