@@ -80,12 +80,19 @@ class Agent:
         if config.exporters.prometheus.enabled:
             self.server = AgentServer(config.exporters.prometheus.listen, self.pipeline.state,
                                       self.pipeline.debug_sources, self._query_function(),
-                                      self._receive_traces if config.exporters.traces.accept else None)
+                                      self._receive_traces if config.exporters.traces.accept else None,
+                                      self._receive_alerts)
 
     def _receive_traces(self, body: bytes) -> None:
         from spyglass.otlp_receiver import decode_spans
 
         self.pipeline.submit(decode_spans(body, self.config.agent.host))
+        self.wake.set()
+
+    def _receive_alerts(self, body: bytes) -> None:
+        from spyglass.alert_webhook import decode_notification
+
+        self.pipeline.submit(decode_notification(body, self.config.agent.host))
         self.wake.set()
 
     def _query_function(self):

@@ -1,4 +1,5 @@
-"""The agent's HTTP server on one loopback port: /metrics, /health, /debug/sources, /api/sql, /v1/traces."""
+"""The agent's HTTP server on one loopback port: /metrics, /health, /debug/sources, /api/sql, /v1/traces,
+/api/alerts."""
 from __future__ import annotations
 
 import json
@@ -19,11 +20,13 @@ class _IPv6Server(ThreadingHTTPServer):
 
 
 class AgentServer:
-    """/metrics, /health, /debug/sources, POST /api/sql and POST /v1/traces on one loopback port."""
+    """/metrics, /health, /debug/sources, POST /api/sql, POST /v1/traces and POST /api/alerts (Alertmanager's
+    webhook) on one loopback port."""
 
     def __init__(self, listen: str, state: MetricState, debug: Callable[[], dict[str, Any]],
                  query: Callable[[str], tuple[list[str], list[Any]]] | None = None,
-                 traces: Callable[[bytes], None] | None = None) -> None:
+                 traces: Callable[[bytes], None] | None = None,
+                 alerts: Callable[[bytes], None] | None = None) -> None:
         host, _, port = listen.rpartition(":")
         registry = registry_for(state)
 
@@ -31,6 +34,9 @@ class AgentServer:
             def do_POST(self) -> None:  # noqa: N802
                 if self.path == "/v1/traces" and traces is not None:
                     self._traces()
+                    return
+                if self.path == "/api/alerts" and alerts is not None:
+                    self._alerts()
                     return
                 if self.path != "/api/sql" or query is None:
                     self._send(404, "text/plain", b"not found\n")
@@ -62,6 +68,14 @@ class AgentServer:
                     self._send(400, "text/plain", str(exc).encode())
                     return
                 self._send(200, "application/x-protobuf", b"")  # an empty ExportTraceServiceResponse
+
+            def _alerts(self) -> None:
+                try:
+                    alerts(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                except ValueError as exc:
+                    self._send(400, "text/plain", f"{exc}\n".encode())
+                    return
+                self._send(200, "text/plain", b"ok\n")
 
             def _send(self, status: int, content_type: str, body: bytes) -> None:
                 self.send_response(status)
