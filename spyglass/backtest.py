@@ -295,14 +295,17 @@ class BacktestResult:
     alerts: list[Firing]
     backfill: BackfillResult
     rules: int
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase
 
     def as_json(self) -> dict[str, Any]:
         return {"alerts": [{k: v for k, v in asdict(a).items() if k != "active_since"} for a in self.alerts]}
 
 
-def build_blocks(om_file: Path, data: Path, promtool: str = "promtool") -> None:
-    result = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om_file), str(data)],
-                            capture_output=True, text=True, timeout=600)
+def build_blocks(om_file: Path, data: Path, span: float, promtool: str = "promtool") -> None:
+    """TSDB blocks as long as the span allows: promtool reads the whole file once per block."""
+    hours = max(2, math.ceil(span / 3600))
+    result = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", f"--max-block-duration={hours}h",
+                             str(om_file), str(data)], capture_output=True, text=True, timeout=1800)
     if result.returncode != 0:
         raise BacktestError(f"promtool refused the backfill: {(result.stderr or result.stdout)[-1500:]}")
 
@@ -314,19 +317,31 @@ def backtest(config: Config, start: float, end: float, rules: Path, step: float 
         if shutil.which(binary) is None:
             raise BacktestError(f"{binary} not found: install Debian's prometheus package (scripts/setup)")
     records, alert_rules = load_rules(rules, config.alerts.evaluation_interval_seconds)
+    seconds: dict[str, float] = {}
+    clock = time.monotonic()
+
+    def phase(name: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        seconds[name], clock = now - clock, now
+
     with tempfile.TemporaryDirectory(prefix="spyglass-backtest-") as folder:
         work = Path(folder)
         backfilled = replay(config, start - lookback, end, step, work / OPENMETRICS_FILE, window=(start, end))
-        build_blocks(work / OPENMETRICS_FILE, work / "data")
+        phase("replay")
+        build_blocks(work / OPENMETRICS_FILE, work / "data", end - start + lookback)
         (work / OPENMETRICS_FILE).unlink()
+        phase("blocks")
         prometheus = Prometheus(work / "data").start()
+        phase("prometheus")
         try:
             with httpx.Client(timeout=600) as client, ThreadPoolExecutor(workers) as pool:
                 found = list(pool.map(lambda r: evaluate(prometheus, r, records, start, end, client), alert_rules))
         finally:
             prometheus.stop()
+        phase("queries")
     firings = sorted((f for group in found for f in group), key=lambda f: (f.start, f.alert, sorted(f.labels.items())))
-    return BacktestResult(firings, backfilled, len(alert_rules))
+    return BacktestResult(firings, backfilled, len(alert_rules), seconds)
 
 
 def show(result: BacktestResult, start: float, end: float) -> None:
@@ -343,7 +358,8 @@ def show(result: BacktestResult, start: float, end: float) -> None:
     console.print(table)
     b = result.backfill
     console.print(f"{len(result.alerts)} firings of {result.rules} alert rules; replayed {b.events} events"
-                  f" ({b.events_in_window} in the window) into {b.samples} samples at {b.times} times")
+                  f" ({b.events_in_window} in the window) into {b.samples} samples at {b.times} times; "
+                  + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items()))
 
 
 def dumps(result: BacktestResult) -> str:
