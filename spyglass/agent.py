@@ -64,7 +64,8 @@ class Agent:
                                   server.bearer_token(), tuple(server.open_paths))
             self.server = AgentServer(server.listen, self.pipeline.exposed, self.pipeline.debug_sources,
                                       self._query_function(),
-                                      self._receive_traces if config.exporters.traces.accept else None, limits)
+                                      self._receive_traces if config.exporters.traces.accept else None, limits,
+                                      self._receive_alerts)
 
     def _receive_traces(self, body: bytes) -> None:
         from spyglass.otlp_receiver import SpanLimits, decode_spans
@@ -75,6 +76,12 @@ class Agent:
         with self._decoding:  # one export decoded at a time: its memory is bounded by the body limit
             events = decode_spans(body, self.config.agent.host, limits)
         self.pipeline.submit(events)
+        self.wake.set()
+
+    def _receive_alerts(self, body: bytes) -> None:
+        from spyglass.alert_webhook import decode_notification
+
+        self.pipeline.submit(decode_notification(body, self.config.agent.host))
         self.wake.set()
 
     def _query_function(self):

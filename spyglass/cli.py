@@ -1,4 +1,4 @@
-"""The `spyglass` command: run, ingest, sql, trace, the forensic commands, rules, demo."""
+"""The `spyglass` command: run, ingest, sql, trace, the forensic commands, rules, backfill, backtest, demo."""
 from __future__ import annotations
 
 import sys
@@ -144,6 +144,51 @@ def rules(config: ConfigOption,
 
     paths = write(Deployment.of(_config(config)), out)
     typer.echo(f"wrote {len(paths)} files to {out}")
+
+
+FromOption = Annotated[str, typer.Option("--from", help="Start: RFC 3339 (no offset: UTC) or epoch seconds.")]
+ToOption = Annotated[str, typer.Option("--to", help="End: RFC 3339 (no offset: UTC) or epoch seconds.")]
+
+
+@app.command()
+def backfill(config: ConfigOption, start: FromOption, end: ToOption,
+             out: Annotated[Path, typer.Option("--out", "-o", help="Folder for spyglass.om.")],
+             step: Annotated[str, typer.Option(help="Sample the replayed state this often.")] = "15s") -> None:
+    """Replay the stored events into OpenMetrics with timestamps, for promtool tsdb create-blocks-from openmetrics."""
+    from spyglass.backfill import OPENMETRICS_FILE, BackfillError, parse_duration, parse_time, replay
+
+    cfg = _config(config)
+    try:
+        result = replay(cfg, parse_time(start), parse_time(end), parse_duration(step), out / OPENMETRICS_FILE)
+    except BackfillError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"wrote {result.samples} samples at {result.times} times from {result.events} events to {result.path};"
+               f" blocks: promtool tsdb create-blocks-from openmetrics {result.path} DATA_DIR")
+
+
+@app.command()
+def backtest(config: ConfigOption, start: FromOption, end: ToOption,
+             rules: Annotated[Path, typer.Option(help="A rule file or a folder of them.")] = Path("alerts"),
+             step: Annotated[str, typer.Option(help="Backfill sample interval.")] = "15s",
+             lookback: Annotated[str, typer.Option(help="History replayed before --from for windows and baselines.")] = "2h",
+             as_json: Annotated[bool, typer.Option("--json", help="Print {\"alerts\": [...]} instead of a table.")] = False,
+             ) -> None:
+    """Which alerts would have fired over a stored window: replay, blocks, Prometheus, for: applied."""
+    from spyglass.backfill import BackfillError, parse_duration, parse_time
+    from spyglass.backtest import backtest as run_backtest, dumps, show
+
+    cfg = _config(config)
+    try:
+        first, last = parse_time(start), parse_time(end)
+        result = run_backtest(cfg, first, last, rules, parse_duration(step), parse_duration(lookback))
+    except BackfillError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(dumps(result))
+    else:
+        show(result, first, last)
 
 
 @app.command()

@@ -30,6 +30,19 @@ from spyglass.commit import Committer
 from spyglass.config import Config
 
 
+def build_signals(config: Config, state: MetricState) -> dict[str, Signals]:
+    """One signals object per source kind, on `state`, with the config's settings (also for a replay)."""
+    settings = SignalsSettings(lanes=config.lanes(), long_prompt_tokens=config.signals.long_prompt_tokens,
+                               default_prompt_cache_every=config.signals.default_prompt_cache_every)
+    return {kind: registration.cls(state, settings=settings)
+            for kind, registration in exporters.load_all().items() if registration.cls is not None}
+
+
+def metric_state(config: Config) -> MetricState:
+    """A fresh metric state of the full catalogue with the config's bucket bounds."""
+    return MetricState(exporters.full_catalogue().with_buckets(config.signals.buckets))
+
+
 @dataclass
 class PollSchedule:
     """When a polled source is next due: `interval_seconds` after a poll that answered; after n
@@ -80,8 +93,7 @@ class Pipeline:
 
     def __init__(self, config: Config, clock: Clock, store: Store) -> None:
         self.config, self.clock, self.store = config, clock, store
-        catalogue = exporters.full_catalogue().with_buckets(config.signals.buckets)
-        self.state = MetricState(catalogue)
+        self.state = metric_state(config)
         saved = store.load()
         if saved.metrics:
             self.state.load_json(saved.metrics)
@@ -99,11 +111,7 @@ class Pipeline:
         self.exposed = self.committer.exposed
 
     def _build_signals(self) -> dict[str, Signals]:
-        settings = SignalsSettings(lanes=self.config.lanes(),
-                                   long_prompt_tokens=self.config.signals.long_prompt_tokens,
-                                   default_prompt_cache_every=self.config.signals.default_prompt_cache_every)
-        return {kind: registration.cls(self.state, settings=settings)
-                for kind, registration in exporters.load_all().items() if registration.cls is not None}
+        return build_signals(self.config, self.state)
 
     def _build_source(self, name: str, options: Any, checkpoint: dict[str, Any] | None) -> SourceRuntime:
         registration = collectors.load_all()[options.kind]
@@ -205,7 +213,8 @@ class Pipeline:
             drained.append((rt, events, ok))
 
     def submit(self, events: list[Event]) -> None:
-        """Events from outside the sources (spans pushed to /v1/traces), stored at the next step."""
+        """Events from outside the sources (spans pushed to /v1/traces, Alertmanager's notifications),
+        stored at the next step."""
         self._submitted.put(events)
 
     def _drain_submitted(self) -> list[Event]:
@@ -214,8 +223,9 @@ class Pipeline:
             try:
                 drained += self._submitted.get_nowait()
             except queue.Empty:
-                if drained:
-                    self.state.inc("spyglass_agent_spans_received_total", (), len(drained))
+                spans = sum(1 for e in drained if e.kind == "span")
+                if spans:
+                    self.state.inc("spyglass_agent_spans_received_total", (), spans)
                 return drained
 
     def _poll_file(self, rt: SourceRuntime) -> list[bytes]:

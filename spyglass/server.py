@@ -1,4 +1,5 @@
-"""The agent's HTTP server on one port: /metrics, /health, /debug/sources, /api/sql, /v1/traces.
+"""The agent's HTTP server on one port: /metrics, /health, /debug/sources, /api/sql, /v1/traces,
+/api/alerts (Alertmanager's webhook).
 
 Every request is bounded: at most `workers` are served at once (past that a connection gets
 503 at once, never a queue), its headers and body must arrive within `request_timeout_seconds` in
@@ -94,11 +95,12 @@ class _BoundedServer(HTTPServer):
 
 
 class AgentServer:
-    """/metrics, /health, /debug/sources, POST /api/sql and POST /v1/traces on one port, bounded."""
+    """/metrics, /health, /debug/sources, POST /api/sql, /v1/traces and /api/alerts on one port, bounded."""
 
     def __init__(self, listen: str, state: MetricState, debug: Callable[[], dict[str, Any]],
                  query: Callable[[str], dict[str, Any]] | None = None,
-                 traces: Callable[[bytes], None] | None = None, limits: ServerLimits = ServerLimits()) -> None:
+                 traces: Callable[[bytes], None] | None = None, limits: ServerLimits = ServerLimits(),
+                 alerts: Callable[[bytes], None] | None = None) -> None:
         host, _, port = listen.rpartition(":")
         registry = registry_for(state)
         expected = f"Bearer {limits.token}".encode() if limits.token else None
@@ -127,7 +129,8 @@ class AgentServer:
                 path = self.path.split("?", 1)[0]
                 if not self._allowed(path):
                     return
-                handle = {"/v1/traces": traces and self._traces, "/api/sql": query and self._sql}.get(path)
+                handle = {"/v1/traces": traces and self._traces, "/api/sql": query and self._sql,
+                          "/api/alerts": alerts and self._alerts}.get(path)
                 if not handle:
                     self._send(404, "text/plain", b"not found\n")
                     return
@@ -181,6 +184,14 @@ class AgentServer:
                     self._send(400, "text/plain", str(exc).encode())
                     return
                 self._send(200, "application/x-protobuf", b"")  # an empty ExportTraceServiceResponse
+
+            def _alerts(self, body: bytes) -> None:
+                try:
+                    alerts(body)
+                except ValueError as exc:  # not Alertmanager's JSON: said, and nothing stored
+                    self._send(400, "text/plain", f"{exc}\n".encode())
+                    return
+                self._send(200, "text/plain", b"ok\n")
 
             def _send(self, status: int, content_type: str, body: bytes, headers: dict[str, str] | None = None) -> None:
                 self.send_response(status)

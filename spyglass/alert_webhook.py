@@ -1,0 +1,93 @@
+"""Alertmanager webhook notifications (POST /api/alerts) as `alert` events for the store.
+
+Alertmanager's webhook body (version 4) carries the alerts of one group, firing and resolved;
+each becomes one event (kind `alert`, source `alertmanager`) stamped when it started firing or
+when it resolved, so the forensic timeline shows when each page rang and when it stopped.
+Annotation texts are not kept (they are templates of the rules, not measurements). Decoding is
+pure; a body that is not Alertmanager's JSON is a ValueError saying why.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from collectors.event import Event
+
+MAX_ALERTS = 1000  # Alertmanager's default max_alerts is 0 (all); a group of 1000 is already a flood
+MAX_LABELS = 32
+MAX_LABEL_CHARS = 256
+STATUSES = ("firing", "resolved")
+
+
+def _timestamp(text: Any, where: str) -> float | None:
+    """RFC 3339 seconds since the epoch; None for Alertmanager's zero time (an alert with no end)."""
+    if not isinstance(text, str):
+        raise ValueError(f"{where}: expected an RFC 3339 time, got {type(text).__name__}")
+    if text.startswith("0001-01-01"):
+        return None
+    stamp = text.replace("Z", "+00:00")
+    head, dot, rest = stamp.partition(".")
+    if dot:  # Go writes nanoseconds; Python reads at most microseconds
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        stamp = f"{head}.{rest[:min(digits, 6)]}{rest[digits:]}"
+    try:
+        moment = datetime.fromisoformat(stamp)
+    except ValueError:
+        raise ValueError(f"{where}: not an RFC 3339 time: {text[:40]!r}") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"{where}: time without an offset: {text[:40]!r}")
+    return moment.timestamp()
+
+
+def _labels(raw: Any, where: str) -> dict[str, str]:
+    if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise ValueError(f"{where}: expected an object of string labels")
+    if len(raw) > MAX_LABELS:
+        raise ValueError(f"{where}: {len(raw)} labels, at most {MAX_LABELS}")
+    return {k[:MAX_LABEL_CHARS]: v[:MAX_LABEL_CHARS] for k, v in sorted(raw.items())}
+
+
+def _event(alert: Any, where: str, host: str) -> Event:
+    if not isinstance(alert, dict):
+        raise ValueError(f"{where}: expected an object")
+    status = alert.get("status")
+    if status not in STATUSES:
+        raise ValueError(f"{where}.status: expected firing or resolved, got {str(status)[:20]!r}")
+    labels = _labels(alert.get("labels"), f"{where}.labels")
+    if "alertname" not in labels:
+        raise ValueError(f"{where}.labels: no alertname")
+    starts = _timestamp(alert.get("startsAt"), f"{where}.startsAt")
+    ends = _timestamp(alert.get("endsAt", "0001-01-01T00:00:00Z"), f"{where}.endsAt")
+    if starts is None:
+        raise ValueError(f"{where}.startsAt: the zero time")
+    if status == "resolved" and ends is None:
+        raise ValueError(f"{where}.endsAt: a resolved alert needs its end")
+    fingerprint = alert.get("fingerprint", "")
+    if not isinstance(fingerprint, str):
+        raise ValueError(f"{where}.fingerprint: expected a string")
+    fields = {"alertname": labels["alertname"], "status": status, "labels": labels,
+              "severity": labels.get("severity"), "heuristic": labels.get("heuristic"),
+              "instance": labels.get("instance"), "startsAt": starts, "endsAt": ends,
+              "fingerprint": fingerprint[:64]}
+    ts = starts if status == "firing" else ends
+    return Event(ts, "alertmanager", "alert", labels.get("instance", ""), fields, None, host)
+
+
+def decode_notification(body: bytes, host: str = "") -> list[Event]:
+    """One event per alert of an Alertmanager webhook notification; ValueError if it is not one."""
+    try:
+        message = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise ValueError("not an Alertmanager notification: expected a JSON object")
+    if message.get("version") != "4":
+        raise ValueError(f"not an Alertmanager webhook notification: version {message.get('version')!r:.20},"
+                         " expected \"4\"")
+    alerts = message.get("alerts")
+    if not isinstance(alerts, list):
+        raise ValueError("alerts: expected a list")
+    if len(alerts) > MAX_ALERTS:
+        raise ValueError(f"alerts: {len(alerts)} alerts, at most {MAX_ALERTS}")
+    return [_event(alert, f"alerts[{n}]", host) for n, alert in enumerate(alerts)]

@@ -1,0 +1,251 @@
+"""Stored events replayed through a fresh metric state on their own clock, as timestamped OpenMetrics.
+
+`spyglass backfill` reads the store's `events` of the configured sources in time order, applies
+them with the same signals classes the pipeline uses, and samples the whole state every `step`
+from `start` to `end`, as a scrape every `step` would have seen it. The output is one OpenMetrics
+file that `promtool tsdb create-blocks-from openmetrics` turns into TSDB blocks: each family in
+one block with its `# TYPE`, its samples in time order, `# EOF` last.
+
+What a replay cannot know is not invented: the tailer's own health (lines by outcome, bytes,
+lag, up) is not in the events, so of spyglass's health only each source's newest event time is
+replayed. Every series gets `job` (the `[alerts] job`), and `up` is 1 at every sample, as the
+scrape of a running agent gives. A series the live state dropped stays visible to queries for
+Prometheus's 5-minute lookback (OpenMetrics text cannot carry a staleness marker).
+"""
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO
+
+import duckdb
+import orjson
+
+from collectors.event import Event
+from exporters.state import MetricState
+from spyglass.config import Config
+from spyglass.pipeline import build_signals, metric_state
+
+OPENMETRICS_FILE = "spyglass.om"
+BATCH = 20_000
+DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
+UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
+EVENT_SECONDS = "spyglass_source_last_event_timestamp_seconds"
+
+
+class BackfillError(Exception):
+    """A replay that cannot run, phrased for the analyst (no store, an empty window, a bad time)."""
+
+
+def parse_duration(text: str) -> float:
+    """Prometheus durations: 15s, 1m30s, 2h, 1d."""
+    parts = DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text.strip():
+        raise BackfillError(f"not a duration: {text!r} (use e.g. 15s, 5m, 2h, 1d)")
+    seconds = sum(float(n) * UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise BackfillError(f"a duration must be positive: {text!r}")
+    return seconds
+
+
+def parse_time(text: str) -> float:
+    """Seconds since the epoch from RFC 3339 / ISO 8601 (no offset means UTC) or a number of seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise BackfillError(f"not a time: {text!r} (use e.g. 2026-03-10T14:00:00Z or epoch seconds)") from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def open_store(config: Config) -> duckdb.DuckDBPyConnection:
+    path = config.store_path()
+    if not path.exists():
+        raise BackfillError(f"no store at {path}: run `spyglass ingest` or `spyglass run` first")
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.IOException as exc:
+        raise BackfillError(f"cannot open {path} read-only ({str(exc).splitlines()[0]}); a running agent holds"
+                            " it: replay a copy of the file, or stop the agent") from None
+    con.execute("SET TimeZone = 'UTC'")
+    return con
+
+
+def count_events(con: duckdb.DuckDBPyConnection, sources: list[str], start: float, end: float) -> int:
+    return con.execute("SELECT count(*) FROM events WHERE list_contains(?, source)"
+                       " AND ts >= to_timestamp(?) AND ts <= to_timestamp(?)", [sources, start, end]).fetchone()[0]
+
+
+def stored_events(con: duckdb.DuckDBPyConnection, sources: list[str], end: float) -> Iterator[Event]:
+    """Every event of `sources` up to `end`, in time order (ties in the order they were stored)."""
+    result = con.execute(
+        "SELECT epoch_us(ts), source, kind, instance, host, request_id, fields FROM events"
+        " WHERE list_contains(?, source) AND ts <= to_timestamp(?) ORDER BY ts, rowid", [sources, end])
+    while rows := result.fetchmany(BATCH):
+        for us, source, kind, instance, host, request_id, fields in rows:
+            yield Event(us / 1e6, source, kind, instance or "", orjson.loads(fields) if fields else {},
+                        request_id, host or "")
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(names: tuple[str, ...], values: tuple[str, ...], extra: str) -> str:
+    pairs = [f'{n}="{_escape(v)}"' for n, v in zip(names, values)]
+    return "{" + ",".join(pairs + [extra]) + "}"
+
+
+def _number(value: float) -> str:
+    return repr(float(value))
+
+
+class OpenMetricsWriter:
+    """Samples of every family of a state, at increasing times, into one OpenMetrics file.
+
+    Guarantees: each family is one contiguous block after its `# TYPE` line; within it the
+    samples are in time order (every series of a sample time before the next time); histograms
+    as cumulative `_bucket` (with `+Inf`), `_count`, `_sum`; the file ends with `# EOF`. Families
+    are buffered in temporary files of their own, so memory does not grow with the window."""
+
+    def __init__(self, state: MetricState, job: str, scratch: Path) -> None:
+        self.state, self.job = state, f'job="{_escape(job)}"'
+        self.scratch = scratch
+        self.files: dict[str, IO[str]] = {}
+        self.prefixes: dict[tuple[str, tuple[str, ...]], str] = {}
+        self.samples = 0
+
+    def _file(self, name: str) -> IO[str]:
+        handle = self.files.get(name)
+        if handle is None:
+            handle = self.files[name] = open(self.scratch / name, "w", buffering=1 << 16)
+        return handle
+
+    def _prefix(self, name: str, labels: tuple[str, ...], key: tuple[str, ...]) -> str:
+        cached = self.prefixes.get((name, key))
+        if cached is None:
+            cached = self.prefixes[(name, key)] = name + _labels(labels, key, self.job)
+        return cached
+
+    def sample(self, ts: float) -> None:
+        stamp = f"{ts:.3f}"
+        lines = 0
+        for spec in self.state.catalogue:
+            if spec.type == "histogram":
+                series = self.state.hists[spec.name]
+                if series:
+                    lines += self._histogram(spec.name, spec.labels, series, stamp)
+                continue
+            series = self.state.values[spec.name]
+            if not series:
+                continue
+            out, name = self._file(spec.name), spec.name
+            out.writelines(f"{self._prefix(name, spec.labels, key)} {_number(value)} {stamp}\n"
+                           for key, value in sorted(series.items()))
+            lines += len(series)
+        self._file("up").write(f"up{{{self.job}}} 1.0 {stamp}\n")
+        self.samples += lines + 1
+
+    def _histogram(self, name: str, labels: tuple[str, ...], series: dict, stamp: str) -> int:
+        out, bounds, lines = self._file(name), self.state.bounds[name], 0
+        les = [repr(float(b)) for b in bounds] + ["+Inf"]
+        for key, (counts, total) in sorted(series.items()):
+            running = 0
+            for le, count in zip(les, counts):
+                running += count
+                out.write(f"{name}_bucket{_labels(labels + ('le',), key + (le,), self.job)} {running} {stamp}\n")
+            base = self._prefix(name, labels, key)
+            out.write(f"{name}_count{base[len(name):]} {running} {stamp}\n")
+            out.write(f"{name}_sum{base[len(name):]} {_number(total)} {stamp}\n")
+            lines += len(les) + 2
+        return lines
+
+    def finish(self, path: Path) -> None:
+        kinds = {spec.name: spec for spec in self.state.catalogue}
+        with open(path, "w", buffering=1 << 20) as out:
+            for name, handle in sorted(self.files.items()):
+                handle.close()
+                spec = kinds.get(name)
+                kind = "gauge" if spec is None or spec.type == "info" else spec.type
+                out.write(f"# TYPE {name} {kind}\n")
+                if spec is not None:
+                    out.write(f"# HELP {name} {_escape(spec.help)}\n")
+                with open(self.scratch / name) as part:
+                    shutil.copyfileobj(part, out, 1 << 20)
+            out.write("# EOF\n")
+
+
+@dataclass
+class BackfillResult:
+    path: Path
+    events: int  # events applied (including those before the window, for the state they leave)
+    events_in_window: int
+    samples: int
+    times: int
+
+
+def replay(config: Config, start: float, end: float, step: float, out: Path,
+           window: tuple[float, float] | None = None) -> BackfillResult:
+    """Write `out` (an OpenMetrics file): the state the stored events leave, every `step` in [start, end].
+
+    BackfillError if `window` (default: [start, end]) holds no event of the configured sources."""
+    if end <= start:
+        raise BackfillError(f"--to ({iso(end)}) must be after --from ({iso(start)})")
+    kinds = {name: options.kind for name, options in config.sources.items()}
+    first, last = window or (start, end)
+    con = open_store(config)
+    try:
+        in_window = count_events(con, list(kinds), first, last)
+        if not in_window:
+            raise BackfillError(f"no events of {', '.join(sorted(kinds))} between {iso(first)} and {iso(last)}"
+                                f" in {config.store_path()}: nothing to replay")
+        state = metric_state(config)
+        signals = build_signals(config, state)
+        applies = {name: signals[kind].apply for name, kind in kinds.items() if kind in signals}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="spyglass-backfill-") as scratch:
+            writer = OpenMetricsWriter(state, config.alerts.job, Path(scratch))
+            applied, times = _run(state, applies, stored_events(con, list(kinds), end), start, end, step, writer)
+            writer.finish(out)
+    finally:
+        con.close()
+    return BackfillResult(out, applied, in_window, writer.samples, times)
+
+
+def _run(state: MetricState, applies: dict, events: Iterator[Event], start: float, end: float, step: float,
+         writer: OpenMetricsWriter) -> tuple[int, int]:
+    """Apply events up to each sample time (a grid of multiples of `step`), then sample."""
+    t = math.ceil(start / step) * step
+    applied = times = 0
+    last_seen: dict[str, float] = {}
+    pending = next(events, None)
+    while t <= end:
+        while pending is not None and pending.ts <= t:
+            apply = applies.get(pending.source)
+            try:
+                if apply is not None:
+                    apply(pending)
+                last_seen[pending.source] = max(last_seen.get(pending.source, 0.0), pending.ts)
+                applied += 1
+            except Exception:  # noqa: BLE001 - the pipeline counts such an event invalid and goes on
+                pass
+            pending = next(events, None)
+        for source, ts in last_seen.items():
+            state.set(EVENT_SECONDS, (source,), ts)
+        writer.sample(t)
+        times += 1
+        t += step
+    return applied, times

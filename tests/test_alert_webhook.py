@@ -1,0 +1,119 @@
+"""Alertmanager's webhook into the agent: every notification, firing and resolved, is an `alert` event in
+the store; a body that is not Alertmanager's JSON is a 400 with a message and no event."""
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+
+import httpx
+import pytest
+
+from conftest import free_port
+from spyglass.alert_webhook import decode_notification
+
+STARTS = "2026-03-10T14:02:15.123456789Z"  # Go writes nanoseconds
+ENDS = "2026-03-10T14:20:45.5Z"
+ZERO = "0001-01-01T00:00:00Z"
+
+
+def alert(status: str, name: str = "EngineEvictionStorm", instance: str = "strata-b", ends: str = ZERO,
+          **labels: str) -> dict:
+    return {"status": status, "startsAt": STARTS, "endsAt": ends, "fingerprint": f"{hash(name) & 0xffff:04x}",
+            "labels": {"alertname": name, "instance": instance, "severity": "critical", "heuristic": "H3", **labels},
+            "annotations": {"summary": "strata-b is evicting", "description": "secret prompt text?"},
+            "generatorURL": "http://prometheus/graph?g0.expr=..."}
+
+
+def notification(*alerts: dict, status: str = "firing") -> bytes:
+    return json.dumps({"version": "4", "groupKey": "{}:{alertname=\"X\"}", "truncatedAlerts": 0, "status": status,
+                       "receiver": "pager", "groupLabels": {"alertname": "X"}, "commonLabels": {},
+                       "commonAnnotations": {}, "externalURL": "http://am", "alerts": list(alerts)}).encode()
+
+
+def test_firing_is_stamped_when_it_started_and_resolved_when_it_ended() -> None:
+    firing, resolved = decode_notification(notification(alert("firing"), alert("resolved", ends=ENDS)), host="h1")
+    assert (firing.kind, firing.source, firing.instance, firing.host) == ("alert", "alertmanager", "strata-b", "h1")
+    assert firing.ts == pytest.approx(datetime(2026, 3, 10, 14, 2, 15, 123456, tzinfo=timezone.utc).timestamp())
+    assert firing.fields["endsAt"] is None and firing.fields["status"] == "firing"
+    assert resolved.ts == pytest.approx(datetime(2026, 3, 10, 14, 20, 45, 500000, tzinfo=timezone.utc).timestamp())
+    assert resolved.fields["startsAt"] == firing.ts
+    assert {k: firing.fields[k] for k in ("alertname", "severity", "heuristic", "instance")} == {
+        "alertname": "EngineEvictionStorm", "severity": "critical", "heuristic": "H3", "instance": "strata-b"}
+
+
+def test_annotation_text_is_not_kept() -> None:
+    (event,) = decode_notification(notification(alert("firing")))
+    assert "secret prompt text" not in json.dumps(event.fields)
+
+
+def test_labels_are_bounded() -> None:
+    long = alert("firing", note="x" * 10_000)
+    (event,) = decode_notification(notification(long))
+    assert len(event.fields["labels"]["note"]) == 256
+    many = alert("firing", **{f"l{n}": "v" for n in range(40)})
+    with pytest.raises(ValueError, match="labels: 44 labels, at most 32"):
+        decode_notification(notification(many))
+
+
+@pytest.mark.parametrize("body,message", [
+    (b"", "not JSON"),
+    (b"\xff\xfe{", "not JSON"),
+    (b"[1, 2]", "expected a JSON object"),
+    (b'{"resourceSpans": []}', "version None"),
+    (json.dumps({"version": "3", "alerts": []}).encode(), "version '3'"),
+    (json.dumps({"version": "4", "alerts": {"a": 1}}).encode(), "alerts: expected a list"),
+    (notification({**alert("firing"), "status": "pending"}), r"alerts\[0\].status: expected firing or resolved"),
+    (notification({**alert("firing"), "labels": {"alertname": 3}}), "string labels"),
+    (notification({**alert("firing"), "labels": {"instance": "a"}}), "no alertname"),
+    (notification({**alert("firing"), "startsAt": "yesterday"}), "startsAt: not an RFC 3339 time"),
+    (notification({**alert("firing"), "startsAt": "2026-03-10T14:02:15"}), "time without an offset"),
+    (notification(alert("firing"), alert("resolved")), r"alerts\[1\].endsAt: a resolved alert needs its end"),
+    (notification(*[alert("firing")] * 1001), "at most 1000"),
+])
+def test_a_body_that_is_not_alertmanagers_json_is_refused_with_why(body: bytes, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        decode_notification(body)
+
+
+@pytest.fixture
+def agent(tmp_path):
+    from spyglass.agent import Agent
+    from spyglass.config import load_config
+
+    port = free_port()
+    config = tmp_path / "spyglass.toml"
+    config.write_text(f'[agent]\nstate_dir = "{tmp_path}"\nhost = "pager-host"\n'
+                      f'[exporters.prometheus]\nlisten = "127.0.0.1:{port}"\n[exporters.store]\nenabled = true\n'
+                      f'[sources.engine-a]\nkind = "engine_log"\npath = "{tmp_path / "a.log"}"\ninstance = "strata-a"\n')
+    agent = Agent(load_config(config))
+    agent.server.start()
+    try:
+        yield agent, f"http://127.0.0.1:{port}/api/alerts"
+    finally:
+        agent.server.stop()
+        agent.pipeline.close()
+
+
+def test_the_agent_stores_many_concurrent_notifications_and_refuses_bad_ones(agent) -> None:
+    agent, url = agent
+    bodies = [notification(alert("firing", instance=f"strata-{i % 2}", name=f"Alert{i}"),
+                           alert("resolved", instance=f"strata-{i % 2}", name=f"Alert{i}", ends=ENDS))
+              for i in range(40)]
+    hostile = [b"{}", b"not json at all", notification({"status": "firing"})] * 5
+    with httpx.Client(timeout=30) as client, ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda body: client.post(url, content=body), bodies + hostile))
+    good, bad = answers[:len(bodies)], answers[len(bodies):]
+    assert [a.status_code for a in good] == [200] * len(bodies)
+    assert [a.status_code for a in bad] == [400] * len(hostile)
+    assert "version" in bad[0].text and "not JSON" in bad[1].text and "labels" in bad[2].text
+    agent.pipeline.run_until_idle()  # steps, then commits what they applied
+    rows = agent.pipeline.store.con.execute(
+        "SELECT fields->>'alertname', fields->>'status', instance, host, ts FROM events WHERE kind = 'alert'"
+        " ORDER BY 1, 2").fetchall()
+    assert len(rows) == 80
+    assert {(r[0], r[1]) for r in rows} == {(f"Alert{i}", s) for i in range(40) for s in ("firing", "resolved")}
+    assert {r[3] for r in rows} == {"pager-host"}
+    resolved = [r for r in rows if r[1] == "resolved"]
+    assert {r[4] for r in resolved} == {datetime(2026, 3, 10, 14, 20, 45, 500000, tzinfo=timezone.utc)}
+    assert httpx.get(url.replace("/api/alerts", "/health")).status_code == 200  # the agent lives on
