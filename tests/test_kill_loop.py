@@ -77,6 +77,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path):
     started = time.monotonic()
     subprocess.run(ingest_command(write_config(clean, log)), check=True, capture_output=True)
     duration = time.monotonic() - started  # kills land inside the time one clean run takes here
+    # (windows of 5-25% of it: a clean run timed on a loaded machine must not make kills rare)
 
     config = write_config(killed, log)
     rng = random.Random(20261019)
@@ -84,7 +85,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path):
     for _ in range(100):
         proc = subprocess.Popen(ingest_command(config), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            _, err = proc.communicate(timeout=rng.uniform(0.1, 0.35) * duration)  # SIGKILL at a random moment
+            _, err = proc.communicate(timeout=rng.uniform(0.05, 0.25) * duration)  # SIGKILL at a random moment
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
