@@ -27,7 +27,8 @@ def build(d: Deployment):
     layout.add(
         timeseries_panel("Engine TTFT quantiles (5m)", "s",
                          *[Q(s(f"instance_lane:{TTFT}:p{q}_rate5m"), f"{{{{instance}}}} p{q}") for q in (50, 95, 99)],
-                         width=8, thresholds=above(lanes), links=[runbook(d, "EngineTTFTSpike")]),
+                         width=8, thresholds=above(lanes),
+                         links=[runbook(d, "EngineTTFTSpike"), runbook(d, "EngineRegressionAfterRestart")]),
         timeseries_panel("TTFT SLO errors (share late), 5m and 1h", "percentunit",
                          Q(s(f"{SLO_ERRORS}5m"), "{{instance}} {{lane}} 5m"),
                          Q(s(f"{SLO_ERRORS}1h"), "{{instance}} {{lane}} 1h"),

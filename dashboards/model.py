@@ -80,6 +80,11 @@ def write(out: Path = GENERATED, d: Deployment | None = None) -> list[Path]:
     return written
 
 
+# Catalogue metrics no dashboard shows, with why. A metric is shown when a panel, an annotation or
+# a variable reads it, or reads a recording rule computed from it.
+UNSHOWN: dict[str, str] = {}
+
+
 def links(*modules: str) -> list[tuple[str, str]]:
     """(uid, title) of the named dashboard modules, for `board(links_to=...)`."""
     return [(Board(m).uid, Board(m).title) for m in modules]

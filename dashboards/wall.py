@@ -19,7 +19,7 @@ from spyglass.rules import runbook_url
 UID = "spyglass-wall"
 TITLE = "Spyglass / Wall"
 PROCESS_STATES = {"0": ("RUNNING", GREEN), "1": ("STARTING", ORANGE), "2": ("DOWN", RED)}
-SOURCE_DOWN = -1
+SOURCE_DOWN, SOURCE_POLLED = -1, -2  # tiles for a source that cannot be read, and one up with no event time
 
 
 def process_state() -> str:
@@ -32,10 +32,12 @@ def process_state() -> str:
 
 
 def source_health() -> str:
-    """Seconds since each source's newest event; -1 (DOWN) for a source that cannot be read."""
+    """Seconds since each source's newest event; -1 (DOWN) for a source that cannot be read, -2 (UP)
+    for one that answers but stamps no events of its own (a poll)."""
     return (f'max by (source) (time() - {s("spyglass_source_last_event_timestamp_seconds")})\n'
             f'  unless on (source) (max by (source) ({s("spyglass_source_up")}) == 0)\n'
-            f'or on (source) (max by (source) ({s("spyglass_source_up")}) == 0) * 0 + ({SOURCE_DOWN})')
+            f'or on (source) (max by (source) ({s("spyglass_source_up")}) == 0) * 0 + ({SOURCE_DOWN})\n'
+            f'or on (source) (max by (source) ({s("spyglass_source_up")}) == 1) * 0 + ({SOURCE_POLLED})')
 
 
 def lane_tiles(d: Deployment) -> list:
@@ -102,14 +104,14 @@ def build(d: Deployment):
                     description="Every alert firing (the Watchdog left out); each row links to its runbook."),
         stat_panel("Alert pipeline", "none",
                    Q(f'count({s("ALERTS", alertname="Watchdog", alertstate="firing")})', "Watchdog"),
-                   width=2, height=10, mappings={"1": ("alive", GREEN)}, no_value="DEAD",
+                   width=3, height=10, mappings={"1": ("alive", GREEN)}, no_value="DEAD",
                    thresholds=below(1),
                    description="The Watchdog always fires while Prometheus evaluates the rules: no value is a dead"
                                " alert pipeline.", links=[runbook(d, "Watchdog")]),
         stat_panel("Sources: seconds since last event", "s", Q(source_health(), "{{source}}"),
-                   width=6, height=10, thresholds=steps((0, GREEN), (threshold(d, "H19", "silent_seconds"), RED),
+                   width=5, height=10, thresholds=steps((0, GREEN), (threshold(d, "H19", "silent_seconds"), RED),
                                                         base=RED),
-                   mappings={str(SOURCE_DOWN): ("DOWN", RED)}, text_mode=BigValueTextMode.VALUE_AND_NAME,
+                   mappings={str(SOURCE_DOWN): ("DOWN", RED), str(SOURCE_POLLED): ("UP", GREEN)}, text_mode=BigValueTextMode.VALUE_AND_NAME,
                    description="spyglass's own sources: a source that cannot be read is DOWN, one silent longer"
                                " than the engine-log silence threshold is red.",
                    links=[runbook(d, "SpyglassSourceDown"), runbook(d, "SpyglassSourceSilent")]),
