@@ -1,5 +1,5 @@
 """Every panel's query against real data: the emulated stack under supervisord, driven by incident
-scenarios, read by the spyglass agent serving /metrics, scraped every second by Debian's Prometheus
+scenarios, read by the spyglass agent serving /metrics, scraped every 2 s by Debian's Prometheus
 on 127.0.0.1 with spyglass's rule file. Each panel's expressions (variables substituted as Grafana
 would) go through the HTTP API: none errors, and the panels the scenarios exercise are not empty.
 The same data draws the wall preview."""
@@ -198,3 +198,15 @@ def test_wall_preview_from_the_emulator_run(run, tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 60_000
     drawn = {p["id"] for p in board["panels"]}
     assert drawn == set(results), "every panel was queried"
+
+
+@pytest.mark.slow
+def test_the_preview_command_draws_any_dashboard(run, tmp_path):
+    import sys
+
+    out = tmp_path / "cache.png"
+    done = subprocess.run([sys.executable, "-m", "dashboards.preview", "--prometheus", run.url, "--from", str(run.start),
+                           "--to", str(run.end), "--dashboard", "spyglass-cache", "--scrape-interval", str(SCRAPE),
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "0 queries failed" in done.stdout and out.read_bytes()[:4] == b"\x89PNG"
