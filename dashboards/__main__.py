@@ -1,0 +1,6 @@
+"""`python -m dashboards`: regenerate dashboards/generated/*.json from the code."""
+from dashboards.model import write
+
+if __name__ == "__main__":
+    for path in write():
+        print(path)

@@ -1,0 +1,90 @@
+"""The dashboards registry and their JSON: which modules make which dashboard, and writing
+dashboards/generated/ for the deployment of examples/strata.toml."""
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+
+from dashboards.panels import title_formats
+from spyglass.heuristics import Deployment
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERATED = Path(__file__).resolve().parent / "generated"
+
+
+@dataclass(frozen=True)
+class Board:
+    """One dashboard: its module (which has `UID`, `TITLE` and `build(d)`), uid and title."""
+
+    module: str
+
+    @property
+    def _mod(self):
+        return importlib.import_module(f"dashboards.{self.module}")
+
+    @property
+    def uid(self) -> str:
+        return self._mod.UID
+
+    @property
+    def title(self) -> str:
+        return self._mod.TITLE
+
+    def json(self, d: Deployment) -> dict[str, Any]:
+        data = json.loads(JSONEncoder(sort_keys=True).encode(self._mod.build(d).build()))
+        formats = title_formats()
+        for annotation in data.get("annotations", {}).get("list", []):
+            if annotation.get("name") in formats:
+                annotation["titleFormat"] = formats[annotation["name"]]
+        return data
+
+
+# The wall first: it is the home dashboard; each drill-down links back to it.
+DASHBOARDS = tuple(Board(m) for m in ("wall", "cache", "latency", "early_stops", "tokens", "lifecycle", "cpu",
+                                      "agent"))
+
+
+def deployment() -> Deployment:
+    """The deployment the committed JSON is for: examples/strata.toml, as alerts/ is."""
+    from spyglass.config import load_config
+
+    return Deployment.of(load_config(ROOT / "examples" / "strata.toml"))
+
+
+def build_all(d: Deployment | None = None) -> dict[str, dict[str, Any]]:
+    d = d or deployment()
+    return {b.uid: b.json(d) for b in DASHBOARDS}
+
+
+def generated(d: Deployment | None = None) -> dict[str, str]:
+    """File name -> content of every file of dashboards/generated/."""
+    return {f"{uid}.json": json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+            for uid, data in build_all(d).items()}
+
+
+def write(out: Path = GENERATED, d: Deployment | None = None) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    files = generated(d)
+    for stale in out.glob("*.json"):
+        if stale.name not in files:
+            stale.unlink()
+    written = []
+    for name, text in files.items():
+        (out / name).write_text(text)
+        written.append(out / name)
+    return written
+
+
+# Catalogue metrics no dashboard shows, with why. A metric is shown when a panel, an annotation or
+# a variable reads it, or reads a recording rule computed from it.
+UNSHOWN: dict[str, str] = {}
+
+
+def links(*modules: str) -> list[tuple[str, str]]:
+    """(uid, title) of the named dashboard modules, for `board(links_to=...)`."""
+    return [(Board(m).uid, Board(m).title) for m in modules]
