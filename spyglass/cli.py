@@ -85,6 +85,11 @@ app.command("requests")(forensics.requests)
 app.command("report")(forensics.report)
 app.command("views")(forensics.views)
 
+from spyglass.forensics import upgrades  # noqa: E402
+
+app.command("changes")(upgrades.changes)
+app.command("crashes")(upgrades.crashes)
+
 
 @app.command()
 def rules(config: ConfigOption,
