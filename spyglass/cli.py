@@ -89,6 +89,7 @@ from spyglass.forensics import upgrades  # noqa: E402
 
 app.command("changes")(upgrades.changes)
 app.command("crashes")(upgrades.crashes)
+app.command("baseline")(upgrades.baseline)
 
 
 @app.command()

@@ -309,3 +309,34 @@ def test_argv_is_kept_verbatim_whatever_its_shape():
         "--model": "/m.gguf", "--offset": "-1", "--x": "1", "-v": "positional", "--flag": ""}
     assert parse_argv('--name "two words" --q \'unbalanced') == {"--name": "\"two", "words\"": "", "--q": "'unbalanced"}
     assert parse_argv("") == {}
+
+
+def baseline_of(config: str, *args: str) -> dict[str, dict]:
+    return {r["metric"]: r for r in cli(config, "baseline", "--instance", "strata-b", *args)}
+
+
+def test_baseline_after_the_rebuild_storm_is_worse_than_the_last_steady_state(replay):
+    b = baseline_of(replay, "--deploy", "7")  # deploys 2-6 never got ready: the steady state is deploy 1's
+    assert (b["ttft_p50_ms"]["before"], b["ttft_p99_ms"]["before"]) == (21.5, 23.0)
+    assert b["ttft_p99_ms"]["after"] > 1000 and b["ttft_p99_ms"]["verdict"] == "worse"
+    assert b["rebuilds_per_minute"]["before"] == 0 and b["rebuilds_per_minute"]["verdict"] == "worse"
+    assert b["prefill_queue"]["verdict"] == "worse" and b["decode_tokens_per_second"]["verdict"] == "ok"
+    assert (b["requests"]["before"], b["requests"]["after"]) == (120, 180)
+    fixed = baseline_of(replay)  # the last deploy, the stable fix, against the storm
+    assert {m: r["verdict"] for m, r in fixed.items() if r["verdict"]} == {m: "ok" for m in (
+        "ttft_p50_ms", "ttft_p99_ms", "decode_tokens_per_second", "error_share", "prefill_queue", "rebuilds_per_minute")}
+
+
+def test_baseline_of_an_unknown_deploy_says_which_exist(replay):
+    result = CliRunner().invoke(app, ["baseline", "--config", replay, "--instance", "strata-b", "--deploy", "20"])
+    assert result.exit_code == 1 and "no deploy 20: the instance has deploys 1 to 8" in result.stderr
+
+
+def test_a_load_longer_than_the_probe_budget_is_a_finding_of_its_start():
+    from spyglass.forensics.changes import changes, deploy_of
+
+    row = {"instance": "strata-b", "ts_utc": at(8), "build": NEW, "version": "0.9.4", "model_real": "/m", "model_md5": "x",
+           "cpus": "0-15", "argv": BASE_ARGS, "ready_utc": at(8, 20), "ready_seconds": 1200.0}
+    slow, quick = deploy_of(row, 2, 900.0, False), deploy_of(dict(row, ready_seconds=420.0), 1, 900.0, False)
+    assert slow.over_budget and not quick.over_budget
+    assert [(c.change, c.after) for c in changes(quick, slow)] == [("load over probe budget", "1200 s")]

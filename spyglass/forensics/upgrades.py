@@ -82,3 +82,24 @@ def crashes(config: ConfigOption, start: From = None, end: To = None, tz: Tz = "
     if not found:
         raise fail("no crash, failed start or latency avalanche in the window", 1)
     show([cr.as_dict(f) for f in found], fmt, f"{len(found)} findings")
+
+
+def baseline(config: ConfigOption,
+             instance: Annotated[str, typer.Option("--instance", help="Engine instance, e.g. strata-b.")],
+             deploy: Annotated[int | None, typer.Option("--deploy", min=1, help="Deploy number (`spyglass changes`);"
+                                                                                  " default: the last.")] = None,
+             fmt: Format = "table") -> None:
+    """The hour after a deploy against the previous steady state (H18): TTFT p50/p99, decode rate, error share,
+    prefill queue, graph rebuilds a minute, memory; a metric past the heuristic's factor is marked worse."""
+    from spyglass.forensics import baseline as bl
+    from spyglass.query import QueryError
+
+    check_format(fmt)
+    cfg = load(config)
+    try:
+        w, rows = bl.baseline(cfg, instance, deploy)
+    except ValueError as exc:
+        raise fail(f"{instance}: {exc}", 1) from None
+    except QueryError as exc:
+        raise fail(str(exc), 1) from None
+    show(rows, fmt, bl.describe(w))
