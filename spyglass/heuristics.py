@@ -631,7 +631,8 @@ def _h18(d: Deployment) -> Heuristic:
                f"{INSTANCE} got slower after its restart.",
                f"Median TTFT on {INSTANCE} ({LANE}) is {SECONDS} over the last hour, over twice the same hour"
                " yesterday, since a restart in the last 6 hours.", latency=True),),
-        diagnosis="Throughput and p99 against a baseline snapshot before the change need the store's history.")
+        diagnosis="Throughput, p99, queue, rebuilds and memory against the previous steady state need the store's"
+                  " history: `spyglass baseline --instance X [--deploy N]`.")
 
 
 def _h19(d: Deployment) -> Heuristic:
