@@ -132,11 +132,13 @@ class EngineLogParser(DatedLogParser):
 
     def event(self, stamp: bytes, kind: str, fields: dict, fraction: float) -> Event | str:
         if kind == "args":
-            fields = parse_args(fields.get("args", ""))
+            text = fields.get("args", "")
+            fields = parse_args(text)
             refused = next((name for name, value in fields.items() if value.__class__ is int and value > MAX_NUMBER),
                            None)
             if refused:
                 return Miss.invalid(refused)
+            fields["argv"] = text  # verbatim: a flag this parser does not know still shows in a change list
         return super().event(stamp, kind, fields, fraction)
 
 

@@ -7,7 +7,7 @@ from grafana_foundation_sdk.models.common import BigValueTextMode
 
 from dashboards.model import links
 from dashboards.panels import (
-    GREEN, ORANGE, Q, above, board, rate, runbook, s, stat_panel, steps, table_panel, timeseries_panel, threshold,
+    GREEN, ORANGE, RED, Q, above, board, rate, runbook, s, stat_panel, steps, table_panel, timeseries_panel, threshold,
 )
 from spyglass.heuristics import Deployment
 
@@ -63,7 +63,8 @@ def build(d: Deployment):
                            f' and on (instance) (max by (instance) ({s("spyglass_engine_ready")}) == 0)',
                            "{{instance}} loading for"),
                          width=8, thresholds=above(budget), links=[runbook(d, "EngineNotReady"),
-                                                                   runbook(d, "EngineLoadOverProbeBudget")]),
+                                                                   runbook(d, "EngineLoadOverProbeBudget"),
+                                                                   runbook(d, "EngineRestartedWhileLoading")]),
         stat_panel("Engine ready", "none", Q(f'max by (instance) ({s("spyglass_engine_ready")})', "{{instance}}"),
                    width=4, height=8, mappings={"1": ("ready", GREEN), "0": ("loading", ORANGE)},
                    thresholds=steps((1, GREEN), base=ORANGE), text_mode=BigValueTextMode.VALUE_AND_NAME),
@@ -106,5 +107,14 @@ def build(d: Deployment):
         timeseries_panel("Engine errors, by component", "short",
                          Q(rate("spyglass_engine_errors_total", "instance, component", fn="increase"),
                            "{{instance}} {{component}}"), width=8),
+        stat_panel("Model path (H15)", "none",
+                   Q(f'min by (instance) ({s("spyglass_model_path_resolves")})', "{{instance}} resolves"),
+                   Q(f'max by (instance) ({s("spyglass_model_path_mismatch")})', "{{instance}} differs from loaded"),
+                   width=8, thresholds=steps((1, GREEN), base=RED),
+                   links=[runbook(d, "EngineModelPathDangling"), runbook(d, "EngineModelPathMismatch")]),
+        timeseries_panel("Model path changes", "short",
+                         Q(rate("spyglass_model_path_changes_total", "instance", fn="increase"), "{{instance}} changes"),
+                         Q(f'time() - max by (instance) ({s("spyglass_model_path_changed_timestamp_seconds")})',
+                           "{{instance}} s since the last change"), width=16),
     )
     return layout.board

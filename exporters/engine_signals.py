@@ -188,6 +188,9 @@ class EngineSignals(SignalsBase):
         model = os.path.basename(str(e.fields["real"]))
         self.state.set_info("spyglass_engine_model_info", key + (model, str(e.fields["md5"])), 2)
         self.state.set("spyglass_engine_model_bytes", key, e.fields["bytes"])
+        # What the running process loaded, for the model-path watch (exporters/model_path_signals.py).
+        self.state.memo.setdefault("model_loaded", {})[e.instance] = {"real": str(e.fields["real"]),
+                                                                      "bytes": e.fields["bytes"], "ts": e.ts}
 
     def on_cpus(self, e: Event, key: tuple[str, str]) -> None:
         s, cpus = self.state, str(e.fields["cpus"])

@@ -134,6 +134,12 @@ app.command("requests")(forensics.requests)
 app.command("report")(forensics.report)
 app.command("views")(forensics.views)
 
+from spyglass.forensics import upgrades  # noqa: E402
+
+app.command("changes")(upgrades.changes)
+app.command("crashes")(upgrades.crashes)
+app.command("baseline")(upgrades.baseline)
+
 
 @app.command()
 def rules(config: ConfigOption,
@@ -189,6 +195,34 @@ def backtest(config: ConfigOption, start: FromOption, end: ToOption,
         typer.echo(dumps(result))
     else:
         show(result, first, last)
+
+
+@app.command()
+def smoke(url: Annotated[str, typer.Option(help="The serve's base URL, e.g. http://127.0.0.1:8081.")],
+          samples: Annotated[Path, typer.Option(help="Fixed samples, one JSON request a line.")],
+          baseline: Annotated[Path | None, typer.Option(help="A baseline written by --record.")] = None,
+          record: Annotated[Path | None, typer.Option(help="Write this run's TTFTs as the baseline, if it passes.")] = None,
+          budget: Annotated[float, typer.Option(help="Seconds to wait for /health (the probe budget).")] = 600.0,
+          factor: Annotated[float, typer.Option(help="A TTFT above this times the baseline fails.")] = 2.0) -> None:
+    """The deploy gate: wait for /health within the budget, send fixed samples, check status, shape, finish
+    reason and TTFT against the baseline; exit 1 with the reason on a regression, 2 on a bad samples file."""
+    import json
+
+    from spyglass.smoke import SamplesError, load_samples, smoke as run_smoke
+
+    try:
+        loaded = load_samples(samples)
+        base = json.loads(baseline.read_text()) if baseline else None
+    except (SamplesError, OSError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    verdict = run_smoke(url, loaded, base, budget, factor)
+    if not verdict.ok:
+        typer.echo(f"smoke failed: {verdict.reason}", err=True)
+        raise typer.Exit(1)
+    if record:
+        record.write_text(json.dumps(verdict.baseline(), indent=1) + "\n")
+    typer.echo(f"smoke passed: {verdict.reason} (ready after {verdict.waited_seconds:.1f} s)")
 
 
 @app.command()

@@ -517,6 +517,8 @@ def _h13(d: Deployment) -> Heuristic:
 
 def _h14(d: Deployment) -> Heuristic:
     budget = d.settings.probe_budget_seconds
+    window = f"{max(30, int(budget * 3 // 60))}m"  # three loads' worth of time
+    spawns = f"max_over_time(spyglass_supervisord_spawns_total[{window}]) - min_over_time(spyglass_supervisord_spawns_total[{window}])"
     return Heuristic(
         "H14", "Engine not ready past its probe budget", "upgrade (a 40 s load against a 10 s probe)",
         "The engine is still loading when its probe budget is spent, or its last load took longer than the budget.",
@@ -535,7 +537,21 @@ def _h14(d: Deployment) -> Heuristic:
                inhibits_latency=True),
          Alert("EngineLoadOverProbeBudget", "warning", f"spyglass_engine_load_duration_seconds > {_n(budget)}", "0m",
                f"{INSTANCE}'s last load took longer than the probe budget.",
-               f"{INSTANCE} ({LANE}) took {SECONDS} to become ready; the probe gives up after {_n(budget)} s.")))
+               f"{INSTANCE} ({LANE}) took {SECONDS} to become ready; the probe gives up after {_n(budget)} s."),
+         Alert("EngineRestartedWhileLoading", "critical",
+               f'label_replace({spawns}, "instance", "$1", "program", "(.*)") >= 2\n'
+               f"  and on (instance) (max by (instance) (max_over_time(spyglass_engine_ready[{window}])) == 0)", "0m",
+               f"{INSTANCE} is restarted before it ever becomes ready: a probe killing a slow load?",
+               f"supervisord spawned {INSTANCE} {VALUE} times in {window} and no start reached ready; compare the"
+               f" load time with the probe budget ({_n(budget)} s).", inhibits_latency=True)),
+        diagnosis="Load duration per start, and how long a start that never got ready had been loading when it"
+                  " ended: `spyglass changes` (load_seconds, ended_loading_after) and `spyglass crashes`.")
+
+
+def _since_path_change(condition: str) -> str:
+    """Seconds since the model path last changed, where `condition` holds (0 when no change time is known)."""
+    return (f"(time() - spyglass_model_path_changed_timestamp_seconds and on (instance) ({condition}))\n"
+            f"  or (0 * ({condition}))")
 
 
 def _h15(d: Deployment) -> Heuristic:
@@ -552,9 +568,17 @@ def _h15(d: Deployment) -> Heuristic:
         (Alert("EngineModelChecksumMismatch", "warning",
                "sum by (instance, lane) (increase(spyglass_engine_model_checksum_mismatches_total[1h])) > 0", "0m",
                f"{INSTANCE} read a model file whose md5 does not match.",
-               f"{INSTANCE} ({LANE}) logged {VALUE} checksum mismatches in the last hour."),),
-        diagnosis="Whether the path resolves elsewhere than at start needs the model events' path and real fields"
-                  " over time (history beyond the info metric).")
+               f"{INSTANCE} ({LANE}) logged {VALUE} checksum mismatches in the last hour."),
+         Alert("EngineModelPathDangling", "critical", _since_path_change("spyglass_model_path_resolves == 0"), "1m",
+               f"{INSTANCE}'s model path no longer resolves: the next start cannot load.",
+               f"The configured model path of {INSTANCE} is a dangling link or a missing file; it last changed"
+               f" {SECONDS} ago (0: never seen changing). A blue/green cleanup may have raced the switch."),
+         Alert("EngineModelPathMismatch", "warning", _since_path_change("spyglass_model_path_mismatch == 1"), "10m",
+               f"{INSTANCE}'s model path names another file than the running process loaded.",
+               f"The model path of {INSTANCE} changed {SECONDS} ago and resolves to a different file (path or size)"
+               " than the one its running engine loaded; a restart would load another model.")),
+        diagnosis="`spyglass changes` lists the model path, real file and md5 of every start; the model_path"
+                  " events hold each resolution over time.")
 
 
 def _h16(d: Deployment) -> Heuristic:
@@ -607,7 +631,8 @@ def _h18(d: Deployment) -> Heuristic:
                f"{INSTANCE} got slower after its restart.",
                f"Median TTFT on {INSTANCE} ({LANE}) is {SECONDS} over the last hour, over twice the same hour"
                " yesterday, since a restart in the last 6 hours.", latency=True),),
-        diagnosis="Throughput and p99 against a baseline snapshot before the change need the store's history.")
+        diagnosis="Throughput, p99, queue, rebuilds and memory against the previous steady state need the store's"
+                  " history: `spyglass baseline --instance X [--deploy N]`.")
 
 
 def _h19(d: Deployment) -> Heuristic:

@@ -189,6 +189,21 @@ def scenarios() -> list[Scenario]:
             f"spyglass_engine_load_duration_seconds{{{a_il}}}": gauge((T0 + 20, 60), (rest - 20, 1200)),
             'spyglass_supervisord_spawns_total{program="strata-a"}': gauge((T0, 1), (rest, 2)),
         }, {130: [], 137: [("EngineNotReady", A)], 145: [("EngineLoadOverProbeBudget", A)]}),
+        Scenario("H14 restarted while loading: the probe kills each load after 10 min", N, {
+            f"spyglass_engine_start_time_seconds{{{b_il}}}": gauge((T0, 0), *[(10, (T0 + 10 * k) * 60) for k in range(6)]),
+            f"spyglass_engine_ready{{{b_il}}}": gauge((T0, 1), (rest, 0)),
+            'spyglass_supervisord_spawns_total{program="strata-b"}': gauge((T0, 1), *[(10, 2 + k) for k in range(6)]),
+        }, {115: [], 130: [], T0 + 50: [("EngineRestartedWhileLoading", {"instance": "strata-b", "program": "strata-b"})]}),
+        Scenario("H15 dangling model link after a cleanup", N, {
+            'spyglass_model_path_resolves{instance="strata-a"}': gauge((T0, 1), (rest, 0)),
+            'spyglass_model_path_changed_timestamp_seconds{instance="strata-a"}': gauge((T0, 3600), (rest, T0 * 60)),
+        }, {115: [], 125: [("EngineModelPathDangling", {"instance": "strata-a"})]}),
+        Scenario("H15 model path switched under the running engine", N, {
+            'spyglass_model_path_resolves{instance="strata-b"}': gauge((N, 1)),
+            'spyglass_model_path_mismatch{instance="strata-b"}': gauge((T0, 0), (rest, 1)),
+            'spyglass_model_path_changed_timestamp_seconds{instance="strata-b"}': gauge((T0, 3600), (rest, T0 * 60)),
+        }, {115: [], 125: [], 135: [("EngineModelPathMismatch", {"instance": "strata-b"})]},
+            {"EngineModelPathMismatch": (135, {"instance": "strata-b"}, "15m 0s")}),
         Scenario("H15 model checksum mismatch", N, {
             f"spyglass_engine_model_checksum_mismatches_total{{{a_il}}}": gauge((T0, 0), (rest, 1)),
         }, {115: [], 125: [("EngineModelChecksumMismatch", A)]}),

@@ -1,0 +1,105 @@
+"""The upgrade commands (`changes`, `crashes`): options in, queries out through run.query, printed.
+
+spyglass/cli.py registers them. Exit status as for the other forensic commands: 0 with rows, 1 when
+there is nothing to show (said on stderr), 2 for a usage error.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+import typer
+
+from spyglass.forensics.commands import ConfigOption, Format, From, To, Tz, check_format, fail, fetch, load, the_window
+
+Instance = Annotated[str | None, typer.Option("--instance", help="Engine instance, e.g. strata-b (default: all).")]
+Since = Annotated[str | None, typer.Option("--since", help="Only starts from this time on (their predecessor is"
+                                                           " still compared), e.g. '2026-10-19 06:00'.")]
+
+
+def show(rows: list[dict], fmt: str, title: str) -> None:
+    """Print rows; in a table, text is escaped so rich does not read `[load]` in a log line as markup."""
+    from rich.markup import escape
+
+    from spyglass.forensics import output
+
+    rows = [{k: output.value_of(k, v) for k, v in r.items()} for r in rows]
+    if fmt == "table":
+        def text(v):
+            if isinstance(v, list):  # evidence: one line each
+                return "\n".join(escape(str(x)) for x in v)
+            return escape(v) if isinstance(v, str) else v
+        rows = [{k: text(v) for k, v in r.items()} for r in rows]
+    output.emit(rows, fmt, title=title if fmt == "table" else None)
+
+
+def load_deploys(cfg, instance: str | None, until: datetime | None = None):
+    from spyglass.forensics import changes as ch
+    from spyglass.forensics.run import Window
+
+    serve = frozenset(o.instance for o in cfg.sources.values() if getattr(o, "kind", "") == "serve_status" and o.instance)
+    columns, rows = fetch(cfg, ch.deploys_query(Window(None, until), instance))
+    return ch.deploys(ch.as_rows(columns, rows), cfg.alerts.probe_budget_seconds, serve)
+
+
+def changes(config: ConfigOption, instance: Instance = None, since: Since = None, tz: Tz = "UTC",
+            show_deploys: Annotated[bool, typer.Option("--deploys", help="List the deploy records instead.")] = False,
+            fmt: Format = "table") -> None:
+    """What changed between consecutive starts of an instance: model md5, real file, build, every argument,
+    serve and gateway version, CPUs; and what a start's banner did not say."""
+    from spyglass.forensics import changes as ch
+
+    check_format(fmt)
+    cfg = load(config)
+    w = the_window(since, None, tz, required=False)
+    records = load_deploys(cfg, instance)
+    if show_deploys:
+        rows = [ch.deploy_dict(d) for d in records if w.start is None or d.at >= w.start]
+        what = "deploys"
+    else:
+        rows = [ch.as_dict(c) for c in ch.change_list(records, w.start)]
+        what = "changes"
+    if not rows:
+        raise fail(f"no engine start is stored{' for ' + instance if instance else ''}"
+                   f"{' since ' + since if since else ''}", 1)
+    show(rows, fmt, f"{len(rows)} {what}")
+
+
+def crashes(config: ConfigOption, start: From = None, end: To = None, tz: Tz = "UTC", fmt: Format = "table") -> None:
+    """Every unexpected exit, failed start or latency avalanche of the window, as one of the upgrade seed's four
+    appearances (process exit, restart loop, latency avalanche, resource growth), with evidence and the first check."""
+    from spyglass.forensics import crashes as cr
+
+    check_format(fmt)
+    cfg = load(config)
+    w = the_window(start, end, tz)
+    from spyglass.query import QueryError
+
+    try:
+        found = cr.classify(cfg, w)
+    except QueryError as exc:
+        raise fail(str(exc), 1) from None
+    if not found:
+        raise fail("no crash, failed start or latency avalanche in the window", 1)
+    show([cr.as_dict(f) for f in found], fmt, f"{len(found)} findings")
+
+
+def baseline(config: ConfigOption,
+             instance: Annotated[str, typer.Option("--instance", help="Engine instance, e.g. strata-b.")],
+             deploy: Annotated[int | None, typer.Option("--deploy", min=1, help="Deploy number (`spyglass changes`);"
+                                                                                  " default: the last.")] = None,
+             fmt: Format = "table") -> None:
+    """The hour after a deploy against the previous steady state (H18): TTFT p50/p99, decode rate, error share,
+    prefill queue, graph rebuilds a minute, memory; a metric past the heuristic's factor is marked worse."""
+    from spyglass.forensics import baseline as bl
+    from spyglass.query import QueryError
+
+    check_format(fmt)
+    cfg = load(config)
+    try:
+        w, rows = bl.baseline(cfg, instance, deploy)
+    except ValueError as exc:
+        raise fail(f"{instance}: {exc}", 1) from None
+    except QueryError as exc:
+        raise fail(str(exc), 1) from None
+    show(rows, fmt, bl.describe(w))
