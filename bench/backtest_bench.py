@@ -17,7 +17,7 @@ import resource
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from engine.emulator.logsynth import Conversation, EngineModel  # noqa: E402
 
-DAY = datetime(2026, 10, 7, tzinfo=timezone.utc).timestamp()
+DAY = datetime(2026, 10, 7, tzinfo=UTC).timestamp()
 H = 3600.0
 
 
@@ -51,7 +51,7 @@ def write_day(folder: Path) -> Path:
     b = engine_day(EngineModel(instance_port=8082, budget_bytes=8192 << 20, seed=2), "38-53", (DAY + 15 * H, DAY + 19 * H))
     (folder / "engine-a.log").write_bytes(b"\n".join(a) + b"\n")
     (folder / "engine-b.log").write_bytes(b"\n".join(b) + b"\n")
-    stamp = datetime.fromtimestamp(DAY, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    stamp = datetime.fromtimestamp(DAY, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
     (folder / "supervisord.log").write_text(
         f"{stamp},100 INFO supervisord started with pid 3426001\n"
         + "".join(f"{stamp},{200 + n} INFO spawned: '{p}' with pid {3426010 + n}\n"

@@ -3,7 +3,8 @@ only) and mtail tail the same file at the same time; CPU of each, and append -> 
 
     .venv/bin/python bench/live.py [--rate 2000] [--seconds 30] [--latency-seconds 15]
 
-Phase 0 (idle): CPU of each for `--idle-seconds` with nothing written. Phase 1 (CPU): the writer appends `--rate` lines a second (20 per write, every 10 ms, from the
+Phase 0 (idle): CPU of each for `--idle-seconds` with nothing written. Phase 1 (CPU): the writer
+appends `--rate` lines a second (20 per write, every 10 ms, from the
 benchmark's generated log: one line in four an event) for `--seconds`; every process is scraped
 every 5 s, as Prometheus would; CPU is user + system time from /proc over the window. Phase 2
 (latency): the same writer for `--latency-seconds` while each spyglass /metrics is scraped 20
@@ -106,7 +107,7 @@ class Writer(threading.Thread):
         period = per_write / self.rate
         started = time.monotonic()
         with open(self.log, "ab", buffering=0) as out:
-            while (now := time.monotonic()) < started + self.seconds:
+            while time.monotonic() < started + self.seconds:
                 i = self.written % (len(self.source) - per_write)
                 out.write(b"".join(self.source[i:i + per_write]))
                 self.written += per_write

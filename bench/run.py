@@ -110,7 +110,8 @@ def main() -> None:
         if not path.exists():
             generate(path, n)
     subprocess.run(["cat", str(log)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
-    lines = sum(1 for _ in open(log, "rb"))
+    with open(log, "rb") as counted:
+        lines = sum(1 for _ in counted)
 
     rows = {"bare Python read loop": bare_loop(log),
             "spyglass ingest, metrics only": ingest(log, store=False),

@@ -8,11 +8,11 @@ force before the jump.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
-UTC = timezone.utc
+UTC = UTC
 BEIJING = ZoneInfo("Asia/Shanghai")
 
 

@@ -6,7 +6,7 @@ path and exact to the microsecond for the dates we see. `utc` gives the aware da
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -22,4 +22,4 @@ class Event:
 
     @property
     def utc(self) -> datetime:
-        return datetime.fromtimestamp(self.ts, tz=timezone.utc)
+        return datetime.fromtimestamp(self.ts, tz=UTC)

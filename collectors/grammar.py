@@ -2,7 +2,8 @@
 
 Only a line that matches the prefix can become an event, so text inside a prompt echoed on a
 continuation line can never forge one; a message pattern must match to the end of the line, so
-no text may follow a valid message. Every number is range-checked where it is converted. After the prefix, a cheap dispatch on the component and
+no text may follow a valid message. Every number is range-checked where it is converted. After the
+prefix, a cheap dispatch on the component and
 a literal `in` test run before any regex. Every pattern can be replaced from configuration.
 """
 from __future__ import annotations

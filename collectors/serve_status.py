@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import httpx
 from pydantic import Field, model_validator
 
-from collectors import (LineBatch, LineSourceBase, PolledSourceBase, PollPolicy, PollResult, SourceOptions,
-                        register)
+from collectors import LineBatch, LineSourceBase, PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
 from collectors.dated_log import handle_lines
 from collectors.event import Event
 from collectors.grammar import Miss, number_ok
@@ -192,7 +191,7 @@ class ServeStatusReplay(LineSourceBase):
             ts = record["ts"]
             if not isinstance(ts, (int, float)):
                 stamp = datetime.fromisoformat(ts)
-                ts = (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).timestamp()  # naive: UTC
+                ts = (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()  # naive: UTC
         except (ValueError, KeyError, TypeError):
             return Miss.UNMATCHED if line.strip() else Miss.UNPREFIXED
         if not number_ok(ts) or not 0 <= ts < LAST_TS:

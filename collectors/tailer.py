@@ -145,7 +145,8 @@ class Tailer:
         whose head proves nothing, is matched by inode alone.
         """
         seen = {(f.dev, f.ino) for f in self._open_files()}
-        same_inode, copies = [], []
+        same_inode: list[Any] = []
+        copies: list[Any] = []
         for path in dict.fromkeys(p for p in paths if p):
             try:
                 st = os.stat(path)

@@ -14,6 +14,6 @@ the catalogue in exporters/ or the recording rules (`level:metric:operations`).
 """
 from __future__ import annotations
 
-from dashboards.model import Board, DASHBOARDS, build_all, generated, write
+from dashboards.model import DASHBOARDS, Board, build_all, generated, write
 
 __all__ = ["Board", "DASHBOARDS", "build_all", "generated", "write"]

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from dashboards.model import links
 from dashboards.panels import (
-    Q, above, board, rate, runbook, s, stat_panel, steps, table_panel, timeseries_panel, threshold, GREEN, RED,
+    GREEN,
+    RED,
+    Q,
+    above,
+    board,
+    rate,
+    runbook,
+    s,
+    stat_panel,
+    steps,
+    table_panel,
+    threshold,
+    timeseries_panel,
 )
 from spyglass.heuristics import LOG_SILENCE, Deployment
 

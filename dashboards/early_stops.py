@@ -3,7 +3,7 @@ literals behind them, the serve's escapes and which serve version has the fix (H
 from __future__ import annotations
 
 from dashboards.model import links
-from dashboards.panels import Q, above, board, rate, runbook, s, table_panel, timeseries_panel, threshold
+from dashboards.panels import Q, above, board, rate, runbook, s, table_panel, threshold, timeseries_panel
 from spyglass.heuristics import STOPS_REASONING, THINKING_ONLY, Deployment
 
 UID = "spyglass-early-stops"

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from dashboards.model import links
 from dashboards.panels import (
-    Q, above, board, heatmap_panel, quantile, rate, runbook, s, timeseries_panel, threshold,
+    Q,
+    above,
+    board,
+    heatmap_panel,
+    quantile,
+    rate,
+    runbook,
+    s,
+    threshold,
+    timeseries_panel,
 )
 from spyglass.heuristics import DECODE_BASELINE, DECODE_MEAN, SLO_ERRORS, TTFT, Deployment
 

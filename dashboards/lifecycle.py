@@ -7,7 +7,20 @@ from grafana_foundation_sdk.models.common import BigValueTextMode
 
 from dashboards.model import links
 from dashboards.panels import (
-    GREEN, ORANGE, RED, Q, above, board, rate, runbook, s, stat_panel, steps, table_panel, timeseries_panel, threshold,
+    GREEN,
+    ORANGE,
+    RED,
+    Q,
+    above,
+    board,
+    rate,
+    runbook,
+    s,
+    stat_panel,
+    steps,
+    table_panel,
+    threshold,
+    timeseries_panel,
 )
 from spyglass.heuristics import Deployment
 

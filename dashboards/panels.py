@@ -14,9 +14,20 @@ from grafana_foundation_sdk.builders import common as common_builder
 from grafana_foundation_sdk.builders import dashboard, heatmap, prometheus, stat, table, timeseries
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models.dashboard import (
-    DashboardCursorSync, DashboardLinkType, DataSourceRef, MappingType, SpecialValueMap, SpecialValueMatch,
-    Threshold, ThresholdsMode, ValueMap, ValueMappingResult, VariableOption, VariableRefresh, VariableSort,
+    DashboardCursorSync,
+    DashboardLinkType,
     DashboardSpecialValueMapOptions,
+    DataSourceRef,
+    MappingType,
+    SpecialValueMap,
+    SpecialValueMatch,
+    Threshold,
+    ThresholdsMode,
+    ValueMap,
+    ValueMappingResult,
+    VariableOption,
+    VariableRefresh,
+    VariableSort,
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 

@@ -343,13 +343,14 @@ def main(prometheus: Annotated[str, typer.Option(help="Prometheus base URL")],
          end: Annotated[str, typer.Option("--to", help="unix seconds, ISO 8601 or now")] = "now",
          dashboard: Annotated[str, typer.Option(help="uid in dashboards/generated or a JSON file")] = "spyglass-wall",
          scrape_interval: Annotated[float, typer.Option(help="seconds; for $__rate_interval")] = 15.0,
-         var: Annotated[list[str], typer.Option(help="NAME=VALUE, a template variable (default All)")] = []) -> None:
+         var: Annotated[list[str] | None, typer.Option(help="NAME=VALUE, a template variable (default All)")] = None,
+         ) -> None:
     """Draw a dashboard from Prometheus data: a preview of its queries, not Grafana."""
     now = time.time()
     t0, t1 = parse_time(start, now), parse_time(end, now)
     if t1 <= t0:
         raise typer.BadParameter("--to must be after --from")
-    values = dict(v.split("=", 1) for v in var)
+    values = dict(v.split("=", 1) for v in var or [])
     board = load(dashboard)
     results = run_queries(board, prometheus, t0, t1, scrape_seconds=scrape_interval, values=values)
     draw(board, results, t0, t1, out)

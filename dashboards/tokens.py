@@ -3,7 +3,7 @@ blind retries, 429s, clamps, and what RAG assembly dropped (H9-H12)."""
 from __future__ import annotations
 
 from dashboards.model import links
-from dashboards.panels import Q, board, heatmap_panel, rate, runbook, s, steps, timeseries_panel, threshold, RED, GREEN
+from dashboards.panels import GREEN, RED, Q, board, heatmap_panel, rate, runbook, s, steps, threshold, timeseries_panel
 from spyglass.heuristics import ESTIMATE_RATIO, Deployment
 
 UID = "spyglass-tokens"

@@ -10,7 +10,21 @@ from grafana_foundation_sdk.models.common import BigValueTextMode
 
 from dashboards.model import links
 from dashboards.panels import (
-    GREEN, ORANGE, RED, Q, above, below, board, exclude, match, runbook, s, stat_panel, steps, table_panel, threshold,
+    GREEN,
+    ORANGE,
+    RED,
+    Q,
+    above,
+    below,
+    board,
+    exclude,
+    match,
+    runbook,
+    s,
+    stat_panel,
+    steps,
+    table_panel,
+    threshold,
     timeseries_panel,
 )
 from spyglass.heuristics import DECODE_BASELINE, DECODE_MEAN, EVICTIONS, SLO_ERRORS, TTFT, Deployment
@@ -42,14 +56,14 @@ def source_health() -> str:
 
 def lane_tiles(d: Deployment) -> list:
     panels = []
-    for lane, objective in d.lanes.items():
+    for lane, _objective in d.lanes.items():
         ttft = threshold(d, "H5", f"ttft_seconds.{lane}")
         panels.append(stat_panel(
             f"TTFT p95 · {lane}", "s", Q(f'max({s(f"instance_lane:{TTFT}:p95_rate5m", lane=lane)})', lane),
             width=4, height=7, thresholds=above(ttft, warn=ttft / 2),
             description=f"Engine-measured p95 time to first token over 5 minutes; lane objective {ttft:g} s.",
             links=[runbook(d, "EngineTTFTSpike")]))
-    for lane, objective in d.lanes.items():
+    for lane, _objective in d.lanes.items():
         budget = 1 - threshold(d, "H5", f"objective.{lane}")
         panels.append(stat_panel(
             f"SLO burn 1h · {lane}", "x",

@@ -27,21 +27,23 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
-
-from collectors.clock import BEIJING
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
+from collectors.clock import BEIJING
+
 # OpenTelemetry's advisory heads with a tail to 30 minutes, defined once beside the catalogue's buckets.
-from exporters.buckets import (LATENCY_SECONDS as TTFT_BUCKETS, REQUEST_DURATION_SECONDS as DURATION_BUCKETS,
-                               TIME_PER_OUTPUT_TOKEN_SECONDS as TPOT_BUCKETS, TOKEN_COUNTS as TOKEN_BUCKETS)
+from exporters.buckets import LATENCY_SECONDS as TTFT_BUCKETS
+from exporters.buckets import REQUEST_DURATION_SECONDS as DURATION_BUCKETS
+from exporters.buckets import TIME_PER_OUTPUT_TOKEN_SECONDS as TPOT_BUCKETS
+from exporters.buckets import TOKEN_COUNTS as TOKEN_BUCKETS
 
 REQUEST_ID = "x-request-id"
 MAIN_PATHS = ("/v1/messages", "/v1/chat/completions")
@@ -53,7 +55,7 @@ REMEMBERED_IDS = 65_536  # request ids whose main server span took the derived i
 
 
 def new_request_id(now: datetime | None = None) -> str:
-    now = (now or datetime.now(timezone.utc)).astimezone(BEIJING)
+    now = (now or datetime.now(UTC)).astimezone(BEIJING)
     return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 

@@ -13,9 +13,9 @@ become `other`.
 from __future__ import annotations
 
 from collectors.event import Event
+from collectors.grammar import number_ok
 from exporters import SignalsBase, signals_for
 from exporters.catalogue import spec_maker
-from collectors.grammar import number_ok
 
 INSTANCE = ("instance",)
 STATES = ("loading", "ready", "draining")

@@ -4,6 +4,7 @@ The agent is the only writer (duckdb-forensics.md §1); analysts go through spyg
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from itertools import accumulate
@@ -109,7 +110,5 @@ class DuckDBStore:
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
     """Roll back if a transaction is still open: a failed COMMIT (disk full) has ended it already."""
-    try:
+    with contextlib.suppress(duckdb.TransactionException):
         con.rollback()
-    except duckdb.TransactionException:
-        pass

@@ -9,16 +9,20 @@ from __future__ import annotations
 import signal
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loguru import logger
 
 from collectors.clock import Clock, SystemClock
-from spyglass.server import AgentServer, ServerLimits
 from exporters.statefile import StateFile, Store
 from spyglass import __version__
 from spyglass.config import Config
 from spyglass.pipeline import Pipeline, SourceRuntime
+from spyglass.server import AgentServer, ServerLimits
 from spyglass.wake import Wake
+
+if TYPE_CHECKING:
+    from spyglass.snapshot import Snapshots
 
 
 def open_store(config: Config) -> Store:
@@ -56,7 +60,7 @@ class Agent:
             self.tracing = otlp_tracing(otlp.endpoint, "spyglass")
             kinds = {name: options.kind for name, options in config.sources.items()}
             self.pipeline.event_hooks.append(EngineSpanExporter(self.tracing, kinds).observe)
-        self.snapshots = None
+        self.snapshots: Snapshots | None = None
         self._decoding = threading.Lock()
         if config.exporters.prometheus.enabled:
             server = config.exporters.prometheus
@@ -95,7 +99,8 @@ class Agent:
         from spyglass.snapshot import Snapshots
 
         server = self.config.exporters.prometheus
-        self.snapshots = Snapshots(store.con, self.config.state_dir() / "sql-copies", server.sql_snapshot_seconds)
+        snapshots = self.snapshots = Snapshots(store.con, self.config.state_dir() / "sql-copies",
+                                               server.sql_snapshot_seconds)
         limits = Limits(server.sql_timeout_seconds, server.sql_memory_mb, server.sql_max_rows, server.sql_max_bytes)
         turns = threading.BoundedSemaphore(server.sql_workers)
 
@@ -105,7 +110,7 @@ class Agent:
                 raise QueryError(f"the agent is busy: {server.sql_workers} queries ran for all of"
                                  f" {limits.timeout_seconds:g} s")
             try:
-                with self.snapshots.lease() as copy:
+                with snapshots.lease() as copy:
                     answer = run_bounded(copy.path, text, limits, deadline)
                     answer.as_of = copy.as_of
                     return answer.to_json()

@@ -70,7 +70,7 @@ def _event(alert: Any, where: str, host: str) -> Event:
               "severity": labels.get("severity"), "heuristic": labels.get("heuristic"),
               "instance": labels.get("instance"), "startsAt": starts, "endsAt": ends,
               "fingerprint": fingerprint[:64]}
-    ts = starts if status == "firing" else ends
+    ts = ends if status == "resolved" and ends is not None else starts  # a resolved one has its end (checked above)
     return Event(ts, "alertmanager", "alert", labels.get("instance", ""), fields, None, host)
 
 

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
@@ -64,11 +64,11 @@ def parse_time(text: str) -> float:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise BackfillError(f"not a time: {text!r} (use e.g. 2026-03-10T14:00:00Z or epoch seconds)") from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
 def open_store(config: Config) -> duckdb.DuckDBPyConnection:
@@ -85,8 +85,9 @@ def open_store(config: Config) -> duckdb.DuckDBPyConnection:
 
 
 def count_events(con: duckdb.DuckDBPyConnection, sources: list[str], start: float, end: float) -> int:
-    return con.execute("SELECT count(*) FROM events WHERE list_contains(?, source)"
-                       " AND ts >= to_timestamp(?) AND ts <= to_timestamp(?)", [sources, start, end]).fetchone()[0]
+    row = con.execute("SELECT count(*) FROM events WHERE list_contains(?, source)"
+                      " AND ts >= to_timestamp(?) AND ts <= to_timestamp(?)", [sources, start, end]).fetchone()
+    return int(row[0]) if row else 0
 
 
 def stored_events(con: duckdb.DuckDBPyConnection, sources: list[str], end: float) -> Iterator[Event]:
@@ -131,7 +132,7 @@ class OpenMetricsWriter:
     def _file(self, name: str) -> IO[str]:
         handle = self.files.get(name)
         if handle is None:
-            handle = self.files[name] = open(self.scratch / name, "w", buffering=1 << 16)
+            handle = self.files[name] = open(self.scratch / name, "w", buffering=1 << 16)  # noqa: SIM115 - closed by close()
         return handle
 
     def _prefix(self, name: str, labels: tuple[str, ...], key: tuple[str, ...]) -> str:
@@ -149,13 +150,13 @@ class OpenMetricsWriter:
                 if series:
                     lines += self._histogram(spec.name, spec.labels, series, stamp)
                 continue
-            series = self.state.values[spec.name]
-            if not series:
+            values = self.state.values[spec.name]
+            if not values:
                 continue
             out, name = self._file(spec.name), spec.name
             out.writelines(f"{self._prefix(name, spec.labels, key)} {_number(value)} {stamp}\n"
-                           for key, value in sorted(series.items()))
-            lines += len(series)
+                           for key, value in sorted(values.items()))
+            lines += len(values)
         self._file("up").write(f"up{{{self.job}}} 1.0 {stamp}\n")
         self.samples += lines + 1
 

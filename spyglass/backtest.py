@@ -183,7 +183,7 @@ class Prometheus:
             port = s.getsockname()[1]
         config = self.data.parent / "prometheus.yml"
         config.write_text("global:\n  evaluation_interval: 1h\n")
-        self.log = open(self.data.parent / "prometheus.log", "wb")
+        self.log = open(self.data.parent / "prometheus.log", "wb")  # noqa: SIM115 - closed with the process
         self.process = subprocess.Popen(
             [self.binary, f"--config.file={config}", f"--storage.tsdb.path={self.data}",
              f"--storage.tsdb.retention.time={self.retention_days}d", f"--web.listen-address=127.0.0.1:{port}",
@@ -263,7 +263,7 @@ def episodes(rule: AlertRule, presence: dict[tuple[tuple[str, str], ...], set[fl
                 continue
             if fired_at is None and t - active_at >= rule.hold:
                 fired_at = t
-        if fired_at is not None:
+        if fired_at is not None and active_at is not None:
             found.append(_firing(rule, labels, active_at, fired_at, None))
     return found
 

@@ -70,8 +70,8 @@ def missing_files(config: Config) -> list[tuple[str, Path]]:
 @app.command()
 def ingest(config: ConfigOption) -> None:
     """Read every file source to its current end, commit, exit. Run again: it adds nothing."""
-    from spyglass.agent import open_store
     from collectors.clock import SystemClock
+    from spyglass.agent import open_store
     from spyglass.pipeline import Pipeline
 
     cfg = _config(config)
@@ -182,7 +182,8 @@ def backtest(config: ConfigOption, start: FromOption, end: ToOption,
              ) -> None:
     """Which alerts would have fired over a stored window: replay, blocks, Prometheus, for: applied."""
     from spyglass.backfill import BackfillError, parse_duration, parse_time
-    from spyglass.backtest import backtest as run_backtest, dumps, show
+    from spyglass.backtest import backtest as run_backtest
+    from spyglass.backtest import dumps, show
 
     cfg = _config(config)
     try:
@@ -208,7 +209,8 @@ def smoke(url: Annotated[str, typer.Option(help="The serve's base URL, e.g. http
     reason and TTFT against the baseline; exit 1 with the reason on a regression, 2 on a bad samples file."""
     import json
 
-    from spyglass.smoke import SamplesError, load_samples, smoke as run_smoke
+    from spyglass.smoke import SamplesError, load_samples
+    from spyglass.smoke import smoke as run_smoke
 
     try:
         loaded = load_samples(samples)

@@ -62,7 +62,8 @@ class PrometheusConfig(Strict):
     workers: int = Field(32, ge=1, le=1024, description="Requests served at once; past that a connection gets 503 at once.")
     request_timeout_seconds: float = Field(10.0, gt=0, le=600,
                                            description="Headers and body must arrive within this, or the connection closes.")
-    max_body_bytes: int = Field(1 << 20, ge=1024, description="A longer request body is refused with 413 (an OTLP export of 512 spans is about 0.5 MB).")
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="A longer request body is refused with 413"
+                                " (an OTLP export of 512 spans is about 0.5 MB).")
     sql_timeout_seconds: float = Field(30.0, gt=0, le=3600,
                                        description="/api/sql: the whole query, fetching and encoding included.")
     sql_memory_mb: int = Field(512, ge=64, description="/api/sql: memory of the process that runs one query.")
@@ -205,7 +206,7 @@ def _where(loc: tuple[Any, ...]) -> str:
     return ".".join(str(part) for part in loc) or "(top level)"
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: Any) -> str:  # pydantic's ErrorDetails
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
         message = "unknown key"

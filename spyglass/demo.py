@@ -35,7 +35,7 @@ from spyglass.agent import Agent
 from spyglass.config import parse_config, toml_text
 
 # strata-b gets the seed's troubles: a cache too small for its snapshots, an old serve build.
-DEMO_ENGINES = {"strata-a": {"cache_mib": 65_536},
+DEMO_ENGINES: dict[str, dict[str, Any]] = {"strata-a": {"cache_mib": 65_536},
                 "strata-b": {"escape_fix": False, "serve_version": "2026.10.16"}}
 MIX = ("healthy", "eviction-storm", "special-tokens", "plan-then-eos", "assembly-drop", "token-count")
 History = deque[tuple[float, float]]  # (monotonic seconds, value), oldest first
@@ -157,10 +157,10 @@ class Board:
 
     def table(self) -> Table:
         table = Table("signal", "value", "abnormal when", "", title="spyglass demo: incident signals")
-        for signal, value, abnormal in self.rows():
+        for row, value, abnormal in self.rows():
             shown = f"{value:,.0f}"
-            table.add_row(signal.label, f"[bold red]{shown}[/]" if abnormal else shown,
-                          str(signal.rule or "-"), "[bold red]abnormal[/]" if abnormal else "")
+            table.add_row(row.label, f"[bold red]{shown}[/]" if abnormal else shown,
+                          str(row.rule or "-"), "[bold red]abnormal[/]" if abnormal else "")
         return table
 
 
@@ -191,7 +191,7 @@ def build_stack(folder: Path, listen: str, scenario: str | None) -> tuple[Stack,
     """The stack (the mix's troubled one, or the scenario's) and the agent's config document for it."""
     traced = {"otlp_endpoint": f"http://{listen}"}  # the stack pushes its spans to the agent
     chosen = SCENARIOS[scenario] if scenario else None
-    engines_patch = dict(chosen.engine_patch) if chosen else DEMO_ENGINES
+    engines_patch: dict[str, dict[str, Any]] = dict(chosen.engine_patch) if chosen else DEMO_ENGINES
     gateway_patch = dict(chosen.gateway_patch) if chosen else {"assembly_budget_chars": 20_000}
     stack = Stack(folder / "stack", free_port_base(),
                   {name: {**engines_patch.get(name, {}), **traced} for name in ("strata-a", "strata-b")},
@@ -206,7 +206,8 @@ class CatchUp:
     and left no file source with unread bytes."""
 
     def __init__(self, state: MetricState) -> None:
-        self.state, self.steps, self.armed_at = state, 0, None
+        self.state, self.steps = state, 0
+        self.armed_at: int | None = None
         self.done = threading.Event()
 
     def arm(self) -> None:
@@ -303,7 +304,7 @@ def print_kept(console: Console, folder: Path, config: Path, agent: Agent, reque
 def finished_request(agent: Agent, settled_seconds: float = 6.0) -> str | None:
     """The id of a request that went all the way through, for the `spyglass trace` hint; one that
     finished `settled_seconds` ago, so that its spans (batched every 5 s) are in the store too."""
-    cursor = agent.pipeline.store.con.cursor()
+    cursor = agent.pipeline.store.con.cursor()  # type: ignore[attr-defined]  # the demo always runs the DuckDB store
     try:
         row = cursor.execute("SELECT request_id FROM events WHERE source = 'gateway' AND kind = 'done'"
                              " AND ts < now() - to_seconds(?) ORDER BY ts DESC LIMIT 1", [settled_seconds]).fetchone()

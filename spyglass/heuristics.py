@@ -484,8 +484,8 @@ def _h13(d: Deployment) -> Heuristic:
     s = d.settings
     window = f"{s.crash_loop_window_minutes}m"
     planned = 900  # seconds after an announced restart during which its latency alerts are expected
-    spawns = ("max_over_time(spyglass_supervisord_spawns_total[{w}]) - min_over_time(spyglass_supervisord_spawns_total[{w}])"
-              .format(w=window))
+    spawns = (f"max_over_time(spyglass_supervisord_spawns_total[{window}]) - min_over_time(spyglass_supervisord_spawns_total[{window}])"
+              )
     return Heuristic(
         "H13", "Restart loop", "upgrade (crashes within minutes; rolling back seemed to fix it)",
         f"A program is spawned {s.crash_loop_spawns}+ times in {window}, or enters FATAL.",

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from socketserver import _SocketWriter  # type: ignore[attr-defined] - http.server's own writer
+from socketserver import _SocketWriter  # type: ignore[attr-defined]  # http.server's own writer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -68,7 +68,7 @@ class _BoundedServer(HTTPServer):
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="spyglass-http")
         self.slots = threading.BoundedSemaphore(workers)
 
-    def process_request(self, request: socket.socket, client_address: Any) -> None:
+    def process_request(self, request: Any, client_address: Any) -> None:  # a socket, for TCP
         if not self.slots.acquire(blocking=False):
             try:
                 request.settimeout(1.0)
@@ -171,6 +171,7 @@ class AgentServer:
                     text = json.loads(body)["query"]
                     if not isinstance(text, str):
                         raise ValueError("query must be a string")
+                    assert query is not None  # dispatched only when configured
                     answer = query(text)
                 except Exception as exc:  # noqa: BLE001 - the analyst gets the reason, the agent goes on
                     self._send(400, "application/json", json.dumps({"error": str(exc)}).encode())
@@ -178,6 +179,7 @@ class AgentServer:
                 self._send(200, "application/json", json.dumps(answer).encode())
 
             def _traces(self, body: bytes) -> None:
+                assert traces is not None  # dispatched only when configured
                 try:
                     traces(body)
                 except ValueError as exc:
@@ -186,6 +188,7 @@ class AgentServer:
                 self._send(200, "application/x-protobuf", b"")  # an empty ExportTraceServiceResponse
 
             def _alerts(self, body: bytes) -> None:
+                assert alerts is not None  # dispatched only when configured
                 try:
                     alerts(body)
                 except ValueError as exc:  # not Alertmanager's JSON: said, and nothing stored
@@ -212,6 +215,7 @@ class AgentServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
+        host = host.decode() if isinstance(host, bytes) else host
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     def start(self) -> AgentServer:

@@ -75,9 +75,11 @@ class Snapshots:
                 return self._replace()
             finally:
                 self._taking.release()
+        assert newest is not None  # only a query that has a previous copy does not wait for a new one
         with self._lock:  # another query is taking a copy: read the previous one meanwhile
-            self._newest.users += 1
-            return self._newest
+            newest = self._newest or newest
+            newest.users += 1
+            return newest
 
     def _replace(self) -> Copy:
         with self._lock:
@@ -92,7 +94,7 @@ class Snapshots:
             drop = old is not None and old.users == 0
             if old is not None:
                 old.retired = True
-        if drop:
+        if drop and old is not None:
             old.path.unlink(missing_ok=True)
         return copy
 

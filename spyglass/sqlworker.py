@@ -97,10 +97,10 @@ def main() -> None:
     try:
         con = open_readonly(request["path"], request["memory_mb"])
     except Exception as exc:  # noqa: BLE001 - every reason goes back to the caller
-        out = {"error": str(exc).splitlines()[0]}
+        out: dict[str, Any] = {"error": str(exc).splitlines()[0]}
     else:
         out = answer(con, request["query"], request["max_rows"], request["max_bytes"], request["timeout"])
-    rows = out.pop("rows", b"[]")
+    rows: bytes = out.pop("rows", b"[]")  # already JSON, encoded by orjson
     head = json.dumps(out).encode()
     sys.stdout.buffer.write(head[:-1] + b', "rows": ' + rows + b"}" if "columns" in out else head)
     sys.stdout.buffer.flush()

@@ -8,6 +8,7 @@ on three threads: about 1.5 % of a core at 100 writes a second.)
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 from collections.abc import Iterable
@@ -53,10 +54,8 @@ class Wake:
         return bool(ready)
 
     def clear(self) -> None:
-        try:
+        with contextlib.suppress(BlockingIOError):
             os.eventfd_read(self._fd)
-        except BlockingIOError:
-            pass
         if self._inotify is not None:
             self._inotify.read(timeout=0)  # the events themselves say nothing the poll does not
 

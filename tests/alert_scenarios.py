@@ -150,7 +150,7 @@ def scenarios() -> list[Scenario]:
         Scenario("H6/H7 thinking-only on the lane without the escape fix", N, {
             'spyglass_infer_thinking_only_total{lane="normal", special_tokens="true"}': counter((T0, 0), (rest, 10)),
             'spyglass_serve_measures_escapes{instance="strata-b"}': gauge((N, 0)),
-            'spyglass_serve_stops_while_reasoning_total{instance="strata-b"}': "_x%d" % (N - 1),
+            'spyglass_serve_stops_while_reasoning_total{instance="strata-b"}': f"_x{N - 1}",
         }, {25: [], 100: [("ServeBuildSkew", {"instance": "strata-b"})],
             170: [("ServeBuildSkew", {"instance": "strata-b"}), ("ThinkingOnlyResponses", {"lane": "normal"})]}),
         Scenario("H6 stops while reasoning", N, {
@@ -239,7 +239,7 @@ def scenarios() -> list[Scenario]:
         }, {123: [], 130: [("EngineHung", {"instance": "strata-b"})]},
             {"EngineHung": (130, {"instance": "strata-b"}, "11m 0s")}),
         Scenario("planned restart announced in the switch log", N, {
-            'spyglass_switch_last_change_timestamp_seconds{instance="strata-a"}': "_x%d %d" % (T0 - 1, T0 * 60) + f"x{rest - 1}",
+            'spyglass_switch_last_change_timestamp_seconds{instance="strata-a"}': f"_x{T0 - 1} {T0 * 60}x{rest - 1}",
             f"spyglass_engine_start_time_seconds{{{a_il}}}": gauge((T0, 0), (rest, T0 * 60)),
             f"spyglass_engine_ready{{{a_il}}}": gauge((T0, 1), (5, 0), (rest - 5, 1)),
             'spyglass_supervisord_spawns_total{program="strata-a"}': gauge((T0, 1), (rest, 2)),

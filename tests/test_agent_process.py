@@ -8,8 +8,8 @@ import sys
 
 import httpx
 import pytest
-
 from conftest import FIXTURES, free_port, wait_until
+
 from spyglass.config import engine_log_toml
 from spyglass.query import AgentApi, QueryError, run_readonly
 
@@ -85,9 +85,9 @@ def test_sql_cli_reads_the_store_directly_when_no_agent_runs(tmp_path):
 
 
 def test_the_server_binds_ipv6_loopback_too():
-    from spyglass.server import AgentServer
-    from exporters.state import MetricState
     import exporters
+    from exporters.state import MetricState
+    from spyglass.server import AgentServer
 
     server = AgentServer("[::1]:0", MetricState(exporters.full_catalogue()), dict).start()
     try:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import pytest
-
 from conftest import free_port
+
 from spyglass.alert_webhook import decode_notification
 
 STARTS = "2026-03-10T14:02:15.123456789Z"  # Go writes nanoseconds
@@ -34,9 +34,9 @@ def notification(*alerts: dict, status: str = "firing") -> bytes:
 def test_firing_is_stamped_when_it_started_and_resolved_when_it_ended() -> None:
     firing, resolved = decode_notification(notification(alert("firing"), alert("resolved", ends=ENDS)), host="h1")
     assert (firing.kind, firing.source, firing.instance, firing.host) == ("alert", "alertmanager", "strata-b", "h1")
-    assert firing.ts == pytest.approx(datetime(2026, 3, 10, 14, 2, 15, 123456, tzinfo=timezone.utc).timestamp())
+    assert firing.ts == pytest.approx(datetime(2026, 3, 10, 14, 2, 15, 123456, tzinfo=UTC).timestamp())
     assert firing.fields["endsAt"] is None and firing.fields["status"] == "firing"
-    assert resolved.ts == pytest.approx(datetime(2026, 3, 10, 14, 20, 45, 500000, tzinfo=timezone.utc).timestamp())
+    assert resolved.ts == pytest.approx(datetime(2026, 3, 10, 14, 20, 45, 500000, tzinfo=UTC).timestamp())
     assert resolved.fields["startsAt"] == firing.ts
     assert {k: firing.fields[k] for k in ("alertname", "severity", "heuristic", "instance")} == {
         "alertname": "EngineEvictionStorm", "severity": "critical", "heuristic": "H3", "instance": "strata-b"}
@@ -115,5 +115,5 @@ def test_the_agent_stores_many_concurrent_notifications_and_refuses_bad_ones(age
     assert {(r[0], r[1]) for r in rows} == {(f"Alert{i}", s) for i in range(40) for s in ("firing", "resolved")}
     assert {r[3] for r in rows} == {"pager-host"}
     resolved = [r for r in rows if r[1] == "resolved"]
-    assert {r[4] for r in resolved} == {datetime(2026, 3, 10, 14, 20, 45, 500000, tzinfo=timezone.utc)}
+    assert {r[4] for r in resolved} == {datetime(2026, 3, 10, 14, 20, 45, 500000, tzinfo=UTC)}
     assert httpx.get(url.replace("/api/alerts", "/health")).status_code == 200  # the agent lives on

@@ -5,15 +5,15 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
+from conftest import free_port, wait_until
 from typer.testing import CliRunner
 
-from conftest import free_port, wait_until
 from exporters import full_catalogue
 from spyglass.cli import app
 from spyglass.config import ConfigError, load_config, parse_config
@@ -157,7 +157,7 @@ def test_live_alertmanager_inhibits_only_the_same_instance(tmp_path: Path) -> No
     api = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: _ready(api), what="alertmanager ready")
-        ends = (datetime.now(timezone.utc) + timedelta(minutes=10)).isoformat()
+        ends = (datetime.now(UTC) + timedelta(minutes=10)).isoformat()
         def alert(name: str, instance: str, severity: str) -> dict:
             return {"labels": {"alertname": name, "instance": instance, "severity": severity}, "endsAt": ends}
         _post(api, [alert("ProgramCrashLoop", "strata-a", "critical"),

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from alert_scenarios import Scenario, background, scenarios
-from spyglass.heuristics import Deployment
+
 from spyglass.config import load_config
+from spyglass.heuristics import Deployment
 from spyglass.rules import alerts
 
 ROOT = Path(__file__).resolve().parents[1]

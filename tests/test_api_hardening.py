@@ -19,9 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 import duckdb
 import httpx
 import pytest
+from conftest import FIXTURES, free_port, wait_until
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from conftest import FIXTURES, free_port, wait_until
 from engine.instrument import trace_id_for
 from spyglass.config import ConfigError, engine_log_toml, parse_config
 from spyglass.otlp_receiver import SpanLimits, decode_spans

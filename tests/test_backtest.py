@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from collectors.clock import SystemClock
-from engine.emulator.logsynth import Conversation, EngineModel, line
+from engine.emulator.logsynth import Conversation, EngineModel
 from spyglass.agent import open_store
 from spyglass.backfill import OPENMETRICS_FILE, BackfillError, parse_duration, parse_time, replay
 from spyglass.backtest import AlertRule, episodes, inline
@@ -22,7 +22,7 @@ from spyglass.config import load_config
 from spyglass.pipeline import Pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
-DAY = datetime(2026, 10, 7, tzinfo=timezone.utc).timestamp()  # incident 2's day (the storm 15:21-19:40 Beijing)
+DAY = datetime(2026, 10, 7, tzinfo=UTC).timestamp()  # incident 2's day (the storm 15:21-19:40 Beijing)
 H = 3600.0
 STORM = (DAY + 2 * H, DAY + 2 * H + 260 * 60)  # 4 h 20 min, as 15:21-19:40
 STORM_EVICTIONS = 2508  # the seed's evictions
@@ -67,7 +67,7 @@ class EngineWriter:
 
 
 def supervisord(ts: float, level: str, message: str) -> str:
-    stamp = datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+    stamp = datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
     return f"{stamp} {level} {message}"
 
 

@@ -8,8 +8,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 import duckdb
-
 from conftest import FIXTURES
+
 from spyglass.config import engine_log_config, toml_text
 
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
@@ -102,7 +102,6 @@ def test_an_unknown_format_is_refused_by_name(tmp_path):
 
 def test_run_lives_through_a_log_folder_that_appears_later(tmp_path):
     import httpx
-
     from conftest import free_port, wait_until
 
     port, log = free_port(), tmp_path / "not-yet" / "engine.log"

@@ -1,7 +1,7 @@
 """Naive timestamps in a declared zone become UTC, DST included."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -9,7 +9,7 @@ from collectors.clock import ManualClock, ZonedParser, format_both, zone
 
 
 def utc(stamp: bytes, tz: str) -> str:
-    return datetime.fromtimestamp(ZonedParser(tz).seconds(stamp), tz=timezone.utc).isoformat()
+    return datetime.fromtimestamp(ZonedParser(tz).seconds(stamp), tz=UTC).isoformat()
 
 
 @pytest.mark.parametrize(("stamp", "tz", "expected"), [

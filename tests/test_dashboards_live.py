@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from conftest import free_port, wait_until
 
 from dashboards.model import GENERATED
 from dashboards.preview import draw, run_queries
@@ -25,7 +26,6 @@ from engine.emulator.scenarios import SCENARIOS, run_scenario
 from engine.emulator.stack import Stack, free_port_base
 from spyglass.agent import Agent
 from spyglass.config import parse_config
-from conftest import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRAPE = 2.0

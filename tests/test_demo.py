@@ -13,8 +13,9 @@ from collections import deque
 from pathlib import Path
 
 from conftest import free_port
-from exporters.state import MetricState
+
 import exporters
+from exporters.state import MetricState
 from spyglass.demo import SIGNALS, Above, Board, Held, Increase, Signal
 
 TITLE = "spyglass demo: incident signals"

@@ -15,8 +15,8 @@ from pathlib import Path
 import duckdb
 import httpx
 import pytest
-
 from conftest import free_port, wait_until
+
 from engine.emulator.logsynth import EngineModel
 from exporters.statefile import StateFile
 from spyglass.config import engine_log_toml

@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from collectors.engine_log import EngineLogOptions, EngineLogParser, EngineLogSource, parse_args
 from collectors.event import Event

@@ -11,9 +11,9 @@ import json
 from datetime import datetime, timedelta
 
 import pytest
+from fixtures.incidents.replay import WINDOWS, write_all
 from typer.testing import CliRunner
 
-from fixtures.incidents.replay import WINDOWS, write_all
 from spyglass.cli import app
 
 
@@ -177,4 +177,5 @@ def test_report_sql_prints_the_evidence_query_with_its_views(replay):
     text = run(replay, "report", "cache", "--sql", window="incident2")
     assert text.startswith("-- The conversation cache per engine instance")
     assert "cache_events__all AS (" in text and "TIMESTAMPTZ '2026-10-07 07:00:00.000000+00'" in text
-    assert "\nrequests__all AS (" not in text and "\nengine_requests__all AS (" in text  # only the views it names, and what they are built on
+    # only the views it names, and what they are built on
+    assert "\nrequests__all AS (" not in text and "\nengine_requests__all AS (" in text

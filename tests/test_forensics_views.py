@@ -2,12 +2,11 @@
 parameters are literals, never SQL; times typed by an analyst mean what they say."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
 import pytest
-
 from fixtures.incidents.replay import write_all
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -50,7 +49,7 @@ def replay(tmp_path_factory):
     pipeline = Pipeline(config, SystemClock(), store)  # segments settle against real file times
     try:
         pipeline.run_until_idle()
-        at = datetime(2026, 10, 19, 4, 49, tzinfo=timezone.utc).timestamp()
+        at = datetime(2026, 10, 19, 4, 49, tzinfo=UTC).timestamp()
         # what /v1/traces and a future Alertmanager webhook hand the pipeline, stored at its next step
         pipeline.submit(decode_spans(pushed_span("20261019-124900-7aa82c", at), "replay"))
         pipeline.submit([Event(at - 40000, "alertmanager", "alert", "strata-b", ALERT, None, "replay")])
@@ -106,10 +105,10 @@ def test_views_do_not_depend_on_the_session_time_zone(replay):
 def test_a_parameter_is_a_literal_and_an_unknown_one_is_refused():
     hostile = "x' OR 1=1; DROP TABLE events --"
     text = render("SELECT $value AS v, $n AS n, $at AS at, $none AS none",
-                  {"value": hostile, "n": 3, "at": datetime(2026, 10, 19, 4, 49, tzinfo=timezone.utc), "none": None})
+                  {"value": hostile, "n": 3, "at": datetime(2026, 10, 19, 4, 49, tzinfo=UTC), "none": None})
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    assert con.execute(text).fetchone() == (hostile, 3, datetime(2026, 10, 19, 4, 49, tzinfo=timezone.utc), None)
+    assert con.execute(text).fetchone() == (hostile, 3, datetime(2026, 10, 19, 4, 49, tzinfo=UTC), None)
     with pytest.raises(QueryError, match=r"\$missing"):
         render("SELECT $missing", {})
 
@@ -123,11 +122,11 @@ def test_only_the_named_views_and_their_bases_are_put_in_front():
 
 
 @pytest.mark.parametrize("text, tz, expected", [
-    ("2026-10-19 04:49", "UTC", datetime(2026, 10, 19, 4, 49, tzinfo=timezone.utc)),
-    ("2026-10-19T04:49:00.120Z", "Asia/Shanghai", datetime(2026, 10, 19, 4, 49, 0, 120000, tzinfo=timezone.utc)),
-    ("2026-10-19 12:49", "Asia/Shanghai", datetime(2026, 10, 19, 4, 49, tzinfo=timezone.utc)),
-    ("2026-10-19 12:49+08:00", "UTC", datetime(2026, 10, 19, 4, 49, tzinfo=timezone.utc)),
-    ("2026-10-19", "UTC", datetime(2026, 10, 19, tzinfo=timezone.utc)),
+    ("2026-10-19 04:49", "UTC", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
+    ("2026-10-19T04:49:00.120Z", "Asia/Shanghai", datetime(2026, 10, 19, 4, 49, 0, 120000, tzinfo=UTC)),
+    ("2026-10-19 12:49", "Asia/Shanghai", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
+    ("2026-10-19 12:49+08:00", "UTC", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
+    ("2026-10-19", "UTC", datetime(2026, 10, 19, tzinfo=UTC)),
 ])
 def test_times_without_a_zone_are_read_in_the_given_zone(text, tz, expected):
     assert parse_time(text, tz) == expected

@@ -1,14 +1,15 @@
 """Gateway log: every line kind, the date recovered across midnight, a restart and a gap."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+
+from conftest import FIXTURES
 
 from collectors.event import Event
 from collectors.gateway_log import GatewayLogOptions, GatewayLogSource
-from conftest import FIXTURES
 
 FIXTURE = FIXTURES / "gateway_log" / "rag-proxy.log"
-MTIME = datetime(2026, 10, 19, 23, 59, 59, tzinfo=timezone.utc).timestamp()  # a clone resets the real one
+MTIME = datetime(2026, 10, 19, 23, 59, 59, tzinfo=UTC).timestamp()  # a clone resets the real one
 
 
 def events() -> list[Event]:
@@ -21,7 +22,7 @@ def events() -> list[Event]:
 
 
 def utc(e: Event) -> str:
-    return datetime.fromtimestamp(e.ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(e.ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def test_dates_are_recovered():

@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import FIXTURES
 
 from collectors.host import HostOptions, HostSource, cpu_set, parse_cgroup, parse_stat
-from conftest import FIXTURES
 from exporters import full_catalogue
 from exporters.host_signals import HostSignals
 from exporters.state import MetricState

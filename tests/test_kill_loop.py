@@ -15,9 +15,9 @@ from pathlib import Path
 
 import duckdb
 import httpx
+from conftest import free_port, wait_until
 
 import exporters
-from conftest import free_port, wait_until
 from engine.emulator.logsynth import EngineModel
 from exporters.prometheus import render
 from exporters.state import MetricState
@@ -149,6 +149,7 @@ def test_sigkill_of_the_live_agent_while_a_writer_appends(tmp_path):
     writer = Writer(log, lines)
     writer.start()
     kills, regressions = 0, []
+    scraped: dict[str, float] = {}  # the last scrape before a kill
     while writer.is_alive() or kills < 5:
         proc = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:

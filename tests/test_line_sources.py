@@ -1,20 +1,21 @@
 """Table tests for the smaller line sources (switch log, supervisord log), and robustness of all."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from conftest import FIXTURES
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import collectors
 from collectors.event import Event
 from collectors.supervisord_log import SupervisordLogOptions, SupervisordLogSource
 from collectors.switch_log import SwitchLogOptions, SwitchLogSource
-from conftest import FIXTURES
 
 
 def utc(e: Event) -> str:
-    return datetime.fromtimestamp(e.ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(e.ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def test_switch_log_is_beijing_time_and_names_its_instance():

@@ -9,8 +9,8 @@ import gzip
 import os
 import sqlite3
 import subprocess
-from contextlib import closing
 import tomllib
+from contextlib import closing
 from pathlib import Path
 
 from collectors.clock import ManualClock

@@ -6,13 +6,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from test_metrics_golden import fixture_config
 
 from collectors.clock import ManualClock
 from exporters.otel import OtelInstruments, otlp_instruments
 from exporters.statefile import StateFile
 from spyglass.config import parse_config
 from spyglass.pipeline import Pipeline
-from test_metrics_golden import fixture_config
 
 
 def run_fixture(tmp_path, attach):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import tomllib
 
+from conftest import FIXTURES
+
 from collectors.clock import ManualClock
 from collectors.engine_log import EngineLogSource
 from collectors.host import HostSource
-from conftest import FIXTURES
 from exporters.statefile import StateFile
 from spyglass.config import parse_config
 from spyglass.pipeline import Pipeline

@@ -79,4 +79,5 @@ def test_scenario_end_to_end(name, tmp_path):
         assert moved == []
         assert v("spyglass_serve_up") == 2 and v("spyglass_gateway_requests_total", status="200") >= 10
     else:
-        assert EXPECTED[name](v), {m: v(m) for m in sorted(state.values) if m.startswith(("spyglass_engine", "spyglass_infer", "spyglass_gateway", "spyglass_supervisord")) and v(m)}
+        families = ("spyglass_engine", "spyglass_infer", "spyglass_gateway", "spyglass_supervisord")
+        assert EXPECTED[name](v), {m: v(m) for m in sorted(state.values) if m.startswith(families) and v(m)}

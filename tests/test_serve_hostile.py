@@ -17,10 +17,10 @@ import tomllib
 
 import duckdb
 import pytest
+from conftest import wait_until
 
 from collectors.clock import ManualClock
 from collectors.serve_status import ServeStatusOptions, ServeStatusSource
-from conftest import wait_until
 from exporters import full_catalogue
 from exporters.prometheus import render
 from exporters.serve_signals import ServeSignals

@@ -10,8 +10,8 @@ import pytest
 
 from collectors.clock import ManualClock
 from exporters.prometheus import render
-from exporters.store import DuckDBStore
 from exporters.statefile import StateFile
+from exporters.store import DuckDBStore
 from spyglass.config import engine_log_toml, parse_config
 from spyglass.pipeline import Pipeline
 

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import wait_until
 
 from collectors.host import HostOptions, HostSource
 from collectors.supervisord_log import SupervisordLogOptions, SupervisordLogSource
 from collectors.supervisord_rpc import SupervisordRpcOptions, SupervisordRpcSource
-from conftest import wait_until
 from exporters import full_catalogue
 from exporters.state import MetricState
 from exporters.supervisord_signals import SupervisordSignals

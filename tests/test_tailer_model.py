@@ -16,7 +16,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from hypothesis import settings, strategies as st
+from hypothesis import settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from collectors.clock import ManualClock

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import urllib.error
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import uvicorn
+from conftest import free_port, wait_until
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -20,10 +20,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from collectors.engine_log import EngineLogOptions, EngineLogSource
-from conftest import free_port, wait_until
-from engine.emulator.gateway import GatewaySettings, create_app as gateway_app
+from engine.emulator.gateway import GatewaySettings
+from engine.emulator.gateway import create_app as gateway_app
+from engine.emulator.serve import EngineSettings
+from engine.emulator.serve import create_app as serve_app
 from engine.instrument import instrument, otlp_tracing, span_id_for, trace_id_for, tracer_provider
-from engine.emulator.serve import EngineSettings, create_app as serve_app
 from engine.span_export import EngineSpanExporter
 
 MARKER = "SECRET-MARKER-93d1"

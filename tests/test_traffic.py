@@ -20,16 +20,18 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import pytest
+from conftest import free_port, wait_until
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from test_tracing import Server, plain
 
 from collectors.engine_log import EngineLogOptions, EngineLogSource
-from conftest import free_port, wait_until
-from engine.emulator.gateway import GatewaySettings, create_app as gateway_app
-from engine.emulator.serve import EngineSettings, create_app as serve_app
+from engine.emulator.gateway import GatewaySettings
+from engine.emulator.gateway import create_app as gateway_app
+from engine.emulator.serve import EngineSettings
+from engine.emulator.serve import create_app as serve_app
 from engine.instrument import instrument, otlp_tracing, span_id_for, trace_id_for
 from engine.span_export import EngineSpanExporter
-from test_tracing import Server, plain
 
 IN_A_ROW, CONCURRENT, CLIENTS = 150, 150, 20
 FILLER = "the expert pool reads the arena and the cache parks the snapshot "
@@ -105,7 +107,8 @@ def traffic(tmp_path_factory):
                 Server(instrument(serve_app(engines[1]), "serve", provider), serve_ports[1]), \
                 Server(instrument(gateway_app(gateway), "gateway", provider), gateway_port):
             for port in serve_ports:
-                wait_until(lambda: plain("GET", f"http://127.0.0.1:{port}/health") == 200, what="the engine loaded")
+                health = f"http://127.0.0.1:{port}/health"
+                wait_until(lambda url=health: plain("GET", url) == 200, what="the engine loaded")
             sent += in_a_row(gateway_port, 0, IN_A_ROW)
             results: list[list[Sent]] = [[] for _ in range(CLIENTS)]
             per_client = CONCURRENT // CLIENTS  # clients 0-9 send one more; the odd ones stream

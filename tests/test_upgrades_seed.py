@@ -13,10 +13,10 @@ strata-a, 06:00: a banner without its model line, killed by a probe three times 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
-from pathlib import Path
 from typer.testing import CliRunner
 
 from collectors.clock import BEIJING
@@ -26,7 +26,7 @@ from spyglass.config import load_config
 from spyglass.forensics.crashes import CrashFinding, Facts, classify, classify_facts
 from spyglass.forensics.run import Window
 
-UTC = timezone.utc
+UTC = UTC
 DAY = datetime(2026, 11, 2, tzinfo=UTC)
 OLD, NEW = "7f3c2e1", "9e8d7c6"
 MD5_V7, MD5_V8 = "5d41402abc4b2a76b9719d911017c592", "7d793037a0760186574b0282f2f435e7"

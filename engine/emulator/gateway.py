@@ -31,9 +31,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 from collectors.clock import BEIJING
-from engine.instrument import annotate, event, instrument, new_request_id, otlp_tracing, request_id
-from engine.emulator.mechanism import cjk_chars, estimate_tokens
 from collectors.infer_store import text_of
+from engine.emulator.mechanism import cjk_chars, estimate_tokens
+from engine.instrument import annotate, event, instrument, new_request_id, otlp_tracing, request_id
 
 FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
 SCHEMA = ("CREATE TABLE IF NOT EXISTS requests (id TEXT PRIMARY KEY, ts TEXT, session TEXT, lane TEXT, upstream TEXT,"

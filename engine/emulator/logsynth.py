@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from engine.emulator.mechanism import ConversationCache
 
@@ -148,7 +148,7 @@ class EngineModel:
             self.cache.parked.pop(c.conv, None)
             c.conv, c.tokens = f"{self.rng.getrandbits(64):016x}", self.rng.randrange(2000, 20000)
         prompt = c.tokens + grown
-        req = datetime.fromtimestamp(ts + 8 * 3600, tz=timezone.utc).strftime("%Y%m%d-%H%M%S-") + \
+        req = datetime.fromtimestamp(ts + 8 * 3600, tz=UTC).strftime("%Y%m%d-%H%M%S-") + \
             f"{self.rng.getrandbits(24):06x}"
         out = [line(ts, *queued(task, req, c.conv, self.rng.randrange(0, 4)))]
         reused, origin = self.cache.restore(c.conv, prompt)
@@ -198,7 +198,7 @@ def park_lines(cache: ConversationCache, conv: str, tokens: int, ts: float) -> l
 
 
 def stamp(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
 def line(ts: float, level: str, component: str, message: str) -> bytes:

@@ -29,10 +29,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
 from collectors.infer_store import text_of
-from engine.instrument import annotate, event, instrument, otlp_tracing
 from engine.emulator import logsynth as log
 from engine.emulator.logsynth import line, park_lines
-from engine.emulator.mechanism import (ANCHOR, SPECIAL_LITERALS, ConversationCache, Response, count_tokens, plan_response)
+from engine.emulator.mechanism import ANCHOR, SPECIAL_LITERALS, ConversationCache, Response, count_tokens, plan_response
+from engine.instrument import annotate, event, instrument, otlp_tracing
 
 
 class EngineSettings(BaseModel):
@@ -308,7 +308,7 @@ def main() -> None:
     settings = EngineSettings.model_validate_json(parser.parse_args().settings)
     if os.environ.get("STRATA_ESCAPE_SPECIAL") == "0":
         settings.escape_special = False
-    app = create_app(settings)
+    app: Any = create_app(settings)
     if settings.otlp_endpoint:
         app = instrument(app, "serve", otlp_tracing(settings.otlp_endpoint, settings.instance))
     uvicorn.run(app, host="127.0.0.1", port=settings.port, log_level="warning")

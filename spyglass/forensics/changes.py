@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from spyglass.forensics.run import Query, Window
@@ -70,7 +70,7 @@ def as_rows(columns: list[str], rows: list[tuple]) -> list[dict[str, Any]]:
             if key.endswith("_utc") and isinstance(value, str):
                 value = datetime.fromisoformat(value.replace("Z", "+00:00"))
             if isinstance(value, datetime) and value.tzinfo is None:
-                value = value.replace(tzinfo=timezone.utc)
+                value = value.replace(tzinfo=UTC)
             record[key] = value
         out.append(record)
     return out
@@ -144,7 +144,8 @@ def deploy_of(row: dict[str, Any], n: int, probe_budget: float, expect_serve: bo
 
 def deploys(rows: list[dict[str, Any]], probe_budget: float, serve_instances: frozenset[str] = frozenset()) -> list[Deploy]:
     """Rows of DEPLOYS_SQL (ordered by instance, time) as records numbered per instance."""
-    out, count = [], {}
+    out: list[Any] = []
+    count: dict[Any, int] = {}
     for row in rows:
         count[row["instance"]] = count.get(row["instance"], 0) + 1
         out.append(deploy_of(row, count[row["instance"]], probe_budget, row["instance"] in serve_instances))
@@ -193,7 +194,8 @@ def changes(before: Deploy | None, now: Deploy) -> list[Change]:
 
 def change_list(records: list[Deploy], since: datetime | None = None) -> list[Change]:
     """The changes of every start at or after `since`, each against the previous start of its instance."""
-    out, last = [], {}
+    out: list[Any] = []
+    last: dict[Any, Any] = {}
     for d in records:
         if since is None or d.at >= since:
             out += changes(last.get(d.instance), d)

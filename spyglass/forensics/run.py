@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from spyglass.config import Config
@@ -18,8 +18,8 @@ from spyglass.query import QueryError, agent_api, run_readonly
 
 Result = tuple[list[str], list[tuple[Any, ...]]]
 
-EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
-LATEST = datetime(9999, 12, 31, tzinfo=timezone.utc)
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9999, 12, 31, tzinfo=UTC)
 PARAMETER = re.compile(r"\$([a-z_][a-z0-9_]*)\b")
 
 
@@ -45,7 +45,7 @@ class Query:
 
 def sql_value(value: Any) -> str:
     if isinstance(value, datetime):
-        utc = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        utc = value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
         return f"TIMESTAMPTZ '{utc:%Y-%m-%d %H:%M:%S.%f}+00'"
     return literal(value)
 

@@ -5,7 +5,7 @@ ISO-8601 with milliseconds, `Z` for UTC and `+08:00` for Beijing. Pure functions
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from collectors.clock import BEIJING, zone
 from spyglass.forensics.run import Window
@@ -22,7 +22,7 @@ def parse_time(text: str, tz: str = "UTC") -> datetime:
                          " or 2026-10-19 12:49+08:00)") from None
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=zone(tz))
-    return stamp.astimezone(timezone.utc)
+    return stamp.astimezone(UTC)
 
 
 def window(start: str | None, end: str | None, tz: str = "UTC") -> Window:
@@ -37,13 +37,13 @@ def request_window(request_id: str) -> Window:
     """Where a request's events lie: its id is its Beijing arrival time; its lines follow within an hour."""
     if not REQUEST_ID.match(request_id):
         raise ValueError(f"not a request id: {request_id!r} (expected YYYYMMDD-HHMMSS-hex)")
-    arrived = datetime.strptime(request_id[:15], "%Y%m%d-%H%M%S").replace(tzinfo=BEIJING).astimezone(timezone.utc)
+    arrived = datetime.strptime(request_id[:15], "%Y%m%d-%H%M%S").replace(tzinfo=BEIJING).astimezone(UTC)
     return Window(arrived - timedelta(minutes=1), arrived + timedelta(hours=1))
 
 
 def utc_text(value: datetime) -> str:
-    aware = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-    return aware.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    aware = value if value.tzinfo else value.replace(tzinfo=UTC)
+    return aware.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def beijing_text(value: datetime) -> str:
