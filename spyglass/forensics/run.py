@@ -4,9 +4,16 @@ A command builds SQL that names views, plus parameters (`$from`, `$to`, ...); `q
 views in front (views.with_views) and runs it read-only: on the file when no agent holds it,
 else through the agent's read-only query path. That path takes one statement and no
 parameters today, so parameters are rendered as SQL literals here (`render`), and nowhere else.
+
+With `parquet` (a glob of published segments, `--parquet` on every forensic command) the same
+query runs over Parquet instead (exporters/parquet.py): `events` is then a CTE over
+`read_parquet(GLOB, hive_partitioning = true)` with the store's columns, and the query runs in
+an in-memory DuckDB that may read only below the glob's folder. No agent is asked: any number
+of processes read segments while agents publish them.
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -14,7 +21,7 @@ from typing import Any
 
 from spyglass.config import Config
 from spyglass.forensics.views import literal, with_views
-from spyglass.query import QueryError, Result, run_readonly
+from spyglass.query import QueryError, Result, execute, run_readonly
 
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
 LATEST = datetime(9999, 12, 31, tzinfo=timezone.utc)
@@ -63,6 +70,41 @@ def api_url(config: Config) -> str | None:
     return f"http://{prometheus.listen}/api/sql" if prometheus.enabled else None
 
 
-def query(config: Config, q: Query) -> Result:
-    """Columns and rows of `q`, read-only, from the file or through the running agent."""
-    return run_readonly(config.store_path(), q.text(config), api_url(config))
+def query(config: Config, q: Query, parquet: str | None = None) -> Result:
+    """Columns and rows of `q`, read-only: from the store file or through the running agent, or
+    over the Parquet segments `parquet` matches."""
+    if parquet is None:
+        return run_readonly(config.store_path(), q.text(config), api_url(config))
+    return run_parquet(parquet, q.text(config))
+
+
+GLOB_CHARS = re.compile(r"[*?\[{]")
+LEADING_COMMENTS = re.compile(r"(?:[ \t]*--[^\n]*\n)*WITH ")
+
+
+def over_parquet(sql: str, glob: str) -> str:
+    """`sql` (as `Query.text` made it: comments, then WITH) with `events` read from `glob`."""
+    found = LEADING_COMMENTS.match(sql)
+    if found is None:
+        raise QueryError("a query over Parquet must start with the views' WITH")
+    events = ("events AS (SELECT ts, source, kind, instance, host, request_id, fields::JSON AS fields, seq\n"
+              f"  FROM read_parquet({literal(glob)}, hive_partitioning = true))")
+    return f"{sql[:found.end()]}{events},\n{sql[found.end():]}"
+
+
+def run_parquet(glob: str, sql: str) -> Result:
+    """Run `sql` over the segments `glob` matches, reading nothing outside the glob's folder."""
+    import duckdb
+
+    glob = os.path.abspath(os.path.expanduser(glob))
+    root = GLOB_CHARS.split(glob, 1)[0].rsplit("/", 1)[0] or "/"
+    con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false",
+                                 "allow_community_extensions": "false"})
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute(f"SET allowed_directories = [{literal(root + '/')}]")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+        return execute(con, over_parquet(sql, glob))
+    finally:
+        con.close()
