@@ -125,9 +125,9 @@ class DuckDBStore:
         self.next_seq += len(events)
 
     def _first_free_seq(self) -> int:
-        row = self.con.execute("SELECT max(seq) FROM events").fetchone()
+        [(last,)] = self.con.execute("SELECT max(seq) FROM events").fetchall()
         publication = self.publication()
-        return max(row[0] if row[0] is not None else -1, publication.published,
+        return max(last if last is not None else -1, publication.published,
                    publication.pending[1] if publication.pending else -1) + 1
 
     # Parquet publication (exporters/parquet.py says why this is exactly once).
@@ -135,10 +135,11 @@ class DuckDBStore:
     def publication(self) -> Publication:
         """The watermark: every event with seq <= `published` is in Parquet; `pending` is the
         seq range of a publication that began and has not been recorded as done."""
-        row = self.con.execute("SELECT state FROM agent_state WHERE name = 'parquet'").fetchone()
-        if row is None:
+        # fetchall: in DuckDB 2.0 a result not fetched to its end holds the connection
+        rows = self.con.execute("SELECT state FROM agent_state WHERE name = 'parquet'").fetchall()
+        if not rows:
             return Publication()
-        saved = json.loads(row[0])
+        saved = json.loads(rows[0][0])
         return Publication(saved["published"], tuple(saved["pending"]) if saved.get("pending") else None)
 
     def record_publication(self, publication: Publication) -> None:
@@ -159,9 +160,9 @@ class DuckDBStore:
 
     def delete_published(self, before: float, upto_seq: int) -> int:
         """Delete the events older than `before` (epoch seconds) whose seq <= `upto_seq`; how many."""
-        row = self.con.execute("DELETE FROM events WHERE seq <= ? AND ts < to_timestamp(?)",
-                               [upto_seq, before]).fetchone()
-        return int(row[0]) if row else 0
+        [(deleted,)] = self.con.execute("DELETE FROM events WHERE seq <= ? AND ts < to_timestamp(?)",
+                                        [upto_seq, before]).fetchall()
+        return int(deleted)
 
     def close(self) -> None:
         self.con.close()
