@@ -16,14 +16,16 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from spyglass.config import Config
-from spyglass.forensics.views import literal, with_views
+from spyglass.forensics.views import PAD, literal, with_views
 from spyglass.query import QueryError, Result, execute, run_readonly
 
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_, _count, _unit = PAD.split()  # "INTERVAL 1 HOUR"
+PAD_SECONDS = timedelta(**{f"{_unit.lower()}s": int(_count)})
 LATEST = datetime(9999, 12, 31, tzinfo=timezone.utc)
 PARAMETER = re.compile(r"\$([a-z_][a-z0-9_]*)\b")
 
@@ -75,24 +77,37 @@ def query(config: Config, q: Query, parquet: str | None = None) -> Result:
     over the Parquet segments `parquet` matches."""
     if parquet is None:
         return run_readonly(config.store_path(), q.text(config), api_url(config))
-    return run_parquet(parquet, q.text(config))
+    return run_parquet(parquet, q.text(config), q.params.get("from"), q.params.get("to"))
 
 
 GLOB_CHARS = re.compile(r"[*?\[{]")
 LEADING_COMMENTS = re.compile(r"(?:[ \t]*--[^\n]*\n)*WITH ")
 
 
-def over_parquet(sql: str, glob: str) -> str:
-    """`sql` (as `Query.text` made it: comments, then WITH) with `events` read from `glob`."""
+def hours(start: Any, end: Any) -> str:
+    """A filter on the partition folders: only the hours the views read for [start, end) (the
+    window widened by their PAD), so the other hours' files are never opened."""
+    if not (isinstance(start, datetime) and isinstance(end, datetime)) or start <= EARLIEST or end >= LATEST:
+        return ""
+    first = (start - PAD_SECONDS).astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0, tzinfo=None)
+    last = (end + PAD_SECONDS).astimezone(timezone.utc).replace(tzinfo=None)
+    return (f"\n  WHERE date BETWEEN DATE '{first:%Y-%m-%d}' AND DATE '{last:%Y-%m-%d}'"
+            f" AND date + to_hours(CAST(hour AS INTEGER)) BETWEEN TIMESTAMP '{first:%Y-%m-%d %H:%M:%S}'"
+            f" AND TIMESTAMP '{last:%Y-%m-%d %H:%M:%S}'")
+
+
+def over_parquet(sql: str, glob: str, start: Any = None, end: Any = None) -> str:
+    """`sql` (as `Query.text` made it: comments, then WITH) with `events` read from `glob`:
+    with a window, only from the hours the views read of it."""
     found = LEADING_COMMENTS.match(sql)
     if found is None:
         raise QueryError("a query over Parquet must start with the views' WITH")
     events = ("events AS (SELECT ts, source, kind, instance, host, request_id, fields::JSON AS fields, seq\n"
-              f"  FROM read_parquet({literal(glob)}, hive_partitioning = true))")
+              f"  FROM read_parquet({literal(glob)}, hive_partitioning = true){hours(start, end)})")
     return f"{sql[:found.end()]}{events},\n{sql[found.end():]}"
 
 
-def run_parquet(glob: str, sql: str) -> Result:
+def run_parquet(glob: str, sql: str, start: Any = None, end: Any = None) -> Result:
     """Run `sql` over the segments `glob` matches, reading nothing outside the glob's folder."""
     import duckdb
 
@@ -105,6 +120,6 @@ def run_parquet(glob: str, sql: str) -> Result:
         con.execute(f"SET allowed_directories = [{literal(root + '/')}]")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
-        return execute(con, over_parquet(sql, glob))
+        return execute(con, over_parquet(sql, glob, start, end))
     finally:
         con.close()
