@@ -9,7 +9,8 @@ Layout (hive partitions; any reader globs `<dir>/host=*/date=*/hour=*/*.parquet`
 The partition values come from the event (its `host`, its UTC `ts`), the numbers in the names
 are store seqs (exporters/store.py): of the whole publication for a part, of the rows in the
 file for a compacted hour. Each file holds the store's columns (`ts`, `seq`, `source`, `kind`,
-`instance`, `host`, `request_id`, `fields` as JSON text), sorted by (ts, seq).
+`instance`, `host`, `request_id`, `fields` with Parquet's JSON type, so DuckDB reads it as JSON
+without parsing it), sorted by (ts, seq).
 
 Why a reader never sees half a file: a file is written under a dot name that no `*.parquet`
 glob matches, fsynced, and renamed into place; a rename is atomic.
@@ -61,7 +62,7 @@ from exporters.store import DuckDBStore, Publication
 
 SEGMENT_SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("seq", pa.int64()), ("source", pa.string()),
                             ("kind", pa.string()), ("instance", pa.string()), ("host", pa.string()),
-                            ("request_id", pa.string()), ("fields", pa.string())])
+                            ("request_id", pa.string()), ("fields", pa.json_(pa.string()))])
 GLOB = "host=*/date=*/hour=*/*.parquet"
 ROW_GROUP = 122_880  # DuckDB's own row group: a 15-minute window reads a few, not the hour
 SORT = [("ts", "ascending"), ("seq", "ascending")]

@@ -53,7 +53,7 @@ With `[exporters.store] parquet_dir` set, every agent publishes what it stored, 
 ```
 
 Each file has the store's columns (`ts` UTC, `seq`, `source`, `kind`, `instance`, `host`, `request_id`,
-`fields` as JSON text) sorted by (`ts`, `seq`); `host`, `date` and `hour` are also the partition folders.
+`fields` as JSON) sorted by (`ts`, `seq`); `host`, `date` and `hour` are also the partition folders.
 A file appears whole or not at all (written under a dot name, then renamed), each stored event is in
 exactly one file however the agent was killed, and once an hour has ended its files are merged into one
 ts-sorted file in one step (readers see the parts or the merged file, never both). With

@@ -92,8 +92,8 @@ def hours(start: Any, end: Any) -> str:
     first = (start - PAD_SECONDS).astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0, tzinfo=None)
     last = (end + PAD_SECONDS).astimezone(timezone.utc).replace(tzinfo=None)
     return (f"\n  WHERE date BETWEEN DATE '{first:%Y-%m-%d}' AND DATE '{last:%Y-%m-%d}'"
-            f" AND date + to_hours(CAST(hour AS INTEGER)) BETWEEN TIMESTAMP '{first:%Y-%m-%d %H:%M:%S}'"
-            f" AND TIMESTAMP '{last:%Y-%m-%d %H:%M:%S}'")
+            f" AND date + to_hours(CAST(hour AS INTEGER)) >= TIMESTAMP '{first:%Y-%m-%d %H:%M:%S}'"
+            f" AND date + to_hours(CAST(hour AS INTEGER)) < TIMESTAMP '{last:%Y-%m-%d %H:%M:%S.%f}'")
 
 
 def over_parquet(sql: str, glob: str, start: Any = None, end: Any = None) -> str:
@@ -102,7 +102,7 @@ def over_parquet(sql: str, glob: str, start: Any = None, end: Any = None) -> str
     found = LEADING_COMMENTS.match(sql)
     if found is None:
         raise QueryError("a query over Parquet must start with the views' WITH")
-    events = ("events AS (SELECT ts, source, kind, instance, host, request_id, fields::JSON AS fields, seq\n"
+    events = ("events AS (SELECT ts, source, kind, instance, host, request_id, fields, seq\n"
               f"  FROM read_parquet({literal(glob)}, hive_partitioning = true){hours(start, end)})")
     return f"{sql[:found.end()]}{events},\n{sql[found.end():]}"
 
