@@ -260,3 +260,18 @@ def test_parquet_queries_read_nothing_outside_the_segments(replay, tmp_path):
     result = CliRunner().invoke(app, ["timeline", "--config", config, "--from", "2026-10-19", "--to", "2026-10-20",
                                       "--parquet", str(tmp_path / "none" / "*.parquet")])
     assert result.exit_code == 1 and "No files found" in result.stderr
+
+
+@pytest.mark.parametrize("start, end", [("2026-10-19 03:59:59.999", "2026-10-19 04:00:00.001"),
+                                        ("2026-10-19 04:10", "2026-10-19 05:59:59.9999"),
+                                        ("2026-10-07 08:59:59.5", "2026-10-07 09:00:00.5"),
+                                        ("2026-10-17 14:30", "2026-10-18 16:02")])
+def test_parquet_reads_the_same_padded_window_as_the_store(replay, start, end):
+    """--parquet opens only the hour folders the views read; at odd edges they still read the
+    same events as the store (the window widened by views.PAD)."""
+    config, segments_glob = replay
+    args = ["views", "SELECT count(*) AS n, min(ts) AS first, max(ts) AS last, sum(seq) AS seqs FROM ev",
+            "--config", config, "--from", start, "--to", end, "--format", "json"]
+    from_store = cli(*args)
+    assert from_store == cli(*args, "--parquet", segments_glob)
+    assert '"n": 0' not in from_store
