@@ -131,7 +131,7 @@ class InferStoreSource(PolledSourceBase):
             rows = con.execute("SELECT rowid AS _rowid, * FROM requests WHERE rowid > ? ORDER BY rowid LIMIT ?",
                                (self.rowid, self.options.batch_rows)).fetchall()
             for row in rows:
-                fields = {k: row[k] for k in row if k != "_rowid"}
+                fields = {k: row[k] for k in row.keys() if k != "_rowid"}  # noqa: SIM118 - iterating a sqlite3.Row yields values
                 ts = self._ts(str(row["ts"])) or self._ts_of_id(str(row["id"]))
                 events.append(Event(ts, self.name, "request", self.options.instance or "rag-proxy", fields,
                                     str(row["id"]), self.host))

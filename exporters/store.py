@@ -1,12 +1,19 @@
 """The DuckDB store: events (TIMESTAMPTZ, UTC), tailer checkpoints and the metric state in one
 transaction, so a kill -9 at any point neither loses nor duplicates a stored event or a count.
 The agent is the only writer (duckdb-forensics.md §1); analysts go through spyglass sql.
+
+Every event gets a `seq`, its position in the stream of stored events: strictly increasing in
+commit order, never reused (not even after retention deleted every row: the Parquet watermark
+is a floor), the same on every run that reads the same lines. Parquet publication
+(exporters/parquet.py) keeps its watermark here and reads by seq; retention deletes only rows
+at or below the watermark.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import time
+from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
@@ -26,8 +33,10 @@ CREATE TABLE IF NOT EXISTS events (
     instance VARCHAR,
     host VARCHAR,
     request_id VARCHAR,
-    fields JSON
+    fields JSON,
+    seq BIGINT
 );
+ALTER TABLE events ADD COLUMN IF NOT EXISTS seq BIGINT;
 CREATE TABLE IF NOT EXISTS checkpoints (source VARCHAR PRIMARY KEY, state JSON NOT NULL, updated TIMESTAMPTZ);
 CREATE TABLE IF NOT EXISTS agent_state (name VARCHAR PRIMARY KEY, state JSON NOT NULL, updated TIMESTAMPTZ);
 """
@@ -57,6 +66,12 @@ def events_table(events: list[Event]) -> pa.Table:
     ], schema=EVENT_SCHEMA)
 
 
+@dataclass(frozen=True)
+class Publication:
+    published: int = -1  # every event with seq <= this is in Parquet
+    pending: tuple[int, int] | None = None  # (first, last) seq of a publication under way
+
+
 class DuckDBStore:
     """Events, checkpoints and the metric state in one DuckDB file. Guarantees: a `commit` is one
     transaction (all of its events, checkpoints and metric state, or none); `load` returns what the
@@ -71,6 +86,9 @@ class DuckDBStore:
         self.con = duckdb.connect(str(path))
         self.con.execute("SET TimeZone = 'UTC'")
         self.con.execute(SCHEMA)
+        # A store from before `seq`: its rows keep their storage order.
+        self.con.execute("UPDATE events SET seq = rowid WHERE seq IS NULL")
+        self.next_seq = self._first_free_seq()
         # Analysts query through this connection (/api/sql): no file access, settings frozen.
         self.con.execute("SET enable_external_access = false")
         self.con.execute("SET lock_configuration = true")
@@ -90,9 +108,11 @@ class DuckDBStore:
         con.begin()
         try:
             if events:
-                con.register("batch", events_table(events))
+                batch = events_table(events).append_column(
+                    "seq", pa.array(range(self.next_seq, self.next_seq + len(events)), pa.int64()))
+                con.register("batch", batch)
                 con.execute("INSERT INTO events SELECT ts, source, kind, instance, host, request_id,"
-                            " fields::JSON FROM batch")
+                            " fields::JSON, seq FROM batch")
                 con.unregister("batch")
             for source, state in checkpoints.items():
                 con.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, to_timestamp(?))",
@@ -103,6 +123,47 @@ class DuckDBStore:
         except BaseException:
             _rollback(con)
             raise
+        self.next_seq += len(events)
+
+    def _first_free_seq(self) -> int:
+        [(last,)] = self.con.execute("SELECT max(seq) FROM events").fetchall()
+        publication = self.publication()
+        return max(last if last is not None else -1, publication.published,
+                   publication.pending[1] if publication.pending else -1) + 1
+
+    # Parquet publication (exporters/parquet.py says why this is exactly once).
+
+    def publication(self) -> Publication:
+        """The watermark: every event with seq <= `published` is in Parquet; `pending` is the
+        seq range of a publication that began and has not been recorded as done."""
+        # fetchall: in DuckDB 2.0 a result not fetched to its end holds the connection
+        rows = self.con.execute("SELECT state FROM agent_state WHERE name = 'parquet'").fetchall()
+        if not rows:
+            return Publication()
+        saved = json.loads(rows[0][0])
+        return Publication(saved["published"], tuple(saved["pending"]) if saved.get("pending") else None)
+
+    def record_publication(self, publication: Publication) -> None:
+        self.con.execute("INSERT OR REPLACE INTO agent_state VALUES ('parquet', ?, to_timestamp(?))",
+                         [json.dumps({"published": publication.published,
+                                      "pending": list(publication.pending) if publication.pending else None}),
+                          time.time()])
+
+    def last_seq(self) -> int:
+        """The seq of the last committed event (-1 if none was ever stored)."""
+        return self.next_seq - 1
+
+    def events_between(self, first: int, last: int) -> pa.Table:
+        """The committed events with first <= seq <= last, ordered by (ts, seq), `fields` as text."""
+        return self.con.sql(
+            "SELECT ts, seq, source, kind, instance, host, request_id, fields::VARCHAR AS fields"
+            " FROM events WHERE seq BETWEEN ? AND ? ORDER BY ts, seq", params=[first, last]).to_arrow_table()
+
+    def delete_published(self, before: float, upto_seq: int) -> int:
+        """Delete the events older than `before` (epoch seconds) whose seq <= `upto_seq`; how many."""
+        [(deleted,)] = self.con.execute("DELETE FROM events WHERE seq <= ? AND ts < to_timestamp(?)",
+                                        [upto_seq, before]).fetchall()
+        return int(deleted)
 
     def close(self) -> None:
         self.con.close()

@@ -117,6 +117,14 @@ class PrometheusConfig(Strict):
 class StoreConfig(Strict):
     enabled: bool = Field(True, description="Off: metrics only; checkpoints go to state_dir/state.json.")
     path: Path | None = Field(None, description="DuckDB file; default state_dir/spyglass.duckdb.")
+    parquet_dir: Path | None = Field(
+        None, description="Publish stored events as Parquet under host=/date=/hour= here (off if unset);"
+        " docs/forensics.md shows how to query it.")
+    publish_interval_seconds: float = Field(
+        60.0, ge=0, le=3600, description="New events are published to parquet_dir at most this often.")
+    retain_hours: float | None = Field(
+        None, gt=0, description="Keep this many hours of events in the DuckDB file; older ones are deleted"
+        " once they are in parquet_dir (needs it). Unset: keep everything.")
 
 
 class OtlpConfig(Strict):
@@ -252,7 +260,21 @@ def parse_config(data: dict[str, Any], file: str = "<config>") -> Config:
     _check_buckets(config, file)
     _check_places(config, file)
     _check_urls(config, file)
+    _check_parquet(config, file)
     return config
+
+
+def _check_parquet(config: Config, file: str) -> None:
+    store = config.exporters.store
+    if store.parquet_dir is not None and not store.enabled:
+        raise ConfigError(f"{file}: exporters.store.parquet_dir: publishes the store's events; needs"
+                          " exporters.store.enabled = true")
+    if store.retain_hours is not None and store.parquet_dir is None:
+        raise ConfigError(f"{file}: exporters.store.retain_hours: deletes only events already in Parquet;"
+                          " needs exporters.store.parquet_dir")
+    blocker = _file_on_the_way(store.parquet_dir.expanduser()) if store.parquet_dir is not None else None
+    if blocker is not None:
+        raise ConfigError(f"{file}: exporters.store.parquet_dir: expected a folder, but {blocker} is a file")
 
 
 def _check_buckets(config: Config, file: str) -> None:

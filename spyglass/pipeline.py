@@ -109,6 +109,18 @@ class Pipeline:
                                    max_events=agent.commit_max_events, checkpoints=self._checkpoints,
                                    saved_checkpoints=saved.checkpoints, hooks=self.event_hooks)
         self.exposed = self.committer.exposed
+        self.publisher = self._build_publisher()
+
+    def _build_publisher(self) -> Any:
+        """The Parquet publisher (exporters/parquet.py), if `exporters.store.parquet_dir` is set."""
+        options = self.config.exporters.store
+        if options.parquet_dir is None or not self.store.keeps_events:
+            return None
+        from exporters.parquet import ParquetPublisher
+
+        return ParquetPublisher(cast(Any, self.store), self.clock, options.parquet_dir.expanduser(),
+                                host=self.config.agent.host, interval=options.publish_interval_seconds,
+                                retain_hours=options.retain_hours)
 
     def _build_signals(self) -> dict[str, Signals]:
         return build_signals(self.config, self.state)
@@ -161,8 +173,11 @@ class Pipeline:
         return lines_read
 
     def commit_if_due(self) -> None:
-        """Commit what the steps applied, if the interval passed or enough events wait."""
+        """Commit what the steps applied, if the interval passed or enough events wait; publish
+        what is committed to Parquet if that is due."""
         self.committer.tick()
+        if self.publisher is not None:
+            self.publisher.tick()
 
     def _checkpoints(self) -> dict[str, Any]:
         return {rt.name: self._checkpoint(rt) for rt in self.sources}
@@ -253,7 +268,11 @@ class Pipeline:
         while (n := self.step()) > 0:
             total += n
             self.committer.tick(retry=False)
+            if self.publisher is not None:
+                self.publisher.tick()
         self.committer.commit()
+        if self.publisher is not None:
+            self.publisher.flush()
         return total
 
     def run(self, stop: threading.Event, wake: Any) -> None:  # spyglass.wake.Wake, or a threading.Event
@@ -278,6 +297,8 @@ class Pipeline:
                 wake.clear()  # after the rest: what woke us meanwhile is read by the next step
         finally:
             self.committer.flush()
+            if self.publisher is not None:
+                self.publisher.stop()
 
     def close(self) -> None:
         for rt in self.sources:

@@ -22,6 +22,8 @@ From = Annotated[str | None, typer.Option("--from", help="Window start, e.g. '20
 To = Annotated[str | None, typer.Option("--to", help="Window end (exclusive).")]
 Tz = Annotated[str, typer.Option("--tz", help="Zone of --from/--to times that name none, e.g. Asia/Shanghai.")]
 Format = Annotated[str, typer.Option("--format", "-f", help="table, json (one object a line) or csv.")]
+Parquet = Annotated[str | None, typer.Option("--parquet", help="Run over published Parquet segments instead"
+                                             " of the store, e.g. 'seg/host=*/date=*/hour=*/*.parquet'.")]
 FORMATS = ("table", "json", "csv")
 
 
@@ -53,22 +55,22 @@ def check_format(fmt: str) -> None:
         raise fail(f"--format: expected one of {', '.join(FORMATS)} (got {fmt!r})", 2)
 
 
-def fetch(config: Config, q) -> tuple[list[str], list[tuple]]:
+def fetch(config: Config, q, parquet: str | None = None) -> tuple[list[str], list[tuple]]:
     from spyglass.forensics.run import query
     from spyglass.query import QueryError
 
     try:
-        return query(config, q)
+        return query(config, q, parquet)
     except QueryError as exc:
         raise fail(str(exc), 1) from None
 
 
-def nothing(config: Config, w, what: str) -> typer.Exit:
+def nothing(config: Config, w, what: str, parquet: str | None = None) -> typer.Exit:
     """Exit 1, saying whether the window holds no events at all or only none of `what`."""
     from spyglass.forensics.run import Query
     from spyglass.forensics.times import describe
 
-    _, rows = fetch(config, Query("SELECT count(*) FROM ev WHERE ts >= $from AND ts < $to", w.params()))
+    _, rows = fetch(config, Query("SELECT count(*) FROM ev WHERE ts >= $from AND ts < $to", w.params()), parquet)
     stored = rows[0][0] if rows else 0
     detail = "no events are stored" if not stored else f"{stored} events are stored, but {what}"
     return fail(f"{detail} {describe(w)}", 1)
@@ -81,7 +83,7 @@ def timeline(config: ConfigOption, start: From = None, end: To = None, tz: Tz = 
              request: Annotated[str | None, typer.Option("--request", help="One request's events (and its"
                                                                             " conversation's cache lines).")] = None,
              limit: Annotated[int, typer.Option(min=1, max=100_000, help="At most this many events.")] = 1000,
-             fmt: Format = "table") -> None:
+             fmt: Format = "table", parquet: Parquet = None) -> None:
     """Every source's events of a window in time order, UTC and Beijing time, one line an event."""
     from spyglass.forensics import output
     from spyglass.forensics.run import Window
@@ -97,9 +99,9 @@ def timeline(config: ConfigOption, start: From = None, end: To = None, tz: Tz = 
         except ValueError as exc:
             raise fail(str(exc), 2) from None
         w = Window(w.start or around.start, w.end or around.end)
-    columns, rows = fetch(cfg, timeline_query(w, source or [], instance or [], kind or [], request, limit))
+    columns, rows = fetch(cfg, timeline_query(w, source or [], instance or [], kind or [], request, limit), parquet)
     if not rows:
-        raise nothing(cfg, w, "none matches" if (source or instance or kind or request) else "none is in it")
+        raise nothing(cfg, w, "none matches" if (source or instance or kind or request) else "none is in it", parquet)
     records = output.records(columns, rows[:limit], json_columns=("fields",))
     output.emit(records, fmt, title=f"{len(records)} events {describe(w)}" if fmt == "table" else None, fold=False)
     if len(rows) > limit:
@@ -114,7 +116,8 @@ def requests(config: ConfigOption, start: From = None, end: To = None, tz: Tz = 
              instance: Annotated[str | None, typer.Option(help="Engine instance, e.g. strata-b.")] = None,
              mode: Annotated[str | None, typer.Option(help="assembled, no_rag or passthrough.")] = None,
              finish: Annotated[str | None, typer.Option(help="stop, tool_calls, length.")] = None,
-             limit: Annotated[int, typer.Option(min=1, max=100_000)] = 200, fmt: Format = "table") -> None:
+             limit: Annotated[int, typer.Option(min=1, max=100_000)] = 200, fmt: Format = "table",
+             parquet: Parquet = None) -> None:
     """Find request ids (for `spyglass trace ID` and `spyglass timeline --request ID`)."""
     from spyglass.forensics import output
     from spyglass.forensics.finder import Filters, requests_query
@@ -127,9 +130,9 @@ def requests(config: ConfigOption, start: From = None, end: To = None, tz: Tz = 
         q = requests_query(w, Filters(session, lane, instance, mode, finish, status, slowest, limit))
     except ValueError as exc:
         raise fail(str(exc), 2) from None
-    columns, rows = fetch(cfg, q)
+    columns, rows = fetch(cfg, q, parquet)
     if not rows:
-        raise nothing(cfg, w, "no request matches")
+        raise nothing(cfg, w, "no request matches", parquet)
     output.emit(output.records(columns, rows), fmt, title=f"{len(rows)} requests {describe(w)}"
                 if fmt == "table" else None)
 
@@ -138,7 +141,8 @@ def report(name: Annotated[str, typer.Argument(help="The report; an unknown name
            config: ConfigOption, start: From = None, end: To = None, tz: Tz = "UTC",
            request: Annotated[str | None, typer.Option(help="One request id (four-counts).")] = None,
            fmt: Format = "table",
-           sql: Annotated[bool, typer.Option("--sql", help="Print the SQL that would run, and stop.")] = False) -> None:
+           sql: Annotated[bool, typer.Option("--sql", help="Print the SQL that would run, and stop.")] = False,
+           parquet: Parquet = None) -> None:
     """A canned report over a window (default: everything stored)."""
     from spyglass.forensics import output, reports
     from spyglass.forensics.times import describe
@@ -152,17 +156,20 @@ def report(name: Annotated[str, typer.Argument(help="The report; an unknown name
     w = the_window(start, end, tz, required=False)
     q = chosen.query(cfg, w, request)
     if sql:
-        typer.echo(q.text(cfg))
+        from spyglass.forensics.run import over_parquet
+
+        typer.echo(over_parquet(q.text(cfg), parquet) if parquet else q.text(cfg))
         return
-    columns, rows = fetch(cfg, q)
+    columns, rows = fetch(cfg, q, parquet)
     if not rows:
-        raise nothing(cfg, w, f"report {name} found nothing")
+        raise nothing(cfg, w, f"report {name} found nothing", parquet)
     output.emit(output.records(columns, rows), fmt, title=f"{chosen.title}\n{describe(w)}" if fmt == "table" else None)
 
 
 def views(sql: Annotated[str | None, typer.Argument(help="A SELECT over the views.")] = None,
           config: Annotated[Path | None, typer.Option("--config", "-c", help="The agent's TOML config file.")] = None,
-          start: From = None, end: To = None, tz: Tz = "UTC", fmt: Format = "table") -> None:
+          start: From = None, end: To = None, tz: Tz = "UTC", fmt: Format = "table",
+          parquet: Parquet = None) -> None:
     """Run a SELECT over the forensic views (docs/forensics.md) in a window, or list the views."""
     from spyglass.forensics import output
     from spyglass.forensics.run import Query
@@ -175,7 +182,7 @@ def views(sql: Annotated[str | None, typer.Argument(help="A SELECT over the view
     check_format(fmt)
     cfg = load(config)
     w = the_window(start, end, tz, required=False)
-    columns, rows = fetch(cfg, Query(sql, w.params()))
+    columns, rows = fetch(cfg, Query(sql, w.params()), parquet)
     if not rows:
-        raise nothing(cfg, w, "the query returned no rows")
+        raise nothing(cfg, w, "the query returned no rows", parquet)
     output.emit(output.records(columns, rows), fmt)

@@ -551,7 +551,7 @@ def source_kinds_sql(sources: dict[str, Any]) -> str:
     return f"SELECT * FROM (VALUES {', '.join(rows)}) AS t(source, source_kind, lane)"
 
 
-EV = f"""SELECT e.rowid AS seq, e.ts, e.source, k.source_kind, e.kind, e.instance, e.host, e.request_id, e.fields, k.lane
+EV = f"""SELECT e.seq, e.ts, e.source, k.source_kind, e.kind, e.instance, e.host, e.request_id, e.fields, k.lane
   FROM events e LEFT JOIN source_kinds k ON k.source = e.source
   WHERE e.ts >= $from - {PAD} AND e.ts < $to + {PAD}"""
 

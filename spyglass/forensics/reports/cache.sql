@@ -7,7 +7,7 @@
 WITH banners AS (
   SELECT instance, ts_utc, prompt_cache_every, slots FROM deploys__all WHERE component = 'engine'
 ), prompts AS (
-  SELECT r.instance, r.request_id, r.prompt_tokens, r.reused_tokens, r.prefill_ms,
+  SELECT r.instance, r.request_id, r.ts_utc, r.prompt_tokens, r.reused_tokens, r.prefill_ms,
     coalesce(d.prompt_cache_every, $default_every) AS cache_every
   FROM engine_requests r ASOF LEFT JOIN banners d ON d.instance = r.instance AND r.ts_utc >= d.ts_utc
   WHERE r.prompt_tokens >= $long_prompt_tokens
@@ -15,7 +15,7 @@ WITH banners AS (
   SELECT instance, count(*) AS long_prompts,
     count(*) FILTER (WHERE reused_tokens > 0 AND reused_tokens % cache_every = 0 AND reused_tokens < prompt_tokens)
       AS checkpoint_only,
-    min(prefill_ms) AS fastest_long_prefill_ms, arg_min(request_id, prefill_ms) AS fastest_long_request,
+    min(prefill_ms) AS fastest_long_prefill_ms, arg_min(request_id, (prefill_ms, ts_utc)) AS fastest_long_request,  -- a tie: the earliest
     max(cache_every) AS prompt_cache_every
   FROM prompts GROUP BY instance
 ), cache AS (

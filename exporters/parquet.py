@@ -1,0 +1,239 @@
+"""Parquet segments for many hosts: what the store holds, published every interval, each closed
+hour compacted into one ts-sorted file, and the store kept to a recent horizon.
+
+Layout (hive partitions; any reader globs `<dir>/host=*/date=*/hour=*/*.parquet`):
+
+    <dir>/host=<host>/date=YYYY-MM-DD/hour=HH/part-<first>-<last>.parquet   a publication
+    <dir>/host=<host>/date=YYYY-MM-DD/hour=HH/hour-<first>-<last>.parquet   a compacted hour
+
+The partition values come from the event (its `host`, its UTC `ts`), the numbers in the names
+are store seqs (exporters/store.py): of the whole publication for a part, of the rows in the
+file for a compacted hour. Each file holds the store's columns (`ts`, `seq`, `source`, `kind`,
+`instance`, `host`, `request_id`, `fields` with Parquet's JSON type, so DuckDB reads it as JSON
+without parsing it), sorted by (ts, seq).
+
+Why a reader never sees half a file: a file is written under a dot name that no `*.parquet`
+glob matches, fsynced, and renamed into place; a rename is atomic.
+
+Why every stored event is published exactly once, whatever instant a `kill -9` lands on. The
+store keeps the watermark `published` (every seq at or below it is in Parquet) and `pending`
+(the seq range of a publication begun and not finished), each recorded in a store transaction:
+1. Record `pending = (published + 1, last)`, `last` at most the last committed seq.
+2. Write one part per (host, date, hour) of those rows, named by the range, renamed into place.
+3. Record `published = last`, no pending.
+A kill before 1 wrote nothing. A kill between 1 and 3 leaves some of the range's parts; the
+next start redoes the *same* range (`pending` says which): the same committed rows (retention
+deletes nothing above `published`), so the same partitions and the same names, and each rename
+replaces the earlier attempt's file (identical rows) instead of adding a second copy. A kill
+after 3 left it done. Seqs above `published` are never in a file except as such a redo's own
+range, so nothing is published twice; nothing at or below it is missing, so nothing is lost.
+
+Why compaction is safe. It runs only with no publication pending, on an hour whose end has
+passed, when the hour holds more than one file (a late event reopens a compacted hour: its part
+lands beside the compacted file, and the next pass merges them again). The merged file is
+written into a staging folder outside the glob (`<dir>/.staging/`), fsynced, and the staging
+folder and the hour folder are swapped by one `renameat2(RENAME_EXCHANGE)`: a reader lists the
+hour folder either before (all the parts) or after (the one merged file), never both nor
+neither. The old parts end in the staging folder and are removed; a kill leaves only staging
+leftovers, removed at the next start. Compaction moves rows between files, never changes which
+rows are published. (A query whose glob listed the parts just before the swap can fail to open
+one after it: DuckDB lists before it opens. It fails loudly and is re-run; it never reads a
+mix.) On a filesystem without RENAME_EXCHANGE hours are left uncompacted, with a warning.
+
+Retention: rows older than `retain_hours` are deleted from the store only at or below
+`published`, so they are in Parquet first.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from loguru import logger
+
+from collectors.clock import Clock
+from exporters.store import DuckDBStore, Publication
+
+SEGMENT_SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("seq", pa.int64()), ("source", pa.string()),
+                            ("kind", pa.string()), ("instance", pa.string()), ("host", pa.string()),
+                            ("request_id", pa.string()), ("fields", pa.json_(pa.string()))])
+GLOB = "host=*/date=*/hour=*/*.parquet"
+ROW_GROUP = 122_880  # DuckDB's own row group: a 15-minute window reads a few, not the hour
+SORT = [("ts", "ascending"), ("seq", "ascending")]
+RENAME_EXCHANGE = 2
+AT_FDCWD = -100
+
+
+def part_name(first: int, last: int) -> str:
+    return f"part-{first:012d}-{last:012d}.parquet"
+
+
+def hour_name(first: int, last: int) -> str:
+    return f"hour-{first:012d}-{last:012d}.parquet"
+
+
+def partition(folder: Path, host: str, hour: datetime) -> Path:
+    return folder / f"host={quote(host, safe='')}" / f"date={hour:%Y-%m-%d}" / f"hour={hour:%H}"
+
+
+def hour_start(hour_dir: Path) -> float:
+    """Epoch seconds of the hour a `.../date=D/hour=H` folder holds."""
+    day = hour_dir.parent.name.removeprefix("date=")
+    return datetime.strptime(f"{day} {hour_dir.name.removeprefix('hour=')}", "%Y-%m-%d %H") \
+        .replace(tzinfo=UTC).timestamp()
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(table: pa.Table, path: Path) -> None:
+    """`table` as `path`, which readers see whole or not at all."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as out:
+        pq.write_table(table, out, compression="zstd", row_group_size=ROW_GROUP)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def exchange(a: Path, b: Path) -> None:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno), str(b))
+
+
+def read_segment(path: Path) -> pa.Table:
+    return pq.ParquetFile(path).read().cast(SEGMENT_SCHEMA)
+
+
+class ParquetPublisher:
+    """Publishes the store's events as hive-partitioned Parquet, exactly once (see the module's
+    argument), compacts closed hours and applies retention. Runs on the thread that commits
+    (it reads the store's connection); `tick` never raises, `flush` does."""
+
+    def __init__(self, store: DuckDBStore, clock: Clock, folder: Path, *, host: str, interval: float,
+                 retain_hours: float | None = None, max_rows: int = 500_000) -> None:
+        self.store, self.clock, self.folder = store, clock, folder
+        self.interval, self.retain_hours, self.max_rows = interval, retain_hours, max_rows
+        self.staging = folder / ".staging" / quote(host, safe="")
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.staging, ignore_errors=True)  # a kill's leftovers: outside every glob
+        own = folder / f"host={quote(host, safe='')}"
+        self.touched: set[Path] = set(own.glob("date=*/hour=*")) if own.is_dir() else set()
+        self.can_exchange = True
+        self._due = clock.monotonic()  # at once: a pending publication is redone first
+
+    def tick(self) -> None:
+        """Publish, compact and retain if the interval passed; a failure is logged and retried."""
+        now = self.clock.monotonic()
+        if now < self._due:
+            return
+        self._due = now + self.interval
+        try:
+            self.run_once()
+        except Exception as exc:  # noqa: BLE001 - disk full, a bug: the agent lives on, retried
+            logger.error("parquet publication failed ({}); retried in {:.0f} s, nothing is lost", exc, self.interval)
+
+    def flush(self) -> None:
+        """Publish everything committed, compact what is closed, apply retention; raises."""
+        self.run_once(everything=True)
+
+    def stop(self) -> None:
+        """At a clean stop: publish what is committed; a failure waits for the next start."""
+        try:
+            self.flush()
+        except Exception as exc:  # noqa: BLE001
+            logger.error("the last parquet publication failed ({}); the next start publishes it", exc)
+
+    def run_once(self, everything: bool = False) -> int:
+        published = self.publish()
+        while everything and self.store.publication().published < self.store.last_seq():
+            published += self.publish()
+        self.compact_closed()
+        self.retain()
+        return published
+
+    def publish(self) -> int:
+        """One publication (at most `max_rows` seqs), or the redo of one a kill interrupted."""
+        store = self.store
+        done = store.publication()
+        if done.pending:
+            first, last = done.pending
+        else:
+            first, last = done.published + 1, min(store.last_seq(), done.published + self.max_rows)
+            if last < first:
+                return 0
+            store.record_publication(Publication(done.published, (first, last)))
+        rows = store.events_between(first, last).cast(SEGMENT_SCHEMA)
+        for hour_dir, part in self._partitions(rows):
+            hour_dir.mkdir(parents=True, exist_ok=True)
+            write_atomically(part, hour_dir / part_name(first, last))
+            self.touched.add(hour_dir)
+        store.record_publication(Publication(last, None))
+        return rows.num_rows
+
+    def _partitions(self, rows: pa.Table) -> list[tuple[Path, pa.Table]]:
+        hours = pc.floor_temporal(rows["ts"], unit="hour")
+        keys = pa.table({"host": rows["host"], "hour": hours}).group_by(["host", "hour"]).aggregate([])
+        out = []
+        for host, hour in zip(keys["host"].to_pylist(), keys["hour"].to_pylist()):
+            mask = pc.and_(pc.equal(rows["host"], host), pc.equal(hours, pa.scalar(hour, hours.type)))
+            out.append((partition(self.folder, host, hour), rows.filter(mask)))
+        return out
+
+    def compact_closed(self) -> int:
+        """Compact every touched hour whose end has passed; returns how many were merged."""
+        if self.store.publication().pending:
+            return 0
+        now = self.clock.now()
+        merged = 0
+        for hour_dir in sorted(self.touched):
+            if hour_start(hour_dir) + 3600 > now:
+                continue
+            if self.can_exchange and self.compact(hour_dir):
+                merged += 1
+            self.touched.discard(hour_dir)
+        return merged
+
+    def compact(self, hour_dir: Path) -> bool:
+        """Replace the hour's files with one ts-sorted file, in one step for readers."""
+        files = sorted(hour_dir.glob("*.parquet"))
+        if len(files) <= 1:
+            return False
+        table = pa.concat_tables([read_segment(f) for f in files]).sort_by(SORT)
+        seqs = pc.min_max(table["seq"])
+        stage = self.staging / f"{hour_dir.parent.name}-{hour_dir.name}"
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir(parents=True)
+        write_atomically(table, stage / hour_name(seqs["min"].as_py(), seqs["max"].as_py()))
+        try:
+            exchange(stage, hour_dir)
+        except OSError as exc:
+            self.can_exchange = False
+            shutil.rmtree(stage, ignore_errors=True)
+            logger.warning("{}: cannot swap folders atomically ({}); hours stay uncompacted", self.folder, exc)
+            return False
+        fsync_dir(hour_dir.parent)
+        shutil.rmtree(stage, ignore_errors=True)
+        return True
+
+    def retain(self) -> int:
+        """Delete stored events older than the horizon that are already in Parquet."""
+        if self.retain_hours is None:
+            return 0
+        cutoff = self.clock.now() - self.retain_hours * 3600
+        return self.store.delete_published(cutoff, self.store.publication().published)

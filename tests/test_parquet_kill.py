@@ -1,0 +1,94 @@
+"""`spyglass ingest` with Parquet publication on, killed with SIGKILL at random points (inside
+commits, publications and compactions) and restarted: in the end the segments hold exactly the
+stored events, each once, and those equal one uninterrupted run's."""
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+from test_kill_loop import write_log
+
+from spyglass.config import engine_log_toml
+
+COLUMNS = "ts, seq, source, kind, instance, host, request_id, fields::VARCHAR"
+
+
+def write_config(folder: Path, log: Path) -> Path:
+    path = folder / "spyglass.toml"
+    text = engine_log_toml(log, folder / "state", host="h1", read_budget_bytes=65536, commit_interval_seconds=0)
+    path.write_text(text.replace("[exporters.store]\nenabled = true", "[exporters.store]\nenabled = true\n"
+                                 f'parquet_dir = "{folder / "pq"}"\npublish_interval_seconds = 0'))
+    return path
+
+
+def stored(folder: Path) -> list[tuple]:
+    con = duckdb.connect(str(folder / "state" / "spyglass.duckdb"), read_only=True)
+    try:
+        return con.execute(f"SELECT {COLUMNS} FROM events ORDER BY seq").fetchall()
+    finally:
+        con.close()
+
+
+def pending(folder: Path) -> bool:
+    """Whether the store records a publication begun and not finished (the kill landed in it)."""
+    con = duckdb.connect(str(folder / "state" / "spyglass.duckdb"), read_only=True)
+    try:
+        rows = con.execute("SELECT state FROM agent_state WHERE name = 'parquet'").fetchall()
+    finally:
+        con.close()
+    return bool(rows) and json.loads(rows[0][0])["pending"] is not None
+
+
+def segments(folder: Path) -> list[tuple]:
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    return con.execute(f"SELECT {COLUMNS} FROM read_parquet('{folder}/pq/host=*/date=*/hour=*/*.parquet',"
+                       " hive_partitioning = true) ORDER BY seq").fetchall()
+
+
+def ingest(config: Path) -> list[str]:
+    return [sys.executable, "-m", "spyglass.cli", "ingest", "-c", str(config)]
+
+
+def test_sigkill_during_publication_loses_and_duplicates_nothing_in_parquet(tmp_path):
+    log = tmp_path / "engine.log"
+    write_log(log, turns=6_000)  # 33 hours of engine log: many hour partitions, each compacted
+    clean, killed = tmp_path / "clean", tmp_path / "killed"
+    clean.mkdir()
+    killed.mkdir()
+    started = time.monotonic()
+    subprocess.run(ingest(write_config(clean, log)), check=True, capture_output=True)
+    duration = time.monotonic() - started
+
+    config = write_config(killed, log)
+    rng = random.Random(20261201)
+    kills = in_publication = 0
+    for _ in range(100):
+        proc = subprocess.Popen(ingest(config), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            _, err = proc.communicate(timeout=rng.uniform(0.1, 0.4) * duration)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            kills += 1
+            in_publication += (killed / "state" / "spyglass.duckdb").exists() and pending(killed)
+            continue
+        assert proc.returncode == 0, err.decode()
+        break
+    else:
+        raise AssertionError("ingest never finished within 100 runs")
+    assert kills >= 3, f"only {kills} kills landed before ingest finished"
+    assert in_publication >= 1, f"none of {kills} kills landed inside a publication"
+
+    expected = stored(clean)
+    assert len(expected) > 20_000
+    assert segments(clean) == expected
+    actual = segments(killed)
+    seqs = [row[1] for row in actual]
+    assert len(seqs) == len(set(seqs)), "an event was published twice"
+    assert actual == stored(killed) == expected  # nothing lost, the same seqs and rows as a clean run
