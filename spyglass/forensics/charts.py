@@ -13,7 +13,7 @@ from html import escape
 from collectors.clock import BEIJING
 
 WIDTH, HEIGHT = 1240, 250
-LEFT, RIGHT, TOP, BOTTOM = 84, 20, 34, 56
+LEFT, RIGHT, TOP, BOTTOM = 84, 44, 34, 56
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
 
@@ -62,7 +62,7 @@ def human(value: float, unit: str) -> str:
         for scale, name in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
             if abs(value) >= scale:
                 return f"{value / scale:.3g} {name}"
-        return f"{value:.0f} B"
+        return f"{value:.3g} B"
     return f"{value:.3g}"
 
 
@@ -104,20 +104,21 @@ def svg(chart: Chart, start: datetime, end: datetime) -> str:
                    f'{t:{fmt}} UTC</text><text x="{x(t):.1f}" y="{TOP + plot_h + 30}" text-anchor="middle"'
                    f' class="tick bj">{local:{fmt}} BJT</text>')
         t += every
-    legend_x = LEFT + 300
+    legend_x = LEFT + 8.5 * len(chart.title) + 24
     for n, s in enumerate(chart.series):
         color = PALETTE[n % len(PALETTE)]
         out.append(series_svg(s, color, x, y, TOP + plot_h))
         out.append(f'<rect x="{legend_x}" y="9" width="12" height="10" fill="{color}"/>'
                    f'<text x="{legend_x + 16}" y="18" class="legend">{escape(s.name)}</text>')
         legend_x += 30 + 7 * len(s.name)
-    labelled = -1e9
-    for m in chart.markers:  # a burst of markers gets one label (each line keeps its own tooltip)
+    rows = [-1e9, -1e9, -1e9]  # labels go on three rows; a marker with no room on any keeps its tooltip only
+    for m in chart.markers:
         out.append(f'<line x1="{x(m.at):.1f}" x2="{x(m.at):.1f}" y1="{TOP}" y2="{TOP + plot_h}" stroke="{m.color}"'
                    f' stroke-dasharray="3,3"><title>{escape(m.label)}</title></line>')
-        if x(m.at) - labelled > 120:
-            labelled = x(m.at)
-            out.append(f'<text x="{x(m.at) + 3:.1f}" y="{TOP + 10}" class="marker" fill="{m.color}">'
+        row = next((n for n, last in enumerate(rows) if x(m.at) > last), None)
+        if row is not None:
+            rows[row] = x(m.at) + 6.2 * len(m.label) + 8
+            out.append(f'<text x="{x(m.at) + 3:.1f}" y="{TOP + 11 + 12 * row}" class="marker" fill="{m.color}">'
                        f'{escape(m.label)}</text>')
     if not values:
         out.append(f'<text x="{LEFT + plot_w / 2}" y="{TOP + plot_h / 2}" text-anchor="middle" class="empty">'
@@ -138,5 +139,5 @@ def series_svg(s: Series, color: str, x, y, baseline: float) -> str:
     path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in s.points)
     dash = ' stroke-dasharray="6,4"' if s.dashed else ""
     dots = "".join(f'<circle cx="{x(t):.1f}" cy="{y(v):.1f}" r="2" fill="{color}"/>' for t, v in s.points
-                   ) if len(s.points) <= 200 else ""
+                   ) if len(s.points) <= 200 and not s.dashed else ""
     return f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.6"{dash}/>{dots}'

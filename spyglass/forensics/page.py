@@ -39,14 +39,14 @@ h3 { font-size: 15px; margin: 18px 0 6px; }
 .window { color: #555; margin-bottom: 12px; } .verdict { font-weight: 600; padding: 6px 10px; display: inline-block;
   border-radius: 4px; } .ok { background: #e3f5e1; } .warning { background: #fff3cd; } .critical { background: #f8d7da; }
 table { border-collapse: collapse; margin: 6px 0 12px; } th, td { border: 1px solid #ddd; padding: 3px 8px;
-  text-align: left; vertical-align: top; } th { background: #f5f5f7; } td.num { text-align: right;
+  text-align: left; vertical-align: top; } th { background: #f5f5f7; } td.nowrap { white-space: nowrap; } td.num { text-align: right;
   font-variant-numeric: tabular-nums; }
 .sev { font-weight: 600; text-transform: uppercase; font-size: 12px; } .sev.critical { color: #a50e0e; }
 .sev.warning { color: #8a6d00; } dl { display: grid; grid-template-columns: 10em 1fr; gap: 2px 12px; margin: 6px 0; }
 dt { color: #555; } pre { background: #f7f7f9; padding: 8px; overflow-x: auto; font-size: 12px; }
-.chart { display: block; margin: 6px 0 14px; } .chart-title { font-weight: 600; font-size: 14px; }
+.chart { display: block; margin: 6px 0 14px; max-width: 100%; height: auto; } .chart-title { font-weight: 600; font-size: 14px; }
 .tick { font-size: 11px; fill: #555; } .tick.bj { fill: #999; } .legend, .marker { font-size: 11px; }
-.unit { font-size: 11px; fill: #777; } .empty { fill: #aaa; font-size: 13px; }
+.wide { overflow-x: auto; max-width: 100%; } .unit { font-size: 11px; fill: #777; } .empty { fill: #aaa; font-size: 13px; }
 """
 
 
@@ -106,38 +106,40 @@ def table_html(rows: list[dict]) -> str:
     body = "".join("<tr>" + "".join(
         f'<td class="{"num" if isinstance(v, (int, float)) and not isinstance(v, bool) else ""}">'
         f"{escape(cell(v, c))}</td>" for c, v in r.items()) + "</tr>" for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f'<div class="wide"><table><tr>{head}</tr>{body}</table></div>'
 
 
-def findings_html(diagnosis) -> str:
+def findings_html(diagnosis) -> tuple[str, str]:
+    """The verdict and the findings table; and each finding's figures, check and evidence."""
     if not diagnosis.findings:
-        return '<p class="verdict ok">No findings: every checked heuristic is quiet in this window.</p>'
+        return '<p class="verdict ok">No findings: every checked heuristic is quiet in this window.</p>', ""
     worst = diagnosis.findings[0].severity
     rows = "".join(
         f'<tr><td class="sev {f.severity}">{f.severity}</td><td>{f.heuristic}</td><td>{escape(f.alert)}</td>'
-        f"<td>{escape(f.instance or (f'lane {f.lane}' if f.lane else ''))}</td><td>{both_clocks(f.start)}</td>"
-        f"<td>{both_clocks(f.end)}</td><td>{escape(f.summary)}</td></tr>" for f in diagnosis.findings)
+        f"<td class=\"nowrap\">{escape(f.instance or (f'lane {f.lane}' if f.lane else ''))}</td>"
+        f"<td class=\"nowrap\">{both_clocks(f.start)}</td><td class=\"nowrap\">{both_clocks(f.end)}</td><td>{escape(f.summary)}</td></tr>" for f in diagnosis.findings)
     out = [f'<p class="verdict {worst}">{len(diagnosis.findings)} findings, the worst {worst}</p>',
            "<table><tr><th>severity</th><th>heuristic</th><th>alert</th><th>where</th><th>start</th><th>end</th>"
            f"<th>summary</th></tr>{rows}</table>"]
+    details = []
     for f in diagnosis.findings:
         figures = "".join(f'<tr><td>{escape(k)}</td><td class="num">{v:,}</td></tr>' if isinstance(v, int) else
                           f'<tr><td>{escape(k)}</td><td class="num">{v:g}</td></tr>' for k, v in f.figures.items())
-        out.append(f"<h3>{f.heuristic} {escape(f.title)} — {escape(f.instance or f.lane or 'window')}</h3>"
+        details.append(f"<h3>{f.heuristic} {escape(f.title)} — {escape(f.instance or f.lane or 'window')}</h3>"
                    f"<table><tr><th>figure</th><th>value</th></tr>{figures}</table>"
                    f"<dl><dt>usually not</dt><dd>{escape(f.wrong_guess)}</dd><dt>check</dt><dd>{escape(f.check)}</dd>"
                    f"<dt>knobs</dt><dd>{escape('; '.join(f.knobs))}</dd></dl>"
                    f"<details><summary>evidence: the query</summary><pre>{escape(f.evidence)}</pre></details>")
-    return "\n".join(out)
+    return "\n".join(out), "<h2>Each finding</h2>\n" + "\n".join(details)
 
 
-def page(title: str, start: datetime, end: datetime, body: str, chart_list: list[Chart]) -> str:
+def page(title: str, start: datetime, end: datetime, body: str, chart_list: list[Chart], after: str = "") -> str:
     window = (f"{utc_text(start)} to {utc_text(end)} (UTC) · {beijing_text(start)} to {beijing_text(end)}"
               " (Beijing)")
     drawn = "\n".join(svg(c, start, end) for c in chart_list)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
             f"<style>{CSS}</style></head><body>\n<h1>{escape(title)}</h1><div class=\"window\">{escape(window)}</div>"
-            f"\n{body}\n<h2>Signals around them</h2>\n{drawn}\n"
+            f"\n{body}\n<h2>Signals around them</h2>\n{drawn}\n{after}\n"
             f"<p><small>Generated by spyglass. Shaded: the findings' spans; dashed lines: restarts and"
             f" deploys.</small></p></body></html>\n")
 
@@ -145,8 +147,9 @@ def page(title: str, start: datetime, end: datetime, body: str, chart_list: list
 def diagnosis_page(config: Config, diagnosis) -> str:
     start, end = bounds(config, diagnosis.window)
     spans = [(f.start, f.end, f"{f.heuristic} {f.summary}") for f in diagnosis.findings if f.start and f.end]
-    body = f"<h2>Findings</h2>\n{findings_html(diagnosis)}"
-    return page("spyglass diagnosis", start, end, body, charts(fetch_signals(config, start, end), spans))
+    verdict, details = findings_html(diagnosis)
+    return page("spyglass diagnosis", start, end, f"<h2>Findings</h2>\n{verdict}",
+                charts(fetch_signals(config, start, end), spans), details)
 
 
 def report_page(config: Config, title: str, doc: str, w: Window, columns: list[str], rows: list[tuple]) -> str:
