@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from fixtures.incidents.healthy import WINDOW as HEALTHY, write_healthy
 from fixtures.incidents.replay import WINDOWS, utc, write_all
 from spyglass.cli import app
+from spyglass.forensics.diagnose import findings_of
 from spyglass.heuristics import by_id
 
 
@@ -142,3 +143,14 @@ def test_an_empty_window_says_so(replay):
     result = diagnose(replay, utc("2030-01-01 00:00"), utc("2030-01-01 01:00"), "--json", code=1)
     assert "no events are stored between 2030-01-01T00:00:00.000Z" in result.stderr
     assert json.loads(result.stdout)["findings"] == []
+
+
+def test_a_null_figure_is_left_out_and_its_summary_says_unknown():
+    h = by_id()["H3"]
+    columns = ["instance", "lane", "start_utc", "end_utc", *h.probe.figures]
+    row = ("strata-b", "normal", "2026-10-07T07:24:10+00:00", None, 2508, 15.8, 4_716_362_992, 8192 << 20, None,
+           0.549, None)
+    [f] = findings_of(h, columns, [row], "SELECT 1")
+    assert "slots" not in f.figures and f.figures["evictions"] == 2508 and f.end is None
+    assert "one of ? slots" in f.summary and "2,508" in f.summary
+    assert f.start.isoformat() == "2026-10-07T07:24:10+00:00" and f.severity == "critical"

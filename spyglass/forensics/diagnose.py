@@ -113,8 +113,7 @@ class _Summary(string.Formatter):
             return ", ".join(f"{k} x{v}" for k, v in sorted(nested.items(), key=lambda kv: (-kv[1], kv[0])))
         if value is None:
             return format(_Missing(), spec)
-        value = number(value) if number(value) is not None else value
-        return super().format_field(value, spec)
+        return super().format_field(value if number(value) is None else number(value), spec)
 
 
 def instant(value: Any) -> datetime | None:
@@ -135,7 +134,7 @@ def findings_of(h: Heuristic, columns: list[str], rows: list[tuple], evidence: s
         out.append(Finding(
             h.id, h.title, alert.name, alert.severity, row.get("instance"), row.get("lane"),
             instant(row.get("start_utc")), instant(row.get("end_utc")),
-            _Summary().format(probe.summary, **{k: (v if v is not None else None) for k, v in row.items()}),
+            _Summary().format(probe.summary, **row),
             figures_of(probe.figures, row), evidence, h.wrong_guess, h.check.text, h.knobs))
     return out
 
