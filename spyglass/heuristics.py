@@ -702,7 +702,7 @@ LEFT JOIN causes c USING (program)
 WHERE event IN ('spawned', 'exited', 'fatal')
 GROUP BY program ORDER BY program""",
         "supervisord spawned {instance} {spawns} times ({restarts} restarts, {most_spawns_in_window} within"
-        f" {window}); {{unexpected_exits}} unexpected exits ({{exit_causes}}), FATAL {{fatal}} times.",
+        f" {window}); {{unexpected_exits}} unexpected exits ({{exit_causes}}); FATAL: {{fatal}}.",
         ("spawns", "restarts", "unexpected_exits", "core_dumps", "fatal", "most_spawns_in_window", "exit_causes"))
     spawns = ("max_over_time(spyglass_supervisord_spawns_total[{w}]) - min_over_time(spyglass_supervisord_spawns_total[{w}])"
               .format(w=window))

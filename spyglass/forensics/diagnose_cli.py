@@ -17,11 +17,26 @@ from spyglass.forensics.commands import ConfigOption, From, To, Tz, fail, load, 
 Html = Annotated[Path | None, typer.Option("--html", help="Also write a self-contained HTML report page here.")]
 
 
+def when(start, end) -> str:
+    """The date, then `07:24:10-07:59:40 UTC` and the same in Beijing time (dates added where they differ)."""
+    from spyglass.forensics.times import beijing_text, utc_text
+
+    if not start:
+        return ""
+    lines = [utc_text(start)[:10]]
+    for text, zone in ((utc_text, "UTC"), (beijing_text, "BJT")):
+        a, b = text(start), text(end) if end else ""
+        head = a[11:19] if a[:10] == lines[0] else a[:19].replace("T", " ")
+        tail = b[11:19] if b[:10] == a[:10] else b[:19].replace("T", " ")
+        lines.append(f"{head}-{tail} {zone}")
+    return "\n".join(lines)
+
+
 def print_table(diagnosis, out=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from spyglass.forensics.times import beijing_text, describe, utc_text
+    from spyglass.forensics.times import describe
 
     console = Console(file=out or sys.stdout)
     console.print(f"{len(diagnosis.findings)} findings {describe(diagnosis.window)}"
@@ -29,12 +44,14 @@ def print_table(diagnosis, out=None) -> None:
     if not diagnosis.findings:
         return
     table = Table(title_justify="left")
-    for column in ("severity", "heuristic", "where", "start (UTC)", "start (Beijing)", "end (UTC)", "summary"):
-        table.add_column(column, no_wrap=column != "summary", overflow="fold")
+    table.add_column("severity", no_wrap=True, min_width=8)
+    table.add_column("heuristic", no_wrap=True, min_width=4)
+    table.add_column("where", no_wrap=True)
+    table.add_column("when", no_wrap=True)
+    table.add_column("summary", overflow="fold", ratio=1)
     for f in diagnosis.findings:
-        where = f.instance or (f"lane {f.lane}" if f.lane else "")
-        table.add_row(f.severity, f.heuristic, where, utc_text(f.start)[:19] if f.start else "",
-                      beijing_text(f.start)[:19] if f.start else "", utc_text(f.end)[:19] if f.end else "", f.summary)
+        table.add_row(f.severity, f.heuristic, f.instance or (f"lane {f.lane}" if f.lane else ""),
+                      when(f.start, f.end), f.summary)
     console.print(table)
     for f in diagnosis.findings:
         detail = Table(title=f"{f.heuristic} {f.title} — {f.alert} ({f.instance or f.lane or 'window'})",
