@@ -133,6 +133,9 @@ app.command("timeline")(forensics.timeline)
 app.command("requests")(forensics.requests)
 app.command("report")(forensics.report)
 app.command("views")(forensics.views)
+from spyglass.forensics import diagnose_cli  # noqa: E402
+
+app.command("diagnose")(diagnose_cli.diagnose)
 
 from spyglass.forensics import upgrades  # noqa: E402
 

@@ -74,6 +74,23 @@ class Recording:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """The forensic diagnosis's check of a heuristic over a stored window (`spyglass diagnose`).
+
+    `sql` is one SELECT over the forensic views (docs/forensics.md) returning one row per finding:
+    `instance` and `lane` (either may be NULL), `start_utc` and `end_utc`, and one column per name
+    in `figures` (a number, or a JSON object of named numbers). Its conditions are this heuristic's
+    thresholds, written in with the same `_n` as the alert expressions, so a finding and an alert
+    cannot disagree on a number. `alert` names the alert whose severity the finding carries;
+    `summary` is a str.format template over the row's columns."""
+
+    alert: str
+    sql: str
+    summary: str
+    figures: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Heuristic:
     id: str
     title: str
@@ -85,6 +102,7 @@ class Heuristic:
     thresholds: tuple[Threshold, ...] = ()
     alerts: tuple[Alert, ...] = ()
     diagnosis: str = ""  # what this heuristic needs beyond metrics (bodies, history): the diagnosis does it
+    probe: Probe | None = None  # the diagnosis's SQL check over the store; None: metrics only
 
     def threshold(self, name: str) -> float:
         return next(t.value for t in self.thresholds if t.name == name)
@@ -258,6 +276,48 @@ def _h2(d: Deployment) -> Heuristic:
 def _h3(d: Deployment) -> Heuristic:
     s = d.settings
     floor, spike = 1.0, 3.0
+    share = s.cache_snapshot_budget_share
+    # Per eviction: the rate over the 10 minutes before it and over the hour before those (the
+    # views read an hour beyond the window, so the first 10 minutes see a shorter baseline), and
+    # the mean parked snapshot's share of the budget at that moment, as the rule computes them.
+    probe = Probe("EngineEvictionStorm", f"""
+WITH cache AS (
+  SELECT instance, lane, ts_utc, event, snapshot_bytes, used_bytes, parked, budget_bytes, slots
+  FROM cache_events__all WHERE ts_utc < $to
+), rate AS (
+  SELECT instance, ts_utc,
+    count(*) OVER (PARTITION BY instance ORDER BY ts_utc
+                   RANGE BETWEEN INTERVAL 10 MINUTE PRECEDING AND CURRENT ROW) / 10 AS per_minute,
+    count(*) OVER (PARTITION BY instance ORDER BY ts_utc
+                   RANGE BETWEEN INTERVAL 70 MINUTE PRECEDING AND INTERVAL 10 MINUTE PRECEDING) / 60 AS baseline
+  FROM cache WHERE event = 'evict'
+), share AS (
+  SELECT instance, ts_utc, used_bytes / greatest(parked, 1) / budget_bytes AS snapshot_share
+  FROM cache WHERE budget_bytes > 0 AND used_bytes IS NOT NULL
+), storm AS (
+  SELECT r.instance, min(r.ts_utc) AS start_utc, max(r.ts_utc) AS end_utc, max(r.per_minute) AS peak
+  FROM rate r ASOF LEFT JOIN share s ON s.instance = r.instance AND r.ts_utc >= s.ts_utc
+  WHERE r.ts_utc >= $from AND r.per_minute > {_n(floor)}
+    AND (r.per_minute > {_n(spike)} * r.baseline OR s.snapshot_share > {_n(share)})
+  GROUP BY r.instance
+), in_window AS (
+  SELECT instance, any_value(lane) AS lane, count(*) FILTER (WHERE event = 'evict') AS evictions,
+    max(snapshot_bytes) AS largest_snapshot_bytes, max(budget_bytes) AS budget_bytes, max(slots) AS stats_slots
+  FROM cache WHERE ts_utc >= $from GROUP BY instance
+), banner AS (
+  SELECT instance, max(slots) AS slots FROM deploys__all WHERE component = 'engine' GROUP BY instance
+)
+SELECT instance, w.lane, s.start_utc, s.end_utc, w.evictions, round(s.peak, 1) AS evictions_per_minute_peak,
+  w.largest_snapshot_bytes, w.budget_bytes, coalesce(b.slots, w.stats_slots) AS slots,
+  round(w.largest_snapshot_bytes / w.budget_bytes, 3) AS snapshot_share_of_budget,
+  round(w.largest_snapshot_bytes / (w.budget_bytes / coalesce(b.slots, w.stats_slots)), 1) AS snapshot_in_slot_shares
+FROM storm s JOIN in_window w USING (instance) LEFT JOIN banner b USING (instance)
+ORDER BY instance""",
+        "{instance} evicted {evictions:,} conversation snapshots (up to {evictions_per_minute_peak:g} a minute); the"
+        " largest parked snapshot, {largest_snapshot_bytes:,} bytes, is {snapshot_share_of_budget:.0%} of the"
+        " {budget_bytes:,}-byte budget, {snapshot_in_slot_shares:g} times the share of one of {slots} slots.",
+        ("evictions", "evictions_per_minute_peak", "largest_snapshot_bytes", "budget_bytes", "slots",
+         "snapshot_share_of_budget", "snapshot_in_slot_shares"))
     return Heuristic(
         "H3", "Eviction storm", "2 (eight-way TTFT ~2 min, 2026-10-07 evening)",
         "Conversation snapshots evicted every minute, at 3x the hourly baseline, or parked snapshots each larger"
@@ -288,11 +348,37 @@ def _h3(d: Deployment) -> Heuristic:
                f"{SNAPSHOT_SHARE} > {_n(s.cache_snapshot_budget_share)}", "15m",
                f"{INSTANCE}'s parked snapshots are each a large share of the cache budget.",
                f"A parked snapshot on {INSTANCE} averages {PERCENT} of the conversation-cache budget: the cache holds"
-               " two or three conversations before it evicts.")))
+               " two or three conversations before it evicts.")), probe=probe)
 
 
 def _h4(d: Deployment) -> Heuristic:
     share, least = 0.5, 10.0
+    probe = Probe("EngineLongPromptsCheckpointOnly", f"""
+WITH banners AS (
+  SELECT instance, ts_utc, prompt_cache_every FROM deploys__all WHERE component = 'engine'
+), prompts AS (
+  SELECT r.instance, r.lane, r.ts_utc, r.prompt_tokens, r.reused_tokens,
+    coalesce(d.prompt_cache_every, $default_every) AS cache_every
+  FROM engine_requests r ASOF LEFT JOIN banners d ON d.instance = r.instance AND r.ts_utc >= d.ts_utc
+  WHERE r.prompt_tokens >= $long_prompt_tokens
+), marked AS (
+  SELECT *, reused_tokens > 0 AND reused_tokens % cache_every = 0 AND reused_tokens < prompt_tokens AS checkpoint,
+    count(*) OVER (PARTITION BY instance ORDER BY ts_utc
+                   RANGE BETWEEN INTERVAL 1 HOUR PRECEDING AND CURRENT ROW) AS in_the_hour
+  FROM prompts
+)
+SELECT instance, any_value(lane) AS lane, min(ts_utc) FILTER (WHERE checkpoint) AS start_utc,
+  max(ts_utc) FILTER (WHERE checkpoint) AS end_utc, count(*) AS long_prompts,
+  count(*) FILTER (WHERE checkpoint) AS checkpoint_only,
+  round(count(*) FILTER (WHERE checkpoint) / count(*), 3) AS checkpoint_only_share,
+  max(cache_every) AS prompt_cache_every, max(in_the_hour) AS most_long_prompts_in_an_hour
+FROM marked GROUP BY instance
+HAVING count(*) FILTER (WHERE checkpoint) / count(*) > {_n(share)} AND max(in_the_hour) >= {_n(least)}
+ORDER BY instance""",
+        "{checkpoint_only} of {instance}'s {long_prompts} long prompts reused only a checkpoint (a multiple of"
+        " --prompt-cache-every {prompt_cache_every}): their parked snapshots had been evicted.",
+        ("long_prompts", "checkpoint_only", "checkpoint_only_share", "prompt_cache_every",
+         "most_long_prompts_in_an_hour"))
     return Heuristic(
         "H4", "Long prompts restored only from a checkpoint", "2 (123 of 194 prompts >= 200k reused only 16384)",
         "Long prompts (>= signals.long_prompt_tokens) whose reuse is a positive multiple of --prompt-cache-every:"
@@ -308,7 +394,7 @@ def _h4(d: Deployment) -> Heuristic:
                f"{CHECKPOINT_ONLY} > {_n(share)} and on (instance, lane) {LONG_PROMPTS} >= {_n(least)}", "15m",
                f"Long prompts on {INSTANCE} are restored only from checkpoints.",
                f"{PERCENT} of the long prompts on {INSTANCE} ({LANE}) in the last hour reused only a checkpoint"
-               " multiple of --prompt-cache-every."),))
+               " multiple of --prompt-cache-every."),), probe=probe)
 
 
 def _h5(d: Deployment) -> Heuristic:
@@ -323,6 +409,24 @@ def _h5(d: Deployment) -> Heuristic:
         return (f'instance_lane:{TTFT}:p95_rate5m{{lane="{lane}"}} > {_n(o.ttft_seconds)}\n'
                 f'  and on (instance, lane) instance_lane:{TTFT}:p95_rate30m{{lane="{lane}"}} > {_n(o.ttft_seconds)}')
 
+    objectives = ", ".join(f"('{lane}', {_n(o.ttft_seconds)})" for lane, o in d.lanes.items())
+    probe = Probe("EngineTTFTSpike", f"""
+WITH objectives AS (SELECT * FROM (VALUES {objectives}) AS t(lane, objective_seconds)), ttft AS (
+  SELECT r.instance, r.lane, r.ts_utc, r.ttft_ms / 1000 AS ttft_seconds, o.objective_seconds
+  FROM engine_requests r JOIN objectives o USING (lane) WHERE r.ttft_ms IS NOT NULL
+)
+SELECT instance, lane, min(ts_utc) FILTER (WHERE ttft_seconds > objective_seconds) AS start_utc,
+  max(ts_utc) FILTER (WHERE ttft_seconds > objective_seconds) AS end_utc, count(*) AS requests,
+  count(*) FILTER (WHERE ttft_seconds > objective_seconds) AS over_objective,
+  round(quantile_cont(ttft_seconds, 0.95), 1) AS p95_ttft_seconds, round(max(ttft_seconds), 1) AS slowest_ttft_seconds,
+  any_value(objective_seconds) AS objective_seconds
+FROM ttft GROUP BY instance, lane
+HAVING quantile_cont(ttft_seconds, 0.95) > any_value(objective_seconds)
+ORDER BY instance, lane""",
+        "p95 time to first token on {instance} (lane {lane}) was {p95_ttft_seconds:g} s against the lane's"
+        " {objective_seconds:g} s objective; {over_objective} of {requests} requests were later, the slowest"
+        " {slowest_ttft_seconds:g} s.",
+        ("requests", "over_objective", "p95_ttft_seconds", "slowest_ttft_seconds", "objective_seconds"))
     lanes = tuple(Threshold(f"ttft_seconds.{lane}", o.ttft_seconds, "s", f"TTFT objective of lane {lane}",
                             f"alerts.lanes.{lane}.ttft_seconds") for lane, o in d.lanes.items())
     lanes += tuple(Threshold(f"objective.{lane}", o.objective, "ratio", f"share of lane {lane} within it",
@@ -353,11 +457,38 @@ def _h5(d: Deployment) -> Heuristic:
          Alert("EngineTTFTSpike", "warning", per_lane(d, spike), "5m",
                f"{INSTANCE} ({LANE}) p95 TTFT is above the lane's objective.",
                f"p95 time to first token on {INSTANCE} ({LANE}) is {SECONDS} over 5 minutes and above the objective"
-               " over 30 minutes too.", latency=True)))
+               " over 30 minutes too.", latency=True)), probe=probe)
 
 
 def _h6(d: Deployment) -> Heuristic:
     share = 0.05
+
+    def counts(prefix: str, condition: str) -> str:
+        return (f"count(*) FILTER (WHERE {condition}) AS {prefix}_requests,"
+                f" count(*) FILTER (WHERE {condition} AND thinking_only) AS {prefix}_thinking_only,\n"
+                f"  count(*) FILTER (WHERE {condition} AND invalid_tool_json > 0) AS {prefix}_broken_tool_json,"
+                f" count(*) FILTER (WHERE {condition} AND coalesce(body_content_chars, content_chars) > 0)"
+                f" AS {prefix}_visible_content")
+    # Beyond the metric: the share among prompts with special-token literals (the 58 / 295 split).
+    probe = Probe("ThinkingOnlyResponses", f"""
+SELECT NULL AS instance, lane, min(ts_utc) FILTER (WHERE thinking_only) AS start_utc,
+  max(ts_utc) FILTER (WHERE thinking_only) AS end_utc,
+  {counts("with_literals", "special_literals > 0")},
+  {counts("without_literals", "coalesce(special_literals, 0) = 0")},
+  count(*) FILTER (WHERE thinking_only) AS thinking_only, count(*) AS requests
+FROM infer_requests WHERE has_body
+GROUP BY lane
+HAVING count(*) FILTER (WHERE thinking_only) / count(*) > {_n(share)}
+    OR count(*) FILTER (WHERE special_literals > 0 AND thinking_only)
+       / greatest(count(*) FILTER (WHERE special_literals > 0), 1) > {_n(share)}
+ORDER BY lane""",
+        "On lane {lane}, {with_literals_thinking_only} of {with_literals_requests} responses to prompts with"
+        " special-token literals were thinking-only, against {without_literals_thinking_only} of"
+        " {without_literals_requests} without; visible text {with_literals_visible_content} against"
+        " {without_literals_visible_content}.",
+        tuple(f"{p}_{c}" for p in ("with_literals", "without_literals")
+              for c in ("requests", "thinking_only", "broken_tool_json", "visible_content"))
+        + ("thinking_only", "requests"))
     return Heuristic(
         "H6", "Responses that stop inside reasoning or are thinking-only", "3 (special-token early stop, 2026-10-17)",
         "A share of responses have reasoning but no visible text and no tool call, or stopped while reasoning.",
@@ -375,7 +506,8 @@ def _h6(d: Deployment) -> Heuristic:
          Alert("StopsWhileReasoning", "warning", f"{STOPS_REASONING} > {_n(share)}", "15m",
                f"{INSTANCE} stops responses inside reasoning.",
                f"{PERCENT} of {INSTANCE}'s responses in the last hour stopped while reasoning.")),
-        diagnosis="The 58/295 split needs the sent prompts' special-token literals: request_body events.")
+        diagnosis="The 58/295 split needs the sent prompts' special-token literals: request_body events.",
+        probe=probe)
 
 
 def _h7(d: Deployment) -> Heuristic:
@@ -395,6 +527,19 @@ def _h7(d: Deployment) -> Heuristic:
 
 def _h8(d: Deployment) -> Heuristic:
     least = 3.0
+    probe = Probe("PlanThenStop", f"""
+WITH stops AS (
+  SELECT lane, session, ts_utc, count(*) OVER (PARTITION BY lane ORDER BY ts_utc
+                                             RANGE BETWEEN INTERVAL 1 HOUR PRECEDING AND CURRENT ROW) AS in_the_hour
+  FROM requests WHERE plan_then_stop
+)
+SELECT NULL AS instance, lane, min(ts_utc) AS start_utc, max(ts_utc) AS end_utc, count(*) AS plan_then_stop,
+  count(DISTINCT session) AS sessions, max(in_the_hour) AS most_in_an_hour
+FROM stops GROUP BY lane HAVING max(in_the_hour) >= {_n(least)}
+ORDER BY lane""",
+        "{plan_then_stop} responses on lane {lane} ({sessions} sessions) ended the turn after a short plan, tools"
+        " offered and none called (up to {most_in_an_hour} in an hour).",
+        ("plan_then_stop", "sessions", "most_in_an_hour"))
     return Heuristic(
         "H8", "Plan, then end of turn", "4, 5 (session bd7e62ed)",
         "Responses with finish=stop, no tool call and a short visible text, on requests that offered tools.",
@@ -410,10 +555,19 @@ def _h8(d: Deployment) -> Heuristic:
                f"Lane {LANE} ends turns after a plan, without the tool call.",
                f"{VALUE} responses on lane {LANE} in the last hour stopped with a short text and no tool call although"
                " tools were offered."),),
-        diagnosis="Whether the prompt grew across the session's turns needs the session's request bodies.")
+        diagnosis="Whether the prompt grew across the session's turns needs the session's request bodies.",
+        probe=probe)
 
 
 def _h9(d: Deployment) -> Heuristic:
+    probe = Probe("AssemblyLostTaskAnchor", """
+SELECT NULL AS instance, lane, min(ts_utc) AS start_utc, max(ts_utc) AS end_utc, count(*) AS anchor_lost,
+  count(DISTINCT session) AS sessions, max(client_msgs) AS most_client_msgs, max(dropped_msgs) AS most_dropped_msgs
+FROM requests WHERE anchor_survived = false
+GROUP BY lane ORDER BY lane""",
+        "{anchor_lost} requests on lane {lane} ({sessions} sessions) were sent without the client's first user"
+        " message; assembly dropped up to {most_dropped_msgs} of {most_client_msgs} messages.",
+        ("anchor_lost", "sessions", "most_client_msgs", "most_dropped_msgs"))
     return Heuristic(
         "H9", "Assembly dropped the task anchor", "5",
         "RAG assembly dropped most client messages, and the client's first user message is gone from the sent request.",
@@ -427,11 +581,27 @@ def _h9(d: Deployment) -> Heuristic:
                "sum by (lane) (increase(spyglass_infer_anchor_lost_total[1h])) > 0", "5m",
                f"Assembly on lane {LANE} drops the client's first user message.",
                f"{VALUE} requests on lane {LANE} in the last hour were sent without the client's task anchor."),),
-        diagnosis="Which messages were dropped needs the client and sent message lists of the request body.")
+        diagnosis="Which messages were dropped needs the client and sent message lists of the request body.",
+        probe=probe)
 
 
 def _h10(d: Deployment) -> Heuristic:
     high, low = 2.0, 0.5
+    probe = Probe("GatewayEstimateSkew", f"""
+WITH counted AS (
+  SELECT lane, ts_utc, chars, tokens_gateway_estimate AS estimated,
+    coalesce(tokens_engine, tokens_engine_via_gateway, tokens_infer_store) AS engine
+  FROM requests WHERE tokens_gateway_estimate IS NOT NULL
+)
+SELECT NULL AS instance, lane, min(ts_utc) AS start_utc, max(ts_utc) AS end_utc, count(*) AS requests,
+  sum(chars) AS characters, sum(engine) AS engine_tokens, sum(estimated) AS estimated_tokens,
+  round(sum(estimated) / sum(engine), 3) AS ratio
+FROM counted WHERE engine > 0 GROUP BY lane
+HAVING sum(estimated) / sum(engine) > {_n(high)} OR sum(estimated) / sum(engine) < {_n(low)}
+ORDER BY lane""",
+        "On lane {lane} the gateway estimated {estimated_tokens:,} tokens for {characters:,} characters that the"
+        " engine counted as {engine_tokens:,}: {ratio:g}x ({requests} requests).",
+        ("requests", "characters", "engine_tokens", "estimated_tokens", "ratio"))
     return Heuristic(
         "H10", "Gateway token estimate far from the engine's count", "6 (four counts: 516,561 estimated, 154,796 counted)",
         "Gateway estimate / engine count of the same prompts far from 1 (English runs about 3.3x).",
@@ -446,10 +616,21 @@ def _h10(d: Deployment) -> Heuristic:
          Threshold("ratio_low", low, "ratio", "estimate below this times the count")),
         (Alert("GatewayEstimateSkew", "warning", f"{ESTIMATE_RATIO} > {_n(high)} or {ESTIMATE_RATIO} < {_n(low)}", "30m",
                f"The gateway's token estimate on lane {LANE} is far from the engine's count.",
-               f"On lane {LANE} the gateway estimates {VALUE}x the tokens the engine counts for the same prompts."),))
+               f"On lane {LANE} the gateway estimates {VALUE}x the tokens the engine counts for the same prompts."),),
+        probe=probe)
 
 
 def _h11(d: Deployment) -> Heuristic:
+    probe = Probe("GatewayBlindRetries", """
+SELECT NULL AS instance, lane, min(ts_utc) AS start_utc, max(ts_utc) AS end_utc, count(*) AS blind_retries,
+  sum(overfits) AS overfits, max(overfit_prompt) AS relayed_prompt_tokens, max(overfit_max) AS relayed_window,
+  max(upstream_prompt) AS engine_prompt_tokens, max(upstream_window) AS engine_window
+FROM gateway_requests WHERE retried
+GROUP BY lane ORDER BY lane""",
+        "{blind_retries} requests on lane {lane} were retried after a 400 overfit with only max_tokens clamped; the"
+        " relay said {relayed_prompt_tokens:,} > {relayed_window:,}, the engine {engine_prompt_tokens:,} >"
+        " {engine_window:,}.",
+        ("blind_retries", "overfits", "relayed_prompt_tokens", "relayed_window", "engine_prompt_tokens", "engine_window"))
     return Heuristic(
         "H11", "Blind retry after an overfit 400", "6 (three 400s at 14:14:58, 14:15:04, 14:15:10)",
         "A retry after a 400 that only clamps max_tokens; bursts of 400 overfit.",
@@ -461,11 +642,21 @@ def _h11(d: Deployment) -> Heuristic:
         (Alert("GatewayBlindRetries", "warning",
                "sum by (lane) (increase(spyglass_gateway_blind_retries_total[15m])) > 0", "0m",
                f"The gateway retries overfits on lane {LANE} blindly.",
-               f"{VALUE} retries on lane {LANE} in 15 minutes followed a 400 overfit and only clamped max_tokens."),))
+               f"{VALUE} retries on lane {LANE} in 15 minutes followed a 400 overfit and only clamped max_tokens."),),
+        probe=probe)
 
 
 def _h12(d: Deployment) -> Heuristic:
     share = 0.05
+    probe = Probe("GatewayConcurrencyFull", f"""
+SELECT NULL AS instance, lane, min(ts_utc) FILTER (WHERE status = 429) AS start_utc,
+  max(ts_utc) FILTER (WHERE status = 429) AS end_utc, count(*) AS requests,
+  count(*) FILTER (WHERE status = 429) AS rejected, round(count(*) FILTER (WHERE status = 429) / count(*), 3) AS share
+FROM gateway_requests
+GROUP BY lane HAVING count(*) FILTER (WHERE status = 429) / count(*) > {_n(share)}
+ORDER BY lane""",
+        "{rejected} of {requests} requests (lane {lane}) were answered 429: the model's concurrency was full.",
+        ("requests", "rejected", "share"))
     return Heuristic(
         "H12", "Model concurrency full (429)", "5",
         "Requests rejected with 429 because the model's concurrency limit is full.",
@@ -477,13 +668,42 @@ def _h12(d: Deployment) -> Heuristic:
                ratio("rate(spyglass_gateway_concurrency_rejections_total[10m])",
                      "rate(spyglass_gateway_requests_received_total[10m])", "lane") + f" > {_n(share)}", "5m",
                f"Lane {LANE} turns requests away: model concurrency full.",
-               f"{PERCENT} of lane {LANE}'s requests over 10 minutes were rejected with 429."),))
+               f"{PERCENT} of lane {LANE}'s requests over 10 minutes were rejected with 429."),), probe=probe)
 
 
 def _h13(d: Deployment) -> Heuristic:
     s = d.settings
     window = f"{s.crash_loop_window_minutes}m"
     planned = 900  # seconds after an announced restart during which its latency alerts are expected
+    probe = Probe("ProgramCrashLoop", f"""
+WITH spawns AS (
+  SELECT program, count(*) OVER (PARTITION BY program ORDER BY ts_utc
+    RANGE BETWEEN INTERVAL {s.crash_loop_window_minutes} MINUTE PRECEDING AND CURRENT ROW) AS in_window
+  FROM process_events WHERE event = 'spawned'
+), loops AS (
+  SELECT program, max(in_window) AS most FROM spawns GROUP BY program HAVING max(in_window) >= {s.crash_loop_spawns}
+  UNION ALL
+  SELECT program, NULL FROM process_events WHERE event = 'fatal'
+), causes AS (
+  SELECT program, json_group_object(cause, n) AS exit_causes
+  FROM (SELECT program, cause, count(*) AS n FROM process_events WHERE event = 'exited' AND cause IS NOT NULL
+        GROUP BY ALL)
+  GROUP BY program
+)
+SELECT program AS instance, NULL AS lane, min(p.ts_utc) AS start_utc, max(p.ts_utc) AS end_utc,
+  count(*) FILTER (WHERE event = 'spawned') AS spawns,
+  count(*) FILTER (WHERE event = 'spawned') - CASE WHEN arg_min(event, p.ts_utc) = 'spawned' THEN 1 ELSE 0 END
+    AS restarts,
+  count(*) FILTER (WHERE event = 'exited' AND NOT expected) AS unexpected_exits,
+  count(*) FILTER (WHERE event = 'exited' AND core_dumped) AS core_dumps, count(*) FILTER (WHERE event = 'fatal') AS fatal,
+  coalesce(max(l.most), 0) AS most_spawns_in_window, any_value(c.exit_causes) AS exit_causes
+FROM process_events p JOIN (SELECT program, max(most) AS most FROM loops GROUP BY program) l USING (program)
+LEFT JOIN causes c USING (program)
+WHERE event IN ('spawned', 'exited', 'fatal')
+GROUP BY program ORDER BY program""",
+        "supervisord spawned {instance} {spawns} times ({restarts} restarts, {most_spawns_in_window} within"
+        f" {window}); {{unexpected_exits}} unexpected exits ({{exit_causes}}); FATAL: {{fatal}}.",
+        ("spawns", "restarts", "unexpected_exits", "core_dumps", "fatal", "most_spawns_in_window", "exit_causes"))
     spawns = (f"max_over_time(spyglass_supervisord_spawns_total[{window}]) - min_over_time(spyglass_supervisord_spawns_total[{window}])"
               )
     return Heuristic(
@@ -512,13 +732,19 @@ def _h13(d: Deployment) -> Heuristic:
                f"time() - spyglass_switch_last_change_timestamp_seconds < {planned}", "0m",
                f"{INSTANCE} was switched or restarted by an operator (switch log).",
                f"The switch log announced a switch or restart of {INSTANCE} {SECONDS} ago; its latency and"
-               " throughput alerts are silenced meanwhile.", inhibits_latency=True)))
+               " throughput alerts are silenced meanwhile.", inhibits_latency=True)), probe=probe)
 
 
 def _h14(d: Deployment) -> Heuristic:
     budget = d.settings.probe_budget_seconds
     window = f"{max(30, int(budget * 3 // 60))}m"  # three loads' worth of time
     spawns = f"max_over_time(spyglass_supervisord_spawns_total[{window}]) - min_over_time(spyglass_supervisord_spawns_total[{window}])"
+    probe = Probe("EngineLoadOverProbeBudget", f"""
+SELECT instance, lane, ts_utc AS start_utc, ready_utc AS end_utc, ready_seconds, {_n(budget)} AS probe_budget_seconds
+FROM deploys WHERE component = 'engine' AND ready_seconds > {_n(budget)}
+ORDER BY ts_utc""",
+        "{instance} took {ready_seconds:g} s to become ready; its probe gives up after {probe_budget_seconds:g} s.",
+        ("ready_seconds", "probe_budget_seconds"))
     return Heuristic(
         "H14", "Engine not ready past its probe budget", "upgrade (a 40 s load against a 10 s probe)",
         "The engine is still loading when its probe budget is spent, or its last load took longer than the budget.",
@@ -545,7 +771,8 @@ def _h14(d: Deployment) -> Heuristic:
                f"supervisord spawned {INSTANCE} {VALUE} times in {window} and no start reached ready; compare the"
                f" load time with the probe budget ({_n(budget)} s).", inhibits_latency=True)),
         diagnosis="Load duration per start, and how long a start that never got ready had been loading when it"
-                  " ended: `spyglass changes` (load_seconds, ended_loading_after) and `spyglass crashes`.")
+                  " ended: `spyglass changes` (load_seconds, ended_loading_after) and `spyglass crashes`.",
+        probe=probe)
 
 
 def _since_path_change(condition: str) -> str:
@@ -555,6 +782,11 @@ def _since_path_change(condition: str) -> str:
 
 
 def _h15(d: Deployment) -> Heuristic:
+    probe = Probe("EngineModelChecksumMismatch", """
+SELECT instance, NULL AS lane, min(ts_utc) AS start_utc, max(ts_utc) AS end_utc, count(*) AS checksum_mismatches
+FROM timeline WHERE kind = 'checksum_mismatch' AND source_kind = 'engine_log'
+GROUP BY instance ORDER BY instance""",
+        "{instance} logged {checksum_mismatches} model checksum mismatches.", ("checksum_mismatches",))
     return Heuristic(
         "H15", "Dangling model link", "upgrade (md5 matched, the link pointed at a deleted file)",
         "The configured model path no longer resolves, or resolves elsewhere than at start; a checksum mismatch.",
@@ -578,11 +810,24 @@ def _h15(d: Deployment) -> Heuristic:
                f"The model path of {INSTANCE} changed {SECONDS} ago and resolves to a different file (path or size)"
                " than the one its running engine loaded; a restart would load another model.")),
         diagnosis="`spyglass changes` lists the model path, real file and md5 of every start; the model_path"
-                  " events hold each resolution over time.")
+                  " events hold each resolution over time.", probe=probe)
 
 
 def _h16(d: Deployment) -> Heuristic:
     per_minute = 2.0
+    probe = Probe("EngineRecompileStorm", f"""
+WITH rebuilds AS (
+  SELECT instance, ts_utc, count(*) OVER (PARTITION BY instance ORDER BY ts_utc
+                                        RANGE BETWEEN INTERVAL 10 MINUTE PRECEDING AND CURRENT ROW) / 10 AS per_minute
+  FROM timeline WHERE kind = 'graph_rebuild' AND source_kind = 'engine_log'
+)
+SELECT instance, NULL AS lane, min(ts_utc) FILTER (WHERE per_minute > {_n(per_minute)}) AS start_utc,
+  max(ts_utc) FILTER (WHERE per_minute > {_n(per_minute)}) AS end_utc, count(*) AS rebuilds,
+  round(max(per_minute), 1) AS rebuilds_per_minute_peak
+FROM rebuilds GROUP BY instance HAVING max(per_minute) > {_n(per_minute)}
+ORDER BY instance""",
+        "{instance} rebuilt {rebuilds} compute graphs, up to {rebuilds_per_minute_peak:g} a minute.",
+        ("rebuilds", "rebuilds_per_minute_peak"))
     return Heuristic(
         "H16", "Recompile storm", "upgrade (p99 20 ms -> 800 ms, CPU busy, GPU idle)",
         "Compute-graph rebuilds every minute, with the CPU busy and the accelerator idle.",
@@ -595,7 +840,7 @@ def _h16(d: Deployment) -> Heuristic:
         (Alert("EngineRecompileStorm", "warning",
                f"sum by (instance, lane) (rate(spyglass_engine_graph_rebuilds_total[10m])) * 60 > {_n(per_minute)}",
                "10m", f"{INSTANCE} rebuilds compute graphs every minute.",
-               f"{INSTANCE} ({LANE}) rebuilds {VALUE} compute graphs a minute.", latency=True),))
+               f"{INSTANCE} ({LANE}) rebuilds {VALUE} compute graphs a minute.", latency=True),), probe=probe)
 
 
 def _h17(d: Deployment) -> Heuristic:

@@ -142,7 +142,9 @@ def report(name: Annotated[str, typer.Argument(help="The report; an unknown name
            request: Annotated[str | None, typer.Option(help="One request id (four-counts).")] = None,
            fmt: Format = "table",
            sql: Annotated[bool, typer.Option("--sql", help="Print the SQL that would run, and stop.")] = False,
-           parquet: Parquet = None) -> None:
+           parquet: Parquet = None,
+           html: Annotated[Path | None, typer.Option("--html", help="Also write a self-contained HTML page here.")]
+           = None) -> None:
     """A canned report over a window (default: everything stored)."""
     from spyglass.forensics import output, reports
     from spyglass.forensics.times import describe
@@ -163,6 +165,10 @@ def report(name: Annotated[str, typer.Argument(help="The report; an unknown name
     columns, rows = fetch(cfg, q, parquet)
     if not rows:
         raise nothing(cfg, w, f"report {name} found nothing", parquet)
+    if html:
+        from spyglass.forensics.page import report_page
+
+        html.write_text(report_page(cfg, chosen.title, chosen.doc, w, columns, rows, parquet), encoding="utf-8")
     output.emit(output.records(columns, rows), fmt, title=f"{chosen.title}\n{describe(w)}" if fmt == "table" else None)
 
 

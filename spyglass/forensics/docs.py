@@ -35,6 +35,8 @@ How they run:
 | `spyglass requests --config F --from T --to T [--slowest N] [--status 4xx] [--session S] [--lane L] [--instance I] [--mode M] [--finish F]` | request ids (for `spyglass trace ID` and `timeline --request ID`) with their status, tokens and timings |
 | `spyglass report NAME --config F [--from T --to T] [--request ID] [--sql]` | a canned report (below); `--sql` prints the query it runs |
 | `spyglass views "SELECT ... FROM requests" --config F [--from T --to T]` | any SELECT over the views; without a query, lists them |
+| `spyglass diagnose --config F --from T --to T [--json] [--html FILE]` | every heuristic's SQL check over the window (below): findings with severity, where, when, summary, figures, the evidence query, the usual wrong guess, the check and the knobs; exit 0 none, 1 warnings, 2 critical |
+| `spyglass report NAME ... --html FILE`, `spyglass diagnose ... --html FILE` | also write one self-contained HTML page: the findings or the report's table, and charts of TTFT, evictions and parked bytes against the budget, restarts and deploys as markers, UTC and Beijing |
 
 Times without a zone are UTC (`--tz Asia/Shanghai` reads them as Beijing time); `2026-10-19 04:49`,
 `2026-10-19T04:49:00.120Z` and `2026-10-19 12:49+08:00` are all accepted. `--from` after `--to` is a usage
@@ -131,5 +133,26 @@ def report_markdown() -> list[str]:
     return out
 
 
+def diagnosis_markdown() -> list[str]:
+    from spyglass.heuristics import catalogue
+
+    out = ["", "## Diagnosis", "",
+           "`spyglass diagnose` runs the `probe` of each heuristic in `spyglass/heuristics.py`: one SELECT over the",
+           "views whose conditions are the heuristic's thresholds (the same numbers as its alert), one row a",
+           "finding. The finding carries its alert's name and severity. `--json` prints one object:",
+           '`{"window": {"from", "to"}, "events", "findings": [{"heuristic", "title", "alert", "severity", "instance",',
+           '"lane", "start", "end", "summary", "figures": {name: number}, "evidence", "wrong_guess", "check", "knobs"}],',
+           '"checked", "metrics_only"}`. A window with no events is said on stderr (exit 1: nothing to judge).', "",
+           "| heuristic | finding as | severity | figures |", "|---|---|---|---|"]
+    for h in catalogue():
+        if h.probe:
+            alert = next(a for a in h.alerts if a.name == h.probe.alert)
+            out.append(f"| {h.id} {h.title} | `{alert.name}` | {alert.severity} |"
+                       f" {', '.join(f'`{f}`' for f in h.probe.figures)} |")
+    unchecked = [h.id for h in catalogue() if not h.probe]
+    out += ["", f"Metrics only (left to the alerts, no SQL check over the store): {', '.join(unchecked)}."]
+    return out
+
+
 def markdown() -> str:
-    return "\n".join([INTRO, PARQUET, *view_markdown(), *report_markdown()])
+    return "\n".join([INTRO, PARQUET, *view_markdown(), *report_markdown(), *diagnosis_markdown()])

@@ -1,0 +1,168 @@
+"""`spyglass diagnose`: every heuristic of the catalogue with a SQL check, run over a stored window.
+
+Each heuristic's `probe` (spyglass/heuristics.py) is one query over the forensic views; each row
+it returns is a finding. Severity, summary, wrong first guess, discriminating check and knobs all
+come from the catalogue, so a finding and the alert of the same heuristic say the same thing with
+the same numbers. Building findings from rows is pure; `diagnose` is the only function that asks
+the store (through spyglass.forensics.run.query).
+"""
+from __future__ import annotations
+
+import json
+import string
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from spyglass.config import Config
+from spyglass.forensics.run import Query, Window, query, render
+from spyglass.forensics.times import utc_text
+from spyglass.heuristics import Deployment, Heuristic, catalogue
+
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+EXIT_STATUS = {"critical": 2, "warning": 1, "info": 0}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One heuristic's hit in the window: where, when, the figures, and what the catalogue says to do."""
+
+    heuristic: str
+    title: str
+    alert: str
+    severity: str
+    instance: str | None
+    lane: str | None
+    start: datetime | None
+    end: datetime | None
+    summary: str
+    figures: dict[str, float | int]
+    evidence: str
+    wrong_guess: str
+    check: str
+    knobs: tuple[str, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"heuristic": self.heuristic, "title": self.title, "alert": self.alert, "severity": self.severity,
+                "instance": self.instance, "lane": self.lane,
+                "start": utc_text(self.start) if self.start else None,
+                "end": utc_text(self.end) if self.end else None,
+                "summary": self.summary, "figures": self.figures, "evidence": self.evidence,
+                "wrong_guess": self.wrong_guess, "check": self.check, "knobs": list(self.knobs)}
+
+
+@dataclass
+class Diagnosis:
+    window: Window
+    events: int
+    findings: list[Finding] = field(default_factory=list)
+    checked: list[str] = field(default_factory=list)  # heuristics with a probe
+    unchecked: list[str] = field(default_factory=list)  # metrics only: left to the alerts
+    parquet: str | None = None  # the segments it ran over, when not the store
+
+    def exit_status(self) -> int:
+        return max((EXIT_STATUS[f.severity] for f in self.findings), default=0)
+
+    def as_json(self) -> dict[str, Any]:
+        w = self.window.params()
+        return {"window": {"from": utc_text(w["from"]), "to": utc_text(w["to"])}, "events": self.events,
+                "findings": [f.as_json() for f in self.findings], "checked": self.checked,
+                "metrics_only": self.unchecked}
+
+
+def number(value: Any) -> float | int | None:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, Decimal):
+        value = float(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 53:
+        return int(value)
+    return value if isinstance(value, (int, float)) else None
+
+
+def as_object(value: Any) -> dict | None:
+    """A JSON object figure (exit causes), as it comes from the file (text) or the agent's API."""
+    if isinstance(value, str) and value.startswith("{"):
+        value = json.loads(value)
+    return value if isinstance(value, dict) else None
+
+
+def figures_of(names: tuple[str, ...], row: dict[str, Any]) -> dict[str, float | int]:
+    """The named figures; a JSON-object figure becomes one figure per key (`exit_causes: exit status 134`)."""
+    out: dict[str, float | int] = {}
+    for name in names:
+        nested = as_object(row.get(name))
+        if nested is not None:
+            out.update({f"{name}: {k}": number(v) for k, v in nested.items()})
+        elif number(row.get(name)) is not None:
+            out[name] = number(row[name])
+    return out
+
+
+class _Missing:
+    def __format__(self, spec: str) -> str:
+        return "?"
+
+
+class _Summary(string.Formatter):
+    """str.format that writes `?` for a NULL and `a x3, b x1` for a JSON object."""
+
+    def format_field(self, value: Any, spec: str) -> str:
+        nested = as_object(value)
+        if nested is not None:
+            return ", ".join(f"{k} x{v}" for k, v in sorted(nested.items(), key=lambda kv: (-kv[1], kv[0])))
+        if value is None:
+            return format(_Missing(), spec)
+        return super().format_field(value if number(value) is None else number(value), spec)
+
+
+def instant(value: Any) -> datetime | None:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if isinstance(value, datetime):
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+    return None
+
+
+def findings_of(h: Heuristic, columns: list[str], rows: list[tuple], evidence: str) -> list[Finding]:
+    """The probe's rows of heuristic `h` as findings (pure)."""
+    probe = h.probe
+    alert = next(a for a in h.alerts if a.name == probe.alert)
+    out = []
+    for values in rows:
+        row = dict(zip(columns, values))
+        out.append(Finding(
+            h.id, h.title, alert.name, alert.severity, row.get("instance"), row.get("lane"),
+            instant(row.get("start_utc")), instant(row.get("end_utc")),
+            _Summary().format(probe.summary, **row),
+            figures_of(probe.figures, row), evidence, h.wrong_guess, h.check.text, h.knobs))
+    return out
+
+
+def probe_query(h: Heuristic, config: Config, w: Window) -> Query:
+    return Query(h.probe.sql.strip(), {**w.params(), "long_prompt_tokens": config.signals.long_prompt_tokens,
+                                       "default_every": config.signals.default_prompt_cache_every})
+
+
+def count_events(config: Config, w: Window, parquet: str | None = None) -> int:
+    _, rows = query(config, Query("SELECT count(*) FROM ev WHERE ts >= $from AND ts < $to", w.params()), parquet)
+    return int(rows[0][0]) if rows else 0
+
+
+def diagnose(config: Config, w: Window, parquet: str | None = None) -> Diagnosis:
+    """Every probe of the catalogue (with this deployment's thresholds) over the window: of the store,
+    or of the Parquet segments `parquet` matches."""
+    result = Diagnosis(w, count_events(config, w, parquet), parquet=parquet)
+    for h in catalogue(Deployment.of(config)):
+        if h.probe is None:
+            result.unchecked.append(h.id)
+            continue
+        result.checked.append(h.id)
+        if not result.events:
+            continue
+        q = probe_query(h, config, w)
+        columns, rows = query(config, q, parquet)
+        result.findings += findings_of(h, columns, rows, render(q.sql, q.params))
+    result.findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.start or w.params()["from"], f.heuristic))
+    return result

@@ -1,0 +1,95 @@
+"""The `spyglass diagnose` command: options in, the diagnosis out (a rich table, JSON, an HTML page).
+
+Exit status: 0 no findings, 1 warnings only (or a window with nothing stored: nothing to judge),
+2 a critical finding or a usage error. The heavy modules load when the command runs.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from spyglass.forensics.commands import ConfigOption, From, Parquet, To, Tz, fail, load, the_window
+
+Html = Annotated[Path | None, typer.Option("--html", help="Also write a self-contained HTML report page here.")]
+
+
+def when(start, end) -> str:
+    """The date, then `07:24:10-07:59:40 UTC` and the same in Beijing time (dates added where they differ)."""
+    from spyglass.forensics.times import beijing_text, utc_text
+
+    if not start:
+        return ""
+    lines = [utc_text(start)[:10]]
+    for text, zone in ((utc_text, "UTC"), (beijing_text, "BJT")):
+        a, b = text(start), text(end) if end else ""
+        head = a[11:19] if a[:10] == lines[0] else a[:19].replace("T", " ")
+        tail = b[11:19] if b[:10] == a[:10] else b[:19].replace("T", " ")
+        lines.append(f"{head}-{tail} {zone}")
+    return "\n".join(lines)
+
+
+def print_table(diagnosis, out=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from spyglass.forensics.times import describe
+
+    console = Console(file=out or sys.stdout)
+    console.print(f"{len(diagnosis.findings)} findings {describe(diagnosis.window)}"
+                  f" ({diagnosis.events} events; checked {', '.join(diagnosis.checked)})")
+    if not diagnosis.findings:
+        return
+    table = Table(title_justify="left")
+    table.add_column("severity", no_wrap=True, min_width=8)
+    table.add_column("heuristic", no_wrap=True, min_width=4)
+    table.add_column("where", no_wrap=True)
+    table.add_column("when", no_wrap=True)
+    table.add_column("summary", overflow="fold", ratio=1)
+    for f in diagnosis.findings:
+        table.add_row(f.severity, f.heuristic, f.instance or (f"lane {f.lane}" if f.lane else ""),
+                      when(f.start, f.end), f.summary)
+    console.print(table)
+    for f in diagnosis.findings:
+        detail = Table(title=f"{f.heuristic} {f.title} — {f.alert} ({f.instance or f.lane or 'window'})",
+                       title_justify="left", show_header=False)
+        detail.add_column("what", style="bold", no_wrap=True)
+        detail.add_column("value", overflow="fold")
+        for name, value in f.figures.items():
+            detail.add_row(name, f"{value:,}" if isinstance(value, int) else f"{value:g}")
+        detail.add_row("not", f.wrong_guess)
+        detail.add_row("check", f.check)
+        detail.add_row("knobs", "; ".join(f.knobs))
+        console.print(detail)
+        console.print("[dim]evidence: spyglass views \"<the query below>\" --from ... --to ...[/dim]")
+        console.print(f.evidence, markup=False, highlight=False)
+
+
+def diagnose(config: ConfigOption, start: From = None, end: To = None, tz: Tz = "UTC",
+             as_json: Annotated[bool, typer.Option("--json", help="One JSON object: window and findings.")] = False,
+             html: Html = None, parquet: Parquet = None) -> None:
+    """Run every heuristic of the catalogue over the window; exit 0 healthy, 1 warnings, 2 critical."""
+    from spyglass.forensics.diagnose import diagnose as run_diagnosis
+    from spyglass.forensics.times import describe
+    from spyglass.query import QueryError
+
+    cfg = load(config)
+    w = the_window(start, end, tz)
+    try:
+        result = run_diagnosis(cfg, w, parquet)
+        if html:
+            from spyglass.forensics.page import diagnosis_page
+
+            html.write_text(diagnosis_page(cfg, result), encoding="utf-8")
+    except QueryError as exc:
+        raise fail(str(exc), 1) from None
+    if as_json:
+        typer.echo(json.dumps(result.as_json(), ensure_ascii=False))
+    else:
+        print_table(result)
+    if not result.events:
+        raise fail(f"no events are stored {describe(w)}: nothing to diagnose", 1)
+    raise typer.Exit(result.exit_status())

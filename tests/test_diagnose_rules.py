@@ -1,0 +1,116 @@
+"""The diagnosis and the Prometheus rules agree on the emulator's scenarios: the same heuristics found.
+
+Each scenario runs on the emulated stack under a real supervisord and is read by spyglass into a
+real DuckDB store. The diagnosis runs over the store. The rules (generated for the same deployment)
+are evaluated by Debian's promtool over the scenario's metrics. The scenario is replayed as minute
+samples: counters at 0 before it, at their final value from its end on, the stack idle for the
+hour after (gauges hold their final value; timestamps are moved onto promtool's clock). Each
+alert may fire at any minute of that hour, so every `for:` has elapsed. Only heuristics the
+diagnosis checks are compared; the metrics-only ones (H1, H2, H7, H17-H20) are left to the alerts.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import time
+import tomllib
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from collectors.clock import SystemClock
+from engine.emulator.scenarios import SCENARIOS, run_scenario
+from engine.emulator.stack import Stack, free_port_base
+from exporters.prometheus import render
+from spyglass.agent import open_store
+from spyglass.config import parse_config
+from spyglass.forensics.diagnose import diagnose
+from spyglass.forensics.run import Window
+from spyglass.heuristics import Deployment, catalogue
+from spyglass.pipeline import Pipeline
+from spyglass.rules import render_rules
+
+pytestmark = pytest.mark.slow
+MINUTES = 60
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
+# Bounded in time on this machine: one scenario per incident family the diagnosis checks.
+COMPARED = ["healthy", "eviction-storm", "special-tokens", "plan-then-eos", "crash-loop", "token-count",
+            pytest.param("concurrency", marks=pytest.mark.xfail(strict=True, reason=(
+                "a disagreement: the gateway's reject line names no lane (exported as lane unknown),"
+                " so GatewayConcurrencyFull's by-lane ratio"
+                " never matches a denominator and stays silent; the diagnosis reads the 429s from the store")))]
+
+
+def scenario_run(name: str, folder: Path):
+    scenario = SCENARIOS[name]
+    stack = Stack(folder / "stack", free_port_base(), dict(scenario.engine_patch), dict(scenario.gateway_patch),
+                  set(scenario.crash_loop))
+    config = parse_config(tomllib.loads(stack.spyglass_toml(folder / "spyglass")), name)
+    began = datetime.now(UTC)
+    with stack:
+        stack.wait_ready(scenario.ready)
+        asyncio.run(run_scenario(scenario, stack.url))
+        stack.flush()
+        pipeline = Pipeline(config, SystemClock(), open_store(config))
+        pipeline.run_until_idle()
+    pipeline.run_until_idle()
+    exposition, ended = render(pipeline.state).decode(), time.time()
+    pipeline.close()
+    return config, Window(began, datetime.now(UTC)), exposition, ended
+
+
+def input_series(exposition: str, ended: float, job: str) -> list[dict]:
+    """Minute samples of the scenario's metrics on promtool's clock (the scenario ends at minute 1)."""
+    kinds, out = {}, [{"series": f'up{{job="{job}", instance="spyglass"}}', "values": f"1+0x{MINUTES}"}]
+    for line in exposition.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, family, kind = line.split(" ", 3)
+            kinds[family] = kind
+            continue
+        found = SAMPLE.match(line)
+        if not found or line.startswith("#"):
+            continue
+        name, labels, value = found.group(1), found.group(2) or "{}", float(found.group(3))
+        family = re.sub(r"_(total|bucket|count|sum|created)$", "", name)
+        if name.endswith("_created"):
+            continue
+        if re.search(r"timestamp_seconds|start_time_seconds", name):
+            value = value - ended + 60  # an instant: onto promtool's clock, where the scenario ends at 60 s
+        if kinds.get(family, kinds.get(name)) in ("counter", "histogram"):
+            out.append({"series": name + labels, "values": f"0 {value!r}+0x{MINUTES - 1}"})
+        else:
+            out.append({"series": name + labels, "values": f"{value!r}+0x{MINUTES}"})
+    return out
+
+
+def rules_found(tmp_path: Path, config, exposition: str, ended: float, expected: set[str]) -> subprocess.CompletedProcess:
+    d = Deployment.of(config)
+    rules = tmp_path / "rules.yml"
+    rules.write_text(render_rules(d))
+    probed = {h.id for h in catalogue(d) if h.probe}
+    test = {"rule_files": [str(rules)], "evaluation_interval": "1m",
+            "group_eval_order": ["spyglass-recording", "spyglass-alerts"],
+            "tests": [{"interval": "1m", "input_series": input_series(exposition, ended, d.settings.job),
+                       "promql_expr_test": [{
+                           "expr": 'group by (heuristic) (max_over_time(ALERTS{alertstate="firing", heuristic=~"'
+                                   + "|".join(sorted(probed)) + f'"}}[{MINUTES}m]))',
+                           "eval_time": f"{MINUTES}m",
+                           "exp_samples": [{"labels": f'{{heuristic="{h}"}}', "value": 1} for h in sorted(expected)]}]}]}
+    path = tmp_path / "agreement_test.yml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    return subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("name", COMPARED)
+def test_diagnosis_and_rules_find_the_same_heuristics(name, tmp_path):
+    config, window, exposition, ended = scenario_run(name, tmp_path)
+    found = {f.heuristic for f in diagnose(config, window).findings}
+    if name == "healthy":  # the emulator's English filler is estimated at 3.3x by the gateway: H10, on both sides
+        assert found <= {"H10"}
+    else:
+        assert found, f"the diagnosis found nothing in {name}"
+    agreed = rules_found(tmp_path, config, exposition, ended, found)
+    assert agreed.returncode == 0, f"diagnosis found {sorted(found)}; promtool:\n{agreed.stdout}{agreed.stderr}"
