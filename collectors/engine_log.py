@@ -9,7 +9,8 @@ Fixture: tests/fixtures/engine_log/strata-iq3_xxs-b.log
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Literal
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -69,6 +70,7 @@ TEXT_FIELDS = ("build", "version", "build_name", "md5", "expected", "got", "conv
 TASK_LINES = frozenset({"prompt", "thinking", "tool_call", "done"})  # written only for a queued task
 DIGITS_TO_9 = bytes.maketrans(b"0123456789", b"9999999999")
 STAMP_LAYOUT = b"9999-99-99 99:99:99.999"
+COLUMNAR_MIN_LINES = 4096  # the measured crossover (bench/crossover.py, docs/benchmarks.md)
 ARG_FLAGS = ("port", "slots", "ctx", "pool-workers", "conversation-cache-mib", "prompt-cache-every")
 
 
@@ -80,6 +82,14 @@ class EngineLogOptions(SourceOptions):
     patterns: dict[str, str | PatternOverride] = Field(
         default_factory=dict, description="Per-kind message regex overrides (see docs/config.md).")
     ignore_levels: list[str] = Field(["D"], description="Levels whose lines are skipped, not counted unparsed.")
+    columnar: Literal["auto", "never", "always"] = Field(
+        "auto", description="The columnar (RE2, pyarrow) path for blocks of lines: auto = blocks of at least"
+                            " columnar_min_lines lines; never = every line on its own; always = every block. A"
+                            " pattern RE2 cannot run as Python does keeps the source per line (see /debug/sources).")
+    columnar_threads: int = Field(1, ge=1, le=8, description="Threads a columnar block is split across (RE2 runs"
+                                  " without the GIL; the events are still built and joined in order on one).")
+    columnar_min_lines: int = Field(COLUMNAR_MIN_LINES, ge=1, description="Smallest block the auto mode parses"
+                                    " column-wise (below it, the per-line path costs less; docs/benchmarks.md).")
 
 
 def parse_args(text: str) -> dict[str, int | str]:
@@ -105,6 +115,25 @@ class EngineLogParser(DatedLogParser):
         # kind's, instead of two. Any other line takes the grammar's path; both agree exactly.
         self.fast = fast_layout and options.prefix == PREFIX
         self.skip = {b" %s [" % level.encode() for level in options.ignore_levels} if self.fast else set()
+        self.block, self.block_note = None, "columnar: never (configured)"
+        if options.columnar != "never":
+            self.block, self.block_note = self._block_grammar(options)
+
+    def _block_grammar(self, options: EngineLogOptions) -> tuple[Any, str]:
+        """The columnar form of this grammar, or None and why RE2 cannot run it as Python does."""
+        from collectors.columnar import BlockGrammar, NotRe2  # pyarrow only for sources that use it
+        ignored = None
+        levels = [level for level in options.ignore_levels if level in ("D", "I", "W", "E")]
+        if self.fast and levels:  # the default prefix: its level is one byte between fixed fields
+            ignored = "^" + PREFIX.replace("(?P<level>[DIWE])", "(?:" + "|".join(levels) + ")")
+        try:
+            block = BlockGrammar(self.grammar, self.event, self.parse_line, source=self.source,
+                                 instance=self.instance, host=self.host, utc=options.tz == "UTC",
+                                 special=frozenset({"args"}), fast_fraction=self.fast, ignored_prefix=ignored)
+        except NotRe2 as exc:
+            return None, f"per line only: {exc}"
+        return block, f"columnar: {options.columnar}" + (
+            f" (blocks of {options.columnar_min_lines}+ lines)" if options.columnar == "auto" else "")
 
     def parse_line(self, line: bytes) -> Event | str:
         if not self.fast or line[:23].translate(DIGITS_TO_9) != STAMP_LAYOUT:
@@ -151,6 +180,14 @@ class EngineLogSource(LineSourceBase):
         self.parser = EngineLogParser(options, name, host)
         self._requests: OrderedDict[int, str] = OrderedDict()
         self._max_tasks = max_tasks
+        self._pool: ThreadPoolExecutor | None = None
+        block = self.parser.block
+        self._block_from = None if block is None else 1 if options.columnar == "always" else options.columnar_min_lines
+
+    @property
+    def parse_note(self) -> str:
+        """Which path parses this source's blocks, and why (for /debug/sources)."""
+        return self.parser.block_note
 
     def checkpoint(self) -> dict[str, str]:
         """The open tasks' request ids: committed with the tailer offsets, so a restart between a
@@ -161,6 +198,45 @@ class EngineLogSource(LineSourceBase):
         self._requests = OrderedDict((int(task), req) for task, req in saved.items())
 
     def handle_lines(self, lines: list[bytes]) -> tuple[list[Event], dict[str, int], bytes]:
+        """Per line, or column-wise for a block large enough to pay for its fixed cost: the same
+        events, misses and last unmatched line either way (tests/test_columnar.py)."""
+        if self._block_from is not None and len(lines) >= self._block_from:
+            return self.handle_block(lines)
+        return self.handle_each(lines)
+
+    def handle_block(self, lines: list[bytes]) -> tuple[list[Event], dict[str, int], bytes]:
+        """The columnar path (collectors/columnar.py); the task join runs over its events in order."""
+        block = self.parser.block
+        assert block is not None
+        threads = self.options.columnar_threads
+        if threads == 1 or len(lines) < 2 * self._block_from:
+            found, misses, last = block.outcomes(lines)
+        else:
+            found, misses, last = self._in_threads(block, lines, threads)
+        join = self._join
+        return [join(event) for _, event in found], misses, lines[last][:512] if last >= 0 else b""
+
+    def _in_threads(self, block: Any, lines: list[bytes], threads: int) -> tuple[list, dict[str, int], int]:
+        """outcomes() of consecutive slices in parallel, put back in line order."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(threads, thread_name_prefix=f"{self.name}-columnar")
+        size = -(-len(lines) // threads)
+        parts = list(self._pool.map(block.outcomes, [lines[i:i + size] for i in range(0, len(lines), size)]))
+        found, misses, last = [], {}, -1
+        for n, (events, counts, unmatched) in enumerate(parts):
+            start = n * size
+            found += [(start + i, event) for i, event in events]
+            for key, count in counts.items():
+                misses[key] = misses.get(key, 0) + count
+            if unmatched >= 0:
+                last = start + unmatched
+        return found, misses, last
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def handle_each(self, lines: list[bytes]) -> tuple[list[Event], dict[str, int], bytes]:
         """dated_log.handle_lines with the debug-line skip inlined: three lines in four take it,
         and a function call per line would cost more than the rest of the check."""
         events: list[Event] = []
@@ -191,6 +267,9 @@ class EngineLogSource(LineSourceBase):
         event = self.parser.parse_line(line)
         if event.__class__ is str:
             return event
+        return self._join(event)
+
+    def _join(self, event: Event) -> Event:
         task = event.fields.get("task")
         if task is None:
             if event.kind == "start":

@@ -357,9 +357,11 @@ class Pipeline:
         s.set("spyglass_source_lag_bytes", key, rt.tailer.lag_bytes())
 
     def debug_sources(self) -> dict[str, Any]:
-        """Per-source state for /debug/sources: error, outcomes, the last line no pattern matched."""
+        """Per-source state for /debug/sources: error, outcomes, the last line no pattern matched,
+        and which path parses its blocks (per line, or columnar; why a pattern keeps it per line)."""
         return {rt.name: {"kind": rt.kind, "path": rt.tailer.path if rt.tailer else None,
                           "error": rt.tailer.error if rt.tailer else None,
                           "outcomes": dict(rt.outcomes),
-                          "last_unmatched": rt.last_unmatched.decode("utf-8", "replace")}
+                          "last_unmatched": rt.last_unmatched.decode("utf-8", "replace"),
+                          "parser": getattr(rt.source, "parse_note", "per line")}
                 for rt in self.sources}
