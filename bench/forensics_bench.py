@@ -75,7 +75,9 @@ def build(folder: Path, events: int, days: int) -> tuple[Path, dict]:
     con = duckdb.connect(str(folder / "state" / "spyglass.duckdb"))
     con.execute("SET TimeZone = 'UTC'")
     con.execute(f"ATTACH '{source}' AS t (READ_ONLY)")
-    per_copy, t0 = con.execute("SELECT count(*), min(ts) FROM t.events").fetchone()
+    row = con.execute("SELECT count(*), min(ts) FROM t.events").fetchone()
+    assert row is not None  # an aggregate has a row
+    per_copy, t0 = row
     copies = -(-events // per_copy)
     shift = 20.0 / copies  # the copies interleave inside one turn of the template
     con.execute(f"""
@@ -90,7 +92,9 @@ def build(folder: Path, events: int, days: int) -> tuple[Path, dict]:
         ORDER BY 1 LIMIT {events}""")
     con.execute("UPDATE events SET seq = rowid")  # inserted in ts order: the agent's arrival order
     con.execute("CHECKPOINT")
-    n, first, last = con.execute("SELECT count(*), min(ts), max(ts) FROM events").fetchone()
+    row = con.execute("SELECT count(*), min(ts), max(ts) FROM events").fetchone()
+    assert row is not None  # an aggregate has a row
+    n, first, last = row
     con.close()
     return folder / "state" / "spyglass.duckdb", {"events": n, "copies": copies, "template_events": per_copy,
                                                    "from": first.isoformat(), "to": last.isoformat(),

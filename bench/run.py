@@ -36,6 +36,7 @@ def timed(cmd: list[str], **kwargs) -> tuple[float, int, str, float]:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - started
+    assert proc.stdout is not None and proc.stderr is not None  # both piped above
     out = proc.stdout.read().decode()
     err = proc.stderr.read().decode()
     proc.stdout.close()
@@ -53,7 +54,7 @@ def config(folder: Path, log: Path, store: bool, listen: str | None = None, sour
     return path
 
 
-def bare_loop(log: Path) -> tuple[float, int, str]:
+def bare_loop(log: Path) -> tuple[float, int, str, float]:
     code = f"n = 0\nfor line in open({str(log)!r}, 'rb'):\n    n += 1\nprint(n)"
     return timed([sys.executable, "-c", code])
 
@@ -63,7 +64,7 @@ def ingest(log: Path, store: bool, source: str = "") -> tuple[float, int, str, f
     return timed([sys.executable, "-m", "spyglass.cli", "ingest", "-c", str(config(OUT, log, store, source=source))])
 
 
-def mtail(log: Path) -> tuple[float, int, str] | None:
+def mtail(log: Path) -> tuple[float, int, str, float] | None:
     if not shutil.which("mtail"):
         return None
     return timed(["mtail", "--one_shot", "--address", "127.0.0.1", "--port", "0", "--progs",
@@ -81,6 +82,7 @@ def live_latency(samples: int) -> list[float]:
     proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c",
                              str(config(folder, log, True, f"127.0.0.1:{port}"))],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None  # piped above
     for line in proc.stderr:
         if "metrics at" in line:
             break

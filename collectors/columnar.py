@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
+import re._parser as _sre  # the stdlib's own regex parser (Python 3.11+, which spyglass requires)
 from array import array
 from collections.abc import Callable
 from itertools import accumulate
@@ -26,11 +27,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
-try:
-    import re._parser as _sre  # type: ignore[import-not-found]  # 3.11+
-except ImportError:  # pragma: no cover - 3.10
-    import sre_parse as _sre  # type: ignore[no-redef]
 
 from collectors.event import Event
 from collectors.grammar import Grammar, LineKind, Miss, _float, _int
@@ -242,7 +238,7 @@ class BlockGrammar:
         found.sort(key=lambda item: item[0])
         events, last_unmatched = [], -1
         for i, result in found:
-            if result.__class__ is str:
+            if isinstance(result, str):
                 try:
                     misses[result] += 1
                 except KeyError:  # Miss.invalid(field)
@@ -290,7 +286,7 @@ class BlockGrammar:
               found: list, per_line: list[int]) -> None:
         names, plan = kind.kind.names, kind.kind.plan
         raw = [matched.field(name).to_pylist() for name in names]
-        redo = set()
+        redo: set[int] = set()
         for empty_is_absent, column in zip(kind.empty_is_absent, raw):
             if not empty_is_absent and b"" in column:
                 redo.update(j for j, value in enumerate(column) if value == b"")
@@ -299,11 +295,11 @@ class BlockGrammar:
         times = None if name in self.special else rows.times
         if times is None:  # the parser's own event(): a zone, a special kind
             stamps, fractions = rows.stamps, rows.fractions
-            results = [fields if fields.__class__ is str else self.event(stamps[p], name, fields, fractions[p])
+            results = [fields if isinstance(fields, str) else self.event(stamps[p], name, fields, fractions[p])
                        for p, fields in zip(positions, values)]
         else:
             source, instance, host = self.source, self.instance, self.host
-            results = [fields if fields.__class__ is str else
+            results = [fields if isinstance(fields, str) else
                        Event(ts, source, name, fields.get("instance") or instance, fields, fields.get("req"), host)
                        if (ts := times[p]) is not None else Miss.UNMATCHED for p, fields in zip(positions, values)]
         if redo:

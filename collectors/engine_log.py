@@ -151,7 +151,7 @@ class EngineLogParser(DatedLogParser):
                 found = kind.pattern.match(line, start)
                 if found is not None:
                     fields = kind.typed(found)
-                    if fields.__class__ is str:
+                    if isinstance(fields, str):
                         return fields
                     return self.event(line[:19], kind.kind, fields, int(line[20:23]) * 0.001)
         if head[1:2] == self.grammar.error_level:
@@ -209,7 +209,7 @@ class EngineLogSource(LineSourceBase):
         block = self.parser.block
         assert block is not None
         threads = self.options.columnar_threads
-        if threads == 1 or len(lines) < 2 * self._block_from:
+        if threads == 1 or len(lines) < 2 * (self._block_from or 1):
             found, misses, last = block.outcomes(lines)
         else:
             found, misses, last = self._in_threads(block, lines, threads)
@@ -222,7 +222,9 @@ class EngineLogSource(LineSourceBase):
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix=f"{self.name}-columnar")
         size = -(-len(lines) // threads)
         parts = list(self._pool.map(block.outcomes, [lines[i:i + size] for i in range(0, len(lines), size)]))
-        found, misses, last = [], {}, -1
+        found: list[Any] = []
+        misses: dict[str, int] = {}
+        last = -1
         for n, (events, counts, unmatched) in enumerate(parts):
             start = n * size
             found += [(start + i, event) for i, event in events]
@@ -252,7 +254,7 @@ class EngineLogSource(LineSourceBase):
                     misses[Miss.IGNORED] += 1
                     continue
             result = handle(line)
-            if result.__class__ is str:
+            if isinstance(result, str):
                 try:
                     misses[result] += 1
                 except KeyError:  # Miss.invalid(field): one key per field name
@@ -265,7 +267,7 @@ class EngineLogSource(LineSourceBase):
 
     def handle(self, line: bytes) -> Event | str:
         event = self.parser.parse_line(line)
-        if event.__class__ is str:
+        if isinstance(event, str):
             return event
         return self._join(event)
 

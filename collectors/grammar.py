@@ -45,7 +45,7 @@ _text = functools.partial(str, encoding="utf-8", errors="replace")  # C-level: c
 
 def number_ok(value: object) -> bool:
     """True for an int or float (not bool) of magnitude at most MAX_NUMBER; NaN and inf fail."""
-    return value.__class__ in (int, float) and -MAX_NUMBER <= value <= MAX_NUMBER  # type: ignore[operator]
+    return value.__class__ in (int, float) and -MAX_NUMBER <= value <= MAX_NUMBER
 
 
 def _int(raw: bytes) -> int:
@@ -171,7 +171,7 @@ class Grammar:
                 found = kind.pattern.match(message)
                 if found is not None:
                     fields = kind.typed(found)
-                    return fields if fields.__class__ is str else (head, kind.kind, fields)
+                    return fields if isinstance(fields, str) else (head, kind.kind, fields)
         if level == self.error_level:
             return head, "error", self.error_fields(component, message)
         return Miss.UNMATCHED

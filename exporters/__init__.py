@@ -23,7 +23,10 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class Signals(Protocol):
-    """What the pipeline calls on a signals object: derive metrics from one event of its kind."""
+    """What the pipeline calls on a signals object: built on the metric state with the keyword
+    settings, then it derives metrics from one event of its kind at a time."""
+
+    def __init__(self, state: MetricState, settings: SignalsSettings = ...) -> None: ...
 
     def apply(self, event: Event) -> None: ...
 

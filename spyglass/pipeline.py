@@ -218,7 +218,7 @@ class Pipeline:
             self.poll(rt)
 
     def _drain_polled(self) -> list[tuple[SourceRuntime, list[Event], bool]]:
-        drained = []
+        drained: list[tuple[SourceRuntime, list[Event], bool]] = []
         while True:
             try:
                 rt, events, ok, saved = self._polled.get_nowait()
@@ -244,9 +244,11 @@ class Pipeline:
                 return drained
 
     def _poll_file(self, rt: SourceRuntime) -> list[bytes]:
-        lines = rt.tailer.poll(self.config.agent.read_budget_bytes)
-        if lines and rt.tailer.live is not None:
-            cast(LineSource, rt.source).file_mtime(rt.tailer.live.mtime_ns / 1e9)  # a date for date-less lines
+        tailer = rt.tailer
+        assert tailer is not None  # called for file sources only
+        lines = tailer.poll(self.config.agent.read_budget_bytes)
+        if lines and tailer.live is not None:
+            cast(LineSource, rt.source).file_mtime(tailer.live.mtime_ns / 1e9)  # a date for date-less lines
         return lines
 
     @staticmethod
@@ -309,7 +311,7 @@ class Pipeline:
 
     def _parse(self, rt: SourceRuntime, lines: list[bytes]) -> list[Event]:
         try:
-            events, misses, unmatched = rt.source.handle_lines(lines)
+            events, misses, unmatched = cast(LineSource, rt.source).handle_lines(lines)
         except Exception:  # noqa: BLE001 - a parser bug must cost lines, not the agent
             logger.exception("{}: parsing a batch of {} lines failed; they are counted invalid", rt.name, len(lines))
             rt.outcomes["invalid"] = rt.outcomes.get("invalid", 0) + len(lines)
@@ -342,8 +344,10 @@ class Pipeline:
             rt.last_event_ts = max(rt.last_event_ts, max(e.ts for e in good))
 
     def _update_health(self, rt: SourceRuntime) -> None:
-        s, key, stats = self.state, (rt.name,), rt.tailer.stats
-        s.set("spyglass_source_up", key, 1.0 if rt.tailer.error is None and rt.tailer.live else 0.0)
+        tailer = rt.tailer
+        assert tailer is not None  # called for file sources only
+        s, key, stats = self.state, (rt.name,), tailer.stats
+        s.set("spyglass_source_up", key, 1.0 if tailer.error is None and tailer.live else 0.0)
         for outcome, count in rt.outcomes.items():
             s.set("spyglass_source_lines_total", key + (outcome,), count)
         s.set("spyglass_source_bytes_total", key, stats.bytes)
@@ -354,7 +358,7 @@ class Pipeline:
             s.set("spyglass_source_rotations_total", key + (kind,), count)
         if rt.last_event_ts:
             s.set("spyglass_source_last_event_timestamp_seconds", key, rt.last_event_ts)
-        s.set("spyglass_source_lag_bytes", key, rt.tailer.lag_bytes())
+        s.set("spyglass_source_lag_bytes", key, tailer.lag_bytes())
 
     def debug_sources(self) -> dict[str, Any]:
         """Per-source state for /debug/sources: error, outcomes, the last line no pattern matched,

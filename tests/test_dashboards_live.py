@@ -48,6 +48,9 @@ NOT_EXERCISED = {
     ("spyglass-agent", "Values refused"): "nothing forged or malformed in the emulator's lines",
     ("spyglass-agent", "File troubles"): "a rotation happens only in some runs",
     ("spyglass-agent", "Unmatched share of lines (format drift)"): "every line of the stack parses",
+    ("spyglass-agent", "Failed commits (retried, nothing dropped)"): "the disk does not fill up here (tests/test_disk_full.py)",
+    ("spyglass-lifecycle", "Model path (H15)"): "the emulated stack's config watches no model path",
+    ("spyglass-lifecycle", "Model path changes"): "the emulated stack's config watches no model path",
 }
 
 

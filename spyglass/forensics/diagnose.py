@@ -94,9 +94,9 @@ def figures_of(names: tuple[str, ...], row: dict[str, Any]) -> dict[str, float |
     for name in names:
         nested = as_object(row.get(name))
         if nested is not None:
-            out.update({f"{name}: {k}": number(v) for k, v in nested.items()})
-        elif number(row.get(name)) is not None:
-            out[name] = number(row[name])
+            out.update({f"{name}: {k}": value for k, v in nested.items() if (value := number(v)) is not None})
+        elif (value := number(row.get(name))) is not None:
+            out[name] = value
     return out
 
 
@@ -128,6 +128,7 @@ def instant(value: Any) -> datetime | None:
 def findings_of(h: Heuristic, columns: list[str], rows: list[tuple], evidence: str) -> list[Finding]:
     """The probe's rows of heuristic `h` as findings (pure)."""
     probe = h.probe
+    assert probe is not None  # only heuristics with a probe are run
     alert = next(a for a in h.alerts if a.name == probe.alert)
     out = []
     for values in rows:
@@ -141,6 +142,7 @@ def findings_of(h: Heuristic, columns: list[str], rows: list[tuple], evidence: s
 
 
 def probe_query(h: Heuristic, config: Config, w: Window) -> Query:
+    assert h.probe is not None  # only heuristics with a probe are run
     return Query(h.probe.sql.strip(), {**w.params(), "long_prompt_tokens": config.signals.long_prompt_tokens,
                                        "default_every": config.signals.default_prompt_cache_every})
 
