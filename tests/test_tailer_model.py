@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -184,4 +185,23 @@ class TailerMachine(RuleBasedStateMachine):
 
 
 TestTailerModel = TailerMachine.TestCase
-TestTailerModel.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+# Derandomized while the gap below (test_a_rename_over_an_unread_generation_after_a_restart_is_counted)
+# is open: a random run finds it about one time in five, and CI must say the same thing every time.
+TestTailerModel.settings = settings(max_examples=300, stateful_step_count=40, deadline=None, derandomize=True)
+
+
+@pytest.mark.xfail(strict=True, reason="known gap, found by the model above: after a restart the tailer no longer"
+                   " knows the generation it followed, so a rename over x.log.1 that replaced it unread is lost"
+                   " without being counted in lost_files")
+def test_a_rename_over_an_unread_generation_after_a_restart_is_counted():
+    state = TailerMachine()
+    state.write_half_a_line()
+    state.finish_the_line()
+    state.copytruncate()
+    state.poll(budget=64)
+    state.write_half_a_line()
+    state.finish_the_line()
+    state.restart()
+    state.rotate_by_rename()
+    state.rotate_by_rename()
+    state.teardown()

@@ -2,7 +2,7 @@
 -- Reproduces incident 5 (seed chapter 18.6): session 848a12ed, mode=assembled, client_msgs=315 -> sent_msgs=147,
 -- 168 old messages dropped and with them the original task (the first user message), tools and system kept.
 -- Parameters: $from, $to.
-SELECT session, count(*) AS requests, any_value(mode) AS mode,
+SELECT session, count(*) AS requests, string_agg(DISTINCT mode, ',' ORDER BY mode) AS mode,  -- every mode the session used
   max(client_msgs) AS most_client_msgs, arg_max(client_msgs, ts_utc) AS last_client_msgs,
   arg_max(sent_msgs, ts_utc) AS last_sent_msgs, arg_max(dropped_msgs, ts_utc) AS last_dropped_msgs,
   count(*) FILTER (WHERE dropped_msgs > 0) AS requests_with_drops,
