@@ -38,6 +38,7 @@ NOT_EXERCISED = {
     ("spyglass-wall", "Alerts firing now"): "every alert but the Watchdog waits minutes (for:) or needs a fault",
     ("spyglass-early-stops", "Stops while reasoning (serve)"): "only a serve with the fix reports it, once one stopped",
     ("spyglass-early-stops", "Stops while reasoning, share of requests (1h)"): "the same counter: some runs have none",
+    ("spyglass-early-stops", "Thinking-only responses, share (1h)"): "a thinking-only response comes in some runs only",
     ("spyglass-lifecycle", "FATAL, SIGKILL escalations, core dumps"): "no crash in these scenarios (crash-loop has one)",
     ("spyglass-lifecycle", "Switches and operator restarts"): "the emulated stack has no switch log",
     ("spyglass-lifecycle", "Model checksum mismatches"): "the emulator's model always matches",
