@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -78,7 +79,9 @@ def live_latency(samples: int) -> list[float]:
     folder.mkdir(parents=True)
     log = folder / "engine.log"
     log.write_bytes(b"")
-    port = 19470
+    with socket.socket() as probe:  # a free loopback port: two benchmark runs must not collide
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c",
                              str(config(folder, log, True, f"127.0.0.1:{port}"))],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
