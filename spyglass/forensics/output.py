@@ -69,13 +69,14 @@ def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | Non
     else:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text  # a cell is text, not markup: "[load]" in a log line must print as written
 
         console = Console(file=out)
         table = Table(title=title, title_justify="left")
         for column in rows[0] if rows else ():
             table.add_column(column, no_wrap=column.endswith(("_utc", "_beijing", "request_id")))
         for record in rows:
-            table.add_row(*(cell(v, c) for c, v in record.items()))
+            table.add_row(*(Text(cell(v, c)) for c, v in record.items()))
         if not fold or console.measure(table, options=console.options.update(max_width=100_000)).maximum <= console.width:
             console.print(table)
             return
@@ -84,5 +85,5 @@ def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | Non
         for n, record in enumerate(rows, 1):
             block = Table("column", f"row {n}", show_header=True, title_justify="left")
             for column, value in record.items():
-                block.add_row(column, cell(value, column))
+                block.add_row(Text(column), Text(cell(value, column)))
             console.print(block)
