@@ -70,6 +70,16 @@ class TailFile:
         data = os.pread(self.fd, HEAD_BYTES, 0)
         return len(data), digest(data)
 
+    def _grow_head(self) -> None:
+        """Take in bytes written past a short head since it was read, if the head is still there.
+
+        A file checkpointed before anything of it was read would otherwise be recorded with an
+        empty head, and an empty head matches any file that reuses its inode after a restart."""
+        if self.head_len >= HEAD_BYTES or self.size() <= self.head_len:
+            return
+        if digest(os.pread(self.fd, self.head_len, 0)) == self.head_hash:
+            self.head_len, self.head_hash = self._head()
+
     def _marker(self, offset: int) -> tuple[int, str]:
         n = min(TAIL_BYTES, offset)
         return n, digest(os.pread(self.fd, n, offset - n))
@@ -92,15 +102,20 @@ class TailFile:
             return False
         self.mtime_ns = st.st_mtime_ns
         held = self.partial[:TAIL_BYTES]
-        return (self._marker(self.offset) != (self.tail_len, self.tail_hash)
+        gone = (self._marker(self.offset) != (self.tail_len, self.tail_hash)
                 or digest(os.pread(self.fd, self.head_len, 0)) != self.head_hash
                 or os.pread(self.fd, len(held), self.offset) != held)
+        if not gone:
+            self._grow_head()  # so a truncation is seen even while this file waits unread
+        return gone
 
     def record(self) -> dict[str, Any]:
         """What a checkpoint keeps of this file."""
+        self._grow_head()
         return {"dev": self.dev, "ino": self.ino, "path": self.path, "real": self.real,
                 "head_len": self.head_len, "head_hash": self.head_hash, "offset": self.offset,
-                "tail_len": self.tail_len, "tail_hash": self.tail_hash, "size": self.size()}
+                "tail_len": self.tail_len, "tail_hash": self.tail_hash, "size": self.size(),
+                "mtime_ns": os.fstat(self.fd).st_mtime_ns}
 
     def seek(self, offset: int) -> None:
         """Continue from `offset`, which must be just past a newline (or 0)."""

@@ -103,13 +103,17 @@ class Tailer:
 
     def _resume(self) -> None:
         """Find each checkpointed file again, wherever it now is; count what is gone."""
+        unproven = False  # the live file is gone, or found by an inode number alone
         for record in self._pending:
             paths = [record.get("real", ""), self.path] + self.rotated
             found = self._find(record, paths) or self._retired_copy_of(record)
+            # Generations written after the checkpoint are strictly newer than its mtime; an equal
+            # mtime (timestamps are coarse) is an older generation, which must not be read again.
+            self._predecessor = (record["dev"], record["ino"], int(record.get("mtime_ns", -1)) + 1)
+            unproven = found is None or record["head_len"] == 0
             if found is not None:
                 found.seek(record["offset"])
                 self._keep_draining(found)
-                self._predecessor = (found.dev, found.ino, os.fstat(found.fd).st_mtime_ns)
             elif record.get("size", record["offset"] + 1) > record["offset"]:
                 self.stats.lost_files += 1
                 logger.warning("{}: a checkpointed file (inode {}) is gone with {} bytes unread",
@@ -118,6 +122,10 @@ class Tailer:
             if reborn is not None:  # truncated and rewritten while we were stopped: read it from 0
                 self.stats.rotated("truncate")
                 self._keep_draining(reborn)
+        if unproven and self._pending and "mtime_ns" in self._pending[-1]:
+            # An empty head matches any file that reused the inode, and a file that is gone may
+            # have been rotated away with newer generations behind it: look for those now.
+            self._find_skipped_generations(by_inode=False)
         self._pending = []
 
     def _keep_draining(self, f: TailFile) -> None:
@@ -196,13 +204,15 @@ class Tailer:
             f.seek(_after_last_newline(f))
         self.live = f
 
-    def _find_skipped_generations(self) -> None:
+    def _find_skipped_generations(self, by_inode: bool = True) -> None:
         """Generations that came and went between two polls (rotated faster than we poll).
 
         Every file a rotated name holds that is newer than the last live file and not already
         read is read, older first. If the last live file is at none of the rotated names any
         more (overwritten, or shifted past the last one) while newer ones are, generations
         between may have been deleted unread: that is counted as a lost file, never silent.
+        Without `by_inode` (after a restart, when the last file was not found by its content)
+        an inode number proves nothing: a new file may have reused it.
         """
         if self._predecessor is None:
             return
@@ -215,8 +225,9 @@ class Tailer:
             except OSError:
                 continue
             identity = (st.st_dev, st.st_ino)
-            named = named or identity == (dev, ino)
-            if identity == (dev, ino) or identity in held or st.st_mtime_ns < mtime:
+            itself = by_inode and identity == (dev, ino)
+            named = named or itself
+            if itself or identity in held or st.st_mtime_ns < mtime:
                 continue
             f = self._open(path)
             if f is not None and self._finished.get(identity) == (f.head_len, f.head_hash):

@@ -16,7 +16,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -185,15 +184,15 @@ class TailerMachine(RuleBasedStateMachine):
 
 
 TestTailerModel = TailerMachine.TestCase
-# Derandomized while the gap below (test_a_rename_over_an_unread_generation_after_a_restart_is_counted)
-# is open: a random run finds it about one time in five, and CI must say the same thing every time.
+# Derandomized: random runs still find, about one time in ten, a long sequence of rotations,
+# truncations and restarts that loses lines uncounted (the closing note of 2026-12-01 has one);
+# CI must say the same thing every time while that is open.
 TestTailerModel.settings = settings(max_examples=300, stateful_step_count=40, deadline=None, derandomize=True)
 
 
-@pytest.mark.xfail(strict=True, reason="known gap, found by the model above: after a restart the tailer no longer"
-                   " knows the generation it followed, so a rename over x.log.1 that replaced it unread is lost"
-                   " without being counted in lost_files")
 def test_a_rename_over_an_unread_generation_after_a_restart_is_counted():
+    """Found by the model: the file checkpointed before any of it was read had an empty head, and
+    after two renames the new x.log reused its inode, so the resume took it for the old file."""
     state = TailerMachine()
     state.write_half_a_line()
     state.finish_the_line()
@@ -202,6 +201,19 @@ def test_a_rename_over_an_unread_generation_after_a_restart_is_counted():
     state.write_half_a_line()
     state.finish_the_line()
     state.restart()
+    state.rotate_by_rename()
+    state.rotate_by_rename()
+    state.teardown()
+
+
+def test_a_file_grown_and_rotated_away_while_stopped_is_counted():
+    """Found by the model: the followed file was empty at the checkpoint, then written and renamed
+    away twice before the restart's first poll; nothing names it any more, newer generations do."""
+    state = TailerMachine()
+    state.rotate_by_rename()
+    state.poll(budget=64)
+    state.restart()
+    state.write(n=1)
     state.rotate_by_rename()
     state.rotate_by_rename()
     state.teardown()
