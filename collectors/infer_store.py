@@ -112,12 +112,17 @@ class InferStoreSource(PolledSourceBase):
         return PollPolicy(self.options.interval_seconds)
 
     def poll(self, now: float) -> PollResult:
+        # The cursors (rowid, segments read) move with each event put into `events`, so a poll
+        # that fails half-way (the gateway holds the lock) still returns what it moved past.
+        events: list[Event] = []
         try:
             with closing(self._connect()) as con:
-                return PollResult(self._rows(con) + self._segments(con, now))
+                self._rows(con, events)
+                self._segments(con, now, events)
+            return PollResult(events)
         except sqlite3.Error as exc:
-            return PollResult([Event(now, self.name, "poll_error", self.options.instance,
-                                     {"error": type(exc).__name__}, None, self.host)], ok=False)
+            return PollResult([*events, Event(now, self.name, "poll_error", self.options.instance,
+                                              {"error": type(exc).__name__}, None, self.host)], ok=False)
 
     def _connect(self) -> sqlite3.Connection:
         path = Path(str(self.options.path)).expanduser().resolve()
@@ -125,8 +130,7 @@ class InferStoreSource(PolledSourceBase):
         con.row_factory = sqlite3.Row
         return con
 
-    def _rows(self, con: sqlite3.Connection) -> list[Event]:
-        events: list[Event] = []
+    def _rows(self, con: sqlite3.Connection, events: list[Event]) -> None:
         while True:
             rows = con.execute("SELECT rowid AS _rowid, * FROM requests WHERE rowid > ? ORDER BY rowid LIMIT ?",
                                (self.rowid, self.options.batch_rows)).fetchall()
@@ -137,10 +141,9 @@ class InferStoreSource(PolledSourceBase):
                                     str(row["id"]), self.host))
                 self.rowid = row["_rowid"]
             if len(rows) < self.options.batch_rows:
-                return events
+                return
 
-    def _segments(self, con: sqlite3.Connection, now: float) -> list[Event]:
-        events = []
+    def _segments(self, con: sqlite3.Connection, now: float, events: list[Event]) -> None:
         for segment in sorted(self.segments.glob("*/seg-*.jsonl.gz")):
             name = f"{segment.parent.name}/{segment.name}"
             st = segment.stat()
@@ -153,10 +156,8 @@ class InferStoreSource(PolledSourceBase):
             except (EOFError, OSError, zlib.error, ValueError):
                 continue  # still being written, or damaged: tried again at the next poll
             lanes = self._lanes(con, [str(r.get("id")) for r in records])
-            for record in records:
-                events.append(self._body_event(record, lanes, name))
+            events.extend(self._body_event(record, lanes, name) for record in records)
             self.done_segments[name] = [st.st_size, records_read + len(records)]
-        return events
 
     def _lanes(self, con: sqlite3.Connection, ids: list[str]) -> dict[str, str]:
         marks = ",".join("?" * len(ids))
