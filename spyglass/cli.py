@@ -207,10 +207,16 @@ def smoke(url: Annotated[str, typer.Option(help="The serve's base URL, e.g. http
           baseline: Annotated[Path | None, typer.Option(help="A baseline written by --record.")] = None,
           record: Annotated[Path | None, typer.Option(help="Write this run's TTFTs as the baseline, if it passes.")] = None,
           budget: Annotated[float, typer.Option(help="Seconds to wait for /health (the probe budget).")] = 600.0,
-          factor: Annotated[float, typer.Option(help="A TTFT above this times the baseline fails.")] = 2.0) -> None:
+          factor: Annotated[float, typer.Option(help="A TTFT above this times the baseline fails.")] = 2.0,
+          config: Annotated[Path | None, typer.Option("--config", "-c", help="Record the result in this agent's"
+                                                      " store, as a deploy event.")] = None,
+          instance: Annotated[str | None, typer.Option(help="The instance it gates (default: the config's"
+                                                       " serve_status source polling --url).")] = None) -> None:
     """The deploy gate: wait for /health within the budget, send fixed samples, check status, shape, finish
-    reason and TTFT against the baseline; exit 1 with the reason on a regression, 2 on a bad samples file."""
+    reason and TTFT against the baseline; exit 1 with the reason on a regression, 2 on a bad samples file.
+    With --config the result is stored as an event (through the running agent, else in a store no process holds)."""
     import json
+    import time
 
     from spyglass.smoke import SamplesError, load_samples
     from spyglass.smoke import smoke as run_smoke
@@ -221,7 +227,26 @@ def smoke(url: Annotated[str, typer.Option(help="The serve's base URL, e.g. http
     except (SamplesError, OSError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    cfg = None
+    if config is not None:
+        from spyglass.smoke_event import instance_for
+
+        cfg = _config(config)
+        instance = instance or instance_for(cfg, url)
+        if not instance:
+            typer.echo(f"error: --instance: no serve_status source of {config} polls {url}; say which instance"
+                       " the gate is for", err=True)
+            raise typer.Exit(2)
     verdict = run_smoke(url, loaded, base, budget, factor)
+    if cfg is not None and instance:
+        from spyglass.smoke_event import NotRecorded, result_of
+        from spyglass.smoke_event import record as store_result
+
+        try:
+            how = store_result(cfg, result_of(verdict, instance, url, samples, time.time()))
+            typer.echo(f"smoke result for {instance} {how}", err=True)
+        except NotRecorded as exc:
+            typer.echo(f"warning: smoke result NOT recorded: {exc}", err=True)
     if not verdict.ok:
         typer.echo(f"smoke failed: {verdict.reason}", err=True)
         raise typer.Exit(1)
