@@ -31,7 +31,7 @@ How they run:
 
 | command | what |
 |---|---|
-| `spyglass timeline --config F --from T --to T [--source S] [--instance I] [--kind K] [--request ID] [--tz Z] [--format table\\|json\\|csv]` | every event of the window, all sources merged in time order, UTC and Beijing; `--request` alone takes the window from the id and adds the cache lines of the request's conversation |
+| `spyglass timeline --config F --from T --to T [--source S] [--instance I] [--kind K] [--request ID] [--tz Z] [--format table\\|json\\|csv]` | every event of the window, all sources merged in time order, UTC and Beijing, and a `build_changed` / `model_changed` row at each start whose build or model differs from the instance's start before (fields: the deploy number, each changed key's before and after); `--request` alone takes the window from the id and adds the cache lines of the request's conversation |
 | `spyglass requests --config F --from T --to T [--slowest N] [--status 4xx] [--session S] [--lane L] [--instance I] [--mode M] [--finish F]` | request ids (for `spyglass trace ID` and `timeline --request ID`) with their status, tokens and timings |
 | `spyglass report NAME --config F [--from T --to T] [--request ID] [--sql]` | a canned report (below); `--sql` prints the query it runs |
 | `spyglass views "SELECT ... FROM requests" --config F [--from T --to T]` | any SELECT over the views; without a query, lists them |
