@@ -61,10 +61,18 @@ def run(config: ConfigOption) -> None:
     agent.serve()
 
 
+def tailed_files(config: Config) -> dict[str, Path]:
+    """source -> path of every tailed file (a polled source's path, e.g. a model path, is not one)."""
+    import collectors
+
+    kinds = collectors.load_all()
+    return {name: options.path.expanduser() for name, options in config.sources.items()
+            if options.path is not None and not kinds[options.kind].is_polled(options)}
+
+
 def missing_files(config: Config) -> list[tuple[str, Path]]:
     """(source, path) of every configured file that is not there."""
-    return [(name, options.path.expanduser()) for name, options in config.sources.items()
-            if options.path is not None and not options.path.expanduser().exists()]
+    return [(name, path) for name, path in tailed_files(config).items() if not path.exists()]
 
 
 @app.command()
@@ -78,7 +86,7 @@ def ingest(config: ConfigOption) -> None:
     missing = missing_files(cfg)
     for name, path in missing:
         typer.echo(f"warning: sources.{name}: no file at {path}", err=True)
-    files = sum(1 for options in cfg.sources.values() if options.path is not None)
+    files = len(tailed_files(cfg))
     if files and len(missing) == files:
         typer.echo(f"error: {config}: none of the {files} configured files exists", err=True)
         raise typer.Exit(1)
