@@ -287,18 +287,19 @@ def annotation_queries() -> list[tuple[str, str, str, str]]:
 def changed_info(metric: str, labels: str) -> str:
     """The info series of `metric` for the instances whose `labels` took two values within
     $__rate_interval: a change, with the labels it changed to. Neither the first series an instance
-    shows nor one that comes back after a scrape gap is a change (they have one value in the range)."""
-    seen = f"count by (instance) (max by (instance, {labels}) (max_over_time({s(metric)}[{RATE}])))"
-    return f"max by (instance, {labels}) ({s(metric)}) and on (instance) ({seen} > 1)"
+    shows nor one that comes back after a scrape gap is a change (they have one value in the range).
+    Per host: an instance name is unique on its host only (docs/scale.md)."""
+    seen = f"count by (host, instance) (max by (host, instance, {labels}) (max_over_time({s(metric)}[{RATE}])))"
+    return f"max by (host, instance, {labels}) ({s(metric)}) and on (host, instance) ({seen} > 1)"
 
 
 def change_annotation_queries() -> list[tuple[str, str, str, str]]:
     """(name, expression, title format, colour) of build and model changes (the lifecycle dashboard's)."""
     return [
         ("Engine build changes", changed_info("spyglass_engine_build_info", "build_name, version, build"),
-         "{{instance}} now runs {{build_name}} {{version}} (build {{build}})", PURPLE),
+         "{{instance}} on {{host}} now runs {{build_name}} {{version}} (build {{build}})", PURPLE),
         ("Model changes", changed_info("spyglass_engine_model_info", "model, md5"),
-         "{{instance}} loaded {{model}} (md5 {{md5}})", PURPLE),
+         "{{instance}} on {{host}} loaded {{model}} (md5 {{md5}})", PURPLE),
     ]
 
 

@@ -1,7 +1,7 @@
 """The lifecycle dashboard's build and model change annotations, as shipped in dashboards/generated/,
 evaluated by Debian's promtool on info series shaped like a deploy: a change is annotated, with the
 labels it changed to, for one $__rate_interval; an instance's first series, a series back after a
-scrape gap, and an instance that did not change are not."""
+scrape gap, an instance that did not change, and the same instance name on another host are not."""
 from __future__ import annotations
 
 import json
@@ -22,8 +22,8 @@ def annotation(name: str) -> str:
     return substitute(found, step_seconds=SCRAPE, scrape_seconds=SCRAPE, range_seconds=3600)
 
 
-def build(instance: str, build_id: str, version: str) -> str:
-    return (f'spyglass_engine_build_info{{host="h1", instance="{instance}", lane="normal", build_name="Strata",'
+def build(instance: str, build_id: str, version: str, host: str = "h1") -> str:
+    return (f'spyglass_engine_build_info{{host="{host}", instance="{instance}", lane="normal", build_name="Strata",'
             f' version="{version}", build="{build_id}"}}')
 
 
@@ -44,17 +44,20 @@ def run(promtool: str, tmp_path: Path, series: dict[str, str], checks: list[tupl
 
 # strata-b: build 7f3c2e1 for 10 min (40 scrapes), then 9e8d7c6 (the agent drops the old info series, so
 # Prometheus marks it stale); strata-a: one build, and a 10 min scrape gap (the agent down: stale, then
-# nothing) from 5 min. Models alike: strata-b's md5 changes at 10 min.
+# nothing) from 5 min; h2 has a strata-b of its own, on another build throughout (not a change). Models
+# alike: strata-b's md5 changes at 10 min.
 SERIES = {
     build("strata-b", "7f3c2e1", "0.9.3"): "1x39 stale",
     build("strata-b", "9e8d7c6", "0.9.4"): "_x40 1x39",
     build("strata-a", "7f3c2e1", "0.9.3"): "1x19 stale _x39 1x39",
+    build("strata-b", "1a2b3c4", "0.9.2", host="h2"): "1x79",  # another host's strata-b, on an older build
     model("strata-b", "v7.gguf", "5d41"): "1x39 stale",
     model("strata-b", "v8.gguf", "7d79"): "_x40 1x39",
     model("strata-a", "v7.gguf", "5d41"): "1x19 stale _x39 1x39",
 }
-NEW_BUILD = {"labels": '{instance="strata-b", build_name="Strata", version="0.9.4", build="9e8d7c6"}', "value": 1}
-NEW_MODEL = {"labels": '{instance="strata-b", model="v8.gguf", md5="7d79"}', "value": 1}
+NEW_BUILD = {"labels": '{host="h1", instance="strata-b", build_name="Strata", version="0.9.4", build="9e8d7c6"}',
+             "value": 1}
+NEW_MODEL = {"labels": '{host="h1", instance="strata-b", model="v8.gguf", md5="7d79"}', "value": 1}
 
 
 def test_a_build_or_model_change_is_annotated_with_what_it_changed_to(promtool, tmp_path):
@@ -67,8 +70,10 @@ def test_a_build_or_model_change_is_annotated_with_what_it_changed_to(promtool, 
         (builds, "16m", []),  # strata-a's series back after its gap (at 15 min): the same build
         (models, "10m30s", [NEW_MODEL]),
         (models, "16m", []),
-        ("count by (instance) (spyglass_engine_build_info)", "16m",  # both instances scraped then: the
-         [{"labels": '{instance="strata-a"}', "value": 1}, {"labels": '{instance="strata-b"}', "value": 1}]),  # check saw them
+        ("count by (host, instance) (spyglass_engine_build_info)", "16m",  # every instance scraped then:
+         [{"labels": '{host="h1", instance="strata-a"}', "value": 1},  # the checks above saw them
+          {"labels": '{host="h1", instance="strata-b"}', "value": 1},
+          {"labels": '{host="h2", instance="strata-b"}', "value": 1}]),
     ]
     result = run(promtool, tmp_path, SERIES, checks)
     assert result.returncode == 0, result.stdout + result.stderr
