@@ -1,6 +1,6 @@
 """Process lifecycle and upgrades: restarts, exits by cause, FATAL, load time against the probe
-budget, readiness, builds and models (their changes are annotations), graph rebuilds and memory
-growth (H13-H18)."""
+budget, readiness, builds and models (their changes are annotations: the info series whose build or
+model labels took a second value), graph rebuilds and memory growth (H13-H18)."""
 from __future__ import annotations
 
 from grafana_foundation_sdk.models.common import BigValueTextMode
@@ -12,7 +12,9 @@ from dashboards.panels import (
     RED,
     Q,
     above,
+    annotations,
     board,
+    change_annotation_queries,
     rate,
     runbook,
     s,
@@ -32,6 +34,7 @@ def build(d: Deployment):
     window = f'{threshold(d, "H13", "window_minutes"):g}m'
     layout = board(UID, TITLE, "Restarts, exits, loads, builds and models of every supervised program.",
                    links_to=links("wall", "cpu"))
+    layout.board = annotations(layout.board, change_annotation_queries())  # besides every dashboard's
     layout.row("Restarts and exits")
     layout.add(
         timeseries_panel(f"Spawns in {window}", "short",

@@ -38,6 +38,7 @@ TAG = "spyglass"
 DATASOURCE = "datasource"  # the datasource variable's name
 DS = DataSourceRef(type_val="prometheus", uid=f"${{{DATASOURCE}}}")
 GREEN, ORANGE, RED, BLUE, GREY = "green", "orange", "red", "blue", "text"
+PURPLE = "purple"  # build and model changes
 # Prometheus's own series a dashboard may read besides the catalogue and the recording rules.
 PROMETHEUS_SERIES = frozenset({"ALERTS", "up"})
 RATE = "$__rate_interval"
@@ -283,14 +284,34 @@ def annotation_queries() -> list[tuple[str, str, str, str]]:
     ]
 
 
+def changed_info(metric: str, labels: str) -> str:
+    """The info series of `metric` for the instances whose `labels` took two values within
+    $__rate_interval: a change, with the labels it changed to. Neither the first series an instance
+    shows nor one that comes back after a scrape gap is a change (they have one value in the range).
+    Per host: an instance name is unique on its host only (docs/scale.md)."""
+    seen = f"count by (host, instance) (max by (host, instance, {labels}) (max_over_time({s(metric)}[{RATE}])))"
+    return f"max by (host, instance, {labels}) ({s(metric)}) and on (host, instance) ({seen} > 1)"
+
+
+def change_annotation_queries() -> list[tuple[str, str, str, str]]:
+    """(name, expression, title format, colour) of build and model changes (the lifecycle dashboard's)."""
+    return [
+        ("Engine build changes", changed_info("spyglass_engine_build_info", "build_name, version, build"),
+         "{{instance}} on {{host}} now runs {{build_name}} {{version}} (build {{build}})", PURPLE),
+        ("Model changes", changed_info("spyglass_engine_model_info", "model, md5"),
+         "{{instance}} on {{host}} loaded {{model}} (md5 {{md5}})", PURPLE),
+    ]
+
+
 # The SDK's AnnotationQuery has no titleFormat (what Grafana's Prometheus annotations show as the
 # title); model.py adds it to the JSON from this table, by annotation name.
 def title_formats() -> dict[str, str]:
-    return {name: title for name, _, title, _ in annotation_queries()}
+    return {name: title for name, _, title, _ in [*annotation_queries(), *change_annotation_queries()]}
 
 
-def annotations(board: dashboard.Dashboard) -> dashboard.Dashboard:
-    for name, expr, _, color in annotation_queries():
+def annotations(board: dashboard.Dashboard, queries: Sequence[tuple[str, str, str, str]] | None = None
+                ) -> dashboard.Dashboard:
+    for name, expr, _, color in annotation_queries() if queries is None else queries:
         board = board.annotation(dashboard.AnnotationQuery().name(name).datasource(DS).expr(expr).enable(True)
                                  .icon_color(color).hide(False))
     return board

@@ -69,7 +69,8 @@ class Agent:
             self.server = AgentServer(server.listen, self.pipeline.exposed, self.pipeline.debug_sources,
                                       self._query_function(),
                                       self._receive_traces if config.exporters.traces.accept else None, limits,
-                                      self._receive_alerts)
+                                      self._receive_alerts,
+                                      self._receive_smoke if self.pipeline.store.keeps_events else None)
 
     def _receive_traces(self, body: bytes) -> None:
         from spyglass.otlp_receiver import SpanLimits, decode_spans
@@ -86,6 +87,12 @@ class Agent:
         from spyglass.alert_webhook import decode_notification
 
         self.pipeline.submit(decode_notification(body, self.config.agent.host))
+        self.wake.set()
+
+    def _receive_smoke(self, body: bytes) -> None:
+        from spyglass.smoke_event import decode_result
+
+        self.pipeline.submit([decode_result(body, self.config.agent.host)])
         self.wake.set()
 
     def _query_function(self):

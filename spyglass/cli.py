@@ -61,10 +61,18 @@ def run(config: ConfigOption) -> None:
     agent.serve()
 
 
+def tailed_files(config: Config) -> dict[str, Path]:
+    """source -> path of every tailed file (a polled source's path, e.g. a model path, is not one)."""
+    import collectors
+
+    kinds = collectors.load_all()
+    return {name: options.path.expanduser() for name, options in config.sources.items()
+            if options.path is not None and not kinds[options.kind].is_polled(options)}
+
+
 def missing_files(config: Config) -> list[tuple[str, Path]]:
     """(source, path) of every configured file that is not there."""
-    return [(name, options.path.expanduser()) for name, options in config.sources.items()
-            if options.path is not None and not options.path.expanduser().exists()]
+    return [(name, path) for name, path in tailed_files(config).items() if not path.exists()]
 
 
 @app.command()
@@ -78,7 +86,7 @@ def ingest(config: ConfigOption) -> None:
     missing = missing_files(cfg)
     for name, path in missing:
         typer.echo(f"warning: sources.{name}: no file at {path}", err=True)
-    files = sum(1 for options in cfg.sources.values() if options.path is not None)
+    files = len(tailed_files(cfg))
     if files and len(missing) == files:
         typer.echo(f"error: {config}: none of the {files} configured files exists", err=True)
         raise typer.Exit(1)
@@ -207,10 +215,16 @@ def smoke(url: Annotated[str, typer.Option(help="The serve's base URL, e.g. http
           baseline: Annotated[Path | None, typer.Option(help="A baseline written by --record.")] = None,
           record: Annotated[Path | None, typer.Option(help="Write this run's TTFTs as the baseline, if it passes.")] = None,
           budget: Annotated[float, typer.Option(help="Seconds to wait for /health (the probe budget).")] = 600.0,
-          factor: Annotated[float, typer.Option(help="A TTFT above this times the baseline fails.")] = 2.0) -> None:
+          factor: Annotated[float, typer.Option(help="A TTFT above this times the baseline fails.")] = 2.0,
+          config: Annotated[Path | None, typer.Option("--config", "-c", help="Record the result in this agent's"
+                                                      " store, as a deploy event.")] = None,
+          instance: Annotated[str | None, typer.Option(help="The instance it gates (default: the config's"
+                                                       " serve_status source polling --url).")] = None) -> None:
     """The deploy gate: wait for /health within the budget, send fixed samples, check status, shape, finish
-    reason and TTFT against the baseline; exit 1 with the reason on a regression, 2 on a bad samples file."""
+    reason and TTFT against the baseline; exit 1 with the reason on a regression, 2 on a bad samples file.
+    With --config the result is stored as an event (through the running agent, else in a store no process holds)."""
     import json
+    import time
 
     from spyglass.smoke import SamplesError, load_samples
     from spyglass.smoke import smoke as run_smoke
@@ -221,7 +235,26 @@ def smoke(url: Annotated[str, typer.Option(help="The serve's base URL, e.g. http
     except (SamplesError, OSError, ValueError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    cfg = None
+    if config is not None:
+        from spyglass.smoke_event import instance_for
+
+        cfg = _config(config)
+        instance = instance or instance_for(cfg, url)
+        if not instance:
+            typer.echo(f"error: --instance: no serve_status source of {config} polls {url}; say which instance"
+                       " the gate is for", err=True)
+            raise typer.Exit(2)
     verdict = run_smoke(url, loaded, base, budget, factor)
+    if cfg is not None and instance:
+        from spyglass.smoke_event import NotRecorded, result_of
+        from spyglass.smoke_event import record as store_result
+
+        try:
+            how = store_result(cfg, result_of(verdict, instance, url, samples, time.time()))
+            typer.echo(f"smoke result for {instance} {how}", err=True)
+        except NotRecorded as exc:
+            typer.echo(f"warning: smoke result NOT recorded: {exc}", err=True)
     if not verdict.ok:
         typer.echo(f"smoke failed: {verdict.reason}", err=True)
         raise typer.Exit(1)

@@ -324,9 +324,11 @@ def _check_urls(config: Config, file: str) -> None:
 
 
 def _check_unique_paths(config: Config, file: str) -> None:
+    """A tailed file once; a polled source's path (a model path two instances start with) is not tailed."""
     seen: dict[str, str] = {}
+    kinds = collectors.load_all()
     for name, options in config.sources.items():
-        if options.path is None:
+        if options.path is None or kinds[options.kind].is_polled(options):
             continue
         real = str(options.path.expanduser().resolve())
         if real in seen:

@@ -1,5 +1,5 @@
 """The agent's HTTP server on one port: /metrics, /health, /debug/sources, /api/sql, /v1/traces,
-/api/alerts (Alertmanager's webhook).
+/api/alerts (Alertmanager's webhook), /api/smoke (the smoke gate's results).
 
 Every request is bounded: at most `workers` are served at once (past that a connection gets
 503 at once, never a queue), its headers and body must arrive within `request_timeout_seconds` in
@@ -95,12 +95,13 @@ class _BoundedServer(HTTPServer):
 
 
 class AgentServer:
-    """/metrics, /health, /debug/sources, POST /api/sql, /v1/traces and /api/alerts on one port, bounded."""
+    """/metrics, /health, /debug/sources, POST /api/sql, /v1/traces, /api/alerts and /api/smoke on one port, bounded."""
 
     def __init__(self, listen: str, state: MetricState, debug: Callable[[], dict[str, Any]],
                  query: Callable[[str], dict[str, Any]] | None = None,
                  traces: Callable[[bytes], None] | None = None, limits: ServerLimits = ServerLimits(),
-                 alerts: Callable[[bytes], None] | None = None) -> None:
+                 alerts: Callable[[bytes], None] | None = None,
+                 smoke: Callable[[bytes], None] | None = None) -> None:
         host, _, port = listen.rpartition(":")
         registry = registry_for(state)
         expected = f"Bearer {limits.token}".encode() if limits.token else None
@@ -130,7 +131,7 @@ class AgentServer:
                 if not self._allowed(path):
                     return
                 handle = {"/v1/traces": traces and self._traces, "/api/sql": query and self._sql,
-                          "/api/alerts": alerts and self._alerts}.get(path)
+                          "/api/alerts": alerts and self._alerts, "/api/smoke": smoke and self._smoke}.get(path)
                 if not handle:
                     self._send(404, "text/plain", b"not found\n")
                     return
@@ -192,6 +193,15 @@ class AgentServer:
                 try:
                     alerts(body)
                 except ValueError as exc:  # not Alertmanager's JSON: said, and nothing stored
+                    self._send(400, "text/plain", f"{exc}\n".encode())
+                    return
+                self._send(200, "text/plain", b"ok\n")
+
+            def _smoke(self, body: bytes) -> None:
+                assert smoke is not None  # dispatched only when configured
+                try:
+                    smoke(body)
+                except ValueError as exc:  # not a smoke result: said, and nothing stored
                     self._send(400, "text/plain", f"{exc}\n".encode())
                     return
                 self._send(200, "text/plain", b"ok\n")

@@ -22,9 +22,22 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_the_shipped_example_is_valid():
     config = load_config(ROOT / "examples" / "strata.toml")
     assert set(config.sources) == {"engine-a", "engine-b", "gateway", "supervisord", "switch", "serve-a", "serve-b",
-                                   "infer", "host"}
+                                   "infer", "host", "model-a", "model-b"}
+    # both engines start with the same model path: each instance's watch resolves it (H15)
+    assert {(o.instance, str(o.path)) for o in config.sources.values() if o.kind == "model_path"} == {
+        ("strata-a", "/home/cloud/models/current.gguf"), ("strata-b", "/home/cloud/models/current.gguf")}
     assert config.lanes() == {"strata-a": "fast", "strata-b": "normal"}
     assert config.exporters.prometheus.listen == "127.0.0.1:9464"
+
+
+def test_a_polled_path_may_be_shared_but_a_tailed_file_is_tailed_once(tmp_path):
+    model = 'kind = "model_path"\npath = "/models/current.gguf"\n'
+    config = load_config(write(tmp_path, f'[sources.m-a]\n{model}instance = "strata-a"\n'
+                                         f'[sources.m-b]\n{model}instance = "strata-b"\n'))
+    assert {o.instance for o in config.sources.values()} == {"strata-a", "strata-b"}
+    with pytest.raises(ConfigError, match=r"sources\.e2\.path: the same file as sources\.e1\.path"):
+        load_config(write(tmp_path, '[sources.e1]\nkind = "engine_log"\npath = "/x.log"\n'
+                                    '[sources.e2]\nkind = "engine_log"\npath = "/x.log"\n'))
 
 
 @pytest.mark.parametrize(("text", "message"), [

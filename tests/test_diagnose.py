@@ -6,6 +6,7 @@ incident; the healthy hour finds nothing; the exit status gates on severity.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from fixtures.incidents.healthy import WINDOW as HEALTHY
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 
 from spyglass.cli import app
 from spyglass.forensics.diagnose import findings_of
+from spyglass.forensics.times import utc_text
 from spyglass.heuristics import by_id
 
 
@@ -155,3 +157,21 @@ def test_a_null_figure_is_left_out_and_its_summary_says_unknown():
     assert "slots" not in f.figures and f.figures["evictions"] == 2508 and f.end is None
     assert "one of ? slots" in f.summary and "2,508" in f.summary
     assert f.start.isoformat() == "2026-10-07T07:24:10+00:00" and f.severity == "critical"
+
+
+def test_an_open_window_is_everything_stored_as_for_report(healthy, tmp_path):
+    whole = json.loads(CliRunner().invoke(app, ["diagnose", "--config", healthy, "--json"]).stdout)
+    span = CliRunner().invoke(app, ["sql", "--config", healthy, "--format", "json",
+                                    "SELECT min(ts) AS first, max(ts) AS last, count(*) AS n FROM events"])
+    stored = json.loads(span.stdout)
+    first = datetime.fromisoformat(stored["first"]).astimezone(UTC)
+    last = datetime.fromisoformat(stored["last"]).astimezone(UTC) + timedelta(milliseconds=1)
+    assert whole["window"] == {"from": utc_text(first), "to": utc_text(last)}  # the last event is inside
+    assert whole["events"] == stored["n"] and whole["findings"] == []
+    # one open end: closed at the store's last event; the explicit --from kept
+    half = json.loads(CliRunner().invoke(app, ["diagnose", "--config", healthy, "--json",
+                                               "--from", f"{HEALTHY[0]:%Y-%m-%d %H:%M}"]).stdout)
+    assert half["window"] == {"from": f"{HEALTHY[0]:%Y-%m-%dT%H:%M}:00.000Z", "to": utc_text(last)}
+    # nothing stored in an open window: said, exit 1, never a usage error
+    result = CliRunner().invoke(app, ["diagnose", "--config", healthy, "--from", "2030-01-01 00:00"])
+    assert result.exit_code == 1 and "no events are stored" in result.stderr and "nothing to diagnose" in result.stderr

@@ -2,6 +2,7 @@
 parameters are literals, never SQL; times typed by an analyst mean what they say."""
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from spyglass.forensics.views import VIEWS, needed, with_views
 from spyglass.otlp_receiver import decode_spans
 from spyglass.pipeline import Pipeline
 from spyglass.query import QueryError
+from spyglass.smoke_event import decode_result
 
 
 def pushed_span(request_id: str, at: float) -> bytes:
@@ -42,6 +44,12 @@ ALERT = {"alertname": "SpyglassEvictionStorm", "status": "firing", "labels": {"a
          "startsAt": "2026-10-07T07:40:00Z", "endsAt": "0001-01-01T00:00:00Z"}
 
 
+SMOKE = {"instance": "strata-b", "url": "http://127.0.0.1:8082", "passed": False, "reason": "sample s1: HTTP 503",
+         "waited_seconds": 1.5, "samples_file": "samples.jsonl", "samples_sha256": "ab" * 32,
+         "samples": [{"name": "s0", "status": 200, "ttft_ms": 40.0, "finish": "end_turn"},
+                     {"name": "s1", "status": 503, "ttft_ms": 8.0, "problem": "HTTP 503"}]}
+
+
 @pytest.fixture(scope="module")
 def replay(tmp_path_factory):
     config = load_config(write_all(tmp_path_factory.mktemp("views")))
@@ -53,6 +61,7 @@ def replay(tmp_path_factory):
         # what /v1/traces and a future Alertmanager webhook hand the pipeline, stored at its next step
         pipeline.submit(decode_spans(pushed_span("20261019-124900-7aa82c", at), "replay"))
         pipeline.submit([Event(at - 40000, "alertmanager", "alert", "strata-b", ALERT, None, "replay")])
+        pipeline.submit([decode_result(json.dumps({**SMOKE, "at": at}).encode(), "replay")])  # POST /api/smoke
         pipeline.run_until_idle()  # steps, then commits what they applied
     finally:
         pipeline.close()
@@ -82,6 +91,9 @@ def test_spans_alerts_and_snapshots_are_typed(replay):
         "20261019-124900-7aa82c", "rag-proxy", "SERVER", 15520.0, datetime(2026, 10, 19, 12, 49))
     assert one("SELECT alertname, severity, instance, starts_beijing, ends_utc FROM alerts") == (
         "SpyglassEvictionStorm", "critical", "strata-b", datetime(2026, 10, 7, 15, 40), None)
+    assert one("SELECT instance, passed, reason, samples, ttft_ms_median, ttft_ms_max, outcomes->1->>'problem',"
+               " ts_beijing FROM smoke_gates") == ("strata-b", False, "sample s1: HTTP 503", 2, 24.0, 40.0, "HTTP 503",
+                                                   datetime(2026, 10, 19, 12, 49))
     assert one("SELECT count(*) FILTER (WHERE has_escape_fix), max(escape_literals), count(*) FILTER"
                " (WHERE stops_while_reasoning IS NULL) FROM status_snapshots") == (1, 1603, 1)
 

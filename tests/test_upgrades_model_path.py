@@ -140,3 +140,23 @@ def test_a_missing_path_a_plain_file_and_a_restart_of_the_watch(tmp_path):
     assert kinds == ["model_path_changed", "model_path"]  # the change across the agent's restart is seen
     again.restore({"last": {"bogus": 1}})  # a checkpoint of another shape starts over, it does not crash
     assert [e.kind for e in again.poll(3.0).events] == ["model_path"]
+
+
+def test_ingest_reads_the_files_and_does_not_count_a_model_path_as_one(tmp_path):
+    from typer.testing import CliRunner
+
+    from spyglass.cli import app
+
+    (tmp_path / "v7.gguf").write_bytes(b"weights")
+    log = tmp_path / "engine-b.log"
+    log.write_bytes(b"\n".join(banner(START, tmp_path / "current.gguf", tmp_path / "v7.gguf")) + b"\n")
+    config = tmp_path / "spyglass.toml"
+    config.write_text(f'[agent]\nstate_dir = "{tmp_path / "state"}"\n[exporters.prometheus]\nenabled = false\n'
+                      f'[sources.engine-b]\nkind = "engine_log"\npath = "{log}"\ninstance = "strata-b"\n'
+                      f'[sources.model-b]\nkind = "model_path"\npath = "{tmp_path / "gone.gguf"}"\ninstance = "strata-b"\n')
+    result = CliRunner().invoke(app, ["ingest", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "no file at" not in result.stderr and "from 1 of 1 files" in result.stdout
+    log.unlink()  # the one file gone: none of the files exists, whatever the model path
+    result = CliRunner().invoke(app, ["ingest", "--config", str(config)])
+    assert result.exit_code == 1 and "none of the 1 configured files exists" in result.stderr

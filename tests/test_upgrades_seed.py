@@ -340,3 +340,24 @@ def test_a_load_longer_than_the_probe_budget_is_a_finding_of_its_start():
     slow, quick = deploy_of(row, 2, 900.0, False), deploy_of(dict(row, ready_seconds=420.0), 1, 900.0, False)
     assert slow.over_budget and not quick.over_budget
     assert [(c.change, c.after) for c in changes(quick, slow)] == [("load over probe budget", "1200 s")]
+
+
+def test_the_timeline_has_a_row_for_each_build_and_model_change(replay):
+    rows = cli(replay, "timeline", "--from", "2026-11-02 00:00", "--to", "2026-11-02 07:00", "--instance", "strata-b",
+               "--kind", "build_changed", "--kind", "model_changed")
+    got = [(r["ts_utc"][11:16], r["kind"], r["fields"]["deploy"], sorted(k for k in r["fields"] if k != "deploy"))
+           for r in rows]
+    assert got == [("02:00", "model_changed", 2, ["model_md5", "model_real"]),
+                   ("03:00", "build_changed", 6, ["build", "version"]),
+                   ("04:00", "model_changed", 7, ["model_real"])]
+    assert rows[1]["fields"]["build"] == {"before": OLD, "after": NEW} and rows[1]["source"] == "engine-b"
+    # a window that starts after start 6 still says what start 7 changed against it
+    later = cli(replay, "timeline", "--from", "2026-11-02 03:30", "--to", "2026-11-02 04:30", "--instance", "strata-b")
+    changed = [r for r in later if r["kind"].endswith("_changed")]
+    assert [(r["kind"], r["fields"]["model_real"]["before"]) for r in changed] == [
+        ("model_changed", "/data/models/v8/model.gguf")]
+    kinds = [r["kind"] for r in later]  # in time order: after the banner lines of its instant, before what follows
+    assert kinds.index("model_changed") > kinds.index("start") and kinds[-1] != "model_changed"
+    # strata-a's starts changed nothing: no change row
+    assert not [r for r in cli(replay, "timeline", "--from", "2026-11-02 05:30", "--to", "2026-11-02 07:00",
+                               "--instance", "strata-a") if r["kind"].endswith("_changed")]

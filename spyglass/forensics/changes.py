@@ -5,8 +5,9 @@ it" says nothing about the model until the change list says what the starts diff
 deploy record per engine start comes from its banner (the `deploys` view: build, model path, real
 file, size, md5, CPUs, load time), its `args:` line kept verbatim, the serve version the status
 endpoint reported, the gateway version of the last gateway start, the switch log's line for it,
-and how the start ended (supervisord). A banner that lacks the model file, md5, build or args is
-itself a finding (`missing`): the seed's habit of printing them on the first line.
+how the start ended (supervisord), and the last smoke gate run against it (`spyglass smoke --config`;
+the runs of the instance between this start and the next). A banner that lacks the model file, md5,
+build or args is itself a finding (`missing`): the seed's habit of printing them on the first line.
 The SQL runs through spyglass.forensics.run.query; everything after it is pure.
 """
 from __future__ import annotations
@@ -32,7 +33,11 @@ g AS (SELECT ts_utc AS g_ts, version AS gateway_version FROM deploys__all WHERE 
 sw AS (SELECT program AS sw_program, ts_utc AS sw_ts, detail AS switch, "by" AS switch_by FROM process_events__all
        WHERE event = 'switch'),
 x AS (SELECT program AS x_program, ts_utc AS x_ts, event AS x_event, cause AS x_cause FROM process_events__all
-      WHERE event IN ('exited', 'fatal', 'stopped', 'stop_kill'))
+      WHERE event IN ('exited', 'fatal', 'stopped', 'stop_kill')),
+gated AS (SELECT d.source AS gd_source, d.ts_utc AS gd_ts, count(*) AS smoke_runs, max(m.ts_utc) AS smoke_utc,
+            arg_max(m.passed, m.ts_utc) AS smoke_passed, arg_max(m.reason, m.ts_utc) AS smoke_reason
+          FROM smoke_gates__all m ASOF JOIN d ON d.instance = m.instance AND m.ts_utc >= d.ts_utc
+          GROUP BY ALL)
 SELECT d.ts_utc, d.ts_beijing, d.source, d.instance, d.lane, d.build_name, d.version, d.build, d.pid,
   d.model_path, d.model_real, d.model_md5, d.model_bytes, d.port, d.slots, d.ctx, d.pool_workers, d.cache_mib,
   d.prompt_cache_every, d.cpus, d.load_seconds, d.ready_utc, d.ready_seconds, d.checksum_mismatch, d.next_utc,
@@ -43,8 +48,10 @@ SELECT d.ts_utc, d.ts_beijing, d.source, d.instance, d.lane, d.build_name, d.ver
   CASE WHEN sw.sw_ts > coalesce(d.prev_utc, '-infinity'::TIMESTAMPTZ) THEN sw.switch || ' by ' || sw.switch_by END
     AS switch,
   CASE WHEN x.x_ts < coalesce(d.next_utc, 'infinity'::TIMESTAMPTZ) THEN x.x_ts END AS ended_utc,
-  CASE WHEN x.x_ts < coalesce(d.next_utc, 'infinity'::TIMESTAMPTZ) THEN coalesce(x.x_cause, x.x_event) END AS ended_by
+  CASE WHEN x.x_ts < coalesce(d.next_utc, 'infinity'::TIMESTAMPTZ) THEN coalesce(x.x_cause, x.x_event) END AS ended_by,
+  gated.smoke_runs, gated.smoke_utc, gated.smoke_passed, gated.smoke_reason
 FROM d
+LEFT JOIN gated ON gated.gd_source = d.source AND gated.gd_ts = d.ts_utc
 ASOF LEFT JOIN a ON a.a_source = d.source AND a.a_ts >= d.ts_utc
 ASOF LEFT JOIN s s1 ON s1.s_instance = d.instance AND s1.s_ts >= d.ts_utc
 ASOF LEFT JOIN s s0 ON s0.s_instance = d.instance AND s0.s_ts <= d.ts_utc
@@ -180,6 +187,8 @@ def changes(before: Deploy | None, now: Deploy) -> list[Change]:
                 out.append(row(f"arg {flag}", flag if old == "" else old, flag if new == "" else new))
     if now.get("switch"):
         out.append(row("switch log", None, now.get("switch")))
+    if now.get("smoke_runs"):
+        out.append(row("smoke gate", None, smoke_text(now)))
     if now.missing:
         out.append(row("banner lacks", None, ", ".join(now.missing)))
     if now.get("checksum_mismatch"):
@@ -190,6 +199,16 @@ def changes(before: Deploy | None, now: Deploy) -> list[Change]:
         took = (now.get("ended_utc") - now.at).total_seconds()
         out.append(row("ended while loading", None, f"{now.get('ended_by')} after {took:g} s"))
     return out
+
+
+def smoke_text(d: Deploy) -> str | None:
+    """The last smoke run against this start: `passed: 5 samples passed`, `FAILED: ...`, and how many runs."""
+    runs = d.get("smoke_runs")
+    if not runs:
+        return None
+    verdict = "passed" if d.get("smoke_passed") else "FAILED"
+    more = f" (last of {runs} runs)" if runs > 1 else ""
+    return f"{verdict}: {d.get('smoke_reason')}{more}"
 
 
 def change_list(records: list[Deploy], since: datetime | None = None) -> list[Change]:
@@ -212,5 +231,6 @@ def deploy_dict(d: Deploy) -> dict[str, Any]:
     keep = ("build_name", "version", "build", "pid", "model_path", "model_real", "model_bytes", "model_md5", "cpus",
             "serve_version", "gateway_version", "ready_seconds", "ended_by")
     return {"instance": d.instance, "deploy": d.n, "at_utc": d.at, **{k: d.get(k) for k in keep},
+            "smoke": smoke_text(d),
             "args": " ".join(f"{k} {v}".strip() for k, v in d.args.items()), "missing": d.missing,
             "over_budget": d.over_budget}

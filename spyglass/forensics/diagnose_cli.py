@@ -68,17 +68,39 @@ def print_table(diagnosis, out=None) -> None:
         console.print(f.evidence, markup=False, highlight=False)
 
 
+def stored_span(cfg, w, parquet: str | None = None):
+    """An open end of the window closed at the stored events' first or last instant (the last included), as
+    report and views read an open window as everything stored; None when nothing is stored in it."""
+    from datetime import timedelta
+
+    from spyglass.forensics.run import Query, Window, query
+    from spyglass.forensics.timeline import instant
+
+    _, rows = query(cfg, Query("SELECT min(ts), max(ts) FROM events WHERE ts >= $from AND ts < $to", w.params()),
+                    parquet)
+    first, last = rows[0] if rows else (None, None)
+    if first is None:
+        return None
+    return Window(w.start or instant(first), w.end or instant(last) + timedelta(milliseconds=1))
+
+
 def diagnose(config: ConfigOption, start: From = None, end: To = None, tz: Tz = "UTC",
              as_json: Annotated[bool, typer.Option("--json", help="One JSON object: window and findings.")] = False,
              html: Html = None, parquet: Parquet = None) -> None:
-    """Run every heuristic of the catalogue over the window; exit 0 healthy, 1 warnings, 2 critical."""
+    """Run every heuristic of the catalogue over the window (default: everything stored); exit 0 healthy,
+    1 warnings, 2 critical."""
     from spyglass.forensics.diagnose import diagnose as run_diagnosis
     from spyglass.forensics.times import describe
     from spyglass.query import QueryError
 
     cfg = load(config)
-    w = the_window(start, end, tz)
+    w = the_window(start, end, tz, required=False)
     try:
+        if w.start is None or w.end is None:
+            span = stored_span(cfg, w, parquet)
+            if span is None:
+                raise fail(f"no events are stored {describe(w)}: nothing to diagnose", 1)
+            w = span
         result = run_diagnosis(cfg, w, parquet)
         if html:
             from spyglass.forensics.page import diagnosis_page

@@ -31,11 +31,11 @@ How they run:
 
 | command | what |
 |---|---|
-| `spyglass timeline --config F --from T --to T [--source S] [--instance I] [--kind K] [--request ID] [--tz Z] [--format table\\|json\\|csv]` | every event of the window, all sources merged in time order, UTC and Beijing; `--request` alone takes the window from the id and adds the cache lines of the request's conversation |
+| `spyglass timeline --config F --from T --to T [--source S] [--instance I] [--kind K] [--request ID] [--tz Z] [--format table\\|json\\|csv]` | every event of the window, all sources merged in time order, UTC and Beijing, and a `build_changed` / `model_changed` row at each start whose build or model differs from the instance's start before (fields: the deploy number, each changed key's before and after); `--request` alone takes the window from the id and adds the cache lines of the request's conversation |
 | `spyglass requests --config F --from T --to T [--slowest N] [--status 4xx] [--session S] [--lane L] [--instance I] [--mode M] [--finish F]` | request ids (for `spyglass trace ID` and `timeline --request ID`) with their status, tokens and timings |
 | `spyglass report NAME --config F [--from T --to T] [--request ID] [--sql]` | a canned report (below); `--sql` prints the query it runs |
 | `spyglass views "SELECT ... FROM requests" --config F [--from T --to T]` | any SELECT over the views; without a query, lists them |
-| `spyglass diagnose --config F --from T --to T [--json] [--html FILE]` | every heuristic's SQL check over the window (below): findings with severity, where, when, summary, figures, the evidence query, the usual wrong guess, the check and the knobs; exit 0 none, 1 warnings, 2 critical |
+| `spyglass diagnose --config F [--from T] [--to T] [--json] [--html FILE]` | every heuristic's SQL check over the window (an open end: the first or last stored event, so by default everything stored) (below): findings with severity, where, when, summary, figures, the evidence query, the usual wrong guess, the check and the knobs; exit 0 none, 1 warnings, 2 critical |
 | `spyglass report NAME ... --html FILE`, `spyglass diagnose ... --html FILE` | also write one self-contained HTML page: the findings or the report's table, and charts of TTFT, evictions and parked bytes against the budget, restarts and deploys as markers, UTC and Beijing |
 
 Times without a zone are UTC (`--tz Asia/Shanghai` reads them as Beijing time); `2026-10-19 04:49`,

@@ -33,12 +33,12 @@ def show(rows: list[dict], fmt: str, title: str) -> None:
     output.emit(rows, fmt, title=title if fmt == "table" else None)
 
 
-def load_deploys(cfg, instance: str | None, until: datetime | None = None):
+def load_deploys(cfg, instance: str | None, until: datetime | None = None, parquet: str | None = None):
     from spyglass.forensics import changes as ch
     from spyglass.forensics.run import Window
 
     serve = frozenset(o.instance for o in cfg.sources.values() if getattr(o, "kind", "") == "serve_status" and o.instance)
-    columns, rows = fetch(cfg, ch.deploys_query(Window(None, until), instance))
+    columns, rows = fetch(cfg, ch.deploys_query(Window(None, until), instance), parquet)
     return ch.deploys(ch.as_rows(columns, rows), cfg.alerts.probe_budget_seconds, serve)
 
 

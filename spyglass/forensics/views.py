@@ -69,7 +69,7 @@ TIMELINE = View("timeline", "Every stored event of the window, one row an event,
 SELECT {clocks('ts')}, seq, source, source_kind, kind, instance, host, request_id, fields FROM ev""", (*TS, *cols("""
     seq int: Order of storage (ties of ts keep the order the lines were read in)
     source text: The configured source name, e.g. engine-b
-    source_kind text: The collector kind of that source (engine_log, gateway_log, ...); NULL for spans and alerts
+    source_kind text: The collector kind of that source (engine_log, gateway_log, ...); NULL for spans, alerts and smoke results
     kind text: The event kind, e.g. park, done, exited
     instance text: strata-a, strata-b, rag-proxy, supervisord, ...
     host text: Host that stored it
@@ -278,9 +278,8 @@ FROM ev WHERE source_kind = 'serve_status' AND kind IN ('status', 'poll_error')"
     requests_by_status json: Requests by HTTP status, cumulative
 """)))
 
-ALERTS = View("alerts", "Alert notifications, as a future Alertmanager webhook will store them: events of kind `alert`"
-              " whose fields are the Alertmanager alert (alertname, status, labels, annotations, startsAt, endsAt)."
-              " Nothing writes them yet.", f"""
+ALERTS = View("alerts", "Alert notifications, as Alertmanager's webhook (POST /api/alerts) stores them: events of"
+              " kind `alert` whose fields are the Alertmanager alert (alertname, status, labels, startsAt, endsAt).", f"""
 SELECT {clocks('ts')}, source, coalesce({f('alertname')}, fields->'labels'->>'alertname') AS alertname,
   {f('status')} AS status, fields->'labels'->>'severity' AS severity,
   coalesce(fields->'labels'->>'instance', instance) AS instance, fields->'labels' AS labels,
@@ -296,6 +295,27 @@ FROM ev WHERE kind = 'alert'""", (*TS, *cols("""
     labels json: Every label of the alert
     summary text: annotations.summary
 """), *clock_columns("starts", "startsAt"), *clock_columns("ends", "endsAt; NULL while firing (Alertmanager sends 0001-01-01)")))
+
+SMOKE_GATES = View("smoke_gates", "Runs of the smoke gate (`spyglass smoke --config`), one row a run: passed or"
+                   " failed, why, the instance it gated, latencies, the samples file's hash.", f"""
+SELECT {clocks('ts')}, instance, kind = 'smoke_passed' AS passed, {f('reason')} AS reason, {f('url')} AS url,
+  {f('samples', INT)} AS samples, {f('ttft_ms_median', FLOAT)} AS ttft_ms_median, {f('ttft_ms_max', FLOAT)} AS ttft_ms_max,
+  {f('waited_seconds', FLOAT)} AS waited_seconds, {f('samples_file')} AS samples_file,
+  {f('samples_sha256')} AS samples_sha256, fields->'outcomes' AS outcomes, host
+FROM ev WHERE source = 'smoke' AND kind IN ('smoke_passed', 'smoke_failed')""", (*TS, *cols("""
+    instance text: The engine instance the run gated (--instance, or the serve_status source polling --url)
+    passed bool: The gate passed
+    reason text: The gate's reason: N samples passed, or the first failing check
+    url text: The serve URL it checked
+    samples int: Samples answered (a failing run stops at the first failure)
+    ttft_ms_median float: Median TTFT of the answered samples (the serve's x-ttft-ms, else wall time)
+    ttft_ms_max float: Slowest TTFT of the answered samples
+    waited_seconds float: Seconds /health took to answer 200 (the probe budget's share used)
+    samples_file text: The samples file as given
+    samples_sha256 text: SHA-256 of the samples file: which fixed samples the verdict is about
+    outcomes json: Per sample: name, status, ttft_ms, finish, problem
+    host text: Host whose agent stored it
+""")))
 
 SPANS = View("spans", "Trace spans pushed to the agent's /v1/traces (gateway and serve), one row a span.", f"""
 SELECT {clocks('ts')}, request_id, {f('trace_id')} AS trace_id, {f('span_id')} AS span_id,
@@ -538,7 +558,7 @@ LEFT JOIN (SELECT *, count(*) OVER (PARTITION BY request_id) AS attempts FROM en
 """)))
 
 VIEWS: dict[str, View] = {v.name: v for v in (TIMELINE, ENGINE_REQUESTS, CACHE_EVENTS, PROCESS_EVENTS, DEPLOYS,
-                                              STATUS_SNAPSHOTS, ALERTS, SPANS, GATEWAY_REQUESTS, INFER_REQUESTS,
+                                              STATUS_SNAPSHOTS, ALERTS, SMOKE_GATES, SPANS, GATEWAY_REQUESTS, INFER_REQUESTS,
                                               REQUESTS)}
 
 
