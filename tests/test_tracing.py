@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import uvicorn
-from conftest import free_port, wait_until
+from conftest import free_port, random_port_base, wait_until
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -251,7 +251,7 @@ def test_spyglass_trace_of_a_request_from_the_running_stack(tmp_path):
 
     agent_port = free_port()
     pushed = {"otlp_endpoint": f"http://127.0.0.1:{agent_port}"}
-    stack = Stack(tmp_path / "stack", _random_port_base(), {name: {"cache_mib": 65_536, **pushed}
+    stack = Stack(tmp_path / "stack", random_port_base(), {name: {"cache_mib": 65_536, **pushed}
                                                          for name in ("strata-a", "strata-b")}, pushed)
     toml = stack.spyglass_toml(tmp_path / "spyglass")
     (tmp_path / "spyglass.toml").write_text(toml)  # for `spyglass trace`, which reads the store once the agent ends
@@ -297,22 +297,6 @@ def test_spyglass_trace_of_a_request_from_the_running_stack(tmp_path):
 
 
 TREE_LINE = re.compile(r"^([│├└─\s]*)(\S.*?) (\d+\.\d{3}) s")
-
-
-def _random_port_base() -> int:
-    """Three free consecutive ports from a kernel-chosen start: other test runs on this machine scan
-    from free_port_base's fixed start and would race this stack for the same ports."""
-    import socket
-
-    while True:
-        base = free_port()
-        try:
-            for port in (base + 1, base + 2):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
 
 
 def _stored_services(agent, request_id: str) -> set[str]:
