@@ -186,8 +186,16 @@ def test_spyglass_trace_prints_the_tree_from_the_store(traced, tmp_path):
     lines = [line.strip("│├└─ ") for line in out.stdout.splitlines()]
     assert lines[0].startswith("gateway ") and "gateway_estimate=" in lines[0]
     assert [line.split()[0] for line in lines[2:]] == ["engine", "queue", "prefill", "thinking", "decode"]
+    # The trace id names the same request: found among the stored request ids (no span was pushed here).
+    trace = format(trace_id_for(traced["request_id"]), "032x")
+    assert f"{traced['request_id']} (trace {trace})" in out.stdout
+    by_trace = subprocess.run([*cli, "trace", "-c", str(config), trace.upper()], capture_output=True, text=True,
+                              env={"COLUMNS": "200", "PATH": ""})
+    assert by_trace.returncode == 0 and by_trace.stdout == out.stdout, by_trace.stderr
+    unknown = subprocess.run([*cli, "trace", "-c", str(config), "f" * 32], capture_output=True, text=True)
+    assert unknown.returncode == 1 and f"no request of trace {'f' * 32} in the store" in unknown.stderr
     bad = subprocess.run([*cli, "trace", "-c", str(config), "'; DROP TABLE events; --"], capture_output=True, text=True)
-    assert bad.returncode == 1 and "not a request id" in bad.stderr
+    assert bad.returncode == 1 and "not a request id or a trace id" in bad.stderr
 
 
 def test_the_agent_stores_pushed_spans_and_trace_merges_them_with_the_log(traced, tmp_path):
