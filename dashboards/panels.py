@@ -76,12 +76,12 @@ def labels_of(series: str) -> tuple[str, ...]:
 
 def s(series: str, **matchers: str) -> str:
     """`series{...}` filtered by the dashboard variables its labels allow, plus `matchers`
-    (`lane="fast"`; `state='~"A|B"'` for =~, `alertname='!~"X"'` for a negation). Recording rules drop the `host` target label
-    on a single Prometheus, and so do alerts on them; their `host` matcher also accepts its absence
-    (see docs/scale.md)."""
+    (`lane="fast"`; `state='~"A|B"'` for =~, `alertname='!~"X"'` for a negation). Recording rules keep
+    the `host` target label (every `by` of spyglass.heuristics names it), so they are filtered like raw
+    series. `ALERTS` also accepts no host: `Watchdog` and `SpyglassTargetDown` (vector(1), absent())
+    can carry none on a single Prometheus (see docs/scale.md)."""
     labels = labels_of(series) if series not in PROMETHEUS_SERIES else ()
-    derived = ":" in series or series == "ALERTS"  # rule output: labels of the expression, not of the target
-    parts = ['host=~"$host|"' if derived else 'host=~"$host"']
+    parts = ['host=~"$host|"' if series == "ALERTS" else 'host=~"$host"']
     parts += [f'{name}=~"${name}"' for name in ("instance", "lane") if name in labels and name not in matchers]
     for name, value in matchers.items():
         if value.startswith("~"):

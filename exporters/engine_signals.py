@@ -256,7 +256,8 @@ class EngineSignals(SignalsBase):
         s, f = self.state, e.fields
         s.inc("spyglass_engine_requests_finished_total", key + (self._label(e, "finish"),))
         s.inc("spyglass_engine_completion_tokens_total", key, f["completion"])
-        s.observe("spyglass_engine_ttft_seconds", key, f["ttft_ms"] / 1000.0)
+        s.observe("spyglass_engine_ttft_seconds", key, f["ttft_ms"] / 1000.0,
+                  (e.request_id, e.ts) if e.request_id else None)  # the exemplar: a trace to follow
         s.observe("spyglass_engine_request_decode_tokens_per_second", key, f["decode_tps"])
 
     def on_park(self, e: Event, key: tuple[str, str]) -> None:

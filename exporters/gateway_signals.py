@@ -77,8 +77,9 @@ class GatewaySignals(SignalsBase):
             s.inc("spyglass_gateway_prompt_tokens_total", (lane, "engine"), f["engine_prompt"])
             if f.get("est_tokens") and f["engine_prompt"]:
                 s.observe("spyglass_gateway_estimate_ratio", (lane,), f["est_tokens"] / f["engine_prompt"])
-            s.observe("spyglass_gateway_ttft_seconds", (lane,), f["ttft_ms"] / 1000.0)
-            s.observe("spyglass_gateway_request_duration_seconds", (lane,), f["dur_ms"] / 1000.0)
+            exemplar = (e.request_id, e.ts) if e.request_id else None  # a trace to follow from the bucket
+            s.observe("spyglass_gateway_ttft_seconds", (lane,), f["ttft_ms"] / 1000.0, exemplar)
+            s.observe("spyglass_gateway_request_duration_seconds", (lane,), f["dur_ms"] / 1000.0, exemplar)
         elif kind == "clamp":
             s.inc("spyglass_gateway_clamps_total", (lane,))
         elif kind == "overfit":

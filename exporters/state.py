@@ -18,6 +18,9 @@ from loguru import logger
 from exporters.catalogue import Catalogue
 
 Key = tuple[str, ...]
+# An observation's exemplar: the request id it came from and its time (epoch seconds). The trace id
+# is derived from the request id when /metrics is rendered, so the hot path never hashes.
+Exemplar = tuple[str, float]
 HistogramHook = Callable[[str, Key, float], None]
 NUMBER = (int, float)  # exact classes: a bool, a str, None or a numpy scalar is refused
 MAX_VALUE = float(2 ** 63)  # counters of bytes reach 2^50 in a year; beyond this is a bug or forgery
@@ -52,6 +55,10 @@ class MetricState:
                 self.bounds[spec.name] = spec.buckets
             else:
                 self.values[spec.name] = {}
+        # The latest exemplar of each bucket of a series, for the histograms fed one: name ->
+        # (key, bucket index) -> (request id, observed value, epoch seconds). In memory only
+        # (`to_json` leaves it out): after a restart each bucket shows none until its next observation.
+        self.exemplars: dict[str, dict[tuple[Key, int], tuple[str, float, float]]] = {}
         self.histogram_hooks: list[HistogramHook] = []
         # What a signals module must remember to derive a value (the last raw counters of a
         # serve, the engine's last plausible evictions=): saved and restored with the series, so
@@ -121,7 +128,9 @@ class MetricState:
         series = self.values.get(name) or {k: sum(c) for k, (c, _) in self.hists.get(name, {}).items()}
         return sum(v for key, v in series.items() if all(dict(zip(names, key)).get(k) == w for k, w in labels.items()))
 
-    def observe(self, name: str, key: Key, value: float) -> None:
+    def observe(self, name: str, key: Key, value: float, exemplar: Exemplar | None = None) -> None:
+        """Count `value` in its bucket; with `exemplar` (request id, epoch seconds) it becomes that
+        bucket's exemplar, replacing the one before."""
         if value.__class__ not in NUMBER or not -MAX_VALUE <= value <= MAX_VALUE:
             raise ValueError(f"{name}: not a finite number: {value!r:.40}")
         series = self.hists[name]
@@ -130,10 +139,20 @@ class MetricState:
             if len(series) >= self.max_series and self._full(name):
                 return
             bucket = series[key] = [[0] * (len(self.bounds[name]) + 1), 0.0]
-        bucket[0][bisect_left(self.bounds[name], value)] += 1
+        index = bisect_left(self.bounds[name], value)
+        bucket[0][index] += 1
         bucket[1] += value
+        if exemplar is not None:
+            exemplars = self.exemplars.get(name)
+            if exemplars is None:
+                exemplars = self.exemplars[name] = {}
+            exemplars[key, index] = (exemplar[0], value, exemplar[1])
         for hook in self.histogram_hooks:
             hook(name, key, value)
+
+    def copy_exemplars(self) -> dict[str, dict[tuple[Key, int], tuple[str, float, float]]]:
+        """A copy of every exemplar; call with `lock` held, with `to_json`, so the two agree."""
+        return {name: dict(exemplars) for name, exemplars in self.exemplars.items()}
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready copy; call with `lock` held."""

@@ -22,7 +22,9 @@ def _request_id(value: str) -> str:
     return value.strip()
 
 
-RequestId = Annotated[str, typer.Argument(help="e.g. 20261019-124900-7aa82c", callback=_request_id)]
+RequestId = Annotated[str, typer.Argument(help="a request id (e.g. 20261019-124900-7aa82c), or its trace id"
+                                                " (32 hex digits, e.g. from an exemplar on /metrics)",
+                                           callback=_request_id)]
 
 
 class Format(str, Enum):
@@ -124,7 +126,9 @@ def sql(config: ConfigOption, query: Annotated[str, typer.Argument(help="One SEL
 
 @app.command("trace")
 def trace_command(config: ConfigOption, request_id: RequestId) -> None:
-    """Print one request's trace from the store: gateway, engine and its phases, with durations."""
+    """Print one request's trace from the store: gateway, engine and its phases, with durations.
+
+    The request is named by its id or by its trace id (a TTFT or duration exemplar's trace_id)."""
     from spyglass.query import QueryError
     from spyglass.trace import print_trace
 

@@ -32,7 +32,8 @@ class Committer:
       committed*, not the live state. A restart resumes from that same commit, so a counter
       Prometheus has scraped is never seen lower afterwards (it would read the drop as a reset
       and count the whole value again). The price is freshness: /metrics trails the log by up to
-      one commit interval.
+      one commit interval. The histograms' exemplars are copied with the state in the same
+      hold of the lock, so an exemplar on /metrics is always of an observation its counts hold.
     - A store that fails (disk full, a read-only remount) does not end the agent:
       `spyglass_store_healthy` goes to 0, `spyglass_store_commit_failures_total` counts, the
       error is logged, and the same batch is retried with back-off (interval x 2^n, at most
@@ -57,7 +58,8 @@ class Committer:
         self._published_at = float("-inf")
         self.exposed = MetricState(state.catalogue)
         state.set("spyglass_store_healthy", (), 1.0)
-        self._publish(state.to_json())
+        with state.lock:
+            self._publish(state.to_json(), state.copy_exemplars())
 
     @property
     def healthy(self) -> bool:
@@ -99,7 +101,7 @@ class Committer:
             if self.store.keeps_events and events:
                 self.state.inc("spyglass_store_events_total", (), len(events))
             self.state.set("spyglass_store_healthy", (), 1.0)
-            snapshot = self.state.to_json()
+            snapshot, exemplars = self.state.to_json(), self.state.copy_exemplars()
         try:
             self.store.commit(events, checkpoints, snapshot)
         except BaseException:
@@ -113,7 +115,7 @@ class Committer:
         self.pending = []
         self._last_checkpoints = checkpoints
         self._due = now + self.interval
-        self._publish(snapshot)
+        self._publish(snapshot, exemplars)
         for hook in self.hooks:
             hook(events)
 
@@ -138,12 +140,12 @@ class Committer:
 
     def _publish_live(self) -> None:
         with self.state.lock:
-            snapshot = self.state.to_json()
-        self._publish(snapshot)
+            snapshot, exemplars = self.state.to_json(), self.state.copy_exemplars()
+        self._publish(snapshot, exemplars)
 
-    def _publish(self, snapshot: dict[str, Any]) -> None:
+    def _publish(self, snapshot: dict[str, Any], exemplars: dict[str, Any]) -> None:
         fresh = MetricState(self.state.catalogue)
         fresh.load_json(snapshot)
         with self.exposed.lock:
-            self.exposed.values, self.exposed.hists = fresh.values, fresh.hists
+            self.exposed.values, self.exposed.hists, self.exposed.exemplars = fresh.values, fresh.hists, exemplars
         self._published_at = self.clock.monotonic()

@@ -302,12 +302,23 @@ def print_kept(console: Console, folder: Path, config: Path, agent: Agent, reque
 
 
 def finished_request(agent: Agent, settled_seconds: float = 6.0) -> str | None:
-    """The id of a request that went all the way through, for the `spyglass trace` hint; one that
-    finished `settled_seconds` ago, so that its spans (batched every 5 s) are in the store too."""
+    """The id of a request that went all the way through, for the `spyglass trace` hint: the latest
+    whose gateway span and serve's main span are both committed to the store, so its trace shows
+    every layer. Spans come in batches every 5 s, and the serve's last batch is not in the store when
+    the agent stops, so the latest request often has only its gateway's spans and its serve's
+    count_tokens span.
+    Without any such request (no span pushed yet): one that finished `settled_seconds` ago."""
     cursor = agent.pipeline.store.con.cursor()  # type: ignore[attr-defined]  # the demo always runs the DuckDB store
     try:
-        row = cursor.execute("SELECT request_id FROM events WHERE source = 'gateway' AND kind = 'done'"
-                             " AND ts < now() - to_seconds(?) ORDER BY ts DESC LIMIT 1", [settled_seconds]).fetchone()
+        row = cursor.execute(
+            "SELECT d.request_id FROM events d WHERE d.source = 'gateway' AND d.kind = 'done'"
+            " AND d.request_id IN (SELECT request_id FROM events WHERE kind = 'span' AND instance = 'rag-proxy')"
+            " AND d.request_id IN (SELECT request_id FROM events WHERE kind = 'span' AND instance LIKE 'strata-%'"
+            "                      AND fields->>'name' IN ('POST /v1/messages', 'POST /v1/chat/completions'))"
+            " ORDER BY d.ts DESC LIMIT 1").fetchone()
+        row = row or cursor.execute("SELECT request_id FROM events WHERE source = 'gateway' AND kind = 'done'"
+                                    " AND ts < now() - to_seconds(?) ORDER BY ts DESC LIMIT 1",
+                                    [settled_seconds]).fetchone()
     finally:
         cursor.close()
     return row[0] if row else None

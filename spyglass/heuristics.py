@@ -23,7 +23,7 @@ SECONDS = "{{ $value | humanizeDuration }}"
 BYTES = "{{ $value | humanize1024 }}B"
 INSTANCE = "{{ $labels.instance }}"
 LANE = "{{ $labels.lane }}"
-IL = "instance, lane"
+IL = "host, instance, lane"
 BURN_WINDOWS = ("5m", "30m", "1h", "6h", "3d")
 DEFAULT_LANE = LaneObjective(ttft_seconds=40.0, objective=0.99)
 
@@ -189,12 +189,12 @@ def _slo_errors(d: Deployment, window: str) -> str:
 def _silence(d: Deployment) -> str:
     parts = [f'label_replace(time() - spyglass_source_last_event_timestamp_seconds{{source="{source}"}},'
              f' "instance", "{instance}", "", "")' for source, instance in d.engine_sources.items()]
-    return "max by (instance) (\n  " + "\n  or\n  ".join(parts) + "\n)" if parts else "vector(0) > 1"
+    return "max by (host, instance) (\n  " + "\n  or\n  ".join(parts) + "\n)" if parts else "vector(0) > 1"
 
 
 def recording_rules(d: Deployment) -> tuple[Recording, ...]:
     """Every recording rule, from raw metrics only."""
-    decode_baseline = "max by (instance, lane) (\n  " + "\n  or\n  ".join(
+    decode_baseline = "max by (host, instance, lane) (\n  " + "\n  or\n  ".join(
         f'label_replace({_mean(DECODE, "1h", off)}, "baseline", "{off}", "", "")' for off in ("1h", "1d")) + "\n)"
     rules = [Recording(f"instance_lane:{TTFT}:p{int(q * 100)}_rate{w}", _quantile(q, w))
              for q, w in ((0.5, "5m"), (0.95, "5m"), (0.99, "5m"), (0.95, "30m"), (0.5, "1h"))]
@@ -210,11 +210,11 @@ def recording_rules(d: Deployment) -> tuple[Recording, ...]:
                                          "rate(spyglass_engine_long_prompts_total[1h])", IL)),
         Recording(LONG_PROMPTS, f"sum by ({IL}) (increase(spyglass_engine_long_prompts_total[1h]))"),
         Recording(THINKING_ONLY, ratio("rate(spyglass_infer_thinking_only_total[1h])",
-                                       "rate(spyglass_infer_requests_total[1h])", "lane")),
+                                       "rate(spyglass_infer_requests_total[1h])", "host, lane")),
         Recording(STOPS_REASONING, ratio("rate(spyglass_serve_stops_while_reasoning_total[1h])",
-                                         "rate(spyglass_serve_requests_total[1h])", "instance")),
+                                         "rate(spyglass_serve_requests_total[1h])", "host, instance")),
         Recording(ESTIMATE_RATIO, ratio('rate(spyglass_gateway_prompt_tokens_total{counted_by="gateway_estimate"}[1h])',
-                                        'rate(spyglass_gateway_prompt_tokens_total{counted_by="engine"}[1h])', "lane")),
+                                        'rate(spyglass_gateway_prompt_tokens_total{counted_by="engine"}[1h])', "host, lane")),
         Recording(LOG_SILENCE, _silence(d)),
     ]
     return tuple(rules)
@@ -226,7 +226,7 @@ def recording_rules(d: Deployment) -> tuple[Recording, ...]:
 
 def _busy() -> str:
     """Per instance: work waiting or in progress, by the engine's last stats line or the serve's status."""
-    return " or ".join(f"(max by (instance) ({m}) > 0)" for m in (
+    return " or ".join(f"(max by (host, instance) ({m}) > 0)" for m in (
         "spyglass_serve_prefill_queue_depth", "spyglass_serve_slots_busy",
         "spyglass_engine_prefill_queue_depth", "spyglass_engine_slots_busy"))
 
@@ -240,7 +240,7 @@ def _h1(d: Deployment) -> Heuristic:
         "capacity: the experts do not fit on one card",
         Check("CPU affinity overlap between the engine processes and CFS throttling: pinning (not fewer workers)"
               " separates contention from capacity. A 2-3x loss smells of capacity, 10x of contention.",
-              promql="max by (instance, other) (spyglass_host_shared_cpus) > 0",
+              promql="max by (host, instance, other) (spyglass_host_shared_cpus) > 0",
               shell="for p in $(pgrep -f strata); do grep Cpus_allowed_list /proc/$p/status; done"),
         ("taskset / CPU pinning per instance (A 0-15, B 38-53)", "--pool-workers"),
         (Threshold("drop_ratio", drop, "ratio", "current mean decode rate below this share of its baseline"),),
@@ -263,12 +263,12 @@ def _h2(d: Deployment) -> Heuristic:
         ("taskset / cpuset per instance", "cpu.cfs_quota_us of the engine's cgroup"),
         (Threshold("throttled_share", throttled, "ratio", "share of CFS periods throttled"),),
         (Alert("EngineCPUsShared", "warning",
-               "(max by (instance) (spyglass_host_shared_cpus) > 0) or (max by (instance) (spyglass_engine_shared_cpus) > 0)",
+               "(max by (host, instance) (spyglass_host_shared_cpus) > 0) or (max by (host, instance) (spyglass_engine_shared_cpus) > 0)",
                "5m", f"{INSTANCE} shares CPUs with another engine.",
                f"{INSTANCE} may run on {VALUE} CPUs that another engine instance may also run on."),
          Alert("EngineCPUThrottled", "warning",
                ratio("rate(spyglass_host_cgroup_throttled_periods_total[10m])",
-                     "rate(spyglass_host_cgroup_periods_total[10m])", "instance") + f" > {_n(throttled)}",
+                     "rate(spyglass_host_cgroup_periods_total[10m])", "host, instance") + f" > {_n(throttled)}",
                "10m", f"{INSTANCE}'s cgroup is throttled.",
                f"{INSTANCE} was throttled in {PERCENT} of its CFS periods over 10 minutes.")))
 
@@ -326,7 +326,7 @@ ORDER BY instance""",
         "a prefill bug in the engine",
         Check("The same conversation's next turn reusing almost everything (253214 = 251787 reused + 1427 read"
               " in 2.2 s) proves the mechanism works; compare the parked snapshot's bytes with budget/slots.",
-              promql=f"{SNAPSHOT_SHARE} and on (instance, lane) {EVICTIONS} > 0",
+              promql=f"{SNAPSHOT_SHARE} and on (host, instance, lane) {EVICTIONS} > 0",
               sql="SELECT instance, count(*) AS evictions, max((fields->>'bytes')::BIGINT) AS largest_snapshot,"
                   " any_value((fields->>'budget')::BIGINT) AS budget FROM events WHERE kind = 'evict'"
                   " GROUP BY instance"),
@@ -337,9 +337,9 @@ ORDER BY instance""",
          Threshold("snapshot_budget_share", s.cache_snapshot_budget_share, "ratio",
                    "mean parked snapshot above this share of the budget", "alerts.cache_snapshot_budget_share")),
         (Alert("EngineEvictionStorm", "critical",
-               f"{EVICTIONS} * 60 > {_n(floor)}\n  and on (instance, lane) (\n"
+               f"{EVICTIONS} * 60 > {_n(floor)}\n  and on (host, instance, lane) (\n"
                f"    {EVICTIONS} > {_n(spike)} * {EVICTIONS_BASELINE}\n"
-               f"    or on (instance, lane) {SNAPSHOT_SHARE} > {_n(s.cache_snapshot_budget_share)}\n  )",
+               f"    or on (host, instance, lane) {SNAPSHOT_SHARE} > {_n(s.cache_snapshot_budget_share)}\n  )",
                "5m", f"{INSTANCE} is evicting conversation snapshots every minute.",
                f"{INSTANCE} ({LANE}) evicts {VALUE} snapshots a minute over 10 minutes"
                f" (over {_n(floor)}/min and 3x its hourly baseline, or snapshots over"
@@ -391,7 +391,7 @@ ORDER BY instance""",
         (Threshold("checkpoint_only_share", share, "ratio", "share of long prompts restored only from a checkpoint"),
          Threshold("min_long_prompts", least, "prompts/h", "at least this many long prompts in the hour")),
         (Alert("EngineLongPromptsCheckpointOnly", "warning",
-               f"{CHECKPOINT_ONLY} > {_n(share)} and on (instance, lane) {LONG_PROMPTS} >= {_n(least)}", "15m",
+               f"{CHECKPOINT_ONLY} > {_n(share)} and on (host, instance, lane) {LONG_PROMPTS} >= {_n(least)}", "15m",
                f"Long prompts on {INSTANCE} are restored only from checkpoints.",
                f"{PERCENT} of the long prompts on {INSTANCE} ({LANE}) in the last hour reused only a checkpoint"
                " multiple of --prompt-cache-every."),), probe=probe)
@@ -402,12 +402,12 @@ def _h5(d: Deployment) -> Heuristic:
 
     def burn(factor: float, long: str, short: str):
         return lambda lane, o: (f'{SLO_ERRORS}{long}{{lane="{lane}"}} > {_n(factor * (1 - o.objective))}\n'
-                                f'  and on (instance, lane) {SLO_ERRORS}{short}{{lane="{lane}"}}'
+                                f'  and on (host, instance, lane) {SLO_ERRORS}{short}{{lane="{lane}"}}'
                                 f' > {_n(factor * (1 - o.objective))}')
 
     def spike(lane: str, o: LaneObjective) -> str:
         return (f'instance_lane:{TTFT}:p95_rate5m{{lane="{lane}"}} > {_n(o.ttft_seconds)}\n'
-                f'  and on (instance, lane) instance_lane:{TTFT}:p95_rate30m{{lane="{lane}"}} > {_n(o.ttft_seconds)}')
+                f'  and on (host, instance, lane) instance_lane:{TTFT}:p95_rate30m{{lane="{lane}"}} > {_n(o.ttft_seconds)}')
 
     objectives = ", ".join(f"('{lane}', {_n(o.ttft_seconds)})" for lane, o in d.lanes.items())
     probe = Probe("EngineTTFTSpike", f"""
@@ -439,14 +439,14 @@ ORDER BY instance, lane""",
         "an engine bug",
         Check("Is load-test traffic on the same lane as real users? Compare requests received per lane and mode,"
               " and the prefill queue.",
-              promql="sum by (lane, mode) (rate(spyglass_gateway_requests_received_total[30m]))",
+              promql="sum by (host, lane, mode) (rate(spyglass_gateway_requests_received_total[30m]))",
               sql="SELECT instance, max((fields->>'prefill_queue')::INT) AS deepest_queue, count(*) AS stats_lines"
                   " FROM events WHERE kind = 'stats' AND ts >= now() - INTERVAL 1 HOUR GROUP BY instance"),
         ("lane routing of load tests", "admission per lane", "alerts.lanes.<lane>.ttft_seconds"),
         (Threshold("fast_burn_1h_5m", fast[0], "x budget", "page"), Threshold("fast_burn_6h_30m", slow[0], "x budget", "page"),
          Threshold("slow_burn_3d_6h", 1.0, "x budget", "ticket")) + lanes,
         (Alert("EngineTTFTBudgetFastBurn", "critical",
-               per_lane(d, lambda lane, o: f"({burn(*fast)(lane, o)})\n  or on (instance, lane)\n  ({burn(*slow)(lane, o)})"),
+               per_lane(d, lambda lane, o: f"({burn(*fast)(lane, o)})\n  or on (host, instance, lane)\n  ({burn(*slow)(lane, o)})"),
                "2m", f"{INSTANCE} ({LANE}) burns its TTFT error budget fast.",
                f"{PERCENT} of first tokens on {INSTANCE} ({LANE}) came later than the lane's objective over the"
                " long window (14.4x the budget over 1h and 5m, or 6x over 6h and 30m).", latency=True),
@@ -520,7 +520,7 @@ def _h7(d: Deployment) -> Heuristic:
         ("deploy the fixed serve build to every lane",),
         (),
         (Alert("ServeBuildSkew", "warning",
-               "spyglass_serve_measures_escapes == 0 and on () (max(spyglass_serve_measures_escapes) == 1)", "30m",
+               "spyglass_serve_measures_escapes == 0 and on (host) (max by (host) (spyglass_serve_measures_escapes) == 1)", "30m",
                f"{INSTANCE} runs a serve build without the special-token escape fix.",
                f"{INSTANCE}'s serve does not report prompt_escapes while another lane's does."),))
 
@@ -551,7 +551,7 @@ ORDER BY lane""",
         ("the client's stop handling", "the model's tool-call prompt template"),
         (Threshold("per_hour", least, "responses/h", "plan-then-stop responses in an hour"),),
         (Alert("PlanThenStop", "warning",
-               f"sum by (lane) (increase(spyglass_infer_plan_then_stop_total[1h])) >= {_n(least)}", "5m",
+               f"sum by (host, lane) (increase(spyglass_infer_plan_then_stop_total[1h])) >= {_n(least)}", "5m",
                f"Lane {LANE} ends turns after a plan, without the tool call.",
                f"{VALUE} responses on lane {LANE} in the last hour stopped with a short text and no tool call although"
                " tools were offered."),),
@@ -578,7 +578,7 @@ GROUP BY lane ORDER BY lane""",
         ("the gateway's assembly budget", "pin the first user message in assembly"),
         (),
         (Alert("AssemblyLostTaskAnchor", "warning",
-               "sum by (lane) (increase(spyglass_infer_anchor_lost_total[1h])) > 0", "5m",
+               "sum by (host, lane) (increase(spyglass_infer_anchor_lost_total[1h])) > 0", "5m",
                f"Assembly on lane {LANE} drops the client's first user message.",
                f"{VALUE} requests on lane {LANE} in the last hour were sent without the client's task anchor."),),
         diagnosis="Which messages were dropped needs the client and sent message lists of the request body.",
@@ -640,7 +640,7 @@ GROUP BY lane ORDER BY lane""",
         ("the gateway's precheck with the engine's count", "shrink the prompt, not max_tokens"),
         (),
         (Alert("GatewayBlindRetries", "warning",
-               "sum by (lane) (increase(spyglass_gateway_blind_retries_total[15m])) > 0", "0m",
+               "sum by (host, lane) (increase(spyglass_gateway_blind_retries_total[15m])) > 0", "0m",
                f"The gateway retries overfits on lane {LANE} blindly.",
                f"{VALUE} retries on lane {LANE} in 15 minutes followed a 400 overfit and only clamped max_tokens."),),
         probe=probe)
@@ -661,12 +661,12 @@ ORDER BY lane""",
         "H12", "Model concurrency full (429)", "5",
         "Requests rejected with 429 because the model's concurrency limit is full.",
         "-", Check("Concurrency limit against demand per lane.",
-                   promql="sum by (lane) (rate(spyglass_gateway_requests_received_total[10m]))"),
+                   promql="sum by (host, lane) (rate(spyglass_gateway_requests_received_total[10m]))"),
         ("the model's concurrency limit", "--slots", "client retry back-off"),
         (Threshold("rejected_share", share, "ratio", "share of requests answered 429"),),
         (Alert("GatewayConcurrencyFull", "warning",
                ratio("rate(spyglass_gateway_concurrency_rejections_total[10m])",
-                     "rate(spyglass_gateway_requests_received_total[10m])", "lane") + f" > {_n(share)}", "5m",
+                     "rate(spyglass_gateway_requests_received_total[10m])", "host, lane") + f" > {_n(share)}", "5m",
                f"Lane {LANE} turns requests away: model concurrency full.",
                f"{PERCENT} of lane {LANE}'s requests over 10 minutes were rejected with 429."),), probe=probe)
 
@@ -756,8 +756,8 @@ ORDER BY ts_utc""",
         ("the probe's startup budget (alerts.probe_budget_seconds must match it)", "a startup phase that answers 503"),
         (Threshold("probe_budget_seconds", budget, "s", "longest load the probe waits for", "alerts.probe_budget_seconds"),),
         (Alert("EngineNotReady", "critical",
-               f"(time() - spyglass_engine_start_time_seconds > {_n(budget)}) and on (instance, lane)"
-               " (spyglass_engine_ready == 0)\n  and on (instance) (spyglass_host_process_up == 1)", "0m",
+               f"(time() - spyglass_engine_start_time_seconds > {_n(budget)}) and on (host, instance, lane)"
+               " (spyglass_engine_ready == 0)\n  and on (host, instance) (spyglass_host_process_up == 1)", "0m",
                f"{INSTANCE} has been loading longer than its probe budget.",
                f"{INSTANCE} ({LANE}) started {SECONDS} ago and is not ready (probe budget {_n(budget)} s).",
                inhibits_latency=True),
@@ -766,7 +766,7 @@ ORDER BY ts_utc""",
                f"{INSTANCE} ({LANE}) took {SECONDS} to become ready; the probe gives up after {_n(budget)} s."),
          Alert("EngineRestartedWhileLoading", "critical",
                f'label_replace({spawns}, "instance", "$1", "program", "(.*)") >= 2\n'
-               f"  and on (instance) (max by (instance) (max_over_time(spyglass_engine_ready[{window}])) == 0)", "0m",
+               f"  and on (host, instance) (max by (host, instance) (max_over_time(spyglass_engine_ready[{window}])) == 0)", "0m",
                f"{INSTANCE} is restarted before it ever becomes ready: a probe killing a slow load?",
                f"supervisord spawned {INSTANCE} {VALUE} times in {window} and no start reached ready; compare the"
                f" load time with the probe budget ({_n(budget)} s).", inhibits_latency=True)),
@@ -777,7 +777,7 @@ ORDER BY ts_utc""",
 
 def _since_path_change(condition: str) -> str:
     """Seconds since the model path last changed, where `condition` holds (0 when no change time is known)."""
-    return (f"(time() - spyglass_model_path_changed_timestamp_seconds and on (instance) ({condition}))\n"
+    return (f"(time() - spyglass_model_path_changed_timestamp_seconds and on (host, instance) ({condition}))\n"
             f"  or (0 * ({condition}))")
 
 
@@ -798,7 +798,7 @@ GROUP BY instance ORDER BY instance""",
         ("atomic switch: upload, verify, switch the link, clean up only after a rollback period",),
         (),
         (Alert("EngineModelChecksumMismatch", "warning",
-               "sum by (instance, lane) (increase(spyglass_engine_model_checksum_mismatches_total[1h])) > 0", "0m",
+               "sum by (host, instance, lane) (increase(spyglass_engine_model_checksum_mismatches_total[1h])) > 0", "0m",
                f"{INSTANCE} read a model file whose md5 does not match.",
                f"{INSTANCE} ({LANE}) logged {VALUE} checksum mismatches in the last hour."),
          Alert("EngineModelPathDangling", "critical", _since_path_change("spyglass_model_path_resolves == 0"), "1m",
@@ -838,7 +838,7 @@ ORDER BY instance""",
         ("bounded request shapes (batch, sequence length)", "a warm-up of the known shapes at start"),
         (Threshold("rebuilds_per_minute", per_minute, "1/min", "graph rebuilds a minute"),),
         (Alert("EngineRecompileStorm", "warning",
-               f"sum by (instance, lane) (rate(spyglass_engine_graph_rebuilds_total[10m])) * 60 > {_n(per_minute)}",
+               f"sum by (host, instance, lane) (rate(spyglass_engine_graph_rebuilds_total[10m])) * 60 > {_n(per_minute)}",
                "10m", f"{INSTANCE} rebuilds compute graphs every minute.",
                f"{INSTANCE} ({LANE}) rebuilds {VALUE} compute graphs a minute.", latency=True),), probe=probe)
 
@@ -872,7 +872,7 @@ def _h18(d: Deployment) -> Heuristic:
         (Threshold("factor", factor, "ratio", "median TTFT above this times the day-before median"),),
         (Alert("EngineRegressionAfterRestart", "warning",
                f"instance_lane:{TTFT}:p50_rate1h > {_n(factor)} * {baseline}\n"
-               "  and on (instance, lane) changes(spyglass_engine_start_time_seconds[6h]) > 0", "30m",
+               "  and on (host, instance, lane) changes(spyglass_engine_start_time_seconds[6h]) > 0", "30m",
                f"{INSTANCE} got slower after its restart.",
                f"Median TTFT on {INSTANCE} ({LANE}) is {SECONDS} over the last hour, over twice the same hour"
                " yesterday, since a restart in the last 6 hours.", latency=True),),
@@ -903,12 +903,12 @@ def _h19(d: Deployment) -> Heuristic:
                "A spyglass source cannot be read.",
                "Source {{ $labels.source }} could not be read (file) or did not answer (endpoint) for 5 minutes."),
          Alert("SpyglassSourceSilent", "warning",
-               f"{LOG_SILENCE} > {_n(silent)}\n  and on (instance) (spyglass_host_process_up == 1)\n"
-               f"  unless on (instance) ({_busy()})", "2m",
+               f"{LOG_SILENCE} > {_n(silent)}\n  and on (host, instance) (spyglass_host_process_up == 1)\n"
+               f"  unless on (host, instance) ({_busy()})", "2m",
                f"{INSTANCE}'s engine log is silent while its process runs.",
                f"No line from {INSTANCE}'s engine log for {SECONDS} (stats come every 10 s) while the process runs."),
          Alert("SpyglassUnparsedLines", "warning",
-               ratio(f'rate({lines}{{outcome="unmatched"}}[15m])', f"rate({lines}[15m])", "source") + f" > {_n(unmatched)}",
+               ratio(f'rate({lines}{{outcome="unmatched"}}[15m])', f"rate({lines}[15m])", "host, source") + f" > {_n(unmatched)}",
                "15m", "Lines of a source stopped parsing: format drift.",
                "{{ $value | humanizePercentage }} of source {{ $labels.source }}'s lines matched no pattern over 15 minutes."),
          Alert("SpyglassSourceClockAhead", "warning",
@@ -934,10 +934,11 @@ def _h20(d: Deployment) -> Heuristic:
         ("restart the instance (take it out of rotation first)", "a liveness probe on the stats heartbeat"),
         (Threshold("hung_minutes", minutes, "min", "no finished request and no log line", "alerts.hung_minutes"),),
         (Alert("EngineHung", "critical",
-               f"{LOG_SILENCE} > {minutes * 60}\n  and on (instance) ({_busy()})\n"
-               "  and on (instance) (spyglass_host_process_up == 1)\n"
-               '  and on (instance) (spyglass_serve_state{state="ready"} == 1)\n'
-               f"  unless on (instance) (sum by (instance) (increase(spyglass_engine_requests_finished_total[{minutes}m])) > 0)",
+               f"{LOG_SILENCE} > {minutes * 60}\n  and on (host, instance) ({_busy()})\n"
+               "  and on (host, instance) (spyglass_host_process_up == 1)\n"
+               '  and on (host, instance) (spyglass_serve_state{state="ready"} == 1)\n'
+               "  unless on (host, instance)"
+               f" (sum by (host, instance) (increase(spyglass_engine_requests_finished_total[{minutes}m])) > 0)",
                "0m", f"{INSTANCE} is hung: work waiting, nothing finishing, no log line.",
                f"{INSTANCE} has written no line for {SECONDS} with requests queued or slots busy, while its process runs"
                " and its serve says ready."),))

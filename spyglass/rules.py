@@ -83,7 +83,7 @@ def alertmanager_config(d: Deployment) -> dict[str, Any]:
     return {
         "global": {"resolve_timeout": "5m"},
         "route": {
-            "receiver": "ticket", "group_by": ["alertname", "instance"],
+            "receiver": "ticket", "group_by": ["alertname", "host", "instance"],
             "group_wait": "30s", "group_interval": "5m", "repeat_interval": "12h",
             "routes": [
                 {"matchers": ['alertname = "Watchdog"'], "receiver": "heartbeat",
@@ -96,14 +96,15 @@ def alertmanager_config(d: Deployment) -> dict[str, Any]:
         },
         "inhibit_rules": [
             # A crash loop, an engine not ready or an announced restart explains that instance's latency
-            # and throughput, never another instance's: `equal` keeps the silence to one instance.
+            # and throughput, never another instance's: `equal` keeps the silence to one instance (of one
+            # host: instance names are unique on a host only; an alert without `host` equals another without).
             {"source_matchers": [f'alertname =~ "{"|".join(sources)}"'],
-             "target_matchers": [f'alertname =~ "{"|".join(targets)}"'], "equal": ["instance"]},
+             "target_matchers": [f'alertname =~ "{"|".join(targets)}"'], "equal": ["host", "instance"]},
             {"source_matchers": ['alertname = "EngineHung"'], "target_matchers": ['alertname = "SpyglassSourceSilent"'],
-             "equal": ["instance"]},
+             "equal": ["host", "instance"]},
             {"source_matchers": ['alertname = "EngineEvictionStorm"'],
              "target_matchers": ['alertname =~ "EngineSnapshotOverBudget|EngineTTFTSpike"'],
-             "equal": ["instance"]},
+             "equal": ["host", "instance"]},
         ],
         "receivers": [
             _receiver("pager", s.pager_webhook_url, s.store_webhook_url),

@@ -22,9 +22,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from socketserver import _SocketWriter  # type: ignore[attr-defined]  # http.server's own writer
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
 
-from exporters.prometheus import registry_for
+from exporters.prometheus import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, registry_for, wants_openmetrics
 from exporters.state import MetricState
 
 
@@ -103,7 +104,7 @@ class AgentServer:
                  alerts: Callable[[bytes], None] | None = None,
                  smoke: Callable[[bytes], None] | None = None) -> None:
         host, _, port = listen.rpartition(":")
-        registry = registry_for(state)
+        registry, with_exemplars = registry_for(state), registry_for(state, exemplars=True)
         expected = f"Bearer {limits.token}".encode() if limits.token else None
 
         class Handler(BaseHTTPRequestHandler):
@@ -117,8 +118,10 @@ class AgentServer:
                 path = self.path.split("?", 1)[0]
                 if not self._allowed(path):
                     return
-                if path == "/metrics":
-                    self._send(200, CONTENT_TYPE_LATEST, generate_latest(registry))
+                if path == "/metrics" and wants_openmetrics(self.headers.get("Accept")):
+                    self._send(200, CONTENT_TYPE_OPENMETRICS, openmetrics.generate_latest(with_exemplars))
+                elif path == "/metrics":
+                    self._send(200, CONTENT_TYPE_TEXT, generate_latest(registry))
                 elif path == "/health":
                     self._send(200, "text/plain", b"ok\n")
                 elif path == "/debug/sources":

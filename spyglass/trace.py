@@ -1,4 +1,10 @@
-"""`spyglass trace REQUEST_ID`: one request's tree of spans, rebuilt from the store's events."""
+"""`spyglass trace ID`: one request's tree of spans, rebuilt from the store's events.
+
+ID is a request id, or a trace id (32 hex digits, as on an exemplar of /metrics). A trace id is
+resolved to its request in one query: the stored request id whose `trace_id_for` it is (DuckDB's
+sha256 over the distinct request ids, so it works when no span was ever pushed), else the request
+id a pushed span of that trace carries (a trace the client started itself).
+"""
 from __future__ import annotations
 
 import json
@@ -15,6 +21,29 @@ from spyglass.config import Config
 from spyglass.query import QueryError, agent_api, run_readonly
 
 REQUEST_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{2,32}$")
+TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def request_of(config: Config, trace_hex: str) -> str:
+    """The request id of a trace id (32 lowercase hex digits, already checked)."""
+    answer = run_readonly(config.store_path(),
+                          "SELECT request_id FROM (SELECT DISTINCT request_id FROM events WHERE request_id IS NOT NULL)"
+                          f" WHERE substr(sha256('spyglass-trace:' || request_id), 1, 32) = '{trace_hex}'"
+                          " UNION ALL (SELECT request_id FROM events WHERE kind = 'span' AND request_id IS NOT NULL"
+                          f" AND fields->>'trace_id' = '{trace_hex}' LIMIT 1) LIMIT 1", agent_api(config))
+    if not answer.rows:
+        raise QueryError(f"no request of trace {trace_hex} in the store")
+    return str(answer.rows[0][0])
+
+
+def resolve(config: Config, given: str) -> str:
+    """The request id `given` names: itself, or the request of a trace id."""
+    if REQUEST_ID.match(given):
+        return given
+    if TRACE_ID.match(given.lower()):
+        return request_of(config, given.lower())
+    raise QueryError(f"not a request id or a trace id: {given!r:.80} (expected YYYYMMDD-HHMMSS-hex,"
+                     " or a trace id of 32 hex digits)")
 
 
 def events_of(config: Config, request_id: str) -> list[Event]:
@@ -60,8 +89,9 @@ def live_tree(spans: list[Event], engine: PhaseSpan | None, request_id: str) -> 
     return min(roots, key=lambda root: root.start) if roots else None
 
 
-def print_trace(config: Config, request_id: str) -> None:
-    request_id = request_id.strip()  # an id taken from `--format csv` output ends in "\r"
+def print_trace(config: Config, given: str) -> None:
+    """Print the tree of a request, named by its request id or by its trace id."""
+    request_id = resolve(config, given.strip())  # an id taken from `--format csv` output ends in "\r"
     events = events_of(config, request_id)
     kinds = {name: options.kind for name, options in config.sources.items()}
     engine = [e for e in events if kinds.get(e.source) == "engine_log"]
@@ -70,6 +100,7 @@ def print_trace(config: Config, request_id: str) -> None:
     root = root or request_tree(engine, [e for e in events if kinds.get(e.source) == "gateway_log"])
     if root is None:
         raise QueryError(f"no finished request {request_id} in the store")
-    tree = Tree(f"{label(root)}\n[dim]{request_id}, started {format_both(root.start)}[/]")
+    trace_hex = format(trace_id_for(request_id), "032x")
+    tree = Tree(f"{label(root)}\n[dim]{request_id} (trace {trace_hex}), started {format_both(root.start)}[/]")
     add(tree, root)
     Console().print(tree)

@@ -52,3 +52,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def random_port_base() -> int:
+    """Three free consecutive ports from a kernel-chosen start: other test runs on this machine scan
+    from free_port_base's fixed start and would race this stack for the same ports."""
+    import socket
+
+    while True:
+        base = free_port()
+        try:
+            for port in (base + 1, base + 2):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue

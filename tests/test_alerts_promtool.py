@@ -97,3 +97,35 @@ def test_a_wrong_expectation_fails(promtool: str, tmp_path: Path) -> None:
     wrong = Scenario("wrong", healthy.minutes, {}, {115: [("EngineEvictionStorm", {"instance": "strata-b", "lane": "normal"})]})
     result = run_promtool(promtool, unit_test(wrong), tmp_path)
     assert result.returncode != 0 and "EngineEvictionStorm" in result.stdout + result.stderr
+
+
+def _on_host(series: dict[str, str], host: str) -> dict[str, str]:
+    """The same series scraped from `host` (the target label each agent's scrape adds, docs/scale.md)."""
+    out = {}
+    for key, values in series.items():
+        name, _, rest = key.partition("{")
+        out[f'{name}{{host="{host}", {rest}' if rest.strip("} ") else f'{name}{{host="{host}"}}'] = values
+    return out
+
+
+def _two_hosts(s: Scenario) -> Scenario:
+    """Two hosts with the same instance names, healthy; the incident on h1 only. Each alert must fire
+    for h1 alone, with its `host`: a rule that aggregated or joined without `host` would mix the two
+    hosts' series (a many-to-many error, a value of both hosts, an alert without `host`)."""
+    series = _on_host(background(s.minutes), "h2") | _on_host(background(s.minutes) | s.series, "h1")
+    checks = {minute: [(name, {**labels, "host": "h1"}) for name, labels in firing] for minute, firing in s.checks.items()}
+    exact = {name: (minute, {**labels, "host": "h1"}, value) for name, (minute, labels, value) in s.exact.items()}
+    return Scenario(s.name + " on h1 of two hosts", s.minutes, series, checks, exact)
+
+
+def unit_test_of_series(s: Scenario) -> dict:
+    """unit_test, for a scenario whose series are complete (no background added)."""
+    test = unit_test(Scenario(s.name, s.minutes, {}, s.checks, s.exact))
+    test["tests"][0]["input_series"] = [{"series": k, "values": v} for k, v in s.series.items()]
+    return test
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name.split(" ")[0] + "-" + str(i) for i, s in enumerate(SCENARIOS)])
+def test_scenario_on_one_of_two_hosts_fires_for_that_host_only(promtool: str, tmp_path: Path, scenario: Scenario) -> None:
+    result = run_promtool(promtool, unit_test_of_series(_two_hosts(scenario)), tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr

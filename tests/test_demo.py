@@ -122,7 +122,8 @@ def test_demo_keep_survives_ctrl_c_and_its_store_answers_afterwards(tmp_path):
     traced = re.findall(r"spyglass trace -c \S+ (\d{8}-\d{6}-[0-9a-f]+)", stdout)[-1]
     tree = spyglass("trace", "--config", str(config), traced)
     assert tree.returncode == 0, tree.stderr
-    assert f"{traced}, started" in tree.stdout  # its shape is tests/test_tracing.py's business
+    assert f"{traced} (trace " in tree.stdout  # its shape is tests/test_tracing.py's business, but
+    assert re.search(r"strata-[ab]: POST /v1/messages \d", tree.stdout), tree.stdout  # every layer's spans are in
     leftovers = subprocess.run(["pgrep", "-f", str(kept)], capture_output=True, text=True)
     assert leftovers.stdout == "", "processes of the demo are still running"
 

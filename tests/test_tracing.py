@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import uvicorn
-from conftest import free_port, wait_until
+from conftest import free_port, random_port_base, wait_until
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -186,8 +186,16 @@ def test_spyglass_trace_prints_the_tree_from_the_store(traced, tmp_path):
     lines = [line.strip("│├└─ ") for line in out.stdout.splitlines()]
     assert lines[0].startswith("gateway ") and "gateway_estimate=" in lines[0]
     assert [line.split()[0] for line in lines[2:]] == ["engine", "queue", "prefill", "thinking", "decode"]
+    # The trace id names the same request: found among the stored request ids (no span was pushed here).
+    trace = format(trace_id_for(traced["request_id"]), "032x")
+    assert f"{traced['request_id']} (trace {trace})" in out.stdout
+    by_trace = subprocess.run([*cli, "trace", "-c", str(config), trace.upper()], capture_output=True, text=True,
+                              env={"COLUMNS": "200", "PATH": ""})
+    assert by_trace.returncode == 0 and by_trace.stdout == out.stdout, by_trace.stderr
+    unknown = subprocess.run([*cli, "trace", "-c", str(config), "f" * 32], capture_output=True, text=True)
+    assert unknown.returncode == 1 and f"no request of trace {'f' * 32} in the store" in unknown.stderr
     bad = subprocess.run([*cli, "trace", "-c", str(config), "'; DROP TABLE events; --"], capture_output=True, text=True)
-    assert bad.returncode == 1 and "not a request id" in bad.stderr
+    assert bad.returncode == 1 and "not a request id or a trace id" in bad.stderr
 
 
 def test_the_agent_stores_pushed_spans_and_trace_merges_them_with_the_log(traced, tmp_path):
@@ -251,7 +259,7 @@ def test_spyglass_trace_of_a_request_from_the_running_stack(tmp_path):
 
     agent_port = free_port()
     pushed = {"otlp_endpoint": f"http://127.0.0.1:{agent_port}"}
-    stack = Stack(tmp_path / "stack", _random_port_base(), {name: {"cache_mib": 65_536, **pushed}
+    stack = Stack(tmp_path / "stack", random_port_base(), {name: {"cache_mib": 65_536, **pushed}
                                                          for name in ("strata-a", "strata-b")}, pushed)
     toml = stack.spyglass_toml(tmp_path / "spyglass")
     (tmp_path / "spyglass.toml").write_text(toml)  # for `spyglass trace`, which reads the store once the agent ends
@@ -297,22 +305,6 @@ def test_spyglass_trace_of_a_request_from_the_running_stack(tmp_path):
 
 
 TREE_LINE = re.compile(r"^([│├└─\s]*)(\S.*?) (\d+\.\d{3}) s")
-
-
-def _random_port_base() -> int:
-    """Three free consecutive ports from a kernel-chosen start: other test runs on this machine scan
-    from free_port_base's fixed start and would race this stack for the same ports."""
-    import socket
-
-    while True:
-        base = free_port()
-        try:
-            for port in (base + 1, base + 2):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
 
 
 def _stored_services(agent, request_id: str) -> set[str]:
