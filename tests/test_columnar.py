@@ -104,6 +104,7 @@ def metric_state(batches: list[list], many: bool = False) -> tuple[dict, list[st
     those invalid)."""
     state = MetricState(exporters.full_catalogue())
     signals = EngineSignals(state, settings=SignalsSettings(lanes={"strata-b": "normal"}))
+    signals.min_batch = 1
     refused = []
     for events in batches:
         failures = signals.apply_many(list(events)) if many else None

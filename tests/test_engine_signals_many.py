@@ -59,6 +59,7 @@ def state_of(batches: list[list[Event]], many: bool, max_series: int, memo: dict
         state.memo = {"engine_log": {k: dict(v) for k, v in memo.items()}}
     signals = EngineSignals(state, settings=SignalsSettings(lanes={"strata-b": "normal"}, long_prompt_tokens=20,
                                                             default_prompt_cache_every=4))
+    signals.min_batch = 1  # column-wise for every batch, however small
     refused = []
     for batch in batches:
         copies = [Event(e.ts, e.source, e.kind, e.instance, dict(e.fields)) for e in batch]
@@ -96,7 +97,10 @@ def test_apply_many_equals_apply_on_the_fixture_and_a_generated_log(tmp_path):
         assert state_of(batches, True, 2000) == state_of(batches, False, 2000)
 
 
-def test_apply_many_leaves_histogram_hooks_their_order():
+def test_apply_many_leaves_histogram_hooks_their_order_and_small_batches_to_apply():
     state = MetricState(exporters.full_catalogue())
+    signals = EngineSignals(state)
+    assert signals.apply_many([Event(0.0, "s", "tool_call", "i")] * (signals.min_batch - 1)) is None
+    assert signals.apply_many([Event(0.0, "s", "tool_call", "i")] * signals.min_batch) == []
     state.histogram_hooks.append(lambda *args: None)
-    assert EngineSignals(state).apply_many([Event(0.0, "s", "tool_call", "i")]) is None
+    assert signals.apply_many([Event(0.0, "s", "tool_call", "i")] * signals.min_batch) is None
