@@ -148,10 +148,6 @@ def binary_array(lines: list[bytes], data: bytes) -> pa.BinaryArray:
     return pa.Array.from_buffers(pa.binary(), len(lines), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def _indices(n: int) -> pa.Array:
-    return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(array("q", range(n)))])
-
-
 class _Kind:
     """A LineKind's RE2 form, and per group whether b"" from RE2 means absent (the group cannot
     match empty) or needs the per-line path to tell absent from empty."""
@@ -224,7 +220,8 @@ class BlockGrammar:
             ignored = pc.match_substring_regex(lines_array, self.ignored)
             misses[Miss.IGNORED] = pc.sum(pc.and_(ignored, keep)).as_py() or 0
             keep = pc.and_not(keep, ignored)
-        lines_array, rows = lines_array.filter(keep), _indices(len(lines)).filter(keep)
+        # The kept lines' numbers: one kernel, not an array("q", range(n)) built in Python and filtered.
+        lines_array, rows = lines_array.filter(keep), pc.indices_nonzero(keep).cast(pa.int64())
         heads = pc.extract_regex(lines_array, self.prefix)
         prefixed = heads.is_valid()
         misses[Miss.UNPREFIXED] = len(heads) - (pc.sum(prefixed).as_py() or 0)
