@@ -148,10 +148,6 @@ def binary_array(lines: list[bytes], data: bytes) -> pa.BinaryArray:
     return pa.Array.from_buffers(pa.binary(), len(lines), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def _indices(n: int) -> pa.Array:
-    return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(array("q", range(n)))])
-
-
 class _Kind:
     """A LineKind's RE2 form, and per group whether b"" from RE2 means absent (the group cannot
     match empty) or needs the per-line path to tell absent from empty."""
@@ -164,6 +160,10 @@ class _Kind:
             raise NotRe2(f"patterns.{kind.kind}: {exc}") from None
         groups = _groups(kind.pattern)
         self.empty_is_absent = [groups[name][0] > 0 for name in kind.names]
+        self.dicts: Callable | None = None
+        self.events: Callable | None = None
+        if kind.names:
+            self.dicts, self.events = _builders(kind.names)
 
 
 class _Block:
@@ -220,7 +220,8 @@ class BlockGrammar:
             ignored = pc.match_substring_regex(lines_array, self.ignored)
             misses[Miss.IGNORED] = pc.sum(pc.and_(ignored, keep)).as_py() or 0
             keep = pc.and_not(keep, ignored)
-        lines_array, rows = lines_array.filter(keep), _indices(len(lines)).filter(keep)
+        # The kept lines' numbers: one kernel, not an array("q", range(n)) built in Python and filtered.
+        lines_array, rows = lines_array.filter(keep), pc.indices_nonzero(keep).cast(pa.int64())
         heads = pc.extract_regex(lines_array, self.prefix)
         prefixed = heads.is_valid()
         misses[Miss.UNPREFIXED] = len(heads) - (pc.sum(prefixed).as_py() or 0)
@@ -290,14 +291,19 @@ class BlockGrammar:
         for empty_is_absent, column in zip(kind.empty_is_absent, raw):
             if not empty_is_absent and b"" in column:
                 redo.update(j for j, value in enumerate(column) if value == b"")
-        values = _convert(plan, raw, kind.empty_is_absent) if raw else [{} for _ in positions]
         name, lines = kind.kind.kind, rows.rows
         times = None if name in self.special else rows.times
-        if times is None:  # the parser's own event(): a zone, a special kind
+        columns = _typed_columns(plan, raw, kind.empty_is_absent) if raw and times is not None else None
+        epochs = [times[p] for p in positions] if columns is not None and times is not None else [None]
+        if None not in epochs and kind.events is not None:  # every row an Event: typed columns into Events
+            results = kind.events(epochs, columns, self.source, name, self.instance, self.host, Event)
+        elif times is None:  # the parser's own event(): a zone, a special kind
+            values = _convert(plan, raw, kind.empty_is_absent, kind.dicts) if raw else [{} for _ in positions]
             stamps, fractions = rows.stamps, rows.fractions
             results = [fields if isinstance(fields, str) else self.event(stamps[p], name, fields, fractions[p])
                        for p, fields in zip(positions, values)]
         else:
+            values = _convert(plan, raw, kind.empty_is_absent, kind.dicts) if raw else [{} for _ in positions]
             source, instance, host = self.source, self.instance, self.host
             results = [fields if isinstance(fields, str) else
                        Event(ts, source, name, fields.get("instance") or instance, fields, fields.get("req"), host)
@@ -391,9 +397,11 @@ class _Rows:
         return self._grammar._fraction_list(self._block.heads, self._block.dots)
 
 
-def _convert(plan: tuple, raw: list[list[bytes]], empty_is_absent: list[bool]) -> list[dict[str, Any] | str]:
+def _convert(plan: tuple, raw: list[list[bytes]], empty_is_absent: list[bool],
+             build: Callable[[list[list[Any]]], list[dict[str, Any]]] | None = None) -> list[dict[str, Any] | str]:
     """Typed fields per row, converted a column at a time; a row with a malformed or out-of-range
-    number is Miss.invalid(its first such field), exactly as LineKind.typed says."""
+    number is Miss.invalid(its first such field), exactly as LineKind.typed says. `build`: the
+    kind's generated dict builder (_Kind.dicts), for rows with every group present."""
     n = len(raw[0]) if raw else 0
     if not plan:
         return [{} for _ in range(n)]
@@ -410,7 +418,41 @@ def _convert(plan: tuple, raw: list[list[bytes]], empty_is_absent: list[bool]) -
         return [_row(plan, row, empty_is_absent) for row in zip(*raw)]
     if absent:
         return [{name: value for name, value in zip(names, row) if value is not None} for row in zip(*columns)]
+    if build is not None:
+        return list(build(columns))
     return [dict(zip(names, row)) for row in zip(*columns)]
+
+
+def _typed_columns(plan: tuple, raw: list[list[bytes]], empty_is_absent: list[bool]) -> list[list[Any]] | None:
+    """The typed columns when every row has every group and every number converts; else None
+    (then _convert says per row what it is)."""
+    try:
+        columns = []
+        for (_, conv), column, absent_ok in zip(plan, raw, empty_is_absent):
+            if absent_ok and b"" in column:
+                return None
+            columns.append(_column(conv, column))
+        return columns
+    except ValueError:
+        return None
+
+
+def _builders(names: tuple[str, ...]) -> tuple[Callable, Callable]:
+    """Two functions generated for one kind's group names: the fields dicts of typed columns, and
+    its Events (`Event(ts, source, kind, fields.get("instance") or instance, fields, fields.get("req"),
+    host)` per row, every group present). A dict display in a generated comprehension costs a
+    third of dict(zip(names, row)); the names only enter the code as string literals (repr)."""
+    values = [f"v{i}" for i in range(len(names))]
+    row = ", ".join(values) + ("," if len(values) == 1 else "")
+    fields = "{" + ", ".join(f"{name!r}: {value}" for name, value in zip(names, values)) + "}"
+    instance = f"({values[names.index('instance')]} or instance)" if "instance" in names else "instance"
+    req = values[names.index("req")] if "req" in names else "None"
+    code = (f"def dicts(columns):\n    return [{fields} for {row} in zip(*columns)]\n"
+            f"def events(ts, columns, source, kind, instance, host, Event):\n"
+            f"    return [Event(t, source, kind, {instance}, {fields}, {req}, host) for t, {row} in zip(ts, *columns)]\n")
+    namespace: dict[str, Any] = {}
+    exec(compile(code, f"<columnar builders {','.join(names)}>", "exec"), namespace)  # noqa: S102 - see above
+    return namespace["dicts"], namespace["events"]
 
 
 def _column(conv: Callable[[bytes], Any], column: list[bytes]) -> list[Any]:

@@ -15,14 +15,17 @@ the closed sets below; other values are exported as `other` and counted.
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from collections.abc import Callable
+from itertools import chain
+from operator import itemgetter
 
 from collectors.event import Event
 from collectors.host import cpu_set
 from exporters import SignalsBase, SignalsSettings, signals_for
 from exporters.buckets import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND
 from exporters.catalogue import spec_maker
-from exporters.state import MetricState
+from exporters.state import MAX_VALUE, MetricState
 
 INSTANCE_LANE = ("instance", "lane")
 RESYNC_LINES = 3
@@ -36,6 +39,21 @@ CLOSED = {  # label -> the values the engine writes; any other is exported as "o
     "component": frozenset({"main", "load", "http", "slot", "cache", "graph", "stats", "sched", "pool"}),
     "status": STATUS_CODES,
 }
+# apply_many: the kinds it applies column-wise (the others, rare, one by one in their place), the
+# fields each one's handler uses as numbers, and its labelled field (closed set name).
+BATCHED = frozenset({"queued", "rejected", "prompt", "restore", "thinking", "tool_call", "done", "park", "evict",
+                     "graph_rebuild", "stats", "error", "checksum_mismatch"})
+CACHE_STATE = ("evictions", "parked", "used", "budget")
+NUMBERS: dict[str, tuple[str, ...]] = {
+    "queued": ("prefill_depth",), "prompt": ("prompt", "reused", "read", "ms"), "thinking": ("tokens", "max"),
+    "done": ("completion", "ttft_ms", "decode_tps"), "park": ("bytes",) + CACHE_STATE,
+    "evict": ("bytes",) + CACHE_STATE, "graph_rebuild": ("took_ms",),
+    "stats": ("busy", "slots", "prefill_queue", "decode_tps") + CACHE_STATE,
+}
+LABELS = {"rejected": ("status", "status"), "restore": ("origin", "origin"), "thinking": ("cause", "cause"),
+          "done": ("finish", "finish"), "evict": ("reason", "evict_reason"),
+          "graph_rebuild": ("reason", "rebuild_reason"), "error": ("component", "component")}
+INC, SET, OBSERVE = 0, 1, 2
 
 
 spec = spec_maker("engine_log", INSTANCE_LANE)
@@ -115,6 +133,11 @@ SPECS = [
 
 @signals_for("engine_log", SPECS)
 class EngineSignals(SignalsBase):
+    # Fewer events than this go one by one: apply_many's fixed cost per kind (grouping, checks,
+    # one call per series) outweighs it below about 200 (a live step is about 50 events; measured:
+    # 50 events 2x slower column-wise, 200 even, 1,000 1.3x faster, 16k 1.75x faster).
+    min_batch = 256
+
     def __init__(self, state: MetricState, settings: SignalsSettings = SignalsSettings()) -> None:
         super().__init__(state, settings)
         self.lanes = settings.lanes
@@ -150,6 +173,221 @@ class EngineSignals(SignalsBase):
                 self.state.inc("spyglass_engine_orphan_lines_total", key + (event.kind,))
                 return
             handler(event, key)
+
+    def apply_many(self, events: list[Event]) -> list[tuple[int, Exception]] | None:
+        """`apply` of every event, in order, with the same resulting state (values, series order,
+        memo, dropped counts), column-wise for runs of the common kinds; returns the events that
+        raised (index, exception), as `apply` would have raised for them, or None when it leaves the
+        batch to `apply` one by one (fewer than `min_batch` events; histogram hooks, which want every
+        observation in order)."""
+        if self.state.histogram_hooks or len(events) < self.min_batch:
+            return None
+        failures: list[tuple[int, Exception]] = []
+        handlers, start = self.handlers, 0
+        slow = [i for i, e in enumerate(events) if e.kind in handlers and e.kind not in BATCHED]
+        for i in slow + [len(events)]:
+            if i > start:
+                self._apply_run(events[start:i], start, failures)
+            if i < len(events):
+                self._apply_one(events[i], i, failures)
+            start = i + 1
+        return failures
+
+    def _apply_one(self, event: Event, index: int, failures: list[tuple[int, Exception]]) -> None:
+        try:
+            self.apply(event)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, as apply would raise it
+            failures.append((index, exc))
+
+    def _apply_run(self, run: list[Event], offset: int, failures: list[tuple[int, Exception]]) -> None:
+        """Events of BATCHED kinds only: checked first (any field a handler would refuse sends the
+        run to `apply` one by one), then applied per kind and series, in event order."""
+        handlers, by_kind = self.handlers, defaultdict(list)
+        for i, e in enumerate(run):
+            by_kind[e.kind].append(i)
+        groups: dict[tuple[str, str, bool], list[int]] = {}
+        for kind, positions in by_kind.items():
+            if kind not in handlers:
+                continue
+            instances = [run[i].instance for i in positions]
+            orphans = [bool(run[i].fields.get("orphan")) for i in positions]
+            if instances.count(instances[0]) == len(instances) and not any(orphans):
+                groups[kind, instances[0], False] = positions
+                continue
+            for i, instance, orphan in zip(positions, instances, orphans):
+                groups.setdefault((kind, instance, orphan), []).append(i)
+        columns = self._columns(run, groups)
+        if columns is None:
+            for i, e in enumerate(run):
+                self._apply_one(e, offset + i, failures)
+            return
+        ops = _Ops()
+        keys = {instance: (instance, self.lanes.get(instance, "")) for _, instance, _ in groups}
+        for (kind, instance, orphan), positions in groups.items():
+            key = keys[instance]
+            if orphan:
+                ops.count(INC, "spyglass_engine_orphan_lines_total", key + (kind,), positions, 0)
+                continue
+            self._kind(ops, run, kind, key, positions, columns[kind, instance])
+        cache = sorted(chain.from_iterable(positions for (kind, _, orphan), positions in groups.items()
+                                           if not orphan and kind in ("park", "evict", "stats")))
+        if cache:
+            self._evictions(ops, run, cache, keys)
+        ops.apply(self.state, run)
+
+    def _evictions(self, ops: _Ops, run: list[Event], cache: list[int], keys: dict[str, tuple[str, str]]) -> None:
+        """The plausibility of evictions= is a walk over the cache lines in order: on_evict's count of
+        evict lines, then `_cache_state`'s check (its common case inline, the rest by `_plausible`)."""
+        memos = self.state.memo.setdefault("engine_log", {})
+        accepted: dict[tuple[str, str], tuple[list[int], list]] = {}
+        refused: dict[tuple[str, str], list[int]] = {}
+        plausible = self._plausible
+        for i in cache:
+            e = run[i]
+            instance = e.instance
+            memo = memos.get(instance)
+            if not isinstance(memo, dict):
+                memo = memos[instance] = {}
+            if e.kind == "evict":
+                memo["evicts"] = memo.get("evicts", 0) + 1 if isinstance(memo.get("evicts"), int) else 1
+            value, last, evicts = e.fields["evictions"], memo.get("value"), memo.get("evicts", 0)
+            if not isinstance(evicts, int):
+                evicts = 0
+            if not isinstance(last, int) or last <= value <= last + evicts:
+                memo.clear()
+                memo.update(value=value, evicts=0)
+                ok = True
+            else:
+                ok = plausible(instance, value)
+            if ok:
+                where, values = accepted.setdefault(keys[instance], ([], []))
+                where.append(i)
+                values.append(value)
+            else:
+                refused.setdefault(keys[instance], []).append(i)
+        for key, (where, values) in accepted.items():
+            ops.put(SET, "spyglass_engine_evictions_total", key, where, values, 0)
+        for key, where in refused.items():
+            ops.count(INC, "spyglass_engine_implausible_values_total", key + ("evictions",), where, 0)
+
+    def _columns(self, run: list[Event], groups: dict[tuple[str, str, bool], list[int]]
+                 ) -> dict[tuple[str, str], dict[str, list]] | None:
+        """Per kind and instance, the fields its handler reads, a column each; None if any field is
+        missing or any number is one `inc`/`set`/`observe` would refuse."""
+        columns: dict[tuple[str, str], dict[str, list]] = {}
+        for (kind, instance, orphan), positions in groups.items():
+            if orphan:
+                continue
+            fields = [run[i].fields for i in positions]
+            found: dict[str, list] = {}
+            try:
+                for name in NUMBERS.get(kind, ()):
+                    column = found[name] = [f[name] for f in fields]
+                    classes = set(map(type, column))
+                    if not classes <= {int, float}:
+                        return None
+                    if float in classes:
+                        if not all(-MAX_VALUE <= v <= MAX_VALUE for v in column):  # NaN fails too
+                            return None
+                    elif not (min(column) >= -MAX_VALUE and max(column) <= MAX_VALUE):
+                        return None
+                if kind in LABELS:
+                    found["label"] = [f[LABELS[kind][0]] for f in fields]
+            except KeyError:
+                return None
+            columns[kind, instance] = found
+        return columns
+
+    def _labels(self, ops: _Ops, run: list[Event], kind: str, positions: list[int], raw: list, seq: int) -> list[str]:
+        """`_label` of each event: the value if in its closed set, else "other" (counted)."""
+        label, closed = LABELS[kind]
+        allowed = CLOSED[closed]
+        values = [str(value) for value in raw]
+        for j, value in enumerate(values):
+            if value not in allowed:
+                values[j] = "other"
+                ops.put(INC, "spyglass_source_unlisted_labels_total", (run[positions[j]].source, label),
+                        [positions[j]], [1.0], seq)
+        return values
+
+    def _by_label(self, ops: _Ops, name: str, key: tuple[str, ...], positions: list[int], labels: list[str],
+                  seq: int) -> None:
+        split: dict[str, list[int]] = {}
+        for p, label in zip(positions, labels):
+            split.setdefault(label, []).append(p)
+        for label, where in split.items():
+            ops.count(INC, name, key + (label,), where, seq)
+
+    def _kind(self, ops: _Ops, run: list[Event], kind: str, key: tuple[str, str], positions: list[int],
+              c: dict[str, list]) -> None:
+        """What the kind's handler does, for all of its events of one instance at once."""
+        put = ops.put
+        if kind == "queued":
+            put(SET, "spyglass_engine_prefill_queue_depth", key, positions, c["prefill_depth"], 0)
+        elif kind == "rejected":
+            labels = self._labels(ops, run, kind, positions, c["label"], 0)
+            self._by_label(ops, "spyglass_engine_rejections_total", key, positions, labels, 1)
+        elif kind == "prompt":
+            prompt, reused = c["prompt"], c["reused"]
+            put(INC, "spyglass_engine_prompt_tokens_total", key + ("reused",), positions, reused, 0)
+            put(INC, "spyglass_engine_prompt_tokens_total", key + ("read",), positions, c["read"], 1)
+            put(OBSERVE, "spyglass_engine_request_prompt_tokens", key, positions, prompt, 2)
+            put(OBSERVE, "spyglass_engine_prefill_read_seconds", key, positions, [ms / 1000.0 for ms in c["ms"]], 3)
+            ops.count(INC, "spyglass_engine_prompt_restores_total", key + ("none",),
+                      [p for p, r in zip(positions, reused) if r == 0], 4)
+            long = self.long_prompt_tokens
+            longs = [j for j, n in enumerate(prompt) if n >= long]
+            ops.count(INC, "spyglass_engine_long_prompts_total", key, [positions[j] for j in longs], 5)
+            if longs:
+                s = self.state
+                every = int(s.values["spyglass_engine_prompt_cache_every_tokens"].get(key, self.default_every))
+                ops.count(INC, "spyglass_engine_long_prompts_checkpoint_only_total", key,
+                          [positions[j] for j in longs if reused[j] > 0 and every > 0 and reused[j] % every == 0
+                           and reused[j] < prompt[j]], 6)
+        elif kind == "restore":
+            labels = self._labels(ops, run, kind, positions, c["label"], 0)
+            self._by_label(ops, "spyglass_engine_prompt_restores_total", key, positions, labels, 1)
+        elif kind == "thinking":
+            tokens, top = c["tokens"], c["max"]
+            put(INC, "spyglass_engine_thinking_tokens_total", key, positions, tokens, 0)
+            labels = self._labels(ops, run, kind, positions, c["label"], 1)
+            self._by_label(ops, "spyglass_engine_thinking_stops_total", key, positions, labels, 2)
+            ops.count(INC, "spyglass_engine_thinking_budget_exhausted_total", key,
+                      [p for p, cause, n, m in zip(positions, c["label"], tokens, top) if cause == "budget" or n >= m],
+                      3)
+        elif kind == "tool_call":
+            ops.count(INC, "spyglass_engine_tool_calls_total", key, positions, 0)
+        elif kind == "done":
+            labels = self._labels(ops, run, kind, positions, c["label"], 0)
+            self._by_label(ops, "spyglass_engine_requests_finished_total", key, positions, labels, 1)
+            put(INC, "spyglass_engine_completion_tokens_total", key, positions, c["completion"], 2)
+            put(OBSERVE, "spyglass_engine_ttft_seconds", key, positions, [ms / 1000.0 for ms in c["ttft_ms"]], 3)
+            put(OBSERVE, "spyglass_engine_request_decode_tokens_per_second", key, positions, c["decode_tps"], 4)
+        elif kind in ("park", "evict", "stats"):  # evictions= itself: the walk in _apply_run
+            put(SET, "spyglass_engine_cache_parked_snapshots", key, positions, c["parked"], 1)
+            put(SET, "spyglass_engine_cache_used_bytes", key, positions, c["used"], 2)
+            put(SET, "spyglass_engine_cache_budget_bytes", key, positions, c["budget"], 3)
+            if kind == "park":
+                put(OBSERVE, "spyglass_engine_cache_snapshot_bytes", key, positions, c["bytes"], 4)
+            elif kind == "evict":
+                labels = self._labels(ops, run, kind, positions, c["label"], 4)
+                self._by_label(ops, "spyglass_engine_evicted_snapshots_total", key, positions, labels, 5)
+                put(INC, "spyglass_engine_evicted_bytes_total", key, positions, c["bytes"], 6)
+            else:
+                put(SET, "spyglass_engine_slots_busy", key, positions, c["busy"], 4)
+                put(SET, "spyglass_engine_slots", key, positions, c["slots"], 5)
+                put(SET, "spyglass_engine_prefill_queue_depth", key, positions, c["prefill_queue"], 6)
+                put(SET, "spyglass_engine_decode_tokens_per_second", key, positions, c["decode_tps"], 7)
+        elif kind == "graph_rebuild":
+            labels = self._labels(ops, run, kind, positions, c["label"], 0)
+            self._by_label(ops, "spyglass_engine_graph_rebuilds_total", key, positions, labels, 1)
+            put(INC, "spyglass_engine_graph_rebuild_seconds_total", key, positions,
+                [ms / 1000.0 for ms in c["took_ms"]], 2)
+        elif kind == "error":
+            labels = self._labels(ops, run, kind, positions, c["label"], 0)
+            self._by_label(ops, "spyglass_engine_errors_total", key, positions, labels, 1)
+        elif kind == "checksum_mismatch":
+            ops.count(INC, "spyglass_engine_model_checksum_mismatches_total", key, positions, 0)
 
     def _label(self, e: Event, label: str, closed: str = "") -> str:
         """The field `label` of `e` if it is in its closed set, else "other" (counted)."""
@@ -256,8 +494,7 @@ class EngineSignals(SignalsBase):
         s, f = self.state, e.fields
         s.inc("spyglass_engine_requests_finished_total", key + (self._label(e, "finish"),))
         s.inc("spyglass_engine_completion_tokens_total", key, f["completion"])
-        s.observe("spyglass_engine_ttft_seconds", key, f["ttft_ms"] / 1000.0,
-                  (e.request_id, e.ts) if e.request_id else None)  # the exemplar: a trace to follow
+        s.observe("spyglass_engine_ttft_seconds", key, f["ttft_ms"] / 1000.0, exemplar_of(e))
         s.observe("spyglass_engine_request_decode_tokens_per_second", key, f["decode_tps"])
 
     def on_park(self, e: Event, key: tuple[str, str]) -> None:
@@ -320,3 +557,52 @@ class EngineSignals(SignalsBase):
             return True
         memo["run"] = run
         return False
+
+
+EXEMPLARS = frozenset({"spyglass_engine_ttft_seconds"})  # histograms whose buckets link to a trace
+
+
+def exemplar_of(e: Event) -> tuple[str, float] | None:
+    """The exemplar of an observation: the request's id (its trace) and the event's time."""
+    return (e.request_id, e.ts) if e.request_id else None
+
+
+class _Ops:
+    """The state calls of a run of events, gathered per (call, metric, series) with the position of
+    each event that made them, then made in the order the events would have made them first (so new
+    series are inserted, and capped, in the same order), each series' values in event order."""
+
+    def __init__(self) -> None:
+        self.ops: dict[tuple[int, str, tuple[str, ...]], list] = {}
+
+    def put(self, op: int, name: str, key: tuple[str, ...], positions: list[int], values: list, seq: int) -> None:
+        """`values[j]` from the event at `positions[j]` (ascending); `seq`: the call's order in its handler."""
+        if not positions:
+            return
+        entry = self.ops.get((op, name, key))
+        if entry is None:
+            self.ops[op, name, key] = [positions[0], seq, [positions], [values]]
+            return
+        if (positions[0], seq) < (entry[0], entry[1]):
+            entry[0], entry[1] = positions[0], seq
+        entry[2].append(positions)
+        entry[3].append(values)
+
+    def count(self, op: int, name: str, key: tuple[str, ...], positions: list[int], seq: int) -> None:
+        self.put(op, name, key, positions, [1.0] * len(positions), seq)
+
+    def apply(self, state: MetricState, run: list[Event]) -> None:
+        for (op, name, key), (_, _, positions, values) in sorted(self.ops.items(), key=lambda item: item[1][:2]):
+            if len(values) == 1:
+                ordered, at = values[0], positions[0]
+            else:
+                pairs = sorted(zip(chain.from_iterable(positions), chain.from_iterable(values)), key=itemgetter(0))
+                ordered, at = [value for _, value in pairs], [position for position, _ in pairs]
+            if op == INC:
+                state.inc_each(name, key, ordered)
+            elif op == SET:
+                state.set_last(name, key, ordered[-1], len(ordered))
+            elif name in EXEMPLARS:
+                state.observe_each(name, key, ordered, [exemplar_of(run[i]) for i in at])
+            else:
+                state.observe_each(name, key, ordered)

@@ -18,10 +18,10 @@ from exporters.statefile import StateFile, Store
 from spyglass import __version__
 from spyglass.config import Config
 from spyglass.pipeline import Pipeline, SourceRuntime
-from spyglass.server import AgentServer, ServerLimits
 from spyglass.wake import Wake
 
 if TYPE_CHECKING:
+    from spyglass.server import AgentServer
     from spyglass.snapshot import Snapshots
 
 
@@ -63,6 +63,8 @@ class Agent:
         self.snapshots: Snapshots | None = None
         self._decoding = threading.Lock()
         if config.exporters.prometheus.enabled:
+            from spyglass.server import AgentServer, ServerLimits  # here: `spyglass ingest` serves nothing
+
             server = config.exporters.prometheus
             limits = ServerLimits(server.workers, server.request_timeout_seconds, server.max_body_bytes,
                                   server.bearer_token(), tuple(server.open_paths))

@@ -95,12 +95,14 @@ def ingest(config: ConfigOption) -> None:
     pipeline = Pipeline(cfg, SystemClock(), open_store(cfg))
     tailers = [rt.tailer for rt in pipeline.sources if rt.tailer is not None]
     before = sum(tailer.stats.lines for tailer in tailers)
-    events = [0]
-    pipeline.event_hooks.append(lambda committed: events.__setitem__(0, events[0] + len(committed)))
+    # Events counted from the sources' outcomes, not by a commit hook: with a hook the committer
+    # would keep every event of a commit interval in memory even with the store off.
+    before_events = sum(rt.outcomes.get("event", 0) for rt in pipeline.sources)
     try:
         pipeline.run_until_idle()
     finally:
         pipeline.close()
+    events = [sum(rt.outcomes.get("event", 0) for rt in pipeline.sources) - before_events]
     lines = sum(tailer.stats.lines for tailer in tailers) - before
     stored = "stored" if cfg.exporters.store.enabled else "counted (store off)"
     typer.echo(f"read {lines:,} lines from {files - len(missing)} of {files} files;"

@@ -76,6 +76,7 @@ class SourceRuntime:
     outcomes: dict[str, int] = field(default_factory=dict)
     last_unmatched: bytes = b""
     last_event_ts: float = 0.0
+    apply_many: Callable[[list[Event]], list[tuple[int, Exception]] | None] | None = None  # column-wise apply
 
 
 class Pipeline:
@@ -142,7 +143,8 @@ class Pipeline:
             source.restore(checkpoint["source"])
         signals = self.signals.get(options.kind)
         runtime = SourceRuntime(name, options.kind, source, tailer, signals.apply if signals else None,
-                                checkpoint.get("source") if checkpoint and tailer is None else None, schedule)
+                                checkpoint.get("source") if checkpoint and tailer is None else None, schedule,
+                                apply_many=getattr(signals, "apply_many", None))
         for (src, outcome), value in self.state.series("spyglass_source_lines_total").items():
             if src == name:
                 runtime.outcomes[outcome] = int(value)
@@ -328,20 +330,35 @@ class Pipeline:
 
     def _apply(self, rt: SourceRuntime, events: list[Event]) -> None:
         apply, good = rt.apply, []
-        for event in events:
+        failures = rt.apply_many(events) if rt.apply_many is not None and len(events) > 1 else None
+        one_by_one = events if failures is None else []
+        if failures:  # applied column-wise: the same state as one by one, the same refusals
+            refused = dict(failures)
+            for i, event in enumerate(events):
+                if i in refused:
+                    self._refused(rt, event, refused[i])
+                else:
+                    good.append(event)
+        elif failures is not None:
+            good = list(events)
+        for event in one_by_one:
             try:
                 if apply is not None:
                     apply(event)
                 good.append(event)
             except Exception as exc:  # noqa: BLE001 - e.g. a pattern override without a field we need
-                rt.outcomes["invalid"] = rt.outcomes.get("invalid", 0) + 1
-                if rt.outcomes["invalid"] <= 10 or rt.outcomes["invalid"] % 1000 == 0:  # loud, not a flood
-                    logger.warning("{}: {} event not usable ({!r}); check sources.{}.patterns", rt.name,
-                                   event.kind, exc, rt.name)
+                self._refused(rt, event, exc)
         rt.outcomes["event"] = rt.outcomes.get("event", 0) + len(good)
         events[:] = good
         if good:
             rt.last_event_ts = max(rt.last_event_ts, max(e.ts for e in good))
+
+    @staticmethod
+    def _refused(rt: SourceRuntime, event: Event, exc: Exception) -> None:
+        rt.outcomes["invalid"] = rt.outcomes.get("invalid", 0) + 1
+        if rt.outcomes["invalid"] <= 10 or rt.outcomes["invalid"] % 1000 == 0:  # loud, not a flood
+            logger.warning("{}: {} event not usable ({!r}); check sources.{}.patterns", rt.name,
+                           event.kind, exc, rt.name)
 
     def _update_health(self, rt: SourceRuntime) -> None:
         tailer = rt.tailer

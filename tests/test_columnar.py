@@ -98,13 +98,19 @@ def sources(**options) -> tuple[EngineLogSource, EngineLogSource]:
     return made[0], made[1]
 
 
-def metric_state(batches: list[list]) -> tuple[dict, list[str]]:
-    """The engine signals' state after applying every event, as the pipeline does, and the
-    events the signals refused (the pipeline counts those invalid)."""
+def metric_state(batches: list[list], many: bool = False) -> tuple[dict, list[str]]:
+    """The engine signals' state after applying every event, as the pipeline does (one by one, or
+    with `many` column-wise per batch), and the events the signals refused (the pipeline counts
+    those invalid)."""
     state = MetricState(exporters.full_catalogue())
     signals = EngineSignals(state, settings=SignalsSettings(lanes={"strata-b": "normal"}))
+    signals.min_batch = 1
     refused = []
     for events in batches:
+        failures = signals.apply_many(list(events)) if many else None
+        if failures is not None:
+            refused += [f"{events[i].kind}: {exc!r}" for i, exc in failures]
+            continue
         for event in events:
             try:
                 signals.apply(event)
@@ -126,6 +132,7 @@ def run_both(blocks: list[list[bytes]], **options) -> tuple[EngineLogSource, Eng
         per_line.append(a[0])
         per_block.append(b[0])
     assert metric_state(per_block) == metric_state(per_line)
+    assert metric_state(per_block, many=True) == metric_state(per_line)
     return line_path, block_path
 
 
