@@ -37,11 +37,7 @@ pytestmark = pytest.mark.slow
 MINUTES = 60
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
 # Bounded in time on this machine: one scenario per incident family the diagnosis checks.
-COMPARED = ["healthy", "eviction-storm", "special-tokens", "plan-then-eos", "crash-loop", "token-count",
-            pytest.param("concurrency", marks=pytest.mark.xfail(strict=True, reason=(
-                "a disagreement: the gateway's reject line names no lane (exported as lane unknown),"
-                " so GatewayConcurrencyFull's by-lane ratio"
-                " never matches a denominator and stays silent; the diagnosis reads the 429s from the store")))]
+COMPARED = ["healthy", "eviction-storm", "special-tokens", "plan-then-eos", "crash-loop", "token-count", "concurrency"]
 
 
 def scenario_run(name: str, folder: Path):
