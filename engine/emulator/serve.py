@@ -57,6 +57,7 @@ class EngineSettings(BaseModel):
     # H20: after finishing this many requests the engine hangs: the process runs, /health answers 200 and
     # /v1/status says ready, but no request finishes (new ones wait in the prefill queue) and no line is written.
     hang_after_requests: int | None = None
+    affinity: list[int] | None = None  # really pin the process to these CPUs (stack.py runs it under taskset)
     seed: int = 1
     otlp_endpoint: str | None = None  # trace the serve (engine.instrument) and push spans here
 
