@@ -177,7 +177,8 @@ class AlertsConfig(Strict):
                                      " this times the catalogue's: 1 for a real deployment; an emulated one whose"
                                      " engines run model time faster (the emulator's time_scale) pages on its own"
                                      " clock with less. Thresholds in seconds or minutes (probe budget, hung and"
-                                     " silent minutes, crash-loop window) are settings of their own.")
+                                     " silent minutes, crash-loop window) are settings of their own, and rate"
+                                     " thresholds (evictions or rebuilds a minute) are not scaled.")
     lanes: dict[str, LaneObjective] = Field(
         default_factory=dict, description="TTFT objective per lane; a lane without one gets 40 s at 99%.")
     cache_snapshot_budget_share: float = Field(

@@ -71,9 +71,10 @@ CASES = [
     # The same over-budget snapshots raise the H3 warning: inhibited while the storm pages, it reaches the
     # ticket when the storm's (scaled) 6 s rate window empties before the restart has emptied the cache.
     # The fix restarts strata-b with a bigger cache: its status endpoint may not answer for the (scaled) 3 s of
-    # SpyglassSourceDown's for: on a loaded machine.
+    # SpyglassSourceDown's for: on a loaded machine. The five conversations bring new graph shapes: their few
+    # warm-up rebuilds fall in the scaled 6 s window of EngineRecompileStorm, whose "2 a minute" is not scaled.
     Case("eviction-storm", frozenset({"EngineEvictionStorm"}), {"strata-a": BIG_CACHE, "strata-b": BIG_CACHE},
-         may=frozenset({"EngineSnapshotOverBudget", "SpyglassSourceDown"})),
+         may=frozenset({"EngineSnapshotOverBudget", "SpyglassSourceDown", "EngineRecompileStorm"})),
     # (SpyglassSourceDown: the fix restarts strata-b, as for the eviction storm.)
     # GatewayEstimateSkew compares estimates counted at arrival with engine counts at completion: over the
     # scaled 36 s window a few long sequential requests can skew that ratio for its 18 s for: in some runs.
