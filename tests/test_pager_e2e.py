@@ -326,8 +326,9 @@ def test_the_pager_rings_for_the_incident_and_stops_when_it_is_fixed(case: Case,
         for path, name, _, labels in received:  # each to the receiver its severity routes to
             if name != "Watchdog":
                 assert path == {"critical": "/pager"}.get(labels["severity"], "/ticket"), (name, path)
-        # What Prometheus fired and no receiver got is exactly what an inhibit rule covers.
-        kept = {(name, instance) for name, instance in fired if name != "Watchdog" and name not in names}
+        # What Prometheus fired and no receiver got is exactly what an inhibit rule covers (a timing-dependent
+        # `may` alert can also fire for less than Alertmanager's group_wait and resolve unnotified).
+        kept = {(name, instance) for name, instance in fired if name != "Watchdog" and name not in names | case.may}
         assert all(inhibited(name, instance, fired) for name, instance in kept), f"fired in Prometheus: {sorted(fired)}"
         assert {name for name, _ in kept} >= case.inhibited, f"fired in Prometheus: {sorted(fired)}"
 
