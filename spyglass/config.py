@@ -172,6 +172,13 @@ class AlertsConfig(Strict):
     runbook_base_url: str = Field("alerts/runbooks",
                                   description="runbook_url is this, a slash and <AlertName>.md.")
     evaluation_interval_seconds: int = Field(30, gt=0, le=300, description="Rule group evaluation interval.")
+    time_scale: float = Field(
+        1.0, gt=0, le=1, description="Every range window, offset, for: and keep_firing_for: of the generated rules is"
+                                     " this times the catalogue's: 1 for a real deployment; an emulated one whose"
+                                     " engines run model time faster (the emulator's time_scale) pages on its own"
+                                     " clock with less. Thresholds in seconds or minutes (probe budget, hung and"
+                                     " silent minutes, crash-loop window) are settings of their own, and rate"
+                                     " thresholds (evictions or rebuilds a minute) are not scaled.")
     lanes: dict[str, LaneObjective] = Field(
         default_factory=dict, description="TTFT objective per lane; a lane without one gets 40 s at 99%.")
     cache_snapshot_budget_share: float = Field(

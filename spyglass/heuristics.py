@@ -660,15 +660,23 @@ ORDER BY lane""",
     return Heuristic(
         "H12", "Model concurrency full (429)", "5",
         "Requests rejected with 429 because the model's concurrency limit is full.",
-        "-", Check("Concurrency limit against demand per lane.",
-                   promql="sum by (host, lane) (rate(spyglass_gateway_requests_received_total[10m]))"),
+        "-", Check("Concurrency limit against demand per lane (the gateway's reject line names no lane: the store's"
+                   " infer rows do).",
+                   promql="sum by (host, lane) (rate(spyglass_gateway_requests_received_total[10m]))",
+                   sql="SELECT lane, count(*) AS requests, count(*) FILTER (WHERE status = 429) AS rejected"
+                       " FROM gateway_requests GROUP BY lane ORDER BY lane"),
         ("the model's concurrency limit", "--slots", "client retry back-off"),
         (Threshold("rejected_share", share, "ratio", "share of requests answered 429"),),
+        # The gateway writes its reject line with no lane and no request line before it, so the 429s are
+        # exported under lane "unknown": the ratio is the gateway's, over every lane, of the requests it
+        # answered (a 429 is one of them), never one lane's 429s against the same lane's requests.
         (Alert("GatewayConcurrencyFull", "warning",
-               ratio("rate(spyglass_gateway_concurrency_rejections_total[10m])",
-                     "rate(spyglass_gateway_requests_received_total[10m])", "host, lane") + f" > {_n(share)}", "5m",
-               f"Lane {LANE} turns requests away: model concurrency full.",
-               f"{PERCENT} of lane {LANE}'s requests over 10 minutes were rejected with 429."),), probe=probe)
+               "sum without (lane) (rate(spyglass_gateway_concurrency_rejections_total[10m]))\n"
+               "  / (sum without (lane, status) (rate(spyglass_gateway_requests_total[10m])) > 0)"
+               f" > {_n(share)}", "5m",
+               "The gateway turns requests away: model concurrency full.",
+               f"{PERCENT} of the gateway's answers over 10 minutes were 429: model concurrency full."),),
+        probe=probe)
 
 
 def _h13(d: Deployment) -> Heuristic:
@@ -922,6 +930,25 @@ def _h19(d: Deployment) -> Heuristic:
 
 def _h20(d: Deployment) -> Heuristic:
     minutes = d.settings.hung_minutes
+    # Each poll where the serve said ready with work queued or slots busy, against the engine log's last
+    # line before it: a hung engine writes nothing (no done, no [stats]) while its serve still answers.
+    probe = Probe("EngineHung", f"""
+WITH engine AS (
+  SELECT instance, ts_utc FROM timeline__all WHERE source_kind = 'engine_log' AND ts_utc < $to
+), waiting AS (
+  SELECT instance, ts_utc, prefill_queue, slots_busy FROM status_snapshots
+  WHERE up AND state = 'ready' AND (prefill_queue > 0 OR slots_busy > 0)
+), hung AS (
+  SELECT w.instance, w.ts_utc, w.prefill_queue, w.slots_busy, e.ts_utc AS last_line_utc
+  FROM waiting w ASOF JOIN engine e ON e.instance = w.instance AND w.ts_utc >= e.ts_utc
+  WHERE w.ts_utc - e.ts_utc > INTERVAL {minutes} MINUTE
+)
+SELECT instance, NULL AS lane, min(last_line_utc) AS start_utc, max(ts_utc) AS end_utc,
+  round(epoch(max(ts_utc) - min(last_line_utc)) / 60, 1) AS silent_minutes,
+  coalesce(max(prefill_queue), 0) AS queued, coalesce(max(slots_busy), 0) AS busy
+FROM hung GROUP BY instance ORDER BY instance""",
+        "{instance} wrote no engine-log line for {silent_minutes:g} minutes while its serve said ready with"
+        " {queued} queued and {busy} slots busy.", ("silent_minutes", "queued", "busy"))
     return Heuristic(
         "H20", "Engine hung while /health answers", "vLLM 39863: a proxy kept a hung backend in rotation for 85 minutes",
         f"Requests queued or slots busy, but no request finished and no [stats] line for {minutes} minutes, while the"
@@ -941,7 +968,7 @@ def _h20(d: Deployment) -> Heuristic:
                f" (sum by (host, instance) (increase(spyglass_engine_requests_finished_total[{minutes}m])) > 0)",
                "0m", f"{INSTANCE} is hung: work waiting, nothing finishing, no log line.",
                f"{INSTANCE} has written no line for {SECONDS} with requests queued or slots busy, while its process runs"
-               " and its serve says ready."),))
+               " and its serve says ready."),), probe=probe)
 
 
 BUILDERS = (_h1, _h2, _h3, _h4, _h5, _h6, _h7, _h8, _h9, _h10, _h11, _h12, _h13, _h14, _h15, _h16, _h17, _h18,

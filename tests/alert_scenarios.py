@@ -88,6 +88,7 @@ def background(n: int) -> dict[str, str]:
         ln = f'lane="{lane}"'
         s.update({
             f'spyglass_gateway_requests_received_total{{{ln}, mode="assembled"}}': counter((n, 60)),
+            f'spyglass_gateway_requests_total{{{ln}, status="200"}}': counter((n, 60)),
             f'spyglass_gateway_prompt_tokens_total{{{ln}, counted_by="engine"}}': counter((n, 6000)),
             f'spyglass_gateway_prompt_tokens_total{{{ln}, counted_by="gateway_estimate"}}': counter((n, 6600)),
             f"spyglass_gateway_concurrency_rejections_total{{{ln}}}": gauge((n, 0)),
@@ -169,9 +170,11 @@ def scenarios() -> list[Scenario]:
         Scenario("H11 blind retries after overfits", N, {
             'spyglass_gateway_blind_retries_total{lane="fast"}': gauge((T0, 0), (rest, 1)),
         }, {115: [], 125: [("GatewayBlindRetries", {"lane": "fast"})], 150: []}),
+        # As the gateway logs them: a reject line names no lane and has no request line before it.
         Scenario("H12 429 concurrency full", N, {
-            'spyglass_gateway_concurrency_rejections_total{lane="normal"}': counter((T0, 0), (rest, 6)),
-        }, {122: [], 140: [("GatewayConcurrencyFull", {"lane": "normal"})]}),
+            'spyglass_gateway_concurrency_rejections_total{lane="unknown"}': counter((T0, 0), (rest, 12)),
+            'spyglass_gateway_requests_total{lane="unknown", status="429"}': counter((T0, 0), (rest, 12)),
+        }, {122: [], 140: [("GatewayConcurrencyFull", {})]}, {"GatewayConcurrencyFull": (140, {}, "9.091%")}),
         Scenario("H13 crash loop, then FATAL", N, {
             'spyglass_supervisord_spawns_total{program="strata-b"}':
                 gauge((T0, 1), *[(3, 2 + k) for k in range(10)], (rest - 30, 11)),

@@ -131,6 +131,22 @@ def test_rules_command_writes_this_deployments_numbers(tmp_path: Path) -> None:
     assert len(list((tmp_path / "out" / "runbooks").glob("*.md"))) == len(rules)
 
 
+def test_time_scale_scales_every_window_offset_and_for(promtool: str, tmp_path: Path) -> None:
+    """An emulated deployment pages on its own clock: every duration of the rules times alerts.time_scale."""
+    fast = Deployment.of(parse_config({"alerts": {"time_scale": 0.01, "lanes": {"fast": {"ttft_seconds": 40.0}}}}, "f.toml"))
+    groups = yaml.safe_load(generated(fast)["spyglass-rules.yml"])["groups"]
+    rule = {r.get("alert") or r["record"]: r for g in groups for r in g["rules"]}
+    assert rule["EngineEvictionStorm"]["for"] == "3s"  # 5m
+    assert rule["ProgramCrashLoop"]["keep_firing_for"] == "6s" and "[9s]" in rule["ProgramCrashLoop"]["expr"]  # 10m, 15m
+    assert rule["SpyglassTargetDown"]["for"] == "1200ms"  # 2m
+    assert "offset 36s" in rule["instance_lane:spyglass_engine_request_decode_tokens_per_second:baseline_mean_rate1h"]["expr"]
+    durations = re.findall(r"\[([^]:]+)\]|offset (\S+?)\)", yaml.safe_dump(groups))
+    assert durations and all(re.fullmatch(r"\d+(ms|s)", d or o) for d, o in durations if d != "stats")
+    path = tmp_path / "rules.yml"
+    path.write_text(generated(fast)["spyglass-rules.yml"])
+    assert check(promtool, "check", "rules", str(path)).returncode == 0
+
+
 def test_a_bad_alerts_setting_names_the_key() -> None:
     with pytest.raises(ConfigError, match=r"alerts\.lanes\.fast\.objective"):
         parse_config({"alerts": {"lanes": {"fast": {"ttft_seconds": 10.0, "objective": 0.5}}}}, "f.toml")

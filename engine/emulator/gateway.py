@@ -32,7 +32,7 @@ from pydantic import BaseModel
 
 from collectors.clock import BEIJING
 from collectors.infer_store import text_of
-from engine.emulator.mechanism import cjk_chars, estimate_tokens
+from engine.emulator.mechanism import cjk_chars, count_tokens, estimate_tokens
 from engine.instrument import annotate, event, instrument, new_request_id, otlp_tracing, request_id
 
 FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
@@ -52,6 +52,7 @@ class GatewaySettings(BaseModel):
     window: int = 262_144
     concurrency_limit: int = 2
     blind_retry: bool = True
+    estimate_by_engine: bool = False  # the incident-6 fix: the estimate is the engine tokenizer's count, not 0.70/char
     segment_records: int = 20
     version: str = "2026.10.19-2"
     time_scale: float = 0.01  # the engines' scale: logged durations are model time, like theirs
@@ -115,7 +116,7 @@ class Gateway:
             return JSONResponse({"type": "error", "error": {"type": "rate_limit_error", "message": reason}}, 429)
         sent = self.assemble(messages) if mode == "assembled" else messages
         text = text_of(body.get("system")) + "".join(text_of(m.get("content")) for m in sent)
-        est = estimate_tokens(text)
+        est = count_tokens(text) if self.s.estimate_by_engine else estimate_tokens(text)
         max_tokens = int(body.get("max_tokens") or 32000)
         self.write(f"req={rid} session={session} lane={lane} mode={mode} client_msgs={len(messages)}"
                    f" sent_msgs={len(sent)} chars={len(text)} cjk={cjk_chars(text) / max(len(text), 1):.3f}"

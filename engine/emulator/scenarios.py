@@ -32,14 +32,19 @@ class Driver:
         self.statuses: list[int] = []
 
     async def send(self, client: httpx.AsyncClient, lane: str, messages: list[dict], *, tools: bool = True,
-                   mode: str = "assembled", max_tokens: int = 32000) -> dict[str, Any]:
+                   mode: str = "assembled", max_tokens: int = 32000, timeout: float = 300) -> dict[str, Any]:
+        """The reply's JSON; {} after the deadline, or when no answer came within `timeout` (status 0)."""
         if asyncio.get_event_loop().time() > self.deadline:
             return {}
         async with self.limit:
             body = {"model": "qwen3.5-397b", "max_tokens": max_tokens, "messages": messages,
                     "tools": [{"name": "Bash", "input_schema": {"type": "object"}}] if tools else []}
-            response = await client.post(self.url + "/v1/messages", json=body, timeout=300,
-                                         headers={"x-lane": lane, "x-mode": mode})
+            try:
+                response = await client.post(self.url + "/v1/messages", json=body, timeout=timeout,
+                                             headers={"x-lane": lane, "x-mode": mode})
+            except httpx.TimeoutException:
+                self.statuses.append(0)
+                return {}
             self.statuses.append(response.status_code)
             return response.json()
 
@@ -114,6 +119,14 @@ async def crash_loop(d: Driver, c: httpx.AsyncClient) -> None:
     await asyncio.sleep(12)  # strata-b aborts 1 s after each start; supervisord respawns it
 
 
+async def hung_engine(d: Driver, c: httpx.AsyncClient) -> None:
+    # strata-b finishes one request, then hangs (H20): the next two are accepted and never answered;
+    # the client gives up on them, the gateway and the engine keep them in flight.
+    await d.send(c, "normal", [{"role": "user", "content": "Task: hello " + filler(2_000, "first")}])
+    await asyncio.gather(*(d.send(c, "normal", [{"role": "user", "content": f"Task: {i} " + filler(2_000, str(i))}],
+                                  timeout=3) for i in range(2)))
+
+
 async def slow_load(d: Driver, c: httpx.AsyncClient) -> None:
     await d.send(c, "normal", [{"role": "user", "content": "Task: hello"}])  # still loading: 503
 
@@ -149,6 +162,8 @@ SCENARIOS = {s.name: s for s in [
     Scenario("crash-loop", "strata-b aborts after start and is respawned: never FATAL (upgrade article).",
              crash_loop, {"strata-b": {"crash_after_seconds": 1.0}}, crash_loop=frozenset({"strata-b"}),
              ready=("strata-a",)),
+    Scenario("hung-engine", "strata-b stops finishing requests and writing lines; /health still 200 (H20).",
+             hung_engine, {"strata-b": {"hang_after_requests": 1}}),
     Scenario("slow-load", "strata-b loads far longer than a probe allows: loading, /health 503.", slow_load,
              {"strata-b": {"load_seconds": 6000.0}}, ready=("strata-a",)),
     Scenario("recompile-storm", "Every request a new shape: graph rebuilds (upgrade article).", recompile_storm,

@@ -54,6 +54,10 @@ class EngineSettings(BaseModel):
     escape_special: bool = True  # STRATA_ESCAPE_SPECIAL: the fix switched on
     serve_version: str = "2026.10.18"
     crash_after_seconds: float | None = None  # abort (SIGABRT) this long after start: a crash loop
+    # H20: after finishing this many requests the engine hangs: the process runs, /health answers 200 and
+    # /v1/status says ready, but no request finishes (new ones wait in the prefill queue) and no line is written.
+    hang_after_requests: int | None = None
+    affinity: list[int] | None = None  # really pin the process to these CPUs (stack.py runs it under taskset)
     seed: int = 1
     otlp_endpoint: str | None = None  # trace the serve (engine.instrument) and push spans here
 
@@ -74,12 +78,17 @@ class Engine:
         self.requests: dict[str, int] = {}
         self.escapes = {"calls": 0, "literals": 0}
         self.stops_while_reasoning = 0
+        self.finished = 0
+        self.hung = settings.hang_after_requests == 0
+        self.never = asyncio.Event()  # never set: what a hung engine's work waits on
 
     def write(self, record: log.Record) -> None:
         self.log.write(line(time.time(), *record) + b"\n")
 
     async def sleep(self, model_seconds: float) -> None:
         await asyncio.sleep(model_seconds * self.s.time_scale)
+        if self.hung:  # work in progress when the engine hung never resumes
+            await self.never.wait()
 
     def start_lines(self) -> None:
         s = self.s
@@ -97,6 +106,8 @@ class Engine:
     async def stats(self) -> None:
         while True:
             await asyncio.sleep(max(0.5, 10 * self.s.time_scale))
+            if self.hung:
+                continue
             c = self.cache
             self.write(log.stats(self.busy, self.s.slots, self.queue_depth, self.decode_rate(), len(c.parked),
                                  c.used_bytes(), c.budget_bytes, c.evictions))
@@ -133,6 +144,9 @@ class Engine:
                 self.escapes["calls"] += 1
                 self.escapes["literals"] += literals
                 event("escape", literals=literals)
+        if self.hung:  # accepted and left waiting: the serve counts it queued, the engine never logs it
+            self.queue_depth += 1
+            await self.never.wait()
         self.task += 1
         task = self.task
         if prompt > self.s.window:
@@ -194,6 +208,9 @@ class Engine:
         for park_line in park_lines(self.cache, conv, prompt + response.completion, time.time()):
             self.log.write(park_line + b"\n")
         self.count(200)
+        self.finished += 1
+        if self.s.hang_after_requests is not None and self.finished >= self.s.hang_after_requests:
+            self.hung = True
         model_ms = ttft_ms + int(response.completion / self.decode_rate() * 1000)
         return 200, {"input_tokens": prompt, "output_tokens": response.completion, "ttft_ms": ttft_ms,
                      "model_ms": model_ms}, response

@@ -81,7 +81,9 @@ class Stack:
         py = shlex.quote(sys.executable)
         programs = {"rag-proxy": f"{py} -m engine.emulator.gateway --settings {shlex.quote(self.gateway.model_dump_json())}"}
         for name, settings in self.engines.items():
-            programs[name] = f"{py} -m engine.emulator.serve --settings {shlex.quote(settings.model_dump_json())}"
+            # Pinned from exec on (taskset), so no moment of the process runs on other CPUs.
+            pin = f"taskset -c {','.join(map(str, settings.affinity))} " if settings.affinity else ""
+            programs[name] = f"{pin}{py} -m engine.emulator.serve --settings {shlex.quote(settings.model_dump_json())}"
         sections = [f"[supervisord]\nlogfile={self.folder}/supervisord.log\npidfile={self.folder}/supervisord.pid\n"
                     f"nodaemon=true\nloglevel=info\n",
                     f"[unix_http_server]\nfile={self.folder}/supervisor.sock\n",
@@ -142,6 +144,14 @@ class Stack:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"not ready after {timeout:.0f} s: {pending[0]}")
             pause.wait(0.05)
+
+    def reconfigure(self, engine_patch: dict[str, dict]) -> None:
+        """The operator's fix: rewrite the supervisord config with these engine patches (over the defaults)
+        and have supervisord restart the programs whose command changed (`supervisorctl update`)."""
+        self.engine_patch = engine_patch
+        self.engines = engines(self.folder, self.base_port, **engine_patch)
+        conf = self.supervisord_conf()
+        subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "update"], check=True, capture_output=True, timeout=60)
 
     def flush(self) -> None:
         """Have the gateway publish its open infer segment."""
