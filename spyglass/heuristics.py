@@ -121,6 +121,7 @@ class Deployment:
     def of(cls, config: Config) -> Deployment:
         lanes = {lane: config.alerts.lanes.get(lane, DEFAULT_LANE) for lane in config.lanes().values()}
         lanes.update(config.alerts.lanes)
+        lanes = lanes or {"": DEFAULT_LANE}  # no lanes: one objective for every series, whose lane label is ""
         engines = {name: o.instance for name, o in config.sources.items()
                    if getattr(o, "kind", "") == "engine_log" and o.instance}
         return cls(config.alerts, dict(sorted(lanes.items())), engines)

@@ -147,6 +147,20 @@ def test_time_scale_scales_every_window_offset_and_for(promtool: str, tmp_path: 
     assert check(promtool, "check", "rules", str(path)).returncode == 0
 
 
+def test_a_deployment_without_lanes_gets_one_objective_for_every_series(promtool: str, tmp_path: Path) -> None:
+    """No lanes configured: the engines' series carry lane="", and the per-lane alerts match them
+    (they were an empty `expr` before, which promtool rejects)."""
+    plain = Deployment.of(parse_config({"sources": {"engine-a": {"kind": "engine_log", "path": "/x/a.log",
+                                                                 "instance": "strata-a"}}}, "f.toml"))
+    groups = yaml.safe_load(generated(plain)["spyglass-rules.yml"])["groups"]
+    rule = {r.get("alert") or r["record"]: r for g in groups for r in g["rules"]}
+    assert all(r["expr"].strip() for r in rule.values())
+    assert 'lane=""' in rule["EngineTTFTSpike"]["expr"] and 'lane=""' in rule["EngineTTFTBudgetFastBurn"]["expr"]
+    path = tmp_path / "rules.yml"
+    path.write_text(generated(plain)["spyglass-rules.yml"])
+    assert check(promtool, "check", "rules", str(path)).returncode == 0
+
+
 def test_a_bad_alerts_setting_names_the_key() -> None:
     with pytest.raises(ConfigError, match=r"alerts\.lanes\.fast\.objective"):
         parse_config({"alerts": {"lanes": {"fast": {"ttft_seconds": 10.0, "objective": 0.5}}}}, "f.toml")
