@@ -21,7 +21,6 @@ No prompt or response text is recorded unless `capture_content=True`; attributes
 from __future__ import annotations
 
 import contextvars
-import hashlib
 import secrets
 import time
 from collections import OrderedDict
@@ -38,6 +37,7 @@ from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 from collectors.clock import BEIJING
+from collectors.trace_ids import span_id_for, trace_id_for
 
 # OpenTelemetry's advisory heads with a tail to 30 minutes, defined once beside the catalogue's buckets.
 from exporters.buckets import LATENCY_SECONDS as TTFT_BUCKETS
@@ -57,14 +57,6 @@ REMEMBERED_IDS = 65_536  # request ids whose main server span took the derived i
 def new_request_id(now: datetime | None = None) -> str:
     now = (now or datetime.now(UTC)).astimezone(BEIJING)
     return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
-
-
-def trace_id_for(request_id: str) -> int:
-    return int.from_bytes(hashlib.sha256(f"spyglass-trace:{request_id}".encode()).digest()[:16], "big")
-
-
-def span_id_for(role: str, request_id: str) -> int:
-    return int.from_bytes(hashlib.sha256(f"{role}:{request_id}".encode()).digest()[:8], "big")
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 The pipeline hands every engine event to `EngineSpanExporter.observe`; when a request is done (or
 rejected) its phases (engine.spans) go out with their real timestamps, in the trace and under the
-serve span whose ids engine.instrument derives from the request id. Open requests are bounded.
+serve span whose ids collectors.trace_ids derives from the request id. Open requests are bounded.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 
 from collectors.event import Event
-from engine.instrument import span_id_for, trace_id_for
+from collectors.trace_ids import span_id_for, trace_id_for
 from engine.spans import PhaseSpan, engine_span
 
 FINAL = ("done", "rejected")

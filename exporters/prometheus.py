@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, Exemplar, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.openmetrics import exposition as openmetrics
 
-from engine.instrument import trace_id_for
+from collectors.trace_ids import trace_id_for
 from exporters.state import MetricState
 
 CONTENT_TYPE_TEXT = CONTENT_TYPE_LATEST  # prometheus_client's, as /metrics always said

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from engine.instrument import trace_id_for
+from collectors.trace_ids import trace_id_for
 from spyglass.forensics.run import Query, Window
 
 COLUMNS = "ts_utc, ts_beijing, source, instance, kind, request_id, fields::VARCHAR AS fields"
