@@ -129,6 +129,7 @@ def webhook() -> Iterator[Webhook]:
     hook = Webhook()
     yield hook
     hook.server.shutdown()
+    hook.server.server_close()  # the listening socket too, or it is an unclosed-socket warning at exit
 
 
 class Group:
