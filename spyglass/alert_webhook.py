@@ -8,11 +8,11 @@ pure; a body that is not Alertmanager's JSON is a ValueError saying why.
 """
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
 from collectors.event import Event
+from spyglass.bodies import json_object
 
 MAX_ALERTS = 1000  # Alertmanager's default max_alerts is 0 (all); a group of 1000 is already a flood
 MAX_LABELS = 32
@@ -76,12 +76,7 @@ def _event(alert: Any, where: str, host: str) -> Event:
 
 def decode_notification(body: bytes, host: str = "") -> list[Event]:
     """One event per alert of an Alertmanager webhook notification; ValueError if it is not one."""
-    try:
-        message = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"not JSON: {exc}") from None
-    if not isinstance(message, dict):
-        raise ValueError("not an Alertmanager notification: expected a JSON object")
+    message = json_object(body, "an Alertmanager notification")
     if message.get("version") != "4":
         raise ValueError(f"not an Alertmanager webhook notification: version {message.get('version')!r:.20},"
                          " expected \"4\"")

@@ -11,7 +11,6 @@ written and the command says so. Either way the command exits with the gate's ve
 from __future__ import annotations
 
 import hashlib
-import json
 import statistics
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from collectors.event import Event
+from spyglass.bodies import json_object
 from spyglass.config import Config
 from spyglass.smoke import Verdict
 
@@ -67,12 +67,7 @@ class SmokeResult(BaseModel):
 
 def decode_result(body: bytes, host: str = "") -> Event:
     """The event of a `POST /api/smoke` body; ValueError naming the key and why if it is not one."""
-    try:
-        raw = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"not JSON: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ValueError("not a smoke result: expected a JSON object")
+    raw = json_object(body, "a smoke result")
     try:
         result = SmokeResult.model_validate(raw)
     except ValidationError as exc:
