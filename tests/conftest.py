@@ -68,3 +68,31 @@ def random_port_base() -> int:
             return base
         except OSError:
             continue
+
+
+def kill_at_random_until_done(command: list[str], duration: float, seed: int, window: tuple[float, float],
+                              after_kill=None) -> int:
+    """Run `command` again and again, each time SIGKILLed at a random moment of `window` (fractions
+    of `duration`, one clean run's time here), until one run finishes; return the number of kills.
+
+    `after_kill()` runs after each kill, with the process gone. A run that finishes must exit 0;
+    100 runs without one finishing is a failure."""
+    import random
+    import subprocess
+
+    rng = random.Random(seed)
+    kills = 0
+    for _ in range(100):
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            _, err = proc.communicate(timeout=rng.uniform(*window) * duration)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            kills += 1
+            if after_kill is not None:
+                after_kill()
+            continue
+        assert proc.returncode == 0, err.decode()
+        return kills
+    raise AssertionError(f"{command[3:]} never finished within 100 runs")

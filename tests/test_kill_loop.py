@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 import httpx
-from conftest import free_port, wait_until
+from conftest import free_port, kill_at_random_until_done, wait_until
 
 import exporters
 from engine.emulator.logsynth import EngineModel
@@ -79,22 +79,8 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path):
     duration = time.monotonic() - started  # kills land inside the time one clean run takes here
     # (windows of 5-25% of it: a clean run timed on a loaded machine must not make kills rare)
 
-    config = write_config(killed, log)
-    rng = random.Random(20261019)
-    kills = 0
-    for _ in range(100):
-        proc = subprocess.Popen(ingest_command(config), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            _, err = proc.communicate(timeout=rng.uniform(0.05, 0.25) * duration)  # SIGKILL at a random moment
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            kills += 1
-            continue
-        assert proc.returncode == 0, err.decode()
-        break
-    else:
-        raise AssertionError("ingest never finished within 100 runs")
+    # SIGKILL at a random moment in 5-25% of a clean run
+    kills = kill_at_random_until_done(ingest_command(write_config(killed, log)), duration, 20261019, (0.05, 0.25))
     assert kills >= 3, f"only {kills} kills landed before ingest finished"
 
     expected_events, expected_metrics = stored(clean / "state" / "spyglass.duckdb")
