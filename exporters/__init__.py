@@ -43,6 +43,11 @@ class SignalsSettings:
 class SignalsBase:
     """A signals class that keeps the metric state and the settings it was given."""
 
+    # Counters that copy a cumulative count the source reports (the engine's evictions=, a serve's
+    # own totals) rather than counting events: they start where the source is, never at 0, or the
+    # first report would read as that many increments (see start_known_counters).
+    mirrored_counters: frozenset[str] = frozenset()
+
     def __init__(self, state: MetricState, settings: SignalsSettings = SignalsSettings()) -> None:
         self.state, self.settings = state, settings
 
@@ -91,6 +96,37 @@ def load_all() -> dict[str, SignalsRegistration]:
         if module.name.endswith("_signals"):
             importlib.import_module(f"{__name__}.{module.name}")
     return SIGNALS
+
+
+def start_known_counters(state: MetricState, instances: Mapping[str, Iterable[str]], lanes: Iterable[str],
+                         lane_of: Mapping[str, str]) -> int:
+    """Create at 0 every counter series whose labels are all known before any event arrives, and
+    return how many were new: per source kind, counters labelled (instance, lane), (instance) or
+    (lane), for the configured instances of that kind (`instances`: kind -> names) and the
+    deployment's `lanes` (`lane_of`: instance -> lane). A series that exists is left as it is.
+
+    Why: a counter first exported above 0 is invisible to rate() and increase(), which need a sample
+    before the first increment, so the first model checksum mismatch or lost task anchor since the
+    agent started would page no one. Counters with another label (status, finish, reason) are left
+    to their first event (their values are open), and so are a class's `mirrored_counters`."""
+    lanes = sorted(set(lanes))
+    keys_of: dict[tuple[str, ...], Callable[[list[str]], list[tuple[str, ...]]]] = {
+        ("instance", "lane"): lambda names: [(name, lane_of.get(name, "")) for name in names if name],
+        ("instance",): lambda names: [(name,) for name in names if name],
+        ("lane",): lambda names: [(lane,) for lane in lanes],
+    }
+    created = 0
+    for kind, registration in load_all().items():
+        if kind not in instances:
+            continue
+        names = sorted(set(instances[kind]))
+        mirrored: frozenset[str] = getattr(registration.cls, "mirrored_counters", frozenset())
+        for spec in registration.specs:
+            make_keys = keys_of.get(spec.labels) if spec.type == "counter" and spec.name not in mirrored else None
+            for key in make_keys(names) if make_keys else ():
+                created += key not in state.series(spec.name)
+                state.inc(spec.name, key, 0.0)
+    return created
 
 
 def full_catalogue() -> Catalogue:

@@ -61,6 +61,8 @@ SPECS = [
 
 @signals_for("serve_status", SPECS)
 class ServeSignals(SignalsBase):
+    mirrored_counters = frozenset({REQUESTS, *(metric for metric, _, _ in COUNTERS)})
+
     def apply(self, e: Event) -> None:
         s, key = self.state, (e.instance,)
         if e.kind == "poll_error":

@@ -99,6 +99,7 @@ class Pipeline:
         if saved.metrics:
             self.state.load_json(saved.metrics)
         self.signals = self._build_signals()
+        self._start_known_counters()
         self.sources = [self._build_source(name, options, saved.checkpoints.get(name))
                         for name, options in config.sources.items()]
         self.state.set_info("spyglass_agent_info", (__version__,), 0)
@@ -122,6 +123,14 @@ class Pipeline:
         return ParquetPublisher(cast(Any, self.store), self.clock, options.parquet_dir.expanduser(),
                                 host=self.config.agent.host, interval=options.publish_interval_seconds,
                                 retain_hours=options.retain_hours)
+
+    def _start_known_counters(self) -> None:
+        """Counters of the configured instances and lanes start at 0 (see exporters.start_known_counters)."""
+        instances: dict[str, list[str]] = {}
+        for options in self.config.sources.values():
+            instances.setdefault(options.kind, []).append(options.instance or "")
+        lane_of = self.config.lanes()
+        exporters.start_known_counters(self.state, instances, [*lane_of.values(), *self.config.alerts.lanes], lane_of)
 
     def _build_signals(self) -> dict[str, Signals]:
         return build_signals(self.config, self.state)

@@ -90,7 +90,7 @@ def test_switch_cleanup_and_restart_on_real_links(deployment):
     pipeline.run_until_idle()  # first poll, then the banner is read
     g = poll(pipeline, clock)
     assert g["spyglass_model_path_resolves"] == 1.0 and g["spyglass_model_path_mismatch"] == 0.0
-    assert g["spyglass_model_path_changes_total"] is None
+    assert g["spyglass_model_path_changes_total"] == 0.0  # a known counter: at 0 until the first switch
     assert g["spyglass_model_path_changed_timestamp_seconds"] == pytest.approx(os.lstat(link).st_mtime)
 
     point(link, green)  # the switch, while the engine still runs on blue
