@@ -16,10 +16,10 @@ def build(d: Deployment):
     unmatched = threshold(d, "H19", "unmatched_share")
     layout.row("Sources")
     layout.add(
-        stat_panel("Scrape of spyglass", "none", Q(f'max by (instance, job) ({s("up", job=d.settings.job)})', "{{instance}}"),
+        stat_panel("Scrape of spyglass", "none", Q(f'max by (host, instance, job) ({s("up", job=d.settings.job)})', "{{instance}}"),
                    width=4, height=6, thresholds=steps((1, GREEN), base=RED), mappings={"1": ("up", GREEN), "0": ("DOWN", RED)},
                    no_value="DOWN", links=[runbook(d, "SpyglassTargetDown")]),
-        stat_panel("Sources up", "none", Q(f'max by (source) ({s("spyglass_source_up")})', "{{source}}"), width=10,
+        stat_panel("Sources up", "none", Q(f'max by (host, source) ({s("spyglass_source_up")})', "{{source}}"), width=10,
                    height=6, thresholds=steps((1, GREEN), base=RED), mappings={"1": ("up", GREEN), "0": ("DOWN", RED)},
                    links=[runbook(d, "SpyglassSourceDown")]),
         timeseries_panel("Engine log silence", "s", Q(s(LOG_SILENCE), "{{instance}}"), width=10, height=6,
@@ -31,9 +31,9 @@ def build(d: Deployment):
                            f' / ({rate("spyglass_source_lines_total", "source")} > 0)', "{{source}}"),
                          width=8, thresholds=above(unmatched), links=[runbook(d, "SpyglassUnparsedLines")]),
         timeseries_panel("Lag: bytes written not yet read", "bytes",
-                         Q(f'max by (source) ({s("spyglass_source_lag_bytes")})', "{{source}}"), width=8),
+                         Q(f'max by (host, source) ({s("spyglass_source_lag_bytes")})', "{{source}}"), width=8),
         timeseries_panel("Newest event against the clock", "s",
-                         Q(f'max by (source) ({s("spyglass_source_last_event_timestamp_seconds")}) - time()', "{{source}}"),
+                         Q(f'max by (host, source) ({s("spyglass_source_last_event_timestamp_seconds")}) - time()', "{{source}}"),
                          width=8, min_=None, thresholds=above(threshold(d, "H19", "ahead_seconds")),
                          links=[runbook(d, "SpyglassSourceClockAhead")]),
         timeseries_panel("Polls, by result", "reqps",
@@ -66,6 +66,6 @@ def build(d: Deployment):
                    thresholds=steps((1, GREEN), base=RED), mappings={"1": ("healthy", GREEN), "0": ("FAILING", RED)}),
         timeseries_panel("Failed commits (retried, nothing dropped)", "short",
                          Q(rate("spyglass_store_commit_failures_total", fn="increase"), "failed commits"), width=6),
-        table_panel("Version", "none", Q(f'max by (version) ({s("spyglass_agent_info")})'), width=12),
+        table_panel("Version", "none", Q(f'max by (host, version) ({s("spyglass_agent_info")})'), width=12),
     )
     return layout.board

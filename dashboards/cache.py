@@ -16,11 +16,11 @@ def build(d: Deployment):
     layout.row("Budget")
     layout.add(
         timeseries_panel("Parked bytes and budget", "bytes",
-                         Q(f'max by (instance) ({s("spyglass_engine_cache_used_bytes")})', "{{instance}} parked"),
-                         Q(f'max by (instance) ({s("spyglass_engine_cache_budget_bytes")})', "{{instance}} budget"),
+                         Q(f'max by (host, instance) ({s("spyglass_engine_cache_used_bytes")})', "{{instance}} parked"),
+                         Q(f'max by (host, instance) ({s("spyglass_engine_cache_budget_bytes")})', "{{instance}} budget"),
                          width=8),
         timeseries_panel("Parked snapshots", "short",
-                         Q(f'max by (instance) ({s("spyglass_engine_cache_parked_snapshots")})', "{{instance}}"), width=8),
+                         Q(f'max by (host, instance) ({s("spyglass_engine_cache_parked_snapshots")})', "{{instance}}"), width=8),
         timeseries_panel("Mean parked snapshot, share of the budget", "percentunit", Q(s(SNAPSHOT_SHARE), "{{instance}}"),
                          width=8, thresholds=above(threshold(d, "H3", "snapshot_budget_share")),
                          links=[runbook(d, "EngineSnapshotOverBudget")]),
@@ -28,7 +28,7 @@ def build(d: Deployment):
                       f'sum by (le) (rate({s("spyglass_engine_cache_snapshot_bytes_bucket")}[$__rate_interval]))',
                       width=12),
         timeseries_panel("Checkpoint interval (--prompt-cache-every)", "short",
-                         Q(f'max by (instance) ({s("spyglass_engine_prompt_cache_every_tokens")})', "{{instance}}"),
+                         Q(f'max by (host, instance) ({s("spyglass_engine_prompt_cache_every_tokens")})', "{{instance}}"),
                          width=12),
     )
     layout.row("Evictions")

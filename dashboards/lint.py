@@ -71,6 +71,20 @@ def _strip_label_lists(tokens: list[str]) -> list[str]:
     return out
 
 
+_LABEL_LIST = re.compile(r"\b(by|on)\s*\(([^()]*)\)")
+
+
+def _host_blind_lists(expr: str) -> list[str]:
+    """`by (...)` and `on (...)` lists that leave out `host` (a `by (le)` of a heatmap aside): an
+    instance name is unique on its host only, so with Host = All they would merge two hosts."""
+    out = []
+    for keyword, labels in _LABEL_LIST.findall(_STRING.sub('""', expr)):
+        names = {name.strip() for name in labels.split(",") if name.strip()}
+        if names and names != {"le"} and "host" not in names:
+            out.append(f"{keyword} ({labels}) leaves out host")
+    return out
+
+
 def _walk(expr: str) -> Iterator[tuple[str, str, str]]:
     """(series name, innermost enclosing function, the range after it or "") for every series read."""
     tokens = _strip_label_lists(_tokens(expr))
@@ -104,7 +118,7 @@ def _histogram_part(name: str, histograms: set[str]) -> bool:
 
 def expr_problems(e: Expr, types: Mapping[str, str], rules: set[str]) -> list[str]:
     """What is wrong with one expression: unknown series, a counter outside rate/increase, a rate
-    window other than $__rate_interval."""
+    window other than $__rate_interval, a `by` or `on` list without host."""
     histograms = {n for n, t in types.items() if t == "histogram"}
     out, variable = [], not e.promql
     if variable:  # label_values(metric{...}, label): only the metric is a series
@@ -112,6 +126,7 @@ def expr_problems(e: Expr, types: Mapping[str, str], rules: set[str]) -> list[st
         if not inner:
             return [f"variable query {e.expr!r} is not label_values(series, label)"]
         e = Expr(e.uid, e.where, f"count({inner.group(1)})")
+    out += _host_blind_lists(e.expr)
     for name, function, window in _walk(e.expr):
         known = name in types or name in rules or name in PROMETHEUS_SERIES or _histogram_part(name, histograms)
         if not known:

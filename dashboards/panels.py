@@ -104,12 +104,14 @@ def exclude(pattern: str) -> str:
 
 
 def rate(series: str, by: str = "", fn: str = "rate", window: str = RATE, agg: str = "sum", **matchers: str) -> str:
+    """`agg by (host, <by>) (fn(series[window]))`: per host too, as an instance or lane name is unique
+    on its host only; with no `by`, the total over everything selected."""
     inner = f"{fn}({s(series, **matchers)}[{window}])"
-    return f"{agg} by ({by}) ({inner})" if by else f"{agg}({inner})"
+    return f"{agg} by (host, {by}) ({inner})" if by else f"{agg}({inner})"
 
 
 def quantile(q: float, histogram: str, by: str, **matchers: str) -> str:
-    return f"histogram_quantile({q}, sum by ({by}, le) (rate({s(histogram + '_bucket', **matchers)}[{RATE}])))"
+    return f"histogram_quantile({q}, sum by (host, {by}, le) (rate({s(histogram + '_bucket', **matchers)}[{RATE}])))"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,13 +274,13 @@ def annotation_queries() -> list[tuple[str, str, str, str]]:
     build switches, and alert notifications (ALERTS firing, the Watchdog left out)."""
     return [
         ("Process exits (supervisord)",
-         f'sum by (program, cause) (increase({s("spyglass_supervisord_exits_total", expected="false")}[{RATE}])) > 0',
+         f'sum by (host, program, cause) (increase({s("spyglass_supervisord_exits_total", expected="false")}[{RATE}])) > 0',
          "{{program}} exited: {{cause}}", RED),
         ("Process spawns (supervisord)",
-         f'sum by (program) (increase({s("spyglass_supervisord_spawns_total")}[{RATE}])) > 0', "{{program}} spawned", BLUE),
+         f'sum by (host, program) (increase({s("spyglass_supervisord_spawns_total")}[{RATE}])) > 0', "{{program}} spawned", BLUE),
         ("Engine starts and build switches",
-         f'sum by (instance) (increase({s("spyglass_engine_starts_total")}[{RATE}])) > 0'
-         f' or sum by (instance) (increase({s("spyglass_switch_switches_total")}[{RATE}])) > 0',
+         f'sum by (host, instance) (increase({s("spyglass_engine_starts_total")}[{RATE}])) > 0'
+         f' or sum by (host, instance) (increase({s("spyglass_switch_switches_total")}[{RATE}])) > 0',
          "{{instance}} (re)started or switched build", ORANGE),
         ("Alerts firing", s("ALERTS", alertstate="firing", alertname=exclude("Watchdog")), "{{alertname}} {{instance}}", RED),
     ]

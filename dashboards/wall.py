@@ -39,7 +39,7 @@ SOURCE_DOWN, SOURCE_POLLED = -1, -2  # tiles for a source that cannot be read, a
 def process_state() -> str:
     """Per program 0 running, 1 starting/backoff/stopping, 2 down (exited, fatal, stopped)."""
     state = "spyglass_supervisord_process_state"
-    return ("max by (program) (\n"
+    return ("max by (host, program) (\n"
             f'  ({s(state, state="RUNNING")} == 1) * 0\n'
             f'  or ({s(state, state=match("STARTING|BACKOFF|STOPPING"))} == 1) * 1\n'
             f'  or ({s(state, state=match("EXITED|FATAL|STOPPED|UNKNOWN"))} == 1) * 2\n)')
@@ -48,10 +48,10 @@ def process_state() -> str:
 def source_health() -> str:
     """Seconds since each source's newest event; -1 (DOWN) for a source that cannot be read, -2 (UP)
     for one that answers but stamps no events of its own (a poll)."""
-    return (f'max by (source) (time() - {s("spyglass_source_last_event_timestamp_seconds")})\n'
-            f'  unless on (source) (max by (source) ({s("spyglass_source_up")}) == 0)\n'
-            f'or on (source) (max by (source) ({s("spyglass_source_up")}) == 0) * 0 + ({SOURCE_DOWN})\n'
-            f'or on (source) (max by (source) ({s("spyglass_source_up")}) == 1) * 0 + ({SOURCE_POLLED})')
+    return (f'max by (host, source) (time() - {s("spyglass_source_last_event_timestamp_seconds")})\n'
+            f'  unless on (host, source) (max by (host, source) ({s("spyglass_source_up")}) == 0)\n'
+            f'or on (host, source) (max by (host, source) ({s("spyglass_source_up")}) == 0) * 0 + ({SOURCE_DOWN})\n'
+            f'or on (host, source) (max by (host, source) ({s("spyglass_source_up")}) == 1) * 0 + ({SOURCE_POLLED})')
 
 
 def lane_tiles(d: Deployment) -> list:
@@ -91,8 +91,8 @@ def build(d: Deployment):
     layout.add(
         timeseries_panel("Decode tok/s against its own baseline", "suffix: tok/s",
                          Q(s(DECODE_MEAN), "{{instance}} now"),
-                         Q(f"max by (instance, lane) ({s(DECODE_BASELINE)})", "{{instance}} baseline"),
-                         Q(f"{drop:g} * max by (instance, lane) ({s(DECODE_BASELINE)})", "{{instance}} collapse line"),
+                         Q(f"max by (host, instance, lane) ({s(DECODE_BASELINE)})", "{{instance}} baseline"),
+                         Q(f"{drop:g} * max by (host, instance, lane) ({s(DECODE_BASELINE)})", "{{instance}} collapse line"),
                          width=8, height=10, links=[runbook(d, "EngineThroughputCollapse")],
                          description=f"Mean decode rate per request over 10 minutes against the same instance an hour"
                                      f" or a day before; under {drop:g}x the baseline is a collapse (H1)."),
@@ -101,18 +101,18 @@ def build(d: Deployment):
                          links=[runbook(d, "EngineEvictionStorm")],
                          description="Conversation snapshots evicted, from the engine's own evictions= counter."),
         timeseries_panel("Parked bytes against the budget", "bytes",
-                         Q(f'max by (instance) ({s("spyglass_engine_cache_used_bytes")})', "{{instance}} parked"),
-                         Q(f'max by (instance) ({s("spyglass_engine_cache_budget_bytes")})', "{{instance}} budget"),
+                         Q(f'max by (host, instance) ({s("spyglass_engine_cache_used_bytes")})', "{{instance}} parked"),
+                         Q(f'max by (host, instance) ({s("spyglass_engine_cache_budget_bytes")})', "{{instance}} budget"),
                          width=8, height=10, links=[runbook(d, "EngineSnapshotOverBudget")],
                          description="Bytes of parked conversation snapshots and the cache's byte budget."),
     )
     layout.add(
         timeseries_panel("Prefill queue", "short",
-                         Q(f'max by (instance) ({s("spyglass_engine_prefill_queue_depth")})', "{{instance}}"),
+                         Q(f'max by (host, instance) ({s("spyglass_engine_prefill_queue_depth")})', "{{instance}}"),
                          width=8, height=10, description="Requests waiting in the global serial prefill queue.",
                          links=[runbook(d, "EngineHung")]),
         table_panel("Alerts firing now", "none",
-                    Q(f'max by (alertname, severity, instance) ({s("ALERTS", alertstate="firing", alertname=exclude("Watchdog"))})'),
+                    Q(f'max by (host, alertname, severity, instance) ({s("ALERTS", alertstate="firing", alertname=exclude("Watchdog"))})'),
                     width=8, height=10, no_value="none firing",
                     data_links=[runbook_link(d)],
                     description="Every alert firing (the Watchdog left out); each row links to its runbook."),

@@ -43,6 +43,9 @@ def test_uids_are_stable_and_unique():
     ("rate(spyglass_engine_evictions_total[5m])", "not [$__rate_interval]"),
     ("max(spyglass_engine_cache_used_bytez)", "spyglass_engine_cache_used_bytez is neither"),
     ("rate(instance_lane:made_up:rate5m[$__rate_interval])", "instance_lane:made_up:rate5m is neither"),
+    ("max by (instance) (spyglass_engine_cache_used_bytes)", "by (instance) leaves out host"),
+    ("max by (host, instance) (spyglass_engine_ready) and on (instance) spyglass_engine_slots",
+     "on (instance) leaves out host"),
 ])
 def test_the_linter_catches(expr, problem):
     """The linter is not a rubber stamp: each rule fails on an expression that breaks it."""
@@ -51,9 +54,9 @@ def test_the_linter_catches(expr, problem):
 
 
 def test_the_linter_passes_the_right_forms():
-    good = ["sum by (lane) (rate(spyglass_engine_evictions_total{lane=~\"$lane\"}[$__rate_interval]))",
+    good = ["sum by (host, lane) (rate(spyglass_engine_evictions_total{lane=~\"$lane\"}[$__rate_interval]))",
             "histogram_quantile(0.95, sum by (le) (rate(spyglass_engine_ttft_seconds_bucket[$__rate_interval])))",
-            "increase(spyglass_supervisord_spawns_total[15m])", "max by (instance) (spyglass_engine_cache_used_bytes)",
+            "increase(spyglass_supervisord_spawns_total[15m])", "max by (host, instance) (spyglass_engine_cache_used_bytes)",
             "instance_lane:spyglass_engine_evictions:rate10m * 60", 'count(ALERTS{alertstate="firing"})']
     assert [p for e in good for p in expr_problems(Expr("x", "p", e), TYPES, set(RULES))] == []
 
