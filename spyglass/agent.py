@@ -88,14 +88,24 @@ class Agent:
     def _receive_alerts(self, body: bytes) -> None:
         from spyglass.alert_webhook import decode_notification
 
-        self.pipeline.submit(decode_notification(body, self.config.agent.host))
-        self.wake.set()
+        self._store_now(decode_notification(body, self.config.agent.host))
 
     def _receive_smoke(self, body: bytes) -> None:
         from spyglass.smoke_event import decode_result
 
-        self.pipeline.submit([decode_result(body, self.config.agent.host)])
+        self._store_now([decode_result(body, self.config.agent.host)])
+
+    def _store_now(self, events: list) -> None:
+        """Submit `events` and wait for their commit, so a 200 means stored: a kill -9 after it loses
+        nothing. NotYetStored (a 503) if the commit does not succeed within half the request timeout."""
+        from spyglass.server import NotYetStored
+
+        stored = self.pipeline.submit(events)
         self.wake.set()
+        wait = self.config.exporters.prometheus.request_timeout_seconds / 2
+        if not stored.wait(wait):
+            raise NotYetStored(f"not committed within {wait:g} s (the store is failing?); held in memory and"
+                               " stored when the store recovers, so a retry may store it twice")
 
     def _query_function(self):
         """/api/sql: a bounded query on a read-only copy of the store, a few at a time."""

@@ -8,6 +8,7 @@ committing per wake (about 100 a second under a busy writer) was most of the age
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +52,7 @@ class Committer:
         self.interval, self.max_events = interval, max_events
         self.checkpoints, self.hooks = checkpoints, hooks
         self.pending: list[Event] = []
+        self.waiters: list[threading.Event] = []  # set once the pending events are committed
         self.dirty = False  # lines or events applied since the last commit
         self.failures = 0  # consecutive failed commits
         self._last_checkpoints = saved_checkpoints
@@ -65,11 +67,17 @@ class Committer:
     def healthy(self) -> bool:
         return self.failures == 0
 
-    def add(self, events: list[Event], lines: int) -> None:
-        """Events (and lines) applied to the live state, to go into the next commit."""
+    def add(self, events: list[Event], lines: int, waiters: list[threading.Event] | None = None) -> None:
+        """Events (and lines) applied to the live state, to go into the next commit; each of
+        `waiters` is set when the commit holding them succeeded (at once if no store keeps events)."""
         if self.store.keeps_events or self.hooks:  # else nothing would ever read them
             self.pending += events
         self.dirty = self.dirty or bool(events) or lines > 0
+        if waiters and not self.store.keeps_events:
+            for waiter in waiters:
+                waiter.set()
+        elif waiters:
+            self.waiters += waiters
 
     def backlogged(self) -> bool:
         """Whether reading should pause: the store is failing and a full batch waits."""
@@ -97,7 +105,7 @@ class Committer:
             checkpoints = self.checkpoints()
             if not (self.pending or self.dirty or checkpoints != self._last_checkpoints):
                 return  # still due: a line after a quiet spell is committed (and shown) at once
-            events = self.pending
+            events, waiters = self.pending, self.waiters
             if self.store.keeps_events and events:
                 self.state.inc("spyglass_store_events_total", (), len(events))
             self.state.set("spyglass_store_healthy", (), 1.0)
@@ -112,7 +120,9 @@ class Committer:
         if self.failures:
             logger.info("store commits again after {} failed attempts; nothing was lost", self.failures)
         self.failures, self.dirty = 0, False
-        self.pending = []
+        self.pending, self.waiters = [], []
+        for waiter in waiters:
+            waiter.set()
         self._last_checkpoints = checkpoints
         self._due = now + self.interval
         self._publish(snapshot, exemplars)

@@ -105,7 +105,7 @@ class Pipeline:
         self.state.set_info("spyglass_agent_info", (__version__,), 0)
         self._polled: queue.Queue[tuple[SourceRuntime, list[Event], bool, Any]] = queue.Queue()
         self.event_hooks: list[Callable[[list[Event]], None]] = []  # after each commit, e.g. span export
-        self._submitted: queue.Queue[list[Event]] = queue.Queue()  # from outside: spans received by OTLP
+        self._submitted: queue.Queue[tuple[list[Event], threading.Event]] = queue.Queue()  # from outside: spans received by OTLP
         agent = config.agent
         self.committer = Committer(store, self.state, clock, interval=agent.commit_interval_seconds,
                                    max_events=agent.commit_max_events, checkpoints=self._checkpoints,
@@ -167,7 +167,7 @@ class Pipeline:
         paused = self.committer.backlogged()
         batches = [(rt, [] if paused else self._poll_file(rt)) for rt in self.sources if rt.tailer is not None]
         polled = self._drain_polled()
-        stored: list[Event] = self._drain_submitted()
+        stored, waiters = self._drain_submitted()
         with self.state.lock:
             for rt, lines in batches:
                 events = self._parse(rt, lines)
@@ -180,7 +180,7 @@ class Pipeline:
                 self.state.set("spyglass_source_up", (rt.name,), 1.0 if ok else 0.0)
                 stored += events
             lines_read = sum(len(lines) for _, lines in batches) + len(stored)
-            self.committer.add(stored, lines_read)
+            self.committer.add(stored, lines_read, waiters)
         return lines_read
 
     def commit_if_due(self) -> None:
@@ -238,21 +238,26 @@ class Pipeline:
             rt.polled_checkpoint = saved
             drained.append((rt, events, ok))
 
-    def submit(self, events: list[Event]) -> None:
-        """Events from outside the sources (spans pushed to /v1/traces, Alertmanager's notifications),
-        stored at the next step."""
-        self._submitted.put(events)
+    def submit(self, events: list[Event]) -> threading.Event:
+        """Events from outside the sources (spans pushed to /v1/traces, Alertmanager's notifications,
+        smoke results), stored at the next step; the returned event is set once they are committed."""
+        stored = threading.Event()
+        self._submitted.put((events, stored))
+        return stored
 
-    def _drain_submitted(self) -> list[Event]:
+    def _drain_submitted(self) -> tuple[list[Event], list[threading.Event]]:
         drained: list[Event] = []
+        waiters: list[threading.Event] = []
         while True:
             try:
-                drained += self._submitted.get_nowait()
+                events, stored = self._submitted.get_nowait()
             except queue.Empty:
                 spans = sum(1 for e in drained if e.kind == "span")
                 if spans:
                     self.state.inc("spyglass_agent_spans_received_total", (), spans)
-                return drained
+                return drained, waiters
+            drained += events
+            waiters.append(stored)
 
     def _poll_file(self, rt: SourceRuntime) -> list[bytes]:
         tailer = rt.tailer

@@ -29,6 +29,10 @@ from exporters.prometheus import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, re
 from exporters.state import MetricState
 
 
+class NotYetStored(Exception):
+    """A POSTed body was taken but its commit did not succeed in time (the store is failing)."""
+
+
 @dataclass(frozen=True)
 class ServerLimits:
     workers: int = 32
@@ -193,19 +197,22 @@ class AgentServer:
 
             def _alerts(self, body: bytes) -> None:
                 assert alerts is not None  # dispatched only when configured
-                try:
-                    alerts(body)
-                except ValueError as exc:  # not Alertmanager's JSON: said, and nothing stored
-                    self._send(400, "text/plain", f"{exc}\n".encode())
-                    return
-                self._send(200, "text/plain", b"ok\n")
+                self._store_and_answer(alerts, body)
 
             def _smoke(self, body: bytes) -> None:
                 assert smoke is not None  # dispatched only when configured
+                self._store_and_answer(smoke, body)
+
+            def _store_and_answer(self, store: Callable[[bytes], None], body: bytes) -> None:
+                """200 once the body's events are committed; 400 for a body that is not one (nothing
+                stored); 503 while the store fails (the sender retries, as Alertmanager does)."""
                 try:
-                    smoke(body)
-                except ValueError as exc:  # not a smoke result: said, and nothing stored
+                    store(body)
+                except ValueError as exc:
                     self._send(400, "text/plain", f"{exc}\n".encode())
+                    return
+                except NotYetStored as exc:
+                    self._send(503, "text/plain", f"{exc}\n".encode(), {"Retry-After": "5"})
                     return
                 self._send(200, "text/plain", b"ok\n")
 

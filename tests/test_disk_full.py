@@ -16,6 +16,7 @@ import duckdb
 import httpx
 import pytest
 from conftest import free_port, wait_until
+from test_alert_webhook import alert, notification
 
 from engine.emulator.logsynth import EngineModel
 from exporters.statefile import StateFile
@@ -128,6 +129,11 @@ def test_disk_full_keeps_the_agent_up_and_loses_nothing_when_space_returns(tmp_p
         assert agent.metric("spyglass_store_commit_failures_total") >= 1
         assert agent.proc.poll() is None, "the agent exited on a full disk"
         assert any("store commit failed" in line and "No space left" in line for line in agent.log_lines)
+        if store:  # a notification is answered 200 only once committed: now a 503, and Alertmanager retries
+            answer = httpx.post(f"http://127.0.0.1:{agent.port}/api/alerts", content=notification(alert("firing")),
+                                timeout=30)
+            assert answer.status_code == 503 and "not committed" in answer.text, answer.text
+            assert answer.headers["Retry-After"] == "5"
 
         filler.unlink()
         wait_until(lambda: agent.metric("spyglass_store_healthy") == 1.0, 40, "the store healthy again")
@@ -141,7 +147,10 @@ def test_disk_full_keeps_the_agent_up_and_loses_nothing_when_space_returns(tmp_p
     if store:
         expected = stored_events(clean / "spyglass.duckdb")
         assert len(expected) > 1000
-        assert stored_events(small_disk / "state" / "spyglass.duckdb") == expected
+        actual = stored_events(small_disk / "state" / "spyglass.duckdb")
+        # the 503'd notification was held, and stored once space returned
+        assert [e[1:3] for e in actual if e[1] == "alertmanager"] == [("alertmanager", "alert")]
+        assert [e for e in actual if e[1] != "alertmanager"] == expected
     saved = StateFile(small_disk / "state" / "state.json").load() if not store else None
     if saved is not None:
         lines_total = sum(v for k, v in saved.metrics["values"]["spyglass_source_lines_total"])

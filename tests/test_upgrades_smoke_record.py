@@ -9,8 +9,10 @@ import hashlib
 import json
 import subprocess
 import sys
+import threading
 from datetime import UTC, datetime, timedelta
 
+import duckdb
 import httpx
 import pytest
 from conftest import FIXTURES, free_port, wait_until
@@ -44,22 +46,28 @@ def make_config(tmp_path, port: int, token: bool = True):
     return config
 
 
-@pytest.fixture
-def agent(tmp_path):
-    port = free_port()
-    config = make_config(tmp_path, port)
+def start_agent(config) -> subprocess.Popen:
+    """A real `spyglass run`, serving once it says so; killed after 120 s if a test hangs."""
     proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
                             stderr=subprocess.PIPE, text=True)
-    killer = __import__("threading").Timer(120, proc.kill)  # never let a hung agent hang the suite
+    killer = threading.Timer(120, proc.kill)  # never let a hung agent hang the suite
+    killer.daemon = True
     killer.start()
     for line in proc.stderr:  # type: ignore[union-attr]
         if "metrics at" in line:
             break
+    return proc
+
+
+@pytest.fixture
+def agent(tmp_path):
+    port = free_port()
+    config = make_config(tmp_path, port)
+    proc = start_agent(config)
     yield {"url": f"http://127.0.0.1:{port}", "config": config}
     if proc.poll() is None:
         proc.kill()
     proc.communicate()
-    killer.cancel()
 
 
 def cli(*args: str, code: int):
@@ -108,11 +116,15 @@ def test_the_agent_stores_the_verdict_beside_the_start_it_gated(agent, tmp_path)
     assert [e["kind"] for e in events if e["source"] == "smoke"] == ["smoke_passed", "smoke_failed"]
 
 
-def test_the_api_wants_the_token_and_refuses_a_bad_body_storing_nothing(agent):
-    url, auth = f"{agent['url']}/api/smoke", {"Authorization": f"Bearer {TOKEN}"}
-    body = {"instance": "strata-b", "url": "http://127.0.0.1:8082", "passed": True, "reason": "1 samples passed",
+def smoke_body(reason: str = "1 samples passed") -> dict:
+    return {"instance": "strata-b", "url": "http://127.0.0.1:8082", "passed": True, "reason": reason,
             "at": datetime.now(UTC).timestamp(), "waited_seconds": 0.5, "samples_file": "s.jsonl",
             "samples_sha256": "0" * 64, "samples": [{"name": "a", "status": 200, "ttft_ms": 12.5, "finish": "end_turn"}]}
+
+
+def test_the_api_wants_the_token_and_refuses_a_bad_body_storing_nothing(agent):
+    url, auth = f"{agent['url']}/api/smoke", {"Authorization": f"Bearer {TOKEN}"}
+    body = smoke_body()
     assert httpx.post(url, json=body).status_code == 401  # without the token
     bad = [(b"not json", "not JSON"), (b"[1]", "expected a JSON object"),
            (json.dumps({**body, "samples_sha256": "xyz"}).encode(), "samples_sha256: String should match pattern"),
@@ -129,6 +141,29 @@ def test_the_api_wants_the_token_and_refuses_a_bad_body_storing_nothing(agent):
                             json={"query": "SELECT kind, instance FROM events WHERE source = 'smoke'"})
         return answer.json()["rows"]
     assert wait_until(lambda: stored(), timeout=30, what="the stored result") == [["smoke_passed", "strata-b"]]
+
+
+def test_a_200_means_committed_so_a_kill_right_after_it_loses_nothing(tmp_path):
+    """Three rounds of: start the agent, POST a result, SIGKILL the agent the moment it answers 200.
+    Each answered result is in the store file (the answer waits for the commit)."""
+    port = free_port()
+    config = make_config(tmp_path, port)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for run in range(3):
+        proc = start_agent(config)
+        try:
+            answer = httpx.post(f"http://127.0.0.1:{port}/api/smoke", json=smoke_body(f"run {run}"), headers=auth,
+                                timeout=30)
+        finally:
+            proc.kill()
+            proc.communicate()
+        assert answer.status_code == 200, answer.text
+    con = duckdb.connect(str(load_config(config).store_path()), read_only=True)
+    try:
+        reasons = con.execute("SELECT fields->>'reason' FROM events WHERE source = 'smoke' ORDER BY seq").fetchall()
+    finally:
+        con.close()
+    assert reasons == [("run 0",), ("run 1",), ("run 2",)]
 
 
 def test_without_an_agent_the_store_file_is_written_unless_another_process_holds_it(tmp_path):
