@@ -71,28 +71,36 @@ def random_port_base() -> int:
 
 
 def kill_at_random_until_done(command: list[str], duration: float, seed: int, window: tuple[float, float],
-                              after_kill=None) -> int:
+                              after_kill=None, kill_when=None) -> int:
     """Run `command` again and again, each time SIGKILLed at a random moment of `window` (fractions
     of `duration`, one clean run's time here), until one run finishes; return the number of kills.
 
-    `after_kill()` runs after each kill, with the process gone. A run that finishes must exit 0;
-    100 runs without one finishing is a failure."""
+    With `kill_when` (a predicate on what the process left on disk), every other run is killed as
+    soon as it holds instead (or at its random moment if it never does): a kill aimed at a short
+    phase that random moments rarely hit. `after_kill()` runs after each kill, with the process
+    gone. A run that finishes must exit 0; 100 runs without one finishing is a failure."""
     import random
     import subprocess
+    import tempfile
+    import threading
+    import time
 
     rng = random.Random(seed)
-    kills = 0
-    for _ in range(100):
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            _, err = proc.communicate(timeout=rng.uniform(*window) * duration)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            kills += 1
-            if after_kill is not None:
-                after_kill()
-            continue
-        assert proc.returncode == 0, err.decode()
-        return kills
+    pause = threading.Event()
+    for run in range(100):
+        with tempfile.TemporaryFile() as err:  # a file, not a pipe: a chatty run never blocks on it unread
+            proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err)
+            aim = kill_when if run % 2 else None
+            deadline = time.monotonic() + rng.uniform(*window) * duration
+            while proc.poll() is None and time.monotonic() < deadline and not (aim and aim()):
+                pause.wait(0.001 if aim else 0.01)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            else:
+                err.seek(0)
+                assert proc.returncode == 0, err.read().decode()
+                return run  # every run before this one was killed
+        if after_kill is not None:
+            after_kill()
     raise AssertionError(f"{command[3:]} never finished within 100 runs")

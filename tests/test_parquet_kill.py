@@ -60,13 +60,18 @@ def test_sigkill_during_publication_loses_and_duplicates_nothing_in_parquet(tmp_
     subprocess.run(ingest(write_config(clean, log)), check=True, capture_output=True)
     duration = time.monotonic() - started
 
-    landed_in_publication = []
+    landed_in_publication: list[bool] = []
+    left_behind: set[Path] = set()  # part files a kill left half written
 
     def note_publication() -> None:
         landed_in_publication.append((killed / "state" / "spyglass.duckdb").exists() and pending(killed))
+        left_behind.update((killed / "pq").rglob(".*.tmp"))
+
+    def writing_a_part() -> bool:  # a part being written now: a publication (or a compaction) under way
+        return any(path not in left_behind for path in (killed / "pq").rglob(".*.tmp"))
 
     kills = kill_at_random_until_done(ingest(write_config(killed, log)), duration, 20261201, (0.1, 0.4),
-                                      after_kill=note_publication)
+                                      after_kill=note_publication, kill_when=writing_a_part)
     in_publication = sum(landed_in_publication)
     assert kills >= 3, f"only {kills} kills landed before ingest finished"
     assert in_publication >= 1, f"none of {kills} kills landed inside a publication"
