@@ -75,11 +75,14 @@ class Process:
             self.proc.kill()
 
 
-def spyglass(folder: Path, log: Path, store: bool) -> Process:
+def spyglass(folder: Path, log: Path, store: bool, coalesce_seconds: float | None = None) -> Process:
     name = "store" if store else "metrics"
     port = free_port()
     config = folder / f"spyglass-{name}.toml"
-    config.write_text(engine_log_toml(log, folder / f"state-{name}", store=store, listen=f"127.0.0.1:{port}"))
+    text = engine_log_toml(log, folder / f"state-{name}", store=store, listen=f"127.0.0.1:{port}")
+    if coalesce_seconds is not None:  # agent.coalesce_seconds instead of its default
+        text = text.replace("[agent]\n", f"[agent]\ncoalesce_seconds = {coalesce_seconds}\n", 1)
+    config.write_text(text)
     return Process(f"spyglass run, {'with the store' if store else 'metrics only'}",
                    [sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)], f"http://127.0.0.1:{port}/metrics")
 
@@ -174,6 +177,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--latency-seconds", type=float, default=15)
     parser.add_argument("--idle-seconds", type=float, default=10)
+    parser.add_argument("--coalesce-seconds", type=float, default=None,
+                        help="agent.coalesce_seconds of both agents (default: the config's default)")
     args = parser.parse_args()
     folder = OUT / "live-run"
     shutil.rmtree(folder, ignore_errors=True)
@@ -185,7 +190,7 @@ def main() -> None:
     log = folder / "engine.log"
     log.write_bytes(b"")
 
-    ours = [spyglass(folder, log, store=True), spyglass(folder, log, store=False)]
+    ours = [spyglass(folder, log, True, args.coalesce_seconds), spyglass(folder, log, False, args.coalesce_seconds)]
     theirs = mtail(log)
     everyone = ours + ([theirs] if theirs else [])
     try:

@@ -79,6 +79,16 @@ class Committer:
         elif waiters:
             self.waiters += waiters
 
+    @property
+    def waiting(self) -> bool:
+        """Whether anything applied waits for a commit."""
+        return self.dirty or bool(self.pending)
+
+    def next_commit(self) -> float | None:
+        """When the next commit may come (clock.monotonic(); in the past once the interval has
+        passed), or None while the store is failing (then retries set the pace, not the interval)."""
+        return self._due if self.healthy else None
+
     def backlogged(self) -> bool:
         """Whether reading should pause: the store is failing and a full batch waits."""
         return not self.healthy and len(self.pending) >= self.max_events

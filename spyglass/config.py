@@ -43,7 +43,8 @@ class AgentConfig(Strict):
         " cannot commit, reading pauses at this many (memory stays bounded, nothing is lost).")
     coalesce_seconds: float = Field(
         0.1, ge=0, le=5, description="A step never follows the last one sooner than this: a burst of"
-        " appends (many inotify wakes) is read in one step.")
+        " appends (many inotify wakes) is read in one step. Nor does a step come before the next commit"
+        " may (commit_interval_seconds): what it reads waits for that commit anyway.")
     rotated_generations: int = Field(
         8, ge=1, le=1000, description="How many numbered generations a '{n}' in a source's `rotated`"
         " patterns stands for ('{path}.{n}': .1 to .8).")

@@ -299,7 +299,10 @@ class Pipeline:
         Wakes coalesce: between steps the loop waits for a wake (inotify, a poller, a posted
         span) or the poll interval, and a step never follows the previous one sooner than
         `agent.coalesce_seconds`, so a writer's burst of appends is read in one step rather than
-        one step per write. A step that stopped at its read budget is followed at once."""
+        one step per write. Nor does a step come before the next commit may: /metrics shows only
+        what is committed, so a step then reads the writes of the whole interval just before they
+        are committed, and reading sooner would add steps (their cost is mostly fixed) and no
+        freshness. A step that stopped at its read budget is followed at once."""
         agent = self.config.agent
         try:
             while not stop.is_set():
@@ -308,8 +311,10 @@ class Pipeline:
                 self.commit_if_due()
                 if more:
                     continue
-                wake.wait(agent.poll_interval_seconds)
-                rest = began + agent.coalesce_seconds - self.clock.monotonic()
+                if not self.committer.waiting:  # else the commit is due soon: no need to be woken
+                    wake.wait(agent.poll_interval_seconds)
+                commit_due = self.committer.next_commit() or 0.0
+                rest = max(began + agent.coalesce_seconds, commit_due) - self.clock.monotonic()
                 if rest > 0:
                     stop.wait(rest)
                 wake.clear()  # after the rest: what woke us meanwhile is read by the next step
