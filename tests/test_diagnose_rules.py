@@ -8,7 +8,8 @@ hour after (gauges hold their final value; timestamps are moved onto promtool's 
 alert may fire at any minute of that hour, so every `for:` has elapsed. Only heuristics the
 diagnosis checks are compared; the metrics-only ones (H1, H2, H7, H17-H19) are left to the alerts.
 
-`hung-engine` is read while the engine hangs, not after the stack stopped: its signal is a serve that
+`crash-loop` is read at a moment strata-b is ready, between two of its aborts (its ready gauge is
+held for the hour). `hung-engine` is read while the engine hangs, not after the stack stopped: its signal is a serve that
 says ready with work queued while the engine log stays silent past `alerts.hung_minutes` (1 here, so
 the test waits a real minute of silence; the replay's clock then carries that silence on).
 """
@@ -75,8 +76,18 @@ def scenario_run(name: str, folder: Path):
             wait_until(silent_past_threshold, due + 60, "a serve poll past the hung engine's silence")
             pipeline.run_until_idle()
             exposition, ended = render(pipeline.state).decode(), time.time()
+        elif name == "crash-loop":  # read between a ready and the abort after it: the replay holds the
+            # ready gauge at the value read for the whole hour, and a respawn caught loading would replay
+            # as an engine that never became ready (H14), which the scenario is not
+
+            def strata_b_ready() -> bool:
+                pipeline.run_until_idle()
+                return pipeline.state.values["spyglass_engine_ready"].get(("strata-b", "normal")) == 1.0
+
+            wait_until(strata_b_ready, 60, "strata-b ready between two aborts")
+            exposition, ended = render(pipeline.state).decode(), time.time()
     pipeline.run_until_idle()
-    if not hung:
+    if not hung and name != "crash-loop":
         exposition, ended = render(pipeline.state).decode(), time.time()
     pipeline.close()
     return config, Window(began, datetime.now(UTC)), exposition, ended

@@ -116,7 +116,7 @@ async def over_limit(d: Driver, c: httpx.AsyncClient) -> None:
 
 
 async def crash_loop(d: Driver, c: httpx.AsyncClient) -> None:
-    await asyncio.sleep(12)  # strata-b aborts 1 s after each start; supervisord respawns it
+    await asyncio.sleep(12)  # strata-b aborts 1 s after each ready; supervisord respawns it
 
 
 async def hung_engine(d: Driver, c: httpx.AsyncClient) -> None:
@@ -159,7 +159,7 @@ SCENARIOS = {s.name: s for s in [
              token_count, {"strata-b": BIG_CACHE}),
     Scenario("concurrency", "More requests at once than the model's limit: 429s at the gateway (H12).",
              over_limit, {"strata-a": BIG_CACHE}),
-    Scenario("crash-loop", "strata-b aborts after start and is respawned: never FATAL (upgrade article).",
+    Scenario("crash-loop", "strata-b aborts after it is ready and is respawned: never FATAL (upgrade article).",
              crash_loop, {"strata-b": {"crash_after_seconds": 1.0}}, crash_loop=frozenset({"strata-b"}),
              ready=("strata-a",)),
     Scenario("hung-engine", "strata-b stops finishing requests and writing lines; /health still 200 (H20).",

@@ -53,7 +53,10 @@ class EngineSettings(BaseModel):
     escape_fix: bool = True  # the serve build has the special-token escape fix (and its counters)
     escape_special: bool = True  # STRATA_ESCAPE_SPECIAL: the fix switched on
     serve_version: str = "2026.10.18"
-    crash_after_seconds: float | None = None  # abort (SIGABRT) this long after start: a crash loop
+    # Abort (SIGABRT) this long after ready: a crash loop of an engine that loads fine. Counted from
+    # ready, not from start, so a loaded machine that slows the load cannot turn it into a restart
+    # while loading (H14), another incident.
+    crash_after_seconds: float | None = None
     # H20: after finishing this many requests the engine hangs: the process runs, /health answers 200 and
     # /v1/status says ready, but no request finishes (new ones wait in the prefill queue) and no line is written.
     hang_after_requests: int | None = None
@@ -102,6 +105,8 @@ class Engine:
         self.write(log.loaded(self.s.load_seconds - 2.5))
         self.write(log.ready(self.s.load_seconds))
         self.state = "ready"
+        if self.s.crash_after_seconds is not None:
+            asyncio.get_running_loop().call_later(self.s.crash_after_seconds, os.kill, os.getpid(), signal.SIGABRT)
 
     async def stats(self) -> None:
         while True:
@@ -258,8 +263,6 @@ def create_app(settings: EngineSettings) -> FastAPI:
     async def lifespan(_app: FastAPI):
         engine.start_lines()
         tasks = [asyncio.create_task(engine.load()), asyncio.create_task(engine.stats())]
-        if settings.crash_after_seconds is not None:
-            asyncio.get_running_loop().call_later(settings.crash_after_seconds, os.kill, os.getpid(), signal.SIGABRT)
         yield
         engine.state = "draining"
         for task in tasks:
