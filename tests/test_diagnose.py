@@ -15,6 +15,7 @@ from fixtures.incidents.replay import WINDOWS, utc, write_all
 from typer.testing import CliRunner
 
 from spyglass.cli import app
+from spyglass.config import parse_config
 from spyglass.forensics.diagnose import findings_of
 from spyglass.forensics.times import utc_text
 from spyglass.heuristics import by_id
@@ -175,3 +176,27 @@ def test_an_open_window_is_everything_stored_as_for_report(healthy, tmp_path):
     # nothing stored in an open window: said, exit 1, never a usage error
     result = CliRunner().invoke(app, ["diagnose", "--config", healthy, "--from", "2030-01-01 00:00"])
     assert result.exit_code == 1 and "no events are stored" in result.stderr and "nothing to diagnose" in result.stderr
+
+
+@pytest.mark.parametrize("ttfts, found", [
+    ((21.0, 40.5), True),  # p95 39.5 s is under the 40 s objective, but half are late: the fast burn's page
+    ((21.0, 42.0), True),  # p95 above the objective: the spike
+    ((5.0,) * 99 + (41.0,), False),  # 1% late: within the 99% objective's budget, p95 5 s
+    ((5.0,) * 80 + (41.0,) * 20, True),  # 20% late: over 14.4x the 1% budget
+    ((5.0, 39.9), False),
+])
+def test_the_ttft_probe_finds_what_either_h5_alert_would(ttfts, found):
+    """H5's probe over a window: p95 above the objective (EngineTTFTSpike), or a late share above the
+    fast burn's 14.4x the budget (EngineTTFTBudgetFastBurn); a lane of 40 s at 99%."""
+    import duckdb
+
+    from spyglass.heuristics import Deployment, catalogue
+
+    d = Deployment.of(parse_config({"alerts": {"lanes": {"normal": {"ttft_seconds": 40, "objective": 0.99}}}}, "t"))
+    h5 = next(h for h in catalogue(d) if h.id == "H5")
+    con = duckdb.connect()
+    con.execute("CREATE TABLE engine_requests (instance VARCHAR, lane VARCHAR, ts_utc TIMESTAMPTZ, ttft_ms DOUBLE)")
+    con.executemany("INSERT INTO engine_requests VALUES ('strata-b', 'normal', TIMESTAMPTZ '2026-10-19 05:00:00+00', ?)",
+                    [(t * 1000,) for t in ttfts])
+    rows = con.execute(h5.probe.sql).fetchall()
+    assert bool(rows) == found, rows
