@@ -47,6 +47,8 @@ class SignalsBase:
     # own totals) rather than counting events: they start where the source is, never at 0, or the
     # first report would read as that many increments (see start_known_counters).
     mirrored_counters: frozenset[str] = frozenset()
+    # The lane an event without one is counted under, if the class has one: a known lane too.
+    no_lane: str | None = None
 
     def __init__(self, state: MetricState, settings: SignalsSettings = SignalsSettings()) -> None:
         self.state, self.settings = state, settings
@@ -103,27 +105,28 @@ def start_known_counters(state: MetricState, instances: Mapping[str, Iterable[st
     """Create at 0 every counter series whose labels are all known before any event arrives, and
     return how many were new: per source kind, counters labelled (instance, lane), (instance) or
     (lane), for the configured instances of that kind (`instances`: kind -> names) and the
-    deployment's `lanes` (`lane_of`: instance -> lane). A series that exists is left as it is.
+    deployment's `lanes` (`lane_of`: instance -> lane), with the class's `no_lane` among them. A
+    series that exists is left as it is.
 
     Why: a counter first exported above 0 is invisible to rate() and increase(), which need a sample
     before the first increment, so the first model checksum mismatch or lost task anchor since the
     agent started would page no one. Counters with another label (status, finish, reason) are left
     to their first event (their values are open), and so are a class's `mirrored_counters`."""
-    lanes = sorted(set(lanes))
-    keys_of: dict[tuple[str, ...], Callable[[list[str]], list[tuple[str, ...]]]] = {
-        ("instance", "lane"): lambda names: [(name, lane_of.get(name, "")) for name in names if name],
-        ("instance",): lambda names: [(name,) for name in names if name],
-        ("lane",): lambda names: [(lane,) for lane in lanes],
-    }
     created = 0
     for kind, registration in load_all().items():
         if kind not in instances:
             continue
-        names = sorted(set(instances[kind]))
+        names = sorted({name for name in instances[kind] if name})
+        no_lane: str | None = getattr(registration.cls, "no_lane", None)
+        kind_lanes = sorted({*lanes, *([no_lane] if no_lane else [])})
+        keys_of: dict[tuple[str, ...], list[tuple[str, ...]]] = {
+            ("instance", "lane"): [(name, lane_of.get(name, "")) for name in names],
+            ("instance",): [(name,) for name in names], ("lane",): [(lane,) for lane in kind_lanes]}
         mirrored: frozenset[str] = getattr(registration.cls, "mirrored_counters", frozenset())
         for spec in registration.specs:
-            make_keys = keys_of.get(spec.labels) if spec.type == "counter" and spec.name not in mirrored else None
-            for key in make_keys(names) if make_keys else ():
+            if spec.type != "counter" or spec.name in mirrored:
+                continue
+            for key in keys_of.get(spec.labels, ()):
                 created += key not in state.series(spec.name)
                 state.inc(spec.name, key, 0.0)
     return created

@@ -54,8 +54,10 @@ SPECS = [
 
 @signals_for("gateway_log", SPECS)
 class GatewaySignals(SignalsBase):
+    no_lane = "unknown"
+
     def apply(self, e: Event) -> None:
-        s, f, lane = self.state, e.fields, str(e.fields.get("lane") or "unknown")
+        s, f, lane = self.state, e.fields, str(e.fields.get("lane") or self.no_lane)
         kind = e.kind
         if "status" in f:
             status = str(f["status"])

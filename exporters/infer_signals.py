@@ -37,9 +37,11 @@ SPECS = [
 
 @signals_for("infer_store", SPECS)
 class InferSignals(SignalsBase):
+    no_lane = "unknown"
+
     def apply(self, e: Event) -> None:
         s, f = self.state, e.fields
-        lane = (str(f.get("lane") or "unknown"),)
+        lane = (str(f.get("lane") or self.no_lane),)
         if e.kind == "request":
             s.inc("spyglass_infer_requests_total", lane + (str(f.get("status")), str(f.get("finish") or "none")))
         elif e.kind == "request_body":

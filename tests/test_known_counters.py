@@ -47,7 +47,7 @@ def test_known_counters_are_exposed_at_zero_before_any_event(tmp_path):
     finally:
         pipeline.close()
     assert mismatches == {("strata-a", "fast"): 0.0, ("strata-b", "normal"): 0.0}
-    assert retries == {("fast",): 0.0, ("normal",): 0.0}
+    assert retries == {("fast",): 0.0, ("normal",): 0.0, ("unknown",): 0.0}  # unknown: a line naming no lane
     assert by_status == {}  # a label of open values (status) waits for its first event
 
 
