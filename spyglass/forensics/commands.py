@@ -87,7 +87,7 @@ def timeline(config: ConfigOption, start: From = None, end: To = None, tz: Tz = 
     """Every source's events of a window in time order, UTC and Beijing time, one line an event."""
     from spyglass.forensics import output
     from spyglass.forensics.run import Window
-    from spyglass.forensics.timeline import change_rows, merged, timeline_query, wants_changes
+    from spyglass.forensics.timeline import change_rows, merged, starts_query, timeline_query, wants_changes
     from spyglass.forensics.times import describe, request_window
 
     check_format(fmt)
@@ -100,7 +100,7 @@ def timeline(config: ConfigOption, start: From = None, end: To = None, tz: Tz = 
             raise fail(str(exc), 2) from None
         w = Window(w.start or around.start, w.end or around.end)
     columns, rows = fetch(cfg, timeline_query(w, source or [], instance or [], kind or [], request, limit), parquet)
-    if wants_changes(source or [], kind or [], request):
+    if wants_changes(source or [], kind or [], request) and fetch(cfg, starts_query(w), parquet)[1][0][0]:
         from spyglass.forensics.upgrades import load_deploys
 
         records = load_deploys(cfg, None, w.end, parquet)
