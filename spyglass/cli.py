@@ -117,7 +117,7 @@ def sql(config: ConfigOption, query: Annotated[str, typer.Argument(help="One SEL
 
     cfg = _config(config)
     try:
-        answer = run_readonly(cfg.store_path(), query, agent_api(cfg))
+        answer = run_readonly(cfg.store_path(), query, agent_api(cfg), cfg.forensics.limits())
     except QueryError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -165,6 +165,22 @@ class LaneObjective(Strict):
                              description="Share of requests whose first token comes within ttft_seconds.")
 
 
+class ForensicsConfig(Strict):
+    """Bounds of a query the commands (`sql`, `timeline`, `report`, `diagnose`, ...) run on the store
+    file themselves, when no agent holds it: the analyst's own query, so wider than /api/sql's, but
+    still a process of its own that cannot take the machine (through a running agent, its limits
+    apply)."""
+
+    memory_mb: int = Field(2048, ge=64, description="Memory of the process that runs one query on the"
+                           " store file (a one-day report on 10M events needs about 1 GiB).")
+    timeout_seconds: float = Field(300, gt=0, le=3600, description="Wall time of one query on the store file.")
+
+    def limits(self) -> Any:
+        from spyglass.query import Limits
+
+        return Limits(self.timeout_seconds, self.memory_mb)
+
+
 class AlertsConfig(Strict):
     """Deployment-dependent thresholds of the alert rules (`spyglass rules`); the rest live in
     spyglass/heuristics.py."""
@@ -205,6 +221,7 @@ class Config(Strict):
     exporters: ExportersConfig = ExportersConfig()
     signals: SignalsConfig = SignalsConfig()
     alerts: AlertsConfig = AlertsConfig()
+    forensics: ForensicsConfig = ForensicsConfig()
     sources: dict[str, Any] = Field(default_factory=dict)
 
     def state_dir(self) -> Path:

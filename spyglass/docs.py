@@ -14,7 +14,7 @@ from pydantic_core import PydanticUndefined
 import collectors
 import exporters
 from exporters.prometheus import EXEMPLAR_HISTOGRAMS
-from spyglass.config import AgentConfig, AlertsConfig, ExportersConfig, SignalsConfig
+from spyglass.config import AgentConfig, AlertsConfig, ExportersConfig, ForensicsConfig, SignalsConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -96,7 +96,9 @@ def config_markdown() -> str:
            "## [agent]", "", *header, *_model_rows(AgentConfig, "agent."), "",
            "## [exporters]", "", *header, *_model_rows(ExportersConfig, "exporters."), "",
            "## [signals]", "", *header, *_model_rows(SignalsConfig, "signals."), "",
-           "## [alerts] (thresholds of `spyglass rules`)", "", *header, *_model_rows(AlertsConfig, "alerts."), ""]
+           "## [alerts] (thresholds of `spyglass rules`)", "", *header, *_model_rows(AlertsConfig, "alerts."), "",
+           "## [forensics] (queries the commands run on the store file)", "", *header,
+           *_model_rows(ForensicsConfig, "forensics."), ""]
     for kind, registration in sorted(collectors.load_all().items()):
         out += [f"## [sources.NAME] with kind = \"{kind}\"", "",
                 (registration.cls.__doc__ or "").strip().splitlines()[0], "",

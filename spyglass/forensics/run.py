@@ -73,7 +73,7 @@ def query(config: Config, q: Query, parquet: str | None = None) -> Result:
     """Columns and rows of `q`, read-only: from the store file or through the running agent, or
     over the Parquet segments `parquet` matches."""
     if parquet is None:
-        answer = run_readonly(config.store_path(), q.text(config), agent_api(config))
+        answer = run_readonly(config.store_path(), q.text(config), agent_api(config), config.forensics.limits())
         if answer.truncated:  # a forensic table must be whole or say it is not
             raise QueryError(f"the answer was cut ({answer.truncated}); narrow the window")
         return answer.columns, [tuple(row) for row in answer.rows]
