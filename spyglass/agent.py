@@ -97,9 +97,13 @@ class Agent:
 
     def _store_now(self, events: list) -> None:
         """Submit `events` and wait for their commit, so a 200 means stored: a kill -9 after it loses
-        nothing. NotYetStored (a 503) if the commit does not succeed within half the request timeout."""
+        nothing. NotYetStored (a 503) at once while the store is failing, with nothing taken (the
+        sender retries, and retries pile up neither in memory nor as duplicates), or if the commit
+        does not succeed within half the request timeout (then they are held and stored later)."""
         from spyglass.server import NotYetStored
 
+        if not self.pipeline.committer.healthy:
+            raise NotYetStored("the store is failing (see spyglass_store_healthy); nothing was taken, retry later")
         stored = self.pipeline.submit(events)
         self.wake.set()
         wait = self.config.exporters.prometheus.request_timeout_seconds / 2
