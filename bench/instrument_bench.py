@@ -26,8 +26,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from engine.emulator.ports import free_port_base  # noqa: E402
 from engine.emulator.serve import EngineSettings, create_app  # noqa: E402
-from engine.emulator.stack import free_port_base  # noqa: E402
 from engine.instrument import instrument, tracer_provider  # noqa: E402
 
 

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,16 +32,11 @@ OUT = HERE / "out"
 sys.path.insert(0, str(HERE.parent))
 
 from bench.gen_log import generate  # noqa: E402
+from engine.emulator.ports import free_port  # noqa: E402
 from spyglass.config import engine_log_toml  # noqa: E402
 
 LINES_SERIES = re.compile(rb'^spyglass_source_lines_total\{[^}]*source="engine-b"[^}]*\} (\S+)$', re.M)
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_seconds(pid: int) -> float:

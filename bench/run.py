@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from bench.gen_log import generate  # noqa: E402
 from engine.emulator import logsynth  # noqa: E402
+from engine.emulator.ports import free_port  # noqa: E402
 from spyglass.config import engine_log_toml  # noqa: E402
 
 
@@ -79,9 +79,7 @@ def live_latency(samples: int) -> list[float]:
     folder.mkdir(parents=True)
     log = folder / "engine.log"
     log.write_bytes(b"")
-    with socket.socket() as probe:  # a free loopback port: two benchmark runs must not collide
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # two benchmark runs must not collide
     proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c",
                              str(config(folder, log, True, f"127.0.0.1:{port}"))],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

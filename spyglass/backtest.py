@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 import yaml
 
+from engine.emulator.ports import free_port
 from spyglass.backfill import OPENMETRICS_FILE, BackfillError, BackfillResult, iso, parse_duration, replay
 from spyglass.config import Config
 
@@ -176,11 +177,7 @@ class Prometheus:
         self.url = ""
 
     def start(self, timeout: float = 60.0) -> Prometheus:
-        from socket import socket
-
-        with socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         config = self.data.parent / "prometheus.yml"
         config.write_text("global:\n  evaluation_interval: 1h\n")
         self.log = open(self.data.parent / "prometheus.log", "wb")  # noqa: SIM115 - closed with the process

@@ -28,8 +28,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from engine.emulator.ports import free_port_base
 from engine.emulator.scenarios import SCENARIOS, run_scenario
-from engine.emulator.stack import Stack, free_port_base
+from engine.emulator.stack import Stack
 from exporters.state import MetricState
 from spyglass.agent import Agent
 from spyglass.config import parse_config, toml_text

@@ -46,30 +46,6 @@ def wait_until(predicate, timeout: float = 20.0, what: str = "condition"):
         pause.wait(0.02)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def random_port_base() -> int:
-    """Three free consecutive ports from a kernel-chosen start: other test runs on this machine scan
-    from free_port_base's fixed start and would race this stack for the same ports."""
-    import socket
-
-    while True:
-        base = free_port()
-        try:
-            for port in (base + 1, base + 2):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-
-
 def kill_at_random_until_done(command: list[str], duration: float, seed: int, window: tuple[float, float],
                               after_kill=None, kill_when=None) -> int:
     """Run `command` again and again, each time SIGKILLed at a random moment of `window` (fractions

@@ -8,8 +8,9 @@ import sys
 
 import httpx
 import pytest
-from conftest import FIXTURES, free_port, wait_until
+from conftest import FIXTURES, wait_until
 
+from engine.emulator.ports import free_port
 from spyglass.config import engine_log_toml
 from spyglass.query import AgentApi, QueryError, run_readonly
 

@@ -10,8 +10,9 @@ from datetime import UTC, datetime
 import duckdb
 import httpx
 import pytest
-from conftest import free_port, wait_until
+from conftest import wait_until
 
+from engine.emulator.ports import free_port
 from spyglass.alert_webhook import decode_notification
 
 STARTS = "2026-03-10T14:02:15.123456789Z"  # Go writes nanoseconds

@@ -11,9 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import free_port, wait_until
+from conftest import wait_until
 from typer.testing import CliRunner
 
+from engine.emulator.ports import free_port
 from exporters import full_catalogue
 from spyglass.cli import app
 from spyglass.config import ConfigError, load_config, parse_config

@@ -19,9 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 import duckdb
 import httpx
 import pytest
-from conftest import FIXTURES, free_port, wait_until
+from conftest import FIXTURES, wait_until
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from engine.emulator.ports import free_port
 from engine.instrument import trace_id_for
 from spyglass.config import ConfigError, engine_log_toml, parse_config
 from spyglass.otlp_receiver import SpanLimits, decode_spans

@@ -102,7 +102,9 @@ def test_an_unknown_format_is_refused_by_name(tmp_path):
 
 def test_run_lives_through_a_log_folder_that_appears_later(tmp_path):
     import httpx
-    from conftest import free_port, wait_until
+    from conftest import wait_until
+
+    from engine.emulator.ports import free_port
 
     port, log = free_port(), tmp_path / "not-yet" / "engine.log"
     config = tmp_path / "spyglass.toml"

@@ -18,12 +18,13 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import free_port, wait_until
+from conftest import wait_until
 
 from dashboards.model import GENERATED
 from dashboards.preview import draw, run_queries
+from engine.emulator.ports import free_port, free_port_base
 from engine.emulator.scenarios import SCENARIOS, run_scenario
-from engine.emulator.stack import Stack, free_port_base
+from engine.emulator.stack import Stack
 from spyglass.agent import Agent
 from spyglass.config import parse_config
 

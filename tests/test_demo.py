@@ -12,9 +12,8 @@ import threading
 from collections import deque
 from pathlib import Path
 
-from conftest import free_port
-
 import exporters
+from engine.emulator.ports import free_port
 from exporters.state import MetricState
 from spyglass.demo import SIGNALS, Above, Board, Held, Increase, Signal
 

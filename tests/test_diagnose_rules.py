@@ -28,8 +28,9 @@ import yaml
 from conftest import wait_until
 
 from collectors.clock import SystemClock
+from engine.emulator.ports import free_port_base
 from engine.emulator.scenarios import SCENARIOS, run_scenario
-from engine.emulator.stack import Stack, free_port_base
+from engine.emulator.stack import Stack
 from exporters.prometheus import render
 from spyglass.agent import open_store
 from spyglass.config import parse_config

@@ -15,10 +15,11 @@ from pathlib import Path
 import duckdb
 import httpx
 import pytest
-from conftest import free_port, wait_until
+from conftest import wait_until
 from test_alert_webhook import alert, notification
 
 from engine.emulator.logsynth import EngineModel
+from engine.emulator.ports import free_port
 from exporters.statefile import StateFile
 from spyglass.config import engine_log_toml
 

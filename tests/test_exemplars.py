@@ -22,12 +22,13 @@ from typing import IO
 import httpx
 import pytest
 import yaml
-from conftest import free_port, random_port_base, wait_until
+from conftest import wait_until
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from test_commit import LINES, open_pipeline
 
 import exporters
 from collectors.clock import ManualClock
+from engine.emulator.ports import free_port, free_port_base
 from engine.instrument import trace_id_for
 from exporters.prometheus import CONTENT_TYPE_OPENMETRICS, render, wants_openmetrics
 from exporters.state import MetricState
@@ -178,7 +179,7 @@ def live(tmp_path_factory):
     agent_port = free_port()
     agent_url = f"http://127.0.0.1:{agent_port}"
     pushed = {"otlp_endpoint": agent_url}
-    stack = Stack(folder / "stack", random_port_base(), {name: {"cache_mib": 65_536, **pushed}
+    stack = Stack(folder / "stack", free_port_base(), {name: {"cache_mib": 65_536, **pushed}
                                                         for name in ("strata-a", "strata-b")}, pushed)
     settings = tomllib.loads(stack.spyglass_toml(folder / "spyglass"))
     settings["exporters"]["prometheus"] = {"listen": f"127.0.0.1:{agent_port}"}  # /metrics, /v1/traces, /api/sql

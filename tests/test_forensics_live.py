@@ -7,8 +7,10 @@ import sys
 
 import httpx
 import pytest
-from conftest import free_port, wait_until
+from conftest import wait_until
 from fixtures.incidents.replay import WINDOWS, write_all
+
+from engine.emulator.ports import free_port
 
 SOME_WINDOWS = ("incident2", "incident3", "restarts")  # the cache, the special tokens, the restart loop
 COMMANDS = [["timeline", "--limit", "100000"], ["requests"], ["diagnose", "--json"],

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import duckdb
 import httpx
-from conftest import free_port, kill_at_random_until_done, wait_until
+from conftest import kill_at_random_until_done, wait_until
 
 import exporters
 from engine.emulator.logsynth import EngineModel
+from engine.emulator.ports import free_port
 from exporters.prometheus import render
 from exporters.state import MetricState
 from spyglass.config import engine_log_toml

@@ -36,10 +36,11 @@ import httpx
 import pytest
 import tomli_w
 import yaml
-from conftest import free_port, wait_until
+from conftest import wait_until
 
+from engine.emulator.ports import free_port, free_port_base
 from engine.emulator.scenarios import BIG_CACHE, SCENARIOS, run_scenario
-from engine.emulator.stack import Stack, engines, free_port_base
+from engine.emulator.stack import Stack, engines
 from spyglass.config import AlertsConfig
 
 pytestmark = pytest.mark.slow

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from collectors.clock import SystemClock
+from engine.emulator.ports import free_port_base
 from engine.emulator.scenarios import SCENARIOS, run_scenario
-from engine.emulator.stack import Stack, free_port_base
+from engine.emulator.stack import Stack
 from exporters.state import MetricState
 from exporters.statefile import StateFile
 from spyglass.config import parse_config

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import uvicorn
-from conftest import free_port, random_port_base, wait_until
+from conftest import wait_until
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from collectors.engine_log import EngineLogOptions, EngineLogSource
 from engine.emulator.gateway import GatewaySettings
 from engine.emulator.gateway import create_app as gateway_app
+from engine.emulator.ports import free_port, free_port_base
 from engine.emulator.serve import EngineSettings
 from engine.emulator.serve import create_app as serve_app
 from engine.instrument import instrument, otlp_tracing, span_id_for, trace_id_for, tracer_provider
@@ -259,7 +260,7 @@ def test_spyglass_trace_of_a_request_from_the_running_stack(tmp_path):
 
     agent_port = free_port()
     pushed = {"otlp_endpoint": f"http://127.0.0.1:{agent_port}"}
-    stack = Stack(tmp_path / "stack", random_port_base(), {name: {"cache_mib": 65_536, **pushed}
+    stack = Stack(tmp_path / "stack", free_port_base(), {name: {"cache_mib": 65_536, **pushed}
                                                          for name in ("strata-a", "strata-b")}, pushed)
     toml = stack.spyglass_toml(tmp_path / "spyglass")
     (tmp_path / "spyglass.toml").write_text(toml)  # for `spyglass trace`, which reads the store once the agent ends

@@ -20,7 +20,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import pytest
-from conftest import free_port, wait_until
+from conftest import wait_until
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from test_tracing import Server, plain
@@ -28,6 +28,7 @@ from test_tracing import Server, plain
 from collectors.engine_log import EngineLogOptions, EngineLogSource
 from engine.emulator.gateway import GatewaySettings
 from engine.emulator.gateway import create_app as gateway_app
+from engine.emulator.ports import free_port
 from engine.emulator.serve import EngineSettings
 from engine.emulator.serve import create_app as serve_app
 from engine.instrument import instrument, otlp_tracing, span_id_for, trace_id_for

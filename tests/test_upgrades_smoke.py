@@ -9,9 +9,10 @@ import threading
 
 import pytest
 import uvicorn
-from conftest import free_port, wait_until
+from conftest import wait_until
 from typer.testing import CliRunner
 
+from engine.emulator.ports import free_port
 from engine.emulator.serve import EngineSettings, create_app
 from spyglass.cli import app
 from spyglass.smoke import SamplesError, load_samples

@@ -15,10 +15,11 @@ from datetime import UTC, datetime, timedelta
 import duckdb
 import httpx
 import pytest
-from conftest import FIXTURES, free_port, wait_until
+from conftest import FIXTURES, wait_until
 from test_upgrades_smoke import Serve
 from typer.testing import CliRunner
 
+from engine.emulator.ports import free_port
 from spyglass.cli import app
 from spyglass.config import engine_log_config, load_config, toml_text
 from spyglass.smoke_event import decode_result, instance_for

@@ -5,10 +5,8 @@ stack), starts supervisord, waits for the engines to finish loading, and stops i
 """
 from __future__ import annotations
 
-import random
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,28 +22,6 @@ from engine.emulator.gateway import GatewaySettings
 from engine.emulator.serve import EngineSettings
 
 BIN = Path(sys.executable).parent
-
-
-def free_port_base(count: int = 3) -> int:
-    """A base port with `count` free loopback ports after it (gateway, strata-a, strata-b).
-
-    The scan starts at a random place: stacks started at once by parallel runs would otherwise
-    all pick the first free base and race for it."""
-    start = random.randrange(21000, 40000, 7)
-    for base in [*range(start, 40000, 7), *range(21000, start, 7)]:
-        sockets = []
-        try:
-            for port in range(base, base + count):
-                sock = socket.socket()
-                sockets.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
-    raise RuntimeError("no free loopback ports")
 
 
 def engines(folder: Path, base_port: int, **patch) -> dict[str, EngineSettings]:
@@ -131,19 +107,30 @@ class Stack:
         return self
 
     def wait_ready(self, names: tuple[str, ...] = ("strata-a", "strata-b"), timeout: float = 60.0) -> None:
-        """Until the gateway answers and the named engines report ready (they load first)."""
+        """Until the gateway answers and the named engines report ready (they load first); on timeout the
+        error carries the end of the late program's own output (a traceback, a port it could not bind)."""
         pause, deadline = threading.Event(), time.monotonic() + timeout
-        pending = [self.url + "/health"] + [f"http://127.0.0.1:{self.engines[n].port}/health" for n in names]
-        while pending:
-            try:
-                if httpx.get(pending[0], timeout=1).status_code == 200:
-                    pending.pop(0)
-                    continue
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"not ready after {timeout:.0f} s: {pending[0]}")
-            pause.wait(0.05)
+        pending = [("rag-proxy", self.url)] + [(n, f"http://127.0.0.1:{self.engines[n].port}") for n in names]
+        with httpx.Client(timeout=1) as client:  # one connection, not a fresh one per probe
+            while pending:
+                program, url = pending[0]
+                try:
+                    if client.get(url + "/health").status_code == 200:
+                        pending.pop(0)
+                        continue
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"not ready after {timeout:.0f} s: {program} at {url}\n{self.output_tail(program)}")
+                pause.wait(0.05)
+
+    def output_tail(self, program: str, lines: int = 20) -> str:
+        """The last lines a program wrote to its stdout/stderr log, or why there are none."""
+        path = self.folder / f"{program}.out"
+        try:
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) or f"({path.name} is empty)"
+        except OSError as e:
+            return f"({path.name}: {e.strerror})"
 
     def reconfigure(self, engine_patch: dict[str, dict]) -> None:
         """The operator's fix: rewrite the supervisord config with these engine patches (over the defaults)
