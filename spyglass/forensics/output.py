@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import sys
 from datetime import datetime
@@ -56,7 +57,8 @@ def cell(value: Any, column: str = "") -> str:
 
 def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | None = None, fold: bool = True) -> None:
     """Print records as `table` (rich), `json` (one object a line, nested) or `csv`. A table too wide
-    for the terminal prints one block a row instead, unless `fold` is off (a timeline stays a table)."""
+    for the terminal prints one block a row instead, unless `fold` is off (a timeline stays a table).
+    To a pipe or a file (no terminal, no COLUMNS) a table is as wide as its longest row: nothing cut."""
     out = out or sys.stdout
     if fmt == "json":
         for record in rows:
@@ -77,7 +79,10 @@ def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | Non
             table.add_column(column, no_wrap=column.endswith(("_utc", "_beijing", "request_id")))
         for record in rows:
             table.add_row(*(Text(cell(v, c)) for c, v in record.items()))
-        if not fold or console.measure(table, options=console.options.update(max_width=100_000)).maximum <= console.width:
+        natural = console.measure(table, options=console.options.update(max_width=100_000)).maximum
+        if not console.is_terminal and "COLUMNS" not in os.environ:
+            console = Console(file=out, width=natural)  # a pipe or a file has no width: rows print whole
+        if not fold or natural <= console.width:
             console.print(table)
             return
         if title:  # too wide for the terminal: one block a row, like psql's \x
