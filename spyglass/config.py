@@ -10,7 +10,7 @@ import math
 import socket
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import tomli_w
@@ -18,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 import collectors
 from collectors.clock import zone
+
+if TYPE_CHECKING:  # spyglass.query imports httpx: not for every config load
+    from spyglass.query import Limits
 
 
 class ConfigError(Exception):
@@ -175,7 +178,7 @@ class ForensicsConfig(Strict):
                            " store file (a one-day report on 10M events needs about 1 GiB).")
     timeout_seconds: float = Field(300, gt=0, le=3600, description="Wall time of one query on the store file.")
 
-    def limits(self) -> Any:
+    def limits(self) -> Limits:
         from spyglass.query import Limits
 
         return Limits(self.timeout_seconds, self.memory_mb)
