@@ -105,6 +105,39 @@ class LineKind:
     def typed(self, found: re.Match[bytes]) -> dict[str, Any] | str:
         """The named groups of `found`, converted, absent ones left out; or Miss.invalid(field)
         when a number is malformed or out of range (the line is then not an event at all)."""
+        try:
+            return self._typed_common(found)
+        except (TypeError, ValueError, OverflowError):  # an absent group, a malformed or long number
+            return self._typed_any(found)
+
+    @functools.cached_property
+    def _typed_common(self) -> Callable[[re.Match[bytes]], dict[str, Any]]:
+        """typed() of the common line as one generated function: every group present and every
+        number at most 15 characters long (so below MAX_NUMBER), converted by direct C calls. Any
+        other line raises (TypeError, ValueError, OverflowError) and takes _typed_any, which gives
+        the same value for the common line (tests/test_grammar.py holds the two equal)."""
+        if not self.names:
+            return lambda found: {}
+        env: dict[str, Any] = {"names": self.names}
+        values, checks, items = [], [], []
+        for i, (name, conv) in enumerate(self.plan):
+            value = f"v{i}"
+            values.append(value)
+            if conv is _int or conv is _float:
+                checks.append(f"len({value}) > 15")
+                items.append(f"{name!r}: {'int' if conv is _int else 'float'}({value})")
+            elif conv is _text:
+                items.append(f"{name!r}: str({value}, 'utf-8', 'replace')")
+            else:  # typed by its look (_auto): a Python call, as on the general path
+                env[f"c{i}"] = conv
+                items.append(f"{name!r}: c{i}({value})")
+        unpack = f"({values[0]},) = (found.group(names[0]),)" if len(values) == 1 else f"{', '.join(values)} = found.group(*names)"
+        check = f"    if {' or '.join(checks)}:\n        raise OverflowError\n" if checks else ""
+        code = f"def typed(found):\n    {unpack}\n{check}    return {{{', '.join(items)}}}\n"
+        exec(code, env)  # noqa: S102 - the text above, from this kind's group names and converters
+        return env["typed"]
+
+    def _typed_any(self, found: re.Match[bytes]) -> dict[str, Any] | str:
         names = self.names
         values = found.group(*names) if len(names) > 1 else (found.group(names[0]),) if names else ()
         try:
