@@ -66,27 +66,41 @@ def local_to_epoch(wall: datetime, tz: ZoneInfo | timezone) -> float:
 
 
 class ZonedParser:
-    """Parses 'YYYY-MM-DD HH:MM:SS' (bytes or str) in one zone, caching per wall-clock second.
+    """Parses 'YYYY-MM-DD HH:MM:SS' (bytes or str) in one zone, caching per wall-clock second and
+    per minute.
 
-    Log lines arrive many per second, so the cache turns the zone arithmetic into a dict lookup.
+    Log lines arrive many per second, so the cache turns the zone arithmetic into a dict lookup. A
+    new second of a minute already seen costs an addition: within a minute whose offset does not
+    change, local seconds and epoch seconds advance together. A minute with a change of offset in
+    it (none on a whole minute in tzdata, but historical offsets had seconds) is not cached.
     """
 
     def __init__(self, tz_name: str) -> None:
         self.tz = zone(tz_name)
         self._cache: dict[bytes, float] = {}
+        self._minutes: dict[bytes, float] = {}  # 'YYYY-MM-DD HH:MM' -> epoch seconds of its :00
 
     def seconds(self, stamp: bytes) -> float:
         """Epoch seconds of a 19-byte 'YYYY-MM-DD HH:MM:SS' stamp; ValueError if malformed."""
         hit = self._cache.get(stamp)
         if hit is not None:
             return hit
-        wall = datetime(int(stamp[0:4]), int(stamp[5:7]), int(stamp[8:10]),
-                        int(stamp[11:13]), int(stamp[14:16]), int(stamp[17:19]))
-        value = local_to_epoch(wall, self.tz)
+        start, second = self._minutes.get(stamp[:16]), int(stamp[17:19])
+        value = start + second if start is not None and 0 <= second <= 59 else self._exactly(stamp)
         if len(self._cache) > 4096:
             self._cache.clear()
         self._cache[stamp] = value
         return value
+
+    def _exactly(self, stamp: bytes) -> float:
+        wall = datetime(int(stamp[0:4]), int(stamp[5:7]), int(stamp[8:10]),
+                        int(stamp[11:13]), int(stamp[14:16]), int(stamp[17:19]))
+        start = local_to_epoch(wall.replace(second=0), self.tz)
+        if local_to_epoch(wall.replace(second=59), self.tz) - start == 59:
+            if len(self._minutes) > 4096:
+                self._minutes.clear()
+            self._minutes[stamp[:16]] = start
+        return local_to_epoch(wall, self.tz)
 
 
 def format_both(ts: float) -> str:

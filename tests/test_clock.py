@@ -4,8 +4,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from collectors.clock import ManualClock, ZonedParser, format_both, zone
+from collectors.clock import ManualClock, ZonedParser, format_both, local_to_epoch, zone
 
 
 def utc(stamp: bytes, tz: str) -> str:
@@ -48,3 +50,36 @@ def test_manual_clock_moves_only_when_told():
     assert (clock.now(), clock.monotonic()) == (100.0, 0.0)
     clock.advance(2.5)
     assert (clock.now(), clock.monotonic()) == (102.5, 2.5)
+
+
+ZONES = ["UTC", "Asia/Shanghai", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kathmandu",
+         "Africa/Monrovia", "America/St_Johns"]  # half-hour DST; a 5:45 offset; a historical offset with seconds
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(ZONES),
+       st.lists(st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2040, 12, 31)), min_size=1, max_size=40),
+       st.data())
+def test_the_minute_cache_gives_what_the_zone_arithmetic_gives(tz, walls, data):
+    """Stamps near one another (the same minutes, other seconds), in any order, through one parser."""
+    parser = ZonedParser(tz)
+    stamps = [wall.replace(second=data.draw(st.integers(0, 59))) for wall in walls for _ in range(3)]
+    for wall in data.draw(st.permutations(stamps)):
+        stamp = wall.strftime("%Y-%m-%d %H:%M:%S").encode()
+        assert parser.seconds(stamp) == local_to_epoch(wall.replace(microsecond=0), zone(tz)), stamp
+
+
+@pytest.mark.parametrize("stamp", [b"2026-10-19 04:49:60", b"2026-10-19 04:49:-1", b"2026-10-19 04:49:xx"])
+def test_a_second_out_of_range_is_malformed_even_in_a_cached_minute(stamp):
+    parser = ZonedParser("UTC")
+    parser.seconds(b"2026-10-19 04:49:00")
+    with pytest.raises(ValueError):
+        parser.seconds(stamp)
+
+
+def test_a_minute_with_an_offset_change_inside_is_exact_per_second():
+    # Monrovia went from -0:44:30 to GMT on 1972-01-07, at 00:44:30 local time: in the middle of a minute.
+    parser, tz = ZonedParser("Africa/Monrovia"), zone("Africa/Monrovia")
+    for second in (0, 20, 40, 59, 10):
+        wall = datetime(1972, 1, 7, 0, 44, second)
+        assert parser.seconds(wall.strftime("%Y-%m-%d %H:%M:%S").encode()) == local_to_epoch(wall, tz)
