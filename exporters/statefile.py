@@ -66,7 +66,7 @@ class StateFile:
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
             with open(tmp, "w") as f:
-                json.dump({"checkpoints": checkpoints, "metrics": metrics}, f)
+                f.write(json.dumps({"checkpoints": checkpoints, "metrics": metrics}))  # dumps: C; dump to a file: Python
                 f.flush()
                 os.fsync(f.fileno())
         except BaseException:
