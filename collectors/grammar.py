@@ -115,7 +115,7 @@ class LineKind:
         """typed() of the common line as one generated function: every group present and every
         number at most 15 characters long (so below MAX_NUMBER), converted by direct C calls. Any
         other line raises (TypeError, ValueError, OverflowError) and takes _typed_any, which gives
-        the same value for the common line (tests/test_grammar.py holds the two equal)."""
+        the same value for the common line (tests/test_grammar_typed.py holds the two equal)."""
         if not self.names:
             return lambda found: {}
         env: dict[str, Any] = {"names": self.names}
@@ -130,6 +130,7 @@ class LineKind:
                 items.append(f"{name!r}: str({value}, 'utf-8', 'replace')")
             else:  # typed by its look (_auto): a Python call, as on the general path
                 env[f"c{i}"] = conv
+                checks.append(f"{value} is None")  # absent: _auto would fail on None in its own way
                 items.append(f"{name!r}: c{i}({value})")
         unpack = f"({values[0]},) = (found.group(names[0]),)" if len(values) == 1 else f"{', '.join(values)} = found.group(*names)"
         check = f"    if {' or '.join(checks)}:\n        raise OverflowError\n" if checks else ""

@@ -28,6 +28,31 @@ def test_the_generated_path_equals_the_general_one_for_any_message(kind, data):
     assert typed_strictly(kind.typed(found)) == typed_strictly(kind._typed_any(found))
 
 
+SHAPES = [r"\d+", r"\d{1,3}", r"[\d.]+", r"-?\d+", r"\S+", r"\w+", r"[a-z]*"]
+NAMES = ["n", "if", "class", "None", "v0", "names", "found", "int", "typed", "c0", "text"]
+
+
+@st.composite
+def override_kinds(draw):
+    """A configured kind: 0-4 named groups of any shape, each optional or not, some named as text."""
+    names = draw(st.lists(st.sampled_from(NAMES), max_size=4, unique=True))
+    parts = [f"(?: {name}=(?P<{name}>{draw(st.sampled_from(SHAPES))})){'?' if draw(st.booleans()) else ''}"
+             for name in names]
+    text = frozenset(draw(st.sets(st.sampled_from(NAMES))))
+    [kind] = [k for k in build_kinds({"x": ("", "", "x")}, {"y": "y" + "".join(parts)}, "test", text) if k.kind == "y"]
+    return kind
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(override_kinds(), st.data())
+def test_the_generated_path_equals_the_general_one_for_configured_kinds(kind, data):
+    """Overrides may name groups anything, leave untyped groups optional, or match numbers of any length."""
+    message = data.draw(st.from_regex(kind.pattern, fullmatch=True))
+    found = kind.pattern.match(message)
+    assert found is not None
+    assert typed_strictly(kind.typed(found)) == typed_strictly(kind._typed_any(found))
+
+
 PARK = next(kind for kind in GRAMMARS["engine_log"] if kind.kind == "park")
 REJECTED = next(kind for kind in GRAMMARS["engine_log"] if kind.kind == "rejected")
 PARK_LINE = "park conv=c1 parked=1 bytes={} used=5 budget=9 evictions=0"
