@@ -34,12 +34,28 @@ def test_a_base_and_the_ports_after_it_are_free_and_outside_the_ephemeral_range(
 
 
 def test_a_port_in_use_is_passed_over(monkeypatch):
+    base = ports.free_port_base(2)
+    monkeypatch.setattr(ports, "_handed", set())
     with socket.socket() as taken:
-        taken.bind(("127.0.0.1", ports.free_port()))
+        taken.bind(("127.0.0.1", base))
         taken.listen()
-        used = taken.getsockname()[1]
-        monkeypatch.setattr(ports, "unreserved_ports", lambda: range(used, used + 2))
-        assert {ports.free_port() for _ in range(20)} == {used + 1}
-        monkeypatch.setattr(ports, "unreserved_ports", lambda: range(used, used + 1))
-        with pytest.raises(RuntimeError, match="no 1 free loopback ports"):
-            ports.free_port()
+        monkeypatch.setattr(ports, "unreserved_ports", lambda: range(base, base + 2))
+        assert ports.free_port() == base + 1
+
+
+def test_no_port_is_handed_out_twice(monkeypatch):
+    base = ports.free_port_base(3)
+    monkeypatch.setattr(ports, "unreserved_ports", lambda: range(base, base + 3))
+    monkeypatch.setattr(ports, "_handed", set())
+    assert sorted(ports.free_port() for _ in range(3)) == [base, base + 1, base + 2]
+    with pytest.raises(RuntimeError, match="no 1 free loopback ports"):
+        ports.free_port()
+
+
+def test_an_ephemeral_range_over_everything_still_gives_ports(tmp_path, monkeypatch):
+    """Tuned to 1024-65535 (busy hosts do this), no port is outside it: draw from all, as bind(0) would."""
+    path = tmp_path / "ip_local_port_range"
+    path.write_text("1024 65535\n")
+    monkeypatch.setattr(ports, "EPHEMERAL", path)
+    assert ports.unreserved_ports() == range(ports.LOWEST, 65536)
+    assert ports.LOWEST <= ports.free_port() < 65536

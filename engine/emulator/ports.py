@@ -17,22 +17,31 @@ LINUX_DEFAULT = (32768, 60999)
 LOWEST = 20000  # below: the well-known homes of real services (8080, 9090, 3000, ...)
 
 
+ENOUGH = 1000  # a stretch smaller than this (an ephemeral range tuned to 1024-65535): all ports, racy
+_handed: set[int] = set()  # probed ports are not held: never hand one out twice in a process
+
+
 def unreserved_ports() -> range:
-    """The larger stretch of ports above LOWEST that the kernel never picks for a connection."""
+    """The larger stretch of ports above LOWEST that the kernel never picks for a connection; all
+    of them from LOWEST on if that stretch is too small to draw from (the old race, not a crash)."""
     try:
         low, high = map(int, EPHEMERAL.read_text().split())
     except (OSError, ValueError):
         low, high = LINUX_DEFAULT
-    return max(range(LOWEST, low), range(high + 1, 65536), key=len)
+    stretch = max(range(LOWEST, low), range(high + 1, 65536), key=len)
+    return stretch if len(stretch) >= ENOUGH else range(LOWEST, 65536)
 
 
 def free_port_base(count: int = 3) -> int:
-    """A port with `count` free loopback ports from it on (the first is the base itself)."""
+    """A port with `count` free loopback ports from it on (the first is the base itself), none of
+    them handed out before by this process."""
     ports = unreserved_ports()
     bases = range(ports.start, ports.stop - count + 1, count)
     start = random.randrange(len(bases))
     for base in [*bases[start:], *bases[:start]]:
-        if all(_free(port) for port in range(base, base + count)):
+        wanted = range(base, base + count)
+        if _handed.isdisjoint(wanted) and all(_free(port) for port in wanted):
+            _handed.update(wanted)
             return base
     raise RuntimeError(f"no {count} free loopback ports in {ports.start}-{ports.stop - 1}")
 

@@ -70,7 +70,7 @@ class Stack:
             retries = 100 if name in self.crash_loop else 3
             # Programs run in the stack's folder (a core dump lands there, not in the work tree).
             sections.append(f"[program:{name}]\ncommand={command.replace('%', '%%')}\ndirectory={self.folder}\n"
-                            f'environment=PYTHONPATH="{root}"\n'
+                            f'environment=PYTHONPATH="{root}",PYTHONUNBUFFERED="1"\n'  # its output, as it happens
                             f"startsecs=1\nstartretries={retries}\nautorestart=true\nstopwaitsecs=5\n"
                             f"stdout_logfile={self.folder}/{name}.out\nredirect_stderr=true\n")
         path = self.folder / "supervisord.conf"
