@@ -41,7 +41,10 @@ How they run:
 Times without a zone are UTC (`--tz Asia/Shanghai` reads them as Beijing time); `2026-10-19 04:49`,
 `2026-10-19T04:49:00.120Z` and `2026-10-19 12:49+08:00` are all accepted. `--from` after `--to` is a usage
 error (exit 2); a window with nothing in it is said on stderr, with whether any event is stored there at
-all (exit 1). `--format json` writes one object a line with `fields` nested.
+all (exit 1). `--format json` writes one object a line with `fields` nested. A table wider than the
+terminal prints one block a row (like psql's `\\x`), except the timeline, which stays a table; to a pipe
+or a file (`| less -S`, `> incident.txt`) a table is as wide as its longest row, nothing cut (set
+`COLUMNS` to fold it at a width).
 """
 
 PARQUET = """## Parquet segments: many hosts, older history
