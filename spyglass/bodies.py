@@ -11,6 +11,8 @@ def json_object(body: bytes, what: str) -> dict[str, Any]:
         message = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"not JSON: {exc}") from None
+    except RecursionError:  # '[' * 1000 and its closing brackets: 2 KB deep
+        raise ValueError("not JSON this agent reads: nested too deeply") from None
     if not isinstance(message, dict):
         raise ValueError(f"not {what}: expected a JSON object")
     return message

@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from socketserver import _SocketWriter  # type: ignore[attr-defined]  # http.server's own writer
 from typing import Any
 
+from loguru import logger
 from prometheus_client import generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
@@ -30,7 +31,8 @@ from exporters.state import MetricState
 
 
 class NotYetStored(Exception):
-    """A POSTed body was taken but its commit did not succeed in time (the store is failing)."""
+    """A POSTed body's events are not committed: refused while the store fails (nothing taken), or
+    taken and not committed in time (stored once the store recovers)."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,9 @@ class AgentServer:
         host, _, port = listen.rpartition(":")
         registry, with_exemplars = registry_for(state), registry_for(state, exemplars=True)
         expected = f"Bearer {limits.token}".encode() if limits.token else None
+        # A POST that stores holds its worker until the commit (up to a commit interval): at most half
+        # the workers wait so, and the rest stay free for /metrics, however many senders retry at once.
+        committing = threading.BoundedSemaphore(max(1, limits.workers // 2))
 
         class Handler(BaseHTTPRequestHandler):
             def setup(self) -> None:
@@ -143,9 +148,14 @@ class AgentServer:
                     self._send(404, "text/plain", b"not found\n")
                     return
                 body = self._body()
-                if body is not None:
-                    self.connection.settimeout(limits.request_timeout_seconds)  # for writing the answer
+                if body is None:
+                    return
+                self.connection.settimeout(limits.request_timeout_seconds)  # for writing the answer
+                try:
                     handle(body)
+                except Exception:  # noqa: BLE001 - a bug a body found: said to the sender and logged, never a silent hang-up
+                    logger.exception("POST {} failed", path)
+                    self._send(500, "text/plain", b"internal error (logged by the agent); nothing was stored\n")
 
             def _allowed(self, path: str) -> bool:
                 if expected is None or path in limits.open_paths:
@@ -205,7 +215,12 @@ class AgentServer:
 
             def _store_and_answer(self, store: Callable[[bytes], None], body: bytes) -> None:
                 """200 once the body's events are committed; 400 for a body that is not one (nothing
-                stored); 503 while the store fails (the sender retries, as Alertmanager does)."""
+                stored); 503 while the store fails or half the workers already wait for a commit
+                (nothing taken: the sender retries, as Alertmanager does)."""
+                if not committing.acquire(blocking=False):
+                    self._send(503, "text/plain", b"busy: other POSTs wait for the next commit; nothing was taken,"
+                               b" retry\n", {"Retry-After": "1"})
+                    return
                 try:
                     store(body)
                 except ValueError as exc:
@@ -214,6 +229,8 @@ class AgentServer:
                 except NotYetStored as exc:
                     self._send(503, "text/plain", f"{exc}\n".encode(), {"Retry-After": "5"})
                     return
+                finally:
+                    committing.release()
                 self._send(200, "text/plain", b"ok\n")
 
             def _send(self, status: int, content_type: str, body: bytes, headers: dict[str, str] | None = None) -> None:

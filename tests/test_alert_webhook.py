@@ -3,6 +3,7 @@ the store; a body that is not Alertmanager's JSON is a 400 with a message and no
 from __future__ import annotations
 
 import json
+import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -73,6 +74,8 @@ def test_labels_are_bounded() -> None:
     (notification({**alert("firing"), "startsAt": "2026-03-10T14:02:15"}), "time without an offset"),
     (notification(alert("firing"), alert("resolved")), r"alerts\[1\].endsAt: a resolved alert needs its end"),
     (notification(*[alert("firing")] * 1001), "at most 1000"),
+    (b"[" * 5000 + b"]" * 5000, "nested too deeply"),  # 10 KB: past the decoder's recursion limit
+    (b'{"version": "4", "alerts": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply"),
 ])
 def test_a_body_that_is_not_alertmanagers_json_is_refused_with_why(body: bytes, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -138,3 +141,58 @@ def test_the_agent_stores_many_concurrent_notifications_and_refuses_bad_ones(age
     assert {r[3] for r in rows} == {"pager-host"}
     resolved = [r for r in rows if r[1] == "resolved"]
     assert {r[4] for r in resolved} == {datetime(2026, 3, 10, 14, 20, 45, 500000, tzinfo=UTC)}
+
+
+def test_a_flood_of_notifications_never_starves_the_scrape(agent) -> None:
+    """Each POST waits for its commit (up to a commit interval): 64 senders at once, each retrying
+    what is refused, must not hold every HTTP worker, or Prometheus' scrape of /metrics meets 503s.
+    What is refused is not taken, so in the end each notification is stored exactly once."""
+    agent, url, stop = agent
+    metrics = url.replace("/api/alerts", "/metrics")
+    start, pause, scrapes, jitter = threading.Barrier(65), threading.Event(), [], random.Random(7)
+
+    def send(i: int) -> int:
+        with httpx.Client(timeout=30) as client:
+            start.wait()
+            for tries in range(1, 1000):
+                answer = client.post(url, content=notification(alert("firing", name=f"Flood{i}")))
+                if answer.status_code != 503:
+                    assert answer.status_code == 200
+                    return tries
+                # a sender's retry after Retry-After, sped up, with jitter as Alertmanager's backoff has
+                pause.wait(float(answer.headers.get("Retry-After", "1")) * jitter.uniform(0.05, 0.15))
+            raise AssertionError(f"Flood{i} never stored")
+
+    def scrape() -> None:
+        with httpx.Client(timeout=30) as client:
+            start.wait()
+            for _ in range(20):  # while the flood goes on (its first commit takes up to a second)
+                pause.wait(0.05)
+                scrapes.append(client.get(metrics).status_code)
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    with ThreadPoolExecutor(64) as pool:
+        tries = list(pool.map(send, range(64)))
+    scraper.join()
+    assert scrapes == [200] * 20
+    assert max(tries) > 1  # the flood was one: some were refused and retried
+    stop()
+    con = duckdb.connect(str(agent.config.store_path()), read_only=True)
+    try:
+        names = [r[0] for r in con.execute("SELECT fields->>'alertname' FROM events WHERE kind = 'alert'").fetchall()]
+    finally:
+        con.close()
+    assert sorted(names) == sorted(f"Flood{i}" for i in range(64))  # each once: a 503 took nothing
+
+
+def test_a_bug_a_body_finds_is_a_500_and_logged_never_a_silent_hang_up(agent, monkeypatch) -> None:
+    agent, url, stop = agent
+
+    def broken(body: bytes, host: str = "") -> list:
+        raise RuntimeError("a decoder bug")
+
+    monkeypatch.setattr("spyglass.alert_webhook.decode_notification", broken)
+    answer = httpx.post(url, content=notification(alert("firing")), timeout=30)
+    assert (answer.status_code, "nothing was stored" in answer.text) == (500, True)
+    assert httpx.get(url.replace("/api/alerts", "/health")).text == "ok\n"  # the agent lives on

@@ -271,6 +271,17 @@ def test_bodies_are_bounded_and_span_bombs_refused(start_agent):
     assert httpx.get(f"{url}/health").text == "ok\n"
 
 
+def test_a_deeply_nested_body_is_a_400_on_every_json_endpoint(start_agent):
+    """10 KB of brackets exceeds the JSON decoder's recursion limit: a reason, not a hang-up."""
+    agent = start_agent()
+    deep = b"[" * 5000 + b"]" * 5000
+    for path, reason in (("/api/alerts", "nested too deeply"), ("/api/smoke", "nested too deeply"),
+                         ("/api/sql", "recursion")):
+        answer = httpx.post(f"{agent['url']}{path}", content=deep, timeout=60)
+        assert (answer.status_code, reason in answer.text) == (400, True), (path, answer.status_code, answer.text)
+    assert httpx.get(f"{agent['url']}/health").text == "ok\n"
+
+
 def test_half_sent_requests_cannot_pin_the_workers(start_agent):
     agent = start_agent()
     port, pid = agent["port"], agent["proc"].pid
