@@ -139,10 +139,11 @@ def show(columns: list[str], rows: list[list[Any]] | list[tuple[Any, ...]], fmt:
         for row in rows:
             print(json.dumps({c: nested(v) for c, v in zip(columns, row)}, default=jsonable, ensure_ascii=False))
     else:
-        from rich.console import Console
         from rich.table import Table
+
+        from spyglass.console import console_for
 
         table = Table(*columns)
         for row in rows:
             table.add_row(*("" if v is None else str(v) for v in row))
-        Console().print(table)
+        console_for(None, table).print(table)

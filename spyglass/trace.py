@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 
-from rich.console import Console
 from rich.tree import Tree
 
 from collectors.clock import format_both
@@ -18,6 +17,7 @@ from collectors.event import Event
 from collectors.trace_ids import span_id_for, trace_id_for
 from engine.spans import PhaseSpan, engine_span, request_tree
 from spyglass.config import Config
+from spyglass.console import console_for
 from spyglass.query import QueryError, agent_api, run_readonly
 
 REQUEST_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{2,32}$")
@@ -103,4 +103,4 @@ def print_trace(config: Config, given: str) -> None:
     trace_hex = format(trace_id_for(request_id), "032x")
     tree = Tree(f"{label(root)}\n[dim]{request_id} (trace {trace_hex}), started {format_both(root.start)}[/]")
     add(tree, root)
-    Console().print(tree)
+    console_for(None, tree).print(tree)

@@ -6,7 +6,6 @@ Exit status: 0 no findings, 1 warnings only (or a window with nothing stored: no
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -33,26 +32,25 @@ def when(start, end) -> str:
 
 
 def print_table(diagnosis, out=None) -> None:
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
+    from spyglass.console import console_for
     from spyglass.forensics.times import describe
 
-    console = Console(file=out or sys.stdout)
-    console.print(f"{len(diagnosis.findings)} findings {describe(diagnosis.window)}"
-                  f" ({diagnosis.events} events; checked {', '.join(diagnosis.checked)})")
-    if not diagnosis.findings:
-        return
-    table = Table(title_justify="left")
-    table.add_column("severity", no_wrap=True, min_width=8)
-    table.add_column("heuristic", no_wrap=True, min_width=4)
-    table.add_column("where", no_wrap=True)
-    table.add_column("when", no_wrap=True)
-    table.add_column("summary", overflow="fold", ratio=1)
-    for f in diagnosis.findings:
-        table.add_row(f.severity, f.heuristic, f.instance or (f"lane {f.lane}" if f.lane else ""),
-                      when(f.start, f.end), f.summary)
-    console.print(table)
+    parts: list = [Text(f"{len(diagnosis.findings)} findings {describe(diagnosis.window)}"
+                        f" ({diagnosis.events} events; checked {', '.join(diagnosis.checked)})")]
+    if diagnosis.findings:
+        table = Table(title_justify="left")
+        table.add_column("severity", no_wrap=True, min_width=8)
+        table.add_column("heuristic", no_wrap=True, min_width=4)
+        table.add_column("where", no_wrap=True)
+        table.add_column("when", no_wrap=True)
+        table.add_column("summary", overflow="fold", ratio=1)
+        for f in diagnosis.findings:
+            table.add_row(f.severity, f.heuristic, f.instance or (f"lane {f.lane}" if f.lane else ""),
+                          when(f.start, f.end), f.summary)
+        parts.append(table)
     for f in diagnosis.findings:
         detail = Table(title=f"{f.heuristic} {f.title} — {f.alert} ({f.instance or f.lane or 'window'})",
                        title_justify="left", show_header=False)
@@ -63,9 +61,11 @@ def print_table(diagnosis, out=None) -> None:
         detail.add_row("not", f.wrong_guess)
         detail.add_row("check", f.check)
         detail.add_row("knobs", "; ".join(f.knobs))
-        console.print(detail)
-        console.print("[dim]evidence: spyglass views \"<the query below>\" --from ... --to ...[/dim]")
-        console.print(f.evidence, markup=False, highlight=False)
+        parts += [detail, Text('evidence: spyglass views "<the query below>" --from ... --to ...', style="dim"),
+                  Text(f.evidence)]
+    console = console_for(out, *parts)  # to a pipe: as wide as the widest part, no summary a word a line
+    for part in parts:
+        console.print(part)
 
 
 def stored_span(cfg, w, parquet: str | None = None):

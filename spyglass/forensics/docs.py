@@ -42,9 +42,10 @@ Times without a zone are UTC (`--tz Asia/Shanghai` reads them as Beijing time); 
 `2026-10-19T04:49:00.120Z` and `2026-10-19 12:49+08:00` are all accepted. `--from` after `--to` is a usage
 error (exit 2); a window with nothing in it is said on stderr, with whether any event is stored there at
 all (exit 1). `--format json` writes one object a line with `fields` nested. A table wider than the
-terminal prints one block a row (like psql's `\\x`), except the timeline, which stays a table; to a pipe
-or a file (`| less -S`, `> incident.txt`) a table is as wide as its longest row, nothing cut (set
-`COLUMNS` to fold it at a width).
+terminal prints one block a row (like psql's `\\x`), except the timeline, which stays a table and wants
+about 160 columns (below that its short columns are cut to "…"). To a pipe or a file (`| less -S`,
+`> incident.txt`) every command's output (tables, findings, `sql`, `trace`) is as wide as its widest
+line, nothing cut or folded; `COLUMNS=N` fits it to N columns instead.
 """
 
 PARQUET = """## Parquet segments: many hosts, older history

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import sys
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, TextIO
 
+from spyglass.console import console_for, natural_width
 from spyglass.forensics.times import beijing_text, utc_text
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([+-]\d\d:?\d\d|Z)?$")
@@ -69,20 +69,16 @@ def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | Non
             writer.writerow(rows[0])
             writer.writerows([[json.dumps(v) if isinstance(v, (dict, list)) else v for v in r.values()] for r in rows])
     else:
-        from rich.console import Console
         from rich.table import Table
         from rich.text import Text  # a cell is text, not markup: "[load]" in a log line must print as written
 
-        console = Console(file=out)
         table = Table(title=title, title_justify="left")
         for column in rows[0] if rows else ():
             table.add_column(column, no_wrap=column.endswith(("_utc", "_beijing", "request_id")))
         for record in rows:
             table.add_row(*(Text(cell(v, c)) for c, v in record.items()))
-        natural = console.measure(table, options=console.options.update(max_width=100_000)).maximum
-        if not console.is_terminal and "COLUMNS" not in os.environ:
-            console = Console(file=out, width=natural)  # a pipe or a file has no width: rows print whole
-        if not fold or natural <= console.width:
+        console = console_for(out, table)
+        if not fold or natural_width(console, table) <= console.width:
             console.print(table)
             return
         if title:  # too wide for the terminal: one block a row, like psql's \x
@@ -92,3 +88,4 @@ def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | Non
             for column, value in record.items():
                 block.add_row(Text(column), Text(cell(value, column)))
             console.print(block)
+
