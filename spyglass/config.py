@@ -181,7 +181,7 @@ class ForensicsConfig(Strict):
     def limits(self) -> Limits:
         from spyglass.query import Limits
 
-        return Limits(self.timeout_seconds, self.memory_mb)
+        return Limits(self.timeout_seconds, self.memory_mb, settings="[forensics] memory_mb, timeout_seconds")
 
 
 class AlertsConfig(Strict):

@@ -37,6 +37,7 @@ class Limits:
     memory_mb: int = 512
     max_rows: int = 100_000
     max_bytes: int = 16 << 20
+    settings: str = "[exporters.prometheus] sql_memory_mb, sql_timeout_seconds"  # where to raise them
 
 
 @dataclass
@@ -77,10 +78,11 @@ def run_bounded(path: Path, query: str, limits: Limits, deadline: float | None =
         raise QueryError(f"query interrupted after {limits.timeout_seconds:g} s") from None
     if worker.returncode != 0 or not out:
         raise QueryError(f"query stopped by its limits ({limits.memory_mb} MB, "
-                         f"{limits.timeout_seconds:g} s; exit {worker.returncode})")
+                         f"{limits.timeout_seconds:g} s; exit {worker.returncode}; {limits.settings})")
     body = json.loads(out)
     if "error" in body:
-        raise QueryError(body["error"])
+        hint = f" ({limits.memory_mb} MB; {limits.settings})" if "memory" in body["error"] else ""
+        raise QueryError(body["error"] + hint)
     return Answer(body["columns"], body["rows"], body.get("truncated"))
 
 
