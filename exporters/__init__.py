@@ -101,18 +101,16 @@ def load_all() -> dict[str, SignalsRegistration]:
 
 
 def start_known_counters(state: MetricState, instances: Mapping[str, Iterable[str]], lanes: Iterable[str],
-                         lane_of: Mapping[str, str]) -> int:
-    """Create at 0 every counter series whose labels are all known before any event arrives, and
-    return how many were new: per source kind, counters labelled (instance, lane), (instance) or
-    (lane), for the configured instances of that kind (`instances`: kind -> names) and the
-    deployment's `lanes` (`lane_of`: instance -> lane), with the class's `no_lane` among them. A
-    series that exists is left as it is.
+                         lane_of: Mapping[str, str]) -> None:
+    """Create at 0 every counter series whose labels are all known before any event arrives: per
+    source kind, counters labelled (instance, lane), (instance) or (lane), for the configured
+    instances of that kind (`instances`: kind -> names) and the deployment's `lanes` (`lane_of`:
+    instance -> lane), with the class's `no_lane` among them. A series that exists is left as it is.
 
     Why: a counter first exported above 0 is invisible to rate() and increase(), which need a sample
     before the first increment, so the first model checksum mismatch or lost task anchor since the
     agent started would page no one. Counters with another label (status, finish, reason) are left
     to their first event (their values are open), and so are a class's `mirrored_counters`."""
-    created = 0
     for kind, registration in load_all().items():
         if kind not in instances:
             continue
@@ -127,9 +125,7 @@ def start_known_counters(state: MetricState, instances: Mapping[str, Iterable[st
             if spec.type != "counter" or spec.name in mirrored:
                 continue
             for key in keys_of.get(spec.labels, ()):
-                created += key not in state.series(spec.name)
                 state.inc(spec.name, key, 0.0)
-    return created
 
 
 def full_catalogue() -> Catalogue:
