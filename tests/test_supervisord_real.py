@@ -57,11 +57,11 @@ command=/nonexistent/strata-engine
 startretries=1
 
 [program:victim]
-command={py} {PROGRAM} 0 0
+command={py} {PROGRAM} 0 0 0.5
 startsecs=1
 
 [program:steady]
-command={py} {PROGRAM} 0 0
+command={py} {PROGRAM} 0 0 0.5
 startsecs=1
 """)
     return path
