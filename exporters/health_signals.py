@@ -43,6 +43,10 @@ SPECS = [
     MetricSpec("spyglass_agent_spans_received_total", "counter",
                "Spans received over OTLP/HTTP at the agent's /v1/traces (stored as span events)."),
     MetricSpec("spyglass_store_events_total", "counter", "Events committed to the DuckDB store."),
+    MetricSpec("spyglass_store_events_refused_total", "counter",
+               "Events the store could not take, set aside so that the rest of their batch commits: a"
+               " timestamp outside 1970 to 9999 (not counted in spyglass_store_events_total), or fields"
+               " that will not encode (counted there too). The edges refuse such records first."),
     MetricSpec("spyglass_state_dropped_series_total", "counter",
                "New series refused because their metric already had the maximum number of series.",
                ("metric",)),
