@@ -54,6 +54,11 @@ SPECS = [
                "1 while commits to the store (or the state file) succeed; 0 while they fail and are retried."),
     MetricSpec("spyglass_store_commit_failures_total", "counter",
                "Failed commits (disk full, read-only, ...); each is retried with back-off, nothing dropped."),
+    MetricSpec("spyglass_parquet_publish_failures_total", "counter",
+               "Parquet publications that failed (disk full, a bug); each is retried the next interval."),
+    MetricSpec("spyglass_parquet_rows_set_aside_total", "counter",
+               "Stored rows no Parquet partition can name (a timestamp before 1970 or past 9999), written"
+               " to <parquet_dir>/.set-aside/ instead, so the rest is published."),
     MetricSpec("spyglass_agent_info", "info", "spyglass version, value 1.", ("version",)),
 ]
 

@@ -122,7 +122,7 @@ class Pipeline:
 
         return ParquetPublisher(cast(Any, self.store), self.clock, options.parquet_dir.expanduser(),
                                 host=self.config.agent.host, interval=options.publish_interval_seconds,
-                                retain_hours=options.retain_hours)
+                                retain_hours=options.retain_hours, state=self.state)
 
     def _start_known_counters(self) -> None:
         """Counters of the configured instances and lanes start at 0 (see exporters.start_known_counters)."""
