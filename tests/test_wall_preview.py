@@ -47,7 +47,7 @@ from spyglass.config import AlertsConfig, parse_config
 from spyglass.heuristics import Deployment
 from spyglass.rules import write as write_rules
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spawns")]  # starts processes: the e2e tier
 ROOT = Path(__file__).resolve().parents[1]
 JOB = AlertsConfig().job
 # The pager test's deployment: the emulator's clock, and lanes whose objective suits book-length prompts.
