@@ -231,9 +231,10 @@ def source_state(d: Deployment) -> str:
 
 def bottom_band(d: Deployment) -> list:
     ttft = []
-    for lane, objective in d.lanes.items():
+    for lane in d.lanes:
         p95 = f'max by (host, lane) ({s(f"instance_lane:{TTFT}:p95_rate5m", lane=lane)})'
-        ttft += [Q(p95, "{{lane}} p95"), Q(f"{objective.ttft_seconds:g} + 0 * {p95}", "{{lane}} objective")]
+        objective = threshold(d, "H5", f"ttft_seconds.{lane}")
+        ttft += [Q(p95, "{{lane}} p95"), Q(f"{objective:g} + 0 * {p95}", "{{lane}} objective")]
     colors = {chr(65 + 2 * i): [fixed_color(INSTANCE_COLORS[i % len(INSTANCE_COLORS)])] for i in range(len(d.lanes))}
     colors |= {chr(66 + 2 * i): [fixed_color(INSTANCE_COLORS[i % len(INSTANCE_COLORS)]), dashed()]
                for i in range(len(d.lanes))}

@@ -89,3 +89,15 @@ def test_the_harness_can_fail(promtool, tmp_path):
     (listed,) = panel("What fires now")
     result = run(promtool, tmp_path, SERIES, [(listed, "1m", LISTED[:-1])])
     assert result.returncode != 0 and "SpyglassSourceDown" in result.stdout + result.stderr
+
+
+def test_the_preview_ticks_on_round_values_and_says_since_when():
+    from dashboards.preview import _nice_step, fmt
+
+    assert _nice_step(64 * 2**30, "bytes") == 16 * 2**30  # 0, 16, 32, 48, 64 GiB: not 18.6, 37.3
+    assert _nice_step(8 * 2**30, "bytes") == 2 * 2**30
+    assert _nice_step(800, "s") == 300 and _nice_step(20, "s") == 5  # whole minutes, else 1-2-2.5-5 steps
+    assert _nice_step(0.9, "percentunit") == 0.25
+    now = 1_790_000_000.0
+    assert fmt((now - 42) * 1000, "dateTimeFromNow", now) == "42 s ago"
+    assert fmt((now - 600) * 1000, "dateTimeFromNow", now) == "10 min ago"
