@@ -203,12 +203,20 @@ ToOption = Annotated[str, typer.Option("--to", help="End: RFC 3339 (no offset: U
 def backfill(config: ConfigOption, start: FromOption, end: ToOption,
              out: Annotated[Path, typer.Option("--out", "-o", help="Folder for spyglass.om.")],
              step: Annotated[str, typer.Option(help="Sample the replayed state this often.")] = "15s") -> None:
-    """Replay the stored events into OpenMetrics with timestamps, for promtool tsdb create-blocks-from openmetrics."""
-    from spyglass.backfill import OPENMETRICS_FILE, BackfillError, parse_duration, parse_time, replay
+    """Replay the stored events into OpenMetrics with timestamps, for promtool tsdb create-blocks-from openmetrics.
+
+    Exit 2 on a usage error (the bounds of `spyglass backtest`: at most 31 days, a step of at least 1s)."""
+    from spyglass.backfill import OPENMETRICS_FILE, BackfillError, UsageError, parse_duration, parse_time, replay
+    from spyglass.backtest import check_bounds
 
     cfg = _config(config)
     try:
-        result = replay(cfg, parse_time(start), parse_time(end), parse_duration(step), out / OPENMETRICS_FILE)
+        first, last, every = parse_time(start), parse_time(end), parse_duration(step)
+        check_bounds(first, last, every, 0.0)
+        result = replay(cfg, first, last, every, out / OPENMETRICS_FILE)
+    except UsageError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     except BackfillError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

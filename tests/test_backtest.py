@@ -470,3 +470,10 @@ def test_after_a_sigkill_its_prometheus_dies_and_the_next_run_removes_the_folder
     assert nothing.returncode == 1 and "no events" in nothing.stderr
     assert sorted(p.name for p in tmp_path.glob("spyglass-backtest-*")) == ["spyglass-backtest-running",
                                                                           "spyglass-backtest-unknown"]
+
+
+def test_backfill_takes_the_same_bounds(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["backfill", "--config", str(config_file(tmp_path)), "--from", "2026-10-07",
+                                      "--to", "2026-10-08", "--step", "1ms", "--out", str(tmp_path / "om")])
+    assert result.exit_code == 2 and "smallest step" in result.output
+    assert not (tmp_path / "om").exists()

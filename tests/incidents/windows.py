@@ -270,10 +270,10 @@ WINDOWS: list[Window] = [
            utc("2026-10-18 17:00"), utc("2026-10-18 18:00"), must=frozenset({"H7", "H12"}), write=burst429),
     Window("incident5", "000 §18.6", "848a12ed: 315 -> 147 messages, the task anchor lost, plan-then-EOS x4",
            utc("2026-10-19 03:30"), utc("2026-10-19 04:30"), must=frozenset({"H7", "H8", "H9"}),
-           figures={"H9": _f(315, 147)}, write=incident5),
+           figures={"H8": _f(3240, 267), "H9": _f(315, 147)}, write=incident5),
     Window("incident6", "000 §18.7", "1,075,447 chars, 154,796 engine tokens, 516,561 estimated; blind retries",
            utc("2026-10-19 04:30"), utc("2026-10-19 06:20"), must=frozenset({"H7", "H11"}),
-           diagnose=frozenset({"H10"}), figures={"H10": _f(1075447, 154796, 516561, 3.34), "H11": _f(398890)},
+           diagnose=frozenset({"H10"}), figures={"H10": _f(1075447, 154796, 516561, 3.34), "H11": _f(398890, 372066)},
            write=incident6),
     Window("restarts", "004 (restart loop)", "strata-b aborts four times in 8 s and goes FATAL",
            utc("2026-10-19 06:00"), utc("2026-10-19 07:00"), must=frozenset({"H13"}), may=frozenset({"H7"}),
@@ -289,7 +289,7 @@ WINDOWS: list[Window] = [
            utc("2026-10-22 02:00"), utc("2026-10-22 06:00"), may=frozenset({"H3", "H4"}), write=standing_budget),
     Window("hung-engine", "H20", "strata-a queues 61 requests in 22 minutes and finishes none",
            utc("2026-10-25 02:00"), utc("2026-10-25 04:00"), must=frozenset({"H20"}), may=frozenset({"H5"}),
-           write=hung_engine),
+           figures={"H20": _f(61)}, write=hung_engine),
 ]
 BY_NAME = {w.name: w for w in WINDOWS}
 assert FILES  # the engine log names every window but the upgrade day uses
