@@ -19,7 +19,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "detection.md"
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory) -> dict[str, Outcome]:
+def outcomes(tmp_path_factory, spawns) -> dict[str, Outcome]:
     workers = int(os.environ.get("SPYGLASS_DETECTION_WORKERS", "2"))
     return {o.window.name: o for o in run_corpus(tmp_path_factory.mktemp("corpus"), workers)}
 

@@ -31,7 +31,7 @@ def bodies(config: Path) -> str:
     return result.stdout.split()[-1]
 
 
-def test_a_fresh_segment_is_skipped_and_said_then_read_with_settled_seconds_0(tmp_path: Path) -> None:
+def test_a_fresh_segment_is_skipped_and_said_then_read_with_settled_seconds_0(tmp_path: Path, spawns) -> None:
     config = store(tmp_path)
     first = CliRunner().invoke(app, ["ingest", "--config", str(config)])
     assert first.exit_code == 0, first.output
