@@ -177,6 +177,38 @@ def restarts(folder: Path) -> Path:
     return h.write(folder)
 
 
+def aborts_while_loading(folder: Path) -> Path:
+    """strata-a aborts (SIGABRT, then exit 134) 50 s into each load, five times, FATAL; started again 30 min
+    later. A crash loop (H13), not a probe killing a load (H14): the cause is an abort, 50 s is far under the
+    probe budget."""
+    h = History()
+    start, crash, back, end = (utc("2026-10-24 07:00"), utc("2026-10-24 08:00"), utc("2026-10-24 08:30"),
+                               utc("2026-10-24 09:30"))
+    everyday(h, start, end, BOTH_FIXED, skip=("strata-a",), seed=18)
+    h.everyday("strata-a", start - HOUR, crash, seed=19)
+    h.stats("strata-a", start - HOUR, crash)
+    h.sup(crash, "WARN", "exited: strata-a (terminated by SIGABRT (core dumped); not expected)")
+    a = h.engines["strata-a"]
+    for k in range(5):  # supervisord retries; each load dies 50 s in
+        spawn = crash + timedelta(seconds=60 * k + 2)
+        h.sup(spawn, "INFO", f"spawned: 'strata-a' with pid {3427000 + k}")
+        h.banner("strata-a", spawn + timedelta(seconds=1), "0-15", pid=3427000 + k)
+        a.lines.pop()  # no `ready`: it dies loading
+        a.lines.append(line(spawn.timestamp() + 49, "E", "load", "GGML_ASSERT(n_experts_used <= n_experts) failed"))
+        h.sup(spawn + timedelta(seconds=48), "WARN", "exited: strata-a (exit status 134; not expected)")
+    h.sup(crash + timedelta(seconds=300), "INFO", "gave up: strata-a entered FATAL state, too many start retries"
+                                                  " too quickly")
+    h.status = [(t, raw) for t, raw in h.status if t < crash or t >= back + 8 * MIN or b'"strata-a"' not in raw]
+    h.sup(back, "INFO", "spawned: 'strata-a' with pid 3427100")
+    h.sup(back + timedelta(seconds=31), "INFO", "success: strata-a entered RUNNING state, process has stayed up for"
+                                                " > than 30 seconds (startsecs)")
+    h.banner("strata-a", back + timedelta(seconds=1), "0-15", pid=3427100)
+    h.polls(back, back + 8 * MIN, escape_fix=BOTH_FIXED, state={"strata-a": "loading"})
+    h.everyday("strata-a", back + 8 * MIN, end, seed=20)
+    h.stats("strata-a", back + 8 * MIN, end)
+    return h.write(folder)
+
+
 # -- days that must stay quiet ------------------------------------------------------------------------
 def quiet_day(folder: Path) -> Path:
     h = History()
@@ -278,6 +310,8 @@ WINDOWS: list[Window] = [
     Window("restarts", "004 (restart loop)", "strata-b aborts four times in 8 s and goes FATAL",
            utc("2026-10-19 06:00"), utc("2026-10-19 07:00"), must=frozenset({"H13"}), may=frozenset({"H7"}),
            write=restarts),
+    Window("aborts-loading", "004 (restart loop)", "strata-a aborts 50 s into each load, five times, FATAL",
+           utc("2026-10-24 07:30"), utc("2026-10-24 09:30"), must=frozenset({"H13"}), write=aborts_while_loading),
     Window("upgrade-day", "004", "dependency drift loop, dangling link, rebuild storm, probe kills a load",
            utc("2026-11-02 01:00"), utc("2026-11-02 07:00"), must=frozenset({"H13", "H14", "H15", "H16", "H18"}),
            may=frozenset({"H5", "H19"}), write=upgrade_day),
