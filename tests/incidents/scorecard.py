@@ -33,20 +33,30 @@ class Outcome:
     findings: list[dict] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
+    def _placed(self, h: str, where: str) -> bool:
+        return self.window.where.get(h, where) == where
+
     def fired(self) -> set[str]:
-        return {a["heuristic"] for a in self.alerts if a["alert"] not in NOT_SCORED and a["heuristic"]}
+        return {a["heuristic"] for a in self.alerts if a["alert"] not in NOT_SCORED and a["heuristic"]
+                and self._placed(a["heuristic"], _where(a["labels"]))}
 
     def found(self) -> set[str]:
-        return {f["heuristic"] for f in self.findings}
+        return {f["heuristic"] for f in self.findings if self._placed(f["heuristic"], _found_where(f))}
+
+    def misplaced(self) -> dict[str, set[str]]:
+        """Heuristics that fired on another instance or lane than the one the window names for them."""
+        return {"backtest": {a["heuristic"] for a in self.alerts if a["alert"] not in NOT_SCORED and a["heuristic"]
+                             and not self._placed(a["heuristic"], _where(a["labels"]))},
+                "diagnose": {f["heuristic"] for f in self.findings if not self._placed(f["heuristic"], _found_where(f))}}
 
     def misses(self) -> dict[str, set[str]]:
         w = self.window
         return {"backtest": set(w.must) - self.fired(), "diagnose": (w.must | w.diagnose) - self.found()}
 
     def false_alarms(self) -> dict[str, set[str]]:
-        w = self.window
-        return {"backtest": self.fired() - w.must - w.diagnose - w.may,
-                "diagnose": self.found() - w.must - w.diagnose - w.may}
+        w, misplaced = self.window, self.misplaced()
+        return {"backtest": (self.fired() - w.must - w.diagnose - w.may) | misplaced["backtest"],
+                "diagnose": (self.found() - w.must - w.diagnose - w.may) | misplaced["diagnose"]}
 
     def unquoted(self) -> list[tuple[str, float]]:
         return [(h, x) for h, numbers in self.window.figures.items() for x in numbers
@@ -57,7 +67,8 @@ class Outcome:
         for tool, hs in self.misses().items():
             out += [f"{tool} missed {h}" for h in sorted(hs, key=order)]
         for tool, hs in self.false_alarms().items():
-            out += [f"{tool} false alarm {h}" for h in sorted(hs, key=order)]
+            out += [f"{tool} false alarm {h}" + (f" (elsewhere than {self.window.where[h]})" if h in self.misplaced()[tool]
+                                                 else "") for h in sorted(hs, key=order)]
         out += [f"diagnose did not quote {h}'s {x:,.12g}" for h, x in self.unquoted()]
         return out
 
@@ -150,8 +161,12 @@ def _counts(outcomes: list[Outcome], tool: str, h: str) -> tuple[int, int, int]:
 
 
 def _where(labels: dict) -> str:
-    return labels.get("instance") or (f"lane {labels['lane']}" if labels.get("lane") else "") or labels.get(
-        "program", "")
+    """The instance an alert names, else its lane, else its program."""
+    return labels.get("instance") or labels.get("lane") or labels.get("program", "")
+
+
+def _found_where(finding: dict) -> str:
+    return finding.get("instance") or finding.get("lane") or ""
 
 
 def render(outcomes: list[Outcome]) -> str:
