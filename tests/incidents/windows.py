@@ -84,6 +84,10 @@ def incident1(folder: Path) -> Path:
         h.engines[instance].decode_tps = 9.3
         h.stats(instance, day, day + 5 * HOUR)
     h.polls(day, day + 5 * HOUR, escape_fix=NO_FIX)
+    pinned_cpus = {"strata-a": "0-15", "strata-b": "38-53"}
+    h.samples(day - HOUR, split, pinned_cpus)
+    h.samples(split, pinned, {"strata-a": "0-31", "strata-b": "0-31"}, throttled=True)
+    h.samples(pinned, day + 5 * HOUR, pinned_cpus)
     return h.write(folder)
 
 
