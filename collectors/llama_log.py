@@ -174,42 +174,45 @@ class Writer:
     argv: list[str]
 
 
-def _boot_time() -> float:
-    with open("/proc/stat") as stat:
-        for row in stat:
-            if row.startswith("btime "):
-                return float(row.split()[1])
-    raise OSError("no btime in /proc/stat")
-
-
-def process_start(pid: int) -> float:
-    """Epoch seconds at which process `pid` started (/proc/PID/stat's starttime, clock ticks since boot)."""
+def process_start(pid: int, now: float) -> float:
+    """Epoch seconds at which process `pid` started: /proc/PID/stat's starttime (clock ticks since boot)
+    on a boot instant of `now` minus /proc/uptime (10 ms; /proc/stat's btime is cut to the second)."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
-    return _boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    with open("/proc/uptime") as uptime:
+        booted = now - float(uptime.read().split()[0])
+    return booted + int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
-def find_writer(log: Path) -> Writer | None:
-    """The running process whose command line has `--log-file` naming `log` (the same file), if any."""
+def find_writer(log: Path, now: float) -> Writer | None:
+    """The running process whose command line has `--log-file` naming `log` (the same file), if any;
+    `now` is the wall clock's epoch seconds."""
     try:
         target = os.stat(log)
     except OSError:
         return None
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = Path(entry.path, "cmdline").read_bytes().decode("utf-8", "replace").split("\0")
-            if "--log-file" not in argv:
-                continue
-            named = argv[argv.index("--log-file") + 1]
-            cwd = os.readlink(f"{entry.path}/cwd")
-            other = os.stat(os.path.join(cwd, named))
-            if (other.st_dev, other.st_ino) == (target.st_dev, target.st_ino):
-                return Writer(int(entry.name), process_start(int(entry.name)), [a for a in argv if a])
-        except (OSError, IndexError, ValueError):
-            continue
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if entry.name.isdigit():
+                writer = _writer(entry.path, target, now)
+                if writer is not None:
+                    return writer
     return None
+
+
+def _writer(proc: str, target: os.stat_result, now: float) -> Writer | None:
+    """The process at `proc` (/proc/PID) if its `--log-file` is the file `target`."""
+    try:
+        argv = Path(proc, "cmdline").read_bytes().decode("utf-8", "replace").split("\0")
+        if "--log-file" not in argv:
+            return None
+        other = os.stat(os.path.join(os.readlink(f"{proc}/cwd"), argv[argv.index("--log-file") + 1]))
+        if (other.st_dev, other.st_ino) != (target.st_dev, target.st_ino):
+            return None
+        pid = int(os.path.basename(proc))
+        return Writer(pid, process_start(pid, now), [a for a in argv if a])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -240,7 +243,7 @@ class LlamaLogSource(LineSourceBase):
     """llama-server log lines in, Strata-shaped events out (see the module's rules for time)."""
 
     def __init__(self, name: str, options: Any, host: str = "", clock: Clock | None = None,
-                 writer_of: Callable[[Path], Writer | None] = find_writer) -> None:
+                 writer_of: Callable[[Path, float], Writer | None] = find_writer) -> None:
         self.name, self.options, self.host = name, options, host
         self.instance = options.instance or name
         self.parser = LlamaLineParser(options.patterns, f"sources.{name}.patterns")
@@ -325,7 +328,7 @@ class LlamaLogSource(LineSourceBase):
         """The start of the last new segment of a read: its running writer's start, or the file's mtime
         minus its last stamp."""
         seen = self.mtime if self.mtime is not None else self.clock.now()
-        writer = self.writer_of(Path(self.options.path)) if self.options.path is not None else None
+        writer = self.writer_of(Path(self.options.path), self.clock.now()) if self.options.path is not None else None
         if writer is not None and writer.start + last_rel <= seen + SEGMENT_TOLERANCE \
                 and (self.segment is None or writer.start >= self.segment.end() - SEGMENT_TOLERANCE):
             return Start(writer.start, "process", writer)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import wait_until
 
 import collectors
 from collectors.engine_log import EngineLogOptions
@@ -53,7 +54,7 @@ def source(tmp_path: Path, writers: list[Writer | None], instance: str = "llama-
     queue = list(writers)
     made = collectors.load_all()["engine_log"].build("engine-a", options)
     assert isinstance(made, LlamaLogSource)
-    made.writer_of = lambda path: queue.pop(0) if queue else None
+    made.writer_of = lambda path, now: queue.pop(0) if queue else None
     return made
 
 
@@ -256,3 +257,29 @@ def test_the_engine_signals_count_llama_events_as_the_strata_engines(tmp_path: P
     assert state.total("spyglass_engine_ttft_seconds", instance="llama-a") == 1
     assert state.series("spyglass_engine_build_info")[key + ("llama.cpp", "", "")] == 1
     assert state.series("spyglass_engine_ready")[key] == 1
+
+
+def test_the_writer_of_a_log_is_found_by_its_command_line(tmp_path: Path, spawns) -> None:
+    """A real process naming the file with --log-file (a sleeping Python stands in: the rule reads only its
+    command line, relative to its working folder)."""
+    import subprocess
+    import sys
+    import time
+
+    from collectors.llama_log import find_writer
+
+    log = tmp_path / "w.log"
+    log.touch()
+    before = time.time()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--log-file", log.name], cwd=tmp_path)
+    try:
+        def found() -> Writer | None:
+            writer = find_writer(log, time.time())
+            return writer if writer is not None and writer.pid == child.pid else None
+
+        writer = wait_until(found, 20, "the sleeping writer")
+        assert before - 0.05 <= writer.start <= time.time() and "--log-file" in writer.argv
+        assert find_writer(tmp_path / "other.log", time.time()) is None
+    finally:
+        child.kill()
+        child.wait()
