@@ -81,19 +81,19 @@ class Agent:
         limits = SpanLimits(traces.keep_content, traces.max_spans_per_export, traces.max_attributes,
                             traces.max_value_chars)
         with self._decoding:  # one export decoded at a time: its memory is bounded by the body limit
-            events = decode_spans(body, self.config.agent.host, limits)
+            events = decode_spans(body, self.config.agent.host, limits, now=self.pipeline.clock.now())
         self.pipeline.submit(events)
         self.wake.set()
 
     def _receive_alerts(self, body: bytes) -> None:
         from spyglass.alert_webhook import decode_notification
 
-        self._store_now(decode_notification(body, self.config.agent.host))
+        self._store_now(decode_notification(body, self.config.agent.host, now=self.pipeline.clock.now()))
 
     def _receive_smoke(self, body: bytes) -> None:
         from spyglass.smoke_event import decode_result
 
-        self._store_now([decode_result(body, self.config.agent.host)])
+        self._store_now([decode_result(body, self.config.agent.host, now=self.pipeline.clock.now())])
 
     def _store_now(self, events: list) -> None:
         """Submit `events` and wait for their commit, so a 200 means stored: a kill -9 after it loses

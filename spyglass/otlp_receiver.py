@@ -16,6 +16,7 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from collectors import timebounds
 from collectors.event import Event
 
 KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
@@ -69,8 +70,9 @@ def attributes_of(pairs: Any, limits: SpanLimits) -> tuple[dict[str, Any], list[
     return kept, redacted, max(0, len(pairs) - limits.max_attributes)
 
 
-def decode_spans(body: bytes, host: str = "", limits: SpanLimits = SpanLimits()) -> list[Event]:
-    """The spans of one ExportTraceServiceRequest as events; ValueError if it is not one or too big."""
+def decode_spans(body: bytes, host: str = "", limits: SpanLimits = SpanLimits(), *, now: float) -> list[Event]:
+    """The spans of one ExportTraceServiceRequest as events; ValueError if it is not one, too big,
+    or a span's start or end lies outside 2000 to a day past `now` (collectors/timebounds.py)."""
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(body)
@@ -84,11 +86,13 @@ def decode_spans(body: bytes, host: str = "", limits: SpanLimits = SpanLimits())
         resource, _, _ = attributes_of(resource_spans.resource.attributes, limits)
         service = str(resource.get("service.name", ""))
         for scope_spans in resource_spans.scope_spans:
-            events += [_event(span, service, host, limits) for span in scope_spans.spans]
+            events += [_event(span, service, host, limits, now) for span in scope_spans.spans]
     return events
 
 
-def _event(span: Any, service: str, host: str, limits: SpanLimits) -> Event:
+def _event(span: Any, service: str, host: str, limits: SpanLimits, now: float) -> Event:
+    timebounds.check(span.start_time_unix_nano, now, "span start_time_unix_nano", "ns")
+    timebounds.check(span.end_time_unix_nano, now, "span end_time_unix_nano", "ns")
     attributes, redacted, over = attributes_of(span.attributes, limits)
     message = span.status.message or None
     if message and not limits.keep_content:

@@ -16,9 +16,12 @@ from conftest import wait_until
 from engine.emulator.ports import free_port
 from spyglass.alert_webhook import decode_notification
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 STARTS = "2026-03-10T14:02:15.123456789Z"  # Go writes nanoseconds
 ENDS = "2026-03-10T14:20:45.5Z"
 ZERO = "0001-01-01T00:00:00Z"
+NOW = datetime(2026, 3, 11, tzinfo=UTC).timestamp()
 
 
 def alert(status: str, name: str = "EngineEvictionStorm", instance: str = "strata-b", ends: str = ZERO,
@@ -36,7 +39,7 @@ def notification(*alerts: dict, status: str = "firing") -> bytes:
 
 
 def test_firing_is_stamped_when_it_started_and_resolved_when_it_ended() -> None:
-    firing, resolved = decode_notification(notification(alert("firing"), alert("resolved", ends=ENDS)), host="h1")
+    firing, resolved = decode_notification(notification(alert("firing"), alert("resolved", ends=ENDS)), host="h1", now=NOW)
     assert (firing.kind, firing.source, firing.instance, firing.host) == ("alert", "alertmanager", "strata-b", "h1")
     assert firing.ts == pytest.approx(datetime(2026, 3, 10, 14, 2, 15, 123456, tzinfo=UTC).timestamp())
     assert firing.fields["endsAt"] is None and firing.fields["status"] == "firing"
@@ -47,17 +50,17 @@ def test_firing_is_stamped_when_it_started_and_resolved_when_it_ended() -> None:
 
 
 def test_annotation_text_is_not_kept() -> None:
-    (event,) = decode_notification(notification(alert("firing")))
+    (event,) = decode_notification(notification(alert("firing")), now=NOW)
     assert "secret prompt text" not in json.dumps(event.fields)
 
 
 def test_labels_are_bounded() -> None:
     long = alert("firing", note="x" * 10_000)
-    (event,) = decode_notification(notification(long))
+    (event,) = decode_notification(notification(long), now=NOW)
     assert len(event.fields["labels"]["note"]) == 256
     many = alert("firing", **{f"l{n}": "v" for n in range(40)})
     with pytest.raises(ValueError, match="labels: 44 labels, at most 32"):
-        decode_notification(notification(many))
+        decode_notification(notification(many), now=NOW)
 
 
 @pytest.mark.parametrize("body,message", [
@@ -79,7 +82,7 @@ def test_labels_are_bounded() -> None:
 ])
 def test_a_body_that_is_not_alertmanagers_json_is_refused_with_why(body: bytes, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        decode_notification(body)
+        decode_notification(body, now=NOW)
 
 
 @pytest.fixture
@@ -191,7 +194,7 @@ def test_a_flood_of_notifications_never_starves_the_scrape(agent) -> None:
 def test_a_bug_a_body_finds_is_a_500_and_logged_never_a_silent_hang_up(agent, monkeypatch) -> None:
     agent, url, stop = agent
 
-    def broken(body: bytes, host: str = "") -> list:
+    def broken(body: bytes, host: str = "", *, now: float) -> list:
         raise RuntimeError("a decoder bug")
 
     monkeypatch.setattr("spyglass.alert_webhook.decode_notification", broken)

@@ -28,6 +28,8 @@ from spyglass.config import ConfigError, engine_log_toml, parse_config
 from spyglass.otlp_receiver import SpanLimits, decode_spans
 from spyglass.query import AgentApi, QueryError, run_readonly
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
 TOKEN = "s3cret-token-for-tests-only"
 RSS_BOUND_MB = 400  # the agent idles at about 90 MB; a bomb must not take it far past that
@@ -379,8 +381,8 @@ def test_prompt_text_in_spans_is_not_stored_or_printed(start_agent):
 
 def test_content_is_kept_only_when_configured():
     body = span_export("20261019-124900-7aa82c")
-    [dropped] = decode_spans(body)
-    [kept] = decode_spans(body, limits=SpanLimits(keep_content=True, max_attributes=1000))
+    [dropped] = decode_spans(body, now=time.time())
+    [kept] = decode_spans(body, limits=SpanLimits(keep_content=True, max_attributes=1000), now=time.time())
     assert "hunter2" not in json.dumps(dropped.fields)
     assert kept.fields["attributes"]["gen_ai.prompt"] == "my password is hunter2"
     assert kept.fields["status_message"] == "my password is hunter2"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from loguru import logger
 
@@ -54,7 +54,7 @@ def config(tmp: Path, store: bool) -> object:
 def ingest(tmp: Path, store: bool = True) -> tuple[str, dict]:
     cfg = config(tmp, store)
     backend = DuckDBStore(cfg.store_path()) if store else StateFile(cfg.state_dir() / "state.json")
-    pipeline = Pipeline(cfg, ManualClock(start=1_793_000_000.0), backend)
+    pipeline = Pipeline(cfg, ManualClock(), backend)  # after the files' mtimes, which date the gateway's lines
     try:
         pipeline.run_until_idle()
         return render(pipeline.state).decode(), {n: dict(s) for n, s in pipeline.state.values.items()}
@@ -186,7 +186,6 @@ VALUES = st.one_of(st.integers(0, 10 ** 30).map(str), st.floats().map(repr),
                    st.sampled_from(["1.2.3", ".", "9" * 400, "nan", "inf", "١٢٣", "00000000000000000001"]))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(TEMPLATES), st.data())
 def test_random_field_values_in_every_line_kind_never_reach_the_state_as_non_numbers(template, data):
     from collectors import load_all

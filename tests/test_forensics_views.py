@@ -59,9 +59,9 @@ def replay(tmp_path_factory):
         pipeline.run_until_idle()
         at = datetime(2026, 10, 19, 4, 49, tzinfo=UTC).timestamp()
         # what /v1/traces and a future Alertmanager webhook hand the pipeline, stored at its next step
-        pipeline.submit(decode_spans(pushed_span("20261019-124900-7aa82c", at), "replay"))
+        pipeline.submit(decode_spans(pushed_span("20261019-124900-7aa82c", at), "replay", now=at))
         pipeline.submit([Event(at - 40000, "alertmanager", "alert", "strata-b", ALERT, None, "replay")])
-        pipeline.submit([decode_result(json.dumps({**SMOKE, "at": at}).encode(), "replay")])  # POST /api/smoke
+        pipeline.submit([decode_result(json.dumps({**SMOKE, "at": at}).encode(), "replay", now=at)])  # POST /api/smoke
         pipeline.run_until_idle()  # steps, then commits what they applied
     finally:
         pipeline.close()

@@ -24,6 +24,8 @@ from spyglass.cli import app
 from spyglass.config import engine_log_config, load_config, toml_text
 from spyglass.smoke_event import decode_result, instance_for
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"  # two starts of strata-b
 TOKEN = "smoke-test-token"
 
@@ -210,7 +212,7 @@ def test_decoding_keeps_the_verdict_and_the_latencies():
             "at": 1_790_000_000.25, "waited_seconds": 3.0, "samples_file": "s.jsonl", "samples_sha256": "a" * 64,
             "samples": [{"name": "a", "status": 200, "ttft_ms": 10.0}, {"name": "b", "status": 500, "ttft_ms": 30.0,
                                                                        "problem": "HTTP 500"}]}
-    event = decode_result(json.dumps(body).encode(), host="h1")
+    event = decode_result(json.dumps(body).encode(), host="h1", now=1_790_000_000.0)
     assert (event.source, event.kind, event.instance, event.host, event.ts) == (
         "smoke", "smoke_failed", "strata-a", "h1", 1_790_000_000.25)
     assert event.fields["ttft_ms_median"] == 20.0 and event.fields["ttft_ms_max"] == 30.0
