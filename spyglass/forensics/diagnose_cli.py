@@ -40,6 +40,8 @@ def print_table(diagnosis, out=None) -> None:
 
     parts: list = [Text(f"{len(diagnosis.findings)} findings {describe(diagnosis.window)}"
                         f" ({diagnosis.events} events; checked {', '.join(diagnosis.checked)})")]
+    if diagnosis.not_checked:
+        parts.append(Text("could not check: " + "; ".join(f"{h} ({why})" for h, why in diagnosis.not_checked.items())))
     if diagnosis.findings:
         table = Table(title_justify="left")
         table.add_column("severity", no_wrap=True, min_width=8)
@@ -58,6 +60,8 @@ def print_table(diagnosis, out=None) -> None:
         detail.add_column("value", overflow="fold")
         for name, value in f.figures.items():
             detail.add_row(name, f"{value:,}" if isinstance(value, int) else f"{value:g}")
+        if f.trace_request_id:
+            detail.add_row("trace", f"spyglass trace {f.trace_request_id}")
         detail.add_row("not", f.wrong_guess)
         detail.add_row("check", f.check)
         detail.add_row("knobs", "; ".join(f.knobs))
