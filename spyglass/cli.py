@@ -56,9 +56,20 @@ def _config(path: Path):
 @app.command()
 def run(config: ConfigOption) -> None:
     """Run the agent until SIGTERM or Ctrl-C."""
-    from spyglass.agent import Agent
+    from spyglass.agent import Agent, StoreBusy
+    from spyglass.server import ListenError
 
-    agent = Agent(_config(config))
+    cfg = _config(config)
+    try:
+        agent = Agent(cfg)
+    except ListenError as exc:
+        typer.echo(f"error: {exc}; set exporters.prometheus.listen in {config} to a free port,"
+                   " or stop what listens there", err=True)
+        raise typer.Exit(1) from None
+    except StoreBusy as exc:
+        typer.echo(f"error: {exc}; one agent a store: stop it first, or give this one its own"
+                   f" agent.state_dir", err=True)
+        raise typer.Exit(1) from None
     agent.stop_on_signals()
     agent.serve()
 
@@ -81,7 +92,7 @@ def missing_files(config: Config) -> list[tuple[str, Path]]:
 def ingest(config: ConfigOption) -> None:
     """Read every file source to its current end, commit, exit. Run again: it adds nothing."""
     from collectors.clock import SystemClock
-    from spyglass.agent import open_store
+    from spyglass.agent import StoreBusy, open_store
     from spyglass.pipeline import Pipeline
 
     cfg = _config(config)
@@ -92,7 +103,13 @@ def ingest(config: ConfigOption) -> None:
     if files and len(missing) == files:
         typer.echo(f"error: {config}: none of the {files} configured files exists", err=True)
         raise typer.Exit(1)
-    pipeline = Pipeline(cfg, SystemClock(), open_store(cfg))
+    try:
+        store = open_store(cfg)
+    except StoreBusy as exc:
+        typer.echo(f"error: {exc}. A running agent already reads these sources into the store: nothing to"
+                   " ingest while it runs (query it with `spyglass sql`); stop it first to ingest here", err=True)
+        raise typer.Exit(1) from None
+    pipeline = Pipeline(cfg, SystemClock(), store)
     tailers = [rt.tailer for rt in pipeline.sources if rt.tailer is not None]
     before = sum(tailer.stats.lines for tailer in tailers)
     # Events counted from the sources' outcomes, not by a commit hook: with a hook the committer
@@ -278,12 +295,16 @@ def demo(seconds: Annotated[float, typer.Option(help="Stop after this long; 0 ru
                                                         " logs, the store and its config there.")] = None) -> None:
     """Run the emulated stack under supervisord with incident scenarios, and the agent on it."""
     from spyglass.demo import run_demo
+    from spyglass.server import ListenError
 
     try:
         run_demo(seconds=seconds, listen=listen, scenario=scenario, keep=keep)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    except ListenError as exc:
+        typer.echo(f"error: {exc}; give --listen a free host:port (e.g. --listen 127.0.0.1:9465)", err=True)
+        raise typer.Exit(1) from None
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -188,6 +188,15 @@ def demo_folder(keep: Path | None) -> Path:
     return keep
 
 
+def remove_made(folder: Path, existed: bool) -> None:
+    """Remove the demo's folder, or only its contents when it was there (empty) before the demo."""
+    if not existed:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    for child in folder.iterdir():
+        shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
+
+
 def build_stack(folder: Path, listen: str, scenario: str | None) -> tuple[Stack, dict[str, Any]]:
     """The stack (the mix's troubled one, or the scenario's) and the agent's config document for it."""
     traced = {"otlp_endpoint": f"http://{listen}"}  # the stack pushes its spans to the agent
@@ -229,11 +238,16 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str
     console = Console()
     if scenario is not None and scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; one of {', '.join(sorted(SCENARIOS))}")
+    existed = keep is not None and keep.expanduser().exists()
     folder = demo_folder(keep)
-    stack, document = build_stack(folder, listen, scenario)
-    config_file = folder / "spyglass.toml"
-    config_file.write_text(toml_text(document))
-    agent = Agent(parse_config(document, str(config_file)))
+    try:
+        stack, document = build_stack(folder, listen, scenario)
+        config_file = folder / "spyglass.toml"
+        config_file.write_text(toml_text(document))
+        agent = Agent(parse_config(document, str(config_file)))
+    except BaseException:  # e.g. the listen port in use: nothing runs yet; remove what was made
+        remove_made(folder, existed)
+        raise
     stopping = stop_on_signals()  # not the agent's own: it must outlive the stack to read its last lines
     caught_up = CatchUp(agent.pipeline.state)
     agent.pipeline.event_hooks.append(caught_up)

@@ -1,0 +1,90 @@
+"""A new user's first steps, as they took them (issue 20, "the first hour"): real commands, real
+processes, real ports on 127.0.0.1. Each ends in one clear line and a non-zero exit, never a traceback,
+and leaves nothing behind that it made."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import FIXTURES
+
+from engine.emulator.ports import free_port
+from spyglass.config import engine_log_config, toml_text
+
+FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
+
+
+def spyglass(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "spyglass.cli", *args], capture_output=True, text=True, timeout=180,
+                          env={**os.environ, **(env or {})})
+
+
+def held_port() -> socket.socket:
+    """A socket listening on a free 127.0.0.1 port: the port is in use while it is open."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    return taken
+
+
+def engine_config(folder: Path, port: int) -> Path:
+    log = folder / "engine.log"
+    log.write_bytes(FIXTURE.read_bytes())
+    path = folder / "spyglass.toml"
+    path.write_text(toml_text(engine_log_config(log, folder / "state", listen=f"127.0.0.1:{port}")))
+    return path
+
+
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
+
+
+def test_run_on_a_port_in_use_says_which_port_and_setting(tmp_path):
+    with held_port() as taken:
+        port = taken.getsockname()[1]
+        config = engine_config(tmp_path, port)
+        result = spyglass("run", "-c", str(config))
+    line = one_error_line(result)
+    assert result.returncode == 1
+    assert f"127.0.0.1:{port}" in line and "in use" in line and "exporters.prometheus.listen" in line, line
+
+
+def test_demo_on_a_port_in_use_says_so_and_removes_its_folder(tmp_path):
+    temp, kept = tmp_path / "tmp", tmp_path / "kept"
+    temp.mkdir()
+    with held_port() as taken:
+        port = taken.getsockname()[1]
+        plain = spyglass("demo", "--listen", f"127.0.0.1:{port}", "--seconds", "5", env={"TMPDIR": str(temp)})
+        keeping = spyglass("demo", "--listen", f"127.0.0.1:{port}", "--seconds", "5", "--keep", str(kept))
+    for result in (plain, keeping):
+        line = one_error_line(result)
+        assert f"127.0.0.1:{port}" in line and "in use" in line and "--listen" in line, line
+    assert list(temp.iterdir()) == []  # the temp folder the demo made is gone
+    assert not kept.exists()  # --keep made it: removed too
+
+
+def test_ingest_while_the_agent_runs_says_the_agent_holds_the_store(tmp_path):
+    config = engine_config(tmp_path, free_port())
+    with subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
+                          stderr=subprocess.PIPE, text=True) as agent:
+        try:
+            for line in agent.stderr:  # type: ignore[union-attr]
+                if "metrics at" in line:
+                    break
+            ingest = spyglass("ingest", "-c", str(config))
+            second = spyglass("run", "-c", str(config))
+        finally:
+            agent.terminate()
+            agent.communicate(timeout=60)
+    line = one_error_line(ingest)
+    assert "held by another process" in line and f"pid {agent.pid}" in line and "stop it" in line, line
+    assert "held by another process" in one_error_line(second)
+    after = spyglass("ingest", "-c", str(config))  # the agent stopped: ingest runs
+    assert after.returncode == 0, after.stderr
