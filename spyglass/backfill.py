@@ -15,7 +15,6 @@ Prometheus's 5-minute lookback (OpenMetrics text cannot carry a staleness marker
 from __future__ import annotations
 
 import math
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -29,13 +28,12 @@ import orjson
 
 from collectors.event import Event
 from exporters.state import MetricState
+from spyglass import timeinput
 from spyglass.config import Config
 from spyglass.pipeline import build_signals, metric_state
 
 OPENMETRICS_FILE = "spyglass.om"
 BATCH = 20_000
-DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
-UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 EVENT_SECONDS = "spyglass_source_last_event_timestamp_seconds"
 
 
@@ -44,27 +42,20 @@ class BackfillError(Exception):
 
 
 def parse_duration(text: str) -> float:
-    """Prometheus durations: 15s, 1m30s, 2h, 1d."""
-    parts = DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text.strip():
-        raise BackfillError(f"not a duration: {text!r} (use e.g. 15s, 5m, 2h, 1d)")
-    seconds = sum(float(n) * UNITS[u] for n, u in parts)
-    if seconds <= 0:
-        raise BackfillError(f"a duration must be positive: {text!r}")
-    return seconds
+    """Prometheus durations: 15s, 1m30s, 2h, 1d (spyglass.timeinput's grammar)."""
+    try:
+        return timeinput.parse_duration(text)
+    except ValueError as exc:
+        raise BackfillError(str(exc)) from None
 
 
-def parse_time(text: str) -> float:
-    """Seconds since the epoch from RFC 3339 / ISO 8601 (no offset means UTC) or a number of seconds."""
+def parse_time(text: str, now: datetime | None = None) -> float:
+    """Seconds since the epoch of a time in spyglass.timeinput's grammar: RFC 3339 (no offset means UTC),
+    epoch seconds, or `now-1h` (counted from `now`, by default the wall clock: the commands' edge)."""
     try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise BackfillError(f"not a time: {text!r} (use e.g. 2026-03-10T14:00:00Z or epoch seconds)") from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+        return timeinput.parse_time(text, "UTC", now or datetime.now(UTC)).timestamp()
+    except ValueError as exc:
+        raise BackfillError(str(exc)) from None
 
 
 def iso(ts: float) -> str:

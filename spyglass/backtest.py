@@ -345,12 +345,14 @@ def show(result: BacktestResult, start: float, end: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from spyglass.console import plain  # labels are data: a `[/x]` in one prints as written
+
     table = Table("alert", "severity", "heuristic", "instance", "labels", "fired", "resolved",
                   title=f"alerts that would have fired between {iso(start)} and {iso(end)}")
     for a in result.alerts:
         rest = {k: v for k, v in a.labels.items() if k not in ("severity", "heuristic", "instance", "job")}
-        table.add_row(a.alert, a.severity or "", a.heuristic or "", a.labels.get("instance", ""),
-                      " ".join(f"{k}={v}" for k, v in sorted(rest.items())), a.start, a.end or "(still firing)")
+        table.add_row(*(plain(v) for v in (a.alert, a.severity or "", a.heuristic or "", a.labels.get("instance", ""),
+                      " ".join(f"{k}={v}" for k, v in sorted(rest.items())), a.start, a.end or "(still firing)")))
     console = Console()
     console.print(table)
     b = result.backfill

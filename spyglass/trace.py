@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 
+from rich.text import Text
 from rich.tree import Tree
 
 from collectors.clock import format_both
@@ -17,7 +18,7 @@ from collectors.event import Event
 from collectors.trace_ids import span_id_for, trace_id_for
 from engine.spans import PhaseSpan, engine_span, request_tree
 from spyglass.config import Config
-from spyglass.console import console_for
+from spyglass.console import console_for, plain
 from spyglass.query import QueryError, agent_api, run_readonly
 
 REQUEST_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{2,32}$")
@@ -57,10 +58,13 @@ def events_of(config: Config, request_id: str) -> list[Event]:
             for ts, source, kind, instance, fields in answer.rows]
 
 
-def label(span: PhaseSpan) -> str:
+def label(span: PhaseSpan) -> Text:
+    """One span's line, its names and values as data (no markup read, control characters escaped)."""
     facts = ", ".join(f"{k.removeprefix('spyglass.').removeprefix('gen_ai.')}={v}" for k, v in span.attributes.items())
-    status = f" [red]{span.error}[/]" if span.error else ""
-    return f"[bold]{span.name}[/] {span.duration:.3f} s{status}  [dim]{facts}[/]"
+    line = Text.assemble(plain(span.name, "bold"), f" {span.duration:.3f} s")
+    if span.error:
+        line.append_text(Text(" ").append_text(plain(span.error, "red")))
+    return line.append_text(Text("  ").append_text(plain(facts, "dim")))
 
 
 def add(tree: Tree, span: PhaseSpan) -> None:
@@ -101,6 +105,7 @@ def print_trace(config: Config, given: str) -> None:
     if root is None:
         raise QueryError(f"no finished request {request_id} in the store")
     trace_hex = format(trace_id_for(request_id), "032x")
-    tree = Tree(f"{label(root)}\n[dim]{request_id} (trace {trace_hex}), started {format_both(root.start)}[/]")
+    heading = label(root).append(f"\n{request_id} (trace {trace_hex}), started {format_both(root.start)}", "dim")
+    tree = Tree(heading)
     add(tree, root)
     console_for(None, tree).print(tree)

@@ -7,12 +7,15 @@ import os
 import socket
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from conftest import FIXTURES
 
 from engine.emulator.ports import free_port
 from spyglass.config import engine_log_config, toml_text
+from spyglass.timeinput import parse_since, parse_time
 
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
 
@@ -88,3 +91,49 @@ def test_ingest_while_the_agent_runs_says_the_agent_holds_the_store(tmp_path):
     assert "held by another process" in one_error_line(second)
     after = spyglass("ingest", "-c", str(config))  # the agent stopped: ingest runs
     assert after.returncode == 0, after.stderr
+
+
+NOW = datetime(2026, 10, 19, 6, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("2026-10-19T04:49:00Z", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
+    ("2026-10-19 12:49+08:00", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
+    ("2026-10-19 04:49", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
+    ("1792385340", datetime.fromtimestamp(1792385340, UTC)),
+    ("1792385340.5", datetime.fromtimestamp(1792385340.5, UTC)),
+    ("now", NOW), ("now-1h", NOW - timedelta(hours=1)), ("now - 90m", NOW - timedelta(minutes=90)),
+    ("now+1h30m", NOW + timedelta(minutes=90)),
+])
+def test_one_time_grammar(text, expected):
+    assert parse_time(text, "UTC", NOW) == expected
+
+
+def test_since_is_a_duration_back_from_now_or_a_time():
+    assert parse_since("15m", "UTC", NOW) == NOW - timedelta(minutes=15)
+    assert parse_since("2026-10-19 12:00", "Asia/Shanghai", NOW) == datetime(2026, 10, 19, 4, 0, tzinfo=UTC)
+    assert parse_since("now-2h", "UTC", NOW) == NOW - timedelta(hours=2)
+
+
+@pytest.mark.parametrize("text, words", [("yesterday", "not a time"), ("now-1x", "not a duration"),
+                                         ("2026", "not a time"), ("now-9000y", "outside 1970-9999"),
+                                         ("now+9000y", "outside 1970-9999")])
+def test_a_bad_time_says_what_was_expected(text, words):
+    with pytest.raises(ValueError, match=words):
+        parse_time(text, "UTC", NOW)
+
+
+def test_a_timeline_line_shows_span_times_as_times_and_is_cut_to_the_width():
+    from spyglass.forensics.timeline import event_lines
+
+    start = datetime(2026, 12, 2, 15, 52, 30, 626000, tzinfo=UTC)
+    record = {"ts_utc": "2026-12-02T15:52:30.626Z", "ts_beijing": "2026-12-02T23:52:30.626+08:00", "source": "otlp",
+              "instance": "rag-proxy", "kind": "span", "request_id": "20261202-235230-0e0d73",
+              "fields": {"name": "POST /v1/messages", "start": start.timestamp(), "end": start.timestamp() + 0.098,
+                         "status": "error", "status_message": "upstream 400\x1b[2J"}}
+    _, line = event_lines([record])
+    assert ('req=20261202-235230-0e0d73 name="POST /v1/messages" start=2026-12-02T15:52:30.626Z'
+            ' end=2026-12-02T15:52:30.724Z status=error status_message="upstream 400\\u001b[2J"') in line
+    assert "e+09" not in line and "\x1b" not in line
+    _, cut = event_lines([record], width=80)
+    assert len(cut) == 80 and cut.endswith("…") and cut.startswith("2026-12-02 15:52:30.626  23:52:30.626  otlp")

@@ -14,7 +14,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, TextIO
 
-from spyglass.console import console_for, natural_width
+from spyglass.console import console_for, csv_cell, json_line, natural_width, plain
 from spyglass.forensics.times import beijing_text, utc_text
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([+-]\d\d:?\d\d|Z)?$")
@@ -55,6 +55,20 @@ def cell(value: Any, column: str = "") -> str:
     return str(value)
 
 
+class Lines(list):
+    """A value printed one item a line in a table (evidence), as a JSON list elsewhere."""
+
+
+def table_cell(value: Any, column: str = "") -> Any:
+    """A table cell as data (spyglass.console.plain): a log line's `[load]` or `[/x]` prints as written,
+    an escape sequence as `\\x1b[2J`."""
+    if isinstance(value, Lines):
+        from rich.text import Text
+
+        return Text("\n").join(plain(cell(item)) for item in value)
+    return plain(cell(value, column))
+
+
 def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | None = None, fold: bool = True) -> None:
     """Print records as `table` (rich), `json` (one object a line, nested) or `csv`. A table too wide
     for the terminal prints one block a row instead, unless `fold` is off (a timeline stays a table).
@@ -62,30 +76,32 @@ def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | Non
     out = out or sys.stdout
     if fmt == "json":
         for record in rows:
-            out.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+            out.write(json_line(record) + "\n")
     elif fmt == "csv":
         if rows:
             writer = csv.writer(out)
-            writer.writerow(rows[0])
-            writer.writerows([[json.dumps(v) if isinstance(v, (dict, list)) else v for v in r.values()] for r in rows])
+            writer.writerow([csv_cell(c) for c in rows[0]])
+            writer.writerows([[csv_cell(json.dumps(v) if isinstance(v, (dict, list)) else v) for v in r.values()]
+                              for r in rows])
     else:
         from rich.table import Table
-        from rich.text import Text  # a cell is text, not markup: "[load]" in a log line must print as written
+        from rich.text import Text
 
-        table = Table(title=title, title_justify="left")
+        heading = Text(title) if title else None  # ours, but it may quote a name: no markup either
+        table = Table(title=heading, title_justify="left")
         for column in rows[0] if rows else ():
-            table.add_column(column, no_wrap=column.endswith(("_utc", "_beijing", "request_id")))
+            table.add_column(plain(column), no_wrap=column.endswith(("_utc", "_beijing", "request_id")))
         for record in rows:
-            table.add_row(*(Text(cell(v, c)) for c, v in record.items()))
+            table.add_row(*(table_cell(v, c) for c, v in record.items()))
         console = console_for(out, table)
         if not fold or natural_width(console, table) <= console.width:
             console.print(table)
             return
-        if title:  # too wide for the terminal: one block a row, like psql's \x
-            console.print(title)
+        if heading:  # too wide for the terminal: one block a row, like psql's \x
+            console.print(heading)
         for n, record in enumerate(rows, 1):
             block = Table("column", f"row {n}", show_header=True, title_justify="left")
             for column, value in record.items():
-                block.add_row(Text(column), Text(cell(value, column)))
+                block.add_row(plain(column), table_cell(value, column))
             console.print(block)
 
