@@ -89,8 +89,15 @@ def missing_files(config: Config) -> list[tuple[str, Path]]:
 
 
 @app.command()
-def ingest(config: ConfigOption) -> None:
-    """Read every file source to its current end, commit, exit. Run again: it adds nothing."""
+def ingest(config: ConfigOption,
+           poll: Annotated[bool, typer.Option("--poll", help="Also poll each polled source (status endpoints,"
+                                              " supervisord's API, /proc, model paths) once, now. Off by default:"
+                                              " on a stack that has stopped, a poll only stores that it is gone,"
+                                              " stamped now.")] = False) -> None:
+    """Read every file source to its current end, commit, exit. Run again: it adds nothing.
+
+    Polled sources are polled only with --poll: what they say is true of the moment of the poll, not of
+    the time the files cover."""
     from collectors.clock import SystemClock
     from spyglass.agent import StoreBusy, open_store
     from spyglass.pipeline import Pipeline
@@ -116,7 +123,7 @@ def ingest(config: ConfigOption) -> None:
     # would keep every event of a commit interval in memory even with the store off.
     before_events = sum(rt.outcomes.get("event", 0) for rt in pipeline.sources)
     try:
-        pipeline.run_until_idle()
+        pipeline.run_until_idle(poll=poll)
     finally:
         pipeline.close()
     events = [sum(rt.outcomes.get("event", 0) for rt in pipeline.sources) - before_events]

@@ -277,11 +277,13 @@ class Pipeline:
             saved["source"] = state
         return saved
 
-    def run_until_idle(self) -> int:
-        """Read every file source to its current end, poll every polled source once, commit.
+    def run_until_idle(self, poll: bool = True) -> int:
+        """Read every file source to its current end, poll every polled source once (unless `poll` is
+        off), commit.
 
         A commit that fails raises: this is `spyglass ingest`, whose caller reports it."""
-        self.poll_all()
+        if poll:
+            self.poll_all()
         total = 0
         while (n := self.step()) > 0:
             total += n

@@ -137,3 +137,29 @@ def test_a_timeline_line_shows_span_times_as_times_and_is_cut_to_the_width():
     assert "e+09" not in line and "\x1b" not in line
     _, cut = event_lines([record], width=80)
     assert len(cut) == 80 and cut.endswith("…") and cut.startswith("2026-12-02 15:52:30.626  23:52:30.626  otlp")
+
+
+def test_ingest_after_the_stack_stopped_stores_no_poll_that_stretches_the_window(tmp_path):
+    """A kept demo's config polls its serves' /v1/status; once the demo ended nothing answers there, and
+    each ingest stored a failed poll stamped now, which moved every open window's end to now."""
+    import duckdb
+
+    config = engine_config(tmp_path, free_port())
+    dead = free_port()  # nothing listens: the serve of a stopped stack
+    config.write_text(config.read_text() + f'\n[sources.serve-b]\nkind = "serve_status"\n'
+                                           f'url = "http://127.0.0.1:{dead}/v1/status"\ninstance = "strata-b"\n')
+    store = tmp_path / "state" / "spyglass.duckdb"
+
+    def stored() -> tuple[int, object, object]:
+        with duckdb.connect(str(store), read_only=True) as con:
+            return con.execute("SELECT count(*) FILTER (WHERE source = 'serve-b'), max(ts), min(ts) FROM events"
+                               ).fetchone()  # type: ignore[return-value]
+
+    first = spyglass("ingest", "-c", str(config))
+    assert first.returncode == 0, first.stderr
+    polls, last, _ = stored()
+    assert polls == 0  # the files' events only: the window ends where the logs end
+    asked = spyglass("ingest", "-c", str(config), "--poll")  # asked for: one poll, now, stored as what it saw
+    assert asked.returncode == 0, asked.stderr
+    polls, after, _ = stored()
+    assert polls >= 1 and after > last  # type: ignore[operator]
