@@ -163,3 +163,34 @@ def test_ingest_after_the_stack_stopped_stores_no_poll_that_stretches_the_window
     assert asked.returncode == 0, asked.stderr
     polls, after, _ = stored()
     assert polls >= 1 and after > last  # type: ignore[operator]
+
+
+def test_crashes_calls_a_fresh_starts_warm_up_no_avalanche_and_times_a_real_one_by_its_requests(tmp_path):
+    """A demo's engine is slow for its first minutes (each new shape builds its graph once): crashes called
+    that a latency avalanche caused by "the new model's dynamic shapes", with no model changed, from a
+    5-minute bucket's start, before the stack existed."""
+    import json
+
+    from test_upgrades_seed import MD5_V7, OLD, at, banner, requests
+
+    from engine.emulator.logsynth import line
+
+    log = tmp_path / "engine.log"
+    fresh = [*banner(at(1), OLD, "/data/models/v7/model.gguf", MD5_V7),
+             line(at(1, 0.5).timestamp(), "I", "main", "ready in 30.0 s"),
+             *requests(at(1, 0.6), 30, lambda m: 900 if m < 4 else 20, rebuilds_per_min=lambda m: 3 if m < 4 else 0)]
+    config = engine_config(tmp_path, free_port())  # reads tmp_path / "engine.log": this stack's log
+    log.write_bytes(b"\n".join(fresh) + b"\n")
+    assert spyglass("ingest", "-c", str(config)).returncode == 0
+    warm = spyglass("crashes", "-c", str(config))
+    assert warm.returncode == 1 and "no crash, failed start or latency avalanche" in warm.stderr, warm.stdout
+
+    later = requests(at(1, 30.6), 15, lambda m: 900 + 10 * m, task0=5000)  # 30 min after ready, nothing died
+    with log.open("ab") as out:
+        out.write(b"\n".join(later) + b"\n")
+    assert spyglass("ingest", "-c", str(config)).returncode == 0
+    [found] = [json.loads(x) for x in spyglass("crashes", "-c", str(config), "-f", "json").stdout.splitlines()]
+    assert (found["class"], found["cause"]) == ("latency_avalanche", "queueing")
+    assert "new model" not in found["first_check"].split(";")[0]  # no model changed: not its dynamic shapes first
+    first = datetime.fromisoformat(found["first_utc"])
+    assert at(1, 30) < first < at(1, 30.6)  # the first request of its first 5 minutes, not their start (01:30)
