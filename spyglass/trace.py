@@ -58,9 +58,15 @@ def events_of(config: Config, request_id: str) -> list[Event]:
             for ts, source, kind, instance, fields in answer.rows]
 
 
+STATUS_KEYS = ("http.status_code", "http.response.status_code")  # a span's HTTP answer, old and new conventions
+
+
 def label(span: PhaseSpan) -> Text:
     """One span's line, its names and values as data (no markup read, control characters escaped)."""
-    facts = ", ".join(f"{k.removeprefix('spyglass.').removeprefix('gen_ai.')}={v}" for k, v in span.attributes.items())
+    status = next((span.attributes[k] for k in STATUS_KEYS if k in span.attributes), None)
+    facts = ", ".join([*([f"status={status}"] if status is not None else []),
+                       *(f"{k.removeprefix('spyglass.').removeprefix('gen_ai.')}={v}"
+                         for k, v in span.attributes.items() if k not in STATUS_KEYS)])
     line = Text.assemble(plain(span.name, "bold"), f" {span.duration:.3f} s")
     if span.error:
         line.append_text(Text(" ").append_text(plain(span.error, "red")))
@@ -78,7 +84,8 @@ def live_tree(spans: list[Event], engine: PhaseSpan | None, request_id: str) -> 
     roots: list[PhaseSpan] = []
     for span in spans:
         f = span.fields
-        attributes = {k: v for k, v in f["attributes"].items() if k.startswith(("gen_ai.usage", "spyglass.tokens"))}
+        attributes = {k: v for k, v in f["attributes"].items()
+                      if k.startswith(("gen_ai.usage", "spyglass.tokens")) or k in STATUS_KEYS}
         nodes[f["span_id"]] = PhaseSpan(f"{f['service']}: {f['name']}", f["start"], f["end"], attributes,
                                         error=(f.get("status_message") or "error") if f["status"] == "error" else None)
     for span in spans:
@@ -108,4 +115,33 @@ def print_trace(config: Config, given: str) -> None:
     heading = label(root).append(f"\n{request_id} (trace {trace_hex}), started {format_both(root.start)}", "dim")
     tree = Tree(heading)
     add(tree, root)
-    console_for(None, tree).print(tree)
+    said = outcome(events, kinds)
+    console = console_for(None, tree, *said)
+    console.print(tree)
+    for line in said:
+        console.print(line)
+
+
+def outcome(events: list[Event], kinds: dict[str, str]) -> list[Text]:
+    """What became of a request that did not simply succeed, from the gateway's lines and the infer store:
+    its status and the reason (`#545 prompt too long: 300004 > 262144`, a 429's limit), and each blind retry
+    (what the gateway changed, and what the retry got). Nothing for a plain 200."""
+    gateway = [e for e in events if kinds.get(e.source) == "gateway_log"]
+    stored = [e for e in events if kinds.get(e.source) == "infer_store" and e.kind == "request"]
+    failed = [e for e in gateway if e.kind in ("overfit", "reject")]
+    retries = [e for e in gateway if e.kind == "retry_on_overfit"]
+    statuses = [e.fields.get("status") for e in stored + [e for e in gateway if e.kind in ("done", "reject")]]
+    final = next((s for s in reversed(statuses) if s is not None), failed[-1].fields.get("status") if failed else None)
+    if not failed and not retries and final in (None, 200):
+        return []
+    reason = next((e.fields.get("upstream") or e.fields.get("reason") for e in failed), None)
+    first = failed[0].fields.get("status") if failed else final
+    lines = [Text.assemble(("status: ", "bold"), plain(f"{first}" + (f" {reason}" if reason else "")))]
+    for retry in retries:
+        f = retry.fields
+        lines.append(Text.assemble(("blind retry: ", "bold"), plain(
+            f"the gateway sent the same prompt again with max_tokens {f.get('max_from')} -> {f.get('max_to')}"
+            f" (the prompt is what did not fit): {final if final is not None else 'no answer stored'}")))
+    if final is not None and final != first:
+        lines.append(Text.assemble(("answered: ", "bold"), plain(str(final))))
+    return lines

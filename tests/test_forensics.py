@@ -143,6 +143,15 @@ def test_requests_finds_the_ids_that_timeline_request_takes(replay):
     assert [r["request_id"] for r in session] == ["20261019-000029-de091a", "20261019-000107-5c6c32"]
 
 
+def test_trace_of_a_failed_request_says_its_status_reason_and_blind_retry(replay):
+    """It said only "error": incident 6's 400 and the gateway's blind retry with max_tokens 1."""
+    out = run(replay, "trace", "20261019-141458-1f2e3d")
+    assert "status: 400 #545 prompt too long: 372066 > 262144" in out
+    assert "blind retry: the gateway sent the same prompt again with max_tokens 32000 -> 1" in out
+    succeeded = run(replay, "trace", "20261019-124900-7aa82c")  # a 200: no outcome lines
+    assert "status: " not in succeeded and "blind retry" not in succeeded
+
+
 def test_timeline_of_a_request_includes_its_conversations_cache_lines(replay):
     one = rows(replay, "timeline", "--request", "20261019-124900-7aa82c", "--source", "engine-a")
     assert [e["kind"] for e in one] == ["queued", "prompt", "thinking", "tool_call", "done", "park"]

@@ -109,3 +109,22 @@ def test_diagnose_exits_by_its_findings_even_when_printing_fails(store):
                                     stdout=full, stderr=subprocess.PIPE, text=True, timeout=180)
         assert result.returncode == 2, result.stderr
         assert "printing the diagnosis failed" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_trace_prints_a_hostile_upstream_reason_as_data(tmp_path):
+    """An upstream error text is the engine's, or whoever answered in its place: `[/x]` made trace exit 1."""
+    req = "20261019-141458-1f2e3d"
+    reason = f"#545 {MARKUP}{ESCAPES}"
+    (tmp_path / "rag-proxy.log").write_text(
+        f"[06:14:58] req={req} session=auto:15eb3770f7f979bf lane=fast mode=no_rag client_msgs=12 sent_msgs=12"
+        " chars=1300000 cjk=0.010 est_tokens=398890 max_tokens=32000\n"
+        f'[06:14:58] overfit req={req} status=400 prompt=398890 max=256000 upstream="{reason}"\n'
+        f"[06:14:58] retry_on_overfit req={req} max_tokens 32000 -> 1\n")
+    config = tmp_path / "spyglass.toml"
+    config.write_text(f'[agent]\nstate_dir = "{tmp_path}/state"\n[exporters.prometheus]\nenabled = false\n'
+                      f'[sources.gateway]\nkind = "gateway_log"\npath = "{tmp_path}/rag-proxy.log"\n')
+    assert spyglass("ingest", "-c", str(config)).returncode == 0
+    result = spyglass("trace", "-c", str(config), req)
+    assert result.returncode == 0, result.stderr
+    assert_shown_as_data(result.stdout)
+    assert "status: 400 #545 " in result.stdout and "blind retry" in result.stdout

@@ -155,10 +155,12 @@ def value_text(key: str, value: Any) -> str:
 
 
 def fields_text(fields: Any, request_id: str | None) -> str:
-    """`req=ID key=value ...`: an event's fields on one line, in their stored order."""
+    """`req=ID key=value ...`: an event's fields on one line, in their stored order (a field that only
+    repeats the request id left out)."""
     parts = [f"req={request_id}"] if request_id else []
     if isinstance(fields, dict):
-        parts += [f"{k}={value_text(k, v)}" for k, v in fields.items() if v is not None]
+        parts += [f"{k}={value_text(k, v)}" for k, v in fields.items()
+                  if v is not None and not (request_id and v == request_id and k in ("req", "id", "request_id"))]
     elif fields is not None:
         parts.append(str(fields))
     return " ".join(parts)
