@@ -16,6 +16,8 @@ from conftest import wait_until
 from engine.emulator.ports import free_port
 from spyglass.alert_webhook import decode_notification
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 STARTS = "2026-03-10T14:02:15.123456789Z"  # Go writes nanoseconds
 ENDS = "2026-03-10T14:20:45.5Z"
 ZERO = "0001-01-01T00:00:00Z"

@@ -21,6 +21,8 @@ from spyglass.cli import app
 from spyglass.config import load_config
 from spyglass.pipeline import Pipeline
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 ROOT = Path(__file__).resolve().parents[1]
 DAY = datetime(2026, 10, 7, tzinfo=UTC).timestamp()  # incident 2's day (the storm 15:21-19:40 Beijing)
 H = 3600.0

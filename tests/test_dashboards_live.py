@@ -28,6 +28,8 @@ from engine.emulator.stack import Stack
 from spyglass.agent import Agent
 from spyglass.config import parse_config
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRAPE = 2.0
 # The troubles of `spyglass demo`: strata-b's cache too small for its snapshots, its serve build old.

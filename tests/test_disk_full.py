@@ -23,6 +23,8 @@ from engine.emulator.ports import free_port
 from exporters.statefile import StateFile
 from spyglass.config import engine_log_toml
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 EVENT_COLUMNS = "ts, source, kind, instance, host, request_id, fields::VARCHAR"
 
 

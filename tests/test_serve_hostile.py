@@ -205,7 +205,7 @@ def test_gauges_go_stale_while_down_and_a_restart_is_a_reset_not_a_drop(server):
         again.close()
 
 
-def test_sigterm_during_a_hung_poll_stops_the_agent_within_the_deadline(server, tmp_path):
+def test_sigterm_during_a_hung_poll_stops_the_agent_within_the_deadline(spawns, server, tmp_path):
     server.mode = "drip"
     config = tmp_path / "spyglass.toml"
     config.write_text(f'[agent]\nstate_dir = "{tmp_path / "state"}"\n[exporters.prometheus]\nenabled = false\n'
