@@ -10,6 +10,7 @@ them, and the commands to query them are printed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import shlex
@@ -21,6 +22,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -133,7 +135,8 @@ SIGNALS = [
     Signal("compute-graph rebuilds", "rebuilds",  # each new shape once: many while the stack warms up
            "spyglass_engine_graph_rebuilds_total", rule=Increase(5, 60, settle=120)),
     # What EngineCPUsShared fires on: the CPUs both processes may run on (host), or their start lines' lists.
-    Signal("CPUs the two engines may share", "shared-cpus", "spyglass_host_shared_cpus", {}, Above(0),
+    Signal("CPUs the two engines may share", "shared-cpus", "spyglass_host_shared_cpus", {"instance": "strata-a"},
+           Above(0),
            also=(("spyglass_engine_shared_cpus", {"instance": "strata-a"}),)),
     Signal("requests answered by the gateway", "requests", "spyglass_gateway_requests_total"),
 ]
@@ -164,8 +167,15 @@ class Board:
         return f"{elapsed:4.0f}s  " + "  ".join(f"{s.short} {value:.0f}{'!' if abnormal else ''}"
                                                 for s, value, abnormal in self.rows())
 
+    def elapsed(self) -> float:
+        """Seconds between the first sample and the last."""
+        times = next((h for h in self.history if h), None)
+        return times[-1][0] - times[0][0] if times else 0.0
+
     def table(self) -> Table:
-        table = Table("signal", "value", "abnormal when", "", title="spyglass demo: incident signals")
+        minutes, seconds = divmod(int(self.elapsed()), 60)
+        table = Table("signal", "value", "abnormal when", "",
+                      title=f"spyglass demo: incident signals after {minutes} min {seconds:02d} s")
         for row, value, abnormal in self.rows():
             shown = f"{value:,.0f}"
             table.add_row(row.label, f"[bold red]{shown}[/]" if abnormal else shown,
@@ -278,6 +288,7 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str
     stop_driver = threading.Event()
     runner = threading.Thread(target=agent.serve, name="spyglass-agent")
     request = None
+    began = datetime.now(UTC).replace(microsecond=0)  # the demo's window: its first line is written after this
     stack.start()
     try:
         stack.wait_ready(SCENARIOS[scenario].ready if scenario else ("strata-a", "strata-b"))
@@ -303,7 +314,8 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str
         board.sample(agent.pipeline.state, time.monotonic())
         console.print(board.table())
         if keep:
-            print_kept(console, folder, config_file, agent, request)
+            ended = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
+            print_kept(console, folder, config_file, agent, request, (began, ended))
         else:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -327,7 +339,41 @@ def command() -> str:
         return str(script)
 
 
-def print_kept(console: Console, folder: Path, config: Path, agent: Agent, request: str | None) -> None:
+STORM = "EngineEvictionStorm"  # the mix's own incident: strata-b's cache is too small for its snapshots
+STORM_RATE_SECONDS = 600.0  # its expression's rate window: evictions a minute over 10 minutes
+
+
+def storm_needs() -> float:
+    """Seconds of evictions before EngineEvictionStorm can fire: its rate window, then its `for:`. A backtest
+    of a shorter demo can fire nothing but Watchdog."""
+    from spyglass.heuristics import catalogue
+    from spyglass.timeinput import parse_duration
+
+    [alert] = [a for h in catalogue() for a in h.alerts if a.name == STORM]
+    return STORM_RATE_SECONDS + parse_duration(alert.for_)
+
+
+def window_commands(config: Path, start: datetime, end: datetime) -> list[str]:
+    """The diagnose, timeline and backtest commands for the demo's own window [start, end)."""
+    spyglass, c = command(), shlex.quote(str(config))
+    first, last = f"{start:%Y-%m-%dT%H:%M:%SZ}", f"{end:%Y-%m-%dT%H:%M:%SZ}"
+    rules = Path(__file__).resolve().parents[1] / "alerts"
+    with contextlib.suppress(ValueError):
+        rules = rules.relative_to(Path.cwd())
+    lines = [f"its window, {first} to {last} (UTC):",
+             f"  {spyglass} diagnose -c {c} --from {first} --to {last}",
+             f"  {spyglass} timeline -c {c} --from {first} --to {last} --exclude-kind span",
+             f"  {spyglass} backtest -c {c} --from {first} --to {last} --lookback 30m --rules {rules}"]
+    need = storm_needs()
+    if (end - start).total_seconds() < need + 120:
+        lines.append(f"  ({STORM} fires once strata-b evicted for {need / 60:g} min, its rate window and its for:;"
+                     f" this demo ran {(end - start).total_seconds() / 60:.0f} min, so its backtest fires only"
+                     f" Watchdog: --seconds {int(need) + 300} gives it time)")
+    return lines
+
+
+def print_kept(console: Console, folder: Path, config: Path, agent: Agent, request: str | None,
+               window: tuple[datetime, datetime] | None = None) -> None:
     spyglass, c = command(), shlex.quote(str(config))
     logs = ", ".join(sorted(p.name for p in (folder / "stack").iterdir() if p.suffix == ".log" or p.name == "infer"))
     lines = [f"kept in {folder}:", f"  config      {config}", f"  store       {agent.config.store_path()}",
@@ -336,7 +382,9 @@ def print_kept(console: Console, folder: Path, config: Path, agent: Agent, reque
              f"  {spyglass} sql -c {c} \"SELECT fields->>'reason' AS reason, count(*) AS n FROM events"
              f" WHERE kind = 'evict' GROUP BY ALL\"",
              f"  {spyglass} trace -c {c} {request or 'REQUEST_ID'}"]
-    console.print("\n".join(lines), soft_wrap=True, highlight=False)
+    if window:
+        lines += window_commands(config, *window)
+    console.print("\n".join(lines), soft_wrap=True, highlight=False, markup=False)
 
 
 def finished_request(agent: Agent, settled_seconds: float = 6.0) -> str | None:
@@ -378,17 +426,26 @@ def stop_on_signals() -> threading.Event:
 def _watch(agent: Agent, runner: threading.Thread, board: Board, console: Console, seconds: float,
            config: Path, stopping: threading.Event) -> None:
     deadline = time.monotonic() + seconds if seconds else None
-    threading.Thread(target=_hint_trace, args=(agent, console, config), name="trace-hint", daemon=True).start()
+    hint: list[str] = []  # the trace hint, once a request finished: under the live table, or printed to a pipe
+    threading.Thread(target=_hint_trace, args=(agent, console, config, hint, not console.is_terminal),
+                     name="trace-hint", daemon=True).start()
     running = lambda: (runner.is_alive() and not stopping.is_set()  # noqa: E731
                        and (deadline is None or time.monotonic() < deadline))
     board.sample(agent.pipeline.state, time.monotonic())
     if console.is_terminal:
-        # transient: the final table is printed once, after the stack stopped, with its last numbers
-        with Live(board.table(), console=console, refresh_per_second=1, transient=True) as live:
+        from rich.console import Group
+        from rich.text import Text
+
+        # transient: the final table is printed once, after the stack stopped, with its last numbers. Nothing
+        # else prints while it is live (a print from another thread left a stray header): the hint is part of it.
+        live_view = lambda: Group(board.table(), *(Text(h) for h in hint))  # noqa: E731
+        with Live(live_view(), console=console, refresh_per_second=1, transient=True) as live:
             while running():
                 stopping.wait(1.0)
                 board.sample(agent.pipeline.state, time.monotonic())
-                live.update(board.table())
+                live.update(live_view())
+        for line in hint:
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
         return
     started = time.monotonic()
     while running():  # a pipe or a log file: every signal on one line, every 10 s
@@ -398,10 +455,13 @@ def _watch(agent: Agent, runner: threading.Thread, board: Board, console: Consol
             console.print(board.status_line(time.monotonic() - started), soft_wrap=True, highlight=False)
 
 
-def _hint_trace(agent: Agent, console: Console, config: Path) -> None:
-    """Once a request has finished and settled, print the command that shows its trace."""
+def _hint_trace(agent: Agent, console: Console, config: Path, hint: list[str], printed: bool) -> None:
+    """Once a request has finished and settled, the command that shows its trace: added to `hint`, and
+    printed when `printed` (to a pipe; a terminal's live table shows the hint itself)."""
     while not agent.stop.wait(5.0):
         request = finished_request(agent)
         if request:
-            console.print(f"  one request's trace: {command()} trace -c {config} {request}", soft_wrap=True)
+            hint.append(f"  one request's trace: {command()} trace -c {config} {request}")
+            if printed:
+                console.print(hint[-1], soft_wrap=True, highlight=False, markup=False)
             return

@@ -49,7 +49,7 @@ def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
     return errors[0]
 
 
-def test_run_on_a_port_in_use_says_which_port_and_setting(tmp_path):
+def test_run_on_a_port_in_use_says_which_port_and_setting(tmp_path, spawns):
     with held_port() as taken:
         port = taken.getsockname()[1]
         config = engine_config(tmp_path, port)
@@ -59,7 +59,7 @@ def test_run_on_a_port_in_use_says_which_port_and_setting(tmp_path):
     assert f"127.0.0.1:{port}" in line and "in use" in line and "exporters.prometheus.listen" in line, line
 
 
-def test_demo_on_a_port_in_use_says_so_and_removes_its_folder(tmp_path):
+def test_demo_on_a_port_in_use_says_so_and_removes_its_folder(tmp_path, spawns):
     temp, kept = tmp_path / "tmp", tmp_path / "kept"
     temp.mkdir()
     with held_port() as taken:
@@ -73,7 +73,7 @@ def test_demo_on_a_port_in_use_says_so_and_removes_its_folder(tmp_path):
     assert not kept.exists()  # --keep made it: removed too
 
 
-def test_ingest_while_the_agent_runs_says_the_agent_holds_the_store(tmp_path):
+def test_ingest_while_the_agent_runs_says_the_agent_holds_the_store(tmp_path, spawns):
     config = engine_config(tmp_path, free_port())
     with subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
                           stderr=subprocess.PIPE, text=True) as agent:
@@ -139,7 +139,7 @@ def test_a_timeline_line_shows_span_times_as_times_and_is_cut_to_the_width():
     assert len(cut) == 80 and cut.endswith("…") and cut.startswith("2026-12-02 15:52:30.626  23:52:30.626  otlp")
 
 
-def test_ingest_after_the_stack_stopped_stores_no_poll_that_stretches_the_window(tmp_path):
+def test_ingest_after_the_stack_stopped_stores_no_poll_that_stretches_the_window(tmp_path, spawns):
     """A kept demo's config polls its serves' /v1/status; once the demo ended nothing answers there, and
     each ingest stored a failed poll stamped now, which moved every open window's end to now."""
     import duckdb
@@ -165,7 +165,7 @@ def test_ingest_after_the_stack_stopped_stores_no_poll_that_stretches_the_window
     assert polls >= 1 and after > last  # type: ignore[operator]
 
 
-def test_crashes_calls_a_fresh_starts_warm_up_no_avalanche_and_times_a_real_one_by_its_requests(tmp_path):
+def test_crashes_calls_a_fresh_starts_warm_up_no_avalanche_and_times_a_real_one_by_its_requests(tmp_path, spawns):
     """A demo's engine is slow for its first minutes (each new shape builds its graph once): crashes called
     that a latency avalanche caused by "the new model's dynamic shapes", with no model changed, from a
     5-minute bucket's start, before the stack existed."""
@@ -194,3 +194,37 @@ def test_crashes_calls_a_fresh_starts_warm_up_no_avalanche_and_times_a_real_one_
     assert "new model" not in found["first_check"].split(";")[0]  # no model changed: not its dynamic shapes first
     first = datetime.fromisoformat(found["first_utc"])
     assert at(1, 30) < first < at(1, 30.6)  # the first request of its first 5 minutes, not their start (01:30)
+
+
+def test_a_kept_demo_agrees_with_the_alert_on_shared_cpus_and_prints_commands_for_its_window(tmp_path, spawns):
+    """The demo's table said 0 shared CPUs from the start lines while the host source measured 2 and
+    EngineCPUsShared fired; its closing message gave no command for its own window."""
+    import json
+    import re
+    import shlex
+
+    kept = tmp_path / "kept"
+    result = spyglass("demo", "--scenario", "healthy", "--seconds", "20", "--listen", f"127.0.0.1:{free_port()}",
+                      "--keep", str(kept), env={"COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    final = result.stdout[result.stdout.rindex("spyglass demo: incident signals"):]
+    assert re.match(r"spyglass demo: incident signals after 0 min \d\d s", final), final[:200]
+    shown = int(re.search(r"CPUs the two engines may share\s*│\s*(\d+)", final).group(1))
+    config = kept / "spyglass.toml"
+    measured = spyglass("sql", "-c", str(config), "--format", "json",
+                        "SELECT max((fields->>'shared')::INT) AS host FROM events WHERE kind = 'shared_cpus'")
+    host = json.loads(measured.stdout)["host"]
+    assert host is not None and shown == host  # one signal, one answer: what the alert reads
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert host == 0  # pinned apart, as their start lines say
+
+    commands = {line.split()[1]: shlex.split(line) for line in result.stdout.splitlines()
+                if re.match(r"\s+\S*spyglass (diagnose|timeline|backtest) ", line)}
+    assert set(commands) == {"diagnose", "timeline", "backtest"}, result.stdout[-2000:]
+    for name in ("diagnose", "timeline"):
+        args = commands[name][1:]
+        assert args[args.index("--from") + 1] <= args[args.index("--to") + 1]
+        ran = spyglass(*args)
+        assert ran.returncode in ((0, 1, 2) if name == "diagnose" else (0,)), ran.stderr  # its findings, no usage error
+        assert "error:" not in ran.stderr
+    assert "--lookback" in commands["backtest"] and "Watchdog" in result.stdout  # 20 s: too short to fire, said

@@ -39,7 +39,7 @@ def crash_loop(program: str, minute: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> Path:
+def store(tmp_path_factory, spawns) -> Path:
     folder = tmp_path_factory.mktemp("hostile")
     (folder / "supervisord.log").write_text("\n".join(crash_loop(EVIL, 10) + crash_loop(FORMULA, 20)) + "\n")
     config = folder / "spyglass.toml"
@@ -101,7 +101,7 @@ def test_crashes_prints_the_name_and_evidence_as_data(store):
     assert_shown_as_data(result.stdout)
 
 
-def test_diagnose_exits_by_its_findings_even_when_printing_fails(store):
+def test_diagnose_exits_by_its_findings_even_when_printing_fails(store, spawns):
     """The deploy gate's `spyglass diagnose > /dev/full` (or any output that breaks): still 2, and said."""
     for extra in ((), ("--json",)):
         with open("/dev/full", "w") as full:
@@ -111,7 +111,7 @@ def test_diagnose_exits_by_its_findings_even_when_printing_fails(store):
         assert "printing the diagnosis failed" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_trace_prints_a_hostile_upstream_reason_as_data(tmp_path):
+def test_trace_prints_a_hostile_upstream_reason_as_data(tmp_path, spawns):
     """An upstream error text is the engine's, or whoever answered in its place: `[/x]` made trace exit 1."""
     req = "20261019-141458-1f2e3d"
     reason = f"#545 {MARKUP}{ESCAPES}"
