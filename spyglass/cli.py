@@ -90,14 +90,15 @@ def missing_files(config: Config) -> list[tuple[str, Path]]:
 
 @app.command()
 def ingest(config: ConfigOption,
-           poll: Annotated[bool, typer.Option("--poll", help="Also poll each polled source (status endpoints,"
-                                              " supervisord's API, /proc, model paths) once, now. Off by default:"
-                                              " on a stack that has stopped, a poll only stores that it is gone,"
-                                              " stamped now.")] = False) -> None:
-    """Read every file source to its current end, commit, exit. Run again: it adds nothing.
+           poll: Annotated[bool, typer.Option("--poll", help="Also poll the sources that sample the present"
+                                              " (status endpoints, supervisord's API, /proc, model paths) once,"
+                                              " now. Off by default: on a stack that has stopped, such a poll only"
+                                              " stores that it is gone, stamped now.")] = False) -> None:
+    """Read every file source (and the infer store) to its current end, commit, exit. Run again: it adds
+    nothing.
 
-    Polled sources are polled only with --poll: what they say is true of the moment of the poll, not of
-    the time the files cover."""
+    Sources that sample the present are polled only with --poll: what they say is true of the moment of
+    the poll, not of the time the files cover."""
     from collectors.clock import SystemClock
     from spyglass.agent import StoreBusy, open_store
     from spyglass.pipeline import Pipeline
@@ -134,20 +135,52 @@ def ingest(config: ConfigOption,
 
 
 @app.command()
-def sql(config: ConfigOption, query: Annotated[str, typer.Argument(help="One SELECT statement.")],
+def sql(config: ConfigOption,
+        query: Annotated[str | None, typer.Argument(help="One SELECT statement over the store's tables (events,"
+                                                         " checkpoints); - reads it from stdin.")] = None,
+        file: Annotated[Path | None, typer.Option("--file", help="Read the query from this file.")] = None,
         fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv or json")] = Format.table) -> None:
-    """Run a read-only query on the store."""
+    """Run a read-only query on the store's tables. The forensic views (requests, cache_events, ...) are
+    `spyglass views`'s: it puts them in front of a query, over a window."""
     from spyglass.query import QueryError, agent_api, run_readonly, show
 
+    text = query_text(query, file)
     cfg = _config(config)
     try:
-        answer = run_readonly(cfg.store_path(), query, agent_api(cfg), cfg.forensics.limits())
+        answer = run_readonly(cfg.store_path(), text, agent_api(cfg), cfg.forensics.limits())
     except QueryError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {exc}{views_hint(str(exc))}", err=True)
         raise typer.Exit(1) from None
     show(answer.columns, answer.rows, fmt.value)
     if answer.truncated:
         typer.echo(f"note: {answer.truncated}", err=True)
+
+
+def query_text(query: str | None, file: Path | None) -> str:
+    """The query: the argument, stdin for `-`, or --file's text; exit 2 unless exactly one gives it."""
+    if (query is None) == (file is None):
+        typer.echo("error: give one query: as the argument, - for stdin, or --file FILE", err=True)
+        raise typer.Exit(2)
+    if file is not None:
+        try:
+            return file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            typer.echo(f"error: --file {file}: {exc}", err=True)
+            raise typer.Exit(2) from None
+    return sys.stdin.read() if query == "-" else str(query)
+
+
+def views_hint(error: str) -> str:
+    """When a query names a forensic view as a table: say that `spyglass views` runs it."""
+    import re
+
+    from spyglass.forensics.views import VIEWS
+
+    missing = re.search(r"Table with name (\w+) does not exist", error)
+    if missing and missing.group(1) in VIEWS:
+        return (f"\n{missing.group(1)} is a forensic view: `spyglass views \"<the query>\" -c CONFIG [--from ...]`"
+                " runs a query over the views (`spyglass views` lists them)")
+    return ""
 
 
 @app.command("trace")

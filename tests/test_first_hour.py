@@ -228,3 +228,43 @@ def test_a_kept_demo_agrees_with_the_alert_on_shared_cpus_and_prints_commands_fo
         assert ran.returncode in ((0, 1, 2) if name == "diagnose" else (0,)), ran.stderr  # its findings, no usage error
         assert "error:" not in ran.stderr
     assert "--lookback" in commands["backtest"] and "Watchdog" in result.stdout  # 20 s: too short to fire, said
+
+
+def test_sql_reads_a_query_from_stdin_or_a_file_and_points_to_views_for_a_view(tmp_path, spawns):
+    config = engine_config(tmp_path, free_port())
+    assert spyglass("ingest", "-c", str(config)).returncode == 0
+    query = "SELECT count(*) AS n FROM events WHERE kind = 'park'"
+    piped = subprocess.run([sys.executable, "-m", "spyglass.cli", "sql", "-c", str(config), "-f", "csv", "-"],
+                           input=query, capture_output=True, text=True, timeout=120)
+    (tmp_path / "q.sql").write_text(query + "\n")
+    filed = spyglass("sql", "-c", str(config), "-f", "csv", "--file", str(tmp_path / "q.sql"))
+    assert piped.returncode == filed.returncode == 0 and piped.stdout == filed.stdout == "n\n3\n"
+    view = spyglass("sql", "-c", str(config), "SELECT count(*) FROM requests")
+    assert view.returncode == 1 and "requests is a forensic view: `spyglass views" in view.stderr
+    assert spyglass("views", "-c", str(config), "SELECT count(*) AS n FROM cache_events").returncode == 0
+    neither = spyglass("sql", "-c", str(config))
+    assert neither.returncode == 2 and "give one query" in neither.stderr
+
+
+def test_small_things_a_new_user_tripped_on(tmp_path, spawns):
+    config = engine_config(tmp_path, free_port())
+    listed = spyglass("report")  # no name: the list, not a usage error
+    assert listed.returncode == 0 and "four-counts" in listed.stdout and "special-tokens" in listed.stdout
+    ignored = spyglass("report", "cache", "-c", str(config), "--request", "20261019-124900-7aa82c")
+    assert ignored.returncode == 2 and "takes no request id (only four-counts" in ignored.stderr
+    silent = spyglass("views", "SELECT 1")  # a query without a config was a silent list of the views
+    assert silent.returncode == 2 and "--config" in silent.stderr
+    assert "At most this many requests" in spyglass("requests", "--help", env={"COLUMNS": "200"}).stdout
+    changes_help = spyglass("changes", "--help", env={"COLUMNS": "200"}).stdout
+    assert "Zone of a --since time" in changes_help and "--from" not in changes_help
+
+
+def test_numbers_print_with_thousands_separators_and_no_exponent():
+    from spyglass.forensics.output import cell, counted
+
+    assert cell(75677700.0, "resident_bytes_max") == "75,677,700"  # baseline printed 7.56777e+07
+    assert cell(2508, "evictions") == "2,508" and cell(0.33761, "share") == "0.3376" and cell(77.06, "rate") == "77.06"
+    assert cell(48211, "pid") == "48211" and cell(8081, "port") == "8081" and cell(7, "deploy") == "7"
+    assert cell({"before": 75677700.0, "pid": 48211}) == "before=75,677,700 pid=48211"
+    assert (counted(1, "finding"), counted(2, "deploy"), counted(11894, "event")) == \
+        ("1 finding", "2 deploys", "11,894 events")

@@ -184,7 +184,8 @@ def requests(config: ConfigOption, start: From = None, end: To = None, since: Si
              instance: Annotated[str | None, typer.Option(help="Engine instance, e.g. strata-b.")] = None,
              mode: Annotated[str | None, typer.Option(help="assembled, no_rag or passthrough.")] = None,
              finish: Annotated[str | None, typer.Option(help="stop, tool_calls, length.")] = None,
-             limit: Annotated[int, typer.Option(min=1, max=100_000)] = 200, fmt: Format = "table",
+             limit: Annotated[int, typer.Option(min=1, max=100_000, help="At most this many requests.")] = 200,
+             fmt: Format = "table",
              parquet: Parquet = None) -> None:
     """Find request ids (for `spyglass trace ID` and `spyglass timeline --request ID`)."""
     from spyglass.forensics import output
@@ -201,13 +202,14 @@ def requests(config: ConfigOption, start: From = None, end: To = None, since: Si
     columns, rows = fetch(cfg, q, parquet)
     if not rows:
         raise nothing(cfg, w, "no request matches", parquet)
-    output.emit(output.records(columns, rows), fmt, title=f"{len(rows)} requests {describe(w)}"
+    output.emit(output.records(columns, rows), fmt, title=f"{output.counted(len(rows), 'request')} {describe(w)}"
                 if fmt == "table" else None)
 
 
-def report(name: Annotated[str, typer.Argument(help="The report; an unknown name lists them all.")],
-           config: ConfigOption, start: From = None, end: To = None, since: Since = None, tz: Tz = "UTC",
-           request: Annotated[str | None, typer.Option(help="One request id (four-counts).")] = None,
+def report(name: Annotated[str | None, typer.Argument(help="The report; none (or an unknown name) lists them.")]
+           = None, config: Annotated[Path | None, typer.Option("--config", "-c", help="The agent's TOML config file.")]
+           = None, start: From = None, end: To = None, since: Since = None, tz: Tz = "UTC",
+           request: Annotated[str | None, typer.Option(help="One request id (only four-counts takes one).")] = None,
            fmt: Format = "table",
            sql: Annotated[bool, typer.Option("--sql", help="Print the SQL that would run, and stop.")] = False,
            parquet: Parquet = None,
@@ -218,10 +220,20 @@ def report(name: Annotated[str, typer.Argument(help="The report; an unknown name
     from spyglass.forensics.times import describe
 
     check_format(fmt)
+    if name is None:
+        typer.echo(f"the reports (spyglass report NAME -c CONFIG [--from ...] [--to ...]):\n"
+                   f"{reports.listing(reports.load_all())}")
+        return
     try:
         chosen = reports.get(name)
     except reports.UnknownReport as exc:
         raise fail(str(exc.args[0]), 2) from None
+    if request and not chosen.takes_request:
+        takers = ", ".join(n for n, r in reports.load_all().items() if r.takes_request)
+        raise fail(f"--request: report {name} covers the whole window and takes no request id (only {takers}"
+                   " does; `spyglass trace ID` and `timeline --request ID` show one request)", 2)
+    if config is None:
+        raise fail("give the store's config with --config (-c)", 2)
     cfg = load(config)
     w = the_window(start, end, tz, since)
     q = chosen.query(cfg, w, request)
@@ -249,10 +261,13 @@ def views(sql: Annotated[str | None, typer.Argument(help="A SELECT over the view
     from spyglass.forensics.run import Query
     from spyglass.forensics.views import VIEWS
 
-    if sql is None or config is None:
+    if sql is None:
+        typer.echo("the views (spyglass views \"SELECT ... FROM VIEW\" -c CONFIG [--from ...] [--to ...]):")
         for name, view in VIEWS.items():
-            typer.echo(f"{name:<18} {view.doc}")
+            typer.echo(f"  {name:<18} {view.doc}")
         return
+    if config is None:
+        raise fail("give the store's config with --config (-c) to run a query; without a query, views lists them", 2)
     check_format(fmt)
     cfg = load(config)
     w = the_window(start, end, tz, since)

@@ -38,6 +38,7 @@ def print_table(diagnosis, out=None) -> None:
     from rich.text import Text
 
     from spyglass.console import console_for, plain
+    from spyglass.forensics.output import number
     from spyglass.forensics.times import describe
 
     count = len(diagnosis.findings)
@@ -60,7 +61,7 @@ def print_table(diagnosis, out=None) -> None:
         detail.add_column("what", style="bold", no_wrap=True)
         detail.add_column("value", overflow="fold")
         for name, value in f.figures.items():
-            detail.add_row(plain(name), plain(f"{value:,}" if isinstance(value, int) else f"{value:,.6g}"))
+            detail.add_row(plain(name), plain(number(value)))
         detail.add_row("not", plain(f.wrong_guess))
         detail.add_row("check", plain(f.check))
         detail.add_row("knobs", plain("; ".join(f.knobs)))

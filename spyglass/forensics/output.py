@@ -20,6 +20,11 @@ from spyglass.forensics.times import beijing_text, utc_text
 ISO = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([+-]\d\d:?\d\d|Z)?$")
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 finding`, `2 findings`, `11,894 events`."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def value_of(column: str, value: Any) -> Any:
     if isinstance(value, str) and ISO.match(value):
         value = datetime.fromisoformat(value)  # a timestamp that came through the agent's API as text
@@ -47,12 +52,30 @@ def cell(value: Any, column: str = "") -> str:
     if value is None:
         return ""
     if isinstance(value, dict):
-        return " ".join(f"{k}={cell(v)}" for k, v in value.items() if v is not None)
+        return " ".join(f"{k}={cell(v, k)}" for k, v in value.items() if v is not None)
     if isinstance(value, list):
         return json.dumps(value)
-    if isinstance(value, float):
-        return f"{value:g}" if abs(value) < 1e15 else f"{value:.0f}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value) if is_label(column) else number(value)
     return str(value)
+
+
+LABEL = re.compile(r"(^|_)(pid|port|task|deploy|seq|id|code|signal|status|exit_status|year)$")
+
+
+def is_label(column: str) -> bool:
+    """A column whose numbers name something (a pid, a port, a deploy, a status) rather than count it."""
+    return bool(LABEL.search(column))
+
+
+def number(value: int | float) -> str:
+    """A quantity as a person reads it: thousands separated (`2,508`, `75,677,700`), never `7.56777e+07`;
+    a fraction to four significant digits (`0.8712`, `8.93`)."""
+    if isinstance(value, int) or (value.is_integer() and abs(value) < 1e15):
+        return f"{int(value):,}"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
 
 
 class Lines(list):

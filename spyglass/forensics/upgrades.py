@@ -27,6 +27,12 @@ def show(rows: list[dict], fmt: str, title: str) -> None:
     output.emit(rows, fmt, title=title if fmt == "table" else None)
 
 
+def counted(n: int, noun: str) -> str:
+    from spyglass.forensics.output import counted as plural
+
+    return plural(n, noun)
+
+
 def load_deploys(cfg, instance: str | None, until: datetime | None = None, parquet: str | None = None):
     from spyglass.forensics import changes as ch
     from spyglass.forensics.run import Window
@@ -36,7 +42,10 @@ def load_deploys(cfg, instance: str | None, until: datetime | None = None, parqu
     return ch.deploys(ch.as_rows(columns, rows), cfg.alerts.probe_budget_seconds, serve)
 
 
-def changes(config: ConfigOption, instance: Instance = None, since: StartsSince = None, tz: Tz = "UTC",
+SinceTz = Annotated[str, typer.Option("--tz", help="Zone of a --since time that names none, e.g. Asia/Shanghai.")]
+
+
+def changes(config: ConfigOption, instance: Instance = None, since: StartsSince = None, tz: SinceTz = "UTC",
             show_deploys: Annotated[bool, typer.Option("--deploys", help="List the deploy records instead.")] = False,
             fmt: Format = "table") -> None:
     """What changed between consecutive starts of an instance: model md5, real file, build, every argument,
@@ -49,14 +58,14 @@ def changes(config: ConfigOption, instance: Instance = None, since: StartsSince 
     records = load_deploys(cfg, instance)
     if show_deploys:
         rows = [ch.deploy_dict(d) for d in records if w.start is None or d.at >= w.start]
-        what = "deploys"
+        what = "deploy"
     else:
         rows = [ch.as_dict(c) for c in ch.change_list(records, w.start)]
-        what = "changes"
+        what = "change"
     if not rows:
         raise fail(f"no engine start is stored{' for ' + instance if instance else ''}"
                    f"{' since ' + since if since else ''}", 1)
-    show(rows, fmt, f"{len(rows)} {what}")
+    show(rows, fmt, counted(len(rows), what))
 
 
 def crashes(config: ConfigOption, start: From = None, end: To = None, since: Since = None, tz: Tz = "UTC",
@@ -76,7 +85,7 @@ def crashes(config: ConfigOption, start: From = None, end: To = None, since: Sin
         raise fail(str(exc), 1) from None
     if not found:
         raise fail("no crash, failed start or latency avalanche in the window", 1)
-    show([cr.as_dict(f) for f in found], fmt, f"{len(found)} findings")
+    show([cr.as_dict(f) for f in found], fmt, counted(len(found), "finding"))
 
 
 def baseline(config: ConfigOption,
