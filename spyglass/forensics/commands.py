@@ -249,6 +249,7 @@ def report(name: Annotated[str | None, typer.Argument(help="The report; none (or
         from spyglass.forensics.page import report_page
 
         html.write_text(report_page(cfg, chosen.title, chosen.doc, w, columns, rows, parquet), encoding="utf-8")
+        typer.echo(f"wrote {html.resolve()}", err=True)
     output.emit(output.records(columns, rows), fmt, title=f"{chosen.title}\n{describe(w)}" if fmt == "table" else None)
 
 
