@@ -338,7 +338,7 @@ def test_a_dripping_request_is_dropped_at_its_deadline(start_agent):
 # -- finding 8: no prompt text stored from spans --------------------------------------------------
 
 def span_export(request_id: str) -> bytes:
-    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
     from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
     def kv(key: str, value: str) -> KeyValue:
@@ -349,7 +349,12 @@ def span_export(request_id: str) -> bytes:
                   kv("gen_ai.prompt.0.content", secret), kv("gen_ai.completion.0.content", secret),
                   kv("gen_ai.input.messages", json.dumps([{"role": "user", "content": secret}])),
                   kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "content": secret}])),
-                  kv("spyglass.request.id", request_id), kv("long", "y" * 100_000),
+                  kv("spyglass.request.id", request_id), kv("spyglass.long", "y" * 100_000),
+                  # issue 21 item 12: text under keys no deny-list named
+                  kv("traceloop.entity.input", secret), kv("retrieval.documents.0.document.content", secret),
+                  kv("llm.prompt_template.variables", secret),
+                  KeyValue(key="spyglass.extra", value=AnyValue(kvlist_value=KeyValueList(values=[
+                      kv("gen_ai.prompt", secret)]))),
                   *[kv(f"extra.{n}", "z") for n in range(500)]]
     span = Span(trace_id=trace_id_for(request_id).to_bytes(16, "big"), span_id=b"\x01" * 8, name="POST /v1/chat",
                 kind=2, start_time_unix_nano=1_792_389_000_000_000_000, end_time_unix_nano=1_792_389_001_000_000_000,
@@ -369,7 +374,9 @@ def test_prompt_text_in_spans_is_not_stored_or_printed(start_agent):
     assert "hunter2" not in fields
     span = json.loads(fields)
     assert {"gen_ai.prompt", "gen_ai.input.messages", "status.message"} <= set(span["redacted"])
-    assert len(span["attributes"]["long"]) == 1024 and len(span["attributes"]) <= 64
+    assert len(span["attributes"]["spyglass.long"]) == 1024 and len(span["attributes"]) <= 64
+    assert {"traceloop.entity.input", "retrieval.documents.0.document.content", "llm.prompt_template.variables",
+            "spyglass.extra"} <= set(span["redacted"])
     assert span["dropped_attributes"] > 0 and span["status"] == "error"
     printed = subprocess.run([sys.executable, "-m", "spyglass.cli", "trace", request_id, "-c", str(agent["config"])],
                              capture_output=True, text=True, timeout=60)
@@ -394,7 +401,10 @@ def test_content_is_kept_only_when_configured():
     ('listen = "[::]:9464"', r"exporters\.prometheus\.listen: \[::\] is not a loopback address"),
     ('listen = "999.1.1.1:9464"', r"exporters\.prometheus\.listen: 999\.1\.1\.1 is not an IP address"),
     ('listen = "::1:9464"', r"exporters\.prometheus\.listen: write an IPv6 address in brackets"),
-    ('token = "short"', r"exporters\.prometheus\.token: String should have at least 16 characters"),
+    ('token = "short"', r"exporters\.prometheus\.token: must be 16 or more of A-Z a-z 0-9"),
+    (f'token = "{" " * 20}"', r"exporters\.prometheus\.token: must be 16 or more of A-Z a-z 0-9 - \. _ ~ \+ / "
+                              r"\(RFC 6750: no spaces\)$"),  # issue 21 item 12: 20 spaces were accepted
+    ('token = "abcdefgh\\u0000ijklmnop"', r"exporters\.prometheus\.token: must be 16 or more"),
     ('token_file = "/nonexistent/token"', r"exporters\.prometheus\.token_file: cannot read the token file"),
 ])
 def test_listen_and_token_are_validated(tmp_path, prometheus, message):
