@@ -82,7 +82,8 @@ def write(out: Path = GENERATED, d: Deployment | None = None) -> list[Path]:
 
 # Catalogue metrics no dashboard shows, with why. A metric is shown when a panel, an annotation or
 # a variable reads it, or reads a recording rule computed from it.
-LLAMA_OWN = ("llama-server's own /metrics family (llama_server source): its queue, slots and decode rate are on the wall through the shared engine metrics; the rest waits for a llama.cpp dashboard that the emulated stack can fill")
+LLAMA_OWN = ("llama-server's own /metrics family (llama_server source): its slots and decode rate are on the"
+             " wall through the shared engine metrics; the rest waits for a llama.cpp dashboard")
 UNSHOWN: dict[str, str] = {
     "spyglass_engine_last_progress_timestamp_seconds":
         "an instant, read by EngineHung through instance:spyglass_engine_progress_silence:seconds",
