@@ -52,7 +52,7 @@ async def load(url: str, seconds: float) -> int:
     while time.monotonic() - start < seconds:
         await driver.conversations([f"r{round_}-{i}" for i in range(6)], 4, 600)
         round_ += 1
-    return len(driver.statuses)
+    return len(driver.statuses)  # made in the loop asyncio.run(load(...)) runs
 
 
 def main() -> None:
