@@ -66,6 +66,33 @@ def events_table(events: list[Event]) -> pa.Table:
     ], schema=EVENT_SCHEMA)
 
 
+LAST_STORABLE_SECONDS = 253_402_300_800.0  # 10000-01-01T00:00:00Z: past it no Python date, no Parquet partition
+
+
+def storable(event: Event) -> bool:
+    """Whether the store (and Parquet after it) can take the event's timestamp: 1970 to the year 9999."""
+    return 0.0 <= event.ts < LAST_STORABLE_SECONDS  # false for NaN too
+
+
+def storable_table(events: list[Event]) -> tuple[pa.Table, list[Event]]:
+    """The events as a table, less those whose fields will not encode (returned): one bad record
+    never blocks the ones behind it. Timestamps are checked before (`storable`, in the committer,
+    and at the edges: collectors/timebounds.py); this is the store's own last guard."""
+    try:
+        return events_table(events), []
+    except (TypeError, ValueError, OverflowError, pa.ArrowException):
+        pass
+    kept, refused = [], []
+    for event in events:
+        try:
+            events_table([event])
+        except (TypeError, ValueError, OverflowError, pa.ArrowException):
+            refused.append(event)
+        else:
+            kept.append(event)
+    return events_table(kept), refused
+
+
 @dataclass(frozen=True)
 class Publication:
     published: int = -1  # every event with seq <= this is in Parquet
@@ -106,20 +133,22 @@ class DuckDBStore:
         return saved
 
     def commit(self, events: list[Event], checkpoints: dict[str, dict[str, Any]],
-               metrics: dict[str, Any]) -> None:
+               metrics: dict[str, Any]) -> list[Event]:
         """One transaction: the events appended from Arrow, the checkpoints that changed in one
         UPDATE (new sources in one INSERT), the metric state in one UPDATE. INSERT OR REPLACE
         cost 3-4 times an UPDATE of the same row, and register + INSERT ... SELECT 3 times
-        `from_arrow().insert_into` (profiled: docs/benchmarks.md)."""
+        `from_arrow().insert_into` (profiled: docs/benchmarks.md). Returns the events set aside as
+        unstorable (`storable_table`); the rest are committed."""
         now = time.time()
+        table, refused = storable_table(events) if events else (None, [])
         changed = {source: json.dumps(state) for source, state in checkpoints.items()}
         changed = {source: state for source, state in changed.items() if self._written.get(source) != state}
         con = self.con
         con.begin()
         try:
-            if events:
-                batch = events_table(events).append_column(
-                    "seq", pa.array(range(self.next_seq, self.next_seq + len(events)), pa.int64()))
+            if table is not None and table.num_rows:
+                batch = table.append_column(
+                    "seq", pa.array(range(self.next_seq, self.next_seq + table.num_rows), pa.int64()))
                 con.from_arrow(batch).insert_into("events")
             self._write_checkpoints(changed, now)
             if self._has_metrics:
@@ -135,7 +164,8 @@ class DuckDBStore:
             raise
         self._written.update(changed)
         self._has_metrics = True
-        self.next_seq += len(events)
+        self.next_seq += table.num_rows if table is not None else 0
+        return refused
 
     def _write_checkpoints(self, changed: dict[str, str], now: float) -> None:
         old = [(source, state) for source, state in changed.items() if source in self._written]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from loguru import logger
@@ -56,9 +56,20 @@ def _config(path: Path):
 @app.command()
 def run(config: ConfigOption) -> None:
     """Run the agent until SIGTERM or Ctrl-C."""
-    from spyglass.agent import Agent
+    from spyglass.agent import Agent, StoreBusy
+    from spyglass.server import ListenError
 
-    agent = Agent(_config(config))
+    cfg = _config(config)
+    try:
+        agent = Agent(cfg)
+    except ListenError as exc:
+        typer.echo(f"error: {exc}; set exporters.prometheus.listen in {config} to a free port,"
+                   " or stop what listens there", err=True)
+        raise typer.Exit(1) from None
+    except StoreBusy as exc:
+        typer.echo(f"error: {exc}; one agent a store: stop it first, or give this one its own"
+                   f" agent.state_dir", err=True)
+        raise typer.Exit(1) from None
     agent.stop_on_signals()
     agent.serve()
 
@@ -77,14 +88,42 @@ def missing_files(config: Config) -> list[tuple[str, Path]]:
     return [(name, path) for name, path in tailed_files(config).items() if not path.exists()]
 
 
+SettledOption = Annotated[float | None, typer.Option(
+    "--settled-seconds", min=0, help="Read infer-store segments unchanged this long (default: each source's"
+    " settle_seconds, 30); 0 reads a copied segment at once.")]
+
+
+def with_settle(config: Config, seconds: float | None) -> Config:
+    """`config` with every infer_store source's settle_seconds set to `seconds` (unchanged for None)."""
+    if seconds is None:
+        return config
+    sources = {name: o.model_copy(update={"settle_seconds": seconds}) if o.kind == "infer_store" else o
+               for name, o in config.sources.items()}
+    return config.model_copy(update={"sources": sources})
+
+
+def unsettled_segments(pipeline: Any) -> dict[str, list[str]]:
+    """infer_store source -> the segments its last poll left unread because they changed too recently."""
+    return {rt.name: list(rt.source.unsettled) for rt in pipeline.sources
+            if rt.kind == "infer_store" and getattr(rt.source, "unsettled", None)}
+
+
 @app.command()
-def ingest(config: ConfigOption) -> None:
-    """Read every file source to its current end, commit, exit. Run again: it adds nothing."""
+def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
+           poll: Annotated[bool, typer.Option("--poll", help="Also poll the sources that sample the present"
+                                              " (status endpoints, supervisord's API, /proc, model paths) once,"
+                                              " now. Off by default: on a stack that has stopped, such a poll only"
+                                              " stores that it is gone, stamped now.")] = False) -> None:
+    """Read every file source (and the infer store) to its current end, commit, exit. Run again: it adds
+    nothing. Infer-store segments changed within the settle time are left for a later run, and said so.
+
+    Sources that sample the present are polled only with --poll: what they say is true of the moment of
+    the poll, not of the time the files cover."""
     from collectors.clock import SystemClock
-    from spyglass.agent import open_store
+    from spyglass.agent import StoreBusy, open_store
     from spyglass.pipeline import Pipeline
 
-    cfg = _config(config)
+    cfg = with_settle(_config(config), settled_seconds)
     missing = missing_files(cfg)
     for name, path in missing:
         typer.echo(f"warning: sources.{name}: no file at {path}", err=True)
@@ -92,14 +131,20 @@ def ingest(config: ConfigOption) -> None:
     if files and len(missing) == files:
         typer.echo(f"error: {config}: none of the {files} configured files exists", err=True)
         raise typer.Exit(1)
-    pipeline = Pipeline(cfg, SystemClock(), open_store(cfg))
+    try:
+        store = open_store(cfg)
+    except StoreBusy as exc:
+        typer.echo(f"error: {exc}. A running agent already reads these sources into the store: nothing to"
+                   " ingest while it runs (query it with `spyglass sql`); stop it first to ingest here", err=True)
+        raise typer.Exit(1) from None
+    pipeline = Pipeline(cfg, SystemClock(), store)
     tailers = [rt.tailer for rt in pipeline.sources if rt.tailer is not None]
     before = sum(tailer.stats.lines for tailer in tailers)
     # Events counted from the sources' outcomes, not by a commit hook: with a hook the committer
     # would keep every event of a commit interval in memory even with the store off.
     before_events = sum(rt.outcomes.get("event", 0) for rt in pipeline.sources)
     try:
-        pipeline.run_until_idle()
+        pipeline.run_until_idle(poll=poll)
     finally:
         pipeline.close()
     events = [sum(rt.outcomes.get("event", 0) for rt in pipeline.sources) - before_events]
@@ -107,23 +152,60 @@ def ingest(config: ConfigOption) -> None:
     stored = "stored" if cfg.exporters.store.enabled else "counted (store off)"
     typer.echo(f"read {lines:,} lines from {files - len(missing)} of {files} files;"
                f" {events[0]:,} events {stored}; {len(cfg.sources)} sources")
+    for name, segments in unsettled_segments(pipeline).items():
+        settle = cfg.sources[name].settle_seconds
+        typer.echo(f"skipped {len(segments)} unsettled segment{'s' * (len(segments) != 1)} of sources.{name}"
+                   f" (changed within settle_seconds {settle:g} s; run again later, or --settled-seconds 0 for a"
+                   f" copy): {', '.join(segments[:5])}{' ...' if len(segments) > 5 else ''}", err=True)
 
 
 @app.command()
-def sql(config: ConfigOption, query: Annotated[str, typer.Argument(help="One SELECT statement.")],
+def sql(config: ConfigOption,
+        query: Annotated[str | None, typer.Argument(help="One SELECT statement over the store's tables (events,"
+                                                         " checkpoints); - reads it from stdin.")] = None,
+        file: Annotated[Path | None, typer.Option("--file", help="Read the query from this file.")] = None,
         fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv or json")] = Format.table) -> None:
-    """Run a read-only query on the store."""
+    """Run a read-only query on the store's tables. The forensic views (requests, cache_events, ...) are
+    `spyglass views`'s: it puts them in front of a query, over a window."""
     from spyglass.query import QueryError, agent_api, run_readonly, show
 
+    text = query_text(query, file)
     cfg = _config(config)
     try:
-        answer = run_readonly(cfg.store_path(), query, agent_api(cfg), cfg.forensics.limits())
+        answer = run_readonly(cfg.store_path(), text, agent_api(cfg), cfg.forensics.limits())
     except QueryError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {exc}{views_hint(str(exc))}", err=True)
         raise typer.Exit(1) from None
     show(answer.columns, answer.rows, fmt.value)
     if answer.truncated:
         typer.echo(f"note: {answer.truncated}", err=True)
+
+
+def query_text(query: str | None, file: Path | None) -> str:
+    """The query: the argument, stdin for `-`, or --file's text; exit 2 unless exactly one gives it."""
+    if (query is None) == (file is None):
+        typer.echo("error: give one query: as the argument, - for stdin, or --file FILE", err=True)
+        raise typer.Exit(2)
+    if file is not None:
+        try:
+            return file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            typer.echo(f"error: --file {file}: {exc}", err=True)
+            raise typer.Exit(2) from None
+    return sys.stdin.read() if query == "-" else str(query)
+
+
+def views_hint(error: str) -> str:
+    """When a query names a forensic view as a table: say that `spyglass views` runs it."""
+    import re
+
+    from spyglass.forensics.views import VIEWS
+
+    missing = re.search(r"Table with name (\w+) does not exist", error)
+    if missing and missing.group(1) in VIEWS:
+        return (f"\n{missing.group(1)} is a forensic view: `spyglass views \"<the query>\" -c CONFIG [--from ...]`"
+                " runs a query over the views (`spyglass views` lists them)")
+    return ""
 
 
 @app.command("trace")
@@ -177,12 +259,20 @@ ToOption = Annotated[str, typer.Option("--to", help="End: RFC 3339 (no offset: U
 def backfill(config: ConfigOption, start: FromOption, end: ToOption,
              out: Annotated[Path, typer.Option("--out", "-o", help="Folder for spyglass.om.")],
              step: Annotated[str, typer.Option(help="Sample the replayed state this often.")] = "15s") -> None:
-    """Replay the stored events into OpenMetrics with timestamps, for promtool tsdb create-blocks-from openmetrics."""
-    from spyglass.backfill import OPENMETRICS_FILE, BackfillError, parse_duration, parse_time, replay
+    """Replay the stored events into OpenMetrics with timestamps, for promtool tsdb create-blocks-from openmetrics.
+
+    Exit 2 on a usage error (the bounds of `spyglass backtest`: at most 31 days, a step of at least 1s)."""
+    from spyglass.backfill import OPENMETRICS_FILE, BackfillError, UsageError, parse_duration, parse_time, replay
+    from spyglass.backtest import check_bounds
 
     cfg = _config(config)
     try:
-        result = replay(cfg, parse_time(start), parse_time(end), parse_duration(step), out / OPENMETRICS_FILE)
+        first, last, every = parse_time(start), parse_time(end), parse_duration(step)
+        check_bounds(first, last, every, 0.0)
+        result = replay(cfg, first, last, every, out / OPENMETRICS_FILE)
+    except UsageError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     except BackfillError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -192,13 +282,19 @@ def backfill(config: ConfigOption, start: FromOption, end: ToOption,
 
 @app.command()
 def backtest(config: ConfigOption, start: FromOption, end: ToOption,
-             rules: Annotated[Path, typer.Option(help="A rule file or a folder of them.")] = Path("alerts"),
-             step: Annotated[str, typer.Option(help="Backfill sample interval.")] = "15s",
+             rules: Annotated[Path | None, typer.Option(help="A rule file or a folder of them (default: the rules"
+                                                        " `spyglass rules` makes of --config, in memory).")] = None,
+             step: Annotated[str, typer.Option(help="Backfill sample interval (at least 1s).")] = "15s",
              lookback: Annotated[str, typer.Option(help="History replayed before --from for windows and baselines.")] = "2h",
-             as_json: Annotated[bool, typer.Option("--json", help="Print {\"alerts\": [...]} instead of a table.")] = False,
+             as_json: Annotated[bool, typer.Option("--json", help="Print {\"alerts\": [...], \"pending\": [...]}"
+                                                   " instead of tables.")] = False,
              ) -> None:
-    """Which alerts would have fired over a stored window: replay, blocks, Prometheus, for: applied."""
-    from spyglass.backfill import BackfillError, parse_duration, parse_time
+    """Which alerts would have fired over a stored window: replay, blocks, Prometheus, for: applied.
+
+    Exit 0 with the result; 1 when it cannot run (no store, nothing stored in the window, a bad rule file);
+    2 on a usage error (a bad or out-of-range time, --from after --to, a window over 31 days, a step
+    under 1s, more than 200,000 sample times)."""
+    from spyglass.backfill import BackfillError, UsageError, parse_duration, parse_time
     from spyglass.backtest import backtest as run_backtest
     from spyglass.backtest import dumps, show
 
@@ -206,6 +302,9 @@ def backtest(config: ConfigOption, start: FromOption, end: ToOption,
     try:
         first, last = parse_time(start), parse_time(end)
         result = run_backtest(cfg, first, last, rules, parse_duration(step), parse_duration(lookback))
+    except UsageError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     except BackfillError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -278,12 +377,16 @@ def demo(seconds: Annotated[float, typer.Option(help="Stop after this long; 0 ru
                                                         " logs, the store and its config there.")] = None) -> None:
     """Run the emulated stack under supervisord with incident scenarios, and the agent on it."""
     from spyglass.demo import run_demo
+    from spyglass.server import ListenError
 
     try:
         run_demo(seconds=seconds, listen=listen, scenario=scenario, keep=keep)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    except ListenError as exc:
+        typer.echo(f"error: {exc}; give --listen a free host:port (e.g. --listen 127.0.0.1:9465)", err=True)
+        raise typer.Exit(1) from None
 
 
 def main() -> None:  # pragma: no cover - console entry point

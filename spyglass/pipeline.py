@@ -17,7 +17,7 @@ from loguru import logger
 
 import collectors
 import exporters
-from collectors import LineSource, PolledSource, PollPolicy
+from collectors import LineSource, PolledSource, PollPolicy, timebounds
 from collectors.clock import Clock
 from collectors.event import Event
 from collectors.grammar import split_outcome
@@ -122,7 +122,7 @@ class Pipeline:
 
         return ParquetPublisher(cast(Any, self.store), self.clock, options.parquet_dir.expanduser(),
                                 host=self.config.agent.host, interval=options.publish_interval_seconds,
-                                retain_hours=options.retain_hours)
+                                retain_hours=options.retain_hours, state=self.state)
 
     def _start_known_counters(self) -> None:
         """Counters of the configured instances and lanes start at 0 (see exporters.start_known_counters)."""
@@ -168,13 +168,15 @@ class Pipeline:
         batches = [(rt, [] if paused else self._poll_file(rt)) for rt in self.sources if rt.tailer is not None]
         polled = self._drain_polled()
         stored, waiters = self._drain_submitted()
+        now = self.clock.now()
         with self.state.lock:
             for rt, lines in batches:
-                events = self._parse(rt, lines)
+                events = self._within_time_bounds(rt, self._parse(rt, lines), now)
                 self._apply(rt, events)
                 self._update_health(rt)
                 stored += events
             for rt, events, ok in polled:
+                events = self._within_time_bounds(rt, events, now)
                 self._apply(rt, events)
                 self.state.inc("spyglass_source_polls_total", (rt.name, "ok" if ok else "error"))
                 self.state.set("spyglass_source_up", (rt.name,), 1.0 if ok else 0.0)
@@ -223,10 +225,12 @@ class Pipeline:
             self._polled.put((rt, result.events, result.ok, schedule.source.checkpoint()))
         return schedule.next_due - now
 
-    def poll_all(self) -> None:
-        """Poll every polled source that is due, on this thread."""
+    def poll_all(self, present: bool = True) -> None:
+        """Poll every polled source that is due, on this thread (with `present` off, only those whose polls
+        import history rather than sample the present)."""
         for rt in self.polled_sources():
-            self.poll(rt)
+            if present or not getattr(rt.schedule.source if rt.schedule else None, "samples_present", True):
+                self.poll(rt)
 
     def _drain_polled(self) -> list[tuple[SourceRuntime, list[Event], bool]]:
         drained: list[tuple[SourceRuntime, list[Event], bool]] = []
@@ -277,11 +281,13 @@ class Pipeline:
             saved["source"] = state
         return saved
 
-    def run_until_idle(self) -> int:
-        """Read every file source to its current end, poll every polled source once, commit.
+    def run_until_idle(self, poll: bool = True) -> int:
+        """Read every file source to its current end, poll every polled source once, commit. With `poll`
+        off, only the polled sources that import history (`samples_present` False, the infer store) are
+        polled: a poll of the present (an endpoint, /proc) made after the fact would stamp now.
 
         A commit that fails raises: this is `spyglass ingest`, whose caller reports it."""
-        self.poll_all()
+        self.poll_all(present=poll)
         total = 0
         while (n := self.step()) > 0:
             total += n
@@ -346,6 +352,21 @@ class Pipeline:
         if unmatched:
             rt.last_unmatched = unmatched
         return events
+
+    def _within_time_bounds(self, rt: SourceRuntime, events: list[Event], now: float) -> list[Event]:
+        """The events whose timestamp lies between 2000 and a day past `now` (collectors/timebounds.py);
+        each other one is counted invalid (field `ts`) and dropped, so it never reaches the store."""
+        lo, hi = timebounds.window(now)
+        kept = [e for e in events if lo <= e.ts <= hi]
+        refused = len(events) - len(kept)
+        if refused:
+            rt.outcomes["invalid"] = rt.outcomes.get("invalid", 0) + refused
+            self.state.inc("spyglass_source_invalid_fields_total", (rt.name, "ts"), refused)
+            bad = next(e for e in events if timebounds.problem(e.ts, now) is not None)
+            if rt.outcomes["invalid"] <= 10 + refused or rt.outcomes["invalid"] % 1000 < refused:  # loud, not a flood
+                logger.warning("{}: {} event(s) refused for their timestamp, e.g. {} ({})", rt.name, refused, bad.kind,
+                               timebounds.problem(bad.ts, now))
+        return kept
 
     def _apply(self, rt: SourceRuntime, events: list[Event]) -> None:
         apply, good = rt.apply, []

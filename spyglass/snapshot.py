@@ -8,7 +8,9 @@ a process of its own (spyglass.query.run_bounded).
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +23,13 @@ import duckdb
 from exporters.store import SCHEMA
 
 BATCH_ROWS = 20_000
+
+
+def copy_exclusive(source: Path, target: Path) -> None:
+    """Copy `source` to a new file `target`, created O_EXCL | O_NOFOLLOW: never through a link."""
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with open(fd, "wb") as out, open(source, "rb") as data:
+        shutil.copyfileobj(data, out, 1 << 20)
 
 
 @dataclass
@@ -46,6 +55,8 @@ class Snapshots:
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.glob("copy-*.duckdb*"):  # left by an agent that was killed
             old.unlink()
+        for old in folder.glob(".partial-*"):
+            shutil.rmtree(old, ignore_errors=True)
         self._serial = itertools.count(1)
         self._lock = threading.Lock()  # guards _newest and the users of every copy
         self._taking = threading.Lock()  # one copy at a time
@@ -104,11 +115,19 @@ class Snapshots:
         Events are only ever appended, so a copy starts from the previous one (a file copy) and
         adds the events past its last rowid; checkpoints and state are copied whole."""
         path = self.folder / f"copy-{next(self._serial)}.duckdb"
-        partial = path.with_suffix(".partial")
+        # Written in a folder of its own, made new (0700): a symlink planted at a predictable name
+        # is never followed, so no other file is overwritten. Renamed into place when whole.
+        work = Path(tempfile.mkdtemp(prefix=".partial-", dir=self.folder))
+        try:
+            return self._take_into(work / "copy.duckdb", path)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _take_into(self, partial: Path, path: Path) -> Copy:
         previous = self._newest
         start = 0
         if previous is not None and previous.path.exists():
-            shutil.copyfile(previous.path, partial)
+            copy_exclusive(previous.path, partial)
             start = previous.next_rowid
         cursor = self.con.cursor()
         try:
@@ -136,5 +155,7 @@ class Snapshots:
         return Copy(path, as_of, end)
 
     def close(self) -> None:
+        for work in self.folder.glob(".partial-*"):
+            shutil.rmtree(work, ignore_errors=True)
         for copy in self.folder.glob("copy-*.duckdb*"):
             copy.unlink(missing_ok=True)

@@ -24,6 +24,7 @@ from exporters.statefile import StateFile
 from spyglass.config import engine_log_toml
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+JSON_BODY = {"Content-Type": "application/json"}
 
 EVENT_COLUMNS = "ts, source, kind, instance, host, request_id, fields::VARCHAR"
 
@@ -135,14 +136,14 @@ def test_disk_full_keeps_the_agent_up_and_loses_nothing_when_space_returns(tmp_p
         alerts_url = f"http://127.0.0.1:{agent.port}/api/alerts"
         if store:  # a notification is answered 200 only once committed: now a 503 at once, nothing taken
             for _ in range(3):  # Alertmanager retries: none of them is held, none stored twice later
-                answer = httpx.post(alerts_url, content=notification(alert("firing")), timeout=30)
+                answer = httpx.post(alerts_url, content=notification(alert("firing")), timeout=30, headers=JSON_BODY)
                 assert answer.status_code == 503 and "the store is failing" in answer.text, answer.text
                 assert answer.headers["Retry-After"] == "5"
 
         filler.unlink()
         wait_until(lambda: agent.metric("spyglass_store_healthy") == 1.0, 40, "the store healthy again")
         if store:  # the retry after recovery is taken and committed
-            assert httpx.post(alerts_url, content=notification(alert("firing")), timeout=30).status_code == 200
+            assert httpx.post(alerts_url, content=notification(alert("firing")), timeout=30, headers=JSON_BODY).status_code == 200
         append(thirds[2])
         wait_until(lambda: agent.metric("spyglass_source_lines_total") == len(lines), 30, "the last third")
     finally:
