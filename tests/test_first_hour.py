@@ -228,6 +228,12 @@ def test_a_kept_demo_agrees_with_the_alert_on_shared_cpus_and_prints_commands_fo
         assert ran.returncode in ((0, 1, 2) if name == "diagnose" else (0,)), ran.stderr  # its findings, no usage error
         assert "error:" not in ran.stderr
     assert "--lookback" in commands["backtest"] and "Watchdog" in result.stdout  # 20 s: too short to fire, said
+    # the two clocks (issue 20, item 3): the durations the emulator logs are model time, and that is said
+    # in the banner, the closing message and the kept config
+    clock = re.findall(r"durations\s+they and the gateway log \(ttft_ms, dur_ms, prompt read ms, load s\) are model"
+                       r" time, (\d+) times the wall clock", result.stdout)
+    assert len(clock) == 2 and clock[0] == clock[1] != "1", result.stdout[:2000]
+    assert config.read_text().startswith("# spyglass demo: the emulated engines run")
 
 
 def test_sql_reads_a_query_from_stdin_or_a_file_and_points_to_views_for_a_view(tmp_path, spawns):
