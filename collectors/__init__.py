@@ -191,8 +191,14 @@ def register(kind: str, options: type[SourceOptions]) -> Callable[[SourceClass],
     return decorate
 
 
+# Support modules that register no source and import a heavy library (pyarrow: ~100 MiB); the
+# engine log source imports this one only when its columnar path is configured.
+ON_DEMAND = frozenset({"columnar"})
+
+
 def load_all() -> dict[str, Registration]:
-    """Import every module in this package so that its @register call runs."""
+    """Import every module in this package (but the ON_DEMAND ones) so that its @register call runs."""
     for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
+        if module.name not in ON_DEMAND:
+            importlib.import_module(f"{__name__}.{module.name}")
     return REGISTRY

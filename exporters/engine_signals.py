@@ -33,7 +33,8 @@ INSTANCE_LANE = ("instance", "lane")
 RESYNC_LINES = 3
 STATUS_CODES = frozenset(str(code) for code in range(100, 600))
 CLOSED = {  # label -> the values the engine writes; any other is exported as "other"
-    "finish": frozenset({"stop", "length", "tool_calls", "content_filter", "error", "abort"}),
+    "finish": frozenset({"stop", "length", "tool_calls", "content_filter", "error", "abort",
+                        "unknown"}),  # unknown: llama-server logs no finish reason
     "cause": frozenset({"stop", "length", "budget", "eos"}),
     "evict_reason": frozenset({"budget", "lru", "ttl", "manual", "shutdown"}),
     "rebuild_reason": frozenset({"new_shape", "resize", "invalidated"}),
@@ -57,6 +58,8 @@ LABELS = {"rejected": ("status", "status"), "restore": ("origin", "origin"), "th
           "done": ("finish", "finish"), "evict": ("reason", "evict_reason"),
           "graph_rebuild": ("reason", "rebuild_reason"), "error": ("component", "component")}
 INC, SET, OBSERVE = 0, 1, 2
+CACHE_GAUGES = (("spyglass_engine_cache_parked_snapshots", "parked"), ("spyglass_engine_cache_used_bytes", "used"),
+                ("spyglass_engine_cache_budget_bytes", "budget"))
 
 
 spec = spec_maker("engine_log", INSTANCE_LANE)
@@ -461,6 +464,8 @@ class EngineSignals(SignalsBase):
             self.state.set("spyglass_engine_prompt_cache_every_tokens", key, every)
         if isinstance(e.fields.get("slots"), int):
             self.state.set("spyglass_engine_slots", key, e.fields["slots"])
+        if isinstance(e.fields.get("cache_ram_mib"), int):  # llama-server's --cache-ram, from its command line
+            self.state.set("spyglass_engine_cache_budget_bytes", key, e.fields["cache_ram_mib"] * 2**20)
 
     def on_model(self, e: Event, key: tuple[str, str]) -> None:
         # The file name, not the path: labels stay bounded; full paths are in the stored event.
@@ -567,9 +572,9 @@ class EngineSignals(SignalsBase):
             s.set("spyglass_engine_evictions_total", key, f["evictions"])
         else:
             s.inc("spyglass_engine_implausible_values_total", key + ("evictions",))
-        s.set("spyglass_engine_cache_parked_snapshots", key, f["parked"])
-        s.set("spyglass_engine_cache_used_bytes", key, f["used"])
-        s.set("spyglass_engine_cache_budget_bytes", key, f["budget"])
+        for name, part in CACHE_GAUGES:  # a llama-server evict line knows only what its command line told
+            if part in f:
+                s.set(name, key, f[part])
 
 
     def _plausible(self, instance: str, value: int) -> bool:

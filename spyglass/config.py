@@ -198,7 +198,7 @@ class ForensicsConfig(Strict):
 
 class AlertsConfig(Strict):
     """Deployment-dependent thresholds of the alert rules (`spyglass rules`); the rest live in
-    spyglass/heuristics.py."""
+    the heuristic modules of spyglass/heuristics/."""
 
     job: str = Field("spyglass", description="Prometheus job label of the scrape of this agent's /metrics.")
     runbook_base_url: str = Field("alerts/runbooks",

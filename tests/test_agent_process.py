@@ -14,6 +14,8 @@ from engine.emulator.ports import free_port
 from spyglass.config import engine_log_toml
 from spyglass.query import AgentApi, QueryError, run_readonly
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
 
 

@@ -17,6 +17,7 @@ from engine.emulator.ports import free_port
 from spyglass.alert_webhook import decode_notification
 
 JSON_BODY = {"Content-Type": "application/json"}
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
 STARTS = "2026-03-10T14:02:15.123456789Z"  # Go writes nanoseconds
 ENDS = "2026-03-10T14:20:45.5Z"

@@ -60,7 +60,7 @@ def test_a_rule_file_promtool_rejects_fails_the_check(promtool: str, tmp_path: P
     assert "unclosed" in (result.stdout + result.stderr).lower()
 
 
-def test_amtool_accepts_the_alertmanager_config(amtool: str) -> None:
+def test_amtool_accepts_the_alertmanager_config(spawns, amtool: str) -> None:
     result = check(amtool, "check-config", str(FOLDER / "alertmanager.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -71,7 +71,7 @@ def test_amtool_accepts_the_alertmanager_config(amtool: str) -> None:
     (["severity=info", "alertname=Watchdog"], "heartbeat"),
     (["severity=info", "alertname=EnginePlannedRestart", "instance=strata-a"], "silent"),
 ])
-def test_routes(amtool: str, labels: list[str], receiver: str) -> None:
+def test_routes(spawns, amtool: str, labels: list[str], receiver: str) -> None:
     result = check(amtool, "config", "routes", "test", f"--config.file={FOLDER / 'alertmanager.yml'}",
                    f"--verify.receivers={receiver}", *labels)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -174,7 +174,7 @@ def _post(api: str, alerts_: list[dict]) -> None:
 
 
 @pytest.mark.slow
-def test_live_alertmanager_inhibits_only_the_same_instance(tmp_path: Path) -> None:
+def test_live_alertmanager_inhibits_only_the_same_instance(spawns, tmp_path: Path) -> None:
     """A crash loop on strata-a silences strata-a's TTFT page and leaves strata-b's alone."""
     binary = shutil.which("prometheus-alertmanager")
     assert binary, "prometheus-alertmanager not found: run scripts/setup --test"

@@ -30,6 +30,7 @@ from spyglass.query import AgentApi, QueryError, run_readonly
 
 JSON_BODY = {"Content-Type": "application/json"}
 PROTOBUF_BODY = {"Content-Type": "application/x-protobuf"}
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
 TOKEN = "s3cret-token-for-tests-only"

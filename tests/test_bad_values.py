@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from loguru import logger
 
@@ -186,7 +186,6 @@ VALUES = st.one_of(st.integers(0, 10 ** 30).map(str), st.floats().map(repr),
                    st.sampled_from(["1.2.3", ".", "9" * 400, "nan", "inf", "١٢٣", "00000000000000000001"]))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(TEMPLATES), st.data())
 def test_random_field_values_in_every_line_kind_never_reach_the_state_as_non_numbers(template, data):
     from collectors import load_all

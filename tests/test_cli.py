@@ -8,9 +8,12 @@ from importlib.metadata import version
 from pathlib import Path
 
 import duckdb
+import pytest
 from conftest import FIXTURES
 
 from spyglass.config import engine_log_config, toml_text
+
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import exporters
@@ -136,18 +136,12 @@ def run_both(blocks: list[list[bytes]], **options) -> tuple[EngineLogSource, Eng
     return line_path, block_path
 
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                            HealthCheck.data_too_large])
-
-
-@SETTINGS
 @given(st.lists(st.lists(lines(), max_size=60), min_size=1, max_size=4))
 def test_columnar_path_equals_the_line_path(blocks):
     _, block_path = run_both(blocks)
     assert block_path.parser.block is not None
 
 
-@SETTINGS
 @given(st.lists(st.lists(lines(), max_size=40), min_size=1, max_size=3))
 def test_columnar_path_equals_the_line_path_with_overrides_re2_can_run(blocks):
     """Overrides RE2 runs after translation: \\s, an optional group that can be empty, no literal."""
@@ -177,7 +171,6 @@ def test_a_pattern_re2_cannot_run_keeps_the_source_per_line(override):
     assert block_path.parse_note.startswith("per line only: patterns.evict:")
 
 
-@settings(max_examples=40, deadline=None)
 @given(st.lists(lines(), max_size=40))
 def test_a_pattern_re2_cannot_run_still_parses_generated_logs_alike(block):
     run_both([block], patterns={"restore": r"restore conv=(?P<conv>\S+)(?<! ) from=(?P<origin>\w+) tokens=(?P<tokens>\d+)"})
@@ -235,7 +228,6 @@ def test_debug_sources_names_the_pattern_that_keeps_a_source_per_line(tmp_path):
         pipeline.close()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(lines(), min_size=8, max_size=80))
 def test_a_block_split_across_two_threads_equals_the_line_path(block):
     line_path, = sources()[:1]

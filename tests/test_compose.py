@@ -97,7 +97,7 @@ def test_prometheus_config_passes_promtool(promtool, mounted):
     assert "SUCCESS" in run.stdout and "rule" in run.stdout  # it checked spyglass's rule file too
 
 
-def test_alertmanager_config_passes_amtool():
+def test_alertmanager_config_passes_amtool(spawns):
     amtool = shutil.which("amtool")
     assert amtool, "amtool not found: run scripts/setup --test"
     source = next(v.split(":")[0] for v in SERVICES["alertmanager"]["volumes"] if v.endswith("alertmanager.yml:ro"))

@@ -84,7 +84,7 @@ def run_cli(config: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("place", ["state_dir", "state_dir_below_a_file", "store_path"])
-def test_places_that_are_the_wrong_kind_of_thing_stop_run_with_a_message(tmp_path, place):
+def test_places_that_are_the_wrong_kind_of_thing_stop_run_with_a_message(spawns, tmp_path, place):
     """Finding 13 of issue 9: these gave raw tracebacks from `spyglass run`."""
     a_file, a_folder = tmp_path / "a-file", tmp_path / "a-folder"
     a_file.write_text("")
@@ -99,7 +99,7 @@ def test_places_that_are_the_wrong_kind_of_thing_stop_run_with_a_message(tmp_pat
     assert done.stderr.startswith(f"error: {config}: {key}"), done.stderr
 
 
-def test_bucket_overrides_stop_run_with_a_message_not_a_traceback(tmp_path):
+def test_bucket_overrides_stop_run_with_a_message_not_a_traceback(spawns, tmp_path):
     config = write(tmp_path, f'[agent]\nstate_dir = "{tmp_path}/state"\n[exporters.prometheus]\nenabled = false\n'
                              "[signals.buckets]\nspyglass_engine_prefill_read_seconds = [3, 2, 1]\n")
     done = run_cli(config)

@@ -12,10 +12,14 @@ import threading
 from collections import deque
 from pathlib import Path
 
+import pytest
+
 import exporters
 from engine.emulator.ports import free_port
 from exporters.state import MetricState
 from spyglass.demo import SIGNALS, Above, Board, Held, Increase, Signal
+
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
 TITLE = "spyglass demo: incident signals"
 

@@ -20,6 +20,8 @@ from spyglass.forensics.diagnose import findings_of
 from spyglass.forensics.times import utc_text
 from spyglass.heuristics import by_id
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 
 def ingest(config) -> str:
     result = CliRunner().invoke(app, ["ingest", "--config", str(config)])

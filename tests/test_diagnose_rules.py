@@ -40,7 +40,7 @@ from spyglass.heuristics import Deployment, catalogue
 from spyglass.pipeline import Pipeline
 from spyglass.rules import render_rules
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spawns")]  # starts processes: the e2e tier
 MINUTES = 60
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
 # Bounded in time on this machine: one scenario per incident family the diagnosis checks.

@@ -24,6 +24,7 @@ from exporters.statefile import StateFile
 from spyglass.config import engine_log_toml
 
 JSON_BODY = {"Content-Type": "application/json"}
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
 EVENT_COLUMNS = "ts, source, kind, instance, host, request_id, fields::VARCHAR"
 

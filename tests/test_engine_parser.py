@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from collectors.engine_log import EngineLogOptions, EngineLogParser, EngineLogSource, parse_args
@@ -121,13 +121,11 @@ def test_an_invalid_pattern_names_its_key():
         parser(patterns={"park": "park (unclosed"})
 
 
-@settings(max_examples=500)
 @given(st.binary(max_size=300))
 def test_random_bytes_never_crash_the_parser(data):
     assert isinstance(parser().parse_line(data), (Event, str))
 
 
-@settings(max_examples=300)
 @given(st.sampled_from(LINES), st.integers(0, 200), st.binary(max_size=8))
 def test_mutated_real_lines_never_crash_the_parser(line, at, junk):
     assert isinstance(parser().parse_line(line[:at] + junk + line[at:]), (Event, str))
@@ -137,7 +135,6 @@ NOISY = LINES + [b"2026-10-19 04:49:20.000 D [http] keepalive conn=3", b"2026-10
                  b"2026-10-19 04:49:20,000 D [x] y", b"junk D [x", b"2026-10-19 04:49:20.000 D [ok", b""]
 
 
-@settings(max_examples=200)
 @given(st.lists(st.sampled_from(NOISY) | st.binary(max_size=60), max_size=40))
 def test_batch_path_agrees_with_the_line_path(lines):
     batch = EngineLogSource("b", EngineLogOptions(path="x", instance="strata-b"))
@@ -150,7 +147,6 @@ def test_batch_path_agrees_with_the_line_path(lines):
         {m: results.count(m) for m in set(r for r in results if isinstance(r, str))}
 
 
-@settings(max_examples=300)
 @given(st.sampled_from(NOISY), st.integers(0, 80), st.binary(max_size=6))
 def test_fixed_layout_path_agrees_with_the_grammar_path(line, at, junk):
     options = EngineLogOptions(path="x", instance="strata-b")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import exporters
@@ -76,7 +76,6 @@ def state_of(batches: list[list[Event]], many: bool, max_series: int, memo: dict
     return state.to_json(), state.copy_exemplars(), refused
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(events(), max_size=60), st.lists(st.integers(0, 60), max_size=4),
        st.sampled_from([2000, 2000, 3, 8]),
        st.one_of(st.none(), st.fixed_dictionaries({"strata-b": st.fixed_dictionaries(

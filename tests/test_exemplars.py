@@ -35,6 +35,8 @@ from exporters.state import MetricState
 from spyglass.query import AgentApi, run_readonly
 from spyglass.server import AgentServer
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 # What Prometheus 2.42 sends on every scrape (scrape/scrape.go), and what curl sends.
 PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
                      "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")

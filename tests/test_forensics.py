@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 
 from spyglass.cli import app
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 
 @pytest.fixture(scope="module")
 def replay(tmp_path_factory) -> str:

@@ -26,7 +26,7 @@ def config(tmp_path, **forensics) -> str:
     return str(path)
 
 
-def test_a_hungry_query_runs_within_the_forensics_bound_and_is_refused_under_a_small_one(tmp_path):
+def test_a_hungry_query_runs_within_the_forensics_bound_and_is_refused_under_a_small_one(spawns, tmp_path):
     roomy = CliRunner().invoke(app, ["sql", "-c", config(tmp_path / "roomy"), HUNGRY, "-f", "csv"])
     assert roomy.exit_code == 0, roomy.output
     assert roomy.stdout.splitlines() == ["n", "4000000"]

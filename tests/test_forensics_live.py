@@ -12,6 +12,8 @@ from fixtures.incidents.replay import WINDOWS, write_all
 
 from engine.emulator.ports import free_port
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 SOME_WINDOWS = ("incident2", "incident3", "restarts")  # the cache, the special tokens, the restart loop
 COMMANDS = [["timeline", "--limit", "100000"], ["requests"], ["diagnose", "--json"],
             ["report", "cache"], ["report", "special-tokens"], ["report", "four-counts"], ["report", "restarts"]]

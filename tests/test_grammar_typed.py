@@ -3,7 +3,7 @@ converter loop otherwise; both must give the same fields, types and refusals for
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from collectors import engine_log, gateway_log, supervisord_log, switch_log
@@ -19,7 +19,6 @@ def typed_strictly(value):
     return value if isinstance(value, str) else sorted((name, type(v).__name__, v) for name, v in value.items())
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(st.sampled_from(KINDS), st.data())
 def test_the_generated_path_equals_the_general_one_for_any_message(kind, data):
     message = data.draw(st.from_regex(kind.pattern, fullmatch=True))
@@ -43,7 +42,6 @@ def override_kinds(draw):
     return kind
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(override_kinds(), st.data())
 def test_the_generated_path_equals_the_general_one_for_configured_kinds(kind, data):
     """Overrides may name groups anything, leave untyped groups optional, or match numbers of any length."""

@@ -62,7 +62,7 @@ def test_a_missing_process_is_reported_not_fatal(tmp_path):
     assert (event.kind, event.instance) == ("process_missing", "strata-c")
 
 
-def test_two_real_processes_pinned_to_overlapping_then_disjoint_cpus(tmp_path):
+def test_two_real_processes_pinned_to_overlapping_then_disjoint_cpus(spawns, tmp_path):
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("needs two CPUs to pin apart")  # every machine this project runs on has two

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 import httpx
+import pytest
 from conftest import kill_at_random_until_done, wait_until
 
 import exporters
@@ -23,6 +24,8 @@ from engine.emulator.ports import free_port
 from exporters.prometheus import render
 from exporters.state import MetricState
 from spyglass.config import engine_log_toml
+
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
 EVENT_COLUMNS = "ts, source, kind, instance, host, request_id, fields::VARCHAR"
 

@@ -3,6 +3,8 @@ application (spyglass/) and the observed stack (engine/) sit above them."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,3 +39,14 @@ def test_the_rule_sees_a_violation(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("from spyglass.config import Config\nimport engine.instrument\n")
     assert imported_packages(bad) >= {"spyglass", "engine"}
+
+
+def test_loading_the_sources_imports_no_pyarrow_and_skips_no_registration(spawns):
+    """load_all() leaves out the ON_DEMAND modules; they must register nothing, or a source would vanish."""
+    code = ("import sys, importlib, collectors\n"
+            "before = dict(collectors.load_all())\n"
+            "assert 'pyarrow' not in sys.modules, 'load_all imported pyarrow'\n"
+            "for name in collectors.ON_DEMAND: importlib.import_module('collectors.' + name)\n"
+            "assert collectors.REGISTRY == before, 'an ON_DEMAND module registered a source'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 
 import pytest
 from conftest import FIXTURES
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import collectors
@@ -75,7 +75,6 @@ def test_supervisord_templates(line, kind, fields):
     assert (event.kind, event.fields) == (kind, fields)
 
 
-@settings(max_examples=200)
 @given(st.sampled_from(sorted(k for k, r in collectors.load_all().items() if r.tailed is not None)),
        st.binary(max_size=200))
 def test_random_bytes_never_crash_any_line_source(kind, data):

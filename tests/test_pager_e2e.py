@@ -43,7 +43,7 @@ from engine.emulator.scenarios import BIG_CACHE, SCENARIOS, run_scenario
 from engine.emulator.stack import Stack, engines
 from spyglass.config import AlertsConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spawns")]  # starts processes: the e2e tier
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = yaml.safe_load((ROOT / "alerts" / "alertmanager.yml").read_text())
 DEFAULTS = AlertsConfig()

@@ -21,6 +21,8 @@ from exporters.store import DuckDBStore
 from spyglass.cli import app
 from spyglass.config import ConfigError, parse_config
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 HOUR = 3600.0
 T0 = datetime(2026, 10, 19, 4, 0, tzinfo=UTC).timestamp()
 COLUMNS = "ts, seq, source, kind, instance, host, request_id, fields::VARCHAR"

@@ -10,11 +10,14 @@ import time
 from pathlib import Path
 
 import duckdb
+import pytest
 from conftest import kill_at_random_until_done
 from test_kill_loop import write_log
 from test_parquet import COLUMNS, segments
 
 from spyglass.config import engine_log_toml
+
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
 
 def write_config(folder: Path, log: Path) -> Path:

@@ -39,7 +39,7 @@ document.body.setAttribute("data-layout", JSON.stringify({
   resources: performance.getEntriesByType("resource").length}));
 </script></body>"""
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spawns")]  # starts processes: the e2e tier
 
 
 @pytest.fixture(scope="module")

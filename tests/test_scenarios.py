@@ -16,6 +16,8 @@ from exporters.statefile import StateFile
 from spyglass.config import parse_config
 from spyglass.pipeline import Pipeline
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 
 def run(name: str, folder: Path) -> MetricState:
     scenario = SCENARIOS[name]

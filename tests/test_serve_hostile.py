@@ -240,7 +240,7 @@ def test_any_error_of_a_poll_is_a_failed_poll_with_up_0_and_no_stale_gauges(serv
         pipeline.close()
 
 
-def test_sigterm_during_a_hung_poll_stops_the_agent_within_the_deadline(server, tmp_path):
+def test_sigterm_during_a_hung_poll_stops_the_agent_within_the_deadline(spawns, server, tmp_path):
     server.mode = "drip"
     config = tmp_path / "spyglass.toml"
     config.write_text(f'[agent]\nstate_dir = "{tmp_path / "state"}"\n[exporters.prometheus]\nenabled = false\n'

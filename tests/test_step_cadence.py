@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from conftest import wait_until
 
 from collectors.clock import SystemClock
@@ -14,6 +15,8 @@ from exporters.statefile import StateFile
 from spyglass.config import engine_log_config, parse_config
 from spyglass.pipeline import Pipeline
 from spyglass.wake import Wake
+
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
 INTERVAL, SECONDS, WRITES_A_SECOND = 0.5, 3.0, 50
 

@@ -19,6 +19,8 @@ from exporters import full_catalogue
 from exporters.state import MetricState
 from exporters.supervisord_signals import SupervisordSignals
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 BIN = Path(sys.executable).parent
 PROGRAM = Path(__file__).parent / "fixtures" / "supervisord" / "program.py"
 

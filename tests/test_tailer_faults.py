@@ -315,7 +315,7 @@ def _as_unprivileged(body) -> str:
     return report
 
 
-def test_f23_unreadable_file_is_retried_until_readable():
+def test_f23_unreadable_file_is_retried_until_readable(spawns):
     shared = Path(tempfile.mkdtemp(prefix="spyglass-perm-"))  # pytest's tmp base is root-only
     shared.chmod(0o777)
 

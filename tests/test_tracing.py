@@ -170,7 +170,7 @@ def test_engine_phases_over_otlp_http_decode_to_the_same_tree(traced):
     server.server_close()
 
 
-def test_spyglass_trace_prints_the_tree_from_the_store(traced, tmp_path):
+def test_spyglass_trace_prints_the_tree_from_the_store(spawns, traced, tmp_path):
     import subprocess
     import sys
 
@@ -199,7 +199,7 @@ def test_spyglass_trace_prints_the_tree_from_the_store(traced, tmp_path):
     assert bad.returncode == 1 and "not a request id or a trace id" in bad.stderr
 
 
-def test_the_agent_stores_pushed_spans_and_trace_merges_them_with_the_log(traced, tmp_path):
+def test_the_agent_stores_pushed_spans_and_trace_merges_them_with_the_log(spawns, traced, tmp_path):
     import subprocess
     import sys
 
@@ -246,7 +246,7 @@ def plain_bytes(url: str, body: bytes) -> int:
         return exc.code
 
 
-def test_spyglass_trace_of_a_request_from_the_running_stack(tmp_path):
+def test_spyglass_trace_of_a_request_from_the_running_stack(spawns, tmp_path):
     """The stack under supervisord pushes its spans to the agent; a request sent after others on one
     kept-alive connection prints as gateway -> serve -> engine phases, each with its duration."""
     import http.client

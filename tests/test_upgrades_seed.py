@@ -26,6 +26,8 @@ from spyglass.config import load_config
 from spyglass.forensics.crashes import CrashFinding, Facts, classify, classify_facts
 from spyglass.forensics.run import Window
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 UTC = UTC
 DAY = datetime(2026, 11, 2, tzinfo=UTC)
 OLD, NEW = "7f3c2e1", "9e8d7c6"

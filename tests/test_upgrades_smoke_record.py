@@ -24,6 +24,8 @@ from spyglass.cli import app
 from spyglass.config import engine_log_config, load_config, toml_text
 from spyglass.smoke_event import decode_result, instance_for
 
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"  # two starts of strata-b
 TOKEN = "smoke-test-token"
 

@@ -1,6 +1,6 @@
 """`spyglass diagnose`: every heuristic of the catalogue with a SQL check, run over a stored window.
 
-Each heuristic's `probe` (spyglass/heuristics.py) is one query over the forensic views; each row
+Each heuristic's `probe` (spyglass/heuristics/hNN_*.sql) is one query over the forensic views; each row
 it returns is a finding. Severity, summary, wrong first guess, discriminating check and knobs all
 come from the catalogue, so a finding and the alert of the same heuristic say the same thing with
 the same numbers. Building findings from rows is pure; `diagnose` is the only function that asks

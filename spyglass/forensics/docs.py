@@ -141,7 +141,7 @@ def diagnosis_markdown() -> list[str]:
     from spyglass.heuristics import catalogue
 
     out = ["", "## Diagnosis", "",
-           "`spyglass diagnose` runs the `probe` of each heuristic in `spyglass/heuristics.py`: one SELECT over the",
+           "`spyglass diagnose` runs the `probe` of each heuristic in `spyglass/heuristics/` (a `.sql` file beside its module): one SELECT over the",
            "views whose conditions are the heuristic's thresholds (the same numbers as its alert), one row a",
            "finding. The finding carries its alert's name and severity. `--json` prints one object:",
            '`{"window": {"from", "to"}, "events", "findings": [{"heuristic", "title", "alert", "severity", "instance",',

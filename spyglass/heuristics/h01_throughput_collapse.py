@@ -1,0 +1,26 @@
+"""H1: Throughput collapse against the instance's own baseline. Incident 1 (solo 9.3 tok/s, 2026-10-07)."""
+from __future__ import annotations
+
+from spyglass.heuristics.model import INSTANCE, LANE, VALUE, Alert, Check, Deployment, Heuristic, Threshold
+from spyglass.heuristics.promql import DECODE_BASELINE, DECODE_MEAN, num
+
+
+def build(d: Deployment) -> Heuristic:
+    drop = 0.25
+    return Heuristic(
+        id="H1", title="Throughput collapse against the instance's own baseline", incident="1 (solo 9.3 tok/s, 2026-10-07)",
+        symptom="Decode throughput per request fell by an order of magnitude against the same instance an hour or a day"
+        " before (76.8 -> 9.3 tok/s in incident 1).",
+        wrong_guess="capacity: the experts do not fit on one card",
+        check=Check(text="CPU affinity overlap between the engine processes and CFS throttling: pinning (not fewer workers)"
+              " separates contention from capacity. A 2-3x loss smells of capacity, 10x of contention.",
+              promql="max by (host, instance, other) (spyglass_host_shared_cpus) > 0",
+              shell="for p in $(pgrep -f strata); do grep Cpus_allowed_list /proc/$p/status; done"),
+        knobs=("taskset / CPU pinning per instance (A 0-15, B 38-53)", "--pool-workers"),
+        thresholds=(Threshold(name="drop_ratio", value=drop, unit="ratio",
+                              meaning="current mean decode rate below this share of its baseline"),),
+        alerts=(Alert(name="EngineThroughputCollapse", severity="critical",
+               expr=f"{DECODE_MEAN} < {num(drop)} * {DECODE_BASELINE}", for_="10m",
+               summary=f"{INSTANCE} decodes at a quarter of its own baseline or less.",
+               description=f"{INSTANCE} ({LANE}) decodes {VALUE} tok/s per request, under {num(drop)}x its rate an hour or a day"
+               " before.", latency=True),))

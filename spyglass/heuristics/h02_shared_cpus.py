@@ -1,0 +1,28 @@
+"""H2: Engine processes share CPUs, or a cgroup is throttled. Incident 1."""
+from __future__ import annotations
+
+from spyglass.heuristics.model import INSTANCE, PERCENT, VALUE, Alert, Check, Deployment, Heuristic, Threshold
+from spyglass.heuristics.promql import num, ratio
+
+
+def build(d: Deployment) -> Heuristic:
+    throttled = 0.25
+    return Heuristic(
+        id="H2", title="Engine processes share CPUs, or a cgroup is throttled", incident="1",
+        symptom="Two engine processes' allowed CPU sets overlap, or the cgroup of one is throttled by CFS.",
+        wrong_guess="-", check=Check(text="The overlap itself, per pair of processes.",
+                   promql="spyglass_host_shared_cpus > 0 or spyglass_engine_shared_cpus > 0",
+                   sql="SELECT instance, fields->>'cpus' AS cpus, max(ts) AS at FROM events WHERE kind = 'cpus'"
+                       " GROUP BY ALL ORDER BY at"),
+        knobs=("taskset / cpuset per instance", "cpu.cfs_quota_us of the engine's cgroup"),
+        thresholds=(Threshold(name="throttled_share", value=throttled, unit="ratio", meaning="share of CFS periods throttled"),),
+        alerts=(Alert(name="EngineCPUsShared", severity="warning",
+               expr="(max by (host, instance) (spyglass_host_shared_cpus) > 0)"
+                    " or (max by (host, instance) (spyglass_engine_shared_cpus) > 0)",
+               for_="5m", summary=f"{INSTANCE} shares CPUs with another engine.",
+               description=f"{INSTANCE} may run on {VALUE} CPUs that another engine instance may also run on."),
+         Alert(name="EngineCPUThrottled", severity="warning",
+               expr=ratio("rate(spyglass_host_cgroup_throttled_periods_total[10m])",
+                     "rate(spyglass_host_cgroup_periods_total[10m])", "host, instance") + f" > {num(throttled)}",
+               for_="10m", summary=f"{INSTANCE}'s cgroup is throttled.",
+               description=f"{INSTANCE} was throttled in {PERCENT} of its CFS periods over 10 minutes.")))

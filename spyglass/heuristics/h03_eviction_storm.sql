@@ -1,0 +1,32 @@
+WITH cache AS (
+  SELECT instance, lane, ts_utc, event, snapshot_bytes, used_bytes, parked, budget_bytes, slots
+  FROM cache_events__all WHERE ts_utc < $to
+), rate AS (
+  SELECT instance, ts_utc,
+    count(*) OVER (PARTITION BY instance ORDER BY ts_utc
+                   RANGE BETWEEN INTERVAL 10 MINUTE PRECEDING AND CURRENT ROW) / 10 AS per_minute,
+    count(*) OVER (PARTITION BY instance ORDER BY ts_utc
+                   RANGE BETWEEN INTERVAL 70 MINUTE PRECEDING AND INTERVAL 10 MINUTE PRECEDING) / 60 AS baseline
+  FROM cache WHERE event = 'evict'
+), share AS (
+  SELECT instance, ts_utc, used_bytes / greatest(parked, 1) / budget_bytes AS snapshot_share
+  FROM cache WHERE budget_bytes > 0 AND used_bytes IS NOT NULL
+), storm AS (
+  SELECT r.instance, min(r.ts_utc) AS start_utc, max(r.ts_utc) AS end_utc, max(r.per_minute) AS peak
+  FROM rate r ASOF LEFT JOIN share s ON s.instance = r.instance AND r.ts_utc >= s.ts_utc
+  WHERE r.ts_utc >= $from AND r.per_minute > {floor}
+    AND (r.per_minute > {spike} * r.baseline OR s.snapshot_share > {share})
+  GROUP BY r.instance
+), in_window AS (
+  SELECT instance, any_value(lane) AS lane, count(*) FILTER (WHERE event = 'evict') AS evictions,
+    max(snapshot_bytes) AS largest_snapshot_bytes, max(budget_bytes) AS budget_bytes, max(slots) AS stats_slots
+  FROM cache WHERE ts_utc >= $from GROUP BY instance
+), banner AS (
+  SELECT instance, max(slots) AS slots FROM deploys__all WHERE component = 'engine' GROUP BY instance
+)
+SELECT instance, w.lane, s.start_utc, s.end_utc, w.evictions, round(s.peak, 1) AS evictions_per_minute_peak,
+  w.largest_snapshot_bytes, w.budget_bytes, coalesce(b.slots, w.stats_slots) AS slots,
+  round(w.largest_snapshot_bytes / w.budget_bytes, 3) AS snapshot_share_of_budget,
+  round(w.largest_snapshot_bytes / (w.budget_bytes / coalesce(b.slots, w.stats_slots)), 1) AS snapshot_in_slot_shares
+FROM storm s JOIN in_window w USING (instance) LEFT JOIN banner b USING (instance)
+ORDER BY instance

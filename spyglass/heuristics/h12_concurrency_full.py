@@ -1,0 +1,32 @@
+"""H12: Model concurrency full (429). Incident 5."""
+from __future__ import annotations
+
+from spyglass.heuristics.model import PERCENT, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
+from spyglass.heuristics.promql import num
+
+
+def build(d: Deployment) -> Heuristic:
+    share = 0.05
+    probe = Probe(alert="GatewayConcurrencyFull", sql=probe_sql(__file__, share=num(share)),
+        summary="{rejected} of {requests} requests (lane {lane}) were answered 429: the model's concurrency was full.",
+        figures=("requests", "rejected", "share"))
+    return Heuristic(
+        id="H12", title="Model concurrency full (429)", incident="5",
+        symptom="Requests rejected with 429 because the model's concurrency limit is full.",
+        wrong_guess="-", check=Check(text="Concurrency limit against demand per lane (the gateway's reject line names no lane: the store's"
+                   " infer rows do).",
+                   promql="sum by (host, lane) (rate(spyglass_gateway_requests_received_total[10m]))",
+                   sql="SELECT lane, count(*) AS requests, count(*) FILTER (WHERE status = 429) AS rejected"
+                       " FROM gateway_requests GROUP BY lane ORDER BY lane"),
+        knobs=("the model's concurrency limit", "--slots", "client retry back-off"),
+        thresholds=(Threshold(name="rejected_share", value=share, unit="ratio", meaning="share of requests answered 429"),),
+        # The gateway writes its reject line with no lane and no request line before it, so the 429s are
+        # exported under lane "unknown": the ratio is the gateway's, over every lane, of the requests it
+        # answered (a 429 is one of them), never one lane's 429s against the same lane's requests.
+        alerts=(Alert(name="GatewayConcurrencyFull", severity="warning",
+               expr="sum without (lane) (rate(spyglass_gateway_concurrency_rejections_total[10m]))\n"
+               "  / (sum without (lane, status) (rate(spyglass_gateway_requests_total[10m])) > 0)"
+               f" > {num(share)}", for_="5m",
+               summary="The gateway turns requests away: model concurrency full.",
+               description=f"{PERCENT} of the gateway's answers over 10 minutes were 429: model concurrency full."),),
+        probe=probe)

@@ -1,0 +1,46 @@
+"""H19: spyglass's own blind spots. Incident §6.2 of the seed: evictions= were only in the engine log."""
+from __future__ import annotations
+
+from spyglass.heuristics.model import INSTANCE, SECONDS, Alert, Check, Deployment, Heuristic, Threshold
+from spyglass.heuristics.promql import LOG_SILENCE, busy, num, ratio
+
+
+def build(d: Deployment) -> Heuristic:
+    s = d.settings
+    silent, unmatched, ahead = s.source_silent_minutes * 60, 0.05, 300
+    lines = "spyglass_source_lines_total"
+    return Heuristic(
+        id="H19", title="spyglass's own blind spots", incident="§6.2 of the seed: evictions= were only in the engine log",
+        symptom="spyglass's target is down; a source went silent while its process runs; lines stop parsing (format drift);"
+        " a status endpoint is down; a source's clock runs ahead.",
+        wrong_guess="-", check=Check(text="spyglass's own per-source health.",
+                   promql="spyglass_source_up or spyglass_source_last_event_timestamp_seconds",
+                   shell="curl -s http://127.0.0.1:9464/debug/sources"),
+        knobs=("sources.<name>.path / tz", "sources.<name>.patterns (after an upgrade)"),
+        thresholds=(Threshold(name="silent_seconds", value=silent, unit="s", meaning="engine log without a line",
+                              setting="alerts.source_silent_minutes"),
+         Threshold(name="unmatched_share", value=unmatched, unit="ratio", meaning="share of lines no pattern matched"),
+         Threshold(name="ahead_seconds", value=ahead, unit="s", meaning="newest event this far in the future")),
+        alerts=(Alert(name="SpyglassTargetDown", severity="critical",
+               expr=f'up{{job="{s.job}"}} == 0 or absent(up{{job="{s.job}"}})', for_="2m",
+               summary="spyglass's /metrics cannot be scraped: the pager is blind.",
+               description="Prometheus has not scraped spyglass (job {{ $labels.job }}) for 2 minutes."),
+         Alert(name="SpyglassSourceDown", severity="warning", expr="spyglass_source_up == 0", for_="5m",
+               summary="A spyglass source cannot be read.",
+               description="Source {{ $labels.source }} could not be read (file) or did not answer (endpoint) for 5 minutes."),
+         Alert(name="SpyglassSourceSilent", severity="warning",
+               expr=f"{LOG_SILENCE} > {num(silent)}\n  and on (host, instance) (spyglass_host_process_up == 1)\n"
+               f"  unless on (host, instance) ({busy()})", for_="2m",
+               summary=f"{INSTANCE}'s engine log is silent while its process runs.",
+               description=f"No line from {INSTANCE}'s engine log for {SECONDS} (stats come every 10 s) while the process runs."),
+         Alert(name="SpyglassUnparsedLines", severity="warning",
+               expr=ratio(f'rate({lines}{{outcome="unmatched"}}[15m])', f"rate({lines}[15m])", "host, source") + f" > {num(unmatched)}",
+               for_="15m", summary="Lines of a source stopped parsing: format drift.",
+               description="{{ $value | humanizePercentage }} of source {{ $labels.source }}'s lines matched no pattern over 15 minutes."),
+         Alert(name="SpyglassSourceClockAhead", severity="warning",
+               expr=f"spyglass_source_last_event_timestamp_seconds - time() > {ahead}", for_="5m",
+               summary="A source's timestamps are in the future: its time zone is wrong.",
+               description="Source {{ $labels.source }}'s newest event is {{ $value | humanizeDuration }} ahead of Prometheus's clock."),
+         Alert(name="Watchdog", severity="info", expr="vector(1)", for_="0m", summary="The alerting pipeline works (always firing).",
+               description="Always fires; the heartbeat receiver alarms when it stops arriving (a dead man's switch).")),
+        diagnosis="Two sources' clocks disagreeing while both are active needs their events side by side in the store.")

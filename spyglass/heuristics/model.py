@@ -1,0 +1,128 @@
+"""The catalogue's types: a heuristic, its check, thresholds, alerts and probe, and the deployment
+facts (`Deployment`) its numbers depend on. Every type is keyword-only: a heuristic module names
+each field it fills, so no two positional strings can be swapped unnoticed."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from spyglass.config import AlertsConfig, Config, LaneObjective
+
+Severity = Literal["critical", "warning", "info"]
+
+VALUE = "{{ $value | humanize }}"
+PERCENT = "{{ $value | humanizePercentage }}"
+SECONDS = "{{ $value | humanizeDuration }}"
+BYTES = "{{ $value | humanize1024 }}B"
+INSTANCE = "{{ $labels.instance }}"
+LANE = "{{ $labels.lane }}"
+IL = "host, instance, lane"
+BURN_WINDOWS = ("5m", "30m", "1h", "6h", "3d")
+DEFAULT_LANE = LaneObjective(ttft_seconds=40.0, objective=0.99)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    """The one discriminating check: what to compare, and the exact query or command for it."""
+
+    text: str
+    promql: str = ""
+    sql: str = ""
+    shell: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Threshold:
+    """A number a rule or the diagnosis uses; `setting` names the [alerts] key it comes from."""
+
+    name: str
+    value: float
+    unit: str
+    meaning: str
+    setting: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alert:
+    """One Prometheus alerting rule; `description` holds the measured value as a template."""
+
+    name: str
+    severity: Severity
+    expr: str
+    for_: str
+    summary: str
+    description: str
+    keep_firing_for: str = ""
+    inhibits_latency: bool = False  # a source of the per-instance inhibition of latency/throughput alerts
+    latency: bool = False  # a latency or throughput alert that such a source silences
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recording:
+    """A recording rule shared by alerts and dashboards; its expression reads raw metrics only, so a
+    backtest over backfilled series can inline it."""
+
+    record: str
+    expr: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Probe:
+    """The forensic diagnosis's check of a heuristic over a stored window (`spyglass diagnose`).
+
+    `sql` is one SELECT over the forensic views (docs/forensics.md) returning one row per finding:
+    `instance` and `lane` (either may be NULL), `start_utc` and `end_utc`, and one column per name
+    in `figures` (a number, or a JSON object of named numbers). Its conditions are this heuristic's
+    thresholds, written in with the same `_n` as the alert expressions, so a finding and an alert
+    cannot disagree on a number. `alert` names the alert whose severity the finding carries;
+    `summary` is a str.format template over the row's columns."""
+
+    alert: str
+    sql: str
+    summary: str
+    figures: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Heuristic:
+    id: str
+    title: str
+    incident: str
+    symptom: str
+    wrong_guess: str
+    check: Check
+    knobs: tuple[str, ...]
+    thresholds: tuple[Threshold, ...] = ()
+    alerts: tuple[Alert, ...] = ()
+    diagnosis: str = ""  # what this heuristic needs beyond metrics (bodies, history): the diagnosis does it
+    probe: Probe | None = None  # the diagnosis's SQL check over the store; None: metrics only
+
+    def threshold(self, name: str) -> float:
+        return next(t.value for t in self.thresholds if t.name == name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deployment:
+    """The deployment facts the rules depend on: [alerts] settings, lanes, and which engine-log
+    source belongs to which instance (for silence and hung-engine rules)."""
+
+    settings: AlertsConfig = field(default_factory=AlertsConfig)
+    lanes: dict[str, LaneObjective] = field(default_factory=lambda: {"fast": DEFAULT_LANE, "normal": DEFAULT_LANE})
+    engine_sources: dict[str, str] = field(default_factory=lambda: {"engine-a": "strata-a", "engine-b": "strata-b"})
+
+    @classmethod
+    def of(cls, config: Config) -> Deployment:
+        lanes = {lane: config.alerts.lanes.get(lane, DEFAULT_LANE) for lane in config.lanes().values()}
+        lanes.update(config.alerts.lanes)
+        lanes = lanes or {"": DEFAULT_LANE}  # no lanes: one objective for every series, whose lane label is ""
+        engines = {name: o.instance for name, o in config.sources.items()
+                   if getattr(o, "kind", "") == "engine_log" and o.instance}
+        return cls(settings=config.alerts, lanes=dict(sorted(lanes.items())), engine_sources=engines)
+
+
+
+def probe_sql(module: str, **values: object) -> str:
+    """The probe SQL beside a heuristic's module (`hNN_name.sql` for `hNN_name.py`), with each
+    `{name}` filled from `values` (str.format: a literal brace is doubled)."""
+    return Path(module).with_suffix(".sql").read_text().strip().format(**values)

@@ -1,0 +1,115 @@
+"""PromQL the heuristics share: number formatting, 0/0-safe ratios, per-lane joins, and the recording
+rules (level:metric:operations) that alerts and dashboards both read."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from spyglass.config import LaneObjective
+from spyglass.heuristics.model import BURN_WINDOWS, IL, Deployment, Recording
+
+
+def num(x: float) -> str:
+    """A number as PromQL and text show it: 0.144, 3, 1e+10."""
+    return f"{x:.6g}"
+
+
+def le_label(seconds: float) -> str:
+    """The `le` label value the exposition writes for a bucket bound (prometheus_client style)."""
+    return repr(float(seconds))
+
+
+def ratio(numerator: str, denominator: str, by: str) -> str:
+    """A ratio of two sums that is absent, not NaN, when the denominator is 0 (0/0-safe)."""
+    return f"sum by ({by}) ({numerator}) / (sum by ({by}) ({denominator}) > 0)"
+
+
+def per_lane(d: Deployment, build: Callable[[str, LaneObjective], str]) -> str:
+    """One expression per lane (each with its own numbers), joined with `or`."""
+    return "\n  or\n".join(f"({build(lane, objective)})" for lane, objective in d.lanes.items())
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording rules: level:metric:operations.
+# ---------------------------------------------------------------------------------------------
+
+TTFT = "spyglass_engine_ttft_seconds"
+DECODE = "spyglass_engine_request_decode_tokens_per_second"
+SLO_ERRORS = "instance_lane:spyglass_engine_ttft_slo_errors:ratio_rate"
+DECODE_MEAN = f"instance_lane:{DECODE}:mean_rate10m"
+DECODE_BASELINE = f"instance_lane:{DECODE}:baseline_mean_rate1h"
+EVICTIONS = "instance_lane:spyglass_engine_evictions:rate10m"
+EVICTIONS_BASELINE = "instance_lane:spyglass_engine_evictions:baseline_rate1h"
+SNAPSHOT_SHARE = "instance_lane:spyglass_engine_cache_parked_snapshot_per_budget:ratio"
+CHECKPOINT_ONLY = "instance_lane:spyglass_engine_long_prompts_checkpoint_only:ratio_rate1h"
+LONG_PROMPTS = "instance_lane:spyglass_engine_long_prompts:increase1h"
+THINKING_ONLY = "lane:spyglass_infer_thinking_only:ratio_rate1h"
+STOPS_REASONING = "instance:spyglass_serve_stops_while_reasoning:ratio_rate1h"
+ESTIMATE_RATIO = "lane:spyglass_gateway_prompt_tokens:estimate_ratio_rate1h"
+LOG_SILENCE = "instance:spyglass_engine_log_silence:seconds"
+
+
+def ttft_quantile(q: float, window: str, offset: str = "") -> str:
+    off = f" offset {offset}" if offset else ""
+    return f"histogram_quantile({q}, sum by ({IL}, le) (rate({TTFT}_bucket[{window}]{off})))"
+
+
+def mean_rate(metric: str, window: str, offset: str = "") -> str:
+    off = f" offset {offset}" if offset else ""
+    return ratio(f"rate({metric}_sum[{window}]{off})", f"rate({metric}_count[{window}]{off})", IL)
+
+
+def _slo_errors(d: Deployment, window: str) -> str:
+    def build(lane: str, o: LaneObjective) -> str:
+        total = f'rate({TTFT}_count{{lane="{lane}"}}[{window}])'
+        fast = f'rate({TTFT}_bucket{{lane="{lane}", le="{le_label(o.ttft_seconds)}"}}[{window}])'
+        return (f"(sum by ({IL}) ({total}) - sum by ({IL}) ({fast}))\n"
+                f"  / (sum by ({IL}) ({total}) > 0)")
+
+    return per_lane(d, build)
+
+
+def _silence(d: Deployment) -> str:
+    parts = [f'label_replace(time() - spyglass_source_last_event_timestamp_seconds{{source="{source}"}},'
+             f' "instance", "{instance}", "", "")' for source, instance in d.engine_sources.items()]
+    return "max by (host, instance) (\n  " + "\n  or\n  ".join(parts) + "\n)" if parts else "vector(0) > 1"
+
+
+def recording_rules(d: Deployment) -> tuple[Recording, ...]:
+    """Every recording rule, from raw metrics only."""
+    decode_baseline = "max by (host, instance, lane) (\n  " + "\n  or\n  ".join(
+        f'label_replace({mean_rate(DECODE, "1h", off)}, "baseline", "{off}", "", "")' for off in ("1h", "1d")) + "\n)"
+    rules = [Recording(record=f"instance_lane:{TTFT}:p{int(q * 100)}_rate{w}", expr=ttft_quantile(q, w))
+             for q, w in ((0.5, "5m"), (0.95, "5m"), (0.99, "5m"), (0.95, "30m"), (0.5, "1h"))]
+    rules += [Recording(record=f"{SLO_ERRORS}{w}", expr=_slo_errors(d, w)) for w in BURN_WINDOWS]
+    rules += [
+        Recording(record=DECODE_MEAN, expr=mean_rate(DECODE, "10m")),
+        Recording(record=DECODE_BASELINE, expr=decode_baseline),
+        Recording(record=EVICTIONS, expr=f"sum by ({IL}) (rate(spyglass_engine_evictions_total[10m]))"),
+        Recording(record=EVICTIONS_BASELINE, expr=f"sum by ({IL}) (rate(spyglass_engine_evictions_total[1h] offset 10m))"),
+        Recording(record=SNAPSHOT_SHARE, expr="spyglass_engine_cache_used_bytes / clamp_min(spyglass_engine_cache_parked_snapshots, 1)"
+                                  "\n  / (spyglass_engine_cache_budget_bytes > 0)"),
+        Recording(record=CHECKPOINT_ONLY, expr=ratio("rate(spyglass_engine_long_prompts_checkpoint_only_total[1h])",
+                                         "rate(spyglass_engine_long_prompts_total[1h])", IL)),
+        Recording(record=LONG_PROMPTS, expr=f"sum by ({IL}) (increase(spyglass_engine_long_prompts_total[1h]))"),
+        Recording(record=THINKING_ONLY, expr=ratio("rate(spyglass_infer_thinking_only_total[1h])",
+                                       "rate(spyglass_infer_requests_total[1h])", "host, lane")),
+        Recording(record=STOPS_REASONING, expr=ratio("rate(spyglass_serve_stops_while_reasoning_total[1h])",
+                                         "rate(spyglass_serve_requests_total[1h])", "host, instance")),
+        Recording(record=ESTIMATE_RATIO, expr=ratio('rate(spyglass_gateway_prompt_tokens_total{counted_by="gateway_estimate"}[1h])',
+                                        'rate(spyglass_gateway_prompt_tokens_total{counted_by="engine"}[1h])', "host, lane")),
+        Recording(record=LOG_SILENCE, expr=_silence(d)),
+    ]
+    return tuple(rules)
+
+
+def busy() -> str:
+    """Per instance: work waiting or in progress, by the engine's last stats line or the serve's status."""
+    return " or ".join(f"(max by (host, instance) ({m}) > 0)" for m in (
+        "spyglass_serve_prefill_queue_depth", "spyglass_serve_slots_busy",
+        "spyglass_engine_prefill_queue_depth", "spyglass_engine_slots_busy"))
+
+
+def since_path_change(condition: str) -> str:
+    """Seconds since the model path last changed, where `condition` holds (0 when no change time is known)."""
+    return (f"(time() - spyglass_model_path_changed_timestamp_seconds and on (host, instance) ({condition}))\n"
+            f"  or (0 * ({condition}))")
