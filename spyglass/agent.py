@@ -122,7 +122,7 @@ class Agent:
         from spyglass.snapshot import Snapshots
 
         server = self.config.exporters.prometheus
-        snapshots = self.snapshots = Snapshots(store.con, self.config.state_dir() / "sql-copies",
+        snapshots = self.snapshots = Snapshots(lambda: store.con, self.config.state_dir() / "sql-copies",
                                                server.sql_snapshot_seconds)
         limits = Limits(server.sql_timeout_seconds, server.sql_memory_mb, server.sql_max_rows, server.sql_max_bytes)
         turns = threading.BoundedSemaphore(server.sql_workers)
