@@ -6,6 +6,7 @@ F25).
 """
 from __future__ import annotations
 
+import re
 import signal
 import threading
 from pathlib import Path
@@ -25,11 +26,26 @@ if TYPE_CHECKING:
     from spyglass.snapshot import Snapshots
 
 
-def open_store(config: Config) -> Store:
-    if config.exporters.store.enabled:
-        from exporters.store import DuckDBStore  # duckdb and pyarrow load only when the store is on
+class StoreBusy(Exception):
+    """Another process (a running agent, a demo, an ingest) holds the store: DuckDB lets one writer open it."""
 
-        return DuckDBStore(config.store_path())
+
+def open_store(config: Config) -> Store:
+    """The store the config names; StoreBusy when another process holds its DuckDB file."""
+    if config.exporters.store.enabled:
+        import duckdb  # duckdb and pyarrow load only when the store is on
+
+        from exporters.store import DuckDBStore
+
+        try:
+            return DuckDBStore(config.store_path())
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower():
+                raise
+            holder = re.search(r"\(PID (\d+)\)", str(exc))
+            raise StoreBusy(f"{config.store_path()} is held by another process"
+                            f"{f' (pid {holder.group(1)})' if holder else ''}, most likely a running agent"
+                            " (`spyglass run` or `spyglass demo`)") from None
     return StateFile(config.state_dir() / "state.json")
 
 
@@ -62,17 +78,30 @@ class Agent:
             self.pipeline.event_hooks.append(EngineSpanExporter(self.tracing, kinds).observe)
         self.snapshots: Snapshots | None = None
         self._decoding = threading.Lock()
+        from spyglass.alert_webhook import Replays
+
+        self._alert_replays = Replays()
         if config.exporters.prometheus.enabled:
             from spyglass.server import AgentServer, ServerLimits  # here: `spyglass ingest` serves nothing
 
             server = config.exporters.prometheus
             limits = ServerLimits(server.workers, server.request_timeout_seconds, server.max_body_bytes,
                                   server.bearer_token(), tuple(server.open_paths))
-            self.server = AgentServer(server.listen, self.pipeline.exposed, self.pipeline.debug_sources,
-                                      self._query_function(),
-                                      self._receive_traces if config.exporters.traces.accept else None, limits,
-                                      self._receive_alerts,
-                                      self._receive_smoke if self.pipeline.store.keeps_events else None)
+            try:
+                self.server = AgentServer(server.listen, self.pipeline.exposed, self.pipeline.debug_sources,
+                                          self._query_function(),
+                                          self._receive_traces if config.exporters.traces.accept else None,
+                                          limits, self._receive_alerts,
+                                          self._receive_smoke if self.pipeline.store.keeps_events else None)
+            except Exception:  # e.g. ListenError: the store was opened, and nobody else closes it
+                self.close_unstarted()
+                raise
+
+    def close_unstarted(self) -> None:
+        """Release what the constructor opened (the store, the sources), for an agent that never served."""
+        self.pipeline.close()
+        if self.snapshots is not None:
+            self.snapshots.close()
 
     def _receive_traces(self, body: bytes) -> None:
         from spyglass.otlp_receiver import SpanLimits, decode_spans
@@ -86,9 +115,20 @@ class Agent:
         self.wake.set()
 
     def _receive_alerts(self, body: bytes) -> None:
+        """Stores a notification's alerts once each: a replay (the same fingerprint, status and times,
+        as Alertmanager repeats) is answered 200 and not stored again."""
         from spyglass.alert_webhook import decode_notification
+        from spyglass.server import NotYetStored
 
-        self._store_now(decode_notification(body, self.config.agent.host, now=self.pipeline.clock.now()))
+        fresh = self._alert_replays.take(decode_notification(body, self.config.agent.host,
+                                                             now=self.pipeline.clock.now()))
+        try:
+            if fresh:
+                self._store_now(fresh)
+        except NotYetStored as exc:
+            if not exc.taken:
+                self._alert_replays.forget(fresh)
+            raise
 
     def _receive_smoke(self, body: bytes) -> None:
         from spyglass.smoke_event import decode_result
@@ -109,7 +149,7 @@ class Agent:
         wait = self.config.exporters.prometheus.request_timeout_seconds / 2
         if not stored.wait(wait):
             raise NotYetStored(f"not committed within {wait:g} s (the store is failing?); held in memory and"
-                               " stored when the store recovers, so a retry may store it twice")
+                               " stored when the store recovers, so a retry may store it twice", taken=True)
 
     def _query_function(self):
         """/api/sql: a bounded query on a read-only copy of the store, a few at a time."""
@@ -122,7 +162,7 @@ class Agent:
         from spyglass.snapshot import Snapshots
 
         server = self.config.exporters.prometheus
-        snapshots = self.snapshots = Snapshots(store.con, self.config.state_dir() / "sql-copies",
+        snapshots = self.snapshots = Snapshots(lambda: store.con, self.config.state_dir() / "sql-copies",
                                                server.sql_snapshot_seconds)
         limits = Limits(server.sql_timeout_seconds, server.sql_memory_mb, server.sql_max_rows, server.sql_max_bytes)
         turns = threading.BoundedSemaphore(server.sql_workers)

@@ -135,7 +135,7 @@ def test_the_api_wants_the_token_and_refuses_a_bad_body_storing_nothing(agent):
            (json.dumps({**body, "extra": 1}).encode(), "extra: Extra inputs are not permitted"),
            (json.dumps({**body, "samples": [{"name": "a", "status": "ok"}]}).encode(), "samples.0.status")]
     for content, message in bad:
-        answer = httpx.post(url, content=content, headers=auth)
+        answer = httpx.post(url, content=content, headers={**auth, "Content-Type": "application/json"})
         assert answer.status_code == 400 and message in answer.text, (content, answer.text)
     assert httpx.post(url, json=body, headers=auth).status_code == 200
 
