@@ -1,12 +1,16 @@
 """H1: Throughput collapse against the instance's own baseline. Incident 1 (solo 9.3 tok/s, 2026-10-07)."""
 from __future__ import annotations
 
-from spyglass.heuristics.model import INSTANCE, LANE, VALUE, Alert, Check, Deployment, Heuristic, Threshold
+from spyglass.heuristics.model import INSTANCE, LANE, VALUE, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
 from spyglass.heuristics.promql import DECODE_BASELINE, DECODE_MEAN, num
 
 
 def build(d: Deployment) -> Heuristic:
     drop = 0.25
+    probe = Probe(needs=("engine_log",), alert="EngineThroughputCollapse", sql=probe_sql(__file__, drop=num(drop)),
+                  summary="{instance} decoded {decode_tps:g} tok/s per request over 10 minutes against {baseline_decode_tps:g}"
+                  " an hour before ({requests} requests under " + num(drop) + "x their baseline).",
+                  figures=("decode_tps", "baseline_decode_tps", "requests"))
     return Heuristic(
         id="H1", title="Throughput collapse against the instance's own baseline", incident="1 (solo 9.3 tok/s, 2026-10-07)",
         symptom=f"Decode throughput per request fell under {num(drop)}x the same instance's an hour or a day before.",
@@ -24,4 +28,4 @@ def build(d: Deployment) -> Heuristic:
                expr=f"{DECODE_MEAN} < {num(drop)} * {DECODE_BASELINE}", for_="10m",
                summary=f"{INSTANCE} decodes at {num(drop)}x its own baseline or less.",
                description=f"{INSTANCE} ({LANE}) decodes {VALUE} tok/s per request, under {num(drop)}x its rate an hour or a day"
-               " before.", latency=True),))
+               " before.", latency=True),), probe=probe)

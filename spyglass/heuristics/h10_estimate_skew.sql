@@ -1,5 +1,7 @@
 -- Per lane, the gateway's estimate against the engine's count of the same prompts, and the worst single
--- request (the largest gap in tokens: the one that overflows a window), as incident 6 measured it
+-- request (the largest gap in tokens: the one that overflows a window), found when the lane is out of bounds
+-- or one request is, by a long prompt's worth of tokens (a finding the pager rightly ignores), as incident 6
+-- measured it
 -- (1,075,447 characters, 516,561 estimated, 154,796 counted: 3.34x).
 WITH counted AS (
   SELECT request_id, lane, ts_utc, chars, tokens_gateway_estimate AS estimated,
@@ -20,4 +22,7 @@ SELECT NULL AS instance, c.lane, min(ts_utc) AS start_utc, max(ts_utc) AS end_ut
   round(any_value(w.worst_estimated_tokens) / any_value(w.worst_engine_tokens), 2) AS worst_ratio
 FROM counted c JOIN worst w USING (lane) WHERE engine > 0 GROUP BY c.lane
 HAVING sum(estimated) / sum(engine) > {high} OR sum(estimated) / sum(engine) < {low}
+    OR (abs(any_value(w.worst_estimated_tokens) - any_value(w.worst_engine_tokens)) >= $long_prompt_tokens
+        AND (any_value(w.worst_estimated_tokens) / any_value(w.worst_engine_tokens) > {high}
+             OR any_value(w.worst_estimated_tokens) / any_value(w.worst_engine_tokens) < {low}))
 ORDER BY c.lane

@@ -19,7 +19,10 @@ def build(d: Deployment) -> Heuristic:
         knobs=("atomic switch: upload, verify, switch the link, clean up only after a rollback period",),
         thresholds=(),
         alerts=(Alert(name="EngineModelChecksumMismatch", severity="warning",
-               expr="sum by (host, instance, lane) (increase(spyglass_engine_model_checksum_mismatches_total[1h])) > 0", for_="0m",
+               expr="sum by (host, instance, lane) (increase(spyglass_engine_model_checksum_mismatches_total[1h])) > 0\n"
+               # a series born in the hour with its first mismatch counted has no increase to see
+               "  or (spyglass_engine_model_checksum_mismatches_total > 0"
+               " unless spyglass_engine_model_checksum_mismatches_total offset 1h)", for_="0m",
                summary=f"{INSTANCE} read a model file whose md5 does not match.",
                description=f"{INSTANCE} ({LANE}) logged {VALUE} checksum mismatches in the last hour."),
          Alert(name="EngineModelPathDangling", severity="critical", expr=since_path_change("spyglass_model_path_resolves == 0"), for_="1m",

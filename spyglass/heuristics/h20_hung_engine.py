@@ -29,6 +29,6 @@ def build(d: Deployment) -> Heuristic:
                '  and on (host, instance) (spyglass_serve_state{state="ready"} == 1)\n'
                "  unless on (host, instance)"
                f" (sum by (host, instance) (increase(spyglass_engine_requests_finished_total[{minutes}m])) > 0)",
-               for_="0m", summary=f"{INSTANCE} is hung: work waiting, nothing finishing, no [stats] line.",
+               for_="1m", summary=f"{INSTANCE} is hung: work waiting, nothing finishing, no [stats] line.",
                description=f"{INSTANCE} has finished no request and written no [stats] line for {SECONDS} with requests"
                " queued or slots busy, while its process runs and its serve says ready (queued lines are no sign of life)."),), probe=probe)

@@ -15,10 +15,14 @@ WITH progress AS (
   SELECT instance, min(last_progress_utc) AS start_utc, max(ts_utc) AS end_utc,
     coalesce(max(prefill_queue), 0) AS queued, coalesce(max(slots_busy), 0) AS busy
   FROM hung GROUP BY instance
+), resumed AS (  -- the next sign of progress after the stall, or the window's end
+  SELECT s.instance, coalesce(min(p.ts_utc), $to) AS resumed_utc
+  FROM stalls s LEFT JOIN progress p ON p.instance = s.instance AND p.ts_utc > s.start_utc
+  GROUP BY s.instance
 ), queued_since AS (
   SELECT s.instance, count(*) AS queued_lines, arg_min(t.request_id, t.ts_utc) AS trace_request_id
-  FROM stalls s JOIN timeline__all t ON t.instance = s.instance AND t.source_kind = 'engine_log'
-    AND t.kind = 'queued' AND t.ts_utc > s.start_utc AND t.ts_utc <= s.end_utc
+  FROM stalls s JOIN resumed r USING (instance) JOIN timeline__all t ON t.instance = s.instance
+    AND t.source_kind = 'engine_log' AND t.kind = 'queued' AND t.ts_utc > s.start_utc AND t.ts_utc < r.resumed_utc
   GROUP BY s.instance
 )
 SELECT s.instance, NULL AS lane, s.start_utc, s.end_utc,
