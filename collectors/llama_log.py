@@ -90,7 +90,7 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     "reprocess": ("", "forcing full prompt re-processing", SLOT + r"forcing full prompt re-processing due to (?P<cause>.{1,200})"),
     "checkpoint": ("", "context checkpoint",
                    SLOT + r"(?P<action>created|restored|erasing old|erased invalidated) context checkpoint.*size = " + MIB + r"\)"),
-    "reasoning_budget": ("", "reasoning-budget", r"(?P<message>.{0,200}reasoning-budget.{0,200})"),
+    "reasoning_budget": ("", "reasoning budget", r"(?P<message>.{0,200}reasoning budget.{0,200})"),
 }
 TEXT_FIELDS = frozenset({"kv_unified", "path", "address", "by", "func", "cause", "action",
                          "message", "room", "size"})

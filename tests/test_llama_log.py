@@ -78,7 +78,8 @@ def test_a_line_of_each_kind_is_parsed_to_its_fields() -> None:
                  " data (likely due to SWA or hybrid/recurrent memory, see x)",
                  "0.07.400.000 W slot create_check: id  0 | task 9 | erasing old context checkpoint (pos_min = 0, pos_max = 511,"
                  " n_tokens = 512, size = 0.125 MiB)",
-                 "0.08.000.000 E srv    load_model: failed to load model, '/models/gone.gguf'"]:
+                 "0.08.000.000 E srv    load_model: failed to load model, '/models/gone.gguf'",
+                 "0.08.100.000 W common_sampler_init: backend sampling is not compatible with reasoning budget, disabling"]:
         line = parser.parse(text.encode())
         assert not isinstance(line, str), text
         kinds.setdefault(line.kind, []).append(line)
@@ -95,6 +96,7 @@ def test_a_line_of_each_kind_is_parsed_to_its_fields() -> None:
     assert kinds["checkpoint"][0].fields["action"] == "erasing old"
     assert kinds["error"][0].fields["component"] == "load"
     assert kinds["ready"][0].rel == pytest.approx(0.15)
+    assert "reasoning budget" in kinds["reasoning_budget"][0].fields["message"]
 
 
 def test_lines_that_are_no_event_are_counted_and_never_raise(tmp_path: Path) -> None:

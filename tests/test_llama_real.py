@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -300,7 +301,9 @@ def test_diagnose_requests_trace_and_timeline_read_the_real_engines_window(deplo
     assert ("EngineEvictionStorm", "llama-storm") in by, sorted(by)
     assert ("ProgramCrashLoop", "llama-crash") in by, sorted(by)
     assert not [f for f in findings if f["instance"] == "llama-healthy"]
-    listed = cli(d.config, "requests", "--instance", "llama-storm", "--format", "json")
+    window = [f"--{edge}={datetime.fromtimestamp(at, tz=UTC):%Y-%m-%d %H:%M:%S}"
+              for edge, at in (("from", d.started - 60), ("to", time.time() + 60))]
+    listed = cli(d.config, "requests", *window, "--instance", "llama-storm", "--format", "json")
     assert listed.returncode == 0, listed.stderr
     rows = [json.loads(line) for line in listed.stdout.splitlines() if line.strip()]
     assert len(rows) == 40 and all(r["ttft_ms_engine"] is not None for r in rows)
@@ -308,6 +311,6 @@ def test_diagnose_requests_trace_and_timeline_read_the_real_engines_window(deplo
     traced = cli(d.config, "trace", request)
     assert traced.returncode == 0, traced.stderr
     assert "engine llama-storm" in traced.stdout and "prefill" in traced.stdout and "decode" in traced.stdout
-    timeline = cli(d.config, "timeline", "--request", request)
+    timeline = cli(d.config, "timeline", *window, "--request", request)
     assert timeline.returncode == 0, timeline.stderr
     assert "queued" in timeline.stdout and "done" in timeline.stdout
