@@ -33,9 +33,10 @@ class SystemClock:
 
 
 class ManualClock:
-    """A clock that moves only when told to."""
+    """A clock that moves only when told to. It starts by default at 2027-01-15, after every dated
+    line the tests replay: the pipeline refuses a timestamp more than a day past its clock."""
 
-    def __init__(self, start: float = 1_790_000_000.0) -> None:
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
         self._t = start
         self._mono = 0.0
 

@@ -76,6 +76,10 @@ ARG_FLAGS = ("port", "slots", "ctx", "pool-workers", "conversation-cache-mib", "
 
 class EngineLogOptions(SourceOptions):
     kind: Literal["engine_log"] = "engine_log"
+    preset: Literal["strata", "llama_server"] = Field(
+        "strata", description="Which engine writes the log: strata (dated lines, this module's patterns) or"
+                              " llama_server (llama.cpp's llama-server with --log-prefix --log-timestamps; its stamps"
+                              " count from the process start, see collectors/llama_log.py and docs/llama-server.md).")
     tz: str = "UTC"
     lane: str = Field("", description="Lane label of this instance (fast, normal); empty = unknown.")
     prefix: str = Field(PREFIX, description="Regex of the line prefix; groups ts, ms, level, component.")
@@ -174,6 +178,14 @@ class EngineLogParser(DatedLogParser):
 @register("engine_log", EngineLogOptions)
 class EngineLogSource(LineSourceBase):
     """Engine log lines in, events out; joins `task N` to the request id its `queued` line named."""
+
+    def __new__(cls, name: str, options: EngineLogOptions, host: str = "", max_tasks: int = 4096) -> Any:
+        """The llama_server preset is another grammar and clock (collectors/llama_log.py)."""
+        if getattr(options, "preset", "strata") == "llama_server":
+            from collectors.llama_log import LlamaLogSource
+
+            return LlamaLogSource(name, options, host=host)
+        return super().__new__(cls)
 
     def __init__(self, name: str, options: EngineLogOptions, host: str = "", max_tasks: int = 4096) -> None:
         self.name, self.options = name, options

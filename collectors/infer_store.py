@@ -109,6 +109,7 @@ class InferStoreSource(PolledSourceBase):
         self.segments = options.segments or (Path(str(options.path)).parent / "infer-segs")
         self.rowid = 0
         self.done_segments: dict[str, list[int]] = {}  # name -> [bytes read, records read]
+        self.unsettled: list[str] = []  # segments the last poll left for later: changed within settle_seconds
 
     def poll_policy(self) -> PollPolicy:
         return PollPolicy(self.options.interval_seconds)
@@ -146,11 +147,15 @@ class InferStoreSource(PolledSourceBase):
                 return
 
     def _segments(self, con: sqlite3.Connection, now: float, events: list[Event]) -> None:
+        self.unsettled = []
         for segment in sorted(self.segments.glob("*/seg-*.jsonl.gz")):
             name = f"{segment.parent.name}/{segment.name}"
             st = segment.stat()
             size_read, records_read = self.done_segments.get(name, (0, 0))
-            if st.st_size == size_read or now - st.st_mtime < self.options.settle_seconds:
+            if st.st_size == size_read:
+                continue
+            if now - st.st_mtime < self.options.settle_seconds:
+                self.unsettled.append(name)
                 continue
             try:
                 with gzip.open(segment, "rt", encoding="utf-8", errors="replace") as f:

@@ -18,6 +18,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from loguru import logger
 from pydantic import Field, model_validator
 
 from collectors import LineBatch, LineSourceBase, PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
@@ -152,9 +153,11 @@ def error_kind(exc: Exception) -> str:
         return "refused"
     if isinstance(exc, httpx.HTTPStatusError):
         return f"http_{exc.response.status_code}"
-    if isinstance(exc, ValueError):
+    if isinstance(exc, ValueError | RecursionError):  # RecursionError: nested deeper than the decoder goes
         return "invalid_json"
-    return "transport"
+    if isinstance(exc, httpx.TransportError):
+        return "transport"
+    return "unexpected"
 
 
 @register("serve_status", ServeStatusOptions)
@@ -169,15 +172,19 @@ class ServeStatusSource(PolledSourceBase):
         return PollPolicy(self.options.interval_seconds, self.options.max_backoff_seconds)
 
     def poll(self, now: float) -> PollResult:
-        """One poll: a status event, or a poll_error event naming the error kind (and not ok)."""
-        import httpx
-
+        """One poll: a status event, or a poll_error event naming the error kind (and not ok).
+        Any error is a failed poll, the unforeseen ones too (kind `unexpected`, logged): the serve's
+        up goes to 0 and its gauges are dropped, never left standing at their last values."""
         options = self.options
         try:
             body = fetch(str(options.url), options.timeout_seconds, options.max_body_bytes)
             event = snapshot_event(now, body, self.name, self.instance, self.host)
-        except (httpx.HTTPError, ValueError, TimeoutError, BodyTooLarge) as exc:
-            event = Event(now, self.name, "poll_error", self.instance, {"error": error_kind(exc)}, None, self.host)
+        except Exception as exc:  # noqa: BLE001 - a body a decoder chokes on must not keep up at 1
+            kind = error_kind(exc)
+            if kind == "unexpected":
+                logger.opt(exception=exc).error("{}: poll of {} failed unexpectedly; counted as a failed poll",
+                                                self.name, options.url)
+            event = Event(now, self.name, "poll_error", self.instance, {"error": kind}, None, self.host)
         return PollResult([event], ok=event.kind == "status")
 
 

@@ -27,18 +27,31 @@ class SwitchLogOptions(SourceOptions):
     tz: str = "Asia/Shanghai"
     patterns: dict[str, str | PatternOverride] = Field(default_factory=dict,
                                                        description="Per-kind message regex overrides.")
+    instances: list[str] = Field(default_factory=list,
+                                 description="The instances a line may name; another name is exported as `other`"
+                                 " and counted. Empty: the instances the config's other sources name.")
 
 
 @register("switch_log", SwitchLogOptions)
 class SwitchLogSource(LineSourceBase):
-    """Switch-log lines in; each event's instance is the one the line names."""
+    """Switch-log lines in; each event's instance is the one the line names if configuration lists
+    it (`instances`), else `other` with `unlisted_instance` set: a label value never comes from a
+    line unchecked (the name the line gave stays in the event's fields, cut to 80 characters)."""
 
     def __init__(self, name: str, options: SwitchLogOptions, host: str = "") -> None:
         kinds = build_kinds(PATTERNS, options.patterns, f"sources.{name}.patterns", TEXT_FIELDS)
         self.parser = DatedLogParser(PREFIX, kinds, options.tz, name, options.instance, host)
+        self.instances = frozenset(options.instances)
 
     def handle(self, line: bytes) -> Event | str:
-        return self.parser.parse_line(line)
+        event = self.parser.parse_line(line)
+        if isinstance(event, Event):
+            named = str(event.fields.get("instance") or "")[:80]
+            event.fields["instance"] = named
+            if named not in self.instances:
+                event.instance = "other"
+                event.fields["unlisted_instance"] = True
+        return event
 
     def handle_lines(self, lines: list[bytes]) -> tuple[list[Event], dict[str, int], bytes]:
         return handle_lines(self.handle, lines)

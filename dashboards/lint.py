@@ -19,7 +19,7 @@ KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _TOKEN = re.compile(r"\[[^\]]*\]|\{[^}]*\}|[A-Za-z_:][A-Za-z0-9_:]*|\(|\)|\$\w+|\S")
 _UID = re.compile(r"^[a-z0-9-]{1,40}$")
-PROMETHEUS_SERIES = {"ALERTS", "up"}
+PROMETHEUS_SERIES = {"ALERTS", "ALERTS_FOR_STATE", "up"}
 
 
 @dataclass(frozen=True)

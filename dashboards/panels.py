@@ -18,6 +18,8 @@ from grafana_foundation_sdk.models.dashboard import (
     DashboardLinkType,
     DashboardSpecialValueMapOptions,
     DataSourceRef,
+    DataTransformerConfig,
+    DynamicConfigValue,
     MappingType,
     SpecialValueMap,
     SpecialValueMatch,
@@ -40,7 +42,7 @@ DS = DataSourceRef(type_val="prometheus", uid=f"${{{DATASOURCE}}}")
 GREEN, ORANGE, RED, BLUE, GREY = "green", "orange", "red", "blue", "text"
 PURPLE = "purple"  # build and model changes
 # Prometheus's own series a dashboard may read besides the catalogue and the recording rules.
-PROMETHEUS_SERIES = frozenset({"ALERTS", "up"})
+PROMETHEUS_SERIES = frozenset({"ALERTS", "ALERTS_FOR_STATE", "up"})
 RATE = "$__rate_interval"
 
 
@@ -81,7 +83,7 @@ def s(series: str, **matchers: str) -> str:
     series. `ALERTS` also accepts no host: `Watchdog` and `SpyglassTargetDown` (vector(1), absent())
     can carry none on a single Prometheus (see docs/scale.md)."""
     labels = labels_of(series) if series not in PROMETHEUS_SERIES else ()
-    parts = ['host=~"$host|"' if series == "ALERTS" else 'host=~"$host"']
+    parts = ['host=~"$host|"' if series.startswith("ALERTS") else 'host=~"$host"']
     parts += [f'{name}=~"${name}"' for name in ("instance", "lane") if name in labels and name not in matchers]
     for name, value in matchers.items():
         if value.startswith("~"):
@@ -144,16 +146,51 @@ def runbook(d: Deployment, alert: str) -> dashboard.DashboardLink:
 
 
 # ---------------------------------------------------------------------------------------------
+# Field overrides: one query's (or one column's) own colour, thresholds, line style, mappings.
+# ---------------------------------------------------------------------------------------------
+
+def fixed_color(color: str) -> DynamicConfigValue:
+    return DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": color})
+
+
+def own_thresholds(steps_: list[Threshold]) -> DynamicConfigValue:
+    return DynamicConfigValue(id_val="thresholds", value={"mode": "absolute", "steps": [
+        {"color": t.color, "value": t.value} for t in steps_]})
+
+
+def dashed() -> DynamicConfigValue:
+    return DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})
+
+
+def value_colors(mapping: dict[str, tuple[str, str]]) -> DynamicConfigValue:
+    """Text values shown as `text` on a cell of `color` (value mappings of one column)."""
+    return DynamicConfigValue(id_val="mappings", value=[{"type": "value", "options": {
+        key: {"text": text, "color": color, "index": i} for i, (key, (text, color)) in enumerate(mapping.items())}}])
+
+
+def _overrides(panel, by_query: dict[str, list[DynamicConfigValue]] | None,
+               by_name: dict[str, list[DynamicConfigValue]] | None):
+    for ref, properties in (by_query or {}).items():
+        panel = panel.override_by_query(ref, properties)
+    for name, properties in (by_name or {}).items():
+        panel = panel.override_by_name(name, properties)
+    return panel
+
+
+# ---------------------------------------------------------------------------------------------
 # Panels.
 # ---------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Q:
-    """One query of a panel: the expression, its legend, and whether it is an instant query."""
+    """One query of a panel: the expression, its legend, and whether it is an instant query (a table's
+    rows; `now`: one value at the end of the range, as a series, for a tile that must agree with a
+    table's instant rows)."""
 
     expr: str
     legend: str = ""
     instant: bool = False
+    now: bool = False
     heatmap: bool = False
     exemplar: bool = False
 
@@ -164,6 +201,8 @@ def _targets(panel, queries: Sequence[Q | str]):
         target = prometheus.Dataquery().expr(q.expr).legend_format(q.legend or "__auto").ref_id(chr(65 + i))
         if q.instant:
             target = target.instant().format(PromQueryFormat.TABLE)
+        elif q.now:
+            target = target.instant()
         elif q.heatmap:
             target = target.format(PromQueryFormat.HEATMAP)
         if q.exemplar:
@@ -187,7 +226,9 @@ def _common(panel, title: str, unit: str, queries, width: int, height: int, desc
 
 def timeseries_panel(title: str, unit: str, *queries: Q | str, width: int = 12, height: int = 8,
                      description: str = "", thresholds: list[Threshold] | None = None, stack: bool = False,
-                     links: Iterable[dashboard.DashboardLink] = (), min_: float | None = 0):
+                     links: Iterable[dashboard.DashboardLink] = (), min_: float | None = 0,
+                     overrides: dict[str, list[DynamicConfigValue]] | None = None):
+    """Lines over time; `overrides` by query refId (A, B, ...): a colour, a dashed line."""
     panel = timeseries.Panel().line_width(2).fill_opacity(10).legend(
         common_builder.VizLegendOptions().display_mode(common.LegendDisplayMode.LIST)
         .placement(common.LegendPlacement.BOTTOM).show_legend(True))
@@ -198,15 +239,20 @@ def timeseries_panel(title: str, unit: str, *queries: Q | str, width: int = 12, 
             common.GraphThresholdsStyleMode.LINE_AND_AREA if len(thresholds) > 2 else common.GraphThresholdsStyleMode.LINE))
     if stack:
         panel = panel.stacking(common_builder.StackingConfig().mode(common.StackingMode.NORMAL))
+    panel = _overrides(panel, overrides, None)
     return _common(panel, title, unit, queries, width, height, description, thresholds, links)
 
 
 def stat_panel(title: str, unit: str, *queries: Q | str, width: int = 6, height: int = 6, description: str = "",
                thresholds: list[Threshold] | None = None, mappings: dict[str, tuple[str, str]] | None = None,
-               no_value: str = "", links: Iterable[dashboard.DashboardLink] = (), text_mode=None):
-    """Big numbers, one tile per series, the background coloured by the thresholds."""
+               no_value: str = "", links: Iterable[dashboard.DashboardLink] = (), text_mode=None,
+               color_mode: common.BigValueColorMode = common.BigValueColorMode.BACKGROUND,
+               graph_mode: common.BigValueGraphMode = common.BigValueGraphMode.NONE,
+               overrides: dict[str, list[DynamicConfigValue]] | None = None):
+    """Big numbers, one tile per series, the background coloured by the thresholds (`color_mode`
+    NONE: plain numbers, for indicators that are not alerts); `overrides` by query refId."""
     panel = (stat.Panel().reduce_options(common_builder.ReduceDataOptions().calcs(["lastNotNull"]))
-             .color_mode(common.BigValueColorMode.BACKGROUND).graph_mode(common.BigValueGraphMode.NONE)
+             .color_mode(color_mode).graph_mode(graph_mode)
              .justify_mode(common.BigValueJustifyMode.CENTER).orientation(common.VizOrientation.AUTO))
     if text_mode is not None:
         panel = panel.text_mode(text_mode)
@@ -215,6 +261,7 @@ def stat_panel(title: str, unit: str, *queries: Q | str, width: int = 6, height:
                                                   for i, (value, (text, color)) in enumerate(mappings.items())})])
     if no_value:
         panel = panel.no_value(no_value)
+    panel = _overrides(panel, overrides, None)
     return _common(panel, title, unit, queries, width, height, description, thresholds, links)
 
 
@@ -229,9 +276,24 @@ def heatmap_panel(title: str, unit: str, query: Q | str, width: int = 12, height
 
 def table_panel(title: str, unit: str, *queries: Q | str, width: int = 12, height: int = 8, description: str = "",
                 no_value: str = "", links: Iterable[dashboard.DashboardLink] = (),
-                data_links: Iterable[dashboard.DashboardLink] = ()):
-    """Instant queries as a table: one row per series, its labels as columns."""
+                data_links: Iterable[dashboard.DashboardLink] = (), columns: dict[str, str] | None = None,
+                columns_by_name: dict[str, list[DynamicConfigValue]] | None = None, sort_by: str = "",
+                large: bool = False):
+    """Instant queries as a table: one row per series, its labels as columns; `columns` (label ->
+    header) keeps those columns only, in that order, renamed; `columns_by_name` overrides by column."""
     panel = table.Panel().show_header(True)
+    if large:
+        panel = panel.cell_height(common.TableCellHeight.LG)
+    if columns:
+        panel = panel.with_transformation(DataTransformerConfig(id_val="filterFieldsByName", options={
+            "include": {"names": list(columns)}}))
+        panel = panel.with_transformation(DataTransformerConfig(id_val="organize", options={
+            "indexByName": {name: i for i, name in enumerate(columns)},
+            "renameByName": {name: header for name, header in columns.items() if header != name}}))
+    if sort_by:
+        panel = panel.with_transformation(DataTransformerConfig(id_val="sortBy", options={
+            "sort": [{"field": columns.get(sort_by, sort_by) if columns else sort_by}]}))
+    panel = _overrides(panel, None, columns_by_name)
     if no_value:
         panel = panel.no_value(no_value)
     data_links = list(data_links)
@@ -355,6 +417,7 @@ def board(uid: str, title: str, description: str, *, refresh: str = "30s", time_
 
 
 __all__ = ["BLUE", "DS", "GREEN", "GREY", "ORANGE", "PROMETHEUS_SERIES", "Q", "RATE", "RED", "Layout", "MappingType",
-           "above", "base_name", "below", "board", "catalogue", "exclude", "match", "heatmap_panel", "labels_of", "quantile", "rate",
+           "above", "base_name", "below", "board", "catalogue", "dashed", "exclude", "fixed_color", "match",
+           "own_thresholds", "value_colors", "heatmap_panel", "labels_of", "quantile", "rate",
            "rule_labels", "rule_names", "runbook", "s", "special_no_data", "stat_panel", "steps", "table_panel",
            "threshold", "timeseries_panel"]

@@ -7,8 +7,10 @@ an agent restart cannot double them, and an engine restart shows as a reset to 0
 A line can be forged (a prompt the engine echoes may start a line with a valid prefix), so the
 engine's value is exported only when plausible: it may grow by at most the evict lines seen
 since the last accepted value. Anything else is counted in spyglass_engine_implausible_values_total
-and not exported, until RESYNC_LINES values in a row agree with each other (lines were lost, the
-engine moved on). Task lines of a task never queued are counted as orphans, not as requests.
+and not exported, until RESYNC_LINES values in a row agree with each other and are not lower (lines
+were lost, the engine moved on). Only a start the start sequence confirms resets the counter:
+a start banner alone (one echoed in a prompt) resets nothing and is counted implausible.
+Task lines of a task never queued are counted as orphans, not as requests.
 Labels from the log (finish, cause, reason, origin, status, component) are checked against
 the closed sets below; other values are exported as `other` and counted.
 """
@@ -31,7 +33,8 @@ INSTANCE_LANE = ("instance", "lane")
 RESYNC_LINES = 3
 STATUS_CODES = frozenset(str(code) for code in range(100, 600))
 CLOSED = {  # label -> the values the engine writes; any other is exported as "other"
-    "finish": frozenset({"stop", "length", "tool_calls", "content_filter", "error", "abort"}),
+    "finish": frozenset({"stop", "length", "tool_calls", "content_filter", "error", "abort",
+                        "unknown"}),  # unknown: llama-server logs no finish reason
     "cause": frozenset({"stop", "length", "budget", "eos"}),
     "evict_reason": frozenset({"budget", "lru", "ttl", "manual", "shutdown"}),
     "rebuild_reason": frozenset({"new_shape", "resize", "invalidated"}),
@@ -44,6 +47,7 @@ CLOSED = {  # label -> the values the engine writes; any other is exported as "o
 BATCHED = frozenset({"queued", "rejected", "prompt", "restore", "thinking", "tool_call", "done", "park", "evict",
                      "graph_rebuild", "stats", "error", "checksum_mismatch"})
 CACHE_STATE = ("evictions", "parked", "used", "budget")
+START_SEQUENCE = frozenset({"args", "model", "cpus", "experts_loaded", "checksum_mismatch", "ready"})  # after `start`
 NUMBERS: dict[str, tuple[str, ...]] = {
     "queued": ("prefill_depth",), "prompt": ("prompt", "reused", "read", "ms"), "thinking": ("tokens", "max"),
     "done": ("completion", "ttft_ms", "decode_tps"), "park": ("bytes",) + CACHE_STATE,
@@ -54,6 +58,8 @@ LABELS = {"rejected": ("status", "status"), "restore": ("origin", "origin"), "th
           "done": ("finish", "finish"), "evict": ("reason", "evict_reason"),
           "graph_rebuild": ("reason", "rebuild_reason"), "error": ("component", "component")}
 INC, SET, OBSERVE = 0, 1, 2
+CACHE_GAUGES = (("spyglass_engine_cache_parked_snapshots", "parked"), ("spyglass_engine_cache_used_bytes", "used"),
+                ("spyglass_engine_cache_budget_bytes", "budget"))
 
 
 spec = spec_maker("engine_log", INSTANCE_LANE)
@@ -63,7 +69,8 @@ SPECS = [
          "Conversation snapshots evicted, as the engine's own cumulative evictions= value (resets with the engine)."),
     spec("spyglass_engine_implausible_values_total", "counter",
          "Cumulative values from the log not exported because the lines between cannot explain them (a forged"
-         " or damaged line), by field.", ("field",)),
+         " or damaged line), by field; field start: a start line the start sequence did not follow (a"
+         " banner echoed in a prompt), which reset nothing.", ("field",)),
     spec("spyglass_engine_orphan_lines_total", "counter",
          "Task lines (prompt, thinking, tool_call, done) of a task never seen queued: not counted as requests.",
          ("kind",)),
@@ -93,6 +100,9 @@ SPECS = [
     spec("spyglass_engine_request_decode_tokens_per_second", "histogram", "Decode rate of each finished request.",
          unit="tokens_per_second", buckets=TOKENS_PER_SECOND),
     spec("spyglass_engine_requests_finished_total", "counter", "Requests finished, by finish reason.", ("finish",)),
+    spec("spyglass_engine_last_progress_timestamp_seconds", "gauge",
+         "Time (from the line) of the engine's last sign of progress: a finished request (done) or a [stats] line."
+         " A hung engine's HTTP thread may still log queued requests; this stands still (H20).", unit="seconds"),
     spec("spyglass_engine_completion_tokens_total", "counter", "Completion tokens of finished requests.",
          unit="tokens"),
     spec("spyglass_engine_tool_calls_total", "counter", "Tool calls the engine started writing."),
@@ -170,6 +180,8 @@ class EngineSignals(SignalsBase):
         handler = self.handlers.get(event.kind)
         if handler is not None:
             key = (event.instance, self.lanes.get(event.instance, ""))
+            if event.kind != "start" and event.instance in self.state.memo.get("engine_start_pending", ()):
+                self._resolve_start(event, key)
             if event.fields.get("orphan"):
                 self.state.inc("spyglass_engine_orphan_lines_total", key + (event.kind,))
                 return
@@ -185,7 +197,8 @@ class EngineSignals(SignalsBase):
             return None
         failures: list[tuple[int, Exception]] = []
         handlers, start = self.handlers, 0
-        slow = [i for i, e in enumerate(events) if e.kind in handlers and e.kind not in BATCHED]
+        slow = sorted({i for i, e in enumerate(events) if e.kind in handlers and e.kind not in BATCHED}
+                      | set(self._resolving(events)))
         for i in slow + [len(events)]:
             if i > start:
                 self._apply_run(events[start:i], start, failures)
@@ -364,6 +377,7 @@ class EngineSignals(SignalsBase):
             put(INC, "spyglass_engine_completion_tokens_total", key, positions, c["completion"], 2)
             put(OBSERVE, "spyglass_engine_ttft_seconds", key, positions, [ms / 1000.0 for ms in c["ttft_ms"]], 3)
             put(OBSERVE, "spyglass_engine_request_decode_tokens_per_second", key, positions, c["decode_tps"], 4)
+            put(SET, "spyglass_engine_last_progress_timestamp_seconds", key, positions, [run[i].ts for i in positions], 5)
         elif kind in ("park", "evict", "stats"):  # evictions= itself: the walk in _apply_run
             put(SET, "spyglass_engine_cache_parked_snapshots", key, positions, c["parked"], 1)
             put(SET, "spyglass_engine_cache_used_bytes", key, positions, c["used"], 2)
@@ -379,6 +393,7 @@ class EngineSignals(SignalsBase):
                 put(SET, "spyglass_engine_slots", key, positions, c["slots"], 5)
                 put(SET, "spyglass_engine_prefill_queue_depth", key, positions, c["prefill_queue"], 6)
                 put(SET, "spyglass_engine_decode_tokens_per_second", key, positions, c["decode_tps"], 7)
+                put(SET, "spyglass_engine_last_progress_timestamp_seconds", key, positions, [run[i].ts for i in positions], 8)
         elif kind == "graph_rebuild":
             labels = self._labels(ops, run, kind, positions, c["label"], 0)
             self._by_label(ops, "spyglass_engine_graph_rebuilds_total", key, positions, labels, 1)
@@ -405,15 +420,48 @@ class EngineSignals(SignalsBase):
             memo = memos[instance] = {}
         return memo
 
+    # A start banner resets the instance's state only once the start sequence follows it: the next
+    # event of the instance must be one of the load phase (START_SEQUENCE: args, model, cpus, ...).
+    # A banner forged inside an echoed prompt is followed by the engine's ordinary work; it is then
+    # counted implausible (field `start`) and resets nothing, so no exported counter goes down and
+    # engine_ready stays as it was.
+
+    def _pending_starts(self) -> dict:
+        return self.state.memo.setdefault("engine_start_pending", {})
+
+    def _resolving(self, events: list[Event]) -> list[int]:
+        """The positions of the events that confirm or refute a pending start: the first of each
+        instance after its start line (or after a start left pending by an earlier batch)."""
+        pending, found = set(self.state.memo.get("engine_start_pending", ())), []
+        for i, e in enumerate(events):
+            if e.kind == "start":
+                pending.add(e.instance)
+            elif e.instance in pending and e.kind in self.handlers:
+                pending.discard(e.instance)
+                found.append(i)
+        return found
+
+    def _resolve_start(self, e: Event, key: tuple[str, str]) -> None:
+        banner = self._pending_starts().pop(e.instance)
+        if e.kind in START_SEQUENCE:
+            self._started(banner, key, e.instance)
+        else:
+            self.state.inc("spyglass_engine_implausible_values_total", key + ("start",))
+
     def on_start(self, e: Event, key: tuple[str, str]) -> None:
+        f = e.fields
+        self._pending_starts()[e.instance] = {"ts": e.ts, "build_name": str(f["build_name"]),
+                                              "version": str(f["version"]), "build": str(f["build"])}
+
+    def _started(self, banner: dict, key: tuple[str, str], instance: str) -> None:
+        """A start the start sequence confirmed: the one moment counters of the process reset."""
         s = self.state
         s.inc("spyglass_engine_starts_total", key)
-        s.set("spyglass_engine_start_time_seconds", key, e.ts)
+        s.set("spyglass_engine_start_time_seconds", key, banner["ts"])
         s.set("spyglass_engine_ready", key, 0.0)
         s.set("spyglass_engine_evictions_total", key, 0.0)  # a new process counts from 0
-        self.state.memo.setdefault("engine_log", {})[e.instance] = {"value": 0, "evicts": 0}
-        f = e.fields
-        s.set_info("spyglass_engine_build_info", key + (str(f["build_name"]), str(f["version"]), str(f["build"])), 2)
+        self.state.memo.setdefault("engine_log", {})[instance] = {"value": 0, "evicts": 0}
+        s.set_info("spyglass_engine_build_info", key + (banner["build_name"], banner["version"], banner["build"]), 2)
 
     def on_args(self, e: Event, key: tuple[str, str]) -> None:
         every = e.fields.get("prompt_cache_every")
@@ -421,6 +469,8 @@ class EngineSignals(SignalsBase):
             self.state.set("spyglass_engine_prompt_cache_every_tokens", key, every)
         if isinstance(e.fields.get("slots"), int):
             self.state.set("spyglass_engine_slots", key, e.fields["slots"])
+        if isinstance(e.fields.get("cache_ram_mib"), int):  # llama-server's --cache-ram, from its command line
+            self.state.set("spyglass_engine_cache_budget_bytes", key, e.fields["cache_ram_mib"] * 2**20)
 
     def on_model(self, e: Event, key: tuple[str, str]) -> None:
         # The file name, not the path: labels stay bounded; full paths are in the stored event.
@@ -497,6 +547,7 @@ class EngineSignals(SignalsBase):
         s.inc("spyglass_engine_completion_tokens_total", key, f["completion"])
         s.observe("spyglass_engine_ttft_seconds", key, f["ttft_ms"] / 1000.0, exemplar_of(e))
         s.observe("spyglass_engine_request_decode_tokens_per_second", key, f["decode_tps"])
+        s.set("spyglass_engine_last_progress_timestamp_seconds", key, e.ts)
 
     def on_park(self, e: Event, key: tuple[str, str]) -> None:
         self._cache_state(e, key)
@@ -520,6 +571,7 @@ class EngineSignals(SignalsBase):
         s.set("spyglass_engine_slots", key, f["slots"])
         s.set("spyglass_engine_prefill_queue_depth", key, f["prefill_queue"])
         s.set("spyglass_engine_decode_tokens_per_second", key, f["decode_tps"])
+        s.set("spyglass_engine_last_progress_timestamp_seconds", key, e.ts)
 
     def _cache_state(self, e: Event, key: tuple[str, str]) -> None:
         s, f = self.state, e.fields
@@ -527,9 +579,9 @@ class EngineSignals(SignalsBase):
             s.set("spyglass_engine_evictions_total", key, f["evictions"])
         else:
             s.inc("spyglass_engine_implausible_values_total", key + ("evictions",))
-        s.set("spyglass_engine_cache_parked_snapshots", key, f["parked"])
-        s.set("spyglass_engine_cache_used_bytes", key, f["used"])
-        s.set("spyglass_engine_cache_budget_bytes", key, f["budget"])
+        for name, part in CACHE_GAUGES:  # a llama-server evict line knows only what its command line told
+            if part in f:
+                s.set(name, key, f[part])
 
 
     def _plausible(self, instance: str, value: int) -> bool:
@@ -537,7 +589,8 @@ class EngineSignals(SignalsBase):
 
         Accepted: the first value ever seen, and one that grew by at most the evict lines since
         the last accepted value. Otherwise RESYNC_LINES values in a row that agree with each
-        other (each explained by the evict lines since the one before) are accepted."""
+        other (each explained by the evict lines since the one before) are accepted, if not lower
+        than the last accepted one: only a confirmed start lowers the exported counter."""
         memo = self._memo(instance)
         last, evicts = memo.get("value"), memo.get("evicts", 0)
         if not isinstance(evicts, int):
@@ -552,7 +605,7 @@ class EngineSignals(SignalsBase):
             run = [value, evicts, run[2] + 1]
         else:
             run = [value, evicts, 1]
-        if run[2] >= RESYNC_LINES:
+        if run[2] >= RESYNC_LINES and value >= last:  # a counter never goes down but at a confirmed start
             memo.clear()
             memo.update(value=value, evicts=0)
             return True

@@ -43,6 +43,10 @@ SPECS = [
     MetricSpec("spyglass_agent_spans_received_total", "counter",
                "Spans received over OTLP/HTTP at the agent's /v1/traces (stored as span events)."),
     MetricSpec("spyglass_store_events_total", "counter", "Events committed to the DuckDB store."),
+    MetricSpec("spyglass_store_events_refused_total", "counter",
+               "Events the store could not take, set aside so that the rest of their batch commits: a"
+               " timestamp outside 1970 to 9999 (not counted in spyglass_store_events_total), or fields"
+               " that will not encode (counted there too). The edges refuse such records first."),
     MetricSpec("spyglass_state_dropped_series_total", "counter",
                "New series refused because their metric already had the maximum number of series.",
                ("metric",)),
@@ -50,6 +54,11 @@ SPECS = [
                "1 while commits to the store (or the state file) succeed; 0 while they fail and are retried."),
     MetricSpec("spyglass_store_commit_failures_total", "counter",
                "Failed commits (disk full, read-only, ...); each is retried with back-off, nothing dropped."),
+    MetricSpec("spyglass_parquet_publish_failures_total", "counter",
+               "Parquet publications that failed (disk full, a bug); each is retried the next interval."),
+    MetricSpec("spyglass_parquet_rows_set_aside_total", "counter",
+               "Stored rows no Parquet partition can name (a timestamp before 1970 or past 9999), written"
+               " to <parquet_dir>/.set-aside/ instead, so the rest is published."),
     MetricSpec("spyglass_agent_info", "info", "spyglass version, value 1.", ("version",)),
 ]
 

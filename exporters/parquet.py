@@ -42,6 +42,13 @@ mix.) On a filesystem without RENAME_EXCHANGE hours are left uncompacted, with a
 
 Retention: rows older than `retain_hours` are deleted from the store only at or below
 `published`, so they are in Parquet first.
+
+One bad row never stops publication: a row whose timestamp no partition can name (before 1970 or
+past the year 9999: a store written before the edges bounded timestamps) is set aside in
+`<dir>/.set-aside/<host>/part-<first>-<last>.parquet` (outside the glob, named by the same range,
+so a redo replaces it) and counted in `spyglass_parquet_rows_set_aside_total`; the rest of its
+range is published. A publication that fails (disk full, a bug) is logged, counted in
+`spyglass_parquet_publish_failures_total` and retried the next interval.
 """
 from __future__ import annotations
 
@@ -58,7 +65,8 @@ import pyarrow.parquet as pq
 from loguru import logger
 
 from collectors.clock import Clock
-from exporters.store import DuckDBStore, Publication
+from exporters.state import MetricState
+from exporters.store import LAST_STORABLE_SECONDS, DuckDBStore, Publication
 
 SEGMENT_SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("seq", pa.int64()), ("source", pa.string()),
                             ("kind", pa.string()), ("instance", pa.string()), ("host", pa.string()),
@@ -126,10 +134,11 @@ class ParquetPublisher:
     (it reads the store's connection); `tick` never raises, `flush` does."""
 
     def __init__(self, store: DuckDBStore, clock: Clock, folder: Path, *, host: str, interval: float,
-                 retain_hours: float | None = None, max_rows: int = 500_000) -> None:
-        self.store, self.clock, self.folder = store, clock, folder
+                 retain_hours: float | None = None, max_rows: int = 500_000, state: MetricState | None = None) -> None:
+        self.store, self.clock, self.folder, self.state = store, clock, folder, state
         self.interval, self.retain_hours, self.max_rows = interval, retain_hours, max_rows
         self.staging = folder / ".staging" / quote(host, safe="")
+        self.set_aside = folder / ".set-aside" / quote(host, safe="")
         folder.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.staging, ignore_errors=True)  # a kill's leftovers: outside every glob
         own = folder / f"host={quote(host, safe='')}"
@@ -146,6 +155,7 @@ class ParquetPublisher:
         try:
             self.run_once()
         except Exception as exc:  # noqa: BLE001 - disk full, a bug: the agent lives on, retried
+            self._count("spyglass_parquet_publish_failures_total", 1)
             logger.error("parquet publication failed ({}); retried in {:.0f} s, nothing is lost", exc, self.interval)
 
     def flush(self) -> None:
@@ -178,13 +188,32 @@ class ParquetPublisher:
             if last < first:
                 return 0
             store.record_publication(Publication(done.published, (first, last)))
-        rows = store.events_between(first, last).cast(SEGMENT_SCHEMA)
+        rows = self._publishable(store.events_between(first, last).cast(SEGMENT_SCHEMA), first, last)
         for hour_dir, part in self._partitions(rows):
             hour_dir.mkdir(parents=True, exist_ok=True)
             write_atomically(part, hour_dir / part_name(first, last))
             self.touched.add(hour_dir)
         store.record_publication(Publication(last, None))
         return rows.num_rows
+
+    def _publishable(self, rows: pa.Table, first: int, last: int) -> pa.Table:
+        """The rows a partition can name; the others written aside, counted and logged."""
+        seconds = pc.divide(rows["ts"].cast(pa.int64()), 1_000_000)
+        good = pc.and_(pc.greater_equal(seconds, 0), pc.less(seconds, int(LAST_STORABLE_SECONDS)))
+        bad = rows.filter(pc.invert(good))
+        if bad.num_rows == 0:
+            return rows
+        self.set_aside.mkdir(parents=True, exist_ok=True)
+        write_atomically(bad, self.set_aside / part_name(first, last))
+        self._count("spyglass_parquet_rows_set_aside_total", bad.num_rows)
+        logger.error("{} row(s) of seqs {}-{} have a timestamp no partition can name (e.g. seq {}); set aside"
+                     " in {}, the rest is published", bad.num_rows, first, last, bad["seq"][0].as_py(), self.set_aside)
+        return rows.filter(good)
+
+    def _count(self, name: str, n: int) -> None:
+        if self.state is not None:
+            with self.state.lock:
+                self.state.inc(name, (), n)
 
     def _partitions(self, rows: pa.Table) -> list[tuple[Path, pa.Table]]:
         hours = pc.floor_temporal(rows["ts"], unit="hour")

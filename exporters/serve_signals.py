@@ -34,7 +34,8 @@ spec = spec_maker("serve_status", INSTANCE)
 SPECS = [
     spec("spyglass_serve_up", "gauge", "1 when the last /v1/status poll answered with a status, else 0."),
     spec("spyglass_serve_poll_errors_total", "counter",
-         "Failed /v1/status polls, by kind: timeout, refused, http_NNN, invalid_json, not_an_object.",
+         "Failed /v1/status polls, by kind: timeout, refused, http_NNN, invalid_json (nested too deeply"
+         " too), not_an_object, transport, unexpected (any other error, logged).",
          ("error",)),
     spec("spyglass_serve_state", "gauge", "1 for the serve's current state (loading, ready, draining), 0 for the others.",
          ("state",)),

@@ -27,6 +27,14 @@ NUMBER = (int, float)  # exact classes: a bool, a str, None or a numpy scalar is
 MAX_VALUE = float(2 ** 63)  # counters of bytes reach 2^50 in a year; beyond this is a bug or forgery
 MAX_SERIES = 2000  # per metric: far above what bounded labels give, far below a memory problem
 DROPPED = "spyglass_state_dropped_series_total"
+MAX_INFO_LABEL = 200  # characters of a free-text info label (a build, a model file name)
+# C0 controls and DEL as visible escapes: a NUL or an escape sequence never reaches a label value
+CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)}
+
+
+def printable_label(value: str) -> str:
+    """A free-text label value as data: control characters escaped (\\x00), at most MAX_INFO_LABEL."""
+    return value.translate(CONTROLS)[:MAX_INFO_LABEL]
 
 
 class MetricState:
@@ -106,7 +114,9 @@ class MetricState:
         return True
 
     def set_info(self, name: str, key: Key, identity: int) -> None:
-        """Make `key` the one info series of its first `identity` labels (a build replaces the last)."""
+        """Make `key` the one info series of its first `identity` labels (a build replaces the last).
+        The other labels are free text from a log or a body: written as `printable_label`."""
+        key = key[:identity] + tuple(printable_label(v) for v in key[identity:])
         values = self.values[name]
         for old in [k for k in values if k[:identity] == key[:identity] and k != key]:
             del values[old]

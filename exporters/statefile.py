@@ -32,7 +32,8 @@ class Store(Protocol):
     def load(self) -> SavedState: ...
 
     def commit(self, events: list[Event], checkpoints: dict[str, dict[str, Any]],
-               metrics: dict[str, Any]) -> None: ...
+               metrics: dict[str, Any]) -> list[Event]:
+        """Commit all in one step; returns the events set aside as unstorable (never raised for)."""
 
     def close(self) -> None: ...
 
@@ -62,7 +63,7 @@ class StateFile:
             return SavedState()
 
     def commit(self, events: list[Event], checkpoints: dict[str, dict[str, Any]],
-               metrics: dict[str, Any]) -> None:
+               metrics: dict[str, Any]) -> list[Event]:
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
             with open(tmp, "w") as f:
@@ -78,6 +79,7 @@ class StateFile:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+        return []  # events are not kept here
 
     def close(self) -> None:
         pass

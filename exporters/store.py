@@ -21,6 +21,7 @@ from typing import Any
 import duckdb
 import orjson
 import pyarrow as pa
+from loguru import logger
 
 from collectors.event import Event
 from exporters.statefile import SavedState
@@ -66,6 +67,33 @@ def events_table(events: list[Event]) -> pa.Table:
     ], schema=EVENT_SCHEMA)
 
 
+LAST_STORABLE_SECONDS = 253_402_300_800.0  # 10000-01-01T00:00:00Z: past it no Python date, no Parquet partition
+
+
+def storable(event: Event) -> bool:
+    """Whether the store (and Parquet after it) can take the event's timestamp: 1970 to the year 9999."""
+    return 0.0 <= event.ts < LAST_STORABLE_SECONDS  # false for NaN too
+
+
+def storable_table(events: list[Event]) -> tuple[pa.Table, list[Event]]:
+    """The events as a table, less those whose fields will not encode (returned): one bad record
+    never blocks the ones behind it. Timestamps are checked before (`storable`, in the committer,
+    and at the edges: collectors/timebounds.py); this is the store's own last guard."""
+    try:
+        return events_table(events), []
+    except (TypeError, ValueError, OverflowError, pa.ArrowException):
+        pass
+    kept, refused = [], []
+    for event in events:
+        try:
+            events_table([event])
+        except (TypeError, ValueError, OverflowError, pa.ArrowException):
+            refused.append(event)
+        else:
+            kept.append(event)
+    return events_table(kept), refused
+
+
 @dataclass(frozen=True)
 class Publication:
     published: int = -1  # every event with seq <= this is in Parquet
@@ -83,7 +111,11 @@ class DuckDBStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self.con = duckdb.connect(str(path))
+        self.invalidated: str | None = None  # why DuckDB invalidated the connection, until it is reopened
+        self._open()
+
+    def _open(self) -> None:
+        self.con = duckdb.connect(str(self.path))
         self.con.execute("SET TimeZone = 'UTC'")
         self.con.execute(SCHEMA)
         # A store from before `seq`: its rows keep their storage order.
@@ -94,6 +126,21 @@ class DuckDBStore:
         self.con.execute("SET lock_configuration = true")
         self._written: dict[str, str] = {}  # checkpoint JSON per source as committed: unchanged ones are not rewritten
         self._has_metrics = False
+
+    def _reopen(self) -> bool:
+        """Reopen the file after DuckDB invalidated the connection (a checkpoint that failed, on a
+        full disk): the reopened store holds the last commit that landed. Returns whether the batch
+        that failed landed anyway (its events are there: seqs past ours); raises while the file
+        cannot be opened (the disk is still full), and is tried again at the next commit."""
+        with contextlib.suppress(duckdb.Error):
+            self.con.close()
+        before = self.next_seq
+        self._open()
+        self.load()  # what was committed: unchanged checkpoints are not rewritten
+        logger.warning("the store {} is reopened after '{}'; it resumes from its last commit", self.path,
+                       self.invalidated)
+        self.invalidated = None
+        return self.next_seq > before
 
     def load(self) -> SavedState:
         saved = SavedState()
@@ -106,20 +153,24 @@ class DuckDBStore:
         return saved
 
     def commit(self, events: list[Event], checkpoints: dict[str, dict[str, Any]],
-               metrics: dict[str, Any]) -> None:
+               metrics: dict[str, Any]) -> list[Event]:
         """One transaction: the events appended from Arrow, the checkpoints that changed in one
         UPDATE (new sources in one INSERT), the metric state in one UPDATE. INSERT OR REPLACE
         cost 3-4 times an UPDATE of the same row, and register + INSERT ... SELECT 3 times
-        `from_arrow().insert_into` (profiled: docs/benchmarks.md)."""
+        `from_arrow().insert_into` (profiled: docs/benchmarks.md). Returns the events set aside as
+        unstorable (`storable_table`); the rest are committed."""
+        if self.invalidated is not None and self._reopen():
+            return []  # the batch landed before the checkpoint that failed: nothing to write twice
         now = time.time()
+        table, refused = storable_table(events) if events else (None, [])
         changed = {source: json.dumps(state) for source, state in checkpoints.items()}
         changed = {source: state for source, state in changed.items() if self._written.get(source) != state}
         con = self.con
         con.begin()
         try:
-            if events:
-                batch = events_table(events).append_column(
-                    "seq", pa.array(range(self.next_seq, self.next_seq + len(events)), pa.int64()))
+            if table is not None and table.num_rows:
+                batch = table.append_column(
+                    "seq", pa.array(range(self.next_seq, self.next_seq + table.num_rows), pa.int64()))
                 con.from_arrow(batch).insert_into("events")
             self._write_checkpoints(changed, now)
             if self._has_metrics:
@@ -130,12 +181,18 @@ class DuckDBStore:
                 con.execute("INSERT OR REPLACE INTO agent_state VALUES ('metrics', ?, to_timestamp(?))",
                             [json.dumps(metrics), now])
             con.commit()
+        except duckdb.FatalException as exc:  # "database has been invalidated": this connection is dead
+            self.invalidated = str(exc).split("\n", 1)[-1][:300]
+            logger.error("the store {} was invalidated by DuckDB ({}); it is reopened from disk at the next"
+                         " attempt, resuming from the last commit", self.path, self.invalidated)
+            raise
         except BaseException:
             _rollback(con)
             raise
         self._written.update(changed)
         self._has_metrics = True
-        self.next_seq += len(events)
+        self.next_seq += table.num_rows if table is not None else 0
+        return refused
 
     def _write_checkpoints(self, changed: dict[str, str], now: float) -> None:
         old = [(source, state) for source, state in changed.items() if source in self._written]

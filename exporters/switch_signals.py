@@ -21,7 +21,9 @@ SPECS = [
 @signals_for("switch_log", SPECS)
 class SwitchSignals(SignalsBase):
     def apply(self, e: Event) -> None:
-        key = (e.instance,)
+        key = (e.instance,)  # a configured instance, or `other` (collectors/switch_log.py)
+        if e.fields.get("unlisted_instance"):
+            self.state.inc("spyglass_source_unlisted_labels_total", (e.source, "instance"))
         if e.kind == "switch":
             self.state.inc("spyglass_switch_switches_total", key)
             self.state.set_info("spyglass_switch_engine_build_info", key + (str(e.fields["to_build"]),), 1)

@@ -8,9 +8,12 @@ pure; a body that is not Alertmanager's JSON is a ValueError saying why.
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
+from collectors import timebounds
 from collectors.event import Event
 from spyglass.bodies import json_object
 
@@ -20,8 +23,9 @@ MAX_LABEL_CHARS = 256
 STATUSES = ("firing", "resolved")
 
 
-def _timestamp(text: Any, where: str) -> float | None:
-    """RFC 3339 seconds since the epoch; None for Alertmanager's zero time (an alert with no end)."""
+def _timestamp(text: Any, where: str, now: float) -> float | None:
+    """RFC 3339 seconds since the epoch, between 2000 and a day past `now`; None for Alertmanager's
+    zero time (an alert with no end)."""
     if not isinstance(text, str):
         raise ValueError(f"{where}: expected an RFC 3339 time, got {type(text).__name__}")
     if text.startswith("0001-01-01"):
@@ -37,7 +41,7 @@ def _timestamp(text: Any, where: str) -> float | None:
         raise ValueError(f"{where}: not an RFC 3339 time: {text[:40]!r}") from None
     if moment.tzinfo is None:
         raise ValueError(f"{where}: time without an offset: {text[:40]!r}")
-    return moment.timestamp()
+    return timebounds.check(moment.timestamp(), now, where)
 
 
 def _labels(raw: Any, where: str) -> dict[str, str]:
@@ -48,7 +52,7 @@ def _labels(raw: Any, where: str) -> dict[str, str]:
     return {k[:MAX_LABEL_CHARS]: v[:MAX_LABEL_CHARS] for k, v in sorted(raw.items())}
 
 
-def _event(alert: Any, where: str, host: str) -> Event:
+def _event(alert: Any, where: str, host: str, now: float) -> Event:
     if not isinstance(alert, dict):
         raise ValueError(f"{where}: expected an object")
     status = alert.get("status")
@@ -57,8 +61,8 @@ def _event(alert: Any, where: str, host: str) -> Event:
     labels = _labels(alert.get("labels"), f"{where}.labels")
     if "alertname" not in labels:
         raise ValueError(f"{where}.labels: no alertname")
-    starts = _timestamp(alert.get("startsAt"), f"{where}.startsAt")
-    ends = _timestamp(alert.get("endsAt", "0001-01-01T00:00:00Z"), f"{where}.endsAt")
+    starts = _timestamp(alert.get("startsAt"), f"{where}.startsAt", now)
+    ends = _timestamp(alert.get("endsAt", "0001-01-01T00:00:00Z"), f"{where}.endsAt", now)
     if starts is None:
         raise ValueError(f"{where}.startsAt: the zero time")
     if status == "resolved" and ends is None:
@@ -74,8 +78,9 @@ def _event(alert: Any, where: str, host: str) -> Event:
     return Event(ts, "alertmanager", "alert", labels.get("instance", ""), fields, None, host)
 
 
-def decode_notification(body: bytes, host: str = "") -> list[Event]:
-    """One event per alert of an Alertmanager webhook notification; ValueError if it is not one."""
+def decode_notification(body: bytes, host: str = "", *, now: float) -> list[Event]:
+    """One event per alert of an Alertmanager webhook notification; ValueError if it is not one
+    (or a time in it lies outside 2000 to a day past `now`)."""
     message = json_object(body, "an Alertmanager notification")
     if message.get("version") != "4":
         raise ValueError(f"not an Alertmanager webhook notification: version {message.get('version')!r:.20},"
@@ -85,4 +90,39 @@ def decode_notification(body: bytes, host: str = "") -> list[Event]:
         raise ValueError("alerts: expected a list")
     if len(alerts) > MAX_ALERTS:
         raise ValueError(f"alerts: {len(alerts)} alerts, at most {MAX_ALERTS}")
-    return [_event(alert, f"alerts[{n}]", host) for n, alert in enumerate(alerts)]
+    return [_event(alert, f"alerts[{n}]", host, now) for n, alert in enumerate(alerts)]
+
+
+class Replays:
+    """The alerts already taken, by (fingerprint or labels, status, startsAt, endsAt), the last `size`
+    of them: Alertmanager repeats a notification every `repeat_interval` and after its own restarts,
+    and a replay must not be stored twice. Thread-safe."""
+
+    def __init__(self, size: int = 100_000) -> None:
+        self.size = size
+        self._seen: OrderedDict[tuple[Any, ...], None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(event: Event) -> tuple[Any, ...]:
+        f = event.fields
+        return (f["fingerprint"] or tuple(sorted(f["labels"].items())), f["status"], f["startsAt"], f["endsAt"])
+
+    def take(self, events: list[Event]) -> list[Event]:
+        """The events not taken before (nor twice in `events`), now marked as taken."""
+        fresh = []
+        with self._lock:
+            for event in events:
+                key = self.key(event)
+                if key not in self._seen:
+                    self._seen[key] = None
+                    fresh.append(event)
+            while len(self._seen) > self.size:
+                self._seen.popitem(last=False)
+        return fresh
+
+    def forget(self, events: list[Event]) -> None:
+        """Unmark events that were refused with nothing taken: the sender's retry must store them."""
+        with self._lock:
+            for event in events:
+                self._seen.pop(self.key(event), None)

@@ -10,7 +10,8 @@ What a replay cannot know is not invented: the tailer's own health (lines by out
 lag, up) is not in the events, so of spyglass's health only each source's newest event time is
 replayed. Every series gets `job` (the `[alerts] job`), and `up` is 1 at every sample, as the
 scrape of a running agent gives. A series the live state dropped stays visible to queries for
-Prometheus's 5-minute lookback (OpenMetrics text cannot carry a staleness marker).
+Prometheus's 5-minute lookback (OpenMetrics text cannot carry a staleness marker). Process state
+is derived from supervisord's events and polled series go stale: see spyglass.replay_state.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from exporters.state import MetricState
 from spyglass import timeinput
 from spyglass.config import Config
 from spyglass.pipeline import build_signals, metric_state
+from spyglass.replay_state import ReplayState
 
 OPENMETRICS_FILE = "spyglass.om"
 BATCH = 20_000
@@ -41,21 +43,32 @@ class BackfillError(Exception):
     """A replay that cannot run, phrased for the analyst (no store, an empty window, a bad time)."""
 
 
+class UsageError(BackfillError):
+    """A time, duration or window the command refuses (exit 2): not a time, out of range, --to before --from."""
+
+
+EARLIEST, LATEST = 946_684_800.0, 4_102_444_800.0  # 2000-01-01 and 2100-01-01 UTC
+
+
 def parse_duration(text: str) -> float:
-    """Prometheus durations: 15s, 1m30s, 2h, 1d (spyglass.timeinput's grammar)."""
+    """Prometheus durations: 15s, 1m30s, 2h, 1d (spyglass.timeinput's grammar); UsageError otherwise."""
     try:
         return timeinput.parse_duration(text)
     except ValueError as exc:
-        raise BackfillError(str(exc)) from None
+        raise UsageError(str(exc)) from None
 
 
 def parse_time(text: str, now: datetime | None = None) -> float:
     """Seconds since the epoch of a time in spyglass.timeinput's grammar: RFC 3339 (no offset means UTC),
-    epoch seconds, or `now-1h` (counted from `now`, by default the wall clock: the commands' edge)."""
+    epoch seconds, or `now-1h` (counted from `now`, by default the wall clock: the commands' edge);
+    between the years 2000 and 2100 (UsageError otherwise)."""
     try:
-        return timeinput.parse_time(text, "UTC", now or datetime.now(UTC)).timestamp()
+        seconds = timeinput.parse_time(text, "UTC", now or datetime.now(UTC)).timestamp()
     except ValueError as exc:
-        raise BackfillError(str(exc)) from None
+        raise UsageError(str(exc)) from None
+    if not EARLIEST <= seconds < LATEST:
+        raise UsageError(f"{text!r} is out of range: a time between 2000-01-01 and 2100-01-01 UTC")
+    return seconds
 
 
 def iso(ts: float) -> str:
@@ -132,16 +145,23 @@ class OpenMetricsWriter:
             cached = self.prefixes[(name, key)] = name + _labels(labels, key, self.job)
         return cached
 
-    def sample(self, ts: float) -> None:
-        stamp = f"{ts:.3f}"
+    def sample(self, ts: float, stale: set[tuple[str, str]] | None = None) -> None:
+        """Every series of the state at `ts`, but those of a polled (source kind, instance) in `stale`."""
+        stamp, stale = f"{ts:.3f}", stale or set()
         lines = 0
+        stale_kinds = {kind for kind, _ in stale}
         for spec in self.state.catalogue:
+            current = (lambda key, k=spec.source: (k, key[0]) not in stale) if spec.source in stale_kinds else None
             if spec.type == "histogram":
                 series = self.state.hists[spec.name]
+                if current is not None:
+                    series = {key: v for key, v in series.items() if key and current(key)}
                 if series:
                     lines += self._histogram(spec.name, spec.labels, series, stamp)
                 continue
             values = self.state.values[spec.name]
+            if current is not None:
+                values = {key: v for key, v in values.items() if key and current(key)}
             if not values:
                 continue
             out, name = self._file(spec.name), spec.name
@@ -195,7 +215,7 @@ def replay(config: Config, start: float, end: float, step: float, out: Path,
 
     BackfillError if `window` (default: [start, end]) holds no event of the configured sources."""
     if end <= start:
-        raise BackfillError(f"--to ({iso(end)}) must be after --from ({iso(start)})")
+        raise UsageError(f"--to ({iso(end)}) must be after --from ({iso(start)})")
     kinds = {name: options.kind for name, options in config.sources.items()}
     first, last = window or (start, end)
     con = open_store(config)
@@ -207,10 +227,12 @@ def replay(config: Config, start: float, end: float, step: float, out: Path,
         state = metric_state(config)
         signals = build_signals(config, state)
         applies = {name: signals[kind].apply for name, kind in kinds.items() if kind in signals}
+        derived = ReplayState.of(config)
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="spyglass-backfill-") as scratch:
             writer = OpenMetricsWriter(state, config.alerts.job, Path(scratch))
-            applied, times = _run(state, applies, stored_events(con, list(kinds), end), start, end, step, writer)
+            applied, times = _run(state, applies, stored_events(con, list(kinds), end), start, end, step, writer,
+                                  derived)
             writer.finish(out)
     finally:
         con.close()
@@ -218,8 +240,9 @@ def replay(config: Config, start: float, end: float, step: float, out: Path,
 
 
 def _run(state: MetricState, applies: dict, events: Iterator[Event], start: float, end: float, step: float,
-         writer: OpenMetricsWriter) -> tuple[int, int]:
-    """Apply events up to each sample time (a grid of multiples of `step`), then sample."""
+         writer: OpenMetricsWriter, derived: ReplayState) -> tuple[int, int]:
+    """Apply events up to each sample time (a grid of multiples of `step`), then sample (spyglass.replay_state:
+    process state derived from supervisord, polled series left out once stale)."""
     t = math.ceil(start / step) * step
     applied = times = 0
     last_seen: dict[str, float] = {}
@@ -230,6 +253,7 @@ def _run(state: MetricState, applies: dict, events: Iterator[Event], start: floa
             try:
                 if apply is not None:
                     apply(pending)
+                derived.apply(pending, state)
                 last_seen[pending.source] = max(last_seen.get(pending.source, 0.0), pending.ts)
                 applied += 1
             except Exception:  # noqa: BLE001 - the pipeline counts such an event invalid and goes on
@@ -237,7 +261,7 @@ def _run(state: MetricState, applies: dict, events: Iterator[Event], start: floa
             pending = next(events, None)
         for source, ts in last_seen.items():
             state.set(EVENT_SECONDS, (source,), ts)
-        writer.sample(t)
+        writer.sample(t, derived.stale(t))
         times += 1
         t += step
     return applied, times

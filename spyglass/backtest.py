@@ -20,7 +20,6 @@ import math
 import re
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -33,10 +32,16 @@ import httpx
 import yaml
 
 from engine.emulator.ports import free_port
-from spyglass.backfill import OPENMETRICS_FILE, BackfillError, BackfillResult, iso, parse_duration, replay
+from spyglass.backfill import OPENMETRICS_FILE, BackfillError, BackfillResult, UsageError, iso, parse_duration, replay
+from spyglass.backtest_cleanup import die_with_parent, make_workdir, sweep_orphans, unwind_on_signals
 from spyglass.config import Config
 
 MAX_POINTS = 10_000  # Prometheus refuses a query_range of more than 11,000 points per series
+MAX_RULE_FILE_BYTES = 4 << 20  # the generated rules are about 60 kB
+MIN_STEP = 1.0  # seconds between replayed samples, at least
+MAX_WINDOW = 31 * 86400.0  # --from to --to, at most
+MAX_LOOKBACK = 7 * 86400.0
+MAX_SAMPLE_TIMES = 200_000  # (window + lookback) / step: 31 days at 15 s is 178,560
 NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!=|!~|=)\s*"((?:[^"\\]|\\.)*)"\s*,?')
 
@@ -69,6 +74,32 @@ class Firing:
     active_since: str = field(default="", repr=False)  # when it became pending
 
 
+class NoAliasLoader(yaml.SafeLoader):
+    """A safe YAML loader that refuses anchors' aliases: a rule file never needs them, and a few hundred
+    bytes of nested aliases expand to gigabytes (the "billion laughs")."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"an alias (*{event.anchor}) is not allowed in a rule file",
+                                              event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def read_rule_file(file: Path) -> Any:
+    """The YAML document of one rule file, refused when larger than MAX_RULE_FILE_BYTES or holding aliases."""
+    try:
+        size = file.stat().st_size
+        if size > MAX_RULE_FILE_BYTES:
+            raise BacktestError(f"{file}: {size:,} bytes, more than a rule file may have"
+                                f" ({MAX_RULE_FILE_BYTES:,}); is it the right file?")
+        with open(file, "rb") as handle:
+            text = handle.read(MAX_RULE_FILE_BYTES + 1)
+        return yaml.load(text, Loader=NoAliasLoader) or {}  # noqa: S506 - a SafeLoader that also refuses aliases
+    except (OSError, yaml.YAMLError) as exc:
+        raise BacktestError(f"{file}: not a readable rule file: {exc}") from None
+
+
 def load_rules(path: Path, default_interval: float) -> tuple[dict[str, str], list[AlertRule]]:
     """The recording rules (name -> expression) and alerting rules of a file or of every *.yml in a folder."""
     files = sorted(p for p in path.glob("*.y*ml")) if path.is_dir() else [path]
@@ -77,12 +108,22 @@ def load_rules(path: Path, default_interval: float) -> tuple[dict[str, str], lis
     records: dict[str, str] = {}
     alerts: list[AlertRule] = []
     for file in files:
-        try:
-            document = yaml.safe_load(file.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise BacktestError(f"{file}: not a readable rule file: {exc}") from None
-        if not isinstance(document.get("groups"), list):
+        document = read_rule_file(file)
+        if not isinstance(document, dict) or not isinstance(document.get("groups"), list):
             continue  # e.g. alertmanager.yml beside the rules
+        more_records, more_alerts = rules_of(document, default_interval, str(file))
+        records.update(more_records)
+        alerts += more_alerts
+    if not alerts:
+        raise BacktestError(f"no alerting rules in {path}")
+    return records, alerts
+
+
+def rules_of(document: dict[str, Any], default_interval: float, origin: str) -> tuple[dict[str, str], list[AlertRule]]:
+    """Recording and alerting rules of one rule document ({"groups": [...]})."""
+    records: dict[str, str] = {}
+    alerts: list[AlertRule] = []
+    try:
         for group in document["groups"]:
             interval = parse_duration(group["interval"]) if group.get("interval") else default_interval
             for rule in group.get("rules", []):
@@ -93,9 +134,17 @@ def load_rules(path: Path, default_interval: float) -> tuple[dict[str, str], lis
                                             parse_duration(rule["for"]) if rule.get("for") else 0.0,
                                             parse_duration(rule["keep_firing_for"]) if rule.get("keep_firing_for") else 0.0,
                                             {k: str(v) for k, v in (rule.get("labels") or {}).items()}))
-    if not alerts:
-        raise BacktestError(f"no alerting rules in {path}")
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise BacktestError(f"{origin}: not a Prometheus rule file (missing or malformed {exc})") from None
     return records, alerts
+
+
+def config_rules(config: Config) -> tuple[dict[str, str], list[AlertRule]]:
+    """The rules `spyglass rules --config` would write for this config, generated in memory."""
+    from spyglass.heuristics import Deployment
+    from spyglass.rules import rule_groups
+
+    return rules_of(rule_groups(Deployment.of(config)), config.alerts.evaluation_interval_seconds, "--config")
 
 
 def _skip_string(expr: str, i: int) -> int:
@@ -185,8 +234,17 @@ class Prometheus:
             [self.binary, f"--config.file={config}", f"--storage.tsdb.path={self.data}",
              f"--storage.tsdb.retention.time={self.retention_days}d", f"--web.listen-address=127.0.0.1:{port}",
              "--query.max-samples=1000000000", "--query.timeout=10m", "--log.level=warn"],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only
+            start_new_session=True)
         self.url = f"http://127.0.0.1:{port}"
+        try:
+            return self._wait_ready(timeout)
+        except BaseException:  # a signal's SystemExit included: never leave it running
+            self.stop()
+            raise
+
+    def _wait_ready(self, timeout: float) -> Prometheus:
+        assert self.process is not None
         pause, deadline = threading.Event(), time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -197,7 +255,6 @@ class Prometheus:
             except httpx.HTTPError:
                 pass
             pause.wait(0.1)
-        self.stop()
         raise BacktestError(f"prometheus did not become ready in {timeout:.0f} s: {self._log_tail()}")
 
     def _log_tail(self) -> str:
@@ -230,21 +287,46 @@ class Prometheus:
             self.log.close()
 
 
+@dataclass
+class Pending:
+    """An alert (one label set) that was pending in the window and never fired there: the longest hold."""
+
+    alert: str
+    heuristic: str | None
+    labels: dict[str, str]
+    since: str
+    held: float  # seconds its condition held, from `since`
+    hold: float  # the rule's for:
+
+    def text(self) -> str:
+        return f"held {duration_text(self.held)} of for: {duration_text(self.hold)}"
+
+
+def duration_text(seconds: float) -> str:
+    """Prometheus-style: 0s, 45s, 3m, 1h30m, 31d."""
+    seconds = int(round(seconds))
+    parts = [(seconds // 86400, "d"), (seconds % 86400 // 3600, "h"), (seconds % 3600 // 60, "m"), (seconds % 60, "s")]
+    return "".join(f"{n}{unit}" for n, unit in parts if n) or "0s"
+
+
 def episodes(rule: AlertRule, presence: dict[tuple[tuple[str, str], ...], set[float]],
-             times: list[float]) -> list[Firing]:
+             times: list[float], pending: list[Pending] | None = None) -> list[Firing]:
     """Firing episodes of `rule` given at which evaluation times each label set was in the result.
 
     As Prometheus 2.42's AlertingRule.Eval: a new label set is pending from the evaluation it first
     appears at and fires once it has been present `for:` long; one missing from a result is dropped
-    if pending, else resolved, unless it is firing and missing for less than `keep_firing_for:`."""
+    if pending, else resolved, unless it is firing and missing for less than `keep_firing_for:`.
+    A label set that never fired is added to `pending` (if given) with its longest hold."""
     found: list[Firing] = []
     for labelset, present in presence.items():
         labels = {**dict(labelset), **rule.labels}
         labels.pop("alertname", None)
-        active_at = fired_at = missing_since = None
+        active_at = fired_at = missing_since = last_present = None
+        longest: tuple[float, float] | None = None  # (held, since)
+        fired_once = False
         for t in times:
             if t in present:
-                missing_since = None
+                missing_since, last_present = None, t
                 if active_at is None:
                     active_at = t
             elif active_at is not None:
@@ -254,14 +336,21 @@ def episodes(rule: AlertRule, presence: dict[tuple[tuple[str, str], ...], set[fl
                         continue
                 if fired_at is not None:
                     found.append(_firing(rule, labels, active_at, fired_at, t))
+                elif last_present is not None and (longest is None or last_present - active_at > longest[0]):
+                    longest = (last_present - active_at, active_at)
                 active_at = fired_at = missing_since = None
                 continue
             else:
                 continue
             if fired_at is None and t - active_at >= rule.hold:
-                fired_at = t
+                fired_at, fired_once = t, True
         if fired_at is not None and active_at is not None:
             found.append(_firing(rule, labels, active_at, fired_at, None))
+        elif active_at is not None and last_present is not None and (longest is None
+                                                                    or last_present - active_at > longest[0]):
+            longest = (last_present - active_at, active_at)
+        if pending is not None and longest is not None and not fired_once:
+            pending.append(Pending(rule.name, labels.get("heuristic"), labels, iso(longest[1]), longest[0], rule.hold))
     return found
 
 
@@ -271,11 +360,11 @@ def _firing(rule: AlertRule, labels: dict[str, str], active_at: float, fired_at:
 
 
 def evaluate(prometheus: Prometheus, rule: AlertRule, records: dict[str, str], start: float, end: float,
-             client: httpx.Client) -> list[Firing]:
+             client: httpx.Client) -> tuple[list[Firing], list[Pending]]:
     first = math.ceil(start / rule.interval) * rule.interval
     times = [first + k * rule.interval for k in range(int((end - first) // rule.interval) + 1)]
     if not times:
-        return []
+        return [], []
     expr = inline(rule.expr, records, rule.interval)
     presence: dict[tuple[tuple[str, str], ...], set[float]] = {}
     try:
@@ -284,7 +373,8 @@ def evaluate(prometheus: Prometheus, rule: AlertRule, records: dict[str, str], s
             presence.setdefault(labels, set()).update(float(t) for t, _ in series["values"])
     except BacktestError as exc:
         raise BacktestError(f"alert {rule.name}: {exc}") from None
-    return episodes(rule, presence, times)
+    pending: list[Pending] = []
+    return episodes(rule, presence, times, pending), pending
 
 
 @dataclass
@@ -293,27 +383,54 @@ class BacktestResult:
     backfill: BackfillResult
     rules: int
     seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase
+    pending: list[Pending] = field(default_factory=list)  # pending in the window, never fired there
+    rules_from: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        return {"alerts": [{k: v for k, v in asdict(a).items() if k != "active_since"} for a in self.alerts]}
+        return {"alerts": [{k: v for k, v in asdict(a).items() if k != "active_since"} for a in self.alerts],
+                "pending": [{**asdict(p), "text": p.text()} for p in self.pending]}
 
 
 def build_blocks(om_file: Path, data: Path, span: float, promtool: str = "promtool") -> None:
     """TSDB blocks as long as the span allows: promtool reads the whole file once per block."""
     hours = max(2, math.ceil(span / 3600))
     result = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", f"--max-block-duration={hours}h",
-                             str(om_file), str(data)], capture_output=True, text=True, timeout=1800)
+                             str(om_file), str(data)], capture_output=True, text=True, timeout=1800,
+                            preexec_fn=die_with_parent, start_new_session=True)  # noqa: PLW1509 - prctl only
     if result.returncode != 0:
         raise BacktestError(f"promtool refused the backfill: {(result.stderr or result.stdout)[-1500:]}")
 
 
-def backtest(config: Config, start: float, end: float, rules: Path, step: float = 15.0,
+def check_bounds(start: float, end: float, step: float, lookback: float) -> None:
+    """UsageError unless MIN_STEP <= step, end > start, end - start <= MAX_WINDOW, lookback <= MAX_LOOKBACK
+    and the replay has at most MAX_SAMPLE_TIMES sample times."""
+    if end <= start:
+        raise UsageError(f"--to ({iso(end)}) must be after --from ({iso(start)})")
+    if step < MIN_STEP:
+        raise UsageError(f"--step {step:g}s is below the smallest step a backtest takes ({MIN_STEP:g}s)")
+    if end - start > MAX_WINDOW:
+        raise UsageError(f"a window of {duration_text(end - start)} is longer than a backtest takes"
+                         f" ({duration_text(MAX_WINDOW)}): split it")
+    if lookback > MAX_LOOKBACK:
+        raise UsageError(f"--lookback {duration_text(lookback)} is longer than {duration_text(MAX_LOOKBACK)}")
+    times = (end - start + lookback) / step
+    if times > MAX_SAMPLE_TIMES:
+        raise UsageError(f"{times:,.0f} sample times ((window + lookback) / step) are more than"
+                         f" {MAX_SAMPLE_TIMES:,}: raise --step or shorten the window")
+
+
+def backtest(config: Config, start: float, end: float, rules: Path | None = None, step: float = 15.0,
              lookback: float = 7200.0, workers: int = 2) -> BacktestResult:
-    """Replay [start - lookback, end], and which alerts of `rules` would have fired in [start, end]."""
+    """Replay [start - lookback, end], and which alerts of `rules` (default: those `spyglass rules` makes of
+    `config`, in memory) would have fired in [start, end]."""
+    check_bounds(start, end, step, lookback)
     for binary in ("promtool", "prometheus"):
         if shutil.which(binary) is None:
             raise BacktestError(f"{binary} not found: install Debian's prometheus package (scripts/setup)")
-    records, alert_rules = load_rules(rules, config.alerts.evaluation_interval_seconds)
+    if rules is None:
+        records, alert_rules = config_rules(config)
+    else:
+        records, alert_rules = load_rules(rules, config.alerts.evaluation_interval_seconds)
     seconds: dict[str, float] = {}
     clock = time.monotonic()
 
@@ -322,43 +439,67 @@ def backtest(config: Config, start: float, end: float, rules: Path, step: float 
         now = time.monotonic()
         seconds[name], clock = now - clock, now
 
-    with tempfile.TemporaryDirectory(prefix="spyglass-backtest-") as folder:
-        work = Path(folder)
-        backfilled = replay(config, start - lookback, end, step, work / OPENMETRICS_FILE, window=(start, end))
-        phase("replay")
-        build_blocks(work / OPENMETRICS_FILE, work / "data", end - start + lookback)
-        (work / OPENMETRICS_FILE).unlink()
-        phase("blocks")
-        prometheus = Prometheus(work / "data").start()
-        phase("prometheus")
+    sweep_orphans()
+    with unwind_on_signals():
+        work = make_workdir()
         try:
-            with httpx.Client(timeout=600) as client, ThreadPoolExecutor(workers) as pool:
-                found = list(pool.map(lambda r: evaluate(prometheus, r, records, start, end, client), alert_rules))
+            backfilled = replay(config, start - lookback, end, step, work / OPENMETRICS_FILE, window=(start, end))
+            phase("replay")
+            build_blocks(work / OPENMETRICS_FILE, work / "data", end - start + lookback)
+            (work / OPENMETRICS_FILE).unlink()
+            phase("blocks")
+            prometheus = Prometheus(work / "data").start()
+            phase("prometheus")
+            pool = ThreadPoolExecutor(workers)
+            try:
+                with httpx.Client(timeout=600) as client:
+                    found = list(pool.map(lambda r: evaluate(prometheus, r, records, start, end, client),
+                                          alert_rules))
+            finally:  # on a signal: no query waits for the others, and the one in flight fails with its server
+                pool.shutdown(wait=False, cancel_futures=True)
+                prometheus.stop()
+            phase("queries")
         finally:
-            prometheus.stop()
-        phase("queries")
-    firings = sorted((f for group in found for f in group), key=lambda f: (f.start, f.alert, sorted(f.labels.items())))
-    return BacktestResult(firings, backfilled, len(alert_rules), seconds)
+            shutil.rmtree(work, ignore_errors=True)
+    firings = sorted((f for group, _ in found for f in group),
+                     key=lambda f: (f.start, f.alert, sorted(f.labels.items())))
+    pending = sorted((p for _, group in found for p in group), key=lambda p: (p.since, p.alert))
+    return BacktestResult(firings, backfilled, len(alert_rules), seconds, pending,
+                          str(rules) if rules is not None else "generated from --config")
 
 
-def show(result: BacktestResult, start: float, end: float) -> None:
-    from rich.console import Console
+def _rest(labels: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(labels.items())
+                    if k not in ("severity", "heuristic", "instance", "job"))
+
+
+def show(result: BacktestResult, start: float, end: float, out: Any = None) -> None:
+    """The firings, then the alerts that were pending but never fired, then a summary; to a pipe at full width."""
     from rich.table import Table
+    from rich.text import Text
 
-    from spyglass.console import plain  # labels are data: a `[/x]` in one prints as written
+    from spyglass.console import console_for, plain  # labels are data: a `[/x]` in one prints as written
 
     table = Table("alert", "severity", "heuristic", "instance", "labels", "fired", "resolved",
                   title=f"alerts that would have fired between {iso(start)} and {iso(end)}")
     for a in result.alerts:
-        rest = {k: v for k, v in a.labels.items() if k not in ("severity", "heuristic", "instance", "job")}
-        table.add_row(*(plain(v) for v in (a.alert, a.severity or "", a.heuristic or "", a.labels.get("instance", ""),
-                      " ".join(f"{k}={v}" for k, v in sorted(rest.items())), a.start, a.end or "(still firing)")))
-    console = Console()
-    console.print(table)
+        table.add_row(*(plain(x) for x in (a.alert, a.severity or "", a.heuristic or "", a.labels.get("instance", ""),
+                                           _rest(a.labels), a.start, a.end or "(still firing)")))
+    parts: list[Any] = [table]
+    if result.pending:
+        held = Table("alert", "heuristic", "instance", "labels", "pending since", "held",
+                     title="pending in the window, never fired there")
+        for p in result.pending:
+            held.add_row(*(plain(x) for x in (p.alert, p.heuristic or "", p.labels.get("instance", ""),
+                                              _rest(p.labels), p.since, p.text())))
+        parts.append(held)
     b = result.backfill
-    console.print(f"{len(result.alerts)} firings of {result.rules} alert rules; replayed {b.events} events"
-                  f" ({b.events_in_window} in the window) into {b.samples} samples at {b.times} times; "
-                  + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items()))
+    parts.append(Text(f"{len(result.alerts)} firings of {result.rules} alert rules ({result.rules_from}); replayed"
+                      f" {b.events} events ({b.events_in_window} in the window) into {b.samples} samples at"
+                      f" {b.times} times; " + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items())))
+    console = console_for(out, *parts[:-1])
+    for part in parts:
+        console.print(part)
 
 
 def dumps(result: BacktestResult) -> str:

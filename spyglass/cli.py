@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from loguru import logger
@@ -88,14 +88,34 @@ def missing_files(config: Config) -> list[tuple[str, Path]]:
     return [(name, path) for name, path in tailed_files(config).items() if not path.exists()]
 
 
+SettledOption = Annotated[float | None, typer.Option(
+    "--settled-seconds", min=0, help="Read infer-store segments unchanged this long (default: each source's"
+    " settle_seconds, 30); 0 reads a copied segment at once.")]
+
+
+def with_settle(config: Config, seconds: float | None) -> Config:
+    """`config` with every infer_store source's settle_seconds set to `seconds` (unchanged for None)."""
+    if seconds is None:
+        return config
+    sources = {name: o.model_copy(update={"settle_seconds": seconds}) if o.kind == "infer_store" else o
+               for name, o in config.sources.items()}
+    return config.model_copy(update={"sources": sources})
+
+
+def unsettled_segments(pipeline: Any) -> dict[str, list[str]]:
+    """infer_store source -> the segments its last poll left unread because they changed too recently."""
+    return {rt.name: list(rt.source.unsettled) for rt in pipeline.sources
+            if rt.kind == "infer_store" and getattr(rt.source, "unsettled", None)}
+
+
 @app.command()
-def ingest(config: ConfigOption,
+def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
            poll: Annotated[bool, typer.Option("--poll", help="Also poll the sources that sample the present"
                                               " (status endpoints, supervisord's API, /proc, model paths) once,"
                                               " now. Off by default: on a stack that has stopped, such a poll only"
                                               " stores that it is gone, stamped now.")] = False) -> None:
     """Read every file source (and the infer store) to its current end, commit, exit. Run again: it adds
-    nothing.
+    nothing. Infer-store segments changed within the settle time are left for a later run, and said so.
 
     Sources that sample the present are polled only with --poll: what they say is true of the moment of
     the poll, not of the time the files cover."""
@@ -103,7 +123,7 @@ def ingest(config: ConfigOption,
     from spyglass.agent import StoreBusy, open_store
     from spyglass.pipeline import Pipeline
 
-    cfg = _config(config)
+    cfg = with_settle(_config(config), settled_seconds)
     missing = missing_files(cfg)
     for name, path in missing:
         typer.echo(f"warning: sources.{name}: no file at {path}", err=True)
@@ -132,6 +152,11 @@ def ingest(config: ConfigOption,
     stored = "stored" if cfg.exporters.store.enabled else "counted (store off)"
     typer.echo(f"read {lines:,} lines from {files - len(missing)} of {files} files;"
                f" {events[0]:,} events {stored}; {len(cfg.sources)} sources")
+    for name, segments in unsettled_segments(pipeline).items():
+        settle = cfg.sources[name].settle_seconds
+        typer.echo(f"skipped {len(segments)} unsettled segment{'s' * (len(segments) != 1)} of sources.{name}"
+                   f" (changed within settle_seconds {settle:g} s; run again later, or --settled-seconds 0 for a"
+                   f" copy): {', '.join(segments[:5])}{' ...' if len(segments) > 5 else ''}", err=True)
 
 
 @app.command()
@@ -234,12 +259,20 @@ ToOption = Annotated[str, typer.Option("--to", help="End: RFC 3339 (no offset: U
 def backfill(config: ConfigOption, start: FromOption, end: ToOption,
              out: Annotated[Path, typer.Option("--out", "-o", help="Folder for spyglass.om.")],
              step: Annotated[str, typer.Option(help="Sample the replayed state this often.")] = "15s") -> None:
-    """Replay the stored events into OpenMetrics with timestamps, for promtool tsdb create-blocks-from openmetrics."""
-    from spyglass.backfill import OPENMETRICS_FILE, BackfillError, parse_duration, parse_time, replay
+    """Replay the stored events into OpenMetrics with timestamps, for promtool tsdb create-blocks-from openmetrics.
+
+    Exit 2 on a usage error (the bounds of `spyglass backtest`: at most 31 days, a step of at least 1s)."""
+    from spyglass.backfill import OPENMETRICS_FILE, BackfillError, UsageError, parse_duration, parse_time, replay
+    from spyglass.backtest import check_bounds
 
     cfg = _config(config)
     try:
-        result = replay(cfg, parse_time(start), parse_time(end), parse_duration(step), out / OPENMETRICS_FILE)
+        first, last, every = parse_time(start), parse_time(end), parse_duration(step)
+        check_bounds(first, last, every, 0.0)
+        result = replay(cfg, first, last, every, out / OPENMETRICS_FILE)
+    except UsageError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     except BackfillError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -249,13 +282,19 @@ def backfill(config: ConfigOption, start: FromOption, end: ToOption,
 
 @app.command()
 def backtest(config: ConfigOption, start: FromOption, end: ToOption,
-             rules: Annotated[Path, typer.Option(help="A rule file or a folder of them.")] = Path("alerts"),
-             step: Annotated[str, typer.Option(help="Backfill sample interval.")] = "15s",
+             rules: Annotated[Path | None, typer.Option(help="A rule file or a folder of them (default: the rules"
+                                                        " `spyglass rules` makes of --config, in memory).")] = None,
+             step: Annotated[str, typer.Option(help="Backfill sample interval (at least 1s).")] = "15s",
              lookback: Annotated[str, typer.Option(help="History replayed before --from for windows and baselines.")] = "2h",
-             as_json: Annotated[bool, typer.Option("--json", help="Print {\"alerts\": [...]} instead of a table.")] = False,
+             as_json: Annotated[bool, typer.Option("--json", help="Print {\"alerts\": [...], \"pending\": [...]}"
+                                                   " instead of tables.")] = False,
              ) -> None:
-    """Which alerts would have fired over a stored window: replay, blocks, Prometheus, for: applied."""
-    from spyglass.backfill import BackfillError, parse_duration, parse_time
+    """Which alerts would have fired over a stored window: replay, blocks, Prometheus, for: applied.
+
+    Exit 0 with the result; 1 when it cannot run (no store, nothing stored in the window, a bad rule file);
+    2 on a usage error (a bad or out-of-range time, --from after --to, a window over 31 days, a step
+    under 1s, more than 200,000 sample times)."""
+    from spyglass.backfill import BackfillError, UsageError, parse_duration, parse_time
     from spyglass.backtest import backtest as run_backtest
     from spyglass.backtest import dumps, show
 
@@ -263,6 +302,9 @@ def backtest(config: ConfigOption, start: FromOption, end: ToOption,
     try:
         first, last = parse_time(start), parse_time(end)
         result = run_backtest(cfg, first, last, rules, parse_duration(step), parse_duration(lookback))
+    except UsageError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     except BackfillError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

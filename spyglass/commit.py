@@ -42,6 +42,9 @@ class Committer:
       (metrics keep flowing; only then can a kill -9 show a counter lower after the restart),
       and reading pauses once `commit_max_events` wait, so memory stays bounded and the unread
       lines wait in their files.
+    - A record the store cannot take (a timestamp past the year 9999, say) never blocks the
+      ones behind it: the store sets it aside, the rest commits, and
+      `spyglass_store_events_refused_total` counts it.
     """
 
     def __init__(self, store: Store, state: MetricState, clock: Clock, *, interval: float,
@@ -117,11 +120,12 @@ class Committer:
                 return  # still due: a line after a quiet spell is committed (and shown) at once
             events, waiters = self.pending, self.waiters
             if self.store.keeps_events and events:
+                self.pending = events = self._storable(events)  # set aside once, not again at a retry
                 self.state.inc("spyglass_store_events_total", (), len(events))
             self.state.set("spyglass_store_healthy", (), 1.0)
             snapshot, exemplars = self.state.to_json(), self.state.copy_exemplars()
         try:
-            self.store.commit(events, checkpoints, snapshot)
+            refused = self.store.commit(events, checkpoints, snapshot)
         except BaseException:
             with self.state.lock:
                 if self.store.keeps_events and events:
@@ -133,6 +137,8 @@ class Committer:
         self.pending, self.waiters = [], []
         for waiter in waiters:
             waiter.set()
+        if refused:
+            self._set_aside(refused, committed=True)
         self._last_checkpoints = checkpoints
         self._due = now + self.interval
         self._publish(snapshot, exemplars)
@@ -145,6 +151,28 @@ class Committer:
             self.commit()
         except Exception as exc:  # noqa: BLE001
             logger.error("the last commit failed ({}); what it held is read again at the next start", exc)
+
+    def _storable(self, events: list[Event]) -> list[Event]:
+        """The events whose timestamp the store can take; the others are set aside (under the lock)."""
+        from exporters.store import storable
+
+        kept = [e for e in events if storable(e)]
+        if len(kept) < len(events):
+            self._set_aside([e for e in events if not storable(e)], committed=False)
+        return kept
+
+    def _set_aside(self, refused: list[Event], *, committed: bool) -> None:
+        """Events the store cannot take: counted, logged, never retried, so one bad record never
+        blocks the ones behind it. Found before the commit (a timestamp) they are not counted in
+        `spyglass_store_events_total`; found by the store (fields that will not encode) they were."""
+        if committed:
+            with self.state.lock:
+                self.state.inc("spyglass_store_events_refused_total", (), len(refused))
+        else:
+            self.state.inc("spyglass_store_events_refused_total", (), len(refused))
+        logger.error("{} event(s) the store cannot take were set aside (e.g. {} from {} at ts={!r});"
+                     " the rest of the batch is committed", len(refused), refused[0].kind, refused[0].source,
+                     refused[0].ts)
 
     def _failed(self, exc: Exception) -> None:
         self.failures += 1

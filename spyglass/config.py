@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import re
 import socket
 import tomllib
 from pathlib import Path
@@ -53,13 +54,17 @@ class AgentConfig(Strict):
         " patterns stands for ('{path}.{n}': .1 to .8).")
 
 
+TOKEN_PATTERN = r"^[A-Za-z0-9._~+/-]+=*$"  # RFC 6750's b64token: no spaces, no control characters
+
+
 class PrometheusConfig(Strict):
     """The agent's HTTP server. Loopback only unless a bearer token is configured; every limit bounds
     what one request can cost the agent (docs/config.md says which)."""
 
     enabled: bool = Field(True, description="Serve /metrics, /health, /debug/sources, /api/sql and /v1/traces.")
-    token: str | None = Field(None, min_length=16, description="Bearer token required on every path but "
-                              "`open_paths`; needed to listen on a non-loopback address.")
+    token: str | None = Field(None,
+                              description="Bearer token required on every path but `open_paths`; needed to listen"
+                              " on a non-loopback address. 16 or more of A-Z a-z 0-9 - . _ ~ + / (RFC 6750).")
     token_file: Path | None = Field(None, description="A file holding the token (first line), instead of `token`.")
     listen: str = Field("127.0.0.1:9464", description="IP:port or [IPv6]:port; a non-loopback address needs a token.")
     open_paths: list[str] = Field(["/metrics", "/health"], description="Paths served without the token.")
@@ -77,6 +82,13 @@ class PrometheusConfig(Strict):
     sql_snapshot_seconds: float = Field(5.0, ge=0, le=3600,
                                         description="/api/sql reads a copy of the store at most this much older than the query.")
 
+    @field_validator("token")
+    @classmethod
+    def _token(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) < 16 or not re.fullmatch(TOKEN_PATTERN, value)):
+            raise ValueError("must be 16 or more of A-Z a-z 0-9 - . _ ~ + / (RFC 6750: no spaces)")
+        return value
+
     @field_validator("token_file")
     @classmethod
     def _readable(cls, value: Path | None) -> Path | None:
@@ -85,8 +97,8 @@ class PrometheusConfig(Strict):
                 token = value.expanduser().read_text().strip().splitlines()
             except OSError as exc:
                 raise ValueError(f"cannot read the token file: {exc.strerror}") from None
-            if not token or len(token[0]) < 16:
-                raise ValueError("the token file must hold a token of at least 16 characters")
+            if not token or len(token[0]) < 16 or not re.fullmatch(TOKEN_PATTERN, token[0]):
+                raise ValueError("the token file's first line must be a token of 16 or more of A-Z a-z 0-9 - . _ ~ + /")
         return value
 
     @field_validator("listen")
@@ -189,8 +201,10 @@ class AlertsConfig(Strict):
     the heuristic modules of spyglass/heuristics/."""
 
     job: str = Field("spyglass", description="Prometheus job label of the scrape of this agent's /metrics.")
-    runbook_base_url: str = Field("alerts/runbooks",
-                                  description="runbook_url is this, a slash and <AlertName>.md.")
+    runbook_base_url: str | None = Field(
+        None, description="runbook_url is this, a slash and <AlertName>.md: an absolute URL (https://... where the"
+                          " runbooks are published, or file:///... where they lie), so the link works from Alertmanager"
+                          " and Grafana. Unset: the file:// URL of the runbooks `spyglass rules --out` writes.")
     evaluation_interval_seconds: int = Field(30, gt=0, le=300, description="Rule group evaluation interval.")
     time_scale: float = Field(
         1.0, gt=0, le=1, description="Every range window, offset, for: and keep_firing_for: of the generated rules is"
@@ -217,6 +231,14 @@ class AlertsConfig(Strict):
     store_webhook_url: str | None = Field("http://127.0.0.1:9464/api/alerts",
                                           description="Alertmanager also sends pages and tickets here (spyglass"
                                                       " stores them as events); unset to not.")
+
+    @field_validator("runbook_base_url")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        """A relative link is dead in Alertmanager and Grafana: only an absolute URL is taken."""
+        if value is not None and not re.fullmatch(r"(https?://[^/\s]+|file:///)\S*", value):
+            raise ValueError(f"must be an absolute URL (https://host/... or file:///path), got {value!r}")
+        return value
 
 
 class Config(Strict):
@@ -249,7 +271,9 @@ def _describe(error: Any) -> str:  # pydantic's ErrorDetails
     elif error["type"] == "missing":
         message = "required key is missing"
     got = error.get("input")
-    return message if isinstance(got, dict) or got is None or error["type"] == "missing" else f"{message} (got {got!r})"
+    secret = error.get("loc", ())[-1:] == ("token",)  # a token is never echoed, not even a bad one
+    return message if isinstance(got, dict) or got is None or secret or error["type"] == "missing" \
+        else f"{message} (got {got!r})"
 
 
 def _validate_source(name: str, raw: Any, file: str) -> collectors.SourceOptions:
@@ -289,7 +313,24 @@ def parse_config(data: dict[str, Any], file: str = "<config>") -> Config:
     _check_places(config, file)
     _check_urls(config, file)
     _check_parquet(config, file)
+    _switch_log_instances(config)
     return config
+
+
+def _instances_named(options: Any) -> set[str]:
+    """The instances a source's options name: its `instance`, a replay's url map, a host's processes."""
+    named = {options.instance} if options.instance else set()
+    by_url, processes = getattr(options, "instances", None), getattr(options, "processes", None)
+    named |= set(by_url.values()) if isinstance(by_url, dict) else set()
+    return named | (set(processes) if isinstance(processes, dict) else set())
+
+
+def _switch_log_instances(config: Config) -> None:
+    """A switch log that lists no instances may name those the config's other sources name."""
+    named = sorted(set().union(*(_instances_named(o) for o in config.sources.values() if o.kind != "switch_log")))
+    for options in config.sources.values():
+        if options.kind == "switch_log" and not options.instances:
+            options.instances = named
 
 
 def _check_parquet(config: Config, file: str) -> None:

@@ -5,9 +5,10 @@ to the agent; each span becomes an event (kind `span`, source `otlp`) with its i
 status and attributes, joined to the rest by its `spyglass.request.id`. Decoding is pure.
 
 What a span may bring is bounded (`SpanLimits`): spans per export, attributes per span, the
-length of every name and value, the depth and length of arrays and maps. Prompt and completion
-text (the GenAI content attributes, and status messages, which echo exceptions) is dropped on
-receipt unless `keep_content` says otherwise; the span keeps the names of what was dropped.
+length of every name and value, the depth and length of arrays and maps. Unless `keep_content`
+says otherwise, only the attributes of an allow-list (KEPT_KEYS: ids, measurements, closed-set
+names) are kept, and status messages (which echo exceptions) are dropped: prompt and completion
+text cannot hide under an unforeseen key. The span keeps the names of what was dropped.
 """
 from __future__ import annotations
 
@@ -16,14 +17,23 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from collectors import timebounds
 from collectors.event import Event
 
 KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
-# OpenTelemetry GenAI semantic conventions: the attributes that carry what was said.
-CONTENT_KEYS = {"gen_ai.prompt", "gen_ai.completion", "gen_ai.input.messages", "gen_ai.output.messages",
-                "gen_ai.system_instructions", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result",
-                "gen_ai.tool.definitions", "llm.prompts", "llm.completions", "input.value", "output.value"}
-CONTENT_PREFIXES = ("gen_ai.prompt.", "gen_ai.completion.", "llm.input_messages.", "llm.output_messages.")
+# What may be kept without `keep_content`: an allow-list, since text can hide under any key
+# (traceloop.entity.input, retrieval.documents.0.document.content, llm.prompt_template.variables).
+# Measurements, ids and closed-set names only; every other attribute is dropped on receipt and
+# named in `redacted`. A map value is kept only under keep_content (its keys are not vetted).
+KEPT_KEYS = frozenset({
+    "service.name", "service.version", "service.instance.id", "host.name", "process.pid",
+    "telemetry.sdk.name", "telemetry.sdk.language", "telemetry.sdk.version", "otel.scope.name",
+    "http.request.method", "http.response.status_code", "http.route", "url.template", "url.scheme",
+    "server.address", "server.port", "network.protocol.version", "error.type", "rpc.system", "rpc.method",
+    "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.system", "gen_ai.request.model",
+    "gen_ai.response.model", "gen_ai.response.id", "gen_ai.response.finish_reasons", "gen_ai.request.max_tokens",
+    "gen_ai.request.temperature", "gen_ai.request.top_p", "gen_ai.conversation.id"})
+KEPT_PREFIXES = ("spyglass.", "gen_ai.usage.", "llm.token_count.")
 MAX_EVENTS = 64
 MAX_DEPTH = 3
 
@@ -36,8 +46,9 @@ class SpanLimits:
     max_value_chars: int = 1024
 
 
-def is_content(key: str) -> bool:
-    return key in CONTENT_KEYS or key.startswith(CONTENT_PREFIXES)
+def may_keep(key: str) -> bool:
+    """Whether an attribute may be kept without keep_content (see KEPT_KEYS)."""
+    return key in KEPT_KEYS or key.startswith(KEPT_PREFIXES)
 
 
 def any_value(value: Any, limits: SpanLimits = SpanLimits(), depth: int = 0) -> Any:
@@ -62,15 +73,16 @@ def attributes_of(pairs: Any, limits: SpanLimits) -> tuple[dict[str, Any], list[
     redacted: list[str] = []
     for kv in pairs[:limits.max_attributes]:
         key = kv.key[:limits.max_value_chars]
-        if not limits.keep_content and is_content(key):
-            redacted.append(key)
-        else:
+        if limits.keep_content or (may_keep(key) and kv.value.WhichOneof("value") != "kvlist_value"):
             kept[key] = any_value(kv.value, limits)
+        else:
+            redacted.append(key)
     return kept, redacted, max(0, len(pairs) - limits.max_attributes)
 
 
-def decode_spans(body: bytes, host: str = "", limits: SpanLimits = SpanLimits()) -> list[Event]:
-    """The spans of one ExportTraceServiceRequest as events; ValueError if it is not one or too big."""
+def decode_spans(body: bytes, host: str = "", limits: SpanLimits = SpanLimits(), *, now: float) -> list[Event]:
+    """The spans of one ExportTraceServiceRequest as events; ValueError if it is not one, too big,
+    or a span's start or end lies outside 2000 to a day past `now` (collectors/timebounds.py)."""
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(body)
@@ -84,11 +96,13 @@ def decode_spans(body: bytes, host: str = "", limits: SpanLimits = SpanLimits())
         resource, _, _ = attributes_of(resource_spans.resource.attributes, limits)
         service = str(resource.get("service.name", ""))
         for scope_spans in resource_spans.scope_spans:
-            events += [_event(span, service, host, limits) for span in scope_spans.spans]
+            events += [_event(span, service, host, limits, now) for span in scope_spans.spans]
     return events
 
 
-def _event(span: Any, service: str, host: str, limits: SpanLimits) -> Event:
+def _event(span: Any, service: str, host: str, limits: SpanLimits, now: float) -> Event:
+    timebounds.check(span.start_time_unix_nano, now, "span start_time_unix_nano", "ns")
+    timebounds.check(span.end_time_unix_nano, now, "span end_time_unix_nano", "ns")
     attributes, redacted, over = attributes_of(span.attributes, limits)
     message = span.status.message or None
     if message and not limits.keep_content:

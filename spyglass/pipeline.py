@@ -17,7 +17,7 @@ from loguru import logger
 
 import collectors
 import exporters
-from collectors import LineSource, PolledSource, PollPolicy
+from collectors import LineSource, PolledSource, PollPolicy, timebounds
 from collectors.clock import Clock
 from collectors.event import Event
 from collectors.grammar import split_outcome
@@ -122,7 +122,7 @@ class Pipeline:
 
         return ParquetPublisher(cast(Any, self.store), self.clock, options.parquet_dir.expanduser(),
                                 host=self.config.agent.host, interval=options.publish_interval_seconds,
-                                retain_hours=options.retain_hours)
+                                retain_hours=options.retain_hours, state=self.state)
 
     def _start_known_counters(self) -> None:
         """Counters of the configured instances and lanes start at 0 (see exporters.start_known_counters)."""
@@ -168,13 +168,15 @@ class Pipeline:
         batches = [(rt, [] if paused else self._poll_file(rt)) for rt in self.sources if rt.tailer is not None]
         polled = self._drain_polled()
         stored, waiters = self._drain_submitted()
+        now = self.clock.now()
         with self.state.lock:
             for rt, lines in batches:
-                events = self._parse(rt, lines)
+                events = self._within_time_bounds(rt, self._parse(rt, lines), now)
                 self._apply(rt, events)
                 self._update_health(rt)
                 stored += events
             for rt, events, ok in polled:
+                events = self._within_time_bounds(rt, events, now)
                 self._apply(rt, events)
                 self.state.inc("spyglass_source_polls_total", (rt.name, "ok" if ok else "error"))
                 self.state.set("spyglass_source_up", (rt.name,), 1.0 if ok else 0.0)
@@ -350,6 +352,21 @@ class Pipeline:
         if unmatched:
             rt.last_unmatched = unmatched
         return events
+
+    def _within_time_bounds(self, rt: SourceRuntime, events: list[Event], now: float) -> list[Event]:
+        """The events whose timestamp lies between 2000 and a day past `now` (collectors/timebounds.py);
+        each other one is counted invalid (field `ts`) and dropped, so it never reaches the store."""
+        lo, hi = timebounds.window(now)
+        kept = [e for e in events if lo <= e.ts <= hi]
+        refused = len(events) - len(kept)
+        if refused:
+            rt.outcomes["invalid"] = rt.outcomes.get("invalid", 0) + refused
+            self.state.inc("spyglass_source_invalid_fields_total", (rt.name, "ts"), refused)
+            bad = next(e for e in events if timebounds.problem(e.ts, now) is not None)
+            if rt.outcomes["invalid"] <= 10 + refused or rt.outcomes["invalid"] % 1000 < refused:  # loud, not a flood
+                logger.warning("{}: {} event(s) refused for their timestamp, e.g. {} ({})", rt.name, refused, bad.kind,
+                               timebounds.problem(bad.ts, now))
+        return kept
 
     def _apply(self, rt: SourceRuntime, events: list[Event]) -> None:
         apply, good = rt.apply, []

@@ -6,6 +6,11 @@ Every request is bounded: at most `workers` are served at once (past that a conn
 total (a half-sent or dripping request is dropped at its deadline, so it cannot pin a worker),
 a body must have a Content-Length no larger than `max_body_bytes` (else 411 or 413, unread), and
 with a token configured every path but `open_paths` needs `Authorization: Bearer TOKEN`.
+
+No web page can make it act (cross-site requests, DNS rebinding): a POST needs its endpoint's
+Content-Type (application/json, or application/x-protobuf for /v1/traces; else 415), an `Origin`
+header, if any, must be the agent's own (else 403), and on a loopback listener every path but
+`open_paths` needs a `Host` naming a loopback address and the port (else 421).
 """
 from __future__ import annotations
 
@@ -36,7 +41,11 @@ class ListenError(Exception):
 
 class NotYetStored(Exception):
     """A POSTed body's events are not committed: refused while the store fails (nothing taken), or
-    taken and not committed in time (stored once the store recovers)."""
+    taken and not committed in time (stored once the store recovers): `taken` says which."""
+
+    def __init__(self, message: str, taken: bool = False) -> None:
+        super().__init__(message)
+        self.taken = taken
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,48 @@ class _BoundedServer(HTTPServer):
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
+# What a POST body must be: a browser page can send only text/plain, form types and multipart
+# without a CORS preflight, so none of those is taken.
+POST_TYPES = {"/v1/traces": ("application/x-protobuf",), "/api/sql": ("application/json",),
+              "/api/alerts": ("application/json",), "/api/smoke": ("application/json",)}
+
+
+def _loopback_port(host: str, port: int) -> int | None:
+    """The port, when the server listens on a loopback address (then Host is checked), else None."""
+    import ipaddress
+
+    name = host.strip("[]")
+    try:
+        return port if name == "localhost" or ipaddress.ip_address(name).is_loopback else None
+    except ValueError:
+        return None
+
+
+def host_allowed(host: str | None, loopback: int | None) -> bool:
+    """On a loopback listener, `Host` must name a loopback address and the port: a page whose name
+    an attacker pointed at 127.0.0.1 (DNS rebinding) carries its own name. Off loopback a token
+    guards every path, and Host is not checked. No Host at all (HTTP/1.0 tools) is allowed."""
+    if loopback is None or host is None:
+        return True
+    name, _, port = host.strip().lower().rpartition(":")
+    return name in LOOPBACK_NAMES and port == str(loopback)
+
+
+def cross_site_refusal(path: str, headers: Any, loopback: int | None) -> tuple[int, str] | None:
+    """Why a POST is refused as a possible cross-site request, or None: a `Content-Type` other than
+    the endpoint's (415), or an `Origin` other than the agent's own (403; browsers send one with
+    every cross-origin POST, `no-cors` included)."""
+    kind = headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+    wanted = POST_TYPES.get(path, ("application/json",))
+    if kind not in wanted:
+        return 415, f"{path} takes Content-Type {' or '.join(wanted)}, not {kind[:60] or 'none'}\n"
+    origin = headers.get("Origin")
+    if origin is not None and origin.strip().lower() != f"http://{headers.get('Host', '').strip().lower()}":
+        return 403, "a request from another origin (a web page?) is refused\n"
+    return None
+
+
 class AgentServer:
     """/metrics, /health, /debug/sources, POST /api/sql, /v1/traces, /api/alerts and /api/smoke on one port, bounded."""
 
@@ -152,6 +203,11 @@ class AgentServer:
                 if not handle:
                     self._send(404, "text/plain", b"not found\n")
                     return
+                refusal = cross_site_refusal(path, self.headers, loopback)
+                if refusal is not None:
+                    self.close_connection = True
+                    self._send(refusal[0], "text/plain", refusal[1].encode())
+                    return
                 body = self._body()
                 if body is None:
                     return
@@ -163,6 +219,10 @@ class AgentServer:
                     self._send(500, "text/plain", b"internal error (logged by the agent); nothing was stored\n")
 
             def _allowed(self, path: str) -> bool:
+                if path not in limits.open_paths and not host_allowed(self.headers.get("Host"), loopback):
+                    self.close_connection = True
+                    self._send(421, "text/plain", b"Host is not this agent's loopback address (DNS rebinding?)\n")
+                    return False
                 if expected is None or path in limits.open_paths:
                     return True
                 given = self.headers.get("Authorization", "").encode()
@@ -255,6 +315,7 @@ class AgentServer:
             self.httpd = _BoundedServer((host.strip("[]"), int(port)), Handler, limits.workers, family)
         except OSError as exc:
             raise ListenError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+        loopback = _loopback_port(host, self.httpd.server_address[1])
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="spyglass-http", daemon=True)
 
     @property

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from collectors import timebounds
 from collectors.event import Event
 from spyglass.bodies import json_object
 from spyglass.config import Config
@@ -30,7 +31,7 @@ MAX_SAMPLES = 1000
 class SampleResult(BaseModel):
     """One sample's outcome."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(..., min_length=1, max_length=80)
     status: int = Field(..., ge=0, le=599)
@@ -42,7 +43,7 @@ class SampleResult(BaseModel):
 class SmokeResult(BaseModel):
     """The body of `POST /api/smoke`: one run of the gate."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     instance: str = Field(..., min_length=1, max_length=80, description="The engine instance the run gated.")
     url: str = Field(..., min_length=1, max_length=300, description="The serve URL it checked.")
@@ -65,8 +66,9 @@ class SmokeResult(BaseModel):
         return Event(self.at, SOURCE, KINDS[0] if self.passed else KINDS[1], self.instance, fields, None, host)
 
 
-def decode_result(body: bytes, host: str = "") -> Event:
-    """The event of a `POST /api/smoke` body; ValueError naming the key and why if it is not one."""
+def decode_result(body: bytes, host: str = "", *, now: float) -> Event:
+    """The event of a `POST /api/smoke` body; ValueError naming the key and why if it is not one
+    (`at` must lie between 2000 and a day past `now`, see collectors/timebounds.py)."""
     raw = json_object(body, "a smoke result")
     try:
         result = SmokeResult.model_validate(raw)
@@ -74,6 +76,7 @@ def decode_result(body: bytes, host: str = "") -> Event:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
         raise ValueError(f"{where}: {first['msg']}") from None
+    timebounds.check(result.at, now, "at")
     return result.event(host)
 
 

@@ -8,7 +8,9 @@ a process of its own (spyglass.query.run_bounded).
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +23,13 @@ import duckdb
 from exporters.store import SCHEMA
 
 BATCH_ROWS = 20_000
+
+
+def copy_exclusive(source: Path, target: Path) -> None:
+    """Copy `source` to a new file `target`, created O_EXCL | O_NOFOLLOW: never through a link."""
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with open(fd, "wb") as out, open(source, "rb") as data:
+        shutil.copyfileobj(data, out, 1 << 20)
 
 
 @dataclass
@@ -40,12 +49,15 @@ class Snapshots:
     its last query ends. Taking one reads the store beside the writer (MVCC): it never blocks or
     fails an ingest commit."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, folder: Path, max_age: float,
+    def __init__(self, connection: Callable[[], duckdb.DuckDBPyConnection], folder: Path, max_age: float,
                  clock: Callable[[], float] = time.time) -> None:
-        self.con, self.folder, self.max_age, self.clock = con, folder, max_age, clock
+        # `connection()` is the store's connection now: the store reopens it after DuckDB invalidated it
+        self.connection, self.folder, self.max_age, self.clock = connection, folder, max_age, clock
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.glob("copy-*.duckdb*"):  # left by an agent that was killed
             old.unlink()
+        for old in folder.glob(".partial-*"):
+            shutil.rmtree(old, ignore_errors=True)
         self._serial = itertools.count(1)
         self._lock = threading.Lock()  # guards _newest and the users of every copy
         self._taking = threading.Lock()  # one copy at a time
@@ -104,13 +116,21 @@ class Snapshots:
         Events are only ever appended, so a copy starts from the previous one (a file copy) and
         adds the events past its last rowid; checkpoints and state are copied whole."""
         path = self.folder / f"copy-{next(self._serial)}.duckdb"
-        partial = path.with_suffix(".partial")
+        # Written in a folder of its own, made new (0700): a symlink planted at a predictable name
+        # is never followed, so no other file is overwritten. Renamed into place when whole.
+        work = Path(tempfile.mkdtemp(prefix=".partial-", dir=self.folder))
+        try:
+            return self._take_into(work / "copy.duckdb", path)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _take_into(self, partial: Path, path: Path) -> Copy:
         previous = self._newest
         start = 0
         if previous is not None and previous.path.exists():
-            shutil.copyfile(previous.path, partial)
+            copy_exclusive(previous.path, partial)
             start = previous.next_rowid
-        cursor = self.con.cursor()
+        cursor = self.connection().cursor()
         try:
             cursor.execute("BEGIN TRANSACTION READ ONLY")
             as_of = self.clock()
@@ -136,5 +156,7 @@ class Snapshots:
         return Copy(path, as_of, end)
 
     def close(self) -> None:
+        for work in self.folder.glob(".partial-*"):
+            shutil.rmtree(work, ignore_errors=True)
         for copy in self.folder.glob("copy-*.duckdb*"):
             copy.unlink(missing_ok=True)

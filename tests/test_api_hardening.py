@@ -28,6 +28,8 @@ from spyglass.config import ConfigError, engine_log_toml, parse_config
 from spyglass.otlp_receiver import SpanLimits, decode_spans
 from spyglass.query import AgentApi, QueryError, run_readonly
 
+JSON_BODY = {"Content-Type": "application/json"}
+PROTOBUF_BODY = {"Content-Type": "application/x-protobuf"}
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
@@ -257,18 +259,19 @@ def empty_spans(count: int) -> bytes:
 def test_bodies_are_bounded_and_span_bombs_refused(start_agent):
     agent = start_agent()
     port, url = agent["port"], agent["url"]
-    for path in ("/api/sql", "/v1/traces"):
-        answer = raw_request(port, f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 50000000\r\n\r\n".encode())
+    for path, kind in (("/api/sql", "application/json"), ("/v1/traces", "application/x-protobuf")):
+        head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: {kind}\r\n"
+        answer = raw_request(port, f"{head}Content-Length: 50000000\r\n\r\n".encode())
         assert answer.startswith(b"HTTP/1.0 413"), answer[:80]
-        answer = raw_request(port, f"POST {path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+        answer = raw_request(port, f"{head}Transfer-Encoding: chunked\r\n\r\n".encode())
         assert answer.startswith(b"HTTP/1.0 411"), answer[:80]
     bomb = empty_spans(500_000)  # 1 MB: just under the body limit
     assert ExportTraceServiceRequest.FromString(bomb).resource_spans[0].scope_spans[0].spans[0] is not None
     with ThreadPoolExecutor(3) as pool:
-        responses = list(pool.map(lambda _: httpx.post(f"{url}/v1/traces", content=bomb, timeout=60), range(3)))
+        responses = list(pool.map(lambda _: httpx.post(f"{url}/v1/traces", content=bomb, timeout=60, headers=PROTOBUF_BODY), range(3)))
     assert [r.status_code for r in responses] == [400] * 3
     assert "500000 spans in one export; at most 5000" in responses[0].text
-    assert httpx.post(f"{url}/v1/traces", content=empty_spans(2_000_000), timeout=60).status_code == 413
+    assert httpx.post(f"{url}/v1/traces", content=empty_spans(2_000_000), timeout=60, headers=PROTOBUF_BODY).status_code == 413
     assert peak_rss_mb(agent["proc"]) < RSS_BOUND_MB
     assert httpx.get(f"{url}/health").text == "ok\n"
 
@@ -279,7 +282,7 @@ def test_a_deeply_nested_body_is_a_400_on_every_json_endpoint(start_agent):
     deep = b"[" * 5000 + b"]" * 5000
     for path, reason in (("/api/alerts", "nested too deeply"), ("/api/smoke", "nested too deeply"),
                          ("/api/sql", "recursion")):
-        answer = httpx.post(f"{agent['url']}{path}", content=deep, timeout=60)
+        answer = httpx.post(f"{agent['url']}{path}", content=deep, timeout=60, headers=JSON_BODY)
         assert (answer.status_code, reason in answer.text) == (400, True), (path, answer.status_code, answer.text)
     assert httpx.get(f"{agent['url']}/health").text == "ok\n"
 
@@ -291,7 +294,8 @@ def test_half_sent_requests_cannot_pin_the_workers(start_agent):
     sockets = []
     for n in range(200):
         s = socket.create_connection(("127.0.0.1", port))
-        s.sendall(b"POST /api/sql HTTP/1.1\r\nContent-Length: 100\r\n" + (b"\r\n{" if n % 2 else b""))
+        s.sendall(b"POST /api/sql HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n"
+                  + (b"\r\n{" if n % 2 else b""))
         sockets.append(s)
     assert status(pid, "Threads") <= threads_before + 8  # the pool, not a thread per connection
 
@@ -316,7 +320,7 @@ def test_half_sent_requests_cannot_pin_the_workers(start_agent):
 
 def test_a_dripping_request_is_dropped_at_its_deadline(start_agent):
     agent = start_agent()
-    request = b'POST /api/sql HTTP/1.1\r\nContent-Length: 30\r\n\r\n{"query": "SELECT 1 AS one"}  '
+    request = b'POST /api/sql HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 30\r\n\r\n{"query": "SELECT 1 AS one"}  '
     pace = threading.Event()
     started = time.monotonic()
     sent = 0
@@ -340,7 +344,7 @@ def test_a_dripping_request_is_dropped_at_its_deadline(start_agent):
 # -- finding 8: no prompt text stored from spans --------------------------------------------------
 
 def span_export(request_id: str) -> bytes:
-    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
     from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 
     def kv(key: str, value: str) -> KeyValue:
@@ -351,7 +355,12 @@ def span_export(request_id: str) -> bytes:
                   kv("gen_ai.prompt.0.content", secret), kv("gen_ai.completion.0.content", secret),
                   kv("gen_ai.input.messages", json.dumps([{"role": "user", "content": secret}])),
                   kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "content": secret}])),
-                  kv("spyglass.request.id", request_id), kv("long", "y" * 100_000),
+                  kv("spyglass.request.id", request_id), kv("spyglass.long", "y" * 100_000),
+                  # issue 21 item 12: text under keys no deny-list named
+                  kv("traceloop.entity.input", secret), kv("retrieval.documents.0.document.content", secret),
+                  kv("llm.prompt_template.variables", secret),
+                  KeyValue(key="spyglass.extra", value=AnyValue(kvlist_value=KeyValueList(values=[
+                      kv("gen_ai.prompt", secret)]))),
                   *[kv(f"extra.{n}", "z") for n in range(500)]]
     span = Span(trace_id=trace_id_for(request_id).to_bytes(16, "big"), span_id=b"\x01" * 8, name="POST /v1/chat",
                 kind=2, start_time_unix_nano=1_792_389_000_000_000_000, end_time_unix_nano=1_792_389_001_000_000_000,
@@ -364,14 +373,16 @@ def span_export(request_id: str) -> bytes:
 def test_prompt_text_in_spans_is_not_stored_or_printed(start_agent):
     agent = start_agent()
     request_id = "20261019-124900-7aa82c"
-    assert httpx.post(f"{agent['url']}/v1/traces", content=span_export(request_id)).status_code == 200
+    assert httpx.post(f"{agent['url']}/v1/traces", content=span_export(request_id), headers=PROTOBUF_BODY).status_code == 200
     wait_until(lambda: sql(agent["url"], "SELECT count(*) FROM events WHERE kind = 'span'").json()["rows"] == [[1]],
                what="the span stored")
     [[fields]] = sql(agent["url"], "SELECT fields::VARCHAR FROM events WHERE kind = 'span'").json()["rows"]
     assert "hunter2" not in fields
     span = json.loads(fields)
     assert {"gen_ai.prompt", "gen_ai.input.messages", "status.message"} <= set(span["redacted"])
-    assert len(span["attributes"]["long"]) == 1024 and len(span["attributes"]) <= 64
+    assert len(span["attributes"]["spyglass.long"]) == 1024 and len(span["attributes"]) <= 64
+    assert {"traceloop.entity.input", "retrieval.documents.0.document.content", "llm.prompt_template.variables",
+            "spyglass.extra"} <= set(span["redacted"])
     assert span["dropped_attributes"] > 0 and span["status"] == "error"
     printed = subprocess.run([sys.executable, "-m", "spyglass.cli", "trace", request_id, "-c", str(agent["config"])],
                              capture_output=True, text=True, timeout=60)
@@ -381,8 +392,8 @@ def test_prompt_text_in_spans_is_not_stored_or_printed(start_agent):
 
 def test_content_is_kept_only_when_configured():
     body = span_export("20261019-124900-7aa82c")
-    [dropped] = decode_spans(body)
-    [kept] = decode_spans(body, limits=SpanLimits(keep_content=True, max_attributes=1000))
+    [dropped] = decode_spans(body, now=time.time())
+    [kept] = decode_spans(body, limits=SpanLimits(keep_content=True, max_attributes=1000), now=time.time())
     assert "hunter2" not in json.dumps(dropped.fields)
     assert kept.fields["attributes"]["gen_ai.prompt"] == "my password is hunter2"
     assert kept.fields["status_message"] == "my password is hunter2"
@@ -396,7 +407,10 @@ def test_content_is_kept_only_when_configured():
     ('listen = "[::]:9464"', r"exporters\.prometheus\.listen: \[::\] is not a loopback address"),
     ('listen = "999.1.1.1:9464"', r"exporters\.prometheus\.listen: 999\.1\.1\.1 is not an IP address"),
     ('listen = "::1:9464"', r"exporters\.prometheus\.listen: write an IPv6 address in brackets"),
-    ('token = "short"', r"exporters\.prometheus\.token: String should have at least 16 characters"),
+    ('token = "short"', r"exporters\.prometheus\.token: must be 16 or more of A-Z a-z 0-9"),
+    (f'token = "{" " * 20}"', r"exporters\.prometheus\.token: must be 16 or more of A-Z a-z 0-9 - \. _ ~ \+ / "
+                              r"\(RFC 6750: no spaces\)$"),  # issue 21 item 12: 20 spaces were accepted
+    ('token = "abcdefgh\\u0000ijklmnop"', r"exporters\.prometheus\.token: must be 16 or more"),
     ('token_file = "/nonexistent/token"', r"exporters\.prometheus\.token_file: cannot read the token file"),
 ])
 def test_listen_and_token_are_validated(tmp_path, prometheus, message):

@@ -4,19 +4,37 @@ backtest`). Each incident's alert fires in its window and no unrelated one; a qu
 Watchdog; an empty window says so."""
 from __future__ import annotations
 
+import io
 import json
+import os
+import signal
 import subprocess
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from conftest import wait_until
 from typer.testing import CliRunner
 
 from collectors.clock import SystemClock
 from engine.emulator.logsynth import Conversation, EngineModel
 from spyglass.agent import open_store
-from spyglass.backfill import OPENMETRICS_FILE, BackfillError, parse_duration, parse_time, replay
-from spyglass.backtest import AlertRule, episodes, inline
+from spyglass.backfill import OPENMETRICS_FILE, BackfillError, BackfillResult, parse_duration, parse_time, replay
+from spyglass.backtest import (
+    MAX_RULE_FILE_BYTES,
+    AlertRule,
+    BacktestError,
+    BacktestResult,
+    Firing,
+    Pending,
+    config_rules,
+    episodes,
+    inline,
+    load_rules,
+    show,
+)
+from spyglass.backtest_cleanup import process_start
 from spyglass.cli import app
 from spyglass.config import load_config
 from spyglass.pipeline import Pipeline
@@ -278,3 +296,186 @@ def test_recorded_names_are_inlined_with_their_matchers_and_windows() -> None:
         inline('a:b:c{lane=~"f.*"}', records, 30)
     with pytest.raises(BackfillError, match="offset"):
         inline("a:b:c offset 1h", records, 30)
+
+
+# -- the rules a backtest evaluates ---------------------------------------------------------------------
+def test_without_rules_the_backtest_evaluates_those_the_config_generates(tmp_path: Path, monkeypatch) -> None:
+    """The in-memory rules of examples/strata.toml are the committed alerts/ folder (generated from it),
+    nothing is read from the working directory, and a config's own thresholds are the ones evaluated."""
+    monkeypatch.chdir(tmp_path)
+    records, alerts = config_rules(load_config(ROOT / "examples" / "strata.toml"))
+    assert (records, alerts) == load_rules(ROOT / "alerts", 30)
+    config = config_file(tmp_path)
+    config.write_text(config.read_text() + "[alerts]\nprobe_budget_seconds = 600\n")
+    (not_ready,) = [a for a in config_rules(load_config(config))[1] if a.name == "EngineNotReady"]
+    assert "> 600" in not_ready.expr
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.yml"
+    rows = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    rows += [f"{chr(98 + n)}: &{chr(98 + n)} [{', '.join(['*' + chr(97 + n)] * 9)}]" for n in range(8)]
+    bomb.write_text("\n".join(rows) + "\ngroups: *i\n")  # 9**9 strings if expanded
+    started = time.monotonic()
+    with pytest.raises(BacktestError, match=r"alias \(\*a\) is not allowed"):
+        load_rules(bomb, 30)
+    assert time.monotonic() - started < 5
+    huge = tmp_path / "huge.yml"
+    huge.write_bytes(b"# " + b"x" * (MAX_RULE_FILE_BYTES + 1))
+    with pytest.raises(BacktestError, match="more than a rule file may have"):
+        load_rules(huge, 30)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--from", "2026-10-07T10:00:00Z", "--to", "2026-10-07T09:00:00Z"], "must be after --from"),
+    (["--from", "1e300", "--to", "2e300"], "out of range"),
+    (["--from", "0001", "--to", "9999"], "out of range"),
+    (["--from", "nan", "--to", "2026-10-07T09:00:00Z"], "out of range"),
+    (["--from", "2001-01-01", "--to", "2099-01-01"], "longer than a backtest takes"),
+    (["--from", "2026-10-07T00:00:00Z", "--to", "2026-10-08T00:00:00Z", "--step", "1ms"], "smallest step"),
+    (["--from", "2026-10-01T00:00:00Z", "--to", "2026-10-30T00:00:00Z", "--step", "5s"], "more than 200,000"),
+    (["--from", "2026-10-07T00:00:00Z", "--to", "2026-10-08T00:00:00Z", "--lookback", "30d"], "longer than 7d"),
+])
+def test_bad_windows_and_steps_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, ["backtest", "--config", str(config_file(tmp_path)), *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert not list(tmp_path.glob("spyglass-backtest-*"))
+
+
+# -- what it says ---------------------------------------------------------------------------------------
+def test_an_alert_pending_but_never_fired_is_shown_with_its_hold() -> None:
+    rule = AlertRule("Slow", "x", 30.0, 300.0, 0.0, {"heuristic": "H5"})
+    present = {(("instance", "a"),): {30.0 * k for k in range(3, 10)},  # 90..270: held 3m of 5m
+               (("instance", "b"),): {30.0 * k for k in range(2, 15)}}  # fires at 360
+    pending: list[Pending] = []
+    fired = episodes(rule, present, [30.0 * k for k in range(20)], pending)
+    assert [f.labels["instance"] for f in fired] == ["b"]
+    assert [(p.labels["instance"], p.since, p.text()) for p in pending] == [("a", "1970-01-01T00:01:30Z",
+                                                                            "held 3m of for: 5m")]
+
+
+def test_the_table_keeps_its_full_width_to_a_pipe() -> None:
+    firing = Firing("EngineLongPromptsCheckpointOnly", "H4", "warning",
+                    {"instance": "strata-b", "lane": "normal", "severity": "warning"},
+                    "2026-10-07T07:40:00Z", None)
+    pending = Pending("EngineTTFTBudgetSlowBurn", "H5", {"instance": "strata-b", "lane": "normal"},
+                      "2026-10-07T08:00:00Z", 1800.0, 3600.0)
+    result = BacktestResult([firing], BackfillResult(Path("x"), 1, 1, 1, 1), 36, {"replay": 1.0}, [pending], "x")
+    out = io.StringIO()
+    show(result, 0.0, 1.0, out)
+    text = out.getvalue()
+    assert "EngineLongPromptsCheckpointOnly" in text and "…" not in text
+    assert "held 30m of for: 1h" in text and "(still firing)" in text
+
+
+# -- what a replay adds: process state, staleness ------------------------------------------------------------
+def om_samples(path: Path, prefix: str) -> list[tuple[float, float]]:
+    return [(float(ln.split()[-1]), float(ln.split()[-2])) for ln in path.read_text().splitlines()
+            if ln.startswith(prefix)]
+
+
+def test_the_replay_derives_process_state_from_supervisord(incident: Path, tmp_path: Path) -> None:
+    replay(load_config(incident), CRASH[0] - 600, CRASH[1] + 600, 15.0, tmp_path / OPENMETRICS_FILE)
+    up = dict(om_samples(tmp_path / OPENMETRICS_FILE, 'spyglass_host_process_up{instance="strata-a"'))
+    assert up[CRASH[0] - 600] == 1.0  # running
+    assert up[CRASH[0] + 15] == 1.0  # exited (SIGABRT) at +0, spawned again at +2
+    assert up[CRASH[0] + 60] == 0.0  # that one exited at +50; the next spawn is at +62
+    assert up[CRASH[0] + 75] == 1.0
+    assert up[CRASH[0] + 300 + 15] == 0.0  # FATAL
+    assert up[CRASH[1] + 15] == 1.0  # the operator's spawn
+
+
+def test_a_polled_series_goes_stale_two_polls_after_its_last_poll(tmp_path: Path) -> None:
+    t0 = DAY + 2 * H
+    polls = [json.dumps({"ts": datetime.fromtimestamp(t0 + 30 * k, UTC).isoformat(), "url": "http://127.0.0.1:8081/v1/status",
+                         "body": {"engine": "strata-a", "state": "ready", "slots": {"total": 20, "busy": 1}}})
+             for k in range(3)]
+    (tmp_path / "status.jsonl").write_text("\n".join(polls) + "\n")
+    (tmp_path / "spyglass.toml").write_text(
+        f'[agent]\nstate_dir = "{tmp_path}"\n[exporters.prometheus]\nenabled = false\n[sources.serve]\n'
+        f'kind = "serve_status"\npath = "{tmp_path / "status.jsonl"}"\ninstance = "strata-a"\ninterval_seconds = 30\n')
+    assert CliRunner().invoke(app, ["ingest", "--config", str(tmp_path / "spyglass.toml")]).exit_code == 0
+    replay(load_config(tmp_path / "spyglass.toml"), t0, t0 + 3600, 15.0, tmp_path / OPENMETRICS_FILE)
+    times = [t for t, _ in om_samples(tmp_path / OPENMETRICS_FILE, "spyglass_serve_slots_busy{")]
+    assert times[0] == t0 and times[-1] == t0 + 60 + 2 * 30  # the last poll, then two intervals
+
+
+# -- nothing left behind ----------------------------------------------------------------------------------
+def children_named(parent: int, word: bytes) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and word in (entry / "cmdline").read_bytes():
+                stat = (entry / "stat").read_text()
+                if int(stat[stat.rindex(")") + 2:].split()[1]) == parent:
+                    out.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+@pytest.fixture(scope="module")
+def quiet(tmp_path_factory) -> Path:
+    return quiet_day(tmp_path_factory.mktemp("quiet"))
+
+
+def start_backtest(config: Path, tmp: Path) -> tuple[subprocess.Popen, int]:
+    """A real `spyglass backtest` in its own process, stopped (SIGSTOP) once its Prometheus runs."""
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    with open(tmp / "stderr.txt", "wb") as stderr:
+        proc = subprocess.Popen([str(ROOT / ".venv" / "bin" / "spyglass"), "backtest", "--config", str(config),
+                                 "--from", str(DAY + 2 * H), "--to", str(DAY + 26 * H), "--step", "30s"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    (prometheus,) = wait_until(lambda: children_named(proc.pid, b"prometheus") or proc.poll() is not None and [-1],
+                               timeout=240, what="the backtest's prometheus")
+    assert prometheus != -1, (tmp / "stderr.txt").read_text()
+    os.kill(proc.pid, signal.SIGSTOP)
+    assert alive(prometheus), "the backtest finished before it could be interrupted"
+    return proc, prometheus
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_ends_the_backtest_with_its_prometheus_and_folder(quiet: Path, tmp_path: Path, signum: int) -> None:
+    proc, prometheus = start_backtest(quiet, tmp_path)
+    os.kill(proc.pid, signum)
+    os.kill(proc.pid, signal.SIGCONT)
+    assert proc.wait(timeout=60) == 128 + signum
+    wait_until(lambda: not alive(prometheus), timeout=30, what="prometheus gone")
+    assert not list(tmp_path.glob("spyglass-backtest-*"))
+
+
+def test_after_a_sigkill_its_prometheus_dies_and_the_next_run_removes_the_folder(quiet: Path, tmp_path: Path) -> None:
+    proc, prometheus = start_backtest(quiet, tmp_path)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    wait_until(lambda: not alive(prometheus), timeout=30, what="prometheus killed with its parent")
+    (left,) = tmp_path.glob("spyglass-backtest-*")
+    assert (left / "owner.json").exists()
+    mine = tmp_path / "spyglass-backtest-running"  # a live backtest's folder (this process owns it): kept
+    mine.mkdir()
+    (mine / "owner.json").write_text(json.dumps({"pid": os.getppid(), "start": process_start(os.getppid())}))
+    stranger = tmp_path / "spyglass-backtest-unknown"  # no owner file: not provably an orphan, kept
+    stranger.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    nothing = subprocess.run([str(ROOT / ".venv" / "bin" / "spyglass"), "backtest", "--config", str(quiet),
+                              "--from", "2027-01-01T00:00:00Z", "--to", "2027-01-01T01:00:00Z"],
+                             env=env, capture_output=True, text=True, timeout=120)
+    assert nothing.returncode == 1 and "no events" in nothing.stderr
+    assert sorted(p.name for p in tmp_path.glob("spyglass-backtest-*")) == ["spyglass-backtest-running",
+                                                                          "spyglass-backtest-unknown"]
+
+
+def test_backfill_takes_the_same_bounds(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["backfill", "--config", str(config_file(tmp_path)), "--from", "2026-10-07",
+                                      "--to", "2026-10-08", "--step", "1ms", "--out", str(tmp_path / "om")])
+    assert result.exit_code == 2 and "smallest step" in result.output
+    assert not (tmp_path / "om").exists()

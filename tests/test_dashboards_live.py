@@ -38,7 +38,7 @@ DRIVE = ("healthy", "eviction-storm", "special-tokens", "token-count", "assembly
 
 # Panels the scenarios above do not move, with why; every other panel must return data.
 NOT_EXERCISED = {
-    ("spyglass-wall", "Alerts firing now"): "every alert but the Watchdog waits minutes (for:) or needs a fault",
+    ("spyglass-wall", "What fires now"): "every alert but the Watchdog waits minutes (for:) or needs a fault",
     ("spyglass-early-stops", "Stops while reasoning (serve)"): "only a serve with the fix reports it, once one stopped",
     ("spyglass-early-stops", "Stops while reasoning, share of requests (1h)"): "the same counter: some runs have none",
     ("spyglass-early-stops", "Thinking-only responses, share (1h)"): "a thinking-only response comes in some runs only",
@@ -202,7 +202,7 @@ def test_wall_preview_from_the_emulator_run(run, tmp_path):
     board = json.loads((GENERATED / "spyglass-wall.json").read_text())
     results = run.results_for("spyglass-wall")
     out = draw(board, results, run.start, run.end, tmp_path / "wall.png")
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 60_000
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 60_000  # photographed by Chromium
     drawn = {p["id"] for p in board["panels"]}
     assert drawn == set(results), "every panel was queried"
 

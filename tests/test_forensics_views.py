@@ -15,6 +15,7 @@ from collectors.clock import SystemClock
 from collectors.event import Event
 from engine.instrument import span_id_for, trace_id_for
 from exporters.store import DuckDBStore
+from spyglass.alert_webhook import decode_notification
 from spyglass.config import load_config
 from spyglass.forensics import reports
 from spyglass.forensics.run import Query, Window, render
@@ -59,9 +60,12 @@ def replay(tmp_path_factory):
         pipeline.run_until_idle()
         at = datetime(2026, 10, 19, 4, 49, tzinfo=UTC).timestamp()
         # what /v1/traces and a future Alertmanager webhook hand the pipeline, stored at its next step
-        pipeline.submit(decode_spans(pushed_span("20261019-124900-7aa82c", at), "replay"))
+        pipeline.submit(decode_spans(pushed_span("20261019-124900-7aa82c", at), "replay", now=at))
         pipeline.submit([Event(at - 40000, "alertmanager", "alert", "strata-b", ALERT, None, "replay")])
-        pipeline.submit([decode_result(json.dumps({**SMOKE, "at": at}).encode(), "replay")])  # POST /api/smoke
+        webhook = {"version": "4", "alerts": [{**ALERT, "status": "resolved", "labels": {**ALERT["labels"],
+                   "alertname": "SpyglassCrashLoop"}, "startsAt": "2026-10-19T04:40:00Z", "endsAt": "2026-10-19T04:45:30Z"}]}
+        pipeline.submit(decode_notification(json.dumps(webhook).encode(), "replay", now=at))  # POST /api/alerts
+        pipeline.submit([decode_result(json.dumps({**SMOKE, "at": at}).encode(), "replay", now=at)])  # POST /api/smoke
         pipeline.run_until_idle()  # steps, then commits what they applied
     finally:
         pipeline.close()
@@ -91,6 +95,9 @@ def test_spans_alerts_and_snapshots_are_typed(replay):
         "20261019-124900-7aa82c", "rag-proxy", "SERVER", 15520.0, datetime(2026, 10, 19, 12, 49))
     assert one("SELECT alertname, severity, instance, starts_beijing, ends_utc FROM alerts") == (
         "SpyglassEvictionStorm", "critical", "strata-b", datetime(2026, 10, 7, 15, 40), None)
+    assert one("SELECT starts_utc, ends_utc, ends_beijing FROM alerts WHERE alertname = 'SpyglassCrashLoop'") == (
+        datetime(2026, 10, 19, 4, 40, tzinfo=UTC), datetime(2026, 10, 19, 4, 45, 30, tzinfo=UTC),
+        datetime(2026, 10, 19, 12, 45, 30))  # the webhook stores epoch seconds: both cast (issue 21 item 12)
     assert one("SELECT instance, passed, reason, samples, ttft_ms_median, ttft_ms_max, outcomes->1->>'problem',"
                " ts_beijing FROM smoke_gates") == ("strata-b", False, "sample s1: HTTP 503", 2, 24.0, 40.0, "HTTP 503",
                                                    datetime(2026, 10, 19, 12, 49))

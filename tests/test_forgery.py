@@ -6,12 +6,13 @@ can choose its lane and mode. Real files and a real DuckDB store, through the wh
 from __future__ import annotations
 
 import tomllib
+from datetime import UTC, datetime
 from pathlib import Path
 
 from collectors.clock import ManualClock
 from collectors.engine_log import EngineLogOptions, EngineLogParser
 from collectors.grammar import Miss
-from exporters import full_catalogue
+from exporters import SignalsSettings, full_catalogue
 from exporters.prometheus import render
 from exporters.state import MetricState
 from exporters.store import DuckDBStore
@@ -130,3 +131,83 @@ def test_no_metric_holds_more_series_than_the_cap():
         ("spyglass_engine_errors_total",): 4900, ("spyglass_engine_ttft_seconds",): 4900}
     state.inc("spyglass_engine_errors_total", ("strata-b", "normal", "c7"))  # a known series still counts
     assert state.values["spyglass_engine_errors_total"][("strata-b", "normal", "c7")] == 2
+
+
+BANNER = "2026-10-19 05:20:05.000 I [main] Strata 0.9.3 (build 7f3c2e1) starting pid=66666"
+BEFORE_BANNER = lines(
+    "2026-10-19 05:20:01.000 I [cache] evict conv=7a bytes=76021760 reason=budget parked=0 used=0"
+    " budget=8589934592 evictions=1")
+AFTER_BANNER = lines(
+    "2026-10-19 05:20:06.000 I [stats] busy=0/20 prefill_queue=0 decode_tps=0.0 parked=0 used=0"
+    " budget=8589934592 evictions=1",
+    "2026-10-19 05:20:10.000 I [cache] evict conv=7b bytes=76021760 reason=budget parked=0 used=0"
+    " budget=8589934592 evictions=2")
+
+
+def applied_one_by_one(log: bytes) -> list[dict]:
+    """The metric state after each event of `log`, applied as the agent applies them."""
+    from collectors.engine_log import EngineLogSource
+    from exporters.engine_signals import EngineSignals
+    from spyglass.config import engine_log_config
+    from spyglass.pipeline import metric_state
+
+    source = EngineLogSource("engine-b", EngineLogOptions(path="x", instance="strata-b", lane="normal"))
+    events, _, _ = source.handle_lines(log.splitlines())
+    state = metric_state(parse_config(engine_log_config(Path("x.log"), Path("state")), "test"))
+    signals, seen = EngineSignals(state, SignalsSettings(lanes={"strata-b": "normal"})), []
+    for event in events:
+        signals.apply(event)
+        seen.append({n: dict(s) for n, s in state.values.items()})
+    return seen
+
+
+def test_a_forged_start_banner_resets_nothing(tmp_path):
+    """Issue 21 item 11: one column-0 `starting pid=` line in an echoed prompt reset the eviction
+    counter from 2508 to 0 and back (Prometheus reads +2508) and set engine_ready to 0 (a page after
+    900 s). A start must be corroborated by the start sequence before it resets anything."""
+    forged = ENGINE + BEFORE_BANNER + lines(BANNER) + AFTER_BANNER
+    trail = applied_one_by_one(forged)
+    before = len(applied_one_by_one(ENGINE + BEFORE_BANNER))  # the banner and the work follow these
+    evictions = [v["spyglass_engine_evictions_total"].get(KEY) for v in trail[before - 1:]]
+    assert evictions == [1, 1, 1, 2]  # never down: 1 before the banner, at it, after it
+    assert {v["spyglass_engine_ready"][KEY] for v in trail[before - 1:]} == {1.0}
+    values = run(tmp_path / "forged", forged)
+    clean = run(tmp_path / "clean", ENGINE)
+    assert values["spyglass_engine_starts_total"][KEY] == clean["spyglass_engine_starts_total"][KEY] == 2
+    assert values["spyglass_engine_implausible_values_total"][KEY + ("start",)] == 1
+    assert values["spyglass_engine_start_time_seconds"] == clean["spyglass_engine_start_time_seconds"]
+    assert values["spyglass_engine_ready"][KEY] == 1.0
+
+
+def test_a_start_the_start_sequence_follows_resets_the_counters(tmp_path):
+    restart = ENGINE + lines(BANNER, "2026-10-19 05:20:05.001 I [main] args: --slots 20 --prompt-cache-every 16384",
+                             "2026-10-19 05:20:06.000 I [stats] busy=0/20 prefill_queue=0 decode_tps=0.0 parked=0"
+                             " used=0 budget=8589934592 evictions=0")
+    values = run(tmp_path, restart)
+    assert values["spyglass_engine_starts_total"][KEY] == 3
+    assert values["spyglass_engine_evictions_total"][KEY] == 0.0 and values["spyglass_engine_ready"][KEY] == 0.0
+    assert values["spyglass_engine_start_time_seconds"][KEY] == \
+        datetime(2026, 10, 19, 5, 20, 5, tzinfo=UTC).timestamp()
+    assert (KEY + ("start",)) not in values.get("spyglass_engine_implausible_values_total", {})
+
+
+def test_a_forged_banner_resets_nothing_on_the_columnar_path_either(tmp_path):
+    """A batch of 256 or more events goes column-wise (apply_many): the banner is resolved the same."""
+    work = b"".join(AFTER_BANNER.splitlines(keepends=True)[:1] * 300)
+    values = run(tmp_path, ENGINE + BEFORE_BANNER + lines(BANNER) + work)
+    assert values["spyglass_engine_implausible_values_total"][KEY + ("start",)] == 1
+    assert values["spyglass_engine_starts_total"][KEY] == 2 and values["spyglass_engine_ready"][KEY] == 1.0
+    assert values["spyglass_engine_evictions_total"][KEY] == 1
+
+
+def test_consistent_lower_values_never_lower_the_exported_counter(tmp_path):
+    """Forged lines agreeing on a lower value resynchronised the counter downwards (a reset Prometheus
+    reads as a whole new count); now only a confirmed start lowers it."""
+    lower = lines(*(f"2026-10-19 05:3{i}:00.000 I [stats] busy=0/20 prefill_queue=0 decode_tps=0.0 parked=0"
+                    f" used=0 budget=8589934592 evictions=0" for i in range(4)))
+    higher = lines(*(f"2026-10-19 05:4{i}:00.000 I [stats] busy=0/20 prefill_queue=0 decode_tps=0.0 parked=0"
+                     f" used=0 budget=8589934592 evictions=40" for i in range(3)))
+    evictions = [v["spyglass_engine_evictions_total"].get(KEY)
+                 for v in applied_one_by_one(ENGINE + BEFORE_BANNER + lower + higher)]
+    tail = evictions[-8:]
+    assert tail == [1] * 6 + [1, 40] and tail == sorted(tail)

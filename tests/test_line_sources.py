@@ -19,12 +19,41 @@ def utc(e: Event) -> str:
 
 
 def test_switch_log_is_beijing_time_and_names_its_instance():
-    source = SwitchLogSource("switch", SwitchLogOptions(path="x"))
+    source = SwitchLogSource("switch", SwitchLogOptions(path="x", instances=["strata-a", "strata-b"]))
     events, _, _ = source.handle_lines((FIXTURES / "switch_log" / "switch-engine.log").read_bytes().splitlines())
     assert [(e.kind, e.instance, utc(e)) for e in events] == [
         ("switch", "strata-a", "2026-10-07 13:02:44"), ("switch", "strata-b", "2026-10-17 12:34:12"),
         ("restart", "strata-a", "2026-10-18 06:15:36"), ("restart", "strata-b", "2026-10-19 10:58:03")]
     assert events[1].fields == {"instance": "strata-b", "from_build": "SSEStraBed", "to_build": "Strata", "by": "ops"}
+
+
+def test_switch_log_takes_only_configured_instances_as_labels(tmp_path):
+    """Issue 21 item 12: 5,000 names in switch lines filled the series cap. A name the config does not
+    list is exported as `other` and counted; the line's text stays in the stored event."""
+    import tomllib
+
+    from collectors.clock import ManualClock
+    from exporters.statefile import StateFile
+    from spyglass.config import parse_config
+    from spyglass.pipeline import Pipeline
+
+    log = tmp_path / "switch.log"
+    log.write_bytes(b"".join(f"2026-10-17 20:34:{i % 60:02d} restart strata-{i} reason=r by=ops\n".encode()
+                             for i in range(5000)) + b"2026-10-18 14:15:36 restart strata-b reason=r by=ops\n")
+    config = parse_config(tomllib.loads(
+        f'[agent]\nstate_dir = "{tmp_path}"\n[exporters.prometheus]\nenabled = false\n'
+        f'[sources.engine-b]\nkind = "engine_log"\npath = "{tmp_path / "e.log"}"\ninstance = "strata-b"\n'
+        f'[sources.switch]\nkind = "switch_log"\npath = "{log}"\n'), "t")
+    assert config.sources["switch"].instances == ["strata-b"]
+    pipeline = Pipeline(config, ManualClock(), StateFile(tmp_path / "state.json"))
+    try:
+        pipeline.run_until_idle()
+        values = pipeline.state.values
+    finally:
+        pipeline.close()
+    assert values["spyglass_switch_restarts_total"] == {("other",): 5000, ("strata-b",): 1}
+    assert values["spyglass_source_unlisted_labels_total"][("switch", "instance")] == 5000
+    assert values.get("spyglass_state_dropped_series_total", {}) == {}
 
 
 @pytest.mark.parametrize(("line", "kind", "fields"), [

@@ -277,3 +277,54 @@ def test_parquet_reads_the_same_padded_window_as_the_store(replay, start, end):
     from_store = cli(*args)
     assert from_store == cli(*args, "--parquet", segments_glob)
     assert '"n": 0' not in from_store
+
+
+def test_one_row_no_partition_can_name_is_set_aside_and_counted_and_the_rest_published(tmp_path, store):
+    """A store from before the edges bounded timestamps holds a smoke event in the year 33658: the
+    publication sets that row aside (outside the glob), counts it, and publishes the rest, at once
+    and after a restart; it no longer fails every interval."""
+    from spyglass.config import engine_log_config
+    from spyglass.pipeline import metric_state
+
+    state = metric_state(parse_config(engine_log_config(tmp_path / "a.log", tmp_path), "test"))
+    clock, folder = ManualClock(T0 + 30 * 60), tmp_path / "pq"
+    store.commit(synthetic(0, 3, T0, 60.0), {}, {})
+    store.con.execute("INSERT INTO events VALUES (to_timestamp(1e12), 'smoke', 'smoke_passed', 'strata-a', 'h1',"
+                      " NULL, '{}', 3)")  # what DuckDB took before the edges refused it
+    store.next_seq = 4
+    store.commit(synthetic(4, 2, T0 + 300, 60.0), {}, {})
+    publisher = ParquetPublisher(store, clock, folder, host="h1", interval=60, state=state)
+    publisher.tick()
+    assert [row[1] for row in segments(folder)] == [0, 1, 2, 4, 5]
+    assert store.publication().published == 5 and store.publication().pending is None
+    assert state.values["spyglass_parquet_rows_set_aside_total"][()] == 1
+    assert state.values.get("spyglass_parquet_publish_failures_total", {}) == {}
+    [aside] = (folder / ".set-aside" / "h1").glob("*.parquet")
+    assert aside.name == "part-000000000000-000000000005.parquet"
+    assert pq.ParquetFile(aside).read()["seq"].to_pylist() == [3]
+    store.commit(synthetic(6, 1, T0 + 600, 60.0), {}, {})  # and publication goes on
+    clock.advance(60)
+    publisher.tick()
+    assert [row[1] for row in segments(folder)] == [0, 1, 2, 4, 5, 6]
+
+
+def test_a_failed_publication_is_counted_on_metrics_and_retried(tmp_path, store):
+    from spyglass.config import engine_log_config
+    from spyglass.pipeline import metric_state
+
+    state = metric_state(parse_config(engine_log_config(tmp_path / "a.log", tmp_path), "test"))
+    clock, folder = ManualClock(T0 + 30 * 60), tmp_path / "pq"
+    publisher = ParquetPublisher(store, clock, folder, host="h1", interval=60, state=state)
+    store.commit(synthetic(0, 3, T0, 60.0), {}, {})
+    (folder / "host=h1").write_text("not a folder")  # the partition folder cannot be made
+    publisher.tick()
+    assert state.values["spyglass_parquet_publish_failures_total"][()] == 1 and segments_or_none(folder) is None
+    (folder / "host=h1").unlink()
+    clock.advance(60)
+    publisher.tick()
+    assert [row[1] for row in segments(folder)] == [0, 1, 2]
+    assert state.values["spyglass_parquet_publish_failures_total"][()] == 1
+
+
+def segments_or_none(folder: Path) -> list[tuple] | None:
+    return segments(folder) if files(folder) else None

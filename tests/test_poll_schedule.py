@@ -133,7 +133,7 @@ def test_a_polled_source_keeps_its_state_across_restarts_without_a_poll(tmp_path
         con.executemany("INSERT INTO requests VALUES (?, ?, 'fast', 200, 'stop')",
                         [(f"20261017-2200{i:02d}-{i:06x}", f"2026-10-17 22:00:{i:02d}.000") for i in range(3)])
     sources = f'[sources.infer]\nkind = "infer_store"\npath = "{db}"\n'
-    clock = ManualClock(start=0.0)
+    clock = ManualClock()  # after the rows' dates: the pipeline refuses a timestamp a day past its clock
     first = pipeline(tmp_path, sources, clock)
     assert first.run_until_idle() == 3
     first.close()

@@ -39,7 +39,7 @@ class Server:
     """An asyncio HTTP/1.1 server on its own thread; `mode` picks how it answers the next GET."""
 
     def __init__(self) -> None:
-        self.mode, self.body = "ok", BODY
+        self.mode, self.body, self.raw = "ok", BODY, b""
         self.connections = 0
         self.sent = 0
         self.loop = asyncio.new_event_loop()
@@ -81,7 +81,7 @@ class Server:
                 await writer.drain()
                 await asyncio.sleep(30)
             else:
-                payload = json.dumps(self.body).encode()
+                payload = self.raw if self.mode == "raw" else json.dumps(self.body).encode()
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
                              b"connection: close\r\n\r\n%s" % (len(payload), payload))
                 await writer.drain()
@@ -203,6 +203,41 @@ def test_gauges_go_stale_while_down_and_a_restart_is_a_reset_not_a_drop(server):
         assert requests("200") == 5101 + 50 + 7000 and state.values["spyglass_serve_restarts_total"][key] == 2
     finally:
         again.close()
+
+
+DEEP = b'{"state": "ready", "x": ' + b"[" * 3000 + b"]" * 3000 + b"}"  # 6 KB, 3,000 deep
+
+
+@pytest.mark.parametrize("attack,error", [("deep", "invalid_json"), ("bug", "unexpected")])
+def test_any_error_of_a_poll_is_a_failed_poll_with_up_0_and_no_stale_gauges(server, tmp_path, monkeypatch,
+                                                                              attack, error):
+    """Issue 21 item 8: a 3,000-deep body raised RecursionError on every poll, and the serve stayed
+    up=1 with its last gauges. Any error of a poll, foreseen or not, is a counted failed poll."""
+    config = parse_config(tomllib.loads(f'[agent]\nstate_dir = "{tmp_path}"\n[sources.serve-a]\n'
+                                        f'kind = "serve_status"\nurl = "{server.url}"\ninstance = "strata-a"\n'
+                                        'interval_seconds = 1\nmax_backoff_seconds = 1\n'
+                                        '[exporters.prometheus]\nenabled = false\n'), "t")
+    clock = ManualClock()
+    pipeline = Pipeline(config, clock, DuckDBStore(config.store_path()))
+    values, key = pipeline.state.values, ("strata-a",)
+    try:
+        pipeline.run_until_idle()
+        assert values["spyglass_serve_up"][key] == 1.0 and values["spyglass_serve_slots_busy"][key] == 3
+        if attack == "deep":
+            server.mode, server.raw = "raw", DEEP
+        else:
+            monkeypatch.setattr("collectors.serve_status.snapshot_event", lambda *a: 1 / 0)
+        for _ in range(2):  # every poll, not only the first
+            clock.advance(1.0)
+            pipeline.run_until_idle()
+        assert values["spyglass_serve_up"][key] == 0.0
+        assert values["spyglass_serve_poll_errors_total"][key + (error,)] == 2
+        assert values["spyglass_source_up"][("serve-a",)] == 0.0
+        assert values["spyglass_source_polls_total"][("serve-a", "error")] == 2
+        for gauge in ("spyglass_serve_slots", "spyglass_serve_slots_busy", "spyglass_serve_uptime_seconds"):
+            assert key not in values[gauge], gauge
+    finally:
+        pipeline.close()
 
 
 def test_sigterm_during_a_hung_poll_stops_the_agent_within_the_deadline(spawns, server, tmp_path):

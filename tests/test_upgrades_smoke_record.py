@@ -135,7 +135,7 @@ def test_the_api_wants_the_token_and_refuses_a_bad_body_storing_nothing(agent):
            (json.dumps({**body, "extra": 1}).encode(), "extra: Extra inputs are not permitted"),
            (json.dumps({**body, "samples": [{"name": "a", "status": "ok"}]}).encode(), "samples.0.status")]
     for content, message in bad:
-        answer = httpx.post(url, content=content, headers=auth)
+        answer = httpx.post(url, content=content, headers={**auth, "Content-Type": "application/json"})
         assert answer.status_code == 400 and message in answer.text, (content, answer.text)
     assert httpx.post(url, json=body, headers=auth).status_code == 200
 
@@ -212,7 +212,7 @@ def test_decoding_keeps_the_verdict_and_the_latencies():
             "at": 1_790_000_000.25, "waited_seconds": 3.0, "samples_file": "s.jsonl", "samples_sha256": "a" * 64,
             "samples": [{"name": "a", "status": 200, "ttft_ms": 10.0}, {"name": "b", "status": 500, "ttft_ms": 30.0,
                                                                        "problem": "HTTP 500"}]}
-    event = decode_result(json.dumps(body).encode(), host="h1")
+    event = decode_result(json.dumps(body).encode(), host="h1", now=1_790_000_000.0)
     assert (event.source, event.kind, event.instance, event.host, event.ts) == (
         "smoke", "smoke_failed", "strata-a", "h1", 1_790_000_000.25)
     assert event.fields["ttft_ms_median"] == 20.0 and event.fields["ttft_ms_max"] == 30.0

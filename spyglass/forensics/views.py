@@ -52,6 +52,14 @@ def f(key: str, kind: str = TEXT, where: str | None = None) -> str:
     return f"max({value}) FILTER (WHERE kind = '{where}')" if where else value
 
 
+def instant(key: str) -> str:
+    """A field that is a time: epoch seconds (as the agent stores Alertmanager's times) or a text
+    timestamp; NULL when neither, or past what a timestamp holds."""
+    seconds = f(key, FLOAT)
+    return (f"coalesce(CASE WHEN {seconds} BETWEEN 0 AND 253402300799 THEN to_timestamp({seconds}) END,"
+            f" {f(key, TZ)})")
+
+
 def cols(spec: str) -> tuple[Column, ...]:
     """Columns from 'name TYPE: doc' lines (TYPE one of the short names above)."""
     kinds = {"tz": TZ, "bj": BJ, "int": INT, "float": FLOAT, "text": TEXT, "bool": BOOL, "json": JSON}
@@ -284,8 +292,8 @@ SELECT {clocks('ts')}, source, coalesce({f('alertname')}, fields->'labels'->>'al
   {f('status')} AS status, fields->'labels'->>'severity' AS severity,
   coalesce(fields->'labels'->>'instance', instance) AS instance, fields->'labels' AS labels,
   fields->'annotations'->>'summary' AS summary,
-  {clocks(f('startsAt', TZ), 'starts')},
-  {clocks(f"CASE WHEN {f('endsAt', TZ)} > TIMESTAMPTZ '1970-01-01 00:00:00+00' THEN {f('endsAt', TZ)} END", 'ends')}
+  {clocks(instant('startsAt'), 'starts')},
+  {clocks(f"CASE WHEN {instant('endsAt')} > TIMESTAMPTZ '1970-01-01 00:00:00+00' THEN {instant('endsAt')} END", 'ends')}
 FROM ev WHERE kind = 'alert'""", (*TS, *cols("""
     source text: The receiving source
     alertname text: labels.alertname

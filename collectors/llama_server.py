@@ -1,0 +1,120 @@
+"""llama-server's own HTTP endpoints, polled: `/health`, `/metrics` (`llamacpp:*`, with `--metrics`),
+`/slots` and `/props` (its build, which its log does not name).
+
+One poll is a `llama_status` event: `health` (ok, loading, or http_NNN), `metrics` (the known
+`llamacpp:` families, by name without the prefix; numbers checked), `slots` (total, busy, and the prompt
+tokens the busy slots took from cache and processed), `build` (`/props` build_info, e.g. b1-0c1e570). An
+endpoint that is switched off (`/metrics` without `--metrics` answers 501, `/slots` with `--no-slots`) is
+left out of the event, never reported as 0. A poll with no answer from /health is a `poll_error` event
+(timeout, refused, ...) and the pipeline backs off. One poll has one deadline over its requests, and each
+body a size cap. The instance label is the configured one. A stopped process answers nothing (a timeout).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any, Literal
+
+from pydantic import Field
+
+from collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
+from collectors.event import Event
+from collectors.grammar import number_ok
+from collectors.serve_status import BodyTooLarge, error_kind
+
+METRICS = ("prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total", "tokens_predicted_total",
+           "tokens_predicted_seconds_total", "n_decode_total", "n_tokens_max", "prompt_tokens_seconds",
+           "predicted_tokens_seconds", "requests_processing", "requests_deferred", "n_busy_slots_per_decode")
+
+
+class LlamaServerOptions(SourceOptions):
+    kind: Literal["llama_server"] = "llama_server"
+    url: str = Field(description="llama-server's base URL, e.g. http://127.0.0.1:8080 (/health, /metrics, /slots).")
+    interval_seconds: float = Field(5.0, gt=0, description="Seconds between polls while it answers.")
+    timeout_seconds: float = Field(2.0, gt=0, description="Deadline of one whole poll (all three requests).")
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="A longer body is a poll error (too_large).")
+    max_backoff_seconds: float = Field(60.0, gt=0, description="Longest wait between polls while it fails.")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """The known `llamacpp:` samples of a Prometheus text body (prometheus_client's parser), by short name."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name.removeprefix("llamacpp:")
+            if name in METRICS and not sample.labels and number_ok(sample.value):
+                found[name] = float(sample.value)
+    return found
+
+
+def summarise_slots(body: Any) -> dict[str, int]:
+    """Slots in total and busy, and the prompt tokens of the busy ones (from cache, processed)."""
+    if not isinstance(body, list):
+        raise ValueError("/slots is not a list")
+    busy = [s for s in body if isinstance(s, dict) and s.get("is_processing") is True]
+    summary = {"total": len(body), "busy": len(busy)}
+    for key, name in (("n_prompt_tokens_cache", "cached_tokens"), ("n_prompt_tokens_processed", "processed_tokens")):
+        values = [s.get(key) for s in busy]
+        summary[name] = int(sum(v for v in values if isinstance(v, int) and number_ok(v)))
+    return summary
+
+
+async def _get(client: Any, url: str, cap: int) -> tuple[int, bytes]:
+    async with client.stream("GET", url) as response:
+        body = bytearray()
+        async for chunk in response.aiter_raw():
+            body += chunk
+            if len(body) > cap:
+                raise BodyTooLarge
+        return response.status_code, bytes(body)
+
+
+async def _poll(base: str, deadline: float, cap: int) -> dict[str, Any]:
+    import httpx
+
+    fields: dict[str, Any] = {}
+    async with asyncio.timeout(deadline):
+        async with httpx.AsyncClient(timeout=deadline, headers={"accept-encoding": "identity"}) as client:
+            status, _ = await _get(client, base + "/health", cap)
+            fields["health"] = {200: "ok", 503: "loading"}.get(status, f"http_{status}")
+            if status != 200:
+                return fields
+            status, body = await _get(client, base + "/metrics", cap)
+            if status == 200:
+                fields["metrics"] = parse_metrics(body.decode("utf-8", "replace"))
+            status, body = await _get(client, base + "/slots", cap)
+            if status == 200:
+                fields["slots"] = summarise_slots(json.loads(body))
+            status, body = await _get(client, base + "/props", cap)
+            props = json.loads(body) if status == 200 else None
+            if isinstance(props, dict) and isinstance(props.get("build_info"), str):
+                fields["build"] = props["build_info"][:64]
+    return fields
+
+
+@register("llama_server", LlamaServerOptions)
+class LlamaServerSource(PolledSourceBase):
+    """Polls one llama-server's /health, /metrics and /slots."""
+
+    def __init__(self, name: str, options: LlamaServerOptions, host: str = "") -> None:
+        self.name, self.options, self.host = name, options, host
+        self.instance = options.instance or name
+        self.base = options.url.rstrip("/")
+
+    def poll_policy(self) -> PollPolicy:
+        return PollPolicy(self.options.interval_seconds, self.options.max_backoff_seconds)
+
+    def poll(self, now: float) -> PollResult:
+        import httpx
+
+        started = time.monotonic()
+        try:
+            fields = asyncio.run(_poll(self.base, self.options.timeout_seconds, self.options.max_body_bytes))
+        except (httpx.HTTPError, ValueError, TimeoutError, BodyTooLarge) as exc:
+            error = Event(now, self.name, "poll_error", self.instance, {"error": error_kind(exc)}, None, self.host)
+            return PollResult([error], ok=False)
+        fields["poll_ms"] = round((time.monotonic() - started) * 1000)
+        return PollResult([Event(now, self.name, "llama_status", self.instance, fields, None, self.host)])

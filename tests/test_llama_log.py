@@ -1,0 +1,287 @@
+"""The llama_server preset of the engine log: llama-server's lines, its relative stamps turned into UTC from
+the writer's start instant (across a restart that reuses the file), and the Strata-shaped events the
+engine signals, views and heuristics read unchanged. Lines here are written as llama-server writes them
+(tools/server/server-context.cpp's formats); tests/test_llama_real.py reads the real build's own log."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import wait_until
+
+import collectors
+from collectors.engine_log import EngineLogOptions
+from collectors.llama_log import LlamaLineParser, LlamaLogSource, Writer, parse_args, request_id
+from collectors.trace_ids import trace_id_for
+from exporters.state import MetricState
+from spyglass.config import parse_config
+from spyglass.pipeline import build_signals, metric_state
+
+START = 1_796_000_000.0  # the writer's start instant, epoch seconds
+ARGV = ["llama-server", "-m", "/models/tiny.gguf", "--port", "8081", "-np", "2", "-c", "4096", "--cache-ram", "1",
+        "--log-file", "x.log"]
+
+
+def stamp(rel: float) -> str:
+    us = round(rel * 1e6)
+    return f"{us // 60_000_000}.{us // 1_000_000 % 60:02d}.{us // 1000 % 1000:03d}.{us % 1000:03d}"
+
+
+def task_lines(rel: float, slot: int, task: int, prompt_ms: float, read: int, gen: int, n_tokens: int) -> list[str]:
+    """One task as llama-server logs it: launch, the four timing lines, release."""
+    s = f"slot print_timing: id  {slot} | task {task} | "
+    return [f"{stamp(rel)} I slot launch_slot_: id  {slot} | task {task} | processing task, is_child = 0",
+            f"{stamp(rel + 0.2)} I {s}prompt eval time =      {prompt_ms:.2f} ms /   {read} tokens (    0.03 ms per token,"
+            f"  29771.96 tokens per second)",
+            f"{stamp(rel + 0.2)} I {s}       eval time =       7.95 ms /     {gen} tokens (    0.99 ms per token,"
+            f"  1006.29 tokens per second)",
+            f"{stamp(rel + 0.2)} I {s}      total time =      28.27 ms /   {read + gen} tokens",
+            f"{stamp(rel + 0.2)} I {s}   graphs reused =          7",
+            f"{stamp(rel + 0.2)} I slot      release: id  {slot} | task {task} | stop processing: n_tokens = {n_tokens},"
+            " truncated = 0"]
+
+
+def banner(rel: float = 0.0) -> list[str]:
+    return [f"{stamp(rel)} I srv  llama_server: initializing ...",
+            f"{stamp(rel + 0.01)} I srv    load_model: loading model '/models/tiny.gguf'",
+            f"{stamp(rel + 0.15)} I srv  llama_server: listening on http://127.0.0.1:8081"]
+
+
+def source(tmp_path: Path, writers: list[Writer | None], instance: str = "llama-a") -> LlamaLogSource:
+    log = tmp_path / "llama.log"
+    log.touch()
+    options = EngineLogOptions(path=log, instance=instance, preset="llama_server")
+    queue = list(writers)
+    made = collectors.load_all()["engine_log"].build("engine-a", options)
+    assert isinstance(made, LlamaLogSource)
+    made.writer_of = lambda path, now: queue.pop(0) if queue else None
+    return made
+
+
+def read(src: LlamaLogSource, lines: list[str], mtime: float):
+    src.file_mtime(mtime)
+    return src.handle_lines([line.encode() + b"\n" for line in lines])
+
+
+def test_a_line_of_each_kind_is_parsed_to_its_fields() -> None:
+    parser = LlamaLineParser()
+    kinds = {}
+    for text in [*banner(), *task_lines(6.165459, 1, 0, 20.32, 605, 8, 612),
+                 "0.07.000.000 I slot get_availabl: id  1 | task -1 | selected slot by LRU, t_last = -1",
+                 "0.07.000.000 I slot get_availabl: id  0 | task -1 | selected slot by LCP similarity, f_sim_best = 0.912"
+                 " (> 0.100 thold), f_keep = 0.987",
+                 "0.07.100.000 W srv         alloc:  - making room for prompt cache entry, removing oldest entry (size = 0.306 MiB)",
+                 "0.07.100.000 W srv        update:  - cache token limit (4096, est: 8000) reached, removing oldest entry"
+                 " (size = 0.500 MiB)",
+                 "0.07.200.000 I srv        update:  - cache state: 3 prompts, 0.918 MiB (limits: 1.000 MiB, 0 tokens, 3411 est)",
+                 "0.07.300.000 I slot update_slots: id  0 | task 9 | forcing full prompt re-processing due to lack of cache"
+                 " data (likely due to SWA or hybrid/recurrent memory, see x)",
+                 "0.07.400.000 W slot create_check: id  0 | task 9 | erasing old context checkpoint (pos_min = 0, pos_max = 511,"
+                 " n_tokens = 512, size = 0.125 MiB)",
+                 "0.08.000.000 E srv    load_model: failed to load model, '/models/gone.gguf'",
+                 "0.08.100.000 W common_sampler_init: backend sampling is not compatible with reasoning budget, disabling"]:
+        line = parser.parse(text.encode())
+        assert not isinstance(line, str), text
+        kinds.setdefault(line.kind, []).append(line)
+    assert kinds["start"][0].fields == {"func": "llama_server"}
+    assert kinds["launch"][0].rel == pytest.approx(6.165459)
+    assert kinds["timing_prompt"][0].fields["ms"] == 20.32 and kinds["timing_prompt"][0].fields["tokens"] == 605
+    assert kinds["timing_eval"][0].fields["tps"] == 1006.29
+    assert kinds["release"][0].fields == {"func": "release", "slot": 1, "task": 0, "n_tokens": 612, "truncated": 0}
+    assert [line.fields["by"] for line in kinds["slot_select"]] == ["LRU", "LCP similarity"]
+    assert kinds["slot_select"][1].fields["similarity"] == 0.912
+    assert [line.fields["mib"] for line in kinds["evict"]] == [0.306, 0.5]
+    assert kinds["cache_state"][0].fields["prompts"] == 3 and kinds["cache_state"][0].fields["limit_mib"] == 1.0
+    assert kinds["reprocess"][0].fields["task"] == 9
+    assert kinds["checkpoint"][0].fields["action"] == "erasing old"
+    assert kinds["error"][0].fields["component"] == "load"
+    assert kinds["ready"][0].rel == pytest.approx(0.15)
+    assert "reasoning budget" in kinds["reasoning_budget"][0].fields["message"]
+
+
+def test_lines_that_are_no_event_are_counted_and_never_raise(tmp_path: Path) -> None:
+    src = source(tmp_path, [])
+    events, misses, last = read(src, [*banner(), "no prefix at all", "0.00.200.000 I llama_model_loader: - kv 0: x",
+                                      "0.00.300.000 D slot debug line", "0.00.400.000 I slot print_timing: id  x | task y |"],
+                                START + 1)
+    assert misses["unprefixed"] == 1 and misses["ignored"] == 1 and misses["unmatched"] == 2
+    assert last.startswith(b"0.00.400.000")
+    assert [e.kind for e in events] == ["start", "model_unreadable", "ready"]
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "llama_server" / "llama-server.log"
+
+
+def test_the_real_builds_log_is_read_whole(tmp_path: Path) -> None:
+    """A real log of the built llama-server: a start, six tasks with four evictions from a 1 MiB cache, a
+    shutdown, then a second process appending to the file that fails to load a missing model."""
+    src = source(tmp_path, [None])
+    lines = FIXTURE.read_bytes().splitlines(keepends=True)
+    src.file_mtime(START)
+    events, misses, last = src.handle_lines(lines)
+    assert misses == {"ignored": 0, "unmatched": 0, "unprefixed": 0}, last
+    kinds = [e.kind for e in events]
+    assert kinds.count("start") == 2 and kinds.count("done") == 7 and kinds.count("evict") == 4
+    assert [e.fields["anchor"] for e in events if e.kind == "start"] == ["next", "mtime"]
+    assert kinds.count("error") == 10 and {e.fields["component"] for e in events if e.kind == "error"} == {"load"}
+    done = [e.fields for e in events if e.kind == "done"]
+    assert done[0]["prompt"] == 803 and done[0]["ttft_ms"] == 100 and done[0]["graphs_reused"] == 7
+    assert done[-1]["prompt"] == 806
+    prompts = [e.fields for e in events if e.kind == "prompt"]
+    assert (prompts[-1]["read"], prompts[-1]["reused"]) == (804, 2)  # its first turn's cache entry was evicted
+    ready = next(e for e in events if e.kind == "ready")
+    assert ready.fields["seconds"] == 1.043
+    assert events[-1].ts == START  # the last line is the file's latest write
+
+
+def test_relative_stamps_count_from_the_writers_start(tmp_path: Path) -> None:
+    src = source(tmp_path, [Writer(4242, START, ARGV)])
+    events, _, _ = read(src, [*banner(), *task_lines(6.165459, 1, 0, 20.32, 605, 8, 612)], START + 7)
+    start, args = events[0], events[1]
+    assert (start.kind, start.ts, start.fields["anchor"], start.fields["pid"]) == ("start", START, "process", 4242)
+    assert start.fields["build_name"] == "llama.cpp"
+    assert args.kind == "args" and args.fields["cache_ram_mib"] == 1 and args.fields["slots"] == 2
+    ready = next(e for e in events if e.kind == "ready")
+    assert ready.ts == pytest.approx(START + 0.15) and ready.fields["seconds"] == 0.15
+    queued = next(e for e in events if e.kind == "queued")
+    assert queued.ts == pytest.approx(START + 6.165459)
+
+
+def test_a_restart_that_appends_to_the_same_file_starts_a_new_segment(tmp_path: Path) -> None:
+    second = START + 100
+    src = source(tmp_path, [Writer(1, START, ARGV), Writer(2, second, ARGV)])
+    read(src, [*banner(), *task_lines(30.0, 0, 0, 10.0, 100, 4, 103)], START + 31)
+    events, _, _ = read(src, [*banner(), *task_lines(1.0, 0, 0, 12.0, 90, 4, 93)], second + 2)
+    starts = [e for e in events if e.kind == "start"]
+    assert len(starts) == 1 and starts[0].ts == second and starts[0].fields["pid"] == 2
+    done = next(e for e in events if e.kind == "done")
+    assert done.ts == pytest.approx(second + 1.2)
+    # Task 0 again, but of another process: another request id.
+    first_req = request_id("llama-a", START, 0, START + 30)
+    assert done.request_id != first_req
+
+
+def test_a_restart_is_also_seen_when_the_stamp_goes_back_without_a_banner(tmp_path: Path) -> None:
+    src = source(tmp_path, [Writer(1, START, ARGV), None])
+    read(src, [*banner(), *task_lines(30.0, 0, 0, 10.0, 100, 4, 103)], START + 31)
+    events, _, _ = read(src, task_lines(0.5, 0, 0, 10.0, 100, 4, 103), START + 50)
+    assert events[0].kind == "start" and events[0].fields["anchor"] == "mtime"
+    assert events[0].ts == pytest.approx(START + 50 - 0.7)  # the mtime minus the last stamp read
+    assert events[0].ts >= START + 30.2  # and never before the previous process's last line
+
+
+def test_a_crash_loop_read_after_the_fact_places_each_run_before_the_next(tmp_path: Path) -> None:
+    src = source(tmp_path, [None])
+    lines = [*banner(), "0.00.300.000 E srv    load_model: failed to load model, '/m'"] * 3
+    events, _, _ = read(src, lines, START + 10)
+    starts = [e for e in events if e.kind == "start"]
+    assert [e.fields["anchor"] for e in starts] == ["next", "next", "mtime"]
+    assert [round(e.ts - START, 2) for e in starts] == [9.1, 9.4, 9.7]
+    errors = [e for e in events if e.kind == "error"]
+    assert [round(e.ts - START, 2) for e in errors] == [9.4, 9.7, 10.0]
+    assert all(e.fields["component"] == "load" for e in errors)
+
+
+def test_a_writer_that_started_after_the_lines_is_not_their_writer(tmp_path: Path) -> None:
+    # The process that wrote these lines is gone; a newer one (started after the last line) runs.
+    src = source(tmp_path, [Writer(9, START + 20, ARGV)])
+    events, _, _ = read(src, [*banner(), *task_lines(5.0, 0, 0, 10.0, 100, 4, 103)], START + 10)
+    assert events[0].fields["anchor"] == "mtime" and events[0].ts == pytest.approx(START + 10 - 5.2)
+    assert "args" not in [e.kind for e in events]  # its budget is not the dead writer's
+
+
+def test_lines_without_a_stamp_take_the_time_they_were_read(tmp_path: Path) -> None:
+    src = source(tmp_path, [None])
+    events, _, _ = read(src, ["I srv  llama_server: initializing ...",
+                              "W srv         alloc:  - making room for prompt cache entry, removing oldest entry (size = 0.306 MiB)"],
+                        START + 3)
+    assert [(e.kind, e.ts) for e in events] == [("start", START + 3), ("evict", START + 3)]
+
+
+def test_a_task_becomes_queued_prompt_and_done_with_one_request_id(tmp_path: Path) -> None:
+    src = source(tmp_path, [Writer(1, START, ARGV)])
+    events, _, _ = read(src, [*banner(), *task_lines(6.0, 1, 3, 20.32, 4, 8, 815)], START + 7)
+    queued, prompt, done = (next(e for e in events if e.kind == k) for k in ("queued", "prompt", "done"))
+    assert queued.request_id == prompt.request_id == done.request_id == request_id("llama-a", START, 3, START + 6)
+    assert trace_id_for(done.request_id)  # a request id the trace command accepts
+    # 815 tokens in the slot after 8 generated: an 808-token prompt, 4 processed, 804 restored from cache.
+    assert prompt.fields == {"task": 3, "slot": 1, "prompt": 808, "reused": 804, "read": 4, "ms": 20}
+    assert prompt.ts == pytest.approx(START + 6.02032)
+    assert done.fields["ttft_ms"] == 20 and done.fields["completion"] == 8 and done.fields["decode_tps"] == 1006.29
+    assert done.fields["finish"] == "unknown" and done.ts == pytest.approx(START + 6.2)
+    assert queued.fields["prefill_depth"] == 0
+
+
+def test_evictions_count_per_process_and_carry_the_command_line_budget(tmp_path: Path) -> None:
+    src = source(tmp_path, [Writer(1, START, ARGV), Writer(2, START + 60, [a for a in ARGV if a not in ("--cache-ram", "1")])])
+    evict = "W srv         alloc:  - making room for prompt cache entry, removing oldest entry (size = 0.306 MiB)"
+    events, _, _ = read(src, [*banner(), f"0.01.000.000 {evict}", f"0.02.000.000 {evict}"], START + 3)
+    evicts = [e.fields for e in events if e.kind == "evict"]
+    assert [f["evictions"] for f in evicts] == [1, 2]
+    assert evicts[0]["bytes"] == round(0.306 * 2**20) and evicts[0]["budget"] == 2**20
+    events, _, _ = read(src, [*banner(), f"0.01.000.000 {evict}"], START + 62)
+    evicts = [e.fields for e in events if e.kind == "evict"]
+    assert evicts == [{"bytes": round(0.306 * 2**20), "reason": "budget", "cause": "room", "evictions": 1}]  # no budget logged
+
+
+def test_the_checkpoint_keeps_the_segment_across_an_agent_restart(tmp_path: Path) -> None:
+    src = source(tmp_path, [Writer(1, START, ARGV)])
+    read(src, [*banner(), task_lines(6.0, 1, 3, 20.0, 4, 8, 815)[0]], START + 7)
+    again = source(tmp_path, [])
+    again.restore(src.checkpoint() or {})
+    events, _, _ = read(again, task_lines(6.0, 1, 3, 20.0, 4, 8, 815)[1:], START + 8)
+    done = next(e for e in events if e.kind == "done")
+    assert done.ts == pytest.approx(START + 6.2) and done.request_id == request_id("llama-a", START, 3, START + 6)
+
+
+def test_parse_args_reads_short_and_long_flags() -> None:
+    assert parse_args(["x", "--parallel", "4", "-c", "8192", "-cram", "8192", "--model", "m.gguf"]) == {
+        "slots": 4, "ctx": 8192, "cache_ram_mib": 8192, "model": "m.gguf"}
+
+
+def test_the_engine_signals_count_llama_events_as_the_strata_engines(tmp_path: Path) -> None:
+    config = parse_config({"sources": {"engine-a": {"kind": "engine_log", "preset": "llama_server", "path": str(tmp_path / "l.log"),
+                                                    "instance": "llama-a", "lane": "normal"}}})
+    state: MetricState = metric_state(config)
+    signals = build_signals(config, state)["engine_log"]
+    src = source(tmp_path, [Writer(1, START, ARGV)])
+    evict = "W srv         alloc:  - making room for prompt cache entry, removing oldest entry (size = 0.306 MiB)"
+    events, _, _ = read(src, [*banner(), *task_lines(6.0, 1, 3, 1500.0, 4, 8, 815), f"0.07.000.000 {evict}"], START + 8)
+    for event in events:
+        signals.apply(event)
+    key = ("llama-a", "normal")
+    assert state.series("spyglass_engine_evictions_total")[key] == 1
+    assert state.series("spyglass_engine_evicted_bytes_total")[key] == round(0.306 * 2**20)
+    assert state.series("spyglass_engine_cache_budget_bytes")[key] == 2**20
+    assert state.series("spyglass_engine_slots")[key] == 2
+    assert state.series("spyglass_engine_prompt_tokens_total")[key + ("reused",)] == 804
+    assert state.series("spyglass_engine_requests_finished_total")[key + ("unknown",)] == 1
+    assert state.total("spyglass_engine_ttft_seconds", instance="llama-a") == 1
+    assert state.series("spyglass_engine_build_info")[key + ("llama.cpp", "", "")] == 1
+    assert state.series("spyglass_engine_ready")[key] == 1
+
+
+def test_the_writer_of_a_log_is_found_by_its_command_line(tmp_path: Path, spawns) -> None:
+    """A real process naming the file with --log-file (a sleeping Python stands in: the rule reads only its
+    command line, relative to its working folder)."""
+    import subprocess
+    import sys
+    import time
+
+    from collectors.llama_log import find_writer
+
+    log = tmp_path / "w.log"
+    log.touch()
+    before = time.time()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--log-file", log.name], cwd=tmp_path)
+    try:
+        def found() -> Writer | None:
+            writer = find_writer(log, time.time())
+            return writer if writer is not None and writer.pid == child.pid else None
+
+        writer = wait_until(found, 20, "the sleeping writer")
+        assert before - 0.05 <= writer.start <= time.time() and "--log-file" in writer.argv
+        assert find_writer(tmp_path / "other.log", time.time()) is None
+    finally:
+        child.kill()
+        child.wait()
