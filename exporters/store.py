@@ -21,6 +21,7 @@ from typing import Any
 import duckdb
 import orjson
 import pyarrow as pa
+from loguru import logger
 
 from collectors.event import Event
 from exporters.statefile import SavedState
@@ -110,7 +111,11 @@ class DuckDBStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self.con = duckdb.connect(str(path))
+        self.invalidated: str | None = None  # why DuckDB invalidated the connection, until it is reopened
+        self._open()
+
+    def _open(self) -> None:
+        self.con = duckdb.connect(str(self.path))
         self.con.execute("SET TimeZone = 'UTC'")
         self.con.execute(SCHEMA)
         # A store from before `seq`: its rows keep their storage order.
@@ -121,6 +126,21 @@ class DuckDBStore:
         self.con.execute("SET lock_configuration = true")
         self._written: dict[str, str] = {}  # checkpoint JSON per source as committed: unchanged ones are not rewritten
         self._has_metrics = False
+
+    def _reopen(self) -> bool:
+        """Reopen the file after DuckDB invalidated the connection (a checkpoint that failed, on a
+        full disk): the reopened store holds the last commit that landed. Returns whether the batch
+        that failed landed anyway (its events are there: seqs past ours); raises while the file
+        cannot be opened (the disk is still full), and is tried again at the next commit."""
+        with contextlib.suppress(duckdb.Error):
+            self.con.close()
+        before = self.next_seq
+        self._open()
+        self.load()  # what was committed: unchanged checkpoints are not rewritten
+        logger.warning("the store {} is reopened after '{}'; it resumes from its last commit", self.path,
+                       self.invalidated)
+        self.invalidated = None
+        return self.next_seq > before
 
     def load(self) -> SavedState:
         saved = SavedState()
@@ -139,6 +159,8 @@ class DuckDBStore:
         cost 3-4 times an UPDATE of the same row, and register + INSERT ... SELECT 3 times
         `from_arrow().insert_into` (profiled: docs/benchmarks.md). Returns the events set aside as
         unstorable (`storable_table`); the rest are committed."""
+        if self.invalidated is not None and self._reopen():
+            return []  # the batch landed before the checkpoint that failed: nothing to write twice
         now = time.time()
         table, refused = storable_table(events) if events else (None, [])
         changed = {source: json.dumps(state) for source, state in checkpoints.items()}
@@ -159,6 +181,11 @@ class DuckDBStore:
                 con.execute("INSERT OR REPLACE INTO agent_state VALUES ('metrics', ?, to_timestamp(?))",
                             [json.dumps(metrics), now])
             con.commit()
+        except duckdb.FatalException as exc:  # "database has been invalidated": this connection is dead
+            self.invalidated = str(exc).split("\n", 1)[-1][:300]
+            logger.error("the store {} was invalidated by DuckDB ({}); it is reopened from disk at the next"
+                         " attempt, resuming from the last commit", self.path, self.invalidated)
+            raise
         except BaseException:
             _rollback(con)
             raise

@@ -78,6 +78,9 @@ class Agent:
             self.pipeline.event_hooks.append(EngineSpanExporter(self.tracing, kinds).observe)
         self.snapshots: Snapshots | None = None
         self._decoding = threading.Lock()
+        from spyglass.alert_webhook import Replays
+
+        self._alert_replays = Replays()
         if config.exporters.prometheus.enabled:
             from spyglass.server import AgentServer, ServerLimits  # here: `spyglass ingest` serves nothing
 
@@ -112,9 +115,20 @@ class Agent:
         self.wake.set()
 
     def _receive_alerts(self, body: bytes) -> None:
+        """Stores a notification's alerts once each: a replay (the same fingerprint, status and times,
+        as Alertmanager repeats) is answered 200 and not stored again."""
         from spyglass.alert_webhook import decode_notification
+        from spyglass.server import NotYetStored
 
-        self._store_now(decode_notification(body, self.config.agent.host, now=self.pipeline.clock.now()))
+        fresh = self._alert_replays.take(decode_notification(body, self.config.agent.host,
+                                                             now=self.pipeline.clock.now()))
+        try:
+            if fresh:
+                self._store_now(fresh)
+        except NotYetStored as exc:
+            if not exc.taken:
+                self._alert_replays.forget(fresh)
+            raise
 
     def _receive_smoke(self, body: bytes) -> None:
         from spyglass.smoke_event import decode_result
@@ -135,7 +149,7 @@ class Agent:
         wait = self.config.exporters.prometheus.request_timeout_seconds / 2
         if not stored.wait(wait):
             raise NotYetStored(f"not committed within {wait:g} s (the store is failing?); held in memory and"
-                               " stored when the store recovers, so a retry may store it twice")
+                               " stored when the store recovers, so a retry may store it twice", taken=True)
 
     def _query_function(self):
         """/api/sql: a bounded query on a read-only copy of the store, a few at a time."""
@@ -148,7 +162,7 @@ class Agent:
         from spyglass.snapshot import Snapshots
 
         server = self.config.exporters.prometheus
-        snapshots = self.snapshots = Snapshots(store.con, self.config.state_dir() / "sql-copies",
+        snapshots = self.snapshots = Snapshots(lambda: store.con, self.config.state_dir() / "sql-copies",
                                                server.sql_snapshot_seconds)
         limits = Limits(server.sql_timeout_seconds, server.sql_memory_mb, server.sql_max_rows, server.sql_max_bytes)
         turns = threading.BoundedSemaphore(server.sql_workers)

@@ -8,6 +8,8 @@ pure; a body that is not Alertmanager's JSON is a ValueError saying why.
 """
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
@@ -89,3 +91,38 @@ def decode_notification(body: bytes, host: str = "", *, now: float) -> list[Even
     if len(alerts) > MAX_ALERTS:
         raise ValueError(f"alerts: {len(alerts)} alerts, at most {MAX_ALERTS}")
     return [_event(alert, f"alerts[{n}]", host, now) for n, alert in enumerate(alerts)]
+
+
+class Replays:
+    """The alerts already taken, by (fingerprint or labels, status, startsAt, endsAt), the last `size`
+    of them: Alertmanager repeats a notification every `repeat_interval` and after its own restarts,
+    and a replay must not be stored twice. Thread-safe."""
+
+    def __init__(self, size: int = 100_000) -> None:
+        self.size = size
+        self._seen: OrderedDict[tuple[Any, ...], None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(event: Event) -> tuple[Any, ...]:
+        f = event.fields
+        return (f["fingerprint"] or tuple(sorted(f["labels"].items())), f["status"], f["startsAt"], f["endsAt"])
+
+    def take(self, events: list[Event]) -> list[Event]:
+        """The events not taken before (nor twice in `events`), now marked as taken."""
+        fresh = []
+        with self._lock:
+            for event in events:
+                key = self.key(event)
+                if key not in self._seen:
+                    self._seen[key] = None
+                    fresh.append(event)
+            while len(self._seen) > self.size:
+                self._seen.popitem(last=False)
+        return fresh
+
+    def forget(self, events: list[Event]) -> None:
+        """Unmark events that were refused with nothing taken: the sender's retry must store them."""
+        with self._lock:
+            for event in events:
+                self._seen.pop(self.key(event), None)

@@ -276,7 +276,8 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str
     try:
         stack, document = build_stack(folder, listen, scenario)
         config_file = folder / "spyglass.toml"
-        config_file.write_text(toml_text(document))
+        note = clock_note(stack.engines["strata-a"].time_scale)
+        config_file.write_text(f"# spyglass demo: {note}\n{toml_text(document)}")
         agent = Agent(parse_config(document, str(config_file)))
     except BaseException:  # e.g. the listen port in use: nothing runs yet; remove what was made
         remove_made(folder, existed)
@@ -295,7 +296,8 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str
         runner.start()
         threading.Thread(target=drive_mix, args=(stack.url, stop_driver, mix), name="load-driver",
                          daemon=True).start()
-        console.print(banner(mix, listen, config_file, agent.config.store_path(), stack.folder, keep is not None),
+        console.print(banner(mix, listen, config_file, agent.config.store_path(), stack.folder, keep is not None,
+                             stack.engines["strata-a"].time_scale),
                       soft_wrap=True)
         _watch(agent, runner, board, console, seconds, config_file, stopping)
     finally:
@@ -315,17 +317,33 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str
         console.print(board.table())
         if keep:
             ended = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
-            print_kept(console, folder, config_file, agent, request, (began, ended))
+            print_kept(console, folder, config_file, agent, request, (began, ended), stack.engines["strata-a"].time_scale)
         else:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def banner(mix: tuple[str, ...], listen: str, config: Path, store: Path, logs: Path, kept: bool) -> str:
+def banner(mix: tuple[str, ...], listen: str, config: Path, store: Path, logs: Path, kept: bool,
+           time_scale: float = 1.0) -> Any:
+    """The demo's first lines (a rich Text: a path with brackets in it prints as written)."""
+    from rich.text import Text
+
     ending = f"keeps {config.parent}" if kept else "removes it all (--keep DIR keeps it)"
-    return (f"[bold]spyglass demo[/]: the emulated Strata stack under supervisord, driven by {', '.join(mix)}\n"
-            f"  metrics     http://{listen}/metrics\n  sources     http://{listen}/debug/sources\n"
-            f"  SQL         {command()} sql -c {config} \"SELECT kind, count(*) FROM events GROUP BY ALL\"\n"
-            f"  store       {store}\n  stack logs  {logs}\n  Ctrl-C stops it and {ending}.")
+    return Text.assemble(("spyglass demo", "bold"), (
+        f": the emulated Strata stack under supervisord, driven by {', '.join(mix)}\n"
+        f"  metrics     http://{listen}/metrics\n  sources     http://{listen}/debug/sources\n"
+        f"  SQL         {command()} sql -c {config} \"SELECT kind, count(*) FROM events GROUP BY ALL\"\n"
+        f"  store       {store}\n  stack logs  {logs}\n  clock       {clock_note(time_scale)}\n"
+        f"  Ctrl-C stops it and {ending}."))
+
+
+def clock_note(time_scale: float) -> str:
+    """What the numbers mean: the emulated stack runs faster than the model it imitates, and the durations
+    it logs are the model's, while its timestamps are the wall clock."""
+    if time_scale >= 1.0:
+        return "durations and timestamps are both the wall clock"
+    return (f"the emulated engines run {1 / time_scale:g}x faster than the model they imitate: the durations"
+            f" they and the gateway log (ttft_ms, dur_ms, prompt read ms, load s) are model time, {1 / time_scale:g}"
+            " times the wall clock their timestamps and spans keep")
 
 
 def command() -> str:
@@ -373,7 +391,7 @@ def window_commands(config: Path, start: datetime, end: datetime) -> list[str]:
 
 
 def print_kept(console: Console, folder: Path, config: Path, agent: Agent, request: str | None,
-               window: tuple[datetime, datetime] | None = None) -> None:
+               window: tuple[datetime, datetime] | None = None, time_scale: float = 1.0) -> None:
     spyglass, c = command(), shlex.quote(str(config))
     logs = ", ".join(sorted(p.name for p in (folder / "stack").iterdir() if p.suffix == ".log" or p.name == "infer"))
     lines = [f"kept in {folder}:", f"  config      {config}", f"  store       {agent.config.store_path()}",
@@ -384,6 +402,7 @@ def print_kept(console: Console, folder: Path, config: Path, agent: Agent, reque
              f"  {spyglass} trace -c {c} {request or 'REQUEST_ID'}"]
     if window:
         lines += window_commands(config, *window)
+    lines.append(f"clock: {clock_note(time_scale)}")
     console.print("\n".join(lines), soft_wrap=True, highlight=False, markup=False)
 
 

@@ -41,7 +41,11 @@ class ListenError(Exception):
 
 class NotYetStored(Exception):
     """A POSTed body's events are not committed: refused while the store fails (nothing taken), or
-    taken and not committed in time (stored once the store recovers)."""
+    taken and not committed in time (stored once the store recovers): `taken` says which."""
+
+    def __init__(self, message: str, taken: bool = False) -> None:
+        super().__init__(message)
+        self.taken = taken
 
 
 @dataclass(frozen=True)

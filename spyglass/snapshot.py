@@ -49,9 +49,10 @@ class Snapshots:
     its last query ends. Taking one reads the store beside the writer (MVCC): it never blocks or
     fails an ingest commit."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, folder: Path, max_age: float,
+    def __init__(self, connection: Callable[[], duckdb.DuckDBPyConnection], folder: Path, max_age: float,
                  clock: Callable[[], float] = time.time) -> None:
-        self.con, self.folder, self.max_age, self.clock = con, folder, max_age, clock
+        # `connection()` is the store's connection now: the store reopens it after DuckDB invalidated it
+        self.connection, self.folder, self.max_age, self.clock = connection, folder, max_age, clock
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.glob("copy-*.duckdb*"):  # left by an agent that was killed
             old.unlink()
@@ -129,7 +130,7 @@ class Snapshots:
         if previous is not None and previous.path.exists():
             copy_exclusive(previous.path, partial)
             start = previous.next_rowid
-        cursor = self.con.cursor()
+        cursor = self.connection().cursor()
         try:
             cursor.execute("BEGIN TRANSACTION READ ONLY")
             as_of = self.clock()

@@ -115,7 +115,7 @@ def print_trace(config: Config, given: str) -> None:
     heading = label(root).append(f"\n{request_id} (trace {trace_hex}), started {format_both(root.start)}", "dim")
     tree = Tree(heading)
     add(tree, root)
-    said = outcome(events, kinds)
+    said = outcome(events, kinds) + clock_notes(root)
     console = console_for(None, tree, *said)
     console.print(tree)
     for line in said:
@@ -145,3 +145,23 @@ def outcome(events: list[Event], kinds: dict[str, str]) -> list[Text]:
     if final is not None and final != first:
         lines.append(Text.assemble(("answered: ", "bold"), plain(str(final))))
     return lines
+
+
+def walk(span: PhaseSpan):
+    yield span
+    for child in span.children:
+        yield from walk(child)
+
+
+def clock_notes(root: PhaseSpan) -> list[Text]:
+    """A note for each span whose logged TTFT is longer than the span itself: the log's durations then run
+    on another clock than its timestamps (the demo's emulated engines log model time, 200x the wall clock),
+    and the trace says so instead of showing the contradiction unexplained."""
+    notes = []
+    for span in walk(root):
+        ttft = span.attributes.get("spyglass.ttft_ms")
+        if isinstance(ttft, (int, float)) and ttft / 1000 > 1.5 * span.duration + 0.05:
+            notes.append(Text.assemble(("clock: ", "bold"), plain(
+                f"{span.name} logs ttft_ms={ttft:g} for a span of {span.duration:.3f} s: the durations it logs run"
+                " on another clock than its timestamps (the demo's emulated engines log model time)")))
+    return notes

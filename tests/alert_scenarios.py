@@ -101,6 +101,10 @@ def background(n: int) -> dict[str, str]:
             f"spyglass_infer_plan_then_stop_total{{{ln}}}": gauge((n, 0)),
             f"spyglass_infer_anchor_lost_total{{{ln}}}": gauge((n, 0)),
         })
+    s['spyglass_source_last_event_timestamp_seconds{source="serve-a"}'] = clock(n)
+    s['spyglass_source_last_event_timestamp_seconds{source="serve-b"}'] = clock(n)
+    # A supervisord log is quiet by nature: its last line is from when the programs started.
+    s['spyglass_source_last_event_timestamp_seconds{source="supervisord"}'] = gauge((n, 0))
     for source in ("engine-a", "engine-b", "gateway", "serve-a", "serve-b"):
         s[f'spyglass_source_up{{source="{source}"}}'] = gauge((n, 1))
         s[f'spyglass_source_lines_total{{source="{source}", outcome="event"}}'] = counter((n, 100))
@@ -255,7 +259,10 @@ def scenarios() -> list[Scenario]:
             'spyglass_source_last_event_timestamp_seconds{source="engine-a"}': clock(T0) + f" {(T0 - 1) * 60}x{rest - 1}",
             'spyglass_engine_slots_busy{instance="strata-a", lane="fast"}': gauge((T0, 2), (rest, 0)),
             'spyglass_serve_slots_busy{instance="strata-a"}': gauge((T0, 2), (rest, 0)),
-        }, {123: [], 130: [("SpyglassSourceSilent", {"instance": "strata-a"})]}),
+        }, {123: [], 130: [("SpyglassSourceSilent", {"instance": "strata-a", "source": "engine-a"})]}),
+        Scenario("H19 a status endpoint no longer polled", N, {
+            'spyglass_source_last_event_timestamp_seconds{source="serve-b"}': clock(T0) + f" {(T0 - 1) * 60}x{rest - 1}",
+        }, {123: [], 130: [("SpyglassSourceSilent", {"instance": "strata-b", "source": "serve-b"})]}),
         Scenario("H19 format drift", N, {
             'spyglass_source_lines_total{source="engine-b", outcome="unmatched"}': counter((T0, 0), (rest, 20)),
         }, {125: [], 140: [("SpyglassUnparsedLines", {"source": "engine-b"})]}),

@@ -28,9 +28,9 @@ from spyglass.config import ConfigError, engine_log_toml, parse_config
 from spyglass.otlp_receiver import SpanLimits, decode_spans
 from spyglass.query import AgentApi, QueryError, run_readonly
 
-pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 JSON_BODY = {"Content-Type": "application/json"}
 PROTOBUF_BODY = {"Content-Type": "application/x-protobuf"}
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
 TOKEN = "s3cret-token-for-tests-only"

@@ -20,7 +20,7 @@ from test_report_page import FLAGS
 from test_time_bounds import GOOD_SMOKE, _stored, agent  # noqa: F401 - the fixture
 
 CHROMIUM = shutil.which("chromium")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spawns")]  # starts Chromium: the e2e tier
 
 PAGE = """<!doctype html><body><script>
 const agent = "AGENT";

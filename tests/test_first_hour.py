@@ -228,6 +228,12 @@ def test_a_kept_demo_agrees_with_the_alert_on_shared_cpus_and_prints_commands_fo
         assert ran.returncode in ((0, 1, 2) if name == "diagnose" else (0,)), ran.stderr  # its findings, no usage error
         assert "error:" not in ran.stderr
     assert "--lookback" in commands["backtest"] and "Watchdog" in result.stdout  # 20 s: too short to fire, said
+    # the two clocks (issue 20, item 3): the durations the emulator logs are model time, and that is said
+    # in the banner, the closing message and the kept config
+    clock = re.findall(r"durations\s+they and the gateway log \(ttft_ms, dur_ms, prompt read ms, load s\) are model"
+                       r" time, (\d+) times the wall clock", result.stdout)
+    assert len(clock) == 2 and clock[0] == clock[1] != "1", result.stdout[:2000]
+    assert config.read_text().startswith("# spyglass demo: the emulated engines run")
 
 
 def test_sql_reads_a_query_from_stdin_or_a_file_and_points_to_views_for_a_view(tmp_path, spawns):
@@ -268,3 +274,16 @@ def test_numbers_print_with_thousands_separators_and_no_exponent():
     assert cell({"before": 75677700.0, "pid": 48211}) == "before=75,677,700 pid=48211"
     assert (counted(1, "finding"), counted(2, "deploy"), counted(11894, "event")) == \
         ("1 finding", "2 deploys", "11,894 events")
+
+
+def test_a_trace_says_when_a_logged_ttft_is_longer_than_its_span():
+    """The demo's `trace` showed ttft_ms=1498 on a 0.098 s span with nothing saying why."""
+    from engine.spans import PhaseSpan
+    from spyglass.trace import clock_notes
+
+    engine = PhaseSpan("engine strata-a", 100.0, 100.098, {"spyglass.ttft_ms": 1498})
+    root = PhaseSpan("rag-proxy: POST /v1/messages", 99.99, 100.2, {}, [engine])
+    [note] = clock_notes(root)
+    assert "engine strata-a logs ttft_ms=1498 for a span of 0.098 s" in note.plain
+    assert "another clock" in note.plain
+    assert clock_notes(PhaseSpan("engine strata-b", 100.0, 102.0, {"spyglass.ttft_ms": 1498})) == []  # it fits

@@ -48,7 +48,7 @@ def test_a_symlink_planted_in_the_copies_folder_is_never_followed(tmp_path):
     copies = tmp_path / "sql-copies"
     victim = tmp_path / "victim.txt"
     victim.write_bytes(b"precious\n")
-    snapshots = Snapshots(store.con, copies, max_age=0)
+    snapshots = Snapshots(lambda: store.con, copies, max_age=0)
     for n in range(1, 6):
         for name in (f"copy-{n}.partial", f"copy-{n}.partial.wal", f"copy-{n}.duckdb.wal"):
             os.symlink(victim, copies / name)

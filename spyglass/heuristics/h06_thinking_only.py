@@ -46,8 +46,10 @@ def build(d: Deployment) -> Heuristic:
         id="H6", title="Responses that stop inside reasoning or are thinking-only", incident="3 (special-token early stop, 2026-10-17)",
         symptom="A share of responses have reasoning but no visible text and no tool call, or stopped while reasoning.",
         wrong_guess="long context breaks it",
-        check=Check(text="Same day, same lane: requests with special-token literals against those without (16 of 58"
-              " thinking-only against 0 of 295).",
+        history="Incident 3 (2026-10-17): 16 of 58 requests with special-token literals were thinking-only, 0 of 295"
+                " without; the lane's share, 16 of 353 (4.5%), hid it. The normal lane got the fix only on 10-19.",
+        check=Check(text="Same day, same lane: thinking-only among requests with special-token literals against"
+              " among those without.",
               sql="SELECT fields->>'lane' AS lane, (fields->>'special_literals')::INT > 0 AS special_tokens,"
                   " count(*) AS requests, count(*) FILTER ((fields->>'thinking_only')::BOOLEAN) AS thinking_only"
                   " FROM events WHERE kind = 'request_body' GROUP BY ALL ORDER BY ALL"),

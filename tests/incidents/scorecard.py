@@ -138,7 +138,13 @@ def run_corpus(root: Path, workers: int = 1) -> list[Outcome]:
     tests = str(Path(__file__).resolve().parents[1])
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH")) if p)
     longest_first = sorted(WINDOWS, key=lambda w: w.start - w.end)  # the quiet day does not run alone at the end
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    import signal
+
+    from spyglass.backtest_cleanup import die_with_parent
+
+    # A worker gets SIGTERM when the test process dies: its backtest then stops its Prometheus itself.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent,
+                             initargs=(signal.SIGTERM,)) as pool:
         done = dict(zip([w.name for w in longest_first],
                         pool.map(_run_named, [w.name for w in longest_first], [str(root)] * len(WINDOWS))))
     return [done[w.name] for w in WINDOWS]

@@ -276,11 +276,23 @@ def healthy_hour(folder: Path) -> Path:
 
 # -- seed 004: the upgrade day ------------------------------------------------------------------------
 def upgrade_day(folder: Path) -> Path:
+    """The four turns of tests/test_upgrades_seed.py on strata-b; on strata-a, a probe that gives up at the
+    configured budget (900 s) kills each of three loads that need 1,000 s (SIGKILL 905 s after the spawn)."""
     import test_upgrades_seed as up
 
     folder.mkdir(parents=True, exist_ok=True)
-    files = {"engine-b.log": sorted(up.engine_b(), key=lambda raw: raw[:23]), "engine-a.log": up.engine_a(),
-             "supervisord.log": up.supervisord(), "status.jsonl": up.status(), "switch-engine.log": up.switch_log()}
+    supervisord = [raw for raw in up.supervisord() if b"strata-a" not in raw]
+    engine_a: list[bytes] = []
+    for n in range(3):
+        spawn = utc("2026-11-02 06:00") + n * timedelta(seconds=910)
+        supervisord.append(f"{spawn:%Y-%m-%d %H:%M:%S},000 INFO spawned: 'strata-a' with pid {49000 + n}".encode())
+        engine_a += [line(spawn.timestamp() + 1, "I", "main", f"Strata 0.9.4 (build {up.NEW}) starting pid={49000 + n}"),
+                     line(spawn.timestamp() + 1, "I", "main", f"args: {up.BASE_ARGS}")]
+        killed = spawn + timedelta(seconds=905)
+        supervisord.append(f"{killed:%Y-%m-%d %H:%M:%S},000 WARN exited: strata-a (terminated by SIGKILL; not"
+                           f" expected)".encode())
+    files = {"engine-b.log": sorted(up.engine_b(), key=lambda raw: raw[:23]), "engine-a.log": engine_a,
+             "supervisord.log": sorted(supervisord), "status.jsonl": up.status(), "switch-engine.log": up.switch_log()}
     for name, lines in files.items():
         (folder / name).write_bytes(b"\n".join(lines) + b"\n")
     config = folder / "spyglass.toml"
