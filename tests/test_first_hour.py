@@ -284,6 +284,47 @@ def test_a_trace_says_when_a_logged_ttft_is_longer_than_its_span():
     engine = PhaseSpan("engine strata-a", 100.0, 100.098, {"spyglass.ttft_ms": 1498})
     root = PhaseSpan("rag-proxy: POST /v1/messages", 99.99, 100.2, {}, [engine])
     [note] = clock_notes(root)
-    assert "engine strata-a logs ttft_ms=1498 for a span of 0.098 s" in note.plain
+    assert "engine strata-a logs ttft_ms=1498 for a span of 98 ms" in note.plain
     assert "another clock" in note.plain
     assert clock_notes(PhaseSpan("engine strata-b", 100.0, 102.0, {"spyglass.ttft_ms": 1498})) == []  # it fits
+
+
+def test_the_demos_live_table_has_the_trace_hint_and_nothing_prints_over_it(monkeypatch):
+    """The trace hint printed from its own thread while the live table ran left a stray header."""
+    import io
+    import threading
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    import exporters
+    import spyglass.demo as demo
+    from exporters.state import MetricState
+
+    monkeypatch.setattr(demo, "finished_request", lambda agent, settled_seconds=6.0: "20261202-235234-e1eb42")
+    agent = SimpleNamespace(pipeline=SimpleNamespace(state=MetricState(exporters.full_catalogue())),
+                            stop=threading.Event())
+    runner = threading.Thread(target=agent.stop.wait)  # the agent: alive until stopped
+    runner.start()
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=160)
+    hints: list[str] = []
+    original = console.print
+
+    def recording(*args, **kwargs):
+        if any("one request's trace" in str(a) for a in args):
+            hints.append(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(console, "print", recording)
+    stopping = threading.Event()
+    board = demo.Board()
+    try:
+        threading.Timer(6.5, stopping.set).start()  # the hint thread looks first after 5 s
+        demo._watch(agent, runner, board, console, 0, Path("c.toml"), stopping)  # type: ignore[arg-type]
+    finally:
+        agent.stop.set()
+        runner.join()
+    assert hints == [threading.current_thread().name]  # printed once, after the live table, by the main thread
+    assert "trace -c c.toml 20261202-235234-e1eb42" in out.getvalue()
+    assert "incident signals after 0 min 0" in out.getvalue()  # the live table shows the elapsed time
