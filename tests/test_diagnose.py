@@ -93,8 +93,9 @@ def test_incident_5_is_a_lost_task_anchor_then_plans_and_eos(replay):
     # H10 is there too and true: the replay's English prompts are estimated at 2.1x the engine's count.
     assert set(found) == {"H8", "H9", "H10"}
     [anchor] = found["H9"]
-    assert (anchor["figures"]["anchor_lost"], anchor["figures"]["most_client_msgs"],
-            anchor["figures"]["most_dropped_msgs"]) == (5, 315, 168)
+    assert (anchor["figures"]["anchor_lost"], anchor["figures"]["client_msgs"], anchor["figures"]["sent_msgs"],
+            anchor["figures"]["most_dropped_msgs"]) == (5, 315, 147, 168)  # the seed's 147 of 315 sent
+    assert anchor["trace_request_id"] and "147 of the client's 315" in anchor["summary"]
     assert found["H8"][0]["figures"]["plan_then_stop"] == 4
 
 
@@ -197,8 +198,9 @@ def test_the_ttft_probe_finds_what_either_h5_alert_would(ttfts, found):
     d = Deployment.of(parse_config({"alerts": {"lanes": {"normal": {"ttft_seconds": 40, "objective": 0.99}}}}, "t"))
     h5 = next(h for h in catalogue(d) if h.id == "H5")
     con = duckdb.connect()
-    con.execute("CREATE TABLE engine_requests (instance VARCHAR, lane VARCHAR, ts_utc TIMESTAMPTZ, ttft_ms DOUBLE)")
-    con.executemany("INSERT INTO engine_requests VALUES ('strata-b', 'normal', TIMESTAMPTZ '2026-10-19 05:00:00+00', ?)",
+    con.execute("CREATE TABLE engine_requests (instance VARCHAR, lane VARCHAR, ts_utc TIMESTAMPTZ, request_id VARCHAR,"
+                " ttft_ms DOUBLE)")
+    con.executemany("INSERT INTO engine_requests VALUES ('strata-b', 'normal', TIMESTAMPTZ '2026-10-19 05:00:00+00', NULL, ?)",
                     [(t * 1000,) for t in ttfts])
     rows = con.execute(h5.probe.sql).fetchall()
     assert bool(rows) == found, rows

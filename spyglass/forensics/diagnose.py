@@ -42,6 +42,7 @@ class Finding:
     wrong_guess: str
     check: str
     knobs: tuple[str, ...]
+    trace_request_id: str | None = None  # a request standing for the finding: `spyglass trace ID`
 
     def as_json(self) -> dict[str, Any]:
         return {"heuristic": self.heuristic, "title": self.title, "alert": self.alert, "severity": self.severity,
@@ -49,7 +50,8 @@ class Finding:
                 "start": utc_text(self.start) if self.start else None,
                 "end": utc_text(self.end) if self.end else None,
                 "summary": self.summary, "figures": self.figures, "evidence": self.evidence,
-                "wrong_guess": self.wrong_guess, "check": self.check, "knobs": list(self.knobs)}
+                "wrong_guess": self.wrong_guess, "check": self.check, "knobs": list(self.knobs),
+                "trace_request_id": self.trace_request_id}
 
 
 @dataclass
@@ -59,6 +61,7 @@ class Diagnosis:
     findings: list[Finding] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)  # heuristics with a probe
     unchecked: list[str] = field(default_factory=list)  # metrics only: left to the alerts
+    not_checked: dict[str, str] = field(default_factory=dict)  # heuristic -> why its probe could not run here
     parquet: str | None = None  # the segments it ran over, when not the store
 
     def exit_status(self) -> int:
@@ -68,7 +71,7 @@ class Diagnosis:
         w = self.window.params()
         return {"window": {"from": utc_text(w["from"]), "to": utc_text(w["to"])}, "events": self.events,
                 "findings": [f.as_json() for f in self.findings], "checked": self.checked,
-                "metrics_only": self.unchecked}
+                "not_checked": self.not_checked, "metrics_only": self.unchecked}
 
 
 def number(value: Any) -> float | int | None:
@@ -137,7 +140,8 @@ def findings_of(h: Heuristic, columns: list[str], rows: list[tuple], evidence: s
             h.id, h.title, alert.name, alert.severity, row.get("instance"), row.get("lane"),
             instant(row.get("start_utc")), instant(row.get("end_utc")),
             _Summary().format(probe.summary, **row),
-            figures_of(probe.figures, row), evidence, h.wrong_guess, h.check.text, h.knobs))
+            figures_of(probe.figures, row), evidence, h.wrong_guess, h.check.text, h.knobs,
+            trace_request_id=row.get("trace_request_id") or None))
     return out
 
 
@@ -152,17 +156,36 @@ def count_events(config: Config, w: Window, parquet: str | None = None) -> int:
     return int(rows[0][0]) if rows else 0
 
 
+def source_kinds(config: Config, w: Window, parquet: str | None = None) -> set[str]:
+    """The collector kinds with at least one event in the window."""
+    _, rows = query(config, Query("SELECT DISTINCT source_kind FROM timeline WHERE source_kind IS NOT NULL",
+                                  w.params()), parquet)
+    return {str(r[0]) for r in rows}
+
+
+def missing(needs: tuple[str, ...], present: set[str]) -> str:
+    """Why a probe needing these source kinds cannot be checked, or "" when it can."""
+    absent = [need.replace("|", " or ") for need in needs if not set(need.split("|")) & present]
+    return f"no {', '.join(absent)} events in the window" if absent else ""
+
+
 def diagnose(config: Config, w: Window, parquet: str | None = None) -> Diagnosis:
     """Every probe of the catalogue (with this deployment's thresholds) over the window: of the store,
-    or of the Parquet segments `parquet` matches."""
+    or of the Parquet segments `parquet` matches. A probe whose sources wrote nothing in the window is
+    not run: it is listed in `not_checked` with the reason, never reported as healthy."""
     result = Diagnosis(w, count_events(config, w, parquet), parquet=parquet)
+    present = source_kinds(config, w, parquet) if result.events else set()
     for h in catalogue(Deployment.of(config)):
         if h.probe is None:
             result.unchecked.append(h.id)
             continue
-        result.checked.append(h.id)
         if not result.events:
+            result.checked.append(h.id)
             continue
+        if why := missing(h.probe.needs, present):
+            result.not_checked[h.id] = why
+            continue
+        result.checked.append(h.id)
         q = probe_query(h, config, w)
         columns, rows = query(config, q, parquet)
         result.findings += findings_of(h, columns, rows, render(q.sql, q.params))

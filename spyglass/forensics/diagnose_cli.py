@@ -44,6 +44,8 @@ def print_table(diagnosis, out=None) -> None:
     count = len(diagnosis.findings)
     parts: list = [plain(f"{count} finding{'' if count == 1 else 's'} {describe(diagnosis.window)}"
                          f" ({diagnosis.events:,} events; checked {', '.join(diagnosis.checked)})")]
+    if diagnosis.not_checked:
+        parts.append(plain("could not check: " + "; ".join(f"{h} ({why})" for h, why in diagnosis.not_checked.items())))
     if diagnosis.findings:
         table = Table(title_justify="left")
         table.add_column("severity", no_wrap=True, min_width=8)
@@ -62,6 +64,8 @@ def print_table(diagnosis, out=None) -> None:
         detail.add_column("value", overflow="fold")
         for name, value in f.figures.items():
             detail.add_row(plain(name), plain(number(value)))
+        if f.trace_request_id:
+            detail.add_row("trace", plain(f"spyglass trace {f.trace_request_id}"))
         detail.add_row("not", plain(f.wrong_guess))
         detail.add_row("check", plain(f.check))
         detail.add_row("knobs", plain("; ".join(f.knobs)))

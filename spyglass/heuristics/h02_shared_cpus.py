@@ -1,12 +1,16 @@
 """H2: Engine processes share CPUs, or a cgroup is throttled. Incident 1."""
 from __future__ import annotations
 
-from spyglass.heuristics.model import INSTANCE, PERCENT, VALUE, Alert, Check, Deployment, Heuristic, Threshold
+from spyglass.heuristics.model import INSTANCE, PERCENT, VALUE, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
 from spyglass.heuristics.promql import num, ratio
 
 
 def build(d: Deployment) -> Heuristic:
-    throttled = 0.25
+    throttled, shared = 0.25, 0
+    probe = Probe(needs=("engine_log",), alert="EngineCPUsShared", sql=probe_sql(__file__, shared=num(shared)),
+                  summary="{instance} may run on CPUs {cpus} and {other} on {other_cpus}: {shared_cpus} CPUs shared; per"
+                  " request {instance} decoded {decode_tps:g} tok/s and {other} {other_decode_tps:g} in the window.",
+                  figures=("shared_cpus", "decode_tps", "other_decode_tps", "requests"))
     return Heuristic(
         id="H2", title="Engine processes share CPUs, or a cgroup is throttled", incident="1",
         symptom="Two engine processes' allowed CPU sets overlap, or the cgroup of one is throttled by CFS.",
@@ -25,4 +29,4 @@ def build(d: Deployment) -> Heuristic:
                expr=ratio("rate(spyglass_host_cgroup_throttled_periods_total[10m])",
                      "rate(spyglass_host_cgroup_periods_total[10m])", "host, instance") + f" > {num(throttled)}",
                for_="10m", summary=f"{INSTANCE}'s cgroup is throttled.",
-               description=f"{INSTANCE} was throttled in {PERCENT} of its CFS periods over 10 minutes.")))
+               description=f"{INSTANCE} was throttled in {PERCENT} of its CFS periods over 10 minutes.")), probe=probe)

@@ -1,3 +1,7 @@
+-- Per eviction: the rate over the 10 minutes before it and over the hour before those (as the rule computes
+-- them; the views read an hour beyond the window, so its first 10 minutes see a shorter baseline), and the mean
+-- parked snapshot's share of the budget then. The peak is the most evictions in one real minute; the largest
+-- snapshot is the largest parked in the window (incident 2: 4,716,362,992 bytes against 8 GiB).
 WITH cache AS (
   SELECT instance, lane, ts_utc, event, snapshot_bytes, used_bytes, parked, budget_bytes, slots
   FROM cache_events__all WHERE ts_utc < $to
@@ -6,25 +10,27 @@ WITH cache AS (
     count(*) OVER (PARTITION BY instance ORDER BY ts_utc
                    RANGE BETWEEN INTERVAL 10 MINUTE PRECEDING AND CURRENT ROW) / 10 AS per_minute,
     count(*) OVER (PARTITION BY instance ORDER BY ts_utc
-                   RANGE BETWEEN INTERVAL 70 MINUTE PRECEDING AND INTERVAL 10 MINUTE PRECEDING) / 60 AS baseline
+                   RANGE BETWEEN INTERVAL 70 MINUTE PRECEDING AND INTERVAL 10 MINUTE PRECEDING) / 60 AS baseline,
+    count(*) OVER (PARTITION BY instance ORDER BY ts_utc
+                   RANGE BETWEEN INTERVAL 1 MINUTE PRECEDING AND CURRENT ROW) AS in_a_minute
   FROM cache WHERE event = 'evict'
 ), share AS (
   SELECT instance, ts_utc, used_bytes / greatest(parked, 1) / budget_bytes AS snapshot_share
   FROM cache WHERE budget_bytes > 0 AND used_bytes IS NOT NULL
 ), storm AS (
-  SELECT r.instance, min(r.ts_utc) AS start_utc, max(r.ts_utc) AS end_utc, max(r.per_minute) AS peak
+  SELECT r.instance, min(r.ts_utc) AS start_utc, max(r.ts_utc) AS end_utc, max(r.in_a_minute) AS peak
   FROM rate r ASOF LEFT JOIN share s ON s.instance = r.instance AND r.ts_utc >= s.ts_utc
   WHERE r.ts_utc >= $from AND r.per_minute > {floor}
     AND (r.per_minute > {spike} * r.baseline OR s.snapshot_share > {share})
   GROUP BY r.instance
 ), in_window AS (
   SELECT instance, any_value(lane) AS lane, count(*) FILTER (WHERE event = 'evict') AS evictions,
-    max(snapshot_bytes) AS largest_snapshot_bytes, max(budget_bytes) AS budget_bytes, max(slots) AS stats_slots
+    max(snapshot_bytes) FILTER (WHERE event = 'park') AS largest_snapshot_bytes, max(budget_bytes) AS budget_bytes, max(slots) AS stats_slots
   FROM cache WHERE ts_utc >= $from GROUP BY instance
 ), banner AS (
   SELECT instance, max(slots) AS slots FROM deploys__all WHERE component = 'engine' GROUP BY instance
 )
-SELECT instance, w.lane, s.start_utc, s.end_utc, w.evictions, round(s.peak, 1) AS evictions_per_minute_peak,
+SELECT instance, w.lane, s.start_utc, s.end_utc, w.evictions, s.peak AS evictions_per_minute_peak,
   w.largest_snapshot_bytes, w.budget_bytes, coalesce(b.slots, w.stats_slots) AS slots,
   round(w.largest_snapshot_bytes / w.budget_bytes, 3) AS snapshot_share_of_budget,
   round(w.largest_snapshot_bytes / (w.budget_bytes / coalesce(b.slots, w.stats_slots)), 1) AS snapshot_in_slot_shares

@@ -7,7 +7,8 @@ from spyglass.heuristics.promql import CHECKPOINT_ONLY, LONG_PROMPTS, num
 
 def build(d: Deployment) -> Heuristic:
     share, least = 0.5, 10.0
-    probe = Probe(alert="EngineLongPromptsCheckpointOnly", sql=probe_sql(__file__, share=num(share), least=num(least)),
+    probe = Probe(needs=("engine_log",), alert="EngineLongPromptsCheckpointOnly", sql=probe_sql(__file__, share=num(share),
+                                                                                                least=num(least)),
         summary="{checkpoint_only} of {instance}'s {long_prompts} long prompts reused only a checkpoint (a multiple of"
         " --prompt-cache-every {prompt_cache_every}): their parked snapshots had been evicted.",
         figures=("long_prompts", "checkpoint_only", "checkpoint_only_share", "prompt_cache_every",

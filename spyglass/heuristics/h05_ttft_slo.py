@@ -22,7 +22,7 @@ def build(d: Deployment) -> Heuristic:
     # Either alert's condition over the window: p95 above the objective (the spike), or a share of
     # late first tokens above the fast burn's factor times the budget (the page). Not the same test on
     # few requests: p95 of 21 s and 40.5 s is 39.5 s, under a 40 s objective, yet half of them are late.
-    probe = Probe(alert="EngineTTFTSpike", sql=probe_sql(__file__, objectives=objectives, fast_burn=num(fast[0])),
+    probe = Probe(needs=("engine_log",), alert="EngineTTFTSpike", sql=probe_sql(__file__, objectives=objectives, fast_burn=num(fast[0])),
         summary="p95 time to first token on {instance} (lane {lane}) was {p95_ttft_seconds:g} s against the lane's"
         " {objective_seconds:g} s objective; {over_objective} of {requests} requests were later, the slowest"
         " {slowest_ttft_seconds:g} s.",

@@ -34,7 +34,8 @@ def build(d: Deployment) -> Heuristic:
                 f" count(*) FILTER (WHERE {condition} AND coalesce(body_content_chars, content_chars) > 0)"
                 f" AS {prefix}_visible_content")
     # Beyond the metric: the share among prompts with special-token literals (the 58 / 295 split).
-    probe = Probe(alert="ThinkingOnlyResponses", sql=probe_sql(__file__, share=num(share)),
+    probe = Probe(needs=("infer_store",), alert="ThinkingOnlyResponses", sql=probe_sql(__file__, share=num(share), least=num(least),
+                                                                                       factor=num(factor)),
         summary="On lane {lane}, {with_literals_thinking_only} of {with_literals_requests} responses to prompts with"
         " special-token literals were thinking-only, against {without_literals_thinking_only} of"
         " {without_literals_requests} without; visible text {with_literals_visible_content} against"

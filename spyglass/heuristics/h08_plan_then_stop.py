@@ -7,7 +7,7 @@ from spyglass.heuristics.promql import num
 
 def build(d: Deployment) -> Heuristic:
     least = 3.0
-    probe = Probe(alert="PlanThenStop", sql=probe_sql(__file__, least=num(least)),
+    probe = Probe(needs=("infer_store",), alert="PlanThenStop", sql=probe_sql(__file__, least=num(least)),
         summary="{plan_then_stop} responses on lane {lane} ({sessions} sessions) ended the turn after a short plan, tools"
         " offered and none called (up to {most_in_an_hour} in an hour).",
         figures=("plan_then_stop", "sessions", "most_in_an_hour"))

@@ -5,10 +5,10 @@ from spyglass.heuristics.model import LANE, VALUE, Alert, Check, Deployment, Heu
 
 
 def build(d: Deployment) -> Heuristic:
-    probe = Probe(alert="AssemblyLostTaskAnchor", sql=probe_sql(__file__),
+    probe = Probe(needs=("infer_store",), alert="AssemblyLostTaskAnchor", sql=probe_sql(__file__),
         summary="{anchor_lost} requests on lane {lane} ({sessions} sessions) were sent without the client's first user"
-        " message; assembly dropped up to {most_dropped_msgs} of {most_client_msgs} messages.",
-        figures=("anchor_lost", "sessions", "most_client_msgs", "most_dropped_msgs"))
+        " message; the worst sent {sent_msgs} of the client's {client_msgs} messages.",
+        figures=("anchor_lost", "sessions", "sent_msgs", "client_msgs", "most_dropped_msgs"))
     return Heuristic(
         id="H9", title="Assembly dropped the task anchor", incident="5",
         symptom="RAG assembly dropped most client messages, and the client's first user message is gone from the sent request.",

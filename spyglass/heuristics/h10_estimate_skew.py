@@ -7,10 +7,12 @@ from spyglass.heuristics.promql import ESTIMATE_RATIO, num
 
 def build(d: Deployment) -> Heuristic:
     high, low = 2.0, 0.5
-    probe = Probe(alert="GatewayEstimateSkew", sql=probe_sql(__file__, high=num(high), low=num(low)),
+    probe = Probe(needs=("gateway_log",), alert="GatewayEstimateSkew", sql=probe_sql(__file__, high=num(high), low=num(low)),
         summary="On lane {lane} the gateway estimated {estimated_tokens:,} tokens for {characters:,} characters that the"
-        " engine counted as {engine_tokens:,}: {ratio:g}x ({requests} requests).",
-        figures=("requests", "characters", "engine_tokens", "estimated_tokens", "ratio"))
+        " engine counted as {engine_tokens:,}: {ratio:g}x ({requests} requests). The worst request: {worst_characters:,}"
+        " characters, {worst_estimated_tokens:,} estimated against {worst_engine_tokens:,} counted, {worst_ratio:g}x.",
+        figures=("requests", "characters", "engine_tokens", "estimated_tokens", "ratio", "worst_characters",
+                 "worst_engine_tokens", "worst_estimated_tokens", "worst_ratio"))
     return Heuristic(
         id="H10", title="Gateway token estimate far from the engine's count",
             incident="6 (four counts: 516,561 estimated, 154,796 counted)",

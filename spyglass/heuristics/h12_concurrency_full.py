@@ -7,7 +7,7 @@ from spyglass.heuristics.promql import num
 
 def build(d: Deployment) -> Heuristic:
     share = 0.05
-    probe = Probe(alert="GatewayConcurrencyFull", sql=probe_sql(__file__, share=num(share)),
+    probe = Probe(needs=("gateway_log",), alert="GatewayConcurrencyFull", sql=probe_sql(__file__, share=num(share)),
         summary="{rejected} of {requests} requests (lane {lane}) were answered 429: the model's concurrency was full.",
         figures=("requests", "rejected", "share"))
     return Heuristic(

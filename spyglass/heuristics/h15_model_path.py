@@ -6,7 +6,7 @@ from spyglass.heuristics.promql import since_path_change
 
 
 def build(d: Deployment) -> Heuristic:
-    probe = Probe(alert="EngineModelChecksumMismatch", sql=probe_sql(__file__),
+    probe = Probe(needs=("engine_log",), alert="EngineModelChecksumMismatch", sql=probe_sql(__file__),
         summary="{instance} logged {checksum_mismatches} model checksum mismatches.", figures=("checksum_mismatches",))
     return Heuristic(
         id="H15", title="Dangling model link", incident="upgrade (md5 matched, the link pointed at a deleted file)",

@@ -7,7 +7,7 @@ from spyglass.heuristics.promql import num
 
 def build(d: Deployment) -> Heuristic:
     per_minute = 2.0
-    probe = Probe(alert="EngineRecompileStorm", sql=probe_sql(__file__, per_minute=num(per_minute)),
+    probe = Probe(needs=("engine_log",), alert="EngineRecompileStorm", sql=probe_sql(__file__, per_minute=num(per_minute)),
         summary="{instance} rebuilt {rebuilds} compute graphs, up to {rebuilds_per_minute_peak:g} a minute.",
         figures=("rebuilds", "rebuilds_per_minute_peak"))
     return Heuristic(

@@ -12,11 +12,13 @@ def _since_last(source: str, instance: str) -> str:
 
 
 def _silent(d: Deployment, silent: float, polls_missed: float) -> str:
-    """Only sources that should be speaking: an engine log while its process runs (a [stats] line every
-    10 s while up), a status endpoint past `polls_missed` times the time its next poll was due. A
-    supervisord, switch or gateway log is quiet by nature when nothing happens."""
+    """Only sources that should be speaking: an engine log while its process runs and it is ready (a
+    [stats] line every 10 s while up; a loading engine writes none), a status endpoint past
+    `polls_missed` times the time its next poll was due. A supervisord, switch or gateway log is quiet
+    by nature when nothing happens."""
     engines = [f"({_since_last(source, instance)} > {num(silent)}\n"
-               "    and on (host, instance) (spyglass_host_process_up == 1))"
+               "    and on (host, instance) (spyglass_host_process_up == 1)\n"
+               "    and on (host, instance) (max by (host, instance) (spyglass_engine_ready) == 1))"
                for source, instance in d.engine_sources.items()]
     status = [f"{_since_last(source, instance)} > {num(max(silent / 6, polls_missed * due))}"
               for source, (instance, due) in d.status_sources.items()]
@@ -50,7 +52,7 @@ def build(d: Deployment) -> Heuristic:
                description="Source {{ $labels.source }} could not be read (file) or did not answer (endpoint) for 5 minutes."),
          Alert(name="SpyglassSourceSilent", severity="warning", expr=_silent(d, silent, polls_missed), for_="2m",
                summary="A source that should be speaking is silent: {{ $labels.source }} of " + INSTANCE + ".",
-               description="No event from {{ $labels.source }} (" + INSTANCE + f") for {SECONDS}: an engine log writes a"
+               description="No event from {{ $labels.source }} (" + INSTANCE + f") for {SECONDS}: a ready engine writes a"
                " [stats] line every 10 s while its process runs, a status endpoint is polled even while it fails."),
          Alert(name="SpyglassUnparsedLines", severity="warning",
                expr=ratio(f'rate({lines}{{outcome="unmatched"}}[15m])', f"rate({lines}[15m])", "host, source") + f" > {num(unmatched)}",

@@ -7,7 +7,7 @@ from spyglass.heuristics.promql import PROGRESS_SILENCE, busy
 
 def build(d: Deployment) -> Heuristic:
     minutes = d.settings.hung_minutes
-    probe = Probe(alert="EngineHung", sql=probe_sql(__file__, minutes=minutes),
+    probe = Probe(needs=("engine_log", "serve_status"), alert="EngineHung", sql=probe_sql(__file__, minutes=minutes),
         summary="{instance} finished no request and wrote no [stats] line for {silent_minutes:g} minutes while its"
         " serve said ready with {queued} queued and {busy} slots busy; it logged {queued_lines} requests queued"
         " meanwhile.", figures=("silent_minutes", "queued", "busy", "queued_lines"))

@@ -73,7 +73,8 @@ class Probe:
 
     `sql` is one SELECT over the forensic views (docs/forensics.md) returning one row per finding:
     `instance` and `lane` (either may be NULL), `start_utc` and `end_utc`, and one column per name
-    in `figures` (a number, or a JSON object of named numbers). Its conditions are this heuristic's
+    in `figures` (a number, or a JSON object of named numbers), and `trace_request_id` where a request
+    stands for the finding (the one `spyglass trace` should show). Its conditions are this heuristic's
     thresholds, written in with the same `_n` as the alert expressions, so a finding and an alert
     cannot disagree on a number. `alert` names the alert whose severity the finding carries;
     `summary` is a str.format template over the row's columns."""
@@ -82,6 +83,8 @@ class Probe:
     sql: str
     summary: str
     figures: tuple[str, ...]
+    # the source kinds whose events it reads ("a|b": either); without them in the window it cannot be checked
+    needs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
