@@ -52,12 +52,13 @@ async def load(url: str, seconds: float) -> int:
     while time.monotonic() - start < seconds:
         await driver.conversations([f"r{round_}-{i}" for i in range(6)], 4, 600)
         round_ += 1
-    return len(driver.statuses)
+    return len(driver.statuses)  # made in the loop asyncio.run(load(...)) runs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--idle-seconds", type=float, default=30.0, help="first, the same with no load")
     args = parser.parse_args()
     build, model = ensure_built(), ensure_model()
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,6 +81,9 @@ def main() -> None:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 wait(f"http://{listen}/health")
+                idle_before = cpu_seconds(server.pid), cpu_seconds(agent.pid)
+                time.sleep(args.idle_seconds)  # the idle cost: polls, commits, nothing to read
+                idle = cpu_seconds(server.pid) - idle_before[0], cpu_seconds(agent.pid) - idle_before[1]
                 before = cpu_seconds(server.pid), cpu_seconds(agent.pid)
                 started = time.monotonic()
                 requests = asyncio.run(load(f"http://127.0.0.1:{inst.port}", args.seconds))
@@ -93,6 +97,7 @@ def main() -> None:
         finally:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=60)
+    print(f"idle {args.idle_seconds:.0f} s: llama-server {idle[0]:.2f} CPU-s, agent {idle[1]:.2f} CPU-s")
     print(f"{requests} requests in {wall:.0f} s, {lines} log lines; llama-server {engine:.1f} CPU-s, "
           f"agent {spyglass:.2f} CPU-s: agent/engine = {spyglass / engine:.3f}")
 

@@ -117,6 +117,11 @@ class LineSourceBase(_SourceBase):
 class PolledSourceBase(_SourceBase):
     """Defaults of a polled source: no state across polls."""
 
+    # What a poll returns describes the moment of the poll (an endpoint's state, /proc, a path): a poll
+    # made after the fact records the present, not the past (`spyglass ingest` polls it only when asked).
+    # False for a source whose polls import history, each record stamped with its own time.
+    samples_present: bool = True
+
 
 @dataclass(frozen=True)
 class Registration:

@@ -100,6 +100,8 @@ def body_facts(record: dict[str, Any], literals: re.Pattern[str], short: int) ->
 class InferStoreSource(PolledSourceBase):
     """Imports new rows and settled segments of the infer store at each poll."""
 
+    samples_present = False  # its rows are history, each stamped with its own time
+
     def __init__(self, name: str, options: InferStoreOptions, host: str = "") -> None:
         self.name, self.options, self.host = name, options, host
         self.tz = zone(options.tz)

@@ -6,9 +6,9 @@ microseconds), a level letter, then `slot FUNC: id N | task T | ...`, `srv  FUNC
 Parsing a line (`LlamaLineParser.parse`) is pure; turning its relative stamp into UTC needs the start
 instant of the process that wrote it, which `LlamaLogSource` (the I/O edge) finds. Rules:
 
-- A *segment* is what one process wrote: it begins at the file's first line, at a `build:` line (the
-  first line llama-server writes), or at a stamp smaller than the line before it (the process was
-  restarted and appends to the same file).
+- A *segment* is what one process wrote: it begins at the file's first line, at `srv llama_server:
+  initializing ...` (the first line llama-server writes), or at a stamp smaller than the line before it
+  (the process was restarted and appends to the same file).
 - The start instant of a segment, first choice (`anchor = "process"`): the start time (/proc/PID/stat) of
   the running llama-server whose command line names this log file, if its lines fit it (start + the
   segment's last stamp is no later than the file's mtime, and the start no earlier than the previous
@@ -23,13 +23,15 @@ instant of the process that wrote it, which `LlamaLogSource` (the I/O edge) find
   as an `args` event after `start`; when the writer is not running, no budget is reported.
 
 Events (kinds as the Strata engine log's, so signals, views and heuristics apply unchanged): `start`
-(build_name llama.cpp, version, build), `args`, `model`, `ready` (seconds since start), `queued` at
+(build_name llama.cpp; the build is not logged, the poller reads it from /props), `args`, `model`, `ready`
+(at `listening on`, seconds since start), `queued` at
 `launch_slot_` (prefill_depth 0: llama.cpp has no serial prefill queue; waiting for a slot is the
 /metrics `requests_deferred`), `prompt` (prompt = reused + read, at launch + prompt eval time) and
 `done` (ttft_ms = prompt eval time, decode_tps, completion) at `release`, `evict` (bytes, reason budget,
 evictions = evict lines of this process so far), `error` (E lines); llama.cpp's own: `slot_select`
 (LRU or LCP similarity), `reprocess` (forcing full prompt re-processing), `checkpoint`, `cache_state`,
-`reasoning_budget`. A task's request id is made from the instance, the segment's start and the task
+`reasoning_budget`, and the start-up lines (`slots_config`, `model_loaded`, `verbosity`, `threadpool`,
+`security`, `exiting`). A task's request id is made from the instance, the segment's start and the task
 number (`YYYYMMDD-HHMMSS-hex`), so `requests` and `trace` show llama.cpp's tasks.
 Fixture: tests/fixtures/llama_server/llama-server.log (a real log of the real build).
 """
@@ -57,9 +59,16 @@ MIB = r"(?P<mib>\d+\.\d+) MiB"
 
 # kind: (literal prefilter, message regex); every one overridable from `patterns`.
 PATTERNS: dict[str, tuple[str, str, str]] = {
-    "start": ("", "build: ", r"build: (?P<version>\d+) \((?P<build>\w+)\) with (?P<compiler>.{1,80}) for (?P<target>\S+)"),
+    "start": ("", "initializing ...", SRV + r"initializing \.\.\."),
     "model": ("", "loading model '", SRV + r"loading model '(?P<path>.+)'"),
-    "ready": ("", "starting the main loop", r"main: server is listening on (?P<address>\S+) - starting the main loop"),
+    "slots_config": ("", "n_slots = ", SRV + r"initializing, n_slots = (?P<slots>\d+), n_ctx_slot = (?P<ctx_slot>\d+),"
+                     r" kv_unified = '(?P<kv_unified>\w+)'"),
+    "model_loaded": ("", "model loaded", SRV + r"model loaded"),
+    "ready": ("", "listening on ", SRV + r"listening on (?P<address>\S+)"),
+    "exiting": ("", "cleaning up before exit", r"srv +[\w():, ]{0,60}cleaning up before exit\.\.\."),
+    "verbosity": ("", "verbosity = ", r"cmn +\w+: common_params_print_info: verbosity = (?P<verbosity>\d+) .*"),
+    "threadpool": ("", "threadpool init", r"cmn +\w+: llama threadpool init, n_threads = (?P<threads>\d+)"),
+    "security": ("", "security: ", SRV + r"security: (?P<message>.{1,200})"),
     "slot_select": ("", "selected slot by ",
                     SLOT + r"selected slot by (?P<by>LRU|LCP similarity|id)(?:, t_last = (?P<t_last>-?\d+)"
                     r"|, f_sim_best = (?P<similarity>\d+\.\d+) \(> (?P<threshold>\d+\.\d+) thold\), f_keep = (?P<keep>-?\d+\.\d+)"
@@ -69,6 +78,7 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
                       SLOT + r"prompt eval time = +(?P<ms>\d+\.\d+) ms / +(?P<tokens>\d+) tokens \(.*\)"),
     "timing_eval": ("", " eval time =", SLOT + r" +eval time = +(?P<ms>\d+\.\d+) ms / +(?P<tokens>\d+) tokens"
                     r" \( *(?:\d+\.\d+|inf|nan) ms per token, +(?P<tps>\d+\.\d+|inf|nan) tokens per second\)"),
+    "timing_graphs": ("", "graphs reused =", SLOT + r" +graphs reused = +(?P<graphs_reused>\d+)"),
     "timing_total": ("", "total time =", SLOT + r" +total time = +(?P<ms>\d+\.\d+) ms / +(?P<tokens>\d+) tokens"),
     "release": ("", "stop processing:", SLOT + r"stop processing: n_tokens = (?P<n_tokens>\d+), truncated = (?P<truncated>\d)"),
     "evict": ("", "removing oldest entry",
@@ -80,9 +90,9 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     "reprocess": ("", "forcing full prompt re-processing", SLOT + r"forcing full prompt re-processing due to (?P<cause>.{1,200})"),
     "checkpoint": ("", "context checkpoint",
                    SLOT + r"(?P<action>created|restored|erasing old|erased invalidated) context checkpoint.*size = " + MIB + r"\)"),
-    "reasoning_budget": ("", "reasoning-budget", r"(?P<message>.{0,200}reasoning-budget.{0,200})"),
+    "reasoning_budget": ("", "reasoning budget", r"(?P<message>.{0,200}reasoning budget.{0,200})"),
 }
-TEXT_FIELDS = frozenset({"version", "build", "compiler", "target", "path", "address", "by", "func", "cause", "action",
+TEXT_FIELDS = frozenset({"kv_unified", "path", "address", "by", "func", "cause", "action",
                          "message", "room", "size"})
 SEGMENT_TOLERANCE = 0.5  # seconds a writer's start may miss the lines' times by (stamp granularity, clock ticks)
 MAX_TASKS = 4096
@@ -134,7 +144,7 @@ class LlamaLineParser:
 
 def error_component(message: bytes) -> str:
     """The engine-log component of an error line: load (a model load), slot, or main."""
-    if b"load" in message[:80]:
+    if any(word in message[:120] for word in (b"load", b"gguf", b"model")):
         return "load"
     return "slot" if message.startswith(b"slot ") else "main"
 
@@ -164,42 +174,45 @@ class Writer:
     argv: list[str]
 
 
-def _boot_time() -> float:
-    with open("/proc/stat") as stat:
-        for row in stat:
-            if row.startswith("btime "):
-                return float(row.split()[1])
-    raise OSError("no btime in /proc/stat")
-
-
-def process_start(pid: int) -> float:
-    """Epoch seconds at which process `pid` started (/proc/PID/stat's starttime, clock ticks since boot)."""
+def process_start(pid: int, now: float) -> float:
+    """Epoch seconds at which process `pid` started: /proc/PID/stat's starttime (clock ticks since boot)
+    on a boot instant of `now` minus /proc/uptime (10 ms; /proc/stat's btime is cut to the second)."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
-    return _boot_time() + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    with open("/proc/uptime") as uptime:
+        booted = now - float(uptime.read().split()[0])
+    return booted + int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
-def find_writer(log: Path) -> Writer | None:
-    """The running process whose command line has `--log-file` naming `log` (the same file), if any."""
+def find_writer(log: Path, now: float) -> Writer | None:
+    """The running process whose command line has `--log-file` naming `log` (the same file), if any;
+    `now` is the wall clock's epoch seconds."""
     try:
         target = os.stat(log)
     except OSError:
         return None
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = Path(entry.path, "cmdline").read_bytes().decode("utf-8", "replace").split("\0")
-            if "--log-file" not in argv:
-                continue
-            named = argv[argv.index("--log-file") + 1]
-            cwd = os.readlink(f"{entry.path}/cwd")
-            other = os.stat(os.path.join(cwd, named))
-            if (other.st_dev, other.st_ino) == (target.st_dev, target.st_ino):
-                return Writer(int(entry.name), process_start(int(entry.name)), [a for a in argv if a])
-        except (OSError, IndexError, ValueError):
-            continue
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if entry.name.isdigit():
+                writer = _writer(entry.path, target, now)
+                if writer is not None:
+                    return writer
     return None
+
+
+def _writer(proc: str, target: os.stat_result, now: float) -> Writer | None:
+    """The process at `proc` (/proc/PID) if its `--log-file` is the file `target`."""
+    try:
+        argv = Path(proc, "cmdline").read_bytes().decode("utf-8", "replace").split("\0")
+        if "--log-file" not in argv:
+            return None
+        other = os.stat(os.path.join(os.readlink(f"{proc}/cwd"), argv[argv.index("--log-file") + 1]))
+        if (other.st_dev, other.st_ino) != (target.st_dev, target.st_ino):
+            return None
+        pid = int(os.path.basename(proc))
+        return Writer(pid, process_start(pid, now), [a for a in argv if a])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -230,7 +243,7 @@ class LlamaLogSource(LineSourceBase):
     """llama-server log lines in, Strata-shaped events out (see the module's rules for time)."""
 
     def __init__(self, name: str, options: Any, host: str = "", clock: Clock | None = None,
-                 writer_of: Callable[[Path], Writer | None] = find_writer) -> None:
+                 writer_of: Callable[[Path, float], Writer | None] = find_writer) -> None:
         self.name, self.options, self.host = name, options, host
         self.instance = options.instance or name
         self.parser = LlamaLineParser(options.patterns, f"sources.{name}.patterns")
@@ -315,7 +328,7 @@ class LlamaLogSource(LineSourceBase):
         """The start of the last new segment of a read: its running writer's start, or the file's mtime
         minus its last stamp."""
         seen = self.mtime if self.mtime is not None else self.clock.now()
-        writer = self.writer_of(Path(self.options.path)) if self.options.path is not None else None
+        writer = self.writer_of(Path(self.options.path), self.clock.now()) if self.options.path is not None else None
         if writer is not None and writer.start + last_rel <= seen + SEGMENT_TOLERANCE \
                 and (self.segment is None or writer.start >= self.segment.end() - SEGMENT_TOLERANCE):
             return Start(writer.start, "process", writer)
@@ -349,11 +362,10 @@ class LlamaLogSource(LineSourceBase):
         return events
 
     def _start_events(self, segment: Segment, first: Line, writer: Writer | None) -> list[Event]:
+        """The process's start (its build is not in the log: the poller reads it from /props) and, when its
+        writer runs, its command line's flags."""
         ts = segment.start
         fields: dict[str, Any] = {"build_name": "llama.cpp", "version": "", "build": "", "anchor": segment.anchor}
-        if first.kind == "start":
-            fields |= {"version": f"b{first.fields['version']}", "build": first.fields["build"],
-                       "compiler": first.fields.get("compiler", ""), "target": first.fields.get("target", "")}
         events = []
         if writer is not None:
             fields["pid"] = writer.pid
@@ -383,9 +395,9 @@ class LlamaLogSource(LineSourceBase):
             if len(segment.tasks) > MAX_TASKS:
                 segment.tasks.popitem(last=False)
             return [make(ts, "queued", {"task": task, "slot": f["slot"], "prefill_depth": 0}, req)]
-        if kind in ("timing_prompt", "timing_eval", "timing_total") and isinstance(task, int):
+        if kind in ("timing_prompt", "timing_eval", "timing_total", "timing_graphs") and isinstance(task, int):
             state = segment.tasks.setdefault(task, {"slot": f["slot"]})
-            state[kind] = {key: value for key, value in f.items() if key in ("ms", "tokens", "tps")}
+            state[kind] = {key: value for key, value in f.items() if key in ("ms", "tokens", "tps", "graphs_reused")}
             return []
         if kind == "release" and isinstance(task, int):
             return self._finished(segment, task, f, ts)
@@ -413,7 +425,8 @@ class LlamaLogSource(LineSourceBase):
                         {**common, "prompt": prompt, "reused": prompt - read, "read": read, "ms": ms}, req),
             self._event(ts, "done", {**common, "finish": "unknown", "prompt": prompt, "completion": generated,
                                      "ttft_ms": ms, "decode_tps": tps if isinstance(tps, float) else 0.0,
-                                     "truncated": f["truncated"], "n_tokens": f["n_tokens"]}, req),
+                                     "truncated": f["truncated"], "n_tokens": f["n_tokens"],
+                                     **state.get("timing_graphs", {})}, req),
         ]
 
     def _model(self, ts: float, path: str) -> Event:

@@ -1,14 +1,13 @@
-"""llama-server's own HTTP endpoints, polled: `/health`, `/metrics` (`llamacpp:*`, with `--metrics`) and
-`/slots`.
+"""llama-server's own HTTP endpoints, polled: `/health`, `/metrics` (`llamacpp:*`, with `--metrics`),
+`/slots` and `/props` (its build, which its log does not name).
 
-One poll is a `llama_status` event: `health` (ok, loading, or http_NNN), `metrics` (the known `llamacpp:`
-families, by name without the prefix; numbers checked), `slots` (total, busy, and the prompt tokens the
-busy slots took from cache and processed). An endpoint that is switched off (`/metrics` without
-`--metrics` answers 501, `/slots` with `--no-slots`) is left out of the event, never reported as 0. A poll
-with no answer from /health is a `poll_error` event (timeout, refused, ...) and the pipeline backs off.
-One poll has one deadline over its three requests, and each body a size cap. The instance label is the
-configured one. llama-server answers /health and /slots from its HTTP threads, but /metrics and /slots
-go through its task queue: a stopped or stuck main loop leaves them unanswered (a timeout).
+One poll is a `llama_status` event: `health` (ok, loading, or http_NNN), `metrics` (the known
+`llamacpp:` families, by name without the prefix; numbers checked), `slots` (total, busy, and the prompt
+tokens the busy slots took from cache and processed), `build` (`/props` build_info, e.g. b1-0c1e570). An
+endpoint that is switched off (`/metrics` without `--metrics` answers 501, `/slots` with `--no-slots`) is
+left out of the event, never reported as 0. A poll with no answer from /health is a `poll_error` event
+(timeout, refused, ...) and the pipeline backs off. One poll has one deadline over its requests, and each
+body a size cap. The instance label is the configured one. A stopped process answers nothing (a timeout).
 """
 from __future__ import annotations
 
@@ -89,6 +88,10 @@ async def _poll(base: str, deadline: float, cap: int) -> dict[str, Any]:
             status, body = await _get(client, base + "/slots", cap)
             if status == 200:
                 fields["slots"] = summarise_slots(json.loads(body))
+            status, body = await _get(client, base + "/props", cap)
+            props = json.loads(body) if status == 200 else None
+            if isinstance(props, dict) and isinstance(props.get("build_info"), str):
+                fields["build"] = props["build_info"][:64]
     return fields
 
 

@@ -65,7 +65,11 @@ def build(d: Deployment):
         stat_panel("Store commits", "none", Q(f'min({s("spyglass_store_healthy")})', "store"), width=6,
                    thresholds=steps((1, GREEN), base=RED), mappings={"1": ("healthy", GREEN), "0": ("FAILING", RED)}),
         timeseries_panel("Failed commits (retried, nothing dropped)", "short",
-                         Q(rate("spyglass_store_commit_failures_total", fn="increase"), "failed commits"), width=6),
+                         Q(rate("spyglass_store_commit_failures_total", fn="increase"), "failed commits"),
+                         Q(rate("spyglass_store_events_refused_total", fn="increase"), "events set aside"),
+                         Q(rate("spyglass_parquet_publish_failures_total", fn="increase"), "failed Parquet publications"),
+                         Q(rate("spyglass_parquet_rows_set_aside_total", fn="increase"), "Parquet rows set aside"),
+                         width=6),
         table_panel("Version", "none", Q(f'max by (host, version) ({s("spyglass_agent_info")})'), width=12),
     )
     return layout.board

@@ -217,16 +217,15 @@ def process_state() -> str:
             f'  or ({s(state, state="FATAL")} == 1) * 3\n)')
 
 
-def source_state(d: Deployment) -> str:
-    """Per source 2 while SpyglassSourceDown fires for it, 1 while SpyglassSourceSilent does (silence
-    is an alert only where the source should be speaking), else 0."""
-    silent = " or ".join(
-        f'label_replace({s("ALERTS", alertname="SpyglassSourceSilent", alertstate="firing", instance=instance)},'
-        f' "source", "{source}", "", "")' for source, instance in sorted(d.engine_sources.items()))
+def source_state() -> str:
+    """Per source 2 while SpyglassSourceDown fires for it, 1 while SpyglassSourceSilent does (it fires
+    only where the source should be speaking: an engine log while its process runs, a status endpoint
+    due for a poll; both alerts name the source), else 0: a quiet supervisord log is OK."""
     down = s("ALERTS", alertname="SpyglassSourceDown", alertstate="firing")
+    silent = s("ALERTS", alertname="SpyglassSourceSilent", alertstate="firing")
     return (f"max by (host, source) ({down}) * 2\n"
-            + (f"or max by (host, source) ({silent}) * 1\n" if silent else "")
-            + f'or max by (host, source) ({s("spyglass_source_up")}) * 0')
+            f"or max by (host, source) ({silent}) * 1\n"
+            f'or max by (host, source) ({s("spyglass_source_up")}) * 0')
 
 
 def bottom_band(d: Deployment) -> list:
@@ -248,7 +247,7 @@ def bottom_band(d: Deployment) -> list:
                    description="supervisord's state per program (log and API). Only FATAL is red: ProgramFatal pages"
                                " at once; a crash loop is in the alert list.",
                    links=[runbook(d, "ProgramCrashLoop"), runbook(d, "ProgramFatal")]),
-        stat_panel("Sources", "none", Q(source_state(d), "{{source}}"), width=6, height=8,
+        stat_panel("Sources", "none", Q(source_state(), "{{source}}"), width=6, height=8,
                    mappings=SOURCE_STATES, text_mode=BigValueTextMode.VALUE_AND_NAME, thresholds=steps(base=GREY),
                    description="spyglass's own sources, coloured by the alerts about them: DOWN while"
                                " SpyglassSourceDown fires, SILENT while SpyglassSourceSilent does (a source silent"

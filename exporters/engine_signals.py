@@ -47,7 +47,8 @@ CLOSED = {  # label -> the values the engine writes; any other is exported as "o
 BATCHED = frozenset({"queued", "rejected", "prompt", "restore", "thinking", "tool_call", "done", "park", "evict",
                      "graph_rebuild", "stats", "error", "checksum_mismatch"})
 CACHE_STATE = ("evictions", "parked", "used", "budget")
-START_SEQUENCE = frozenset({"args", "model", "cpus", "experts_loaded", "checksum_mismatch", "ready"})  # after `start`
+# What may follow a real `start`: the load phase, or the error of a start that dies at once (a crash loop)
+START_SEQUENCE = frozenset({"args", "model", "cpus", "experts_loaded", "checksum_mismatch", "ready", "error"})
 NUMBERS: dict[str, tuple[str, ...]] = {
     "queued": ("prefill_depth",), "prompt": ("prompt", "reused", "read", "ms"), "thinking": ("tokens", "max"),
     "done": ("completion", "ttft_ms", "decode_tps"), "park": ("bytes",) + CACHE_STATE,
@@ -100,6 +101,9 @@ SPECS = [
     spec("spyglass_engine_request_decode_tokens_per_second", "histogram", "Decode rate of each finished request.",
          unit="tokens_per_second", buckets=TOKENS_PER_SECOND),
     spec("spyglass_engine_requests_finished_total", "counter", "Requests finished, by finish reason.", ("finish",)),
+    spec("spyglass_engine_last_progress_timestamp_seconds", "gauge",
+         "Time (from the line) of the engine's last sign of progress: a finished request (done) or a [stats] line."
+         " A hung engine's HTTP thread may still log queued requests; this stands still (H20).", unit="seconds"),
     spec("spyglass_engine_completion_tokens_total", "counter", "Completion tokens of finished requests.",
          unit="tokens"),
     spec("spyglass_engine_tool_calls_total", "counter", "Tool calls the engine started writing."),
@@ -374,6 +378,7 @@ class EngineSignals(SignalsBase):
             put(INC, "spyglass_engine_completion_tokens_total", key, positions, c["completion"], 2)
             put(OBSERVE, "spyglass_engine_ttft_seconds", key, positions, [ms / 1000.0 for ms in c["ttft_ms"]], 3)
             put(OBSERVE, "spyglass_engine_request_decode_tokens_per_second", key, positions, c["decode_tps"], 4)
+            put(SET, "spyglass_engine_last_progress_timestamp_seconds", key, positions, [run[i].ts for i in positions], 5)
         elif kind in ("park", "evict", "stats"):  # evictions= itself: the walk in _apply_run
             put(SET, "spyglass_engine_cache_parked_snapshots", key, positions, c["parked"], 1)
             put(SET, "spyglass_engine_cache_used_bytes", key, positions, c["used"], 2)
@@ -389,6 +394,7 @@ class EngineSignals(SignalsBase):
                 put(SET, "spyglass_engine_slots", key, positions, c["slots"], 5)
                 put(SET, "spyglass_engine_prefill_queue_depth", key, positions, c["prefill_queue"], 6)
                 put(SET, "spyglass_engine_decode_tokens_per_second", key, positions, c["decode_tps"], 7)
+                put(SET, "spyglass_engine_last_progress_timestamp_seconds", key, positions, [run[i].ts for i in positions], 8)
         elif kind == "graph_rebuild":
             labels = self._labels(ops, run, kind, positions, c["label"], 0)
             self._by_label(ops, "spyglass_engine_graph_rebuilds_total", key, positions, labels, 1)
@@ -416,7 +422,8 @@ class EngineSignals(SignalsBase):
         return memo
 
     # A start banner resets the instance's state only once the start sequence follows it: the next
-    # event of the instance must be one of the load phase (START_SEQUENCE: args, model, cpus, ...).
+    # event of the instance must be one of the load phase (START_SEQUENCE: args, model, cpus, ...),
+    # or the error of a start that dies at once.
     # A banner forged inside an echoed prompt is followed by the engine's ordinary work; it is then
     # counted implausible (field `start`) and resets nothing, so no exported counter goes down and
     # engine_ready stays as it was.
@@ -542,6 +549,7 @@ class EngineSignals(SignalsBase):
         s.inc("spyglass_engine_completion_tokens_total", key, f["completion"])
         s.observe("spyglass_engine_ttft_seconds", key, f["ttft_ms"] / 1000.0, exemplar_of(e))
         s.observe("spyglass_engine_request_decode_tokens_per_second", key, f["decode_tps"])
+        s.set("spyglass_engine_last_progress_timestamp_seconds", key, e.ts)
 
     def on_park(self, e: Event, key: tuple[str, str]) -> None:
         self._cache_state(e, key)
@@ -565,6 +573,7 @@ class EngineSignals(SignalsBase):
         s.set("spyglass_engine_slots", key, f["slots"])
         s.set("spyglass_engine_prefill_queue_depth", key, f["prefill_queue"])
         s.set("spyglass_engine_decode_tokens_per_second", key, f["decode_tps"])
+        s.set("spyglass_engine_last_progress_timestamp_seconds", key, e.ts)
 
     def _cache_state(self, e: Event, key: tuple[str, str]) -> None:
         s, f = self.state, e.fields

@@ -52,6 +52,8 @@ SPECS = [
     spec("spyglass_llama_generation_seconds_total", "counter", "Time llama-server spent generating tokens.",
          unit="seconds"),
     spec("spyglass_llama_decode_calls_total", "counter", "llama_decode() calls of llama-server."),
+    spec("spyglass_llama_build_info", "info", "llama-server's build (/props build_info, e.g. b1-0c1e570), value 1.",
+         ("build",)),
     spec("spyglass_llama_restarts_total", "counter", "llama-server restarts seen: a counter of /metrics went backwards."),
 ]
 
@@ -73,6 +75,8 @@ class LlamaServerSignals(SignalsBase):
         f = e.fields
         s.set("spyglass_llama_up", key, 1.0)
         s.set("spyglass_llama_ready", key, 1.0 if f.get("health") == "ok" else 0.0)
+        if isinstance(f.get("build"), str):
+            s.set_info("spyglass_llama_build_info", key + (f["build"],), 2)
         slots = f.get("slots")
         if isinstance(slots, dict):
             for metric, part in (("spyglass_engine_slots", "total"), ("spyglass_engine_slots_busy", "busy")):

@@ -6,6 +6,7 @@ F25).
 """
 from __future__ import annotations
 
+import re
 import signal
 import threading
 from pathlib import Path
@@ -25,11 +26,26 @@ if TYPE_CHECKING:
     from spyglass.snapshot import Snapshots
 
 
-def open_store(config: Config) -> Store:
-    if config.exporters.store.enabled:
-        from exporters.store import DuckDBStore  # duckdb and pyarrow load only when the store is on
+class StoreBusy(Exception):
+    """Another process (a running agent, a demo, an ingest) holds the store: DuckDB lets one writer open it."""
 
-        return DuckDBStore(config.store_path())
+
+def open_store(config: Config) -> Store:
+    """The store the config names; StoreBusy when another process holds its DuckDB file."""
+    if config.exporters.store.enabled:
+        import duckdb  # duckdb and pyarrow load only when the store is on
+
+        from exporters.store import DuckDBStore
+
+        try:
+            return DuckDBStore(config.store_path())
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower():
+                raise
+            holder = re.search(r"\(PID (\d+)\)", str(exc))
+            raise StoreBusy(f"{config.store_path()} is held by another process"
+                            f"{f' (pid {holder.group(1)})' if holder else ''}, most likely a running agent"
+                            " (`spyglass run` or `spyglass demo`)") from None
     return StateFile(config.state_dir() / "state.json")
 
 
@@ -71,12 +87,22 @@ class Agent:
             server = config.exporters.prometheus
             limits = ServerLimits(server.workers, server.request_timeout_seconds, server.max_body_bytes,
                                   server.bearer_token(), tuple(server.open_paths))
-            self.server = AgentServer(server.listen, self.pipeline.exposed, self.pipeline.debug_sources,
-                                      self._query_function(),
-                                      self._receive_traces if config.exporters.traces.accept else None, limits,
-                                      self._receive_alerts,
-                                      self._receive_smoke if self.pipeline.store.keeps_events else None,
-                                      metrics_listen=server.metrics_listen)
+            try:
+                self.server = AgentServer(server.listen, self.pipeline.exposed, self.pipeline.debug_sources,
+                                          self._query_function(),
+                                          self._receive_traces if config.exporters.traces.accept else None,
+                                          limits, self._receive_alerts,
+                                          self._receive_smoke if self.pipeline.store.keeps_events else None,
+                                          metrics_listen=server.metrics_listen)
+            except Exception:  # e.g. ListenError: the store was opened, and nobody else closes it
+                self.close_unstarted()
+                raise
+
+    def close_unstarted(self) -> None:
+        """Release what the constructor opened (the store, the sources), for an agent that never served."""
+        self.pipeline.close()
+        if self.snapshots is not None:
+            self.snapshots.close()
 
     def _receive_traces(self, body: bytes) -> None:
         from spyglass.otlp_receiver import SpanLimits, decode_spans

@@ -16,7 +16,6 @@ is derived from supervisord's events and polled series go stale: see spyglass.re
 from __future__ import annotations
 
 import math
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -30,14 +29,13 @@ import orjson
 
 from collectors.event import Event
 from exporters.state import MetricState
+from spyglass import timeinput
 from spyglass.config import Config
 from spyglass.pipeline import build_signals, metric_state
 from spyglass.replay_state import ReplayState
 
 OPENMETRICS_FILE = "spyglass.om"
 BATCH = 20_000
-DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
-UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 EVENT_SECONDS = "spyglass_source_last_event_timestamp_seconds"
 
 
@@ -53,28 +51,22 @@ EARLIEST, LATEST = 946_684_800.0, 4_102_444_800.0  # 2000-01-01 and 2100-01-01 U
 
 
 def parse_duration(text: str) -> float:
-    """Prometheus durations: 15s, 1m30s, 2h, 1d."""
-    parts = DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text.strip():
-        raise UsageError(f"not a duration: {text!r} (use e.g. 15s, 5m, 2h, 1d)")
-    seconds = sum(float(n) * UNITS[u] for n, u in parts)
-    if seconds <= 0:
-        raise UsageError(f"a duration must be positive: {text!r}")
-    return seconds
+    """Prometheus durations: 15s, 1m30s, 2h, 1d (spyglass.timeinput's grammar); UsageError otherwise."""
+    try:
+        return timeinput.parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
-def parse_time(text: str) -> float:
-    """Seconds since the epoch from RFC 3339 / ISO 8601 (no offset means UTC) or a number of seconds,
+def parse_time(text: str, now: datetime | None = None) -> float:
+    """Seconds since the epoch of a time in spyglass.timeinput's grammar: RFC 3339 (no offset means UTC),
+    epoch seconds, or `now-1h` (counted from `now`, by default the wall clock: the commands' edge);
     between the years 2000 and 2100 (UsageError otherwise)."""
     try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            raise UsageError(f"not a time: {text!r} (use e.g. 2026-03-10T14:00:00Z or epoch seconds)") from None
-        seconds = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
-    if not EARLIEST <= seconds < LATEST:  # NaN fails both
+        seconds = timeinput.parse_time(text, "UTC", now or datetime.now(UTC)).timestamp()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if not EARLIEST <= seconds < LATEST:
         raise UsageError(f"{text!r} is out of range: a time between 2000-01-01 and 2100-01-01 UTC")
     return seconds
 

@@ -478,20 +478,20 @@ def show(result: BacktestResult, start: float, end: float, out: Any = None) -> N
     from rich.table import Table
     from rich.text import Text
 
-    from spyglass.console import console_for
+    from spyglass.console import console_for, plain  # labels are data: a `[/x]` in one prints as written
 
     table = Table("alert", "severity", "heuristic", "instance", "labels", "fired", "resolved",
                   title=f"alerts that would have fired between {iso(start)} and {iso(end)}")
     for a in result.alerts:
-        table.add_row(*(Text(x) for x in (a.alert, a.severity or "", a.heuristic or "", a.labels.get("instance", ""),
-                                          _rest(a.labels), a.start, a.end or "(still firing)")))
+        table.add_row(*(plain(x) for x in (a.alert, a.severity or "", a.heuristic or "", a.labels.get("instance", ""),
+                                           _rest(a.labels), a.start, a.end or "(still firing)")))
     parts: list[Any] = [table]
     if result.pending:
         held = Table("alert", "heuristic", "instance", "labels", "pending since", "held",
                      title="pending in the window, never fired there")
         for p in result.pending:
-            held.add_row(*(Text(x) for x in (p.alert, p.heuristic or "", p.labels.get("instance", ""),
-                                             _rest(p.labels), p.since, p.text())))
+            held.add_row(*(plain(x) for x in (p.alert, p.heuristic or "", p.labels.get("instance", ""),
+                                              _rest(p.labels), p.since, p.text())))
         parts.append(held)
     b = result.backfill
     parts.append(Text(f"{len(result.alerts)} firings of {result.rules} alert rules ({result.rules_from}); replayed"

@@ -30,11 +30,12 @@ PR_SET_PDEATHSIG = 1
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
-def die_with_parent() -> None:
-    """For Popen's preexec_fn: the kernel sends SIGKILL to this child when its parent thread exits."""
+def die_with_parent(signum: int = signal.SIGKILL) -> None:
+    """For Popen's preexec_fn (or a worker's initializer): the kernel sends `signum` to this process when
+    the thread that started it exits."""
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
 
 
 def process_start(pid: int) -> int | None:

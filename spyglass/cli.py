@@ -56,9 +56,20 @@ def _config(path: Path):
 @app.command()
 def run(config: ConfigOption) -> None:
     """Run the agent until SIGTERM or Ctrl-C."""
-    from spyglass.agent import Agent
+    from spyglass.agent import Agent, StoreBusy
+    from spyglass.server import ListenError
 
-    agent = Agent(_config(config))
+    cfg = _config(config)
+    try:
+        agent = Agent(cfg)
+    except ListenError as exc:
+        typer.echo(f"error: {exc}; set exporters.prometheus.listen in {config} to a free port,"
+                   " or stop what listens there", err=True)
+        raise typer.Exit(1) from None
+    except StoreBusy as exc:
+        typer.echo(f"error: {exc}; one agent a store: stop it first, or give this one its own"
+                   f" agent.state_dir", err=True)
+        raise typer.Exit(1) from None
     agent.stop_on_signals()
     agent.serve()
 
@@ -98,11 +109,18 @@ def unsettled_segments(pipeline: Any) -> dict[str, list[str]]:
 
 
 @app.command()
-def ingest(config: ConfigOption, settled_seconds: SettledOption = None) -> None:
-    """Read every file source to its current end, commit, exit. Run again: it adds nothing. Infer-store
-    segments changed within the settle time are left for a later run, and said so."""
+def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
+           poll: Annotated[bool, typer.Option("--poll", help="Also poll the sources that sample the present"
+                                              " (status endpoints, supervisord's API, /proc, model paths) once,"
+                                              " now. Off by default: on a stack that has stopped, such a poll only"
+                                              " stores that it is gone, stamped now.")] = False) -> None:
+    """Read every file source (and the infer store) to its current end, commit, exit. Run again: it adds
+    nothing. Infer-store segments changed within the settle time are left for a later run, and said so.
+
+    Sources that sample the present are polled only with --poll: what they say is true of the moment of
+    the poll, not of the time the files cover."""
     from collectors.clock import SystemClock
-    from spyglass.agent import open_store
+    from spyglass.agent import StoreBusy, open_store
     from spyglass.pipeline import Pipeline
 
     cfg = with_settle(_config(config), settled_seconds)
@@ -113,14 +131,20 @@ def ingest(config: ConfigOption, settled_seconds: SettledOption = None) -> None:
     if files and len(missing) == files:
         typer.echo(f"error: {config}: none of the {files} configured files exists", err=True)
         raise typer.Exit(1)
-    pipeline = Pipeline(cfg, SystemClock(), open_store(cfg))
+    try:
+        store = open_store(cfg)
+    except StoreBusy as exc:
+        typer.echo(f"error: {exc}. A running agent already reads these sources into the store: nothing to"
+                   " ingest while it runs (query it with `spyglass sql`); stop it first to ingest here", err=True)
+        raise typer.Exit(1) from None
+    pipeline = Pipeline(cfg, SystemClock(), store)
     tailers = [rt.tailer for rt in pipeline.sources if rt.tailer is not None]
     before = sum(tailer.stats.lines for tailer in tailers)
     # Events counted from the sources' outcomes, not by a commit hook: with a hook the committer
     # would keep every event of a commit interval in memory even with the store off.
     before_events = sum(rt.outcomes.get("event", 0) for rt in pipeline.sources)
     try:
-        pipeline.run_until_idle()
+        pipeline.run_until_idle(poll=poll)
     finally:
         pipeline.close()
     events = [sum(rt.outcomes.get("event", 0) for rt in pipeline.sources) - before_events]
@@ -136,20 +160,52 @@ def ingest(config: ConfigOption, settled_seconds: SettledOption = None) -> None:
 
 
 @app.command()
-def sql(config: ConfigOption, query: Annotated[str, typer.Argument(help="One SELECT statement.")],
+def sql(config: ConfigOption,
+        query: Annotated[str | None, typer.Argument(help="One SELECT statement over the store's tables (events,"
+                                                         " checkpoints); - reads it from stdin.")] = None,
+        file: Annotated[Path | None, typer.Option("--file", help="Read the query from this file.")] = None,
         fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv or json")] = Format.table) -> None:
-    """Run a read-only query on the store."""
+    """Run a read-only query on the store's tables. The forensic views (requests, cache_events, ...) are
+    `spyglass views`'s: it puts them in front of a query, over a window."""
     from spyglass.query import QueryError, agent_api, run_readonly, show
 
+    text = query_text(query, file)
     cfg = _config(config)
     try:
-        answer = run_readonly(cfg.store_path(), query, agent_api(cfg), cfg.forensics.limits())
+        answer = run_readonly(cfg.store_path(), text, agent_api(cfg), cfg.forensics.limits())
     except QueryError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {exc}{views_hint(str(exc))}", err=True)
         raise typer.Exit(1) from None
     show(answer.columns, answer.rows, fmt.value)
     if answer.truncated:
         typer.echo(f"note: {answer.truncated}", err=True)
+
+
+def query_text(query: str | None, file: Path | None) -> str:
+    """The query: the argument, stdin for `-`, or --file's text; exit 2 unless exactly one gives it."""
+    if (query is None) == (file is None):
+        typer.echo("error: give one query: as the argument, - for stdin, or --file FILE", err=True)
+        raise typer.Exit(2)
+    if file is not None:
+        try:
+            return file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            typer.echo(f"error: --file {file}: {exc}", err=True)
+            raise typer.Exit(2) from None
+    return sys.stdin.read() if query == "-" else str(query)
+
+
+def views_hint(error: str) -> str:
+    """When a query names a forensic view as a table: say that `spyglass views` runs it."""
+    import re
+
+    from spyglass.forensics.views import VIEWS
+
+    missing = re.search(r"Table with name (\w+) does not exist", error)
+    if missing and missing.group(1) in VIEWS:
+        return (f"\n{missing.group(1)} is a forensic view: `spyglass views \"<the query>\" -c CONFIG [--from ...]`"
+                " runs a query over the views (`spyglass views` lists them)")
+    return ""
 
 
 @app.command("trace")
@@ -321,12 +377,16 @@ def demo(seconds: Annotated[float, typer.Option(help="Stop after this long; 0 ru
                                                         " logs, the store and its config there.")] = None) -> None:
     """Run the emulated stack under supervisord with incident scenarios, and the agent on it."""
     from spyglass.demo import run_demo
+    from spyglass.server import ListenError
 
     try:
         run_demo(seconds=seconds, listen=listen, scenario=scenario, keep=keep)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    except ListenError as exc:
+        typer.echo(f"error: {exc}; give --listen a free host:port (e.g. --listen 127.0.0.1:9465)", err=True)
+        raise typer.Exit(1) from None
 
 
 def main() -> None:  # pragma: no cover - console entry point

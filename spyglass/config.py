@@ -206,8 +206,10 @@ class AlertsConfig(Strict):
     the heuristic modules of spyglass/heuristics/."""
 
     job: str = Field("spyglass", description="Prometheus job label of the scrape of this agent's /metrics.")
-    runbook_base_url: str = Field("alerts/runbooks",
-                                  description="runbook_url is this, a slash and <AlertName>.md.")
+    runbook_base_url: str | None = Field(
+        None, description="runbook_url is this, a slash and <AlertName>.md: an absolute URL (https://... where the"
+                          " runbooks are published, or file:///... where they lie), so the link works from Alertmanager"
+                          " and Grafana. Unset: the file:// URL of the runbooks `spyglass rules --out` writes.")
     evaluation_interval_seconds: int = Field(30, gt=0, le=300, description="Rule group evaluation interval.")
     time_scale: float = Field(
         1.0, gt=0, le=1, description="Every range window, offset, for: and keep_firing_for: of the generated rules is"
@@ -234,6 +236,14 @@ class AlertsConfig(Strict):
     store_webhook_url: str | None = Field("http://127.0.0.1:9464/api/alerts",
                                           description="Alertmanager also sends pages and tickets here (spyglass"
                                                       " stores them as events); unset to not.")
+
+    @field_validator("runbook_base_url")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        """A relative link is dead in Alertmanager and Grafana: only an absolute URL is taken."""
+        if value is not None and not re.fullmatch(r"(https?://[^/\s]+|file:///)\S*", value):
+            raise ValueError(f"must be an absolute URL (https://host/... or file:///path), got {value!r}")
+        return value
 
 
 class Config(Strict):

@@ -1,7 +1,10 @@
-"""The rich Console every command prints its tables and trees on."""
+"""The rich Console every command prints its tables and trees on, and how data is made safe to print:
+as text (never rich markup), with control characters escaped, and CSV cells no spreadsheet runs."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 from typing import Any, TextIO
 
@@ -21,3 +24,47 @@ def console_for(out: TextIO | None, *renderables: Any) -> Any:
     if console.is_terminal or "COLUMNS" in os.environ or not renderables:
         return console
     return Console(file=out or sys.stdout, width=max(1, *(natural_width(console, r) for r in renderables)))
+
+
+# Data that reaches a terminal is shown, never obeyed: C0 and C1 control characters (ESC starts
+# colour, screen-clearing and OSC 8 hyperlink sequences; CSI is one C1 byte), DEL, and the
+# invisible or direction-changing format characters are written as escapes.
+UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060-\u2069\ufeff]")
+NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(found: re.Match[str]) -> str:
+    char = found.group()
+    return NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def shown(value: object) -> str:
+    """`value` as text safe for a terminal: every control or format character written as an escape
+    (`\\x1b`, `\\n`, `\\u202e`), everything else as it is."""
+    return UNSAFE.sub(_escaped, str(value))
+
+
+def plain(value: object, style: str = "") -> Any:
+    """A rich Text of `value` as data: no markup read (`[/x]`, `[link=...]` print as written) and
+    control characters escaped (`shown`)."""
+    from rich.text import Text
+
+    return Text(shown(value), style=style)
+
+
+def json_line(record: Any, default: Any = str) -> str:
+    """One JSON object as a line, UTF-8 kept. JSON escapes C0 characters itself; DEL, C1 and the
+    format characters it leaves raw are written as \\u escapes too, so a terminal obeys none."""
+    text = json.dumps(record, ensure_ascii=False, default=default)
+    return UNSAFE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+
+
+FORMULA = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as the start of a formula (OWASP)
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell as data: a text that a spreadsheet would run as a formula (`=2+5+cmd|...`, `@SUM`,
+    `-1+...`) is prefixed with `'`, and control characters are escaped; numbers stay numbers."""
+    if not isinstance(value, str):
+        return value
+    return shown("'" + value if value.startswith(FORMULA) else value)

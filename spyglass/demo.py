@@ -10,7 +10,9 @@ them, and the commands to query them are printed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import os
 import shlex
 import shutil
 import signal
@@ -20,6 +22,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -105,6 +108,12 @@ class Signal:
     metric: str
     labels: dict[str, str] = field(default_factory=dict)
     rule: Rule | None = None  # None: shown for context, never abnormal
+    # More (metric, labels) whose value counts too: the signal is the largest of them, as an alert that
+    # fires on `a > 0 or b > 0` sees it.
+    also: tuple[tuple[str, dict[str, str]], ...] = ()
+
+    def value(self, state: MetricState) -> float:
+        return max([state.total(self.metric, **self.labels), *(state.total(m, **labels) for m, labels in self.also)])
 
 
 # The demo's thresholds, one row per signal: the stand-in for the alert heuristics catalogue.
@@ -125,8 +134,10 @@ SIGNALS = [
     Signal("engines still loading", "loading", "spyglass_serve_state", {"state": "loading"}, Held(60)),
     Signal("compute-graph rebuilds", "rebuilds",  # each new shape once: many while the stack warms up
            "spyglass_engine_graph_rebuilds_total", rule=Increase(5, 60, settle=120)),
-    Signal("CPUs the two engines share", "shared-cpus",
-           "spyglass_engine_shared_cpus", {"instance": "strata-a"}, Above(0)),
+    # What EngineCPUsShared fires on: the CPUs both processes may run on (host), or their start lines' lists.
+    Signal("CPUs the two engines may share", "shared-cpus", "spyglass_host_shared_cpus", {"instance": "strata-a"},
+           Above(0),
+           also=(("spyglass_engine_shared_cpus", {"instance": "strata-a"}),)),
     Signal("requests answered by the gateway", "requests", "spyglass_gateway_requests_total"),
 ]
 
@@ -140,7 +151,7 @@ class Board:
 
     def sample(self, state: MetricState, now: float) -> None:
         with state.lock:
-            values = [state.total(s.metric, **s.labels) for s in self.signals]
+            values = [s.value(state) for s in self.signals]
         for history, value in zip(self.history, values):
             history.append((now, value))
             while history[0][0] < now - self.keep:
@@ -156,8 +167,15 @@ class Board:
         return f"{elapsed:4.0f}s  " + "  ".join(f"{s.short} {value:.0f}{'!' if abnormal else ''}"
                                                 for s, value, abnormal in self.rows())
 
+    def elapsed(self) -> float:
+        """Seconds between the first sample and the last."""
+        times = next((h for h in self.history if h), None)
+        return times[-1][0] - times[0][0] if times else 0.0
+
     def table(self) -> Table:
-        table = Table("signal", "value", "abnormal when", "", title="spyglass demo: incident signals")
+        minutes, seconds = divmod(int(self.elapsed()), 60)
+        table = Table("signal", "value", "abnormal when", "",
+                      title=f"spyglass demo: incident signals after {minutes} min {seconds:02d} s")
         for row, value, abnormal in self.rows():
             shown = f"{value:,.0f}"
             table.add_row(row.label, f"[bold red]{shown}[/]" if abnormal else shown,
@@ -188,11 +206,35 @@ def demo_folder(keep: Path | None) -> Path:
     return keep
 
 
+def remove_made(folder: Path, existed: bool) -> None:
+    """Remove the demo's folder, or only its contents when it was there (empty) before the demo."""
+    if not existed:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    for child in folder.iterdir():
+        shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
+
+
+def pinned(engines_patch: dict[str, dict[str, Any]], cpus: list[int]) -> dict[str, dict[str, Any]]:
+    """The engines pinned to halves of `cpus` (really, with taskset; their start lines name the same CPUs),
+    unless a scenario shares cores on purpose or there is one CPU only. Unpinned, two engines may both run
+    on every CPU of the machine: the host source measures that as shared CPUs and EngineCPUsShared fires,
+    whatever the start lines say. Pinned, the demo's table, the alert and the banners agree."""
+    names = ("strata-a", "strata-b")
+    if len(cpus) < 2 or any(engines_patch.get(n, {}).get("shares_cores") or "affinity" in engines_patch.get(n, {})
+                            for n in names):
+        return engines_patch
+    half = len(cpus) // 2
+    parts = {"strata-a": cpus[:half], "strata-b": cpus[half:]}
+    return {n: {**engines_patch.get(n, {}), "affinity": parts[n], "cpus": ",".join(map(str, parts[n]))}
+            for n in {*engines_patch, *names}}
+
+
 def build_stack(folder: Path, listen: str, scenario: str | None) -> tuple[Stack, dict[str, Any]]:
     """The stack (the mix's troubled one, or the scenario's) and the agent's config document for it."""
     traced = {"otlp_endpoint": f"http://{listen}"}  # the stack pushes its spans to the agent
     chosen = SCENARIOS[scenario] if scenario else None
-    engines_patch: dict[str, dict[str, Any]] = dict(chosen.engine_patch) if chosen else DEMO_ENGINES
+    engines_patch = pinned(dict(chosen.engine_patch) if chosen else DEMO_ENGINES, sorted(os.sched_getaffinity(0)))
     gateway_patch = dict(chosen.gateway_patch) if chosen else {"assembly_budget_chars": 20_000}
     stack = Stack(folder / "stack", free_port_base(),
                   {name: {**engines_patch.get(name, {}), **traced} for name in ("strata-a", "strata-b")},
@@ -229,11 +271,17 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str
     console = Console()
     if scenario is not None and scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; one of {', '.join(sorted(SCENARIOS))}")
+    existed = keep is not None and keep.expanduser().exists()
     folder = demo_folder(keep)
-    stack, document = build_stack(folder, listen, scenario)
-    config_file = folder / "spyglass.toml"
-    config_file.write_text(toml_text(document))
-    agent = Agent(parse_config(document, str(config_file)))
+    try:
+        stack, document = build_stack(folder, listen, scenario)
+        config_file = folder / "spyglass.toml"
+        note = clock_note(stack.engines["strata-a"].time_scale)
+        config_file.write_text(f"# spyglass demo: {note}\n{toml_text(document)}")
+        agent = Agent(parse_config(document, str(config_file)))
+    except BaseException:  # e.g. the listen port in use: nothing runs yet; remove what was made
+        remove_made(folder, existed)
+        raise
     stopping = stop_on_signals()  # not the agent's own: it must outlive the stack to read its last lines
     caught_up = CatchUp(agent.pipeline.state)
     agent.pipeline.event_hooks.append(caught_up)
@@ -241,13 +289,15 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str
     stop_driver = threading.Event()
     runner = threading.Thread(target=agent.serve, name="spyglass-agent")
     request = None
+    began = datetime.now(UTC).replace(microsecond=0)  # the demo's window: its first line is written after this
     stack.start()
     try:
         stack.wait_ready(SCENARIOS[scenario].ready if scenario else ("strata-a", "strata-b"))
         runner.start()
         threading.Thread(target=drive_mix, args=(stack.url, stop_driver, mix), name="load-driver",
                          daemon=True).start()
-        console.print(banner(mix, listen, config_file, agent.config.store_path(), stack.folder, keep is not None),
+        console.print(banner(mix, listen, config_file, agent.config.store_path(), stack.folder, keep is not None,
+                             stack.engines["strata-a"].time_scale),
                       soft_wrap=True)
         _watch(agent, runner, board, console, seconds, config_file, stopping)
     finally:
@@ -266,17 +316,34 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str
         board.sample(agent.pipeline.state, time.monotonic())
         console.print(board.table())
         if keep:
-            print_kept(console, folder, config_file, agent, request)
+            ended = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
+            print_kept(console, folder, config_file, agent, request, (began, ended), stack.engines["strata-a"].time_scale)
         else:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def banner(mix: tuple[str, ...], listen: str, config: Path, store: Path, logs: Path, kept: bool) -> str:
+def banner(mix: tuple[str, ...], listen: str, config: Path, store: Path, logs: Path, kept: bool,
+           time_scale: float = 1.0) -> Any:
+    """The demo's first lines (a rich Text: a path with brackets in it prints as written)."""
+    from rich.text import Text
+
     ending = f"keeps {config.parent}" if kept else "removes it all (--keep DIR keeps it)"
-    return (f"[bold]spyglass demo[/]: the emulated Strata stack under supervisord, driven by {', '.join(mix)}\n"
-            f"  metrics     http://{listen}/metrics\n  sources     http://{listen}/debug/sources\n"
-            f"  SQL         {command()} sql -c {config} \"SELECT kind, count(*) FROM events GROUP BY ALL\"\n"
-            f"  store       {store}\n  stack logs  {logs}\n  Ctrl-C stops it and {ending}.")
+    return Text.assemble(("spyglass demo", "bold"), (
+        f": the emulated Strata stack under supervisord, driven by {', '.join(mix)}\n"
+        f"  metrics     http://{listen}/metrics\n  sources     http://{listen}/debug/sources\n"
+        f"  SQL         {command()} sql -c {config} \"SELECT kind, count(*) FROM events GROUP BY ALL\"\n"
+        f"  store       {store}\n  stack logs  {logs}\n  clock       {clock_note(time_scale)}\n"
+        f"  Ctrl-C stops it and {ending}."))
+
+
+def clock_note(time_scale: float) -> str:
+    """What the numbers mean: the emulated stack runs faster than the model it imitates, and the durations
+    it logs are the model's, while its timestamps are the wall clock."""
+    if time_scale >= 1.0:
+        return "durations and timestamps are both the wall clock"
+    return (f"the emulated engines run {1 / time_scale:g}x faster than the model they imitate: the durations"
+            f" they and the gateway log (ttft_ms, dur_ms, prompt read ms, load s) are model time, {1 / time_scale:g}"
+            " times the wall clock their timestamps and spans keep")
 
 
 def command() -> str:
@@ -290,7 +357,41 @@ def command() -> str:
         return str(script)
 
 
-def print_kept(console: Console, folder: Path, config: Path, agent: Agent, request: str | None) -> None:
+STORM = "EngineEvictionStorm"  # the mix's own incident: strata-b's cache is too small for its snapshots
+STORM_RATE_SECONDS = 600.0  # its expression's rate window: evictions a minute over 10 minutes
+
+
+def storm_needs() -> float:
+    """Seconds of evictions before EngineEvictionStorm can fire: its rate window, then its `for:`. A backtest
+    of a shorter demo can fire nothing but Watchdog."""
+    from spyglass.heuristics import catalogue
+    from spyglass.timeinput import parse_duration
+
+    [alert] = [a for h in catalogue() for a in h.alerts if a.name == STORM]
+    return STORM_RATE_SECONDS + parse_duration(alert.for_)
+
+
+def window_commands(config: Path, start: datetime, end: datetime) -> list[str]:
+    """The diagnose, timeline and backtest commands for the demo's own window [start, end)."""
+    spyglass, c = command(), shlex.quote(str(config))
+    first, last = f"{start:%Y-%m-%dT%H:%M:%SZ}", f"{end:%Y-%m-%dT%H:%M:%SZ}"
+    rules = Path(__file__).resolve().parents[1] / "alerts"
+    with contextlib.suppress(ValueError):
+        rules = rules.relative_to(Path.cwd())
+    lines = [f"its window, {first} to {last} (UTC):",
+             f"  {spyglass} diagnose -c {c} --from {first} --to {last}",
+             f"  {spyglass} timeline -c {c} --from {first} --to {last} --exclude-kind span",
+             f"  {spyglass} backtest -c {c} --from {first} --to {last} --lookback 30m --rules {rules}"]
+    need = storm_needs()
+    if (end - start).total_seconds() < need + 120:
+        lines.append(f"  ({STORM} fires once strata-b evicted for {need / 60:g} min, its rate window and its for:;"
+                     f" this demo ran {(end - start).total_seconds() / 60:.0f} min, so its backtest fires only"
+                     f" Watchdog: --seconds {int(need) + 300} gives it time)")
+    return lines
+
+
+def print_kept(console: Console, folder: Path, config: Path, agent: Agent, request: str | None,
+               window: tuple[datetime, datetime] | None = None, time_scale: float = 1.0) -> None:
     spyglass, c = command(), shlex.quote(str(config))
     logs = ", ".join(sorted(p.name for p in (folder / "stack").iterdir() if p.suffix == ".log" or p.name == "infer"))
     lines = [f"kept in {folder}:", f"  config      {config}", f"  store       {agent.config.store_path()}",
@@ -299,7 +400,10 @@ def print_kept(console: Console, folder: Path, config: Path, agent: Agent, reque
              f"  {spyglass} sql -c {c} \"SELECT fields->>'reason' AS reason, count(*) AS n FROM events"
              f" WHERE kind = 'evict' GROUP BY ALL\"",
              f"  {spyglass} trace -c {c} {request or 'REQUEST_ID'}"]
-    console.print("\n".join(lines), soft_wrap=True, highlight=False)
+    if window:
+        lines += window_commands(config, *window)
+    lines.append(f"clock: {clock_note(time_scale)}")
+    console.print("\n".join(lines), soft_wrap=True, highlight=False, markup=False)
 
 
 def finished_request(agent: Agent, settled_seconds: float = 6.0) -> str | None:
@@ -341,17 +445,26 @@ def stop_on_signals() -> threading.Event:
 def _watch(agent: Agent, runner: threading.Thread, board: Board, console: Console, seconds: float,
            config: Path, stopping: threading.Event) -> None:
     deadline = time.monotonic() + seconds if seconds else None
-    threading.Thread(target=_hint_trace, args=(agent, console, config), name="trace-hint", daemon=True).start()
+    hint: list[str] = []  # the trace hint, once a request finished: under the live table, or printed to a pipe
+    threading.Thread(target=_hint_trace, args=(agent, console, config, hint, not console.is_terminal),
+                     name="trace-hint", daemon=True).start()
     running = lambda: (runner.is_alive() and not stopping.is_set()  # noqa: E731
                        and (deadline is None or time.monotonic() < deadline))
     board.sample(agent.pipeline.state, time.monotonic())
     if console.is_terminal:
-        # transient: the final table is printed once, after the stack stopped, with its last numbers
-        with Live(board.table(), console=console, refresh_per_second=1, transient=True) as live:
+        from rich.console import Group
+        from rich.text import Text
+
+        # transient: the final table is printed once, after the stack stopped, with its last numbers. Nothing
+        # else prints while it is live (a print from another thread left a stray header): the hint is part of it.
+        live_view = lambda: Group(board.table(), *(Text(h) for h in hint))  # noqa: E731
+        with Live(live_view(), console=console, refresh_per_second=1, transient=True) as live:
             while running():
                 stopping.wait(1.0)
                 board.sample(agent.pipeline.state, time.monotonic())
-                live.update(board.table())
+                live.update(live_view())
+        for line in hint:
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
         return
     started = time.monotonic()
     while running():  # a pipe or a log file: every signal on one line, every 10 s
@@ -361,10 +474,13 @@ def _watch(agent: Agent, runner: threading.Thread, board: Board, console: Consol
             console.print(board.status_line(time.monotonic() - started), soft_wrap=True, highlight=False)
 
 
-def _hint_trace(agent: Agent, console: Console, config: Path) -> None:
-    """Once a request has finished and settled, print the command that shows its trace."""
+def _hint_trace(agent: Agent, console: Console, config: Path, hint: list[str], printed: bool) -> None:
+    """Once a request has finished and settled, the command that shows its trace: added to `hint`, and
+    printed when `printed` (to a pipe; a terminal's live table shows the hint itself)."""
     while not agent.stop.wait(5.0):
         request = finished_request(agent)
         if request:
-            console.print(f"  one request's trace: {command()} trace -c {config} {request}", soft_wrap=True)
+            hint.append(f"  one request's trace: {command()} trace -c {config} {request}")
+            if printed:
+                console.print(hint[-1], soft_wrap=True, highlight=False, markup=False)
             return

@@ -225,10 +225,12 @@ class Pipeline:
             self._polled.put((rt, result.events, result.ok, schedule.source.checkpoint()))
         return schedule.next_due - now
 
-    def poll_all(self) -> None:
-        """Poll every polled source that is due, on this thread."""
+    def poll_all(self, present: bool = True) -> None:
+        """Poll every polled source that is due, on this thread (with `present` off, only those whose polls
+        import history rather than sample the present)."""
         for rt in self.polled_sources():
-            self.poll(rt)
+            if present or not getattr(rt.schedule.source if rt.schedule else None, "samples_present", True):
+                self.poll(rt)
 
     def _drain_polled(self) -> list[tuple[SourceRuntime, list[Event], bool]]:
         drained: list[tuple[SourceRuntime, list[Event], bool]] = []
@@ -279,11 +281,13 @@ class Pipeline:
             saved["source"] = state
         return saved
 
-    def run_until_idle(self) -> int:
-        """Read every file source to its current end, poll every polled source once, commit.
+    def run_until_idle(self, poll: bool = True) -> int:
+        """Read every file source to its current end, poll every polled source once, commit. With `poll`
+        off, only the polled sources that import history (`samples_present` False, the infer store) are
+        polled: a poll of the present (an endpoint, /proc) made after the fact would stamp now.
 
         A commit that fails raises: this is `spyglass ingest`, whose caller reports it."""
-        self.poll_all()
+        self.poll_all(present=poll)
         total = 0
         while (n := self.step()) > 0:
             total += n

@@ -132,20 +132,25 @@ def nested(value: Any) -> Any:
 
 
 def show(columns: list[str], rows: list[list[Any]] | list[tuple[Any, ...]], fmt: str) -> None:
-    """Print a result as a rich table, CSV (LF line ends) or JSON lines (JSON columns nested)."""
+    """Print a result as a rich table, CSV (LF line ends) or JSON lines (JSON columns nested). Values
+    are data: no markup is read, control characters are escaped, no CSV cell starts a formula."""
+    from spyglass.console import csv_cell, json_line, plain
+
     if fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(columns)
-        writer.writerows(rows)
+        writer.writerow([csv_cell(c) for c in columns])
+        writer.writerows([csv_cell(v) for v in row] for row in rows)
     elif fmt == "json":
         for row in rows:
-            print(json.dumps({c: nested(v) for c, v in zip(columns, row)}, default=jsonable, ensure_ascii=False))
+            print(json_line({c: nested(v) for c, v in zip(columns, row)}, default=jsonable))
     else:
         from rich.table import Table
 
         from spyglass.console import console_for
 
-        table = Table(*columns)
+        table = Table()
+        for column in columns:
+            table.add_column(plain(column))
         for row in rows:
-            table.add_row(*("" if v is None else str(v) for v in row))
+            table.add_row(*(plain("" if v is None else v) for v in row))
         console_for(None, table).print(table)

@@ -6,6 +6,7 @@ alerts/ are the ones for examples/strata.toml, and tests fail when they drift fr
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +61,14 @@ def scaled_expr(d: Deployment, expr: str) -> str:
     return DURATION.sub(lambda m: scaled(d, m.group(0)), expr)
 
 
+RUNBOOKS = Path(__file__).resolve().parents[1] / "alerts" / "runbooks"
+
+
 def runbook_url(d: Deployment, name: str) -> str:
-    return f"{d.settings.runbook_base_url.rstrip('/')}/{name}.md"
+    """An absolute link to the alert's runbook: alerts.runbook_base_url, else the file:// URL of the runbooks
+    folder this deployment's files are written to (the checkout's alerts/runbooks when none was named)."""
+    base = d.settings.runbook_base_url or d.runbooks_url or RUNBOOKS.as_uri()
+    return f"{base.rstrip('/')}/{name}.md"
 
 
 def _description(h: Heuristic, a: Alert) -> str:
@@ -167,7 +174,7 @@ def render_runbook(d: Deployment, h: Heuristic, a: Alert) -> str:
         lines += ["## Thresholds", "", "| name | value | unit | meaning | setting |", "|---|---|---|---|---|"]
         lines += [f"| {t.name} | {t.value:.6g} | {t.unit} | {t.meaning} | {t.setting and f'`{t.setting}`' or '—'} |"
                   for t in h.thresholds] + [""]
-    lines += ["## Incident", "", h.incident, ""]
+    lines += ["## History", "", f"Incident {h.incident}.", ""] + ([h.history, ""] if h.history else [])
     if h.diagnosis:
         lines += ["## Left to the forensic diagnosis", "", h.diagnosis, ""]
     return "\n".join(lines)
@@ -193,6 +200,8 @@ def generated(d: Deployment) -> dict[str, str]:
 
 
 def write(d: Deployment, out: Path) -> list[Path]:
+    """Every generated file into `out`; runbook links default to the file:// URL of `out`/runbooks."""
+    d = replace(d, runbooks_url=d.runbooks_url or (out / "runbooks").resolve().as_uri())
     written = []
     for relative, text in generated(d).items():
         path = out / relative

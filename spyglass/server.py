@@ -35,6 +35,10 @@ from exporters.prometheus import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, re
 from exporters.state import MetricState
 
 
+class ListenError(Exception):
+    """The listen address could not be bound (in use, not an address of this host, no permission)."""
+
+
 class NotYetStored(Exception):
     """A POSTed body's events are not committed: refused while the store fails (nothing taken), or
     taken and not committed in time (stored once the store recovers): `taken` says which."""
@@ -80,9 +84,10 @@ class _BoundedServer(HTTPServer):
 
     def __init__(self, address: tuple[str, int], handler: type, workers: int, family: int) -> None:
         self.address_family = family
-        super().__init__(address, handler)
+        # Before the bind: a failed bind calls server_close, which shuts the pool down.
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="spyglass-http")
         self.slots = threading.BoundedSemaphore(workers)
+        super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:  # a socket, for TCP
         if not self.slots.acquire(blocking=False):
@@ -321,14 +326,22 @@ class AgentServer:
                 self._send(404, "text/plain", b"only /metrics and /health on this port\n")
 
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.httpd = _BoundedServer((host.strip("[]"), int(port)), Handler, limits.workers, family)
+        try:
+            self.httpd = _BoundedServer((host.strip("[]"), int(port)), Handler, limits.workers, family)
+        except OSError as exc:
+            raise ListenError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
         loopback = _loopback_port(host, self.httpd.server_address[1])
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="spyglass-http", daemon=True)
         self.metrics_httpd: _BoundedServer | None = None
         if metrics_listen:
             m_host, _, m_port = metrics_listen.rpartition(":")
-            self.metrics_httpd = _BoundedServer((m_host.strip("[]"), int(m_port)), MetricsOnly, max(4, limits.workers // 4),
-                                                socket.AF_INET6 if ":" in m_host else socket.AF_INET)
+            try:
+                self.metrics_httpd = _BoundedServer((m_host.strip("[]"), int(m_port)), MetricsOnly,
+                                                    max(4, limits.workers // 4),
+                                                    socket.AF_INET6 if ":" in m_host else socket.AF_INET)
+            except OSError as exc:
+                self.httpd.server_close()
+                raise ListenError(f"cannot listen on {metrics_listen} (metrics_listen): {exc.strerror or exc}") from None
 
     @property
     def url(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 
+from rich.text import Text
 from rich.tree import Tree
 
 from collectors.clock import format_both
@@ -17,7 +18,7 @@ from collectors.event import Event
 from collectors.trace_ids import span_id_for, trace_id_for
 from engine.spans import PhaseSpan, engine_span, request_tree
 from spyglass.config import Config
-from spyglass.console import console_for
+from spyglass.console import console_for, plain
 from spyglass.query import QueryError, agent_api, run_readonly
 
 REQUEST_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{2,32}$")
@@ -57,10 +58,19 @@ def events_of(config: Config, request_id: str) -> list[Event]:
             for ts, source, kind, instance, fields in answer.rows]
 
 
-def label(span: PhaseSpan) -> str:
-    facts = ", ".join(f"{k.removeprefix('spyglass.').removeprefix('gen_ai.')}={v}" for k, v in span.attributes.items())
-    status = f" [red]{span.error}[/]" if span.error else ""
-    return f"[bold]{span.name}[/] {span.duration:.3f} s{status}  [dim]{facts}[/]"
+STATUS_KEYS = ("http.status_code", "http.response.status_code")  # a span's HTTP answer, old and new conventions
+
+
+def label(span: PhaseSpan) -> Text:
+    """One span's line, its names and values as data (no markup read, control characters escaped)."""
+    status = next((span.attributes[k] for k in STATUS_KEYS if k in span.attributes), None)
+    facts = ", ".join([*([f"status={status}"] if status is not None else []),
+                       *(f"{k.removeprefix('spyglass.').removeprefix('gen_ai.')}={v}"
+                         for k, v in span.attributes.items() if k not in STATUS_KEYS)])
+    line = Text.assemble(plain(span.name, "bold"), f" {span.duration:.3f} s")
+    if span.error:
+        line.append_text(Text(" ").append_text(plain(span.error, "red")))
+    return line.append_text(Text("  ").append_text(plain(facts, "dim")))
 
 
 def add(tree: Tree, span: PhaseSpan) -> None:
@@ -74,7 +84,8 @@ def live_tree(spans: list[Event], engine: PhaseSpan | None, request_id: str) -> 
     roots: list[PhaseSpan] = []
     for span in spans:
         f = span.fields
-        attributes = {k: v for k, v in f["attributes"].items() if k.startswith(("gen_ai.usage", "spyglass.tokens"))}
+        attributes = {k: v for k, v in f["attributes"].items()
+                      if k.startswith(("gen_ai.usage", "spyglass.tokens")) or k in STATUS_KEYS}
         nodes[f["span_id"]] = PhaseSpan(f"{f['service']}: {f['name']}", f["start"], f["end"], attributes,
                                         error=(f.get("status_message") or "error") if f["status"] == "error" else None)
     for span in spans:
@@ -101,6 +112,56 @@ def print_trace(config: Config, given: str) -> None:
     if root is None:
         raise QueryError(f"no finished request {request_id} in the store")
     trace_hex = format(trace_id_for(request_id), "032x")
-    tree = Tree(f"{label(root)}\n[dim]{request_id} (trace {trace_hex}), started {format_both(root.start)}[/]")
+    heading = label(root).append(f"\n{request_id} (trace {trace_hex}), started {format_both(root.start)}", "dim")
+    tree = Tree(heading)
     add(tree, root)
-    console_for(None, tree).print(tree)
+    said = outcome(events, kinds) + clock_notes(root)
+    console = console_for(None, tree, *said)
+    console.print(tree)
+    for line in said:
+        console.print(line)
+
+
+def outcome(events: list[Event], kinds: dict[str, str]) -> list[Text]:
+    """What became of a request that did not simply succeed, from the gateway's lines and the infer store:
+    its status and the reason (`#545 prompt too long: 300004 > 262144`, a 429's limit), and each blind retry
+    (what the gateway changed, and what the retry got). Nothing for a plain 200."""
+    gateway = [e for e in events if kinds.get(e.source) == "gateway_log"]
+    stored = [e for e in events if kinds.get(e.source) == "infer_store" and e.kind == "request"]
+    failed = [e for e in gateway if e.kind in ("overfit", "reject")]
+    retries = [e for e in gateway if e.kind == "retry_on_overfit"]
+    statuses = [e.fields.get("status") for e in stored + [e for e in gateway if e.kind in ("done", "reject")]]
+    final = next((s for s in reversed(statuses) if s is not None), failed[-1].fields.get("status") if failed else None)
+    if not failed and not retries and final in (None, 200):
+        return []
+    reason = next((e.fields.get("upstream") or e.fields.get("reason") for e in failed), None)
+    first = failed[0].fields.get("status") if failed else final
+    lines = [Text.assemble(("status: ", "bold"), plain(f"{first}" + (f" {reason}" if reason else "")))]
+    for retry in retries:
+        f = retry.fields
+        lines.append(Text.assemble(("blind retry: ", "bold"), plain(
+            f"the gateway sent the same prompt again with max_tokens {f.get('max_from')} -> {f.get('max_to')}"
+            f" (the prompt is what did not fit): {final if final is not None else 'no answer stored'}")))
+    if final is not None and final != first:
+        lines.append(Text.assemble(("answered: ", "bold"), plain(str(final))))
+    return lines
+
+
+def walk(span: PhaseSpan):
+    yield span
+    for child in span.children:
+        yield from walk(child)
+
+
+def clock_notes(root: PhaseSpan) -> list[Text]:
+    """A note for each span whose logged TTFT is longer than the span itself: the log's durations then run
+    on another clock than its timestamps (the demo's emulated engines log model time, 200x the wall clock),
+    and the trace says so instead of showing the contradiction unexplained."""
+    notes = []
+    for span in walk(root):
+        ttft = span.attributes.get("spyglass.ttft_ms")
+        if isinstance(ttft, (int, float)) and ttft / 1000 > 1.5 * span.duration + 0.05:
+            notes.append(Text.assemble(("clock: ", "bold"), plain(
+                f"{span.name} logs ttft_ms={ttft:g} for a span of {span.duration:.3f} s: the durations it logs run"
+                " on another clock than its timestamps (the demo's emulated engines log model time)")))
+    return notes

@@ -61,6 +61,7 @@ def background(n: int) -> dict[str, str]:
             f"spyglass_engine_long_prompts_total{{{il}}}": gauge((n, 0)),
             f"spyglass_engine_long_prompts_checkpoint_only_total{{{il}}}": gauge((n, 0)),
             f'spyglass_engine_requests_finished_total{{{il}, finish="stop"}}': counter((n, 60)),
+            f"spyglass_engine_last_progress_timestamp_seconds{{{il}}}": clock(n),
             f"spyglass_engine_slots_busy{{{il}}}": gauge((n, 2)),
             f"spyglass_engine_prefill_queue_depth{{{il}}}": gauge((n, 0)),
             f"spyglass_engine_start_time_seconds{{{il}}}": gauge((n, 0)),
@@ -94,10 +95,16 @@ def background(n: int) -> dict[str, str]:
             f"spyglass_gateway_concurrency_rejections_total{{{ln}}}": gauge((n, 0)),
             f"spyglass_gateway_blind_retries_total{{{ln}}}": gauge((n, 0)),
             f'spyglass_infer_requests_total{{{ln}, status="200", finish="stop"}}': counter((n, 60)),
-            f'spyglass_infer_thinking_only_total{{{ln}, special_tokens="true"}}': gauge((n, 0)),
+            f'spyglass_infer_thinking_only_total{{{ln}, special_tokens="yes"}}': gauge((n, 0)),
+            f"spyglass_infer_bodies_total{{{ln}}}": counter((n, 60)),
+            f"spyglass_infer_special_token_requests_total{{{ln}}}": gauge((n, 0)),
             f"spyglass_infer_plan_then_stop_total{{{ln}}}": gauge((n, 0)),
             f"spyglass_infer_anchor_lost_total{{{ln}}}": gauge((n, 0)),
         })
+    s['spyglass_source_last_event_timestamp_seconds{source="serve-a"}'] = clock(n)
+    s['spyglass_source_last_event_timestamp_seconds{source="serve-b"}'] = clock(n)
+    # A supervisord log is quiet by nature: its last line is from when the programs started.
+    s['spyglass_source_last_event_timestamp_seconds{source="supervisord"}'] = gauge((n, 0))
     for source in ("engine-a", "engine-b", "gateway", "serve-a", "serve-b"):
         s[f'spyglass_source_up{{source="{source}"}}'] = gauge((n, 1))
         s[f'spyglass_source_lines_total{{source="{source}", outcome="event"}}'] = counter((n, 100))
@@ -149,11 +156,19 @@ def scenarios() -> list[Scenario]:
             {115: [], 130: [], 140: [("EngineTTFTSpike", A)], 170: [("EngineTTFTSpike", A), ("EngineTTFTBudgetFastBurn", A)]}),
         Scenario("H5 slow burn: 1.5% of the normal lane late", 200, _ttft_slow(), {30: [], 150: [("EngineTTFTBudgetSlowBurn", B)]}),
         Scenario("H6/H7 thinking-only on the lane without the escape fix", N, {
-            'spyglass_infer_thinking_only_total{lane="normal", special_tokens="true"}': counter((T0, 0), (rest, 10)),
+            'spyglass_infer_thinking_only_total{lane="normal", special_tokens="yes"}': counter((T0, 0), (rest, 10)),
             'spyglass_serve_measures_escapes{instance="strata-b"}': gauge((N, 0)),
             'spyglass_serve_stops_while_reasoning_total{instance="strata-b"}': f"_x{N - 1}",
         }, {25: [], 100: [("ServeBuildSkew", {"instance": "strata-b"})],
             170: [("ServeBuildSkew", {"instance": "strata-b"}), ("ThinkingOnlyResponses", {"lane": "normal"})]}),
+        # The seed's own day (incident 3): 16 of 58 prompts with literals thinking-only, 0 of 295 without. The
+        # lane's share, 16 of 353 = 4.5%, stays under ThinkingOnlyResponses' 5%; the comparison pages.
+        Scenario("H6 the seed's split: 16 of 58 with literals, 0 of 295 without", N, {
+            'spyglass_infer_requests_total{lane="normal", status="200", finish="stop"}': counter((T0, 60), (rest, 353 / 60)),
+            'spyglass_infer_bodies_total{lane="normal"}': counter((T0, 60), (rest, 353 / 60)),
+            'spyglass_infer_special_token_requests_total{lane="normal"}': counter((T0, 0), (rest, 58 / 60)),
+            'spyglass_infer_thinking_only_total{lane="normal", special_tokens="yes"}': counter((T0, 0), (rest, 16 / 60)),
+        }, {125: [], 170: [("ThinkingOnlyWithSpecialTokens", {"lane": "normal"})]}),
         Scenario("H6 stops while reasoning", N, {
             'spyglass_serve_stops_while_reasoning_total{instance="strata-a"}': counter((T0, 0), (rest, 10)),
         }, {130: [], 170: [("StopsWhileReasoning", {"instance": "strata-a"})]}),
@@ -196,7 +211,24 @@ def scenarios() -> list[Scenario]:
             f"spyglass_engine_start_time_seconds{{{b_il}}}": gauge((T0, 0), *[(10, (T0 + 10 * k) * 60) for k in range(6)]),
             f"spyglass_engine_ready{{{b_il}}}": gauge((T0, 1), (rest, 0)),
             'spyglass_supervisord_spawns_total{program="strata-b"}': gauge((T0, 1), *[(10, 2 + k) for k in range(6)]),
+            'spyglass_supervisord_exits_total{program="strata-b", expected="false", cause="SIGKILL"}':
+                gauge((T0, 0), *[(10, 1 + k) for k in range(6)]),
         }, {115: [], 130: [], T0 + 50: [("EngineRestartedWhileLoading", {"instance": "strata-b", "program": "strata-b"})]}),
+        # The upgrade's crash loop: SIGABRT 50 s after each start, never ready. H13's, not a probe killing a load.
+        Scenario("H13 not H14: SIGABRT 50 s after each start", N, {
+            f"spyglass_engine_start_time_seconds{{{b_il}}}": gauge((T0, 0), *[(1, (T0 + k) * 60) for k in range(rest)]),
+            f"spyglass_engine_ready{{{b_il}}}": gauge((T0, 1), (rest, 0)),
+            'spyglass_supervisord_spawns_total{program="strata-b"}': gauge((T0, 1), *[(1, 2 + k) for k in range(rest)]),
+            'spyglass_supervisord_exits_total{program="strata-b", expected="false", cause="SIGABRT"}':
+                gauge((T0, 0), *[(1, 1 + k) for k in range(rest)]),
+        }, {115: [], T0 + 20: [("ProgramCrashLoop", {"instance": "strata-b", "program": "strata-b"})]}),
+        # A slow load is reported for an hour after it became ready, not for days (905 s against 900 s kept
+        # EngineLoadOverProbeBudget firing on a quiet day).
+        Scenario("H14 one slow load, then a quiet day", T0 + 240, {
+            f"spyglass_engine_start_time_seconds{{{a_il}}}": gauge((T0, 0), (240, T0 * 60)),
+            f"spyglass_engine_load_duration_seconds{{{a_il}}}": gauge((T0 + 20, 60), (220, 1200)),
+            'spyglass_supervisord_spawns_total{program="strata-a"}': gauge((T0, 1), (240, 2)),
+        }, {115: [], T0 + 30: [("EngineLoadOverProbeBudget", A)], T0 + 90: []}),
         Scenario("H15 dangling model link after a cleanup", N, {
             'spyglass_model_path_resolves{instance="strata-a"}': gauge((T0, 1), (rest, 0)),
             'spyglass_model_path_changed_timestamp_seconds{instance="strata-a"}': gauge((T0, 3600), (rest, T0 * 60)),
@@ -227,15 +259,20 @@ def scenarios() -> list[Scenario]:
             'spyglass_source_last_event_timestamp_seconds{source="engine-a"}': clock(T0) + f" {(T0 - 1) * 60}x{rest - 1}",
             'spyglass_engine_slots_busy{instance="strata-a", lane="fast"}': gauge((T0, 2), (rest, 0)),
             'spyglass_serve_slots_busy{instance="strata-a"}': gauge((T0, 2), (rest, 0)),
-        }, {123: [], 130: [("SpyglassSourceSilent", {"instance": "strata-a"})]}),
+        }, {123: [], 130: [("SpyglassSourceSilent", {"instance": "strata-a", "source": "engine-a"})]}),
+        Scenario("H19 a status endpoint no longer polled", N, {
+            'spyglass_source_last_event_timestamp_seconds{source="serve-b"}': clock(T0) + f" {(T0 - 1) * 60}x{rest - 1}",
+        }, {123: [], 130: [("SpyglassSourceSilent", {"instance": "strata-b", "source": "serve-b"})]}),
         Scenario("H19 format drift", N, {
             'spyglass_source_lines_total{source="engine-b", outcome="unmatched"}': counter((T0, 0), (rest, 20)),
         }, {125: [], 140: [("SpyglassUnparsedLines", {"source": "engine-b"})]}),
         Scenario("H19 a source's clock 8 h ahead", N, {
             'spyglass_source_last_event_timestamp_seconds{source="switch"}': clock(N, 8 * 3600),
         }, {3: [], 30: [("SpyglassSourceClockAhead", {"source": "switch"})]}),
+        # The engine log goes on: the hung engine's HTTP thread logs each new request queued. Its progress
+        # (done and [stats] lines) stops.
         Scenario("H20 engine hung with work queued", N, {
-            'spyglass_source_last_event_timestamp_seconds{source="engine-b"}': clock(T0) + f" {(T0 - 1) * 60}x{rest - 1}",
+            f"spyglass_engine_last_progress_timestamp_seconds{{{b_il}}}": clock(T0) + f" {(T0 - 1) * 60}x{rest - 1}",
             f'spyglass_engine_requests_finished_total{{{b_il}, finish="stop"}}': counter((T0, 60), (rest, 0)),
             'spyglass_serve_slots_busy{instance="strata-b"}': gauge((T0, 2), (rest, 3)),
             'spyglass_serve_prefill_queue_depth{instance="strata-b"}': gauge((T0, 0), (rest, 2)),

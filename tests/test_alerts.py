@@ -2,6 +2,7 @@
 Alertmanager's inhibitions (real binaries from Debian's prometheus and prometheus-alertmanager)."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -105,8 +106,8 @@ def test_every_alert_carries_severity_heuristic_and_annotations() -> None:
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}
         assert re.fullmatch(r"H\d+", rule["labels"]["heuristic"])
         assert {"summary", "description", "runbook_url"} <= set(rule["annotations"])
-        assert rule["annotations"]["runbook_url"] == f"alerts/runbooks/{rule['alert']}.md"
-        assert (ROOT / rule["annotations"]["runbook_url"]).is_file()
+        assert rule["annotations"]["runbook_url"] == f"file:///opt/spyglass/alerts/runbooks/{rule['alert']}.md"
+        assert (FOLDER / "runbooks" / f"{rule['alert']}.md").is_file()
         assert ("$value" in rule["annotations"]["description"]) != (rule["alert"] in without_value), rule["alert"]
     critical = {r["alert"] for r in rules if r["labels"]["severity"] == "critical"}
     assert {"EngineEvictionStorm", "EngineTTFTBudgetFastBurn", "ProgramCrashLoop", "EngineThroughputCollapse",
@@ -115,7 +116,7 @@ def test_every_alert_carries_severity_heuristic_and_annotations() -> None:
 
 def test_runbook_has_symptom_wrong_guess_check_knobs_incident() -> None:
     text = (FOLDER / "runbooks" / "EngineEvictionStorm.md").read_text()
-    for heading in ("## Symptom", "## What it usually is not", "## The discriminating check", "## Knobs", "## Incident"):
+    for heading in ("## Symptom", "## What it usually is not", "## The discriminating check", "## Knobs", "## History"):
         assert heading in text
     assert "--conversation-cache-mib" in text and "--prompt-cache-every" in text and "SELECT" in text
 
@@ -123,7 +124,7 @@ def test_runbook_has_symptom_wrong_guess_check_knobs_incident() -> None:
 def test_rules_command_writes_this_deployments_numbers(tmp_path: Path) -> None:
     config = tmp_path / "spyglass.toml"
     config.write_text(CONFIG.read_text().replace("crash_loop_spawns = 3", "crash_loop_spawns = 5")
-                      .replace('runbook_base_url = "alerts/runbooks"', 'runbook_base_url = "https://runbooks.example/"'))
+                      .replace('runbook_base_url = "file:///opt/spyglass/alerts/runbooks"', 'runbook_base_url = "https://runbooks.example/"'))
     result = CliRunner().invoke(app, ["rules", "--config", str(config), "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     rules = yaml.safe_load((tmp_path / "out" / "spyglass-rules.yml").read_text())["groups"][1]["rules"]
@@ -212,3 +213,54 @@ def _ready(api: str) -> bool:
         return httpx.get(f"{api}/-/ready", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_runbook_links_are_absolute_everywhere_they_are_written(tmp_path: Path) -> None:
+    """Alertmanager and Grafana open runbook_url as it is: a relative path is a dead link there. The committed
+    rules and dashboards link absolutely; a relative base is refused naming its key; with no base set,
+    `spyglass rules --out DIR` links the file:// URL of the runbooks it wrote, and each such file exists."""
+    from urllib.parse import unquote, urlparse
+
+    from dashboards.model import GENERATED
+
+    def absolute(url: str) -> bool:
+        parts = urlparse(url)
+        return (parts.scheme in ("http", "https") and bool(parts.netloc)) or (parts.scheme == "file" and parts.path.startswith("/"))
+
+    committed = yaml.safe_load((FOLDER / "spyglass-rules.yml").read_text())["groups"][1]["rules"]
+    links = [r["annotations"]["runbook_url"] for r in committed]
+    links += [link["url"] for path in GENERATED.glob("*.json") for panel in json.loads(path.read_text())["panels"]
+              for link in panel.get("links", []) if "Runbook" in link.get("title", "")]
+    assert links and [u for u in links if not absolute(u)] == []
+
+    relative = tmp_path / "relative.toml"
+    relative.write_text(CONFIG.read_text().replace('"file:///opt/spyglass/alerts/runbooks"', '"alerts/runbooks"'))
+    result = CliRunner().invoke(app, ["rules", "--config", str(relative), "--out", str(tmp_path / "x")])
+    assert result.exit_code != 0 and "alerts.runbook_base_url" in result.output and "absolute" in result.output
+
+    unset = tmp_path / "unset.toml"
+    unset.write_text("\n".join(line for line in CONFIG.read_text().splitlines() if not line.startswith("runbook_base_url")))
+    result = CliRunner().invoke(app, ["rules", "--config", str(unset), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    rules = yaml.safe_load((tmp_path / "out" / "spyglass-rules.yml").read_text())["groups"][1]["rules"]
+    for rule in rules:
+        url = rule["annotations"]["runbook_url"]
+        assert absolute(url) and url.startswith("file://"), url
+        assert Path(unquote(urlparse(url).path)).is_file(), url
+
+
+def test_descriptions_carry_the_measured_value_not_the_seeds_figures() -> None:
+    """A page says what was measured now ($value); what the seeds measured then is the runbook's history,
+    never the description, where it would read as current (H3's 253,214 tokens, H6's 16 of 58)."""
+    figures = re.compile(r"\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+|\d{2,}")
+    files = generated(DEPLOYMENT)
+    rules = {r["alert"]: r for r in yaml.safe_load(files["spyglass-rules.yml"])["groups"][1]["rules"]}
+    for h, a in alerts(DEPLOYMENT):
+        then = {f.replace(",", "") for f in figures.findall(re.sub(r"\d+(?:-\d+)+", "", h.history))}  # not dates, CPU ranges
+        description = rules[a.name]["annotations"]["description"]
+        now = {f.replace(",", "") for f in figures.findall(description)}
+        assert not then & now, (a.name, sorted(then & now))
+        if h.history:
+            runbook = files[f"runbooks/{a.name}.md"]
+            assert "## History" in runbook and h.history in runbook
+    assert sum(1 for h in catalogue(DEPLOYMENT) if h.history) >= 3

@@ -52,7 +52,7 @@ def attack_page(folder: Path, agent_url: str) -> ThreadingHTTPServer:
     return server
 
 
-def test_a_page_on_another_localhost_port_cannot_store_an_alert_or_a_smoke_result(agent, tmp_path):  # noqa: F811
+def test_a_page_on_another_localhost_port_cannot_store_an_alert_or_a_smoke_result(spawns, agent, tmp_path):  # noqa: F811
     assert CHROMIUM, "Debian's chromium is not installed: run scripts/setup --test"
     running, url, _, stop = agent
     page = attack_page(tmp_path, url)

@@ -6,11 +6,14 @@ same by severity; a source is SILENT or DOWN only while its alert fires (a quiet
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from test_dashboards_changes import run
 
 from dashboards.lint import substitute
+from dashboards.model import deployment
+from spyglass.rules import alerts
 
 ROOT = Path(__file__).resolve().parent.parent
 BOARD = json.loads((ROOT / "dashboards" / "generated" / "spyglass-wall.json").read_text())
@@ -36,28 +39,39 @@ SERIES = {
     **alert("EngineEvictionStorm", "critical", "firing", host="h1", instance="strata-b", lane="normal"),
     **alert("GatewayConcurrencyFull", "warning", "pending", host="h1", lane="fast"),
     **alert("Watchdog", "info", "firing"),
-    **alert("SpyglassSourceSilent", "warning", "firing", host="h1", instance="strata-b"),
+    **alert("SpyglassSourceSilent", "warning", "firing", host="h1", instance="strata-b", source="engine-b"),
     **alert("SpyglassSourceDown", "warning", "firing", host="h1", source="serve-a"),
     **{f'spyglass_source_up{{host="h1", source="{s}"}}': "1x10" for s in ("engine-a", "engine-b", "supervisord")},
     'spyglass_source_up{host="h1", source="serve-a"}': "0x10",
 }
 
 
-def row(name: str, severity: str, summary: str, **labels: str) -> dict:
+def summary(name: str, labels: dict[str, str]) -> str:
+    """The rule's summary as Alertmanager would render it for these labels (from the catalogue)."""
+    (rule,) = [a for _, a in alerts(deployment()) if a.name == name]
+    return re.sub(r"\{\{\s*\$labels\.(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), rule.summary)
+
+
+def row(name: str, severity: str, **labels: str) -> dict:
     text = ", ".join(f'{k}="{v}"' for k, v in {"alertname": name, "severity": severity, **labels}.items())
-    return {"labels": f'{{{text}, summary="{summary}"}}', "value": ACTIVE * 1000}
+    rendered = summary(name, labels).replace('"', '\\"')
+    return {"labels": f'{{{text}, summary="{rendered}"}}', "value": ACTIVE * 1000}
 
 
 LISTED = [
-    row("EngineTTFTBudgetFastBurn", "critical", "strata-b (normal) burns its TTFT error budget fast.", host="h1",
-        instance="strata-b", lane="normal"),
-    row("SpyglassTargetDown", "critical", "spyglass's /metrics cannot be scraped: the pager is blind.", job="spyglass"),
-    row("EngineEvictionStorm", "critical", "strata-b is evicting conversation snapshots every minute.", host="h1",
-        instance="strata-b", lane="normal"),
-    row("SpyglassSourceSilent", "warning", "strata-b's engine log is silent while its process runs.", host="h1",
-        instance="strata-b"),
-    row("SpyglassSourceDown", "warning", "A spyglass source cannot be read.", host="h1", source="serve-a"),
+    row("EngineTTFTBudgetFastBurn", "critical", host="h1", instance="strata-b", lane="normal"),
+    row("SpyglassTargetDown", "critical", job="spyglass"),
+    row("EngineEvictionStorm", "critical", host="h1", instance="strata-b", lane="normal"),
+    row("SpyglassSourceSilent", "warning", host="h1", instance="strata-b", source="engine-b"),
+    row("SpyglassSourceDown", "warning", host="h1", source="serve-a"),
 ]
+
+
+def test_a_summary_is_the_rules_with_its_labels():
+    assert summary("EngineTTFTBudgetFastBurn", {"instance": "strata-b", "lane": "normal"}) \
+        == "strata-b (normal) burns its TTFT error budget fast."
+    assert summary("EngineEvictionStorm", {"instance": "strata-b"}) \
+        == "strata-b is evicting conversation snapshots every minute."
 
 
 def test_the_list_the_count_and_the_sources_say_what_fires(promtool, tmp_path):

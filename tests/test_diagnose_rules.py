@@ -10,8 +10,9 @@ diagnosis checks are compared; the metrics-only ones (H1, H2, H7, H17-H19) are l
 
 `crash-loop` is read at a moment strata-b is ready, between two of its aborts (its ready gauge is
 held for the hour). `hung-engine` is read while the engine hangs, not after the stack stopped: its signal is a serve that
-says ready with work queued while the engine log stays silent past `alerts.hung_minutes` (1 here, so
-the test waits a real minute of silence; the replay's clock then carries that silence on).
+says ready with work queued while the engine finishes nothing and writes no [stats] line past `alerts.hung_minutes`
+(1 here, so the test waits a real minute without progress, while the engine logs each new request queued; the
+replay's clock then carries that silence on).
 """
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def scenario_run(name: str, folder: Path):
 
             def silent_past_threshold() -> bool:
                 pipeline.run_until_idle()
-                last = pipeline.state.values["spyglass_source_last_event_timestamp_seconds"].get(("engine-b",))
+                last = pipeline.state.values["spyglass_engine_last_progress_timestamp_seconds"].get(("strata-b", "normal"))
                 return last is not None and time.time() - last > due
 
             wait_until(silent_past_threshold, due + 60, "a serve poll past the hung engine's silence")

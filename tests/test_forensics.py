@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from fixtures.incidents.replay import WINDOWS, write_all
@@ -145,6 +145,15 @@ def test_requests_finds_the_ids_that_timeline_request_takes(replay):
     assert [r["request_id"] for r in session] == ["20261019-000029-de091a", "20261019-000107-5c6c32"]
 
 
+def test_trace_of_a_failed_request_says_its_status_reason_and_blind_retry(replay):
+    """It said only "error": incident 6's 400 and the gateway's blind retry with max_tokens 1."""
+    out = run(replay, "trace", "20261019-141458-1f2e3d")
+    assert "status: 400 #545 prompt too long: 372066 > 262144" in out
+    assert "blind retry: the gateway sent the same prompt again with max_tokens 32000 -> 1" in out
+    succeeded = run(replay, "trace", "20261019-124900-7aa82c")  # a 200: no outcome lines
+    assert "status: " not in succeeded and "blind retry" not in succeeded
+
+
 def test_timeline_of_a_request_includes_its_conversations_cache_lines(replay):
     one = rows(replay, "timeline", "--request", "20261019-124900-7aa82c", "--source", "engine-a")
     assert [e["kind"] for e in one] == ["queued", "prompt", "thinking", "tool_call", "done", "park"]
@@ -159,13 +168,53 @@ def test_a_hostile_filter_value_is_data_not_sql(replay):
 @pytest.mark.parametrize("args, words", [
     (("timeline", "--from", "2026-10-19 05:00", "--to", "2026-10-19 04:00"), "is after --to"),
     (("timeline", "--from", "yesterday", "--to", "2026-10-19 04:00"), "not a time"),
-    (("timeline", "--from", "2026-10-19 05:00"), "--from and --to"),
+    (("timeline", "--since", "15m", "--from", "2026-10-19 05:00"), "not both"),
+    (("timeline", "--source", "nosuch"), "engine-a, engine-b, gateway, infer, serve-status, supervisord"),
     (("requests", "--from", "2026-10-19 05:00", "--to", "2026-10-19 06:00", "--status", "4x"), "--status"),
     (("report", "no-such-report"), "special-tokens"),
     (("timeline", "--request", "12345"), "not a request id"),
 ])
 def test_usage_errors_exit_2_and_say_why(replay, args, words):
     assert words in run(replay, *args, code=2)
+
+
+def test_timeline_prints_one_line_an_event_cut_to_the_terminal(replay):
+    """At 100 columns source, instance and kind were cut to `su…` and one event took 38 lines."""
+    result = CliRunner().invoke(app, ["timeline", "--config", replay, "--limit", "40"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    header, columns, *lines = result.stdout.splitlines()
+    stored = len(rows(replay, "timeline", "--limit", "100000"))
+    assert header.startswith(f"the first 40 of {stored:,} events between the beginning and the end")
+    assert columns.split() == ["utc", "beijing", "source", "instance", "kind", "fields"]
+    assert len(lines) == 40 and all(len(line) <= 100 for line in lines)
+    assert any(line.endswith("…") for line in lines) and all("su…" not in line for line in lines)
+    first = rows(replay, "timeline", "--limit", "1")[0]
+    assert lines[0].split()[3:6] == [first["source"], first["instance"], first["kind"]]
+    assert f"{next(iter(first['fields']))}=" in lines[0]
+
+
+def test_timeline_leaves_kinds_out_and_keeps_lines_that_contain_a_text(replay):
+    window = ("--from", "2026-10-19 04:49", "--to", "2026-10-19 04:49:20")
+    every = rows(replay, "timeline", *window)
+    without = rows(replay, "timeline", *window, "--exclude-kind", "park", "--exclude-kind", "thinking")
+    assert without == [e for e in every if e["kind"] not in ("park", "thinking")] and len(without) < len(every)
+    counted = rows(replay, "timeline", *window, "--contains", "154796")  # the engine's count of incident 6's prompt
+    assert counted == [e for e in every if "154796" in json.dumps(e)] and 0 < len(counted) < len(every)
+    assert rows(replay, "timeline", *window, "--contains", "gateway", "--contains", "clamp") \
+        == [e for e in every if e["source"] == "gateway" and e["kind"] == "clamp"]
+
+
+def test_every_window_option_takes_rfc3339_epoch_and_now_relative_times(replay):
+    start, end = WINDOWS["incident6"]
+    by_text = rows(replay, "requests", "--from", start.isoformat(), "--to", end.isoformat())
+    assert rows(replay, "requests", "--from", str(int(start.timestamp())), "--to", str(int(end.timestamp()))) == by_text
+    ago = (datetime.now(UTC) - start).total_seconds()
+    assert rows(replay, "requests", "--from", f"now-{ago:.0f}s", "--to", end.isoformat()) == by_text
+    assert rows(replay, "requests", "--since", f"{ago:.0f}s", "--to", end.isoformat()) == by_text
+    # timeline and crashes take everything stored by default, as report does
+    assert len(rows(replay, "timeline", "--limit", "100000")) == len(rows(replay, "timeline", "--since", "3650d",
+                                                                       "--limit", "100000"))
+    assert {c["instance"] for c in rows(replay, "crashes")} >= {"strata-b"}
 
 
 def test_a_window_with_no_data_says_so(replay):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import wait_until
 
 import collectors
 from collectors.engine_log import EngineLogOptions
@@ -41,9 +42,9 @@ def task_lines(rel: float, slot: int, task: int, prompt_ms: float, read: int, ge
 
 
 def banner(rel: float = 0.0) -> list[str]:
-    return [f"{stamp(rel)} I build: 1 (4b3c9a1) with cc (Debian 12.2.0-14) 12.2.0 for x86_64-linux-gnu",
+    return [f"{stamp(rel)} I srv  llama_server: initializing ...",
             f"{stamp(rel + 0.01)} I srv    load_model: loading model '/models/tiny.gguf'",
-            f"{stamp(rel + 0.15)} I main: server is listening on http://127.0.0.1:8081 - starting the main loop"]
+            f"{stamp(rel + 0.15)} I srv  llama_server: listening on http://127.0.0.1:8081"]
 
 
 def source(tmp_path: Path, writers: list[Writer | None], instance: str = "llama-a") -> LlamaLogSource:
@@ -53,7 +54,7 @@ def source(tmp_path: Path, writers: list[Writer | None], instance: str = "llama-
     queue = list(writers)
     made = collectors.load_all()["engine_log"].build("engine-a", options)
     assert isinstance(made, LlamaLogSource)
-    made.writer_of = lambda path: queue.pop(0) if queue else None
+    made.writer_of = lambda path, now: queue.pop(0) if queue else None
     return made
 
 
@@ -77,11 +78,12 @@ def test_a_line_of_each_kind_is_parsed_to_its_fields() -> None:
                  " data (likely due to SWA or hybrid/recurrent memory, see x)",
                  "0.07.400.000 W slot create_check: id  0 | task 9 | erasing old context checkpoint (pos_min = 0, pos_max = 511,"
                  " n_tokens = 512, size = 0.125 MiB)",
-                 "0.08.000.000 E srv    load_model: failed to load model, '/models/gone.gguf'"]:
+                 "0.08.000.000 E srv    load_model: failed to load model, '/models/gone.gguf'",
+                 "0.08.100.000 W common_sampler_init: backend sampling is not compatible with reasoning budget, disabling"]:
         line = parser.parse(text.encode())
         assert not isinstance(line, str), text
         kinds.setdefault(line.kind, []).append(line)
-    assert kinds["start"][0].fields["version"] == "1" and kinds["start"][0].fields["build"] == "4b3c9a1"
+    assert kinds["start"][0].fields == {"func": "llama_server"}
     assert kinds["launch"][0].rel == pytest.approx(6.165459)
     assert kinds["timing_prompt"][0].fields["ms"] == 20.32 and kinds["timing_prompt"][0].fields["tokens"] == 605
     assert kinds["timing_eval"][0].fields["tps"] == 1006.29
@@ -94,6 +96,7 @@ def test_a_line_of_each_kind_is_parsed_to_its_fields() -> None:
     assert kinds["checkpoint"][0].fields["action"] == "erasing old"
     assert kinds["error"][0].fields["component"] == "load"
     assert kinds["ready"][0].rel == pytest.approx(0.15)
+    assert "reasoning budget" in kinds["reasoning_budget"][0].fields["message"]
 
 
 def test_lines_that_are_no_event_are_counted_and_never_raise(tmp_path: Path) -> None:
@@ -106,12 +109,37 @@ def test_lines_that_are_no_event_are_counted_and_never_raise(tmp_path: Path) -> 
     assert [e.kind for e in events] == ["start", "model_unreadable", "ready"]
 
 
+FIXTURE = Path(__file__).parent / "fixtures" / "llama_server" / "llama-server.log"
+
+
+def test_the_real_builds_log_is_read_whole(tmp_path: Path) -> None:
+    """A real log of the built llama-server: a start, six tasks with four evictions from a 1 MiB cache, a
+    shutdown, then a second process appending to the file that fails to load a missing model."""
+    src = source(tmp_path, [None])
+    lines = FIXTURE.read_bytes().splitlines(keepends=True)
+    src.file_mtime(START)
+    events, misses, last = src.handle_lines(lines)
+    assert misses == {"ignored": 0, "unmatched": 0, "unprefixed": 0}, last
+    kinds = [e.kind for e in events]
+    assert kinds.count("start") == 2 and kinds.count("done") == 7 and kinds.count("evict") == 4
+    assert [e.fields["anchor"] for e in events if e.kind == "start"] == ["next", "mtime"]
+    assert kinds.count("error") == 10 and {e.fields["component"] for e in events if e.kind == "error"} == {"load"}
+    done = [e.fields for e in events if e.kind == "done"]
+    assert done[0]["prompt"] == 803 and done[0]["ttft_ms"] == 100 and done[0]["graphs_reused"] == 7
+    assert done[-1]["prompt"] == 806
+    prompts = [e.fields for e in events if e.kind == "prompt"]
+    assert (prompts[-1]["read"], prompts[-1]["reused"]) == (804, 2)  # its first turn's cache entry was evicted
+    ready = next(e for e in events if e.kind == "ready")
+    assert ready.fields["seconds"] == 1.043
+    assert events[-1].ts == START  # the last line is the file's latest write
+
+
 def test_relative_stamps_count_from_the_writers_start(tmp_path: Path) -> None:
     src = source(tmp_path, [Writer(4242, START, ARGV)])
     events, _, _ = read(src, [*banner(), *task_lines(6.165459, 1, 0, 20.32, 605, 8, 612)], START + 7)
     start, args = events[0], events[1]
     assert (start.kind, start.ts, start.fields["anchor"], start.fields["pid"]) == ("start", START, "process", 4242)
-    assert start.fields["build_name"] == "llama.cpp" and start.fields["version"] == "b1"
+    assert start.fields["build_name"] == "llama.cpp"
     assert args.kind == "args" and args.fields["cache_ram_mib"] == 1 and args.fields["slots"] == 2
     ready = next(e for e in events if e.kind == "ready")
     assert ready.ts == pytest.approx(START + 0.15) and ready.fields["seconds"] == 0.15
@@ -164,7 +192,7 @@ def test_a_writer_that_started_after_the_lines_is_not_their_writer(tmp_path: Pat
 
 def test_lines_without_a_stamp_take_the_time_they_were_read(tmp_path: Path) -> None:
     src = source(tmp_path, [None])
-    events, _, _ = read(src, ["I build: 1 (4b3c9a1) with cc for x86_64-linux-gnu",
+    events, _, _ = read(src, ["I srv  llama_server: initializing ...",
                               "W srv         alloc:  - making room for prompt cache entry, removing oldest entry (size = 0.306 MiB)"],
                         START + 3)
     assert [(e.kind, e.ts) for e in events] == [("start", START + 3), ("evict", START + 3)]
@@ -229,5 +257,31 @@ def test_the_engine_signals_count_llama_events_as_the_strata_engines(tmp_path: P
     assert state.series("spyglass_engine_prompt_tokens_total")[key + ("reused",)] == 804
     assert state.series("spyglass_engine_requests_finished_total")[key + ("unknown",)] == 1
     assert state.total("spyglass_engine_ttft_seconds", instance="llama-a") == 1
-    assert state.series("spyglass_engine_build_info")[key + ("llama.cpp", "b1", "4b3c9a1")] == 1
+    assert state.series("spyglass_engine_build_info")[key + ("llama.cpp", "", "")] == 1
     assert state.series("spyglass_engine_ready")[key] == 1
+
+
+def test_the_writer_of_a_log_is_found_by_its_command_line(tmp_path: Path, spawns) -> None:
+    """A real process naming the file with --log-file (a sleeping Python stands in: the rule reads only its
+    command line, relative to its working folder)."""
+    import subprocess
+    import sys
+    import time
+
+    from collectors.llama_log import find_writer
+
+    log = tmp_path / "w.log"
+    log.touch()
+    before = time.time()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--log-file", log.name], cwd=tmp_path)
+    try:
+        def found() -> Writer | None:
+            writer = find_writer(log, time.time())
+            return writer if writer is not None and writer.pid == child.pid else None
+
+        writer = wait_until(found, 20, "the sleeping writer")
+        assert before - 0.05 <= writer.start <= time.time() and "--log-file" in writer.argv
+        assert find_writer(tmp_path / "other.log", time.time()) is None
+    finally:
+        child.kill()
+        child.wait()

@@ -66,6 +66,9 @@ class Case:
     may: frozenset[str] = frozenset()  # consequences whose paging depends on timing (each case says why)
     slower: float = 1.0  # the engines' model time runs this many times slower than the stack's default
     inhibited: frozenset[str] = frozenset()  # alerts Prometheus must fire that the inhibitions keep from receivers
+    # alerts that must fire in Prometheus while the scenario still drives traffic, or within this many seconds
+    # of its end: a hung engine that keeps logging queued requests must page before its log falls silent
+    while_driving: frozenset[str] = frozenset()
 
 
 CASES = [
@@ -87,8 +90,11 @@ CASES = [
     # Between respawns strata-b's status endpoint does not answer: for a (scaled) 3 s in a row in some runs.
     Case("crash-loop", frozenset({"ProgramCrashLoop"}), {}, may=frozenset({"SpyglassSourceDown"})),
     # The fix restarts the hung engine, which ignores SIGTERM: supervisord kills it after stopwaitsecs (5 s),
-    # and its status endpoint is down longer than SpyglassSourceDown's (scaled) 3 s.
-    Case("hung-engine", frozenset({"EngineHung"}), {}, after_fix=frozenset({"SpyglassSourceDown"})),
+    # and its status endpoint is down longer than SpyglassSourceDown's (scaled) 3 s. The hung engine keeps
+    # logging each new request queued, a line every 5 s for a minute: it pages on its progress (done and
+    # [stats] lines), a minute after the hang, while its log still speaks.
+    Case("hung-engine", frozenset({"EngineHung"}), {}, after_fix=frozenset({"SpyglassSourceDown"}),
+         while_driving=frozenset({"EngineHung"})),
 ]
 
 
@@ -282,14 +288,20 @@ def test_the_pager_rings_for_the_incident_and_stops_when_it_is_fixed(case: Case,
         fired: set[tuple[str, str]] = set()
         watching = threading.Event()
 
+        first_fired: dict[str, float] = {}
+
         def watch() -> None:
             while not watching.wait(0.25):
-                fired.update(firing_in_prometheus(prom_api))
+                now = firing_in_prometheus(prom_api)
+                fired.update(now)
+                for name, _ in now:
+                    first_fired.setdefault(name, time.monotonic())
 
         watcher = threading.Thread(target=watch)
         watcher.start()
         try:
             asyncio.run(run_scenario(scenario, stack.url, deadline_seconds=60))
+            driven = time.monotonic()  # the scenario's last request: its engine log's last line, for a hung engine
             stack.flush()
             paged = lambda: {name for path, name, status, _ in webhook.alerts(seen)  # noqa: E731
                              if status == "firing" and path != "/heartbeat"}
@@ -297,6 +309,10 @@ def test_the_pager_rings_for_the_incident_and_stops_when_it_is_fixed(case: Case,
                 wait_until(lambda: case.pages <= paged(), 120, f"{sorted(case.pages)} at the receivers")
             except AssertionError as exc:
                 raise AssertionError(f"{exc}; got {sorted(paged())}, fired in Prometheus: {sorted(fired)}") from None
+            # Fired before the engine log's silence (from its last queued line) could reach alerts.hung_minutes.
+            late = {name: round(first_fired[name] - driven, 1) for name in case.while_driving
+                    if first_fired.get(name, driven + 60) >= driven + 30}
+            assert not late, f"fired only after the log fell silent (seconds after the last request): {late}"
             if case.fix is not None:
                 stack.reconfigure(pinned(case.fix, case.slower))  # the operator's fix: the troubled program restarted healthy
             left: list[set[str]] = [set()]

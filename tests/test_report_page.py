@@ -31,8 +31,12 @@ document.body.setAttribute("data-layout", JSON.stringify({
     title: s.getAttribute("aria-label"), size: box(s), lines: s.querySelectorAll("polyline").length,
     bars: s.querySelectorAll("rect[fill]:not([fill='#fff'])").length,
     markers: s.querySelectorAll("line[stroke-dasharray='3,3']").length,
+    plot: (b => [b.x, b.y, b.width, b.height])(s.querySelector("rect[fill='#fff']").getBBox()),
+    labels: [...s.querySelectorAll("text.marker")].map(t => (b => [b.x, b.y, b.width, b.height])(t.getBBox())),
+    budget: [...s.querySelectorAll("polyline[stroke-dasharray='6,4']")].map(l => l.getAttribute("stroke")),
     ticks: [...s.querySelectorAll("text.tick")].map(t => t.textContent)})),
   rows: [...document.querySelectorAll("table")].map(t => t.rows.length),
+  cols: [...document.querySelectorAll("table")].map(t => t.rows[0].cells.length),
   verdict: document.querySelector(".verdict")?.textContent,
   verdictColour: document.querySelector(".verdict") && getComputedStyle(document.querySelector(".verdict")).backgroundColor,
   overflow: document.documentElement.scrollWidth > window.innerWidth,
@@ -118,14 +122,16 @@ def test_the_diagnosis_page_renders_findings_and_charts_in_chromium(replay, tmp_
     assert layout["resources"] == 0 and layout["overflow"] is False
     assert layout["verdict"].endswith("the worst critical") and layout["verdictColour"] == "rgb(248, 215, 218)"
     charts = {c["title"]: c for c in layout["charts"]}
-    assert set(charts) == {"Engine TTFT, p95 per bucket", "Evictions per bucket",
-                           "Parked snapshot bytes against the budget"}
+    assert set(charts) == {"Engine TTFT, p95 per bucket", "Evictions per bucket",  # a parked chart an instance
+                           "Parked snapshot bytes against the budget, strata-b"}
     for chart in charts.values():
         assert chart["size"][0] >= 1200 and chart["size"][1] >= 240
         assert "07:00 UTC" in chart["ticks"] and "15:00 BJT" in chart["ticks"]  # both clocks on every axis
     assert charts["Engine TTFT, p95 per bucket"]["lines"] == 1
     assert charts["Evictions per bucket"]["bars"] > 50
-    assert charts["Parked snapshot bytes against the budget"]["lines"] == 2  # used bytes, and the budget
+    parked = charts["Parked snapshot bytes against the budget, strata-b"]
+    assert parked["lines"] == 2 and parked["budget"] == ["#d62728"]  # used bytes, and its own budget in red
+    assert [t for t in parked["ticks"] if "iB" in t] == ["2 GiB", "4 GiB", "6 GiB", "8 GiB"]  # binary, round
     assert layout["rows"][0] == 1 + 3  # the findings table: header, H3, H5, H4
     text = re.sub(r"<[^>]+>", " ", chromium(page, tmp_path / "profile-text", "--dump-dom"))
     assert "EngineEvictionStorm" in text and "1,355" in text and "a prefill bug in the engine" in text
@@ -144,6 +150,24 @@ def test_the_report_page_has_the_reports_table_and_restart_markers(replay, tmp_p
                                       "--to", "2026-10-19 09:00", "--html", str(page)])
     assert result.exit_code == 0, result.output
     layout = rendered(page, tmp_path)
-    assert layout["resources"] == 0 and layout["rows"][0] == 1 + 2  # strata-b and rag-proxy
+    assert layout["resources"] == 0 and layout["cols"][0] == 1 + 2  # strata-b and rag-proxy, a row a column
     markers = {c["title"]: c["markers"] for c in layout["charts"]}
     assert set(markers.values()) == {15}  # on every chart: strata-b's 4 spawns, 4 exits, FATAL; rag-proxy's 3 + 3
+    assert "wrote " in result.stderr and str(page.resolve()) in result.stderr
+    for chart in layout["charts"]:  # 15 markers in 4 hours: the labels that fit, none over another or the axes
+        x, y, w, h = chart["plot"]
+        boxes = chart["labels"]
+        assert boxes, chart["title"]
+        assert all(x <= bx and bx + bw <= x + w and y <= by and by + bh <= y + h for bx, by, bw, bh in boxes)
+        assert not any(a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
+                       for i, a in enumerate(boxes) for b in boxes[i + 1:]), chart["title"]
+
+
+def test_a_wide_report_is_turned_so_no_column_hides_and_numbers_are_separated(replay, tmp_path):
+    page = tmp_path / "cache.html"
+    result = CliRunner().invoke(app, ["report", "cache", "--config", replay, "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    layout = rendered(page, tmp_path)
+    assert layout["overflow"] is False
+    text = re.sub(r"<[^>]+>", " ", page.read_text(encoding="utf-8"))
+    assert "largest_snapshot_bytes" in text and "8,589,934,592" in text  # a row a column, separated

@@ -9,7 +9,7 @@ import pytest
 
 from collectors.clock import SystemClock
 from engine.emulator.ports import free_port_base
-from engine.emulator.scenarios import SCENARIOS, run_scenario
+from engine.emulator.scenarios import HUNG_REQUESTS, SCENARIOS, run_scenario
 from engine.emulator.stack import Stack
 from exporters.state import MetricState
 from exporters.statefile import StateFile
@@ -62,10 +62,12 @@ EXPECTED = {
     "crash-loop": lambda v: v("spyglass_supervisord_spawns_total", program="strata-b") >= 3
     and v("spyglass_supervisord_exits_total", program="strata-b", cause="SIGABRT") >= 2
     and v("spyglass_supervisord_fatal_total", program="strata-b") == 0,
-    # A hung engine: one request finished, two accepted and never answered (the serve's ready state and
-    # queue while it hangs are gone once the stack stops: tests/test_pager_e2e.py pages on them live).
+    # A hung engine: one request finished, twelve accepted, logged queued and never answered (the serve's
+    # ready state and queue while it hangs are gone once the stack stops: tests/test_pager_e2e.py pages on
+    # them live); its queue depth comes from the queued lines, its last progress is the one done line.
     "hung-engine": lambda v: v("spyglass_engine_requests_finished_total", instance="strata-b") == 1
-    and v("spyglass_gateway_requests_received_total", lane="normal") == 3
+    and v("spyglass_gateway_requests_received_total", lane="normal") == 1 + HUNG_REQUESTS
+    and v("spyglass_engine_prefill_queue_depth", instance="strata-b") == HUNG_REQUESTS
     and v("spyglass_gateway_requests_total", lane="normal") == 1 and v("spyglass_gateway_requests_total", lane="fast") == 0,
     "slow-load": lambda v: v("spyglass_serve_state", instance="strata-b", state="loading") == 1
     and v("spyglass_engine_ready", instance="strata-b") == 0 and v("spyglass_engine_ready", instance="strata-a") == 1,

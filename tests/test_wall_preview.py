@@ -211,7 +211,7 @@ class Wall:
 
 
 def red_pixels(png: Path) -> tuple[int, int]:
-    """Pixels of exactly Grafana's red in the screenshot, and all of them (Pillow comes with matplotlib)."""
+    """Pixels of exactly Grafana's red in the screenshot, and all of them (Pillow, a test dependency)."""
     from PIL import Image
 
     with Image.open(png) as image:
@@ -254,6 +254,9 @@ def test_the_wall_healthy_then_in_an_eviction_storm(wall: Wall, tmp_path: Path) 
     for instance, budget in (("strata-a", 64 << 30), ("strata-b", 8 << 30)):
         series = {s["name"]: s for s in healthy.panels[f"{instance} · cache against its budget"]["series"]}
         assert series["budget"]["last"] == budget and series["parked"]["points"] > 1
+    sources = healthy.tiles("Sources")  # the quiet supervisord and gateway logs among them: OK, not silent
+    assert {"supervisord", "gateway", "engine-a", "serve-b"} <= set(sources), sources
+    assert all(t["text"] == "OK" for t in sources.values()), sources
     tiles = healthy.tiles("Requests/s · indicator")
     assert set(tiles) == {"strata-a", "strata-b"} and all(t["background"] == "rgba(0, 0, 0, 0)" for t in tiles.values())
 

@@ -119,12 +119,20 @@ async def crash_loop(d: Driver, c: httpx.AsyncClient) -> None:
     await asyncio.sleep(12)  # strata-b aborts 1 s after each ready; supervisord respawns it
 
 
+HUNG_REQUESTS, HUNG_EVERY_SECONDS = 12, 5.0  # requests arriving at a hung engine, and how often (real seconds)
+
+
 async def hung_engine(d: Driver, c: httpx.AsyncClient) -> None:
-    # strata-b finishes one request, then hangs (H20): the next two are accepted and never answered;
-    # the client gives up on them, the gateway and the engine keep them in flight.
+    # strata-b finishes one request, then hangs (H20). Requests keep arriving, one every 5 s for a minute:
+    # each is accepted and logged `queued` (the engine log never goes quiet) and never answered; the
+    # client gives up on each, the gateway (its concurrency limit raised) and the engine keep them in flight.
     await d.send(c, "normal", [{"role": "user", "content": "Task: hello " + filler(2_000, "first")}])
-    await asyncio.gather(*(d.send(c, "normal", [{"role": "user", "content": f"Task: {i} " + filler(2_000, str(i))}],
-                                  timeout=3) for i in range(2)))
+
+    async def arrive(i: int) -> None:
+        await asyncio.sleep(i * HUNG_EVERY_SECONDS)
+        await d.send(c, "normal", [{"role": "user", "content": f"Task: {i} " + filler(2_000, str(i))}], timeout=2)
+
+    await asyncio.gather(*(arrive(i) for i in range(HUNG_REQUESTS)))
 
 
 async def slow_load(d: Driver, c: httpx.AsyncClient) -> None:
@@ -162,8 +170,9 @@ SCENARIOS = {s.name: s for s in [
     Scenario("crash-loop", "strata-b aborts after it is ready and is respawned: never FATAL (upgrade article).",
              crash_loop, {"strata-b": {"crash_after_seconds": 1.0}}, crash_loop=frozenset({"strata-b"}),
              ready=("strata-a",)),
-    Scenario("hung-engine", "strata-b stops finishing requests and writing lines; /health still 200 (H20).",
-             hung_engine, {"strata-b": {"hang_after_requests": 1}}),
+    Scenario("hung-engine", "strata-b stops finishing requests and writing [stats]; it still logs each new request"
+             " queued, and /health still answers 200 (H20).",
+             hung_engine, {"strata-b": {"hang_after_requests": 1}}, {"concurrency_limit": 2 + HUNG_REQUESTS}),
     Scenario("slow-load", "strata-b loads far longer than a probe allows: loading, /health 503.", slow_load,
              {"strata-b": {"load_seconds": 6000.0}}, ready=("strata-a",)),
     Scenario("recompile-storm", "Every request a new shape: graph rebuilds (upgrade article).", recompile_storm,

@@ -58,7 +58,8 @@ class EngineSettings(BaseModel):
     # while loading (H14), another incident.
     crash_after_seconds: float | None = None
     # H20: after finishing this many requests the engine hangs: the process runs, /health answers 200 and
-    # /v1/status says ready, but no request finishes (new ones wait in the prefill queue) and no line is written.
+    # /v1/status says ready, but no request finishes and no [stats] line is written; new requests are still
+    # accepted and logged `queued` (the HTTP thread lives on), then wait in the prefill queue for ever.
     hang_after_requests: int | None = None
     affinity: list[int] | None = None  # really pin the process to these CPUs (stack.py runs it under taskset)
     seed: int = 1
@@ -149,9 +150,6 @@ class Engine:
                 self.escapes["calls"] += 1
                 self.escapes["literals"] += literals
                 event("escape", literals=literals)
-        if self.hung:  # accepted and left waiting: the serve counts it queued, the engine never logs it
-            self.queue_depth += 1
-            await self.never.wait()
         self.task += 1
         task = self.task
         if prompt > self.s.window:
@@ -162,6 +160,8 @@ class Engine:
         conv = hashlib.sha256((system + first).encode()).hexdigest()[:16]
         self.queue_depth += 1
         self.write(log.queued(task, req_id, conv, self.queue_depth))
+        if self.hung:  # the HTTP thread still accepts and logs it queued; nothing ever serves it
+            await self.never.wait()
         queued = time.monotonic() if self.slots.locked() or self.prefill.locked() else None
         async with self.slots:
             self.busy += 1

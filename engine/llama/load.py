@@ -26,7 +26,8 @@ def text(tokens: int, salt: str) -> str:
 
 @dataclass
 class LlamaDriver:
-    """At most `concurrency` requests at a time to one llama-server, none after the deadline."""
+    """At most `concurrency` requests at a time to one llama-server, none after the deadline. Made inside
+    the event loop that runs it (`asyncio.run(LlamaDriver.run(...))`)."""
 
     url: str
     concurrency: int = 2
@@ -36,11 +37,11 @@ class LlamaDriver:
 
     def __post_init__(self) -> None:
         self.limit = asyncio.Semaphore(self.concurrency)
-        self.deadline = asyncio.get_event_loop().time() + self.deadline_seconds
+        self.deadline = asyncio.get_running_loop().time() + self.deadline_seconds
 
     async def send(self, client: httpx.AsyncClient, prompt: str, timeout: float = 120) -> dict:
         """The reply's JSON; {} after the deadline or on a timeout (status 0)."""
-        if asyncio.get_event_loop().time() > self.deadline:
+        if asyncio.get_running_loop().time() > self.deadline:
             return {}
         async with self.limit:
             body = {"prompt": prompt, "n_predict": self.n_predict, "cache_prompt": True, "temperature": 0.0}
@@ -67,3 +68,18 @@ class LlamaDriver:
         """Every prompt at once (up to `concurrency`)."""
         async with httpx.AsyncClient() as client:
             await asyncio.gather(*(self.send(client, p) for p in prompts))
+
+
+async def conversations(url: str, names: list[str], turns: int, tokens: int, concurrency: int = 2,
+                        n_predict: int = 8, deadline_seconds: float = 240) -> list[int]:
+    """The statuses of `names` conversations of `turns` turns against `url`."""
+    driver = LlamaDriver(url, concurrency, deadline_seconds, n_predict)
+    await driver.conversations(names, turns, tokens)
+    return driver.statuses
+
+
+async def burst(url: str, prompts: list[str], n_predict: int = 8, deadline_seconds: float = 240) -> list[int]:
+    """The statuses of every prompt sent at once."""
+    driver = LlamaDriver(url, len(prompts), deadline_seconds, n_predict)
+    await driver.burst(prompts)
+    return driver.statuses

@@ -23,6 +23,7 @@ class Series:
     points: list[tuple[datetime, float]]
     dashed: bool = False
     bars: bool = False
+    color: str | None = None  # None: the palette's next colour
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,31 @@ def nice_step(span: float, target: int = 4) -> float:
     return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
 
 
+def binary_step(span: float, target: int = 4) -> float:
+    """A power-of-two step (bytes: 1, 2, 4, 8, 16 GiB ...) giving at most about `target` ticks over `span`."""
+    if span <= 0:
+        return 1.0
+    return float(2 ** math.ceil(math.log2(span / target)))
+
+
+LABEL_CHAR = 6.8  # px a character of an 11 px marker label takes, at most (digits and capitals are widest)
+
+
+def label_row(rows: list[list[tuple[float, float]]], at: float, width: float, lo: float, hi: float
+              ) -> tuple[int, float, str] | None:
+    """Where a marker's label goes: (row, x, anchor). To the right of its line, else to the left when it
+    would run past the plot's right edge; on the first row where it overlaps no label already there; None
+    when no row has room (the marker keeps its tooltip). `rows` holds each row's occupied spans."""
+    for start, anchor in ((at + 3, "start"), (at - 3 - width, "end")):
+        if start < lo or start + width > hi:
+            continue
+        for n, spans in enumerate(rows):
+            if all(start + width + 4 <= a or start >= b + 4 for a, b in spans):
+                spans.append((start, start + width))
+                return n, (start if anchor == "start" else start + width), anchor
+    return None
+
+
 def time_step(seconds: float) -> timedelta:
     for step in (60, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800):
         if seconds / step <= 8:
@@ -72,7 +98,7 @@ def svg(chart: Chart, start: datetime, end: datetime) -> str:
     total = max((end - start).total_seconds(), 1.0)
     values = [v for s in chart.series for _, v in s.points]
     top = max(values, default=1.0) or 1.0
-    step = nice_step(top)
+    step = binary_step(top) if chart.unit == "bytes" else nice_step(top)
     top = math.ceil(top / step) * step
 
     def x(t: datetime) -> float:
@@ -106,20 +132,20 @@ def svg(chart: Chart, start: datetime, end: datetime) -> str:
         t += every
     legend_x = LEFT + 8.5 * len(chart.title) + 24
     for n, s in enumerate(chart.series):
-        color = PALETTE[n % len(PALETTE)]
+        color = s.color or PALETTE[n % len(PALETTE)]
         out.append(series_svg(s, color, x, y, TOP + plot_h))
         out.append(f'<rect x="{legend_x}" y="9" width="12" height="10" fill="{color}"/>'
                    f'<text x="{legend_x + 16}" y="18" class="legend">{escape(s.name)}</text>')
         legend_x += 30 + 7 * len(s.name)
-    rows = [-1e9, -1e9, -1e9]  # labels go on three rows; a marker with no room on any keeps its tooltip only
+    rows: list[list[tuple[float, float]]] = [[], [], []]  # labels on three rows, inside the plot, never overlapping
     for m in chart.markers:
         out.append(f'<line x1="{x(m.at):.1f}" x2="{x(m.at):.1f}" y1="{TOP}" y2="{TOP + plot_h}" stroke="{m.color}"'
                    f' stroke-dasharray="3,3"><title>{escape(m.label)}</title></line>')
-        row = next((n for n, last in enumerate(rows) if x(m.at) > last), None)
-        if row is not None:
-            rows[row] = x(m.at) + 6.2 * len(m.label) + 8
-            out.append(f'<text x="{x(m.at) + 3:.1f}" y="{TOP + 11 + 12 * row}" class="marker" fill="{m.color}">'
-                       f'{escape(m.label)}</text>')
+        placed = label_row(rows, x(m.at), LABEL_CHAR * len(m.label), LEFT + 2, LEFT + plot_w - 2)
+        if placed is not None:
+            row, at, anchor = placed
+            out.append(f'<text x="{at:.1f}" y="{TOP + 12 + 13 * row}" text-anchor="{anchor}" class="marker"'
+                       f' fill="{m.color}">{escape(m.label)}</text>')
     if not values:
         out.append(f'<text x="{LEFT + plot_w / 2}" y="{TOP + plot_h / 2}" text-anchor="middle" class="empty">'
                    'no data in the window</text>')

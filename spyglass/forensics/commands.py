@@ -17,14 +17,20 @@ from spyglass.config import Config, ConfigError, load_config
 # runs, so that registering the commands costs every other `spyglass` command nothing.
 
 ConfigOption = Annotated[Path, typer.Option("--config", "-c", help="The agent's TOML config file.")]
-From = Annotated[str | None, typer.Option("--from", help="Window start, e.g. '2026-10-19 04:45' (UTC unless it"
-                                                          " names a zone or --tz says otherwise).")]
-To = Annotated[str | None, typer.Option("--to", help="Window end (exclusive).")]
-Tz = Annotated[str, typer.Option("--tz", help="Zone of --from/--to times that name none, e.g. Asia/Shanghai.")]
+From = Annotated[str | None, typer.Option("--from", help="Window start: '2026-10-19 04:45' (UTC unless it names a"
+                                                          " zone or --tz says otherwise), 2026-10-19T04:45:00Z,"
+                                                          " epoch seconds, or now-1h. Default: everything stored.")]
+To = Annotated[str | None, typer.Option("--to", help="Window end (exclusive), in the same forms. Default: everything"
+                                                      " stored.")]
+Since = Annotated[str | None, typer.Option("--since", help="The window from this long ago to now (15m, 2h, 1d),"
+                                                            " or from a time as --from takes it.")]
+Tz = Annotated[str, typer.Option("--tz", help="Zone of --from/--to/--since times that name none, e.g."
+                                              " Asia/Shanghai.")]
 Format = Annotated[str, typer.Option("--format", "-f", help="table, json (one object a line) or csv.")]
 Parquet = Annotated[str | None, typer.Option("--parquet", help="Run over published Parquet segments instead"
                                              " of the store, e.g. 'seg/host=*/date=*/hour=*/*.parquet'.")]
 FORMATS = ("table", "json", "csv")
+PUSHED = ("otlp", "alertmanager", "smoke")  # the sources of events posted to the agent (spans, alerts, smoke runs)
 
 
 def fail(message: str, status: int) -> typer.Exit:
@@ -39,13 +45,14 @@ def load(path: Path) -> Config:
         raise fail(str(exc), 2) from None
 
 
-def the_window(start: str | None, end: str | None, tz: str, required: bool = True):
+def the_window(start: str | None, end: str | None, tz: str, since: str | None = None):
+    """The window the options give (an open end: everything stored that way); exit 2 on a bad time."""
+    from datetime import UTC, datetime
+
     from spyglass.forensics.times import window
 
-    if required and not (start and end):
-        raise fail("give the window with --from and --to", 2)
     try:
-        return window(start, end, tz)
+        return window(start, end, tz, since, now=datetime.now(UTC))  # the present, read here at the edge
     except ValueError as exc:
         raise fail(str(exc), 2) from None
 
@@ -76,44 +83,100 @@ def nothing(config: Config, w, what: str, parquet: str | None = None) -> typer.E
     return fail(f"{detail} {describe(w)}", 1)
 
 
-def timeline(config: ConfigOption, start: From = None, end: To = None, tz: Tz = "UTC",
+def timeline(config: ConfigOption, start: From = None, end: To = None, since: Since = None, tz: Tz = "UTC",
              source: Annotated[list[str] | None, typer.Option("--source", help="Only this source (repeatable).")] = None,
              instance: Annotated[list[str] | None, typer.Option("--instance", help="Only this instance (repeatable).")] = None,
              kind: Annotated[list[str] | None, typer.Option("--kind", help="Only this event kind (repeatable).")] = None,
+             exclude_kind: Annotated[list[str] | None, typer.Option("--exclude-kind", help="Leave this event kind out"
+                                                                     " (repeatable), e.g. --exclude-kind span.")] = None,
+             contains: Annotated[list[str] | None, typer.Option("--contains", help="Only events whose source, instance,"
+                                                                " kind, request id or fields contain this text"
+                                                                " (case-sensitive, like LogQL's |=; repeatable:"
+                                                                " all must).")] = None,
              request: Annotated[str | None, typer.Option("--request", help="One request's events (and its"
                                                                             " conversation's cache lines).")] = None,
              limit: Annotated[int, typer.Option(min=1, max=100_000, help="At most this many events.")] = 1000,
              fmt: Format = "table", parquet: Parquet = None) -> None:
-    """Every source's events of a window in time order, UTC and Beijing time, one line an event."""
+    """Every source's events of a window (default: everything stored) in time order, UTC and Beijing time,
+    one line an event (fields as key=value, cut to the terminal's width; whole to a pipe)."""
     from spyglass.forensics import output
     from spyglass.forensics.run import Window
-    from spyglass.forensics.timeline import change_rows, merged, starts_query, timeline_query, wants_changes
-    from spyglass.forensics.times import describe, request_window
+    from spyglass.forensics.timeline import Filters, change_rows, merged, starts_query, timeline_query
+    from spyglass.forensics.times import request_window
 
     check_format(fmt)
     cfg = load(config)
-    w = the_window(start, end, tz, required=not request)
+    check_sources(cfg, source or [])
+    w = the_window(start, end, tz, since)
     if request:
         try:
             around = request_window(request)
         except ValueError as exc:
             raise fail(str(exc), 2) from None
         w = Window(w.start or around.start, w.end or around.end)
-    columns, rows = fetch(cfg, timeline_query(w, source or [], instance or [], kind or [], request, limit), parquet)
-    if wants_changes(source or [], kind or [], request) and fetch(cfg, starts_query(w), parquet)[1][0][0]:
+    f = Filters(source or [], instance or [], kind or [], exclude_kind or [], contains or [], request)
+    columns, rows = fetch(cfg, timeline_query(w, f, limit), parquet)
+    changes: list = []
+    if wants_changes(f) and fetch(cfg, starts_query(w), parquet)[1][0][0]:
         from spyglass.forensics.upgrades import load_deploys
 
         records = load_deploys(cfg, None, w.end, parquet)
-        rows = merged(rows, change_rows(records, w, source or [], instance or [], kind or []))
+        changes = [r for r in change_rows(records, w, f.sources, f.instances, f.kinds) if f.keeps(r[2], r[3], r[4], r[6])]
+        rows = merged(rows, changes)
     if not rows:
-        raise nothing(cfg, w, "none matches" if (source or instance or kind or request) else "none is in it", parquet)
+        filtered = source or instance or kind or exclude_kind or contains or request
+        raise nothing(cfg, w, "none matches" if filtered else "none is in it", parquet)
     records = output.records(columns, rows[:limit], json_columns=("fields",))
-    output.emit(records, fmt, title=f"{len(records)} events {describe(w)}" if fmt == "table" else None, fold=False)
+    if fmt != "table":
+        output.emit(records, fmt)
+    else:
+        total = rows_total(cfg, w, f, parquet, len(rows), limit) + len(changes)
+        print_timeline(records, total, w)
     if len(rows) > limit:
-        typer.echo(f"(stopped at --limit {limit}; narrow the window or raise the limit)", err=True)
+        typer.echo(f"(stopped at --limit {limit:,}; narrow the window or raise the limit)", err=True)
 
 
-def requests(config: ConfigOption, start: From = None, end: To = None, tz: Tz = "UTC",
+def wants_changes(f) -> bool:
+    from spyglass.forensics.timeline import wants_changes as wanted
+
+    return wanted(f.sources, f.kinds, f.request) and not ({"build_changed", "model_changed"} <= set(f.exclude_kinds))
+
+
+def rows_total(cfg: Config, w, f, parquet: str | None, fetched: int, limit: int) -> int:
+    """How many events match: what was fetched, or (past the limit) a count."""
+    from spyglass.forensics.timeline import count_query
+
+    if fetched <= limit:
+        return fetched
+    return int(fetch(cfg, count_query(w, f), parquet)[1][0][0])
+
+
+def print_timeline(records: list[dict], total: int, w) -> None:
+    """One line an event, cut to the terminal's width; to a pipe or a file, whole."""
+    import os
+    import sys
+
+    from spyglass.console import console_for
+    from spyglass.forensics.timeline import event_lines
+    from spyglass.forensics.times import describe
+
+    console = console_for(sys.stdout)
+    width = console.width if console.is_terminal or "COLUMNS" in os.environ else None
+    shown = f"the first {len(records):,} of {total:,}" if total > len(records) else f"{total:,}"
+    sys.stdout.write(f"{shown} event{'' if total == 1 else 's'} {describe(w)}\n")
+    for line in event_lines(records, width):
+        sys.stdout.write(line + "\n")
+
+
+def check_sources(cfg: Config, sources: list[str]) -> None:
+    """Exit 2 naming the valid sources when --source names none of the config's."""
+    unknown = [s for s in sources if s not in cfg.sources and s not in PUSHED]
+    if unknown:
+        raise fail(f"--source {unknown[0]}: no such source; the config's are {', '.join(sorted(cfg.sources))},"
+                   f" and {', '.join(PUSHED)} for what is pushed to the agent", 2)
+
+
+def requests(config: ConfigOption, start: From = None, end: To = None, since: Since = None, tz: Tz = "UTC",
              slowest: Annotated[int | None, typer.Option(min=1, help="The N slowest, by gateway duration.")] = None,
              status: Annotated[str | None, typer.Option(help="429, 200, or a class: 4xx, 5xx.")] = None,
              session: Annotated[str | None, typer.Option(help="One session, e.g. auto:15eb3770f7f979bf.")] = None,
@@ -121,7 +184,8 @@ def requests(config: ConfigOption, start: From = None, end: To = None, tz: Tz = 
              instance: Annotated[str | None, typer.Option(help="Engine instance, e.g. strata-b.")] = None,
              mode: Annotated[str | None, typer.Option(help="assembled, no_rag or passthrough.")] = None,
              finish: Annotated[str | None, typer.Option(help="stop, tool_calls, length.")] = None,
-             limit: Annotated[int, typer.Option(min=1, max=100_000)] = 200, fmt: Format = "table",
+             limit: Annotated[int, typer.Option(min=1, max=100_000, help="At most this many requests.")] = 200,
+             fmt: Format = "table",
              parquet: Parquet = None) -> None:
     """Find request ids (for `spyglass trace ID` and `spyglass timeline --request ID`)."""
     from spyglass.forensics import output
@@ -130,7 +194,7 @@ def requests(config: ConfigOption, start: From = None, end: To = None, tz: Tz = 
 
     check_format(fmt)
     cfg = load(config)
-    w = the_window(start, end, tz)
+    w = the_window(start, end, tz, since)
     try:
         q = requests_query(w, Filters(session, lane, instance, mode, finish, status, slowest, limit))
     except ValueError as exc:
@@ -138,13 +202,14 @@ def requests(config: ConfigOption, start: From = None, end: To = None, tz: Tz = 
     columns, rows = fetch(cfg, q, parquet)
     if not rows:
         raise nothing(cfg, w, "no request matches", parquet)
-    output.emit(output.records(columns, rows), fmt, title=f"{len(rows)} requests {describe(w)}"
+    output.emit(output.records(columns, rows), fmt, title=f"{output.counted(len(rows), 'request')} {describe(w)}"
                 if fmt == "table" else None)
 
 
-def report(name: Annotated[str, typer.Argument(help="The report; an unknown name lists them all.")],
-           config: ConfigOption, start: From = None, end: To = None, tz: Tz = "UTC",
-           request: Annotated[str | None, typer.Option(help="One request id (four-counts).")] = None,
+def report(name: Annotated[str | None, typer.Argument(help="The report; none (or an unknown name) lists them.")]
+           = None, config: Annotated[Path | None, typer.Option("--config", "-c", help="The agent's TOML config file.")]
+           = None, start: From = None, end: To = None, since: Since = None, tz: Tz = "UTC",
+           request: Annotated[str | None, typer.Option(help="One request id (only four-counts takes one).")] = None,
            fmt: Format = "table",
            sql: Annotated[bool, typer.Option("--sql", help="Print the SQL that would run, and stop.")] = False,
            parquet: Parquet = None,
@@ -155,12 +220,22 @@ def report(name: Annotated[str, typer.Argument(help="The report; an unknown name
     from spyglass.forensics.times import describe
 
     check_format(fmt)
+    if name is None:
+        typer.echo(f"the reports (spyglass report NAME -c CONFIG [--from ...] [--to ...]):\n"
+                   f"{reports.listing(reports.load_all())}")
+        return
     try:
         chosen = reports.get(name)
     except reports.UnknownReport as exc:
         raise fail(str(exc.args[0]), 2) from None
+    if request and not chosen.takes_request:
+        takers = ", ".join(n for n, r in reports.load_all().items() if r.takes_request)
+        raise fail(f"--request: report {name} covers the whole window and takes no request id (only {takers}"
+                   " does; `spyglass trace ID` and `timeline --request ID` show one request)", 2)
+    if config is None:
+        raise fail("give the store's config with --config (-c)", 2)
     cfg = load(config)
-    w = the_window(start, end, tz, required=False)
+    w = the_window(start, end, tz, since)
     q = chosen.query(cfg, w, request)
     if sql:
         from spyglass.forensics.run import over_parquet
@@ -174,25 +249,29 @@ def report(name: Annotated[str, typer.Argument(help="The report; an unknown name
         from spyglass.forensics.page import report_page
 
         html.write_text(report_page(cfg, chosen.title, chosen.doc, w, columns, rows, parquet), encoding="utf-8")
+        typer.echo(f"wrote {html.resolve()}", err=True)
     output.emit(output.records(columns, rows), fmt, title=f"{chosen.title}\n{describe(w)}" if fmt == "table" else None)
 
 
 def views(sql: Annotated[str | None, typer.Argument(help="A SELECT over the views.")] = None,
           config: Annotated[Path | None, typer.Option("--config", "-c", help="The agent's TOML config file.")] = None,
-          start: From = None, end: To = None, tz: Tz = "UTC", fmt: Format = "table",
+          start: From = None, end: To = None, since: Since = None, tz: Tz = "UTC", fmt: Format = "table",
           parquet: Parquet = None) -> None:
     """Run a SELECT over the forensic views (docs/forensics.md) in a window, or list the views."""
     from spyglass.forensics import output
     from spyglass.forensics.run import Query
     from spyglass.forensics.views import VIEWS
 
-    if sql is None or config is None:
+    if sql is None:
+        typer.echo("the views (spyglass views \"SELECT ... FROM VIEW\" -c CONFIG [--from ...] [--to ...]):")
         for name, view in VIEWS.items():
-            typer.echo(f"{name:<18} {view.doc}")
+            typer.echo(f"  {name:<18} {view.doc}")
         return
+    if config is None:
+        raise fail("give the store's config with --config (-c) to run a query; without a query, views lists them", 2)
     check_format(fmt)
     cfg = load(config)
-    w = the_window(start, end, tz, required=False)
+    w = the_window(start, end, tz, since)
     columns, rows = fetch(cfg, Query(sql, w.params()), parquet)
     if not rows:
         raise nothing(cfg, w, "the query returned no rows", parquet)

@@ -37,6 +37,7 @@ STATE_SQL = """SELECT ts_utc, instance, state FROM status_snapshots WHERE state 
 QUALIFY state IS DISTINCT FROM lag(state) OVER (PARTITION BY instance ORDER BY ts_utc) ORDER BY ts_utc"""
 LATENCY_SQL = """WITH r AS (
   SELECT instance, time_bucket(INTERVAL 5 MINUTE, ts_utc) AS bucket_utc, count(*) AS requests,
+    min(ts_utc) AS first_utc, max(ts_utc) AS last_utc,
     quantile_cont(ttft_ms, 0.5) AS p50_ms, quantile_cont(ttft_ms, 0.99) AS p99_ms
   FROM engine_requests WHERE ttft_ms IS NOT NULL GROUP BY ALL),
 g AS (SELECT instance, time_bucket(INTERVAL 5 MINUTE, ts_utc) AS bucket_utc, count(*) AS rebuilds
@@ -72,13 +73,19 @@ FIRST_CHECK = {
     ("restart_loop", "restarts"): "What restarts it (probe, operator, supervisor) and the load time of each start.",
     ("latency_avalanche", "graph_rebuilds"): "Dynamic shapes: graph rebuilds per new shape, CPU busy and the"
                                              " accelerator idle; bound the shapes and warm them up at start.",
-    ("latency_avalanche", "queueing"): "The new model's dynamic shapes, thread counts, and pre/post-processing time.",
+    ("latency_avalanche", "queueing"): "Requests queue and nothing dies: the prefill queue against the slots and the"
+                                       " arrival rate; if the last start changed the model or build (`spyglass"
+                                       " changes`), its dynamic shapes, thread counts and pre/post-processing time.",
     ("resource_growth", "oom"): "Preprocessing caches, framework memory fragmentation, log accumulation; confirm the"
                                 " OOM kill (dmesg, memory.events oom_kill).",
 }
 HEURISTIC = {"process_exit": "H13", "restart_loop": "H14", "latency_avalanche": "H16", "resource_growth": "H17"}
 ABORT, SEGV = ("SIGABRT", 134), ("SIGSEGV", 139)
 AVALANCHE_FACTOR, REBUILDS_PER_5MIN, MIN_REQUESTS = 5.0, 10, 5
+# A fresh start is slow at first: every new shape builds its graph once, every conversation reads its
+# prompt cold. Requests this soon after an instance's start (its ready line, else its start) are its
+# warm-up, never an avalanche.
+WARM_UP = timedelta(minutes=10)
 
 
 @dataclass
@@ -233,13 +240,21 @@ def merge(findings: list[CrashFinding], f: Facts, fatal: dict[str, list[datetime
     return out
 
 
+def warming_up(engine: list[dict], instance: str, at: datetime) -> bool:
+    """Whether `at` lies within WARM_UP of the instance's last start before it (its ready line if it has one)."""
+    runs = [r for r in engine if r["instance"] == instance and r["kind"] in ("start", "ready") and r["ts_utc"] <= at]
+    return bool(runs) and at - runs[-1]["ts_utc"] < WARM_UP
+
+
 def avalanches(f: Facts, died: set[tuple[str, datetime]]) -> list[CrashFinding]:
     """5-minute buckets whose TTFT p99 is AVALANCHE_FACTOR times the instance's steady p50 or more, with no
-    exit of the instance in them; consecutive ones are one finding. The steady p50 is the lower quartile
-    of the buckets' p50s: an avalanche that fills most of the window does not become its own baseline."""
+    exit of the instance in them and not in a start's warm-up; consecutive ones are one finding, from its
+    first request to its last. The steady p50 is the lower quartile of the buckets' p50s: an avalanche
+    that fills most of the window does not become its own baseline."""
     out: list[CrashFinding] = []
     for instance in sorted({r["instance"] for r in f.latency}):
-        rows = [r for r in f.latency if r["instance"] == instance and r["requests"] >= MIN_REQUESTS]
+        rows = [r for r in f.latency if r["instance"] == instance and r["requests"] >= MIN_REQUESTS
+                and not warming_up(f.engine, instance, r.get("first_utc") or r["bucket_utc"])]
         if len(rows) < 2:
             continue
         p50s = sorted(r["p50_ms"] for r in rows)
@@ -255,12 +270,13 @@ def avalanches(f: Facts, died: set[tuple[str, datetime]]) -> list[CrashFinding]:
             text = (f"{r['bucket_utc']:%H:%M}Z TTFT p99 {r['p99_ms']:.0f} ms against a steady p50 of {base:.0f} ms,"
                     f" {r['rebuilds']} graph rebuilds, prefill queue {r.get('queue') if r.get('queue') is not None else '?'}")
             storm = r["rebuilds"] >= REBUILDS_PER_5MIN
+            first, last = r.get("first_utc") or r["bucket_utc"], r.get("last_utc") or bucket_end
             if current is None:
                 current = CrashFinding(instance, "latency_avalanche", "graph_rebuilds" if storm else "queueing",
-                                       r["bucket_utc"], bucket_end, 1, [text])
+                                       first, last, 1, [text])
                 out.append(current)
             else:
-                current.last, current.count = bucket_end, current.count + 1
+                current.last, current.count = last, current.count + 1
                 current.evidence.append(text)
                 if storm:
                     current.cause = "graph_rebuilds"

@@ -5,13 +5,13 @@ Exit status: 0 no findings, 1 warnings only (or a window with nothing stored: no
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from spyglass.forensics.commands import ConfigOption, From, Parquet, To, Tz, fail, load, the_window
+from spyglass.console import json_line, shown
+from spyglass.forensics.commands import ConfigOption, From, Parquet, Since, To, Tz, fail, load, the_window
 
 Html = Annotated[Path | None, typer.Option("--html", help="Also write a self-contained HTML report page here.")]
 
@@ -32,14 +32,18 @@ def when(start, end) -> str:
 
 
 def print_table(diagnosis, out=None) -> None:
+    """The findings as tables. Every value is data (spyglass.console.plain): a `[/x]` or an escape
+    sequence in a log line, an instance name or a figure prints as written and is never obeyed."""
     from rich.table import Table
     from rich.text import Text
 
-    from spyglass.console import console_for
+    from spyglass.console import console_for, plain
+    from spyglass.forensics.output import number
     from spyglass.forensics.times import describe
 
-    parts: list = [Text(f"{len(diagnosis.findings)} findings {describe(diagnosis.window)}"
-                        f" ({diagnosis.events} events; checked {', '.join(diagnosis.checked)})")]
+    count = len(diagnosis.findings)
+    parts: list = [plain(f"{count} finding{'' if count == 1 else 's'} {describe(diagnosis.window)}"
+                         f" ({diagnosis.events:,} events; checked {', '.join(diagnosis.checked)})")]
     if diagnosis.findings:
         table = Table(title_justify="left")
         table.add_column("severity", no_wrap=True, min_width=8)
@@ -48,21 +52,21 @@ def print_table(diagnosis, out=None) -> None:
         table.add_column("when", no_wrap=True)
         table.add_column("summary", overflow="fold", ratio=1)
         for f in diagnosis.findings:
-            table.add_row(f.severity, f.heuristic, f.instance or (f"lane {f.lane}" if f.lane else ""),
-                          when(f.start, f.end), f.summary)
+            table.add_row(plain(f.severity), plain(f.heuristic), plain(f.instance or (f"lane {f.lane}" if f.lane else "")),
+                          Text(when(f.start, f.end)), plain(f.summary))
         parts.append(table)
     for f in diagnosis.findings:
-        detail = Table(title=f"{f.heuristic} {f.title} — {f.alert} ({f.instance or f.lane or 'window'})",
+        detail = Table(title=plain(f"{f.heuristic} {f.title} — {f.alert} ({f.instance or f.lane or 'window'})"),
                        title_justify="left", show_header=False)
         detail.add_column("what", style="bold", no_wrap=True)
         detail.add_column("value", overflow="fold")
         for name, value in f.figures.items():
-            detail.add_row(name, f"{value:,}" if isinstance(value, int) else f"{value:g}")
-        detail.add_row("not", f.wrong_guess)
-        detail.add_row("check", f.check)
-        detail.add_row("knobs", "; ".join(f.knobs))
+            detail.add_row(plain(name), plain(number(value)))
+        detail.add_row("not", plain(f.wrong_guess))
+        detail.add_row("check", plain(f.check))
+        detail.add_row("knobs", plain("; ".join(f.knobs)))
         parts += [detail, Text('evidence: spyglass views "<the query below>" --from ... --to ...', style="dim"),
-                  Text(f.evidence)]
+                  Text("\n").join(plain(line) for line in f.evidence.splitlines())]
     console = console_for(out, *parts)  # to a pipe: as wide as the widest part, no summary a word a line
     for part in parts:
         console.print(part)
@@ -84,7 +88,7 @@ def stored_span(cfg, w, parquet: str | None = None):
     return Window(w.start or instant(first), w.end or instant(last) + timedelta(milliseconds=1))
 
 
-def diagnose(config: ConfigOption, start: From = None, end: To = None, tz: Tz = "UTC",
+def diagnose(config: ConfigOption, start: From = None, end: To = None, since: Since = None, tz: Tz = "UTC",
              as_json: Annotated[bool, typer.Option("--json", help="One JSON object: window and findings.")] = False,
              html: Html = None, parquet: Parquet = None) -> None:
     """Run every heuristic of the catalogue over the window (default: everything stored); exit 0 healthy,
@@ -94,7 +98,7 @@ def diagnose(config: ConfigOption, start: From = None, end: To = None, tz: Tz = 
     from spyglass.query import QueryError
 
     cfg = load(config)
-    w = the_window(start, end, tz, required=False)
+    w = the_window(start, end, tz, since)
     try:
         if w.start is None or w.end is None:
             span = stored_span(cfg, w, parquet)
@@ -102,16 +106,32 @@ def diagnose(config: ConfigOption, start: From = None, end: To = None, tz: Tz = 
                 raise fail(f"no events are stored {describe(w)}: nothing to diagnose", 1)
             w = span
         result = run_diagnosis(cfg, w, parquet)
-        if html:
-            from spyglass.forensics.page import diagnosis_page
-
-            html.write_text(diagnosis_page(cfg, result), encoding="utf-8")
     except QueryError as exc:
         raise fail(str(exc), 1) from None
-    if as_json:
-        typer.echo(json.dumps(result.as_json(), ensure_ascii=False))
-    else:
-        print_table(result)
+    status = result.exit_status()  # decided by the findings, before and whatever the printing does
+    if html:
+        write_page(cfg, result, html)
+    try:
+        if as_json:
+            typer.echo(json_line(result.as_json()))
+        else:
+            print_table(result)
+    except Exception as exc:  # noqa: BLE001 - a deploy gate must still see a critical finding's 2
+        typer.echo(f"error: printing the diagnosis failed ({type(exc).__name__}: {shown(exc)}); the exit status"
+                   f" is still the findings' ({status})", err=True)
     if not result.events:
         raise fail(f"no events are stored {describe(w)}: nothing to diagnose", 1)
-    raise typer.Exit(result.exit_status())
+    raise typer.Exit(status)
+
+
+def write_page(cfg, result, html: Path) -> None:
+    """Write the HTML page and say where; a page that cannot be written is said, and changes no exit status."""
+    from spyglass.forensics.page import diagnosis_page
+    from spyglass.query import QueryError
+
+    try:
+        html.write_text(diagnosis_page(cfg, result), encoding="utf-8")
+    except (OSError, QueryError) as exc:
+        typer.echo(f"error: --html {html}: not written ({shown(exc)})", err=True)
+        return
+    typer.echo(f"wrote {html.resolve()}", err=True)

@@ -31,21 +31,31 @@ How they run:
 
 | command | what |
 |---|---|
-| `spyglass timeline --config F --from T --to T [--source S] [--instance I] [--kind K] [--request ID] [--tz Z] [--format table\\|json\\|csv]` | every event of the window, all sources merged in time order, UTC and Beijing, and a `build_changed` / `model_changed` row at each start whose build or model differs from the instance's start before (fields: the deploy number, each changed key's before and after); `--request` alone takes the window from the id and adds the cache lines of the request's conversation |
-| `spyglass requests --config F --from T --to T [--slowest N] [--status 4xx] [--session S] [--lane L] [--instance I] [--mode M] [--finish F]` | request ids (for `spyglass trace ID` and `timeline --request ID`) with their status, tokens and timings |
-| `spyglass report NAME --config F [--from T --to T] [--request ID] [--sql]` | a canned report (below); `--sql` prints the query it runs |
-| `spyglass views "SELECT ... FROM requests" --config F [--from T --to T]` | any SELECT over the views; without a query, lists them |
-| `spyglass diagnose --config F [--from T] [--to T] [--json] [--html FILE]` | every heuristic's SQL check over the window (an open end: the first or last stored event, so by default everything stored) (below): findings with severity, where, when, summary, figures, the evidence query, the usual wrong guess, the check and the knobs; exit 0 none, 1 warnings, 2 critical |
+| `spyglass timeline --config F [--from T] [--to T \\| --since D] [--source S] [--instance I] [--kind K] [--exclude-kind K] [--contains TEXT] [--request ID] [--tz Z] [--format table\\|json\\|csv]` | every event of the window (default: everything stored), all sources merged in time order, UTC and Beijing, and a `build_changed` / `model_changed` row at each start whose build or model differs from the instance's start before (fields: the deploy number, each changed key's before and after); `--request` alone takes the window from the id and adds the cache lines of the request's conversation. `--exclude-kind` leaves kinds out (`--exclude-kind span`); `--contains` keeps the events whose source, instance, kind, request id or fields hold the text (case-sensitive, like LogQL's `\\|=`; repeated, all must). A table is one line an event, `req=ID` and the fields as `key=value` (a span's `start` and `end` as times), cut to the terminal's width, under a header that says how many it shows of how many (`the first 1,000 of 11,894 events`) |
+| `spyglass requests --config F [--from T --to T \\| --since D] [--slowest N] [--status 4xx] [--session S] [--lane L] [--instance I] [--mode M] [--finish F]` | request ids (for `spyglass trace ID` and `timeline --request ID`) with their status, tokens and timings |
+| `spyglass report NAME --config F [--from T --to T \\| --since D] [--request ID] [--sql]` | a canned report (below); `--sql` prints the query it runs |
+| `spyglass views "SELECT ... FROM requests" --config F [--from T --to T \\| --since D]` | any SELECT over the views; without a query, lists them |
+| `spyglass diagnose --config F [--from T] [--to T \\| --since D] [--json] [--html FILE]` | every heuristic's SQL check over the window (an open end: the first or last stored event, so by default everything stored) (below): findings with severity, where, when, summary, figures, the evidence query, the usual wrong guess, the check and the knobs; exit 0 none, 1 warnings, 2 critical, decided by the findings whatever the printing does (a broken pipe or a full disk is said on stderr) |
 | `spyglass report NAME ... --html FILE`, `spyglass diagnose ... --html FILE` | also write one self-contained HTML page: the findings or the report's table, and charts of TTFT, evictions and parked bytes against the budget, restarts and deploys as markers, UTC and Beijing |
 
-Times without a zone are UTC (`--tz Asia/Shanghai` reads them as Beijing time); `2026-10-19 04:49`,
-`2026-10-19T04:49:00.120Z` and `2026-10-19 12:49+08:00` are all accepted. `--from` after `--to` is a usage
+Every command that takes a window reads times in one grammar (`spyglass/timeinput.py`; `backfill` and
+`backtest` too): RFC 3339 (`2026-10-19T04:49:00.120Z`, `2026-10-19 12:49+08:00`, `2026-10-19 04:49`,
+`2026-10-19`), epoch seconds (`1792385340`), or relative to now (`now`, `now-1h`, `now-90m`); `--since 15m`
+is the window from 15 minutes ago to now (`--since` also takes a time). Times without a zone are UTC
+(`--tz Asia/Shanghai` reads them as Beijing time). Without `--from`/`--to`/`--since` the window is
+everything stored. `--from` after `--to`, or `--from` with `--since`, is a usage
 error (exit 2); a window with nothing in it is said on stderr, with whether any event is stored there at
-all (exit 1). `--format json` writes one object a line with `fields` nested. A table wider than the
-terminal prints one block a row (like psql's `\\x`), except the timeline, which stays a table and wants
-about 160 columns (below that its short columns are cut to "…"). To a pipe or a file (`| less -S`,
-`> incident.txt`) every command's output (tables, findings, `sql`, `trace`) is as wide as its widest
-line, nothing cut or folded; `COLUMNS=N` fits it to N columns instead.
+all (exit 1). `--format json` writes one object a line with `fields` nested.
+
+Data prints as data: a table cell, a trace or a finding is text, never rich markup (a log line's `[/x]` or
+`[link=...]` prints as written), and control characters are shown escaped (`\\x1b[2J`, `\\n`; in JSON as
+`\\u001b`), so no escape sequence from a log reaches the terminal. In `--format csv` a text cell that
+begins with `=`, `+`, `-`, `@`, a tab or a carriage return is prefixed with `'`, so a spreadsheet shows it
+and runs nothing; numbers are left as they are, and `--format json` keeps every value exactly.
+
+A table wider than the terminal prints one block a row (like psql's `\\x`). To a pipe or a file
+(`| less -S`, `> incident.txt`) every command's output (tables, timeline lines, findings, `sql`, `trace`) is
+as wide as its widest line, nothing cut or folded; `COLUMNS=N` fits it to N columns instead.
 """
 
 PARQUET = """## Parquet segments: many hosts, older history

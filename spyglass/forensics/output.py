@@ -14,10 +14,15 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, TextIO
 
-from spyglass.console import console_for, natural_width
+from spyglass.console import console_for, csv_cell, json_line, natural_width, plain
 from spyglass.forensics.times import beijing_text, utc_text
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([+-]\d\d:?\d\d|Z)?$")
+
+
+def counted(n: int, noun: str) -> str:
+    """`1 finding`, `2 findings`, `11,894 events`."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def value_of(column: str, value: Any) -> Any:
@@ -47,12 +52,44 @@ def cell(value: Any, column: str = "") -> str:
     if value is None:
         return ""
     if isinstance(value, dict):
-        return " ".join(f"{k}={cell(v)}" for k, v in value.items() if v is not None)
+        return " ".join(f"{k}={cell(v, k)}" for k, v in value.items() if v is not None)
     if isinstance(value, list):
         return json.dumps(value)
-    if isinstance(value, float):
-        return f"{value:g}" if abs(value) < 1e15 else f"{value:.0f}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value) if is_label(column) else number(value)
     return str(value)
+
+
+LABEL = re.compile(r"(^|_)(pid|port|task|deploy|seq|id|code|signal|status|exit_status|year)$")
+
+
+def is_label(column: str) -> bool:
+    """A column whose numbers name something (a pid, a port, a deploy, a status) rather than count it."""
+    return bool(LABEL.search(column))
+
+
+def number(value: int | float) -> str:
+    """A quantity as a person reads it: thousands separated (`2,508`, `75,677,700`), never `7.56777e+07`;
+    a fraction to four significant digits (`0.8712`, `8.93`)."""
+    if isinstance(value, int) or (value.is_integer() and abs(value) < 1e15):
+        return f"{int(value):,}"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+class Lines(list):
+    """A value printed one item a line in a table (evidence), as a JSON list elsewhere."""
+
+
+def table_cell(value: Any, column: str = "") -> Any:
+    """A table cell as data (spyglass.console.plain): a log line's `[load]` or `[/x]` prints as written,
+    an escape sequence as `\\x1b[2J`."""
+    if isinstance(value, Lines):
+        from rich.text import Text
+
+        return Text("\n").join(plain(cell(item)) for item in value)
+    return plain(cell(value, column))
 
 
 def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | None = None, fold: bool = True) -> None:
@@ -62,30 +99,32 @@ def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | Non
     out = out or sys.stdout
     if fmt == "json":
         for record in rows:
-            out.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+            out.write(json_line(record) + "\n")
     elif fmt == "csv":
         if rows:
             writer = csv.writer(out)
-            writer.writerow(rows[0])
-            writer.writerows([[json.dumps(v) if isinstance(v, (dict, list)) else v for v in r.values()] for r in rows])
+            writer.writerow([csv_cell(c) for c in rows[0]])
+            writer.writerows([[csv_cell(json.dumps(v) if isinstance(v, (dict, list)) else v) for v in r.values()]
+                              for r in rows])
     else:
         from rich.table import Table
-        from rich.text import Text  # a cell is text, not markup: "[load]" in a log line must print as written
+        from rich.text import Text
 
-        table = Table(title=title, title_justify="left")
+        heading = Text(title) if title else None  # ours, but it may quote a name: no markup either
+        table = Table(title=heading, title_justify="left")
         for column in rows[0] if rows else ():
-            table.add_column(column, no_wrap=column.endswith(("_utc", "_beijing", "request_id")))
+            table.add_column(plain(column), no_wrap=column.endswith(("_utc", "_beijing", "request_id")))
         for record in rows:
-            table.add_row(*(Text(cell(v, c)) for c, v in record.items()))
+            table.add_row(*(table_cell(v, c) for c, v in record.items()))
         console = console_for(out, table)
         if not fold or natural_width(console, table) <= console.width:
             console.print(table)
             return
-        if title:  # too wide for the terminal: one block a row, like psql's \x
-            console.print(title)
+        if heading:  # too wide for the terminal: one block a row, like psql's \x
+            console.print(heading)
         for n, record in enumerate(rows, 1):
             block = Table("column", f"row {n}", show_header=True, title_justify="left")
             for column, value in record.items():
-                block.add_row(Text(column), Text(cell(value, column)))
+                block.add_row(plain(column), table_cell(value, column))
             console.print(block)
 

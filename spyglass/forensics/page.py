@@ -12,12 +12,13 @@ from html import escape
 from typing import Any
 
 from spyglass.config import Config
-from spyglass.forensics.charts import Chart, Marker, Series, svg
+from spyglass.forensics.charts import Chart, Marker, Series, human, svg
 from spyglass.forensics.output import cell, records
 from spyglass.forensics.run import Query, Window, query
 from spyglass.forensics.times import beijing_text, utc_text
 
 BUCKETS = 120
+WIDE_COLUMNS = 8  # a report with more columns than this is turned on its side
 BUCKET = "to_timestamp(floor(epoch(ts_utc) / $bucket) * $bucket)"
 SIGNALS = {
     "ttft": f"SELECT {BUCKET} AS t, instance, quantile_cont(ttft_ms, 0.95) / 1000 AS v FROM engine_requests"
@@ -31,6 +32,7 @@ SIGNALS = {
                " UNION ALL SELECT ts_utc, instance, 'deploy ' || coalesce(version, '') FROM deploys"
                " ORDER BY t LIMIT 500",
 }
+BUDGET_COLOR = "#d62728"  # the limit, in red: never the colour of the bytes against it
 MARKER_COLORS = {"spawned": "#2ca02c", "exited": "#d62728", "fatal": "#000", "deploy": "#9467bd"}
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px 32px; color: #1d1d1f; }
@@ -46,6 +48,7 @@ table { border-collapse: collapse; margin: 6px 0 12px; } th, td { border: 1px so
 dt { color: #555; } pre { background: #f7f7f9; padding: 8px; overflow-x: auto; font-size: 12px; }
 .chart { display: block; margin: 6px 0 14px; max-width: 100%; height: auto; } .chart-title { font-weight: 600; font-size: 14px; }
 .tick { font-size: 11px; fill: #555; } .tick.bj { fill: #999; } .legend, .marker { font-size: 11px; }
+.marker { paint-order: stroke; stroke: #fff; stroke-width: 3px; }
 .wide { overflow-x: auto; max-width: 100%; } .unit { font-size: 11px; fill: #777; } .empty { fill: #aaa; font-size: 13px; }
 """
 
@@ -86,12 +89,15 @@ def by_instance(rows: list[dict], column: str = "v") -> list[Series]:
 def charts(signals: dict[str, list[dict]], spans: list[tuple[datetime, datetime, str]]) -> list[Chart]:
     markers = [Marker(instant(r["t"]), f"{r['instance'] or ''} {r['label']}".strip(),
                       MARKER_COLORS.get(r["label"].split(" ")[0], "#555")) for r in signals["markers"]]
-    parked = by_instance(signals["parked"])
-    budgets = [Series(f"{s.name} budget", s.points, dashed=True) for s in by_instance(signals["parked"], "budget")]
+    budgets = {s.name: s for s in by_instance(signals["parked"], "budget")}
+    parked = [Chart(f"Parked snapshot bytes against the budget, {s.name}", "bytes",
+                    [s, *([Series(f"budget {human(budgets[s.name].points[-1][1], 'bytes')}", budgets[s.name].points,
+                                  dashed=True, color=BUDGET_COLOR)] if s.name in budgets else [])], markers, spans)
+              for s in by_instance(signals["parked"])]  # one chart an instance: each against its own budget
     return [Chart("Engine TTFT, p95 per bucket", "s", by_instance(signals["ttft"]), markers, spans),
             Chart("Evictions per bucket", "evictions", [Series(s.name, s.points, bars=True)
                                                         for s in by_instance(signals["evictions"])], markers, spans),
-            Chart("Parked snapshot bytes against the budget", "bytes", parked + budgets, markers, spans)]
+            *parked]
 
 
 def both_clocks(t: datetime | None) -> str:
@@ -100,8 +106,16 @@ def both_clocks(t: datetime | None) -> str:
 
 
 def table_html(rows: list[dict]) -> str:
+    """The rows as a table; one with more columns than fit a page is turned (a row a column), so no column
+    hides off to the side. Numbers are right-aligned with thousands separators (output.cell)."""
     if not rows:
         return "<p>No rows.</p>"
+    if len(rows[0]) > WIDE_COLUMNS and len(rows) <= WIDE_COLUMNS:
+        head = "<th></th>" + "".join(f"<th>row {n}</th>" for n in range(1, len(rows) + 1))
+        body = "".join(f"<tr><th>{escape(c)}</th>" + "".join(
+            f'<td class="{"num" if isinstance(r[c], (int, float)) and not isinstance(r[c], bool) else ""}">'
+            f"{escape(cell(r[c], c))}</td>" for r in rows) + "</tr>" for c in rows[0])
+        return f"<table><tr>{head}</tr>{body}</table>"
     head = "".join(f"<th>{escape(c)}</th>" for c in rows[0])
     body = "".join("<tr>" + "".join(
         f'<td class="{"num" if isinstance(v, (int, float)) and not isinstance(v, bool) else ""}">'

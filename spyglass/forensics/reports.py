@@ -23,6 +23,11 @@ class Report:
     doc: str  # the docstring after the title
     sql: str
 
+    @property
+    def takes_request(self) -> bool:
+        """Whether the report reads `$request` (one request id); the others cover the whole window."""
+        return "$request" in self.sql
+
     def query(self, config: Config, window: Window, request: str | None = None) -> Query:
         return Query(self.sql, {**window.params(), "request": request,
                                 "long_prompt_tokens": config.signals.long_prompt_tokens,
@@ -45,10 +50,14 @@ def load_all() -> dict[str, Report]:
     return {path.stem: parse(path.stem, path.read_text()) for path in sorted(FOLDER.glob("*.sql"))}
 
 
+def listing(known: dict[str, Report]) -> str:
+    """One line a report: its name and title."""
+    return "\n".join(f"  {n:<16} {r.title}" for n, r in known.items())
+
+
 class UnknownReport(LookupError):
     def __init__(self, name: str, known: dict[str, Report]) -> None:
-        listing = "\n".join(f"  {n:<16} {r.title}" for n, r in known.items())
-        super().__init__(f"no report named {name!r}; the reports are:\n{listing}")
+        super().__init__(f"no report named {name!r}; the reports are:\n{listing(known)}")
 
 
 def get(name: str) -> Report:

@@ -9,8 +9,10 @@ change rows; spyglass.forensics.commands runs and prints them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from collectors.trace_ids import trace_id_for
@@ -24,21 +26,60 @@ CONVERSATION = """(source_kind = 'engine_log' AND kind IN ('restore', 'park', 'e
                      AND (SELECT max(ts) + INTERVAL 1 SECOND FROM ev WHERE request_id = $request))"""
 
 
-def timeline_query(window: Window, sources: Sequence[str] = (), instances: Sequence[str] = (), kinds: Sequence[str] = (),
-                   request: str | None = None, limit: int = 1000) -> Query:
-    """Events in [from, to), filtered; one row more than `limit`, so truncation can be told."""
-    params: dict[str, Any] = {**window.params(), "limit": limit + 1}
-    where = []
-    for column, values in (("source", sources), ("instance", instances), ("kind", kinds)):
+@dataclass(frozen=True)
+class Filters:
+    """What a timeline keeps: sources, instances, kinds (empty: all), kinds left out, texts every kept event
+    contains (in its source, instance, kind, request id or fields: LogQL's `|=`, case-sensitive), a request."""
+
+    sources: Sequence[str] = ()
+    instances: Sequence[str] = ()
+    kinds: Sequence[str] = ()
+    exclude_kinds: Sequence[str] = ()
+    contains: Sequence[str] = ()
+    request: str | None = None
+
+    def keeps(self, source: str | None, instance: str | None, kind: str, text: str) -> bool:
+        """Whether a row made outside SQL (a change row) passes the same filters."""
+        return ((not self.sources or source in self.sources) and (not self.instances or instance in self.instances)
+                and (not self.kinds or kind in self.kinds) and kind not in self.exclude_kinds
+                and all(t in text for t in self.contains))
+
+
+SEARCHED = "concat_ws(' ', source, instance, kind, request_id, fields::VARCHAR)"
+
+
+def where(window: Window, f: Filters) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause (or "") and its parameters for `f` over the timeline view."""
+    params: dict[str, Any] = dict(window.params())
+    conditions = []
+    for column, values, negate in (("source", f.sources, ""), ("instance", f.instances, ""), ("kind", f.kinds, ""),
+                                   ("kind", f.exclude_kinds, "NOT ")):
         if values:
-            names = [f"${column}_{i}" for i in range(len(values))]
+            prefix = f"{'not_' if negate else ''}{column}"
+            names = [f"${prefix}_{i}" for i in range(len(values))]
             params.update({n[1:]: v for n, v in zip(names, values)})
-            where.append(f"{column} IN ({', '.join(names)})")
-    if request:
-        params.update(request=request, trace=format(trace_id_for(request), "032x"))
-        where.append(f"(request_id = $request OR (kind = 'span' AND fields->>'trace_id' = $trace)\n   OR {CONVERSATION})")
-    condition = f"\nWHERE {' AND '.join(where)}" if where else ""
-    return Query(f"SELECT {COLUMNS}\nFROM timeline{condition}\nORDER BY ts_utc, seq\nLIMIT $limit", params)
+            conditions.append(f"{column} {negate}IN ({', '.join(names)})")
+    for i, text in enumerate(f.contains):
+        params[f"contains_{i}"] = text
+        conditions.append(f"strpos({SEARCHED}, $contains_{i}) > 0")
+    if f.request:
+        params.update(request=f.request, trace=format(trace_id_for(f.request), "032x"))
+        conditions.append(f"(request_id = $request OR (kind = 'span' AND fields->>'trace_id' = $trace)\n"
+                          f"   OR {CONVERSATION})")
+    return (f"\nWHERE {' AND '.join(conditions)}" if conditions else ""), params
+
+
+def timeline_query(window: Window, f: Filters = Filters(), limit: int = 1000) -> Query:
+    """Events in [from, to), filtered; one row more than `limit`, so truncation can be told."""
+    condition, params = where(window, f)
+    return Query(f"SELECT {COLUMNS}\nFROM timeline{condition}\nORDER BY ts_utc, seq\nLIMIT $limit",
+                 {**params, "limit": limit + 1})
+
+
+def count_query(window: Window, f: Filters = Filters()) -> Query:
+    """How many events the timeline holds for `f`: the header says "the first 1,000 of 11,894"."""
+    condition, params = where(window, f)
+    return Query(f"SELECT count(*) FROM timeline{condition}", params)
 
 
 CHANGE_KINDS = {"build_changed": ("build", "version", "build_name"),
@@ -90,3 +131,56 @@ def merged(rows: list[tuple[Any, ...]], extra: list[tuple[Any, ...]]) -> list[tu
     """Events and change rows in time order (a change row after the events of its instant). Cut at the
     timeline's limit, the merge stays right: every event not fetched is later than the last one fetched."""
     return sorted([*rows, *extra], key=lambda r: instant(r[0]))
+
+
+# --- one line an event (the table format) ------------------------------------------------------
+
+INSTANT_KEYS = ("start", "end")  # a span's start and end: epoch seconds, shown as times
+PLAIN_VALUE = re.compile(r"^[^\s=\"]+$")
+
+
+def value_text(key: str, value: Any) -> str:
+    """A field's value as logfmt writes it: bare when it can be, else quoted; an epoch instant as a time."""
+    if isinstance(value, bool) or value is None:
+        return str(value).lower() if value is not None else "null"
+    if isinstance(value, float) and key in INSTANT_KEYS and 946_684_800 <= value < 4_102_444_800:  # 2000-2100
+        return datetime.fromtimestamp(value, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:.6g}" if abs(value) < 1e6 \
+            else f"{value:.0f}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    text = str(value)
+    return text if PLAIN_VALUE.match(text) else json.dumps(text, ensure_ascii=False)
+
+
+def fields_text(fields: Any, request_id: str | None) -> str:
+    """`req=ID key=value ...`: an event's fields on one line, in their stored order (a field that only
+    repeats the request id left out)."""
+    parts = [f"req={request_id}"] if request_id else []
+    if isinstance(fields, dict):
+        parts += [f"{k}={value_text(k, v)}" for k, v in fields.items()
+                  if v is not None and not (request_id and v == request_id and k in ("req", "id", "request_id"))]
+    elif fields is not None:
+        parts.append(str(fields))
+    return " ".join(parts)
+
+
+def event_lines(records: Sequence[dict[str, Any]], width: int | None = None) -> list[str]:
+    """The header and one line an event: UTC date and time, Beijing time of day, source, instance, kind
+    padded to their widest, then the fields as key=value; each line cut to `width` with "…" (None: whole).
+    Control characters in the data are shown escaped (spyglass.console.shown)."""
+    from rich.cells import cell_len, set_cell_size
+
+    from spyglass.console import shown
+
+    rows = [(r["ts_utc"].replace("T", " ").removesuffix("Z"), r["ts_beijing"][11:23], shown(r["source"] or ""),
+             shown(r["instance"] or ""), shown(r["kind"]), shown(fields_text(r["fields"], r["request_id"])))
+            for r in records]
+    head = ("utc", "beijing", "source", "instance", "kind", "fields")
+    widths = [max(len(x) for x in column) for column in zip(head, *rows)][:5]
+    lines = []
+    for row in [head, *rows]:
+        line = "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[5]
+        lines.append(line if width is None or cell_len(line) <= width else set_cell_size(line, max(1, width - 1)) + "…")
+    return lines

@@ -1,33 +1,34 @@
 """Times an analyst types, and how instants are written back: UTC and Beijing side by side.
 
-Input without a zone is read in the zone given (UTC unless `--tz` says otherwise); output is
+Input is spyglass.timeinput's grammar (RFC 3339, epoch seconds, `now-1h`, `--since 15m`); a time
+without a zone is read in the zone given (UTC unless `--tz` says otherwise); output is
 ISO-8601 with milliseconds, `Z` for UTC and `+08:00` for Beijing. Pure functions.
 """
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from collectors.clock import BEIJING, zone
+from collectors.clock import BEIJING
+from spyglass import timeinput
 from spyglass.forensics.run import Window
 from spyglass.trace import REQUEST_ID
 
 
-def parse_time(text: str, tz: str = "UTC") -> datetime:
-    """`2026-10-19 04:49`, `2026-10-19T04:49:00.120Z`, `2026-10-19 12:49+08:00`, `2026-10-19`;
-    naive times are in `tz`. ValueError with the accepted forms otherwise."""
-    try:
-        stamp = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValueError(f"not a time: {text!r} (expected e.g. 2026-10-19 04:49, 2026-10-19T04:49:00Z"
-                         " or 2026-10-19 12:49+08:00)") from None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=zone(tz))
-    return stamp.astimezone(UTC)
+def parse_time(text: str, tz: str = "UTC", now: datetime | None = None) -> datetime:
+    """`2026-10-19 04:49`, `2026-10-19T04:49:00.120Z`, `2026-10-19 12:49+08:00`, `2026-10-19`, epoch
+    seconds, `now-1h` (spyglass.timeinput, the one grammar); naive times are in `tz`. ValueError with
+    the accepted forms otherwise."""
+    return timeinput.parse_time(text, tz, now)
 
 
-def window(start: str | None, end: str | None, tz: str = "UTC") -> Window:
-    """The window [start, end); ValueError when start is after end."""
-    w = Window(parse_time(start, tz) if start else None, parse_time(end, tz) if end else None)
+def window(start: str | None, end: str | None, tz: str = "UTC", since: str | None = None,
+           now: datetime | None = None) -> Window:
+    """The window [start, end), or [since, end) with `since` a duration back from `now` (`15m`) or a
+    time; ValueError when start is after end, or both start and since are given."""
+    if since and start:
+        raise ValueError("give --since or --from, not both")
+    first = timeinput.parse_since(since, tz, now) if since else parse_time(start, tz, now) if start else None
+    w = Window(first, parse_time(end, tz, now) if end else None)
     if w.start and w.end and w.start > w.end:
         raise ValueError(f"--from {w.start:%Y-%m-%d %H:%M:%S}Z is after --to {w.end:%Y-%m-%d %H:%M:%S}Z")
     return w

@@ -10,27 +10,27 @@ from typing import Annotated
 
 import typer
 
-from spyglass.forensics.commands import ConfigOption, Format, From, To, Tz, check_format, fail, fetch, load, the_window
+from spyglass.forensics.commands import ConfigOption, Format, From, Since, To, Tz, check_format, fail, fetch, load, the_window
 
 Instance = Annotated[str | None, typer.Option("--instance", help="Engine instance, e.g. strata-b (default: all).")]
-Since = Annotated[str | None, typer.Option("--since", help="Only starts from this time on (their predecessor is"
-                                                           " still compared), e.g. '2026-10-19 06:00'.")]
+StartsSince = Annotated[str | None, typer.Option("--since", help="Only starts from this time on (their predecessor"
+                                                                 " is still compared): '2026-10-19 06:00', now-1h,"
+                                                                 " or a duration back from now (2h).")]
 
 
 def show(rows: list[dict], fmt: str, title: str) -> None:
-    """Print rows; in a table, text is escaped so rich does not read `[load]` in a log line as markup."""
-    from rich.markup import escape
-
+    """Print rows (as data: output.emit reads no markup); in a table a list (evidence) is one item a line."""
     from spyglass.forensics import output
 
-    rows = [{k: output.value_of(k, v) for k, v in r.items()} for r in rows]
-    if fmt == "table":
-        def text(v):
-            if isinstance(v, list):  # evidence: one line each
-                return "\n".join(escape(str(x)) for x in v)
-            return escape(v) if isinstance(v, str) else v
-        rows = [{k: text(v) for k, v in r.items()} for r in rows]
+    rows = [{k: output.Lines(v) if isinstance(v, list) and fmt == "table" else output.value_of(k, v)
+             for k, v in r.items()} for r in rows]
     output.emit(rows, fmt, title=title if fmt == "table" else None)
+
+
+def counted(n: int, noun: str) -> str:
+    from spyglass.forensics.output import counted as plural
+
+    return plural(n, noun)
 
 
 def load_deploys(cfg, instance: str | None, until: datetime | None = None, parquet: str | None = None):
@@ -42,7 +42,10 @@ def load_deploys(cfg, instance: str | None, until: datetime | None = None, parqu
     return ch.deploys(ch.as_rows(columns, rows), cfg.alerts.probe_budget_seconds, serve)
 
 
-def changes(config: ConfigOption, instance: Instance = None, since: Since = None, tz: Tz = "UTC",
+SinceTz = Annotated[str, typer.Option("--tz", help="Zone of a --since time that names none, e.g. Asia/Shanghai.")]
+
+
+def changes(config: ConfigOption, instance: Instance = None, since: StartsSince = None, tz: SinceTz = "UTC",
             show_deploys: Annotated[bool, typer.Option("--deploys", help="List the deploy records instead.")] = False,
             fmt: Format = "table") -> None:
     """What changed between consecutive starts of an instance: model md5, real file, build, every argument,
@@ -51,28 +54,29 @@ def changes(config: ConfigOption, instance: Instance = None, since: Since = None
 
     check_format(fmt)
     cfg = load(config)
-    w = the_window(since, None, tz, required=False)
+    w = the_window(None, None, tz, since)
     records = load_deploys(cfg, instance)
     if show_deploys:
         rows = [ch.deploy_dict(d) for d in records if w.start is None or d.at >= w.start]
-        what = "deploys"
+        what = "deploy"
     else:
         rows = [ch.as_dict(c) for c in ch.change_list(records, w.start)]
-        what = "changes"
+        what = "change"
     if not rows:
         raise fail(f"no engine start is stored{' for ' + instance if instance else ''}"
                    f"{' since ' + since if since else ''}", 1)
-    show(rows, fmt, f"{len(rows)} {what}")
+    show(rows, fmt, counted(len(rows), what))
 
 
-def crashes(config: ConfigOption, start: From = None, end: To = None, tz: Tz = "UTC", fmt: Format = "table") -> None:
+def crashes(config: ConfigOption, start: From = None, end: To = None, since: Since = None, tz: Tz = "UTC",
+            fmt: Format = "table") -> None:
     """Every unexpected exit, failed start or latency avalanche of the window, as one of the upgrade seed's four
     appearances (process exit, restart loop, latency avalanche, resource growth), with evidence and the first check."""
     from spyglass.forensics import crashes as cr
 
     check_format(fmt)
     cfg = load(config)
-    w = the_window(start, end, tz)
+    w = the_window(start, end, tz, since)
     from spyglass.query import QueryError
 
     try:
@@ -81,7 +85,7 @@ def crashes(config: ConfigOption, start: From = None, end: To = None, tz: Tz = "
         raise fail(str(exc), 1) from None
     if not found:
         raise fail("no crash, failed start or latency avalanche in the window", 1)
-    show([cr.as_dict(f) for f in found], fmt, f"{len(found)} findings")
+    show([cr.as_dict(f) for f in found], fmt, counted(len(found), "finding"))
 
 
 def baseline(config: ConfigOption,

@@ -9,8 +9,9 @@ def build(d: Deployment) -> Heuristic:
     drop = 0.25
     return Heuristic(
         id="H1", title="Throughput collapse against the instance's own baseline", incident="1 (solo 9.3 tok/s, 2026-10-07)",
-        symptom="Decode throughput per request fell by an order of magnitude against the same instance an hour or a day"
-        " before (76.8 -> 9.3 tok/s in incident 1).",
+        symptom=f"Decode throughput per request fell under {num(drop)}x the same instance's an hour or a day before.",
+        history="Incident 1 (2026-10-07): strata-a decoded 76.8 tok/s alone and 9.3 tok/s with both engines on CPUs"
+                " 0-31; pinning (A 0-15, B 38-53) restored it.",
         wrong_guess="capacity: the experts do not fit on one card",
         check=Check(text="CPU affinity overlap between the engine processes and CFS throttling: pinning (not fewer workers)"
               " separates contention from capacity. A 2-3x loss smells of capacity, 10x of contention.",
@@ -21,6 +22,6 @@ def build(d: Deployment) -> Heuristic:
                               meaning="current mean decode rate below this share of its baseline"),),
         alerts=(Alert(name="EngineThroughputCollapse", severity="critical",
                expr=f"{DECODE_MEAN} < {num(drop)} * {DECODE_BASELINE}", for_="10m",
-               summary=f"{INSTANCE} decodes at a quarter of its own baseline or less.",
+               summary=f"{INSTANCE} decodes at {num(drop)}x its own baseline or less.",
                description=f"{INSTANCE} ({LANE}) decodes {VALUE} tok/s per request, under {num(drop)}x its rate an hour or a day"
                " before.", latency=True),))

@@ -7,7 +7,7 @@ from spyglass.heuristics.promql import SLO_ERRORS, TTFT, num, per_lane
 
 
 def build(d: Deployment) -> Heuristic:
-    fast, slow = (14.4, "1h", "5m"), (6.0, "6h", "30m")
+    fast, slow, ticket = (14.4, "1h", "5m"), (6.0, "6h", "30m"), (1.0, "3d", "6h")
 
     def burn(factor: float, long: str, short: str):
         return lambda lane, o: (f'{SLO_ERRORS}{long}{{lane="{lane}"}} > {num(factor * (1 - o.objective))}\n'
@@ -34,7 +34,8 @@ def build(d: Deployment) -> Heuristic:
     return Heuristic(
         id="H5", title="TTFT SLO burn and TTFT spike, per lane", incident="2",
         symptom="The share of first tokens later than the lane's objective burns the error budget (SRE workbook pairs:"
-        " 1h and 5m over 14.4x, 6h and 30m over 6x page; 3d and 6h over 1x ticket), or p95 TTFT over 5m and 30m"
+        f" {fast[1]} and {fast[2]} over {num(fast[0])}x, {slow[1]} and {slow[2]} over {num(slow[0])}x page;"
+        f" {ticket[1]} and {ticket[2]} over {num(ticket[0])}x ticket), or p95 TTFT over 5m and 30m"
         " is above the objective while the prefill queue backs up.",
         wrong_guess="an engine bug",
         check=Check(text="Is load-test traffic on the same lane as real users? Compare requests received per lane and mode,"
@@ -47,13 +48,14 @@ def build(d: Deployment) -> Heuristic:
                                                                                                                  value=slow[0],
                                                                                                                      unit="x budget",
                                                                                                                          meaning="page"),
-         Threshold(name="slow_burn_3d_6h", value=1.0, unit="x budget", meaning="ticket")) + lanes,
+         Threshold(name="slow_burn_3d_6h", value=ticket[0], unit="x budget", meaning="ticket")) + lanes,
         alerts=(Alert(name="EngineTTFTBudgetFastBurn", severity="critical",
                expr=per_lane(d, lambda lane, o: f"({burn(*fast)(lane, o)})\n  or on (host, instance, lane)\n  ({burn(*slow)(lane, o)})"),
                for_="2m", summary=f"{INSTANCE} ({LANE}) burns its TTFT error budget fast.",
                description=f"{PERCENT} of first tokens on {INSTANCE} ({LANE}) came later than the lane's objective over the"
-               " long window (14.4x the budget over 1h and 5m, or 6x over 6h and 30m).", latency=True),
-         Alert(name="EngineTTFTBudgetSlowBurn", severity="warning", expr=per_lane(d, burn(1.0, "3d", "6h")), for_="1h",
+               f" long window ({num(fast[0])}x the budget over {fast[1]} and {fast[2]}, or {num(slow[0])}x over {slow[1]}"
+               f" and {slow[2]}).", latency=True),
+         Alert(name="EngineTTFTBudgetSlowBurn", severity="warning", expr=per_lane(d, burn(*ticket)), for_="1h",
                summary=f"{INSTANCE} ({LANE}) is spending its TTFT error budget.",
                description=f"{PERCENT} of first tokens on {INSTANCE} ({LANE}) over 3 days came later than the lane's objective,"
                " above its error budget (and over the last 6h too).", latency=True),

@@ -18,5 +18,6 @@ def build(d: Deployment) -> Heuristic:
          Threshold(name="horizon_seconds", value=horizon, unit="s", meaning="how far ahead the prediction looks")),
         alerts=(Alert(name="EngineMemoryGrowth", severity="warning",
                expr=f"predict_linear(spyglass_host_process_resident_bytes[1h], {horizon}) > {num(limit)}", for_="15m",
-               summary=f"{INSTANCE}'s memory will reach the limit within 4 hours.",
-               description=f"{INSTANCE}'s resident memory is on course for {BYTES} in 4 hours (limit {num(limit)} bytes)."),))
+               summary=f"{INSTANCE}'s memory will reach the limit within {num(horizon / 3600)} hours.",
+               description=f"{INSTANCE}'s resident memory is on course for {BYTES} in {num(horizon / 3600)} hours"
+               f" (limit {num(limit)} bytes)."),))

@@ -20,7 +20,7 @@ def build(d: Deployment) -> Heuristic:
                expr=f"instance_lane:{TTFT}:p50_rate1h > {num(factor)} * {baseline}\n"
                "  and on (host, instance, lane) changes(spyglass_engine_start_time_seconds[6h]) > 0", for_="30m",
                summary=f"{INSTANCE} got slower after its restart.",
-               description=f"Median TTFT on {INSTANCE} ({LANE}) is {SECONDS} over the last hour, over twice the same hour"
-               " yesterday, since a restart in the last 6 hours.", latency=True),),
+               description=f"Median TTFT on {INSTANCE} ({LANE}) is {SECONDS} over the last hour, over {num(factor)}x the same"
+               " hour yesterday, since a restart in the last 6 hours.", latency=True),),
         diagnosis="Throughput, p99, queue, rebuilds and memory against the previous steady state need the store's"
                   " history: `spyglass baseline --instance X [--deploy N]`.")

@@ -2,12 +2,30 @@
 from __future__ import annotations
 
 from spyglass.heuristics.model import INSTANCE, SECONDS, Alert, Check, Deployment, Heuristic, Threshold
-from spyglass.heuristics.promql import LOG_SILENCE, busy, num, ratio
+from spyglass.heuristics.promql import num, ratio
+
+
+def _since_last(source: str, instance: str) -> str:
+    """Seconds since the source's newest event, labelled with the instance it belongs to."""
+    return (f'label_replace(time() - spyglass_source_last_event_timestamp_seconds{{source="{source}"}},'
+            f' "instance", "{instance}", "", "")')
+
+
+def _silent(d: Deployment, silent: float, polls_missed: float) -> str:
+    """Only sources that should be speaking: an engine log while its process runs (a [stats] line every
+    10 s while up), a status endpoint past `polls_missed` times the time its next poll was due. A
+    supervisord, switch or gateway log is quiet by nature when nothing happens."""
+    engines = [f"({_since_last(source, instance)} > {num(silent)}\n"
+               "    and on (host, instance) (spyglass_host_process_up == 1))"
+               for source, instance in d.engine_sources.items()]
+    status = [f"{_since_last(source, instance)} > {num(max(silent / 6, polls_missed * due))}"
+              for source, (instance, due) in d.status_sources.items()]
+    return "\n  or\n  ".join(engines + status) or "vector(0) > 1"
 
 
 def build(d: Deployment) -> Heuristic:
     s = d.settings
-    silent, unmatched, ahead = s.source_silent_minutes * 60, 0.05, 300
+    silent, unmatched, ahead, polls_missed = s.source_silent_minutes * 60, 0.05, 300, 3.0
     lines = "spyglass_source_lines_total"
     return Heuristic(
         id="H19", title="spyglass's own blind spots", incident="§6.2 of the seed: evictions= were only in the engine log",
@@ -19,6 +37,8 @@ def build(d: Deployment) -> Heuristic:
         knobs=("sources.<name>.path / tz", "sources.<name>.patterns (after an upgrade)"),
         thresholds=(Threshold(name="silent_seconds", value=silent, unit="s", meaning="engine log without a line",
                               setting="alerts.source_silent_minutes"),
+         Threshold(name="polls_missed", value=polls_missed, unit="polls",
+                   meaning="status endpoint without an event for this many times its next poll's due time"),
          Threshold(name="unmatched_share", value=unmatched, unit="ratio", meaning="share of lines no pattern matched"),
          Threshold(name="ahead_seconds", value=ahead, unit="s", meaning="newest event this far in the future")),
         alerts=(Alert(name="SpyglassTargetDown", severity="critical",
@@ -28,11 +48,10 @@ def build(d: Deployment) -> Heuristic:
          Alert(name="SpyglassSourceDown", severity="warning", expr="spyglass_source_up == 0", for_="5m",
                summary="A spyglass source cannot be read.",
                description="Source {{ $labels.source }} could not be read (file) or did not answer (endpoint) for 5 minutes."),
-         Alert(name="SpyglassSourceSilent", severity="warning",
-               expr=f"{LOG_SILENCE} > {num(silent)}\n  and on (host, instance) (spyglass_host_process_up == 1)\n"
-               f"  unless on (host, instance) ({busy()})", for_="2m",
-               summary=f"{INSTANCE}'s engine log is silent while its process runs.",
-               description=f"No line from {INSTANCE}'s engine log for {SECONDS} (stats come every 10 s) while the process runs."),
+         Alert(name="SpyglassSourceSilent", severity="warning", expr=_silent(d, silent, polls_missed), for_="2m",
+               summary="A source that should be speaking is silent: {{ $labels.source }} of " + INSTANCE + ".",
+               description="No event from {{ $labels.source }} (" + INSTANCE + f") for {SECONDS}: an engine log writes a"
+               " [stats] line every 10 s while its process runs, a status endpoint is polled even while it fails."),
          Alert(name="SpyglassUnparsedLines", severity="warning",
                expr=ratio(f'rate({lines}{{outcome="unmatched"}}[15m])', f"rate({lines}[15m])", "host, source") + f" > {num(unmatched)}",
                for_="15m", summary="Lines of a source stopped parsing: format drift.",

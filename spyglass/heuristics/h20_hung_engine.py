@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 from spyglass.heuristics.model import INSTANCE, SECONDS, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
-from spyglass.heuristics.promql import LOG_SILENCE, busy
+from spyglass.heuristics.promql import PROGRESS_SILENCE, busy
 
 
 def build(d: Deployment) -> Heuristic:
     minutes = d.settings.hung_minutes
-    # Each poll where the serve said ready with work queued or slots busy, against the engine log's last
-    # line before it: a hung engine writes nothing (no done, no [stats]) while its serve still answers.
     probe = Probe(alert="EngineHung", sql=probe_sql(__file__, minutes=minutes),
-        summary="{instance} wrote no engine-log line for {silent_minutes:g} minutes while its serve said ready with"
-        " {queued} queued and {busy} slots busy.", figures=("silent_minutes", "queued", "busy"))
+        summary="{instance} finished no request and wrote no [stats] line for {silent_minutes:g} minutes while its"
+        " serve said ready with {queued} queued and {busy} slots busy; it logged {queued_lines} requests queued"
+        " meanwhile.", figures=("silent_minutes", "queued", "busy", "queued_lines"))
     return Heuristic(
         id="H20", title="Engine hung while /health answers", incident="vLLM 39863: a proxy kept a hung backend in rotation for 85 minutes",
         symptom=f"Requests queued or slots busy, but no request finished and no [stats] line for {minutes} minutes, while the"
@@ -22,14 +21,14 @@ def build(d: Deployment) -> Heuristic:
               promql="rate(spyglass_host_process_cpu_seconds_total[5m])",
               shell="tail -n 5 ~/Strata/strata-iq3_xxs-b.log; grep -E 'State|ctxt' /proc/$(pgrep -f 'port 8082')/status"),
         knobs=("restart the instance (take it out of rotation first)", "a liveness probe on the stats heartbeat"),
-        thresholds=(Threshold(name="hung_minutes", value=minutes, unit="min", meaning="no finished request and no log line",
+        thresholds=(Threshold(name="hung_minutes", value=minutes, unit="min", meaning="no finished request and no [stats] line",
                               setting="alerts.hung_minutes"),),
         alerts=(Alert(name="EngineHung", severity="critical",
-               expr=f"{LOG_SILENCE} > {minutes * 60}\n  and on (host, instance) ({busy()})\n"
+               expr=f"{PROGRESS_SILENCE} > {minutes * 60}\n  and on (host, instance) ({busy()})\n"
                "  and on (host, instance) (spyglass_host_process_up == 1)\n"
                '  and on (host, instance) (spyglass_serve_state{state="ready"} == 1)\n'
                "  unless on (host, instance)"
                f" (sum by (host, instance) (increase(spyglass_engine_requests_finished_total[{minutes}m])) > 0)",
-               for_="0m", summary=f"{INSTANCE} is hung: work waiting, nothing finishing, no log line.",
-               description=f"{INSTANCE} has written no line for {SECONDS} with requests queued or slots busy, while its process runs"
-               " and its serve says ready."),), probe=probe)
+               for_="0m", summary=f"{INSTANCE} is hung: work waiting, nothing finishing, no [stats] line.",
+               description=f"{INSTANCE} has finished no request and written no [stats] line for {SECONDS} with requests"
+               " queued or slots busy, while its process runs and its serve says ready (queued lines are no sign of life)."),), probe=probe)

@@ -96,6 +96,7 @@ class Heuristic:
     thresholds: tuple[Threshold, ...] = ()
     alerts: tuple[Alert, ...] = ()
     diagnosis: str = ""  # what this heuristic needs beyond metrics (bodies, history): the diagnosis does it
+    history: str = ""  # what the seeds measured then: the runbook's history, never an alert's description
     probe: Probe | None = None  # the diagnosis's SQL check over the store; None: metrics only
 
     def threshold(self, name: str) -> float:
@@ -104,12 +105,18 @@ class Heuristic:
 
 @dataclass(frozen=True, kw_only=True)
 class Deployment:
-    """The deployment facts the rules depend on: [alerts] settings, lanes, and which engine-log
-    source belongs to which instance (for silence and hung-engine rules)."""
+    """The deployment facts the rules depend on: [alerts] settings, lanes, which engine-log source
+    belongs to which instance (for silence and hung-engine rules), and which status endpoint is polled
+    for which instance, with the time within which its next poll is due."""
 
     settings: AlertsConfig = field(default_factory=AlertsConfig)
     lanes: dict[str, LaneObjective] = field(default_factory=lambda: {"fast": DEFAULT_LANE, "normal": DEFAULT_LANE})
     engine_sources: dict[str, str] = field(default_factory=lambda: {"engine-a": "strata-a", "engine-b": "strata-b"})
+    # where the runbooks lie when alerts.runbook_base_url is unset: the file:// URL of the folder written
+    runbooks_url: str = ""
+    # status endpoints: source -> (instance, seconds within which a poll is due even while it fails)
+    status_sources: dict[str, tuple[str, float]] = field(
+        default_factory=lambda: {"serve-a": ("strata-a", 67.0), "serve-b": ("strata-b", 67.0)})
 
     @classmethod
     def of(cls, config: Config) -> Deployment:
@@ -118,7 +125,10 @@ class Deployment:
         lanes = lanes or {"": DEFAULT_LANE}  # no lanes: one objective for every series, whose lane label is ""
         engines = {name: o.instance for name, o in config.sources.items()
                    if getattr(o, "kind", "") == "engine_log" and o.instance}
-        return cls(settings=config.alerts, lanes=dict(sorted(lanes.items())), engine_sources=engines)
+        status = {name: (o.instance or name, max(o.interval_seconds, o.max_backoff_seconds) + o.timeout_seconds)
+                  for name, o in config.sources.items() if getattr(o, "kind", "") == "serve_status" and o.url}
+        return cls(settings=config.alerts, lanes=dict(sorted(lanes.items())), engine_sources=engines,
+                   status_sources=status)
 
 
 

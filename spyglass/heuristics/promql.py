@@ -46,6 +46,7 @@ THINKING_ONLY = "lane:spyglass_infer_thinking_only:ratio_rate1h"
 STOPS_REASONING = "instance:spyglass_serve_stops_while_reasoning:ratio_rate1h"
 ESTIMATE_RATIO = "lane:spyglass_gateway_prompt_tokens:estimate_ratio_rate1h"
 LOG_SILENCE = "instance:spyglass_engine_log_silence:seconds"
+PROGRESS_SILENCE = "instance:spyglass_engine_progress_silence:seconds"
 
 
 def ttft_quantile(q: float, window: str, offset: str = "") -> str:
@@ -98,6 +99,8 @@ def recording_rules(d: Deployment) -> tuple[Recording, ...]:
         Recording(record=ESTIMATE_RATIO, expr=ratio('rate(spyglass_gateway_prompt_tokens_total{counted_by="gateway_estimate"}[1h])',
                                         'rate(spyglass_gateway_prompt_tokens_total{counted_by="engine"}[1h])', "host, lane")),
         Recording(record=LOG_SILENCE, expr=_silence(d)),
+        Recording(record=PROGRESS_SILENCE,
+                  expr="time() - max by (host, instance) (spyglass_engine_last_progress_timestamp_seconds)"),
     ]
     return tuple(rules)
 

@@ -3,8 +3,9 @@
 A `History` collects the lines of each file of one replay folder: both engine logs (queued,
 restore, prompt, thinking, done, park and evict lines, a `[stats]` line every 10 s), the gateway
 log (`req=` and `done` lines whose counts agree with the engine's), the infer store (rows and
-settled gzip segments with the raw records), the supervisord log, and the serve's `/v1/status`
-polls every 30 s (recorded JSONL, one instance per url). `write(folder)` writes them and the
+settled gzip segments with the raw records), the supervisord log, the serve's `/v1/status`
+polls every 30 s (recorded JSONL, one instance per url), and where a window needs them the host
+source's samples (committed to the store before ingest: the live agent keeps them nowhere else). `write(folder)` writes them and the
 config that reads them all. Everyday traffic is healthy by construction: conversations of 8-40k
 tokens that fit the cache, TTFT about a second, visible text or a tool call, the gateway's
 estimate within 5% of the engine's count, no 400 and no 429.
@@ -19,8 +20,12 @@ from pathlib import Path
 
 from fixtures.incidents.replay import ANSWER, BUDGET, EVERY, GOOD_CALL, SLOTS, Infer, body, engine_turn, gateway_line, rid
 
+from collectors.event import Event
+from collectors.host import cpu_set
 from engine.emulator.logsynth import line, stats
 from engine.emulator.mechanism import ConversationCache
+from spyglass.agent import open_store
+from spyglass.config import load_config
 
 PORTS = {"strata-a": 8081, "strata-b": 8082}
 LANES = {"strata-a": "fast", "strata-b": "normal"}
@@ -57,6 +62,7 @@ class History:
     status: list[tuple[datetime, bytes]] = field(default_factory=list)
     served: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PORTS, 0))
     unrecorded: set[str] = field(default_factory=set)  # instances whose everyday turns the infer store lacks
+    host: list[Event] = field(default_factory=list)  # host samples: in the store only, as the live agent keeps them
     extra_config: str = ""
 
     # -- engines -------------------------------------------------------------------------------
@@ -167,6 +173,27 @@ class History:
                                                     "url": f"http://127.0.0.1:{port}/v1/status", "body": b}).encode()))
             at += timedelta(seconds=POLL_SECONDS)
 
+    # -- host samples ----------------------------------------------------------------------------
+    def samples(self, start: datetime, end: datetime, cpus: dict[str, str], *, throttled: bool = False,
+                every: float = 15.0) -> None:
+        """What the host source samples every `every` s: each engine's CPUs, CPU time, RSS and its cgroup's
+        CFS periods (throttled in most when `throttled`), and the CPUs each pair shares."""
+        at, n = start, 0
+        while at < end:
+            ts, n = at.timestamp(), n + 1
+            for instance, allowed in cpus.items():
+                self.host.append(Event(ts, "host", "process", instance, {
+                    "cpus": allowed, "cpu_seconds": 24.0 * every * n, "rss_bytes": 180 << 30, "threads": 40,
+                    "periods": 150 * n, "throttled_periods": (120 if throttled else 0) * n,
+                    "throttled_seconds": (9.0 if throttled else 0.0) * n}, None, "replay"))
+            names = sorted(cpus)
+            for i, a in enumerate(names):
+                for b in names[i + 1:]:
+                    shared = len(cpu_set(cpus[a]) & cpu_set(cpus[b]))
+                    self.host.append(Event(ts, "host", "shared_cpus", a, {"other": b, "shared": shared}, None,
+                                           "replay"))
+            at += timedelta(seconds=every)
+
     # -- supervisord -----------------------------------------------------------------------------
     def sup(self, at: datetime, level: str, message: str) -> None:
         self.supervisord.append(f"{at:%Y-%m-%d %H:%M:%S},{at.microsecond // 1000:03d} {level} {message}".encode())
@@ -197,7 +224,15 @@ class History:
             (folder / name).write_bytes(b"\n".join(lines) + b"\n" if lines else b"")
         db = self.infer.write(folder / "infer")
         config = folder / "spyglass.toml"
-        config.write_text(CONFIG.format(folder=folder, infer=db) + self.extra_config)
+        config.write_text(CONFIG.format(folder=folder, infer=db) + self.extra_config
+                          + (HOST.format(folder=folder) if self.host else ""))
+        if self.host:
+            (folder / "no-proc").mkdir(exist_ok=True)  # the live sampler finds nothing at ingest time
+            store = open_store(load_config(config))
+            try:
+                store.commit(sorted(self.host, key=lambda e: e.ts), {}, {})
+            finally:
+                store.close()
         return config
 
 
@@ -236,4 +271,14 @@ interval_seconds = 30
 [sources.serve-status.instances]
 "http://127.0.0.1:8081/v1/status" = "strata-a"
 "http://127.0.0.1:8082/v1/status" = "strata-b"
+"""
+HOST = """[sources.host]
+kind = "host"
+interval_seconds = 15
+proc_root = "{folder}/no-proc"
+cgroup_root = "{folder}/no-proc"
+[sources.host.processes.strata-a]
+pid_file = "{folder}/no-proc/strata-a.pid"
+[sources.host.processes.strata-b]
+pid_file = "{folder}/no-proc/strata-b.pid"
 """

@@ -4,7 +4,8 @@ Each window names what the seeds say must be found in it, not what the rules do 
 - `must`: heuristics whose alert must fire (backtest) and whose finding must appear (diagnose);
 - `diagnose`: heuristics only the diagnosis must find (a single request the pager rightly ignores);
 - `may`: standing conditions that may fire there without being a false alarm;
-- `figures`: per heuristic, the seeds' numbers the diagnosis must quote.
+- `figures`: per heuristic, the seeds' numbers the diagnosis must quote;
+- `where`: per heuristic, the instance (or lane) it must name: elsewhere it is a false alarm.
 H19's Watchdog fires everywhere by design and is not scored.
 Seeds: 000 = the six incidents of chapter 18 (Beijing times in the text, UTC here); 004 = the upgrade article.
 """
@@ -40,6 +41,7 @@ class Window:
     diagnose: frozenset[str] = frozenset()
     may: frozenset[str] = frozenset()
     figures: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    where: dict[str, str] = field(default_factory=dict)  # heuristic -> the instance or lane it must name
     write: Callable[[Path], Path] | None = None  # folder -> config
 
     def build(self, folder: Path) -> Path:
@@ -82,6 +84,10 @@ def incident1(folder: Path) -> Path:
         h.engines[instance].decode_tps = 9.3
         h.stats(instance, day, day + 5 * HOUR)
     h.polls(day, day + 5 * HOUR, escape_fix=NO_FIX)
+    pinned_cpus = {"strata-a": "0-15", "strata-b": "38-53"}
+    h.samples(day - HOUR, split, pinned_cpus)
+    h.samples(split, pinned, {"strata-a": "0-31", "strata-b": "0-31"}, throttled=True)
+    h.samples(pinned, day + 5 * HOUR, pinned_cpus)
     return h.write(folder)
 
 
@@ -177,6 +183,38 @@ def restarts(folder: Path) -> Path:
     return h.write(folder)
 
 
+def aborts_while_loading(folder: Path) -> Path:
+    """strata-a aborts (SIGABRT, then exit 134) 50 s into each load, five times, FATAL; started again 30 min
+    later. A crash loop (H13), not a probe killing a load (H14): the cause is an abort, 50 s is far under the
+    probe budget."""
+    h = History()
+    start, crash, back, end = (utc("2026-10-24 07:00"), utc("2026-10-24 08:00"), utc("2026-10-24 08:30"),
+                               utc("2026-10-24 09:30"))
+    everyday(h, start, end, BOTH_FIXED, skip=("strata-a",), seed=18)
+    h.everyday("strata-a", start - HOUR, crash, seed=19)
+    h.stats("strata-a", start - HOUR, crash)
+    h.sup(crash, "WARN", "exited: strata-a (terminated by SIGABRT (core dumped); not expected)")
+    a = h.engines["strata-a"]
+    for k in range(5):  # supervisord retries; each load dies 50 s in
+        spawn = crash + timedelta(seconds=60 * k + 2)
+        h.sup(spawn, "INFO", f"spawned: 'strata-a' with pid {3427000 + k}")
+        h.banner("strata-a", spawn + timedelta(seconds=1), "0-15", pid=3427000 + k)
+        a.lines.pop()  # no `ready`: it dies loading
+        a.lines.append(line(spawn.timestamp() + 49, "E", "load", "GGML_ASSERT(n_experts_used <= n_experts) failed"))
+        h.sup(spawn + timedelta(seconds=48), "WARN", "exited: strata-a (exit status 134; not expected)")
+    h.sup(crash + timedelta(seconds=300), "INFO", "gave up: strata-a entered FATAL state, too many start retries"
+                                                  " too quickly")
+    h.status = [(t, raw) for t, raw in h.status if t < crash or t >= back + 8 * MIN or b'"strata-a"' not in raw]
+    h.sup(back, "INFO", "spawned: 'strata-a' with pid 3427100")
+    h.sup(back + timedelta(seconds=31), "INFO", "success: strata-a entered RUNNING state, process has stayed up for"
+                                                " > than 30 seconds (startsecs)")
+    h.banner("strata-a", back + timedelta(seconds=1), "0-15", pid=3427100)
+    h.polls(back, back + 8 * MIN, escape_fix=BOTH_FIXED, state={"strata-a": "loading"})
+    h.everyday("strata-a", back + 8 * MIN, end, seed=20)
+    h.stats("strata-a", back + 8 * MIN, end)
+    return h.write(folder)
+
+
 # -- days that must stay quiet ------------------------------------------------------------------------
 def quiet_day(folder: Path) -> Path:
     h = History()
@@ -238,11 +276,23 @@ def healthy_hour(folder: Path) -> Path:
 
 # -- seed 004: the upgrade day ------------------------------------------------------------------------
 def upgrade_day(folder: Path) -> Path:
+    """The four turns of tests/test_upgrades_seed.py on strata-b; on strata-a, a probe that gives up at the
+    configured budget (900 s) kills each of three loads that need 1,000 s (SIGKILL 905 s after the spawn)."""
     import test_upgrades_seed as up
 
     folder.mkdir(parents=True, exist_ok=True)
-    files = {"engine-b.log": sorted(up.engine_b(), key=lambda raw: raw[:23]), "engine-a.log": up.engine_a(),
-             "supervisord.log": up.supervisord(), "status.jsonl": up.status(), "switch-engine.log": up.switch_log()}
+    supervisord = [raw for raw in up.supervisord() if b"strata-a" not in raw]
+    engine_a: list[bytes] = []
+    for n in range(3):
+        spawn = utc("2026-11-02 06:00") + n * timedelta(seconds=910)
+        supervisord.append(f"{spawn:%Y-%m-%d %H:%M:%S},000 INFO spawned: 'strata-a' with pid {49000 + n}".encode())
+        engine_a += [line(spawn.timestamp() + 1, "I", "main", f"Strata 0.9.4 (build {up.NEW}) starting pid={49000 + n}"),
+                     line(spawn.timestamp() + 1, "I", "main", f"args: {up.BASE_ARGS}")]
+        killed = spawn + timedelta(seconds=905)
+        supervisord.append(f"{killed:%Y-%m-%d %H:%M:%S},000 WARN exited: strata-a (terminated by SIGKILL; not"
+                           f" expected)".encode())
+    files = {"engine-b.log": sorted(up.engine_b(), key=lambda raw: raw[:23]), "engine-a.log": engine_a,
+             "supervisord.log": sorted(supervisord), "status.jsonl": up.status(), "switch-engine.log": up.switch_log()}
     for name, lines in files.items():
         (folder / name).write_bytes(b"\n".join(lines) + b"\n")
     config = folder / "spyglass.toml"
@@ -260,7 +310,7 @@ WINDOWS: list[Window] = [
            may=frozenset({"H13", "H18"}), figures={"H1": _f(9.3, 76.8)}, write=incident1),
     Window("incident2", "000 §18.3", "eviction storm on strata-b: 4.7 GB snapshots in 8 GiB, 2508 evictions",
            *replay.WINDOWS["incident2"], must=frozenset({"H3", "H4", "H5"}),
-           figures={"H3": _f(2508, 4.7e9), "H4": _f(123, 194)}, write=incident2),
+           figures={"H3": _f(2508, 4.7e9), "H4": _f(123, 194)}, where=dict.fromkeys(("H3", "H4", "H5"), "strata-b"), write=incident2),
     Window("incident3", "000 §18.4", "special-token literals: 16 thinking-only of 58, 0 of 295",
            *replay.WINDOWS["incident3"], must=frozenset({"H6"}), figures={"H6": _f(58, 16, 295)}, write=incident3),
     Window("incident4", "000 §18.5", "bd7e62ed: a 67-character plan, then EOS",
@@ -277,10 +327,14 @@ WINDOWS: list[Window] = [
            write=incident6),
     Window("restarts", "004 (restart loop)", "strata-b aborts four times in 8 s and goes FATAL",
            utc("2026-10-19 06:00"), utc("2026-10-19 07:00"), must=frozenset({"H13"}), may=frozenset({"H7"}),
-           write=restarts),
+           where={"H13": "strata-b"}, write=restarts),
+    Window("aborts-loading", "004 (restart loop)", "strata-a aborts 50 s into each load, five times, FATAL",
+           utc("2026-10-24 07:30"), utc("2026-10-24 09:30"), must=frozenset({"H13"}), where={"H13": "strata-a"},
+           write=aborts_while_loading),
     Window("upgrade-day", "004", "dependency drift loop, dangling link, rebuild storm, probe kills a load",
            utc("2026-11-02 01:00"), utc("2026-11-02 07:00"), must=frozenset({"H13", "H14", "H15", "H16", "H18"}),
-           may=frozenset({"H5", "H19"}), write=upgrade_day),
+           may=frozenset({"H5", "H19"}), where={"H14": "strata-a", "H15": "strata-b", "H16": "strata-b",
+                                               "H18": "strata-b"}, write=upgrade_day),
     Window("quiet-day", "-", "both lanes healthy for 24 h", utc("2026-10-28 00:00"), utc("2026-10-29 00:00"),
            write=quiet_day),
     Window("healthy-hour", "-", "an hour of CJK conversations that fit the cache",
@@ -289,7 +343,7 @@ WINDOWS: list[Window] = [
            utc("2026-10-22 02:00"), utc("2026-10-22 06:00"), may=frozenset({"H3", "H4"}), write=standing_budget),
     Window("hung-engine", "H20", "strata-a queues 61 requests in 22 minutes and finishes none",
            utc("2026-10-25 02:00"), utc("2026-10-25 04:00"), must=frozenset({"H20"}), may=frozenset({"H5"}),
-           figures={"H20": _f(61)}, write=hung_engine),
+           figures={"H20": _f(61)}, where={"H20": "strata-a"}, write=hung_engine),
 ]
 BY_NAME = {w.name: w for w in WINDOWS}
 assert FILES  # the engine log names every window but the upgrade day uses
