@@ -80,6 +80,15 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
                     r" \( *(?:\d+\.\d+|inf|nan) ms per token, +(?P<tps>\d+\.\d+|inf|nan) tokens per second\)"),
     "timing_graphs": ("", "graphs reused =", SLOT + r" +graphs reused = +(?P<graphs_reused>\d+)"),
     "timing_total": ("", "total time =", SLOT + r" +total time = +(?P<ms>\d+\.\d+) ms / +(?P<tokens>\d+) tokens"),
+    "decode_progress": ("", "n_gen = ",
+                        SLOT + r"n_gen = +(?P<n_gen>\d+), tg = +(?P<tps>\d+\.\d+) t/s, tg_3s = +(?P<tps_3s>\d+\.\d+) t/s"),
+    "prompt_progress": ("", "prompt processing, ",
+                        SLOT + r"prompt processing, n_tokens = +(?P<n_tokens>\d+), progress = (?P<progress>\d+\.\d+),"
+                        r" t = +(?P<seconds>\d+\.\d+) s / (?P<tps>\d+\.\d+) tokens per second"),
+    "context_shift": ("", "context shift", SLOT + r"slot context shift, n_keep = (?P<n_keep>-?\d+), n_left = (?P<n_left>-?\d+),"
+                      r" n_discard = (?P<n_discard>-?\d+)"),
+    "sleeping": ("", "sleeping state", SRV + r"server is (?P<action>entering|exiting) sleeping state"),
+    "cache_load_failed": ("", "failed to load prompt from cache", SLOT + r"failed to load prompt from cache"),
     "release": ("", "stop processing:", SLOT + r"stop processing: n_tokens = (?P<n_tokens>\d+), truncated = (?P<truncated>\d)"),
     "evict": ("", "removing oldest entry",
               SRV + r"- (?:(?P<room>making room for prompt cache entry)|(?P<size>cache size limit reached)"
@@ -174,19 +183,20 @@ class Writer:
     argv: list[str]
 
 
-def process_start(pid: int, now: float) -> float:
+def process_start(pid: int, now: Callable[[], float]) -> float:
     """Epoch seconds at which process `pid` started: /proc/PID/stat's starttime (clock ticks since boot)
-    on a boot instant of `now` minus /proc/uptime (10 ms; /proc/stat's btime is cut to the second)."""
+    on a boot instant of `now()` minus /proc/uptime, read together (10 ms; /proc/stat's btime is cut to
+    the second)."""
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     with open("/proc/uptime") as uptime:
-        booted = now - float(uptime.read().split()[0])
-    return booted + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        since_boot = float(uptime.read().split()[0])
+    return now() - since_boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
-def find_writer(log: Path, now: float) -> Writer | None:
+def find_writer(log: Path, now: Callable[[], float]) -> Writer | None:
     """The running process whose command line has `--log-file` naming `log` (the same file), if any;
-    `now` is the wall clock's epoch seconds."""
+    `now` gives the wall clock's epoch seconds."""
     try:
         target = os.stat(log)
     except OSError:
@@ -200,7 +210,7 @@ def find_writer(log: Path, now: float) -> Writer | None:
     return None
 
 
-def _writer(proc: str, target: os.stat_result, now: float) -> Writer | None:
+def _writer(proc: str, target: os.stat_result, now: Callable[[], float]) -> Writer | None:
     """The process at `proc` (/proc/PID) if its `--log-file` is the file `target`."""
     try:
         argv = Path(proc, "cmdline").read_bytes().decode("utf-8", "replace").split("\0")
@@ -243,7 +253,7 @@ class LlamaLogSource(LineSourceBase):
     """llama-server log lines in, Strata-shaped events out (see the module's rules for time)."""
 
     def __init__(self, name: str, options: Any, host: str = "", clock: Clock | None = None,
-                 writer_of: Callable[[Path, float], Writer | None] = find_writer) -> None:
+                 writer_of: Callable[[Path, Callable[[], float]], Writer | None] = find_writer) -> None:
         self.name, self.options, self.host = name, options, host
         self.instance = options.instance or name
         self.parser = LlamaLineParser(options.patterns, f"sources.{name}.patterns")
@@ -328,7 +338,7 @@ class LlamaLogSource(LineSourceBase):
         """The start of the last new segment of a read: its running writer's start, or the file's mtime
         minus its last stamp."""
         seen = self.mtime if self.mtime is not None else self.clock.now()
-        writer = self.writer_of(Path(self.options.path), self.clock.now()) if self.options.path is not None else None
+        writer = self.writer_of(Path(self.options.path), self.clock.now) if self.options.path is not None else None
         if writer is not None and writer.start + last_rel <= seen + SEGMENT_TOLERANCE \
                 and (self.segment is None or writer.start >= self.segment.end() - SEGMENT_TOLERANCE):
             return Start(writer.start, "process", writer)

@@ -112,6 +112,7 @@ class Tailer:
             self._predecessor = (record["dev"], record["ino"], int(record.get("mtime_ns", -1)) + 1)
             unproven = found is None or record["head_len"] == 0
             if found is not None:
+                self._count_if_emptied(record, found)
                 found.seek(record["offset"])
                 self._keep_draining(found)
             elif record.get("size", record["offset"] + 1) > record["offset"]:
@@ -127,6 +128,19 @@ class Tailer:
             # have been rotated away with newer generations behind it: look for those now.
             self._find_skipped_generations(by_inode=False)
         self._pending = []
+
+    def _count_if_emptied(self, record: dict[str, Any], found: TailFile) -> None:
+        """A file empty at the checkpoint, matched by its inode alone (an empty head proves
+        nothing), that is empty now with another mtime: it was written and emptied, or its inode
+        was reused by a newer file after it was rotated away and overwritten unread. Either way a
+        generation may be lost, so it is counted. (Written and not emptied, it is read whole:
+        nothing is lost, and nothing is counted.)"""
+        if record["head_len"] or "mtime_ns" not in record or found.size() > 0:
+            return
+        if os.fstat(found.fd).st_mtime_ns != record["mtime_ns"]:
+            self.stats.lost_files += 1
+            logger.warning("{}: the file checkpointed empty (inode {}) changed and is empty again; a generation"
+                           " may have been rotated away unread", self.path, record["ino"])
 
     def _keep_draining(self, f: TailFile) -> None:
         f.retired_at = self.clock.monotonic()

@@ -285,8 +285,9 @@ def table_panel(title: str, unit: str, *queries: Q | str, width: int = 12, heigh
     if large:
         panel = panel.cell_height(common.TableCellHeight.LG)
     if columns:
+        panel = panel.with_transformation(DataTransformerConfig(id_val="filterFieldsByName", options={
+            "include": {"names": list(columns)}}))
         panel = panel.with_transformation(DataTransformerConfig(id_val="organize", options={
-            "includeByName": {name: True for name in columns},
             "indexByName": {name: i for i, name in enumerate(columns)},
             "renameByName": {name: header for name, header in columns.items() if header != name}}))
     if sort_by:

@@ -391,16 +391,18 @@ def _heatmap(panel: dict[str, Any], results: list[Result], box: tuple[int, int],
 def _columns(panel: dict[str, Any], rows: list[dict[str, str]]) -> list[tuple[str, str]]:
     """(label, header) of each column the table shows, after its `organize` transformation."""
     names = sorted({k for row in rows for k in row if k not in ("__name__", "Value")}) + ["Value"]
+    renamed: dict[str, str] = {}
     for transformation in panel.get("transformations", []):
-        if transformation.get("id") == "organize":
-            options = transformation.get("options", {})
-            include = options.get("includeByName") or {}
+        options = transformation.get("options", {})
+        if transformation.get("id") == "filterFieldsByName":
+            include = set((options.get("include") or {}).get("names") or names)
+            names = [n for n in names if n in include]
+        elif transformation.get("id") == "organize":
             index = options.get("indexByName") or {}
-            names = [n for n in names if not include or include.get(n)]
             names = [n for n in names if not (options.get("excludeByName") or {}).get(n)]
             names.sort(key=lambda n: index.get(n, len(index)))
-            return [(n, (options.get("renameByName") or {}).get(n, n)) for n in names]
-    return [(n, n) for n in names]
+            renamed = options.get("renameByName") or {}
+    return [(n, renamed.get(n, n)) for n in names]
 
 
 def _table(panel: dict[str, Any], results: list[Result], box: tuple[int, int], end: float) -> str:

@@ -47,7 +47,8 @@ CLOSED = {  # label -> the values the engine writes; any other is exported as "o
 BATCHED = frozenset({"queued", "rejected", "prompt", "restore", "thinking", "tool_call", "done", "park", "evict",
                      "graph_rebuild", "stats", "error", "checksum_mismatch"})
 CACHE_STATE = ("evictions", "parked", "used", "budget")
-START_SEQUENCE = frozenset({"args", "model", "cpus", "experts_loaded", "checksum_mismatch", "ready"})  # after `start`
+# What may follow a real `start`: the load phase, or the error of a start that dies at once (a crash loop)
+START_SEQUENCE = frozenset({"args", "model", "cpus", "experts_loaded", "checksum_mismatch", "ready", "error"})
 NUMBERS: dict[str, tuple[str, ...]] = {
     "queued": ("prefill_depth",), "prompt": ("prompt", "reused", "read", "ms"), "thinking": ("tokens", "max"),
     "done": ("completion", "ttft_ms", "decode_tps"), "park": ("bytes",) + CACHE_STATE,
@@ -421,7 +422,8 @@ class EngineSignals(SignalsBase):
         return memo
 
     # A start banner resets the instance's state only once the start sequence follows it: the next
-    # event of the instance must be one of the load phase (START_SEQUENCE: args, model, cpus, ...).
+    # event of the instance must be one of the load phase (START_SEQUENCE: args, model, cpus, ...),
+    # or the error of a start that dies at once.
     # A banner forged inside an echoed prompt is followed by the engine's ordinary work; it is then
     # counted implausible (field `start`) and resets nothing, so no exported counter goes down and
     # engine_ready stays as it was.

@@ -33,7 +33,8 @@ SPECS = [
                SOURCE + ("kind",)),
     MetricSpec("spyglass_source_lost_files_total", "counter",
                "Files lost unread: checkpointed files that vanished while spyglass was stopped with bytes"
-               " unread, and rotations faster than a poll that may have deleted a generation unseen.", SOURCE),
+               " unread, rotations faster than a poll that may have deleted a generation unseen, and a file"
+               " checkpointed empty found emptied again after a restart.", SOURCE),
     MetricSpec("spyglass_source_last_event_timestamp_seconds", "gauge",
                "Timestamp (from the line itself) of the newest event of the source.", SOURCE, "seconds"),
     MetricSpec("spyglass_source_lag_bytes", "gauge", "Bytes written to the source not yet read as lines.", SOURCE,

@@ -92,7 +92,8 @@ class Agent:
                                           self._query_function(),
                                           self._receive_traces if config.exporters.traces.accept else None,
                                           limits, self._receive_alerts,
-                                          self._receive_smoke if self.pipeline.store.keeps_events else None)
+                                          self._receive_smoke if self.pipeline.store.keeps_events else None,
+                                          metrics_listen=server.metrics_listen)
             except Exception:  # e.g. ListenError: the store was opened, and nobody else closes it
                 self.close_unstarted()
                 raise
@@ -201,7 +202,7 @@ class Agent:
             thread.start()
         if self.server:
             self.server.start()
-            logger.info("metrics at {}/metrics", self.server.url)
+            logger.info("metrics at {}/metrics", self.server.metrics_url or self.server.url)
         clean = False
         try:
             self.pipeline.run(self.stop, self.wake)

@@ -251,8 +251,8 @@ def rules(config: ConfigOption,
     typer.echo(f"wrote {len(paths)} files to {out}")
 
 
-FromOption = Annotated[str, typer.Option("--from", help="Start: RFC 3339 (no offset: UTC) or epoch seconds.")]
-ToOption = Annotated[str, typer.Option("--to", help="End: RFC 3339 (no offset: UTC) or epoch seconds.")]
+FromOption = Annotated[str, typer.Option("--from", help="Start: RFC 3339 (no offset: UTC), epoch seconds, or now-1h.")]
+ToOption = Annotated[str, typer.Option("--to", help="End: RFC 3339 (no offset: UTC), epoch seconds, or now.")]
 
 
 @app.command()

@@ -68,6 +68,9 @@ class PrometheusConfig(Strict):
     token_file: Path | None = Field(None, description="A file holding the token (first line), instead of `token`.")
     listen: str = Field("127.0.0.1:9464", description="IP:port or [IPv6]:port; a non-loopback address needs a token.")
     open_paths: list[str] = Field(["/metrics", "/health"], description="Paths served without the token.")
+    metrics_listen: str | None = Field(None, description="A second IP:port serving only /metrics and /health, with"
+                                       " workers no other path can take: point Prometheus here so that no flood of"
+                                       " other requests can starve its scrapes.")
     workers: int = Field(32, ge=1, le=1024, description="Requests served at once; past that a connection gets 503 at once.")
     request_timeout_seconds: float = Field(10.0, gt=0, le=600,
                                            description="Headers and body must arrive within this, or the connection closes.")
@@ -101,9 +104,11 @@ class PrometheusConfig(Strict):
                 raise ValueError("the token file's first line must be a token of 16 or more of A-Z a-z 0-9 - . _ ~ + /")
         return value
 
-    @field_validator("listen")
+    @field_validator("listen", "metrics_listen")
     @classmethod
-    def _host_port(cls, value: str, info: ValidationInfo) -> str:
+    def _host_port(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
         host, _, port = value.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError("expected host:port with an IP address, e.g. 127.0.0.1:9464 or [::1]:9464")

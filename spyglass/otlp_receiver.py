@@ -80,9 +80,60 @@ def attributes_of(pairs: Any, limits: SpanLimits) -> tuple[dict[str, Any], list[
     return kept, redacted, max(0, len(pairs) - limits.max_attributes)
 
 
+def _varint(data: memoryview, at: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise ValueError("not an OTLP trace export: a truncated or overlong varint")
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at, shift = at + 1, shift + 7
+        if byte < 0x80:
+            return value, at
+
+
+def _fields(data: memoryview) -> Any:
+    """(field number, payload) of each length-delimited field of one protobuf message; others skipped."""
+    at = 0
+    while at < len(data):
+        tag, at = _varint(data, at)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            _, at = _varint(data, at)
+        elif wire in (1, 5):
+            at += 8 if wire == 1 else 4
+        elif wire == 2:
+            size, at = _varint(data, at)
+            if at + size > len(data):
+                raise ValueError("not an OTLP trace export: a field runs past the body")
+            yield number, data[at:at + size]
+            at += size
+        else:
+            raise ValueError(f"not an OTLP trace export: wire type {wire}")
+
+
+def count_spans(body: bytes, limit: int) -> int:
+    """The spans of an ExportTraceServiceRequest, counted on the wire without building any (parsing
+    1 MiB of empty spans builds about 86 MB of objects); stops counting past `limit`."""
+    count = 0
+    for number, resource in _fields(memoryview(body)):
+        if number != 1:  # resource_spans
+            continue
+        for inner, scope in _fields(resource):
+            if inner != 2:  # scope_spans
+                continue
+            for kind, _ in _fields(scope):
+                count += kind == 2  # spans
+                if count > limit:
+                    return count
+    return count
+
+
 def decode_spans(body: bytes, host: str = "", limits: SpanLimits = SpanLimits(), *, now: float) -> list[Event]:
     """The spans of one ExportTraceServiceRequest as events; ValueError if it is not one, too big,
     or a span's start or end lies outside 2000 to a day past `now` (collectors/timebounds.py)."""
+    if count_spans(body, limits.max_spans) > limits.max_spans:  # before a single span is built
+        raise ValueError(f"over {limits.max_spans} spans in one export; at most {limits.max_spans} are accepted")
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(body)

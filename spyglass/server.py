@@ -158,13 +158,15 @@ def cross_site_refusal(path: str, headers: Any, loopback: int | None) -> tuple[i
 
 
 class AgentServer:
-    """/metrics, /health, /debug/sources, POST /api/sql, /v1/traces, /api/alerts and /api/smoke on one port, bounded."""
+    """/metrics, /health, /debug/sources, POST /api/sql, /v1/traces, /api/alerts and /api/smoke on one port, bounded;
+    with `metrics_listen`, /metrics and /health also on a port of their own, whose workers no
+    other path can take (dripping or flooding requests to the main port cannot starve a scrape)."""
 
     def __init__(self, listen: str, state: MetricState, debug: Callable[[], dict[str, Any]],
                  query: Callable[[str], dict[str, Any]] | None = None,
                  traces: Callable[[bytes], None] | None = None, limits: ServerLimits = ServerLimits(),
                  alerts: Callable[[bytes], None] | None = None,
-                 smoke: Callable[[bytes], None] | None = None) -> None:
+                 smoke: Callable[[bytes], None] | None = None, metrics_listen: str | None = None) -> None:
         host, _, port = listen.rpartition(":")
         registry, with_exemplars = registry_for(state), registry_for(state, exemplars=True)
         expected = f"Bearer {limits.token}".encode() if limits.token else None
@@ -310,6 +312,19 @@ class AgentServer:
             def log_message(self, *args: Any) -> None:
                 pass  # scrapes every 15 s would drown the agent's own log
 
+        class MetricsOnly(Handler):
+            """The `metrics_listen` port: /metrics and /health only, with workers no other path can take."""
+
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path.split("?", 1)[0] in ("/metrics", "/health"):
+                    super().do_GET()
+                else:
+                    self._send(404, "text/plain", b"only /metrics and /health on this port\n")
+
+            def do_POST(self) -> None:  # noqa: N802
+                self.close_connection = True
+                self._send(404, "text/plain", b"only /metrics and /health on this port\n")
+
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
             self.httpd = _BoundedServer((host.strip("[]"), int(port)), Handler, limits.workers, family)
@@ -317,6 +332,16 @@ class AgentServer:
             raise ListenError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
         loopback = _loopback_port(host, self.httpd.server_address[1])
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="spyglass-http", daemon=True)
+        self.metrics_httpd: _BoundedServer | None = None
+        if metrics_listen:
+            m_host, _, m_port = metrics_listen.rpartition(":")
+            try:
+                self.metrics_httpd = _BoundedServer((m_host.strip("[]"), int(m_port)), MetricsOnly,
+                                                    max(4, limits.workers // 4),
+                                                    socket.AF_INET6 if ":" in m_host else socket.AF_INET)
+            except OSError as exc:
+                self.httpd.server_close()
+                raise ListenError(f"cannot listen on {metrics_listen} (metrics_listen): {exc.strerror or exc}") from None
 
     @property
     def url(self) -> str:
@@ -324,10 +349,23 @@ class AgentServer:
         host = host.decode() if isinstance(host, bytes) else host
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
+    @property
+    def metrics_url(self) -> str | None:
+        """Where /metrics has workers of its own (`metrics_listen`), if configured."""
+        if self.metrics_httpd is None:
+            return None
+        host, port = self.metrics_httpd.server_address[:2]
+        host = host.decode() if isinstance(host, bytes) else host
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
     def start(self) -> AgentServer:
         self.thread.start()
+        if self.metrics_httpd is not None:
+            threading.Thread(target=self.metrics_httpd.serve_forever, name="spyglass-metrics", daemon=True).start()
         return self
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        for httpd in (self.httpd, self.metrics_httpd):
+            if httpd is not None:
+                httpd.shutdown()
+                httpd.server_close()

@@ -162,6 +162,6 @@ def clock_notes(root: PhaseSpan) -> list[Text]:
         ttft = span.attributes.get("spyglass.ttft_ms")
         if isinstance(ttft, (int, float)) and ttft / 1000 > 1.5 * span.duration + 0.05:
             notes.append(Text.assemble(("clock: ", "bold"), plain(
-                f"{span.name} logs ttft_ms={ttft:g} for a span of {span.duration:.3f} s: the durations it logs run"
+                f"{span.name} logs ttft_ms={ttft:g} for a span of {span.duration * 1000:.0f} ms: the durations it logs run"
                 " on another clock than its timestamps (the demo's emulated engines log model time)")))
     return notes

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -326,11 +327,14 @@ def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
         load_rules(huge, 30)
 
 
+OUT_OF_RANGE = r"out of range|not a time"  # past the year range, or beyond what a time can be
+
+
 @pytest.mark.parametrize("args,message", [
     (["--from", "2026-10-07T10:00:00Z", "--to", "2026-10-07T09:00:00Z"], "must be after --from"),
-    (["--from", "1e300", "--to", "2e300"], "out of range"),
-    (["--from", "0001", "--to", "9999"], "out of range"),
-    (["--from", "nan", "--to", "2026-10-07T09:00:00Z"], "out of range"),
+    (["--from", "1e300", "--to", "2e300"], OUT_OF_RANGE),
+    (["--from", "0001", "--to", "9999"], OUT_OF_RANGE),
+    (["--from", "nan", "--to", "2026-10-07T09:00:00Z"], OUT_OF_RANGE),
     (["--from", "2001-01-01", "--to", "2099-01-01"], "longer than a backtest takes"),
     (["--from", "2026-10-07T00:00:00Z", "--to", "2026-10-08T00:00:00Z", "--step", "1ms"], "smallest step"),
     (["--from", "2026-10-01T00:00:00Z", "--to", "2026-10-30T00:00:00Z", "--step", "5s"], "more than 200,000"),
@@ -339,7 +343,7 @@ def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
 def test_bad_windows_and_steps_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
     result = CliRunner().invoke(app, ["backtest", "--config", str(config_file(tmp_path)), *args])
     assert result.exit_code == 2, result.output
-    assert message in result.output and "Traceback" not in result.output
+    assert re.search(message, result.output) and "Traceback" not in result.output
     assert not list(tmp_path.glob("spyglass-backtest-*"))
 
 

@@ -284,6 +284,82 @@ def test_a_trace_says_when_a_logged_ttft_is_longer_than_its_span():
     engine = PhaseSpan("engine strata-a", 100.0, 100.098, {"spyglass.ttft_ms": 1498})
     root = PhaseSpan("rag-proxy: POST /v1/messages", 99.99, 100.2, {}, [engine])
     [note] = clock_notes(root)
-    assert "engine strata-a logs ttft_ms=1498 for a span of 0.098 s" in note.plain
+    assert "engine strata-a logs ttft_ms=1498 for a span of 98 ms" in note.plain
     assert "another clock" in note.plain
     assert clock_notes(PhaseSpan("engine strata-b", 100.0, 102.0, {"spyglass.ttft_ms": 1498})) == []  # it fits
+
+
+def test_the_demos_live_table_has_the_trace_hint_and_nothing_prints_over_it(monkeypatch):
+    """The trace hint printed from its own thread while the live table ran left a stray header."""
+    import io
+    import threading
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    import exporters
+    import spyglass.demo as demo
+    from exporters.state import MetricState
+
+    monkeypatch.setattr(demo, "finished_request", lambda agent, settled_seconds=6.0: "20261202-235234-e1eb42")
+    agent = SimpleNamespace(pipeline=SimpleNamespace(state=MetricState(exporters.full_catalogue())),
+                            stop=threading.Event())
+    runner = threading.Thread(target=agent.stop.wait)  # the agent: alive until stopped
+    runner.start()
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=160)
+    hints: list[str] = []
+    original = console.print
+
+    def recording(*args, **kwargs):
+        if any("one request's trace" in str(a) for a in args):
+            hints.append(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(console, "print", recording)
+    stopping = threading.Event()
+    board = demo.Board()
+    try:
+        threading.Timer(6.5, stopping.set).start()  # the hint thread looks first after 5 s
+        demo._watch(agent, runner, board, console, 0, Path("c.toml"), stopping)  # type: ignore[arg-type]
+    finally:
+        agent.stop.set()
+        runner.join()
+    assert hints == [threading.current_thread().name]  # printed once, after the live table, by the main thread
+    assert "trace -c c.toml 20261202-235234-e1eb42" in out.getvalue()
+    assert "incident signals after 0 min 0" in out.getvalue()  # the live table shows the elapsed time
+
+
+def test_requests_labels_the_clocks_when_a_logged_ttft_is_longer_than_its_engine_duration(tmp_path, spawns):
+    """The demo's engines log model time (200x the wall clock) while dur_ms_engine is measured between their
+    log's timestamps: `ttft_ms_engine 195426` sat unlabelled next to `dur_ms_engine 1121`. On a store whose
+    clocks agree the table has no note; on one where they do not, table and json (on stderr) say so."""
+    import json
+
+    from test_upgrades_seed import at, requests
+
+    from engine.emulator.logsynth import line
+
+    log = tmp_path / "engine.log"
+    config = engine_config(tmp_path, free_port())  # reads tmp_path / "engine.log"
+    log.write_bytes(b"\n".join(requests(at(1), 1, lambda m: 900)) + b"\n")
+    assert spyglass("ingest", "-c", str(config)).returncode == 0
+    agreeing = spyglass("requests", "-c", str(config))
+    assert agreeing.returncode == 0 and "4 requests" in agreeing.stdout and "clock:" not in agreeing.stdout
+
+    ts, req = at(1, 5).timestamp(), "20261019-091500-0003e8"
+    emulated = [line(ts, "I", "http", f"task 1000 req={req} conv=c3e8 queued prefill_depth=1"),
+                line(ts + 0.01, "I", "slot 3", "task 1000 prompt 4000 = 0 reused + 4000 read in 195400 ms"),
+                line(ts + 1.121, "I", "slot 3", "task 1000 done finish=stop prompt=4000 completion=200"
+                                                " ttft_ms=195426 decode_tps=76.8")]
+    with log.open("ab") as out:
+        out.write(b"\n".join(emulated) + b"\n")
+    assert spyglass("ingest", "-c", str(config)).returncode == 0
+    table = spyglass("requests", "-c", str(config), env={"COLUMNS": "400"})
+    assert table.returncode == 0, table.stderr
+    assert f"({req}: ttft_ms_engine 195,426 > dur_ms_engine 1,121)" in table.stdout
+    assert "the demo's emulated engines log model time" in table.stdout
+    as_json = spyglass("requests", "-c", str(config), "-f", "json")
+    rows = [json.loads(x) for x in as_json.stdout.splitlines()]  # stdout stays data
+    assert [(r["ttft_ms_engine"], r["dur_ms_engine"]) for r in rows if r["request_id"] == req] == [(195426, 1121)]
+    assert "clock: " in as_json.stderr

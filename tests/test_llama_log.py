@@ -79,7 +79,12 @@ def test_a_line_of_each_kind_is_parsed_to_its_fields() -> None:
                  "0.07.400.000 W slot create_check: id  0 | task 9 | erasing old context checkpoint (pos_min = 0, pos_max = 511,"
                  " n_tokens = 512, size = 0.125 MiB)",
                  "0.08.000.000 E srv    load_model: failed to load model, '/models/gone.gguf'",
-                 "0.08.100.000 W common_sampler_init: backend sampling is not compatible with reasoning budget, disabling"]:
+                 "0.08.100.000 W common_sampler_init: backend sampling is not compatible with reasoning budget, disabling",
+                 "0.09.000.000 I slot print_timing: id  0 | task 4 | n_gen =    300, tg =  95.12 t/s, tg_3s =  90.00 t/s",
+                 "0.09.000.000 I slot print_timing: id  0 | task 4 | prompt processing, n_tokens =   4096, progress = 0.50,"
+                 " t =   3.10 s / 1321.29 tokens per second",
+                 "0.09.000.000 W slot update_slots: id  0 | task 4 | slot context shift, n_keep = 0, n_left = 2047, n_discard = 1023",
+                 "0.09.000.000 I srv  handle_sleep: server is entering sleeping state"]:
         line = parser.parse(text.encode())
         assert not isinstance(line, str), text
         kinds.setdefault(line.kind, []).append(line)
@@ -97,6 +102,8 @@ def test_a_line_of_each_kind_is_parsed_to_its_fields() -> None:
     assert kinds["error"][0].fields["component"] == "load"
     assert kinds["ready"][0].rel == pytest.approx(0.15)
     assert "reasoning budget" in kinds["reasoning_budget"][0].fields["message"]
+    assert kinds["decode_progress"][0].fields["n_gen"] == 300 and kinds["prompt_progress"][0].fields["progress"] == 0.5
+    assert kinds["context_shift"][0].fields["n_discard"] == 1023 and kinds["sleeping"][0].fields["action"] == "entering"
 
 
 def test_lines_that_are_no_event_are_counted_and_never_raise(tmp_path: Path) -> None:
@@ -276,12 +283,12 @@ def test_the_writer_of_a_log_is_found_by_its_command_line(tmp_path: Path, spawns
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--log-file", log.name], cwd=tmp_path)
     try:
         def found() -> Writer | None:
-            writer = find_writer(log, time.time())
+            writer = find_writer(log, time.time)
             return writer if writer is not None and writer.pid == child.pid else None
 
         writer = wait_until(found, 20, "the sleeping writer")
         assert before - 0.05 <= writer.start <= time.time() and "--log-file" in writer.argv
-        assert find_writer(tmp_path / "other.log", time.time()) is None
+        assert find_writer(tmp_path / "other.log", time.time) is None
     finally:
         child.kill()
         child.wait()

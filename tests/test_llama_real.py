@@ -300,6 +300,7 @@ def test_diagnose_requests_trace_and_timeline_read_the_real_engines_window(deplo
     by = {(f["alert"], f["instance"]) for f in findings}
     assert ("EngineEvictionStorm", "llama-storm") in by, sorted(by)
     assert ("ProgramCrashLoop", "llama-crash") in by, sorted(by)
+    assert {("ProgramCrashLoop", "llama-missing"), ("ProgramCrashLoop", "llama-dangling")} <= by, sorted(by)  # FATAL
     assert not [f for f in findings if f["instance"] == "llama-healthy"]
     window = [f"--{edge}={datetime.fromtimestamp(at, tz=UTC):%Y-%m-%d %H:%M:%S}"
               for edge, at in (("from", d.started - 60), ("to", time.time() + 60))]

@@ -184,10 +184,10 @@ class TailerMachine(RuleBasedStateMachine):
 
 
 TestTailerModel = TailerMachine.TestCase
-# Derandomized: random runs still find, about one time in ten, a long sequence of rotations,
-# truncations and restarts that loses lines uncounted (the closing note of 2026-12-01 has one);
-# CI must say the same thing every time while that is open.
-TestTailerModel.settings = settings(max_examples=300, stateful_step_count=40, deadline=None, derandomize=True)
+# Randomized (the profile sets how many examples; CI draws from a fixed --hypothesis-seed, and any
+# other seed explores). It ran derandomized while random runs found, about one time in ten, a
+# sequence that lost a line uncounted: now the regression test below the others.
+TestTailerModel.settings = settings(settings.default, stateful_step_count=40, deadline=None)
 
 
 def test_a_rename_over_an_unread_generation_after_a_restart_is_counted():
@@ -214,6 +214,23 @@ def test_a_file_grown_and_rotated_away_while_stopped_is_counted():
     state.poll(budget=64)
     state.restart()
     state.write(n=1)
+    state.rotate_by_rename()
+    state.rotate_by_rename()
+    state.teardown()
+
+
+def test_three_renames_within_one_clock_tick_after_a_restart_on_an_empty_file_are_counted():
+    """Found by the model, randomized (issue 22 item 6): the checkpointed file was empty, then written
+    and renamed away, and overwritten in x.log.1 by a later rename, all within one tick of the
+    filesystem's coarse clock. The new x.log reused its inode (an empty head proves nothing) and
+    every remaining generation had the same mtime as the checkpointed one, so none looked newer:
+    the lost line went uncounted."""
+    state = TailerMachine()
+    state.rotate_by_rename()
+    state.poll(budget=64)
+    state.restart()
+    state.write(n=1)
+    state.rotate_by_rename()
     state.rotate_by_rename()
     state.rotate_by_rename()
     state.teardown()

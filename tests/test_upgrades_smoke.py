@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 import uvicorn
@@ -95,3 +96,12 @@ def test_a_bad_samples_file_names_the_line(tmp_path, text, message):
         load_samples(path)
     result = CliRunner().invoke(app, ["smoke", "--url", "http://127.0.0.1:9", "--samples", str(path)])
     assert result.exit_code == 2 and message in result.stderr
+
+
+def test_the_documented_samples_file_passes_on_a_healthy_serve(tmp_path):
+    """docs/upgrades.md runs the gate with examples/smoke-samples.jsonl: each sample must leave room for the
+    answer after the thinking (a 256-token budget ends in thinking only, and the gate fails it)."""
+    examples = Path(__file__).resolve().parents[1] / "examples" / "smoke-samples.jsonl"
+    with Serve(tmp_path, "warm", load_seconds=10.0) as warm:
+        out = gate(warm.url, examples, "--budget", "20", code=0)
+    assert f"smoke passed: {len(load_samples(examples))} samples passed" in out.stdout

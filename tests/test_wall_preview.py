@@ -211,7 +211,7 @@ class Wall:
 
 
 def red_pixels(png: Path) -> tuple[int, int]:
-    """Pixels of exactly Grafana's red in the screenshot, and all of them (Pillow comes with matplotlib)."""
+    """Pixels of exactly Grafana's red in the screenshot, and all of them (Pillow, a test dependency)."""
     from PIL import Image
 
     with Image.open(png) as image:

@@ -189,7 +189,7 @@ def requests(config: ConfigOption, start: From = None, end: To = None, since: Si
              parquet: Parquet = None) -> None:
     """Find request ids (for `spyglass trace ID` and `spyglass timeline --request ID`)."""
     from spyglass.forensics import output
-    from spyglass.forensics.finder import Filters, requests_query
+    from spyglass.forensics.finder import Filters, clock_note, requests_query
     from spyglass.forensics.times import describe
 
     check_format(fmt)
@@ -202,8 +202,12 @@ def requests(config: ConfigOption, start: From = None, end: To = None, since: Si
     columns, rows = fetch(cfg, q, parquet)
     if not rows:
         raise nothing(cfg, w, "no request matches", parquet)
-    output.emit(output.records(columns, rows), fmt, title=f"{output.counted(len(rows), 'request')} {describe(w)}"
-                if fmt == "table" else None)
+    records = output.records(columns, rows)
+    title = f"{output.counted(len(rows), 'request')} {describe(w)}"
+    note = clock_note(records)
+    if note and fmt != "table":
+        typer.echo(note, err=True)  # json and csv stay data on stdout
+    output.emit(records, fmt, title=(f"{title}\n{note}" if note else title) if fmt == "table" else None)
 
 
 def report(name: Annotated[str | None, typer.Argument(help="The report; none (or an unknown name) lists them.")]

@@ -55,3 +55,19 @@ def requests_query(window: Window, filters: Filters) -> Query:
     params["limit"] = filters.slowest or filters.limit
     condition = f"\nWHERE {' AND '.join(where)}" if where else ""
     return Query(f"SELECT {COLUMNS}\nFROM requests{condition}\nORDER BY {order}\nLIMIT $limit", params)
+
+
+def clock_note(records: list[dict[str, Any]]) -> str | None:
+    """A note when the rows mix two clocks: a request whose engine-logged TTFT is longer than its engine
+    duration, which is measured between the log's timestamps. The logged durations (ttft_ms_gateway,
+    dur_ms_gateway, ttft_ms_engine) then run on another clock than the timestamps (the demo's emulated
+    engines log model time, 200x the wall clock), and the table says so instead of showing the contradiction
+    unlabelled. The same test as `spyglass trace`'s; None when the clocks agree."""
+    for r in records:
+        ttft, dur = r.get("ttft_ms_engine"), r.get("dur_ms_engine")
+        if isinstance(ttft, (int, float)) and isinstance(dur, (int, float)) and ttft > 1.5 * dur + 50:
+            return (f"clock: ttft_ms_* and dur_ms_gateway are durations as logged, dur_ms_engine is measured between"
+                    f" the engine log's timestamps, and they disagree ({r.get('request_id')}: ttft_ms_engine {ttft:,}"
+                    f" > dur_ms_engine {dur:,}): the logged durations run on another clock than the timestamps"
+                    " (the demo's emulated engines log model time)")
+    return None

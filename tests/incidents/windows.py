@@ -271,7 +271,19 @@ def hung_engine(folder: Path) -> Path:
 
 
 def healthy_hour(folder: Path) -> Path:
-    return write_healthy(folder)  # the fixture of tests/test_diagnose.py, as it is
+    """The fixture of tests/test_diagnose.py, plus the `[stats]` line each engine writes every 10 s (the
+    fixture has none: its engines would look silent between requests)."""
+    config = write_healthy(folder)
+    for name in ("strata-iq3_xxs-a.log", "strata-iq3_xxs-b.log"):
+        path = folder / name
+        lines = path.read_bytes().splitlines()
+        t = utc("2026-11-02 01:45").timestamp()
+        while t < utc("2026-11-02 03:00").timestamp():
+            lines.append(line(t, "I", "stats", "busy=1/20 prefill_queue=0 decode_tps=77.1 parked=8"
+                                               " used=2147483648 budget=8589934592 evictions=0"))
+            t += 10
+        path.write_bytes(b"\n".join(sorted(lines, key=lambda raw: raw[:23])) + b"\n")
+    return config
 
 
 # -- seed 004: the upgrade day ------------------------------------------------------------------------

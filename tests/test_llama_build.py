@@ -1,0 +1,39 @@
+"""The llama-server build script's contract: a machine without the compiler gets an error naming the
+Debian packages to install, before anything is downloaded; a cached build is found without building."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.llama.build import BuildError, LlamaBuild, ensure_built, missing_tools
+
+
+def test_a_machine_without_the_toolchain_is_told_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # nothing on it: as a fresh machine without cmake, g++, make
+    assert missing_tools() == ["cmake", "g++", "make"]
+    with pytest.raises(BuildError, match=r"apt-get install cmake g\+\+ make"):
+        ensure_built("0.3.36", tmp_path / "cache")
+    assert not (tmp_path / "cache" / "0.3.36" / "sdist").exists()  # nothing downloaded
+
+
+def test_a_complete_cached_build_is_returned_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "cache" / "9.9.9"
+    (root / "bin").mkdir(parents=True)
+    for part in ("bin/llama-server", "ggml-vocab-llama-spm.gguf"):
+        (root / part).write_text("x")
+    (root / "BUILT").write_text(json.dumps({"llama_cpp_python": "9.9.9", "cpu_seconds": 1.0}))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no toolchain needed for a cached build
+    build = ensure_built("9.9.9", tmp_path / "cache")
+    assert build == LlamaBuild("9.9.9", root) and build.info()["cpu_seconds"] == 1.0
+    assert build.env({"LD_LIBRARY_PATH": "/x"})["LD_LIBRARY_PATH"] == f"{root / 'bin'}:/x"
+
+
+def test_a_build_without_its_stamp_is_not_taken_for_a_finished_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "cache" / "9.9.9"
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "llama-server").write_text("half")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(BuildError):  # it would be rebuilt: here, without a toolchain, it says so
+        ensure_built("9.9.9", tmp_path / "cache")

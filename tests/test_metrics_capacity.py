@@ -1,0 +1,56 @@
+"""Issue 21 item 6: `/metrics` has capacity no other path can take. 32 dripping connections left 0
+of 39 scrapes answered; with `metrics_listen`, /metrics and /health have a port and workers of their
+own, and every scrape there is answered while the main port's workers are all held."""
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+import httpx
+from conftest import wait_until
+
+from engine.emulator.ports import free_port
+
+
+def test_dripping_connections_on_the_main_port_cannot_starve_a_scrape(tmp_path: Path) -> None:
+    from spyglass.agent import Agent
+    from spyglass.config import load_config
+
+    port, metrics_port = free_port(), free_port()
+    config = tmp_path / "spyglass.toml"
+    config.write_text(f'[agent]\nstate_dir = "{tmp_path}"\n'
+                      f'[exporters.prometheus]\nlisten = "127.0.0.1:{port}"\nmetrics_listen = "127.0.0.1:{metrics_port}"\n'
+                      f'workers = 8\nrequest_timeout_seconds = 60\n[exporters.store]\nenabled = false\n'
+                      f'[sources.engine-a]\nkind = "engine_log"\npath = "{tmp_path / "a.log"}"\ninstance = "strata-a"\n')
+    agent = Agent(load_config(config))
+    loop = threading.Thread(target=agent.serve, daemon=True)
+    loop.start()
+    main, scrape = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}"
+    wait_until(lambda: _status(scrape + "/health") == 200, what="the metrics port serving")
+    drips = []
+    try:
+        for _ in range(32):  # an attacker's half-sent requests: every worker of the main port held
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            drips.append(s)
+        wait_until(lambda: _status(main + "/metrics") == 503, what="the main port's workers all held")
+        answers = [_status(scrape + "/metrics") for _ in range(40)]
+        assert answers == [200] * 40
+        assert b"spyglass_agent_info" in httpx.get(scrape + "/metrics").content
+        assert _status(scrape + "/debug/sources") == 404  # nothing else is served there
+        assert httpx.post(scrape + "/api/alerts", content=b"{}", headers={"Content-Type": "application/json"}
+                          ).status_code == 404
+    finally:
+        for s in drips:
+            s.close()
+        agent.stop.set()
+        agent.wake.set()
+        loop.join(timeout=60)
+
+
+def _status(url: str) -> int | None:
+    try:
+        return httpx.get(url, timeout=10).status_code
+    except httpx.TransportError:
+        return None
