@@ -44,3 +44,22 @@ def test_every_incident_of_both_seeds_has_a_window() -> None:
     required = {h for w in WINDOWS for h in w.must | w.diagnose}
     assert required >= {f"H{n}" for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20)}
     assert [w.name for w in WINDOWS if not (w.must or w.diagnose)] == ["quiet-day", "healthy-hour", "standing-budget"]
+
+
+def test_a_known_miss_is_scored_apart_and_one_that_stops_missing_fails() -> None:
+    """The list of known misses can only shrink: a declared miss passes, listed; a fixed one fails the window."""
+    from dataclasses import replace
+
+    from incidents.windows import BY_NAME
+
+    window = replace(BY_NAME["upgrade-day"], must=frozenset({"H18"}), diagnose=frozenset(), figures={},
+                     known_misses={("H18", "backtest"): "no day before"})
+    found = [{"heuristic": "H18", "instance": "strata-b"}]
+    missing = Outcome(window, alerts=[], findings=found)
+    assert missing.problems() == [] and missing.known() == ["backtest missed H18"]
+    assert missing.misses()["backtest"] == {"H18"}  # still a miss in precision and recall
+    fixed = Outcome(window, alerts=[{"alert": "EngineRegressionAfterRestart", "heuristic": "H18",
+                                     "labels": {"instance": "strata-b"}}], findings=found)
+    assert fixed.problems() == ["known miss H18 (backtest) no longer misses: remove it from known_misses"]
+    undeclared = Outcome(replace(window, known_misses={}), alerts=[], findings=found)
+    assert undeclared.problems() == ["backtest missed H18"] and undeclared.known() == []

@@ -59,7 +59,9 @@ def findings(config: str, start, end, code: int) -> dict[str, list[dict]]:
 
 def test_incident_2_is_an_eviction_storm_with_checkpoint_only_long_prompts(replay):
     found = findings(replay, *WINDOWS["incident2"], code=2)  # the storm is critical
-    assert set(found) == {"H3", "H4"}
+    assert set(found) == {"H3", "H4", "H5"}  # and it burns the normal lane's TTFT budget, as the pager says
+    [late] = found["H5"]
+    assert late["instance"] == "strata-b" and late["figures"]["worst_hour_late_percent"] > 14.4
     [storm] = found["H3"]
     assert (storm["instance"], storm["severity"], storm["alert"]) == ("strata-b", "critical", "EngineEvictionStorm")
     figures = storm["figures"]

@@ -9,8 +9,11 @@ def build(d: Deployment) -> Heuristic:
     least = 3.0
     probe = Probe(needs=("infer_store",), alert="PlanThenStop", sql=probe_sql(__file__, least=num(least)),
         summary="{plan_then_stop} responses on lane {lane} ({sessions} sessions) ended the turn after a short plan, tools"
-        " offered and none called (up to {most_in_an_hour} in an hour).",
-        figures=("plan_then_stop", "sessions", "most_in_an_hour"))
+        " offered and none called (up to {most_in_an_hour} in an hour); the first, {trace_request_id}, with"
+        " {content_chars} characters of text. Completions of {least_completion} to {most_completion} tokens against"
+        " max_tokens {max_tokens}: not truncation.",
+        figures=("plan_then_stop", "sessions", "most_in_an_hour", "content_chars", "least_completion", "most_completion",
+                 "max_tokens"))
     return Heuristic(
         id="H8", title="Plan, then end of turn", incident="4, 5 (session bd7e62ed)",
         symptom="Responses with finish=stop, no tool call and a short visible text, on requests that offered tools.",

@@ -62,14 +62,30 @@ class Outcome:
         return [(h, x) for h, numbers in self.window.figures.items() for x in numbers
                 if not quoted(x, [f for f in self.findings if f["heuristic"] == h])]
 
+    def _shortfalls(self) -> list[tuple[tuple[str, str], str]]:
+        """Each miss and unquoted figure, keyed (heuristic, side) as `Window.known_misses` names them."""
+        out = [((h, tool), f"{tool} missed {h}") for tool, hs in self.misses().items() for h in sorted(hs, key=order)]
+        return out + [((h, "figure"), f"diagnose did not quote {h}'s {x:,.12g}") for h, x in self.unquoted()]
+
+    def known(self) -> list[str]:
+        """The shortfalls the window declares as known misses: scored, printed, not failing."""
+        return [text for key, text in self._shortfalls() if key in self.window.known_misses]
+
+    def known_of(self, h: str) -> list[str]:
+        """The known misses of heuristic `h` in this window."""
+        return [text for key, text in self._shortfalls() if key[0] == h and key in self.window.known_misses]
+
     def problems(self) -> list[str]:
         out = list(self.errors)
-        for tool, hs in self.misses().items():
-            out += [f"{tool} missed {h}" for h in sorted(hs, key=order)]
+        shortfalls = self._shortfalls()
+        out += [text for key, text in shortfalls if key not in self.window.known_misses and "missed" in text]
         for tool, hs in self.false_alarms().items():
             out += [f"{tool} false alarm {h}" + (f" (elsewhere than {self.window.where[h]})" if h in self.misplaced()[tool]
                                                  else "") for h in sorted(hs, key=order)]
-        out += [f"diagnose did not quote {h}'s {x:,.12g}" for h, x in self.unquoted()]
+        out += [text for key, text in shortfalls if key not in self.window.known_misses and "missed" not in text]
+        missing = {key for key, _ in shortfalls}
+        out += [f"known miss {h} ({side}) no longer misses: remove it from known_misses"
+                for h, side in self.window.known_misses if (h, side) not in missing]
         return out
 
 
@@ -184,21 +200,28 @@ def render(outcomes: list[Outcome]) -> str:
              "diagnose` over it. A window requires some heuristics (`must`; `diagnose only` for a single",
              "request the pager rightly ignores), allows standing conditions (`may`), and may name the",
              "instance a heuristic must fire on (elsewhere it is a false alarm). Watchdog (H19) fires",
-             "everywhere by design and is not scored.", "",
+             "everywhere by design and is not scored. A known miss (a window's `known_misses`: what could",
+             "not yet be fixed, with why) counts as a miss in precision and recall and is listed apart; it does",
+             "not fail the test, and one that stops missing does.", "",
              "## Per heuristic, over the whole corpus", "",
              "| heuristic | backtest hits | misses | false alarms | precision | recall |"
-             " diagnose hits | misses | false alarms | precision | recall | figures quoted |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             " diagnose hits | misses | false alarms | precision | recall | figures quoted | known misses |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for h in HEURISTICS:
         b, d = _counts(outcomes, "backtest", h), _counts(outcomes, "diagnose", h)
         figures = [(o, x) for o in outcomes for x in o.window.figures.get(h, ())]
         unquoted = sum((h, x) in o.unquoted() for o, x in figures)
         lines.append(f"| {h} | {b[0]} | {b[1]} | {b[2]} | {_ratio(b[0], b[0] + b[2])} | {_ratio(b[0], b[0] + b[1])}"
                      f" | {d[0]} | {d[1]} | {d[2]} | {_ratio(d[0], d[0] + d[2])} | {_ratio(d[0], d[0] + d[1])}"
-                     f" | {len(figures) - unquoted} of {len(figures)} |")
-    exact = sum(not o.problems() for o in outcomes)
-    lines += ["", f"{exact} of {len(outcomes)} windows exact (no miss, no false alarm, every figure quoted).", "",
-              "## Per window", ""]
+                     f" | {len(figures) - unquoted} of {len(figures)} | {sum(len(o.known_of(h)) for o in outcomes)} |")
+    exact = sum(not o.problems() and not o.known() for o in outcomes)
+    known = [(o, text, o.window.known_misses[key]) for o in outcomes for key, text in o._shortfalls()
+             if key in o.window.known_misses]
+    lines += ["", f"{exact} of {len(outcomes)} windows exact (no miss, no false alarm, every figure quoted);"
+              f" {sum(not o.problems() and bool(o.known()) for o in outcomes)} pass with known misses only.", "",
+              "## Known misses", ""]
+    lines += ([f"- {o.window.name}: {text}. {reason}" for o, text, reason in known] or ["None."])
+    lines += ["", "## Per window", ""]
     for o in outcomes:
         lines += _window_section(o)
     return "\n".join(lines).rstrip() + "\n"
@@ -223,6 +246,7 @@ def _window_section(o: Outcome) -> list[str]:
             f"{p['alert']} {_where(p['labels'])} {p['text']} from {p['since']}" for p in held) + "."]
     lines += ["", "Diagnosis: " + ("; ".join(f"{f['heuristic']} {f['alert']} ({f.get('instance') or f.get('lane') or 'window'})"
                                             for f in o.findings) or "no finding") + "."]
-    problems = o.problems()
-    lines += ["", "Verdict: " + ("exact." if not problems else "; ".join(problems) + "."), ""]
+    problems, known = o.problems(), o.known()
+    verdict = "; ".join(problems) + "." if problems else "exact." if not known else "known misses only: " + "; ".join(known) + "."
+    lines += ["", "Verdict: " + verdict, ""]
     return lines
