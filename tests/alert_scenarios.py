@@ -190,6 +190,11 @@ def scenarios() -> list[Scenario]:
             'spyglass_gateway_concurrency_rejections_total{lane="unknown"}': counter((T0, 0), (rest, 12)),
             'spyglass_gateway_requests_total{lane="unknown", status="429"}': counter((T0, 0), (rest, 12)),
         }, {122: [], 140: [("GatewayConcurrencyFull", {})]}, {"GatewayConcurrencyFull": (140, {}, "9.091%")}),
+        # llama-server defers instead of answering 429: two minutes of queue that drains is no alert, five
+        # minutes in which every poll found requests waiting is.
+        Scenario("H12 llama-server: a queue that never drains", N, {
+            f"spyglass_llama_requests_deferred{{{a_il}}}": gauge((T0, 0), (2, 3), (1, 0), (rest - 3, 2)),
+        }, {T0 + 1: [], T0 + 6: [], T0 + 9: [("EngineRequestsDeferred", A)]}),
         Scenario("H13 crash loop, then FATAL", N, {
             'spyglass_supervisord_spawns_total{program="strata-b"}':
                 gauge((T0, 1), *[(3, 2 + k) for k in range(10)], (rest - 30, 11)),

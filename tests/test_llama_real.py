@@ -49,7 +49,7 @@ POLL_SECONDS = 0.5
 MUST = {"llama-storm": {"EngineEvictionStorm"}, "llama-crash": {"ProgramCrashLoop"},
         "llama-missing": {"ProgramFatal", "EngineModelPathDangling", "SpyglassSourceDown"},
         "llama-dangling": {"ProgramFatal", "EngineModelPathDangling", "SpyglassSourceDown"},
-        "llama-busy": set(), "llama-hung": {"SpyglassSourceDown"}, "llama-healthy": set()}
+        "llama-busy": {"EngineRequestsDeferred"}, "llama-hung": {"SpyglassSourceDown"}, "llama-healthy": set()}
 # A failed load respawned twice in three seconds is a crash loop too, and a restart before ready. The crash
 # loop's poller may find no server between respawns for the 1.5 s of SpyglassSourceDown's scaled for:. A decode
 # rate over the scaled 6 s window can fall under a quarter of its 36 s baseline on a loaded machine.
@@ -253,15 +253,18 @@ def test_a_failed_load_pages_for_a_missing_model_and_a_dangling_link(deployment:
         assert any(r["component"] == "load" and "failed to load model" in r["message"] for r in rows), rows
 
 
-def test_concurrency_full_defers_requests(deployment: Deployment) -> None:
+def test_concurrency_full_defers_requests_and_pages(deployment: Deployment) -> None:
     d = deployment
-    prompts = [text(1500, f"burst-{i}") for i in range(6)]
-    assert asyncio.run(burst(d.stack.url("llama-busy"), prompts, n_predict=400)) == [200] * 6
+    prompts = [text(1500, f"burst-{i}") for i in range(12)]
+    assert asyncio.run(burst(d.stack.url("llama-busy"), prompts, n_predict=800)) == [200] * 12
     seen = wait_until(lambda: query(d.prom, 'max_over_time(spyglass_llama_requests_deferred{instance="llama-busy"}[5m]) > 0'),
                       60, "deferred requests in Prometheus")
     assert float(seen[0]["value"][1]) >= 1
     busy = query(d.prom, 'max_over_time(spyglass_engine_slots_busy{instance="llama-busy"}[5m])')
     assert float(busy[0]["value"][1]) == 1  # -np 1: the one slot
+    # A queue that never drained over the (scaled) window raises a ticket: the engine-side face of H12.
+    wait_until(lambda: d.paged("EngineRequestsDeferred", "llama-busy", "/ticket"), 120,
+               f"EngineRequestsDeferred at the pager; fired in Prometheus: {sorted(d.fired)}")
 
 
 def test_a_stopped_engine_is_a_source_down_not_a_hang(deployment: Deployment) -> None:
