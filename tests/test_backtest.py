@@ -359,7 +359,8 @@ def test_an_alert_pending_but_never_fired_is_shown_with_its_hold() -> None:
                                                                             "held 3m of for: 5m")]
 
 
-def test_the_table_keeps_its_full_width_to_a_pipe() -> None:
+def test_the_table_keeps_its_full_width_to_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)  # a pipe with no width said: an earlier test may have set one
     firing = Firing("EngineLongPromptsCheckpointOnly", "H4", "warning",
                     {"instance": "strata-b", "lane": "normal", "severity": "warning"},
                     "2026-10-07T07:40:00Z", None)

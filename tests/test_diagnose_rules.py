@@ -6,7 +6,7 @@ are evaluated by Debian's promtool over the scenario's metrics. The scenario is 
 samples: counters at 0 before it, at their final value from its end on, the stack idle for the
 hour after (gauges hold their final value; timestamps are moved onto promtool's clock). Each
 alert may fire at any minute of that hour, so every `for:` has elapsed. Only heuristics the
-diagnosis checks are compared; the metrics-only ones (H1, H2, H7, H17-H19) are left to the alerts.
+diagnosis checks are compared (H7's hold is not replayed: see rules_found); H17-H19 are left to the alerts.
 
 `crash-loop` is read at a moment strata-b is ready, between two of its aborts (its ready gauge is
 held for the hour). `hung-engine` is read while the engine hangs, not after the stack stopped: its signal is a serve that
@@ -123,7 +123,9 @@ def rules_found(tmp_path: Path, config, exposition: str, ended: float, expected:
     d = Deployment.of(config)
     rules = tmp_path / "rules.yml"
     rules.write_text(render_rules(d))
-    probed = {h.id for h in catalogue(d) if h.probe}
+    # H7's probe wants the skew to have lasted ServeBuildSkew's for: in the polls themselves; the replay holds
+    # the status gauges for the hour after a scenario that polled for a minute, so only the rule sees it.
+    probed = {h.id for h in catalogue(d) if h.probe} - {"H7"}
     test = {"rule_files": [str(rules)], "evaluation_interval": "1m",
             "group_eval_order": ["spyglass-recording", "spyglass-alerts"],
             "tests": [{"interval": "1m", "input_series": input_series(exposition, ended, d.settings.job),
@@ -141,8 +143,9 @@ def rules_found(tmp_path: Path, config, exposition: str, ended: float, expected:
 def test_diagnosis_and_rules_find_the_same_heuristics(name, tmp_path):
     config, window, exposition, ended = scenario_run(name, tmp_path)
     found = {f.heuristic for f in diagnose(config, window).findings}
-    if name == "healthy":  # the emulator's English filler is estimated at 3.3x by the gateway: H10, on both sides
-        assert found <= {"H10"}
+    if name == "healthy":  # the emulator's English filler is estimated at 3.3x by the gateway: H10, on both sides;
+        # its engines run unpinned on this machine's CPUs, which the host source measures: H2, on both sides
+        assert found <= {"H10", "H2"}
     else:
         assert found, f"the diagnosis found nothing in {name}"
     agreed = rules_found(tmp_path, config, exposition, ended, found)

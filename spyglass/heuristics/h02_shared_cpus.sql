@@ -1,5 +1,6 @@
 -- Engine processes alive in the window whose start banners name overlapping CPU lists (incident 1: both
--- engines on 0-31 at 9.3 tok/s), with each one's median decode rate in the window and a request to trace.
+-- engines on 0-31 at 9.3 tok/s), or whose overlap the host source measured (Cpus_allowed_list, as the
+-- alert reads it: one signal, one answer), with each one's median decode rate and a request to trace.
 WITH starts AS (
   SELECT instance, cpus, ts_utc, lead(ts_utc) OVER (PARTITION BY instance ORDER BY ts_utc) AS next_utc
   FROM deploys__all WHERE component = 'engine' AND ts_utc < $to
@@ -17,6 +18,24 @@ WITH starts AS (
     count(DISTINCT a.cpu) AS shared_cpus, greatest(max(a.ts_utc), max(b.ts_utc)) AS since_utc
   FROM cpu a JOIN cpu b ON a.cpu = b.cpu AND a.instance <> b.instance
   GROUP BY a.instance, b.instance
+), measured AS (  -- the host source's samples in the window: the overlap as the kernel allows it
+  SELECT instance, fields->>'other' AS other, max(TRY_CAST(fields->>'shared' AS INT)) AS shared_cpus,
+    min(ts_utc) AS since_utc
+  FROM timeline__all WHERE source_kind = 'host' AND kind = 'shared_cpus' AND ts_utc >= $from AND ts_utc < $to
+  GROUP BY ALL
+), allowed AS (
+  SELECT instance, arg_max(fields->>'cpus', ts_utc) AS cpus
+  FROM timeline__all WHERE source_kind = 'host' AND kind = 'process' AND ts_utc >= $from AND ts_utc < $to
+  GROUP BY instance
+), overlaps AS (
+  SELECT instance, other, cpus, other_cpus, shared_cpus, since_utc FROM pairs
+  UNION ALL
+  SELECT m.instance, m.other, a.cpus, o.cpus, m.shared_cpus, m.since_utc
+  FROM measured m LEFT JOIN allowed a ON a.instance = m.instance LEFT JOIN allowed o ON o.instance = m.other
+), best AS (
+  SELECT instance, other, arg_max(cpus, shared_cpus) AS cpus, arg_max(other_cpus, shared_cpus) AS other_cpus,
+    max(shared_cpus) AS shared_cpus, min(since_utc) AS since_utc
+  FROM overlaps GROUP BY instance, other
 ), decode AS (
   SELECT instance, round(median(decode_tps), 1) AS decode_tps, count(*) AS requests,
     arg_min(request_id, decode_tps) AS trace_request_id, min(ts_utc) AS first_utc, max(ts_utc) AS last_utc
@@ -25,6 +44,6 @@ WITH starts AS (
 SELECT p.instance, NULL AS lane, greatest(p.since_utc, d.first_utc) AS start_utc, d.last_utc AS end_utc,
   p.cpus, p.other, p.other_cpus, p.shared_cpus, d.decode_tps, o.decode_tps AS other_decode_tps, d.requests,
   d.trace_request_id
-FROM pairs p LEFT JOIN decode d USING (instance) LEFT JOIN decode o ON o.instance = p.other
+FROM best p LEFT JOIN decode d USING (instance) LEFT JOIN decode o ON o.instance = p.other
 WHERE p.shared_cpus > {shared}
 ORDER BY p.instance
