@@ -18,16 +18,16 @@ WITH starts AS (
     count(DISTINCT a.cpu) AS shared_cpus, greatest(max(a.ts_utc), max(b.ts_utc)) AS since_utc
   FROM cpu a JOIN cpu b ON a.cpu = b.cpu AND a.instance <> b.instance
   GROUP BY a.instance, b.instance
-), measured AS (  -- the host source's samples in the window: the overlap as the kernel allows it
+), measured AS (  -- the host source samples in the window: the overlap as the kernel allows it
   SELECT instance, fields->>'other' AS other, max(TRY_CAST(fields->>'shared' AS INT)) AS shared_cpus,
     min(ts_utc) AS since_utc
-  FROM timeline__all WHERE source_kind = 'host' AND kind = 'shared_cpus' AND ts_utc >= $from AND ts_utc < $to
+  FROM timeline WHERE source_kind = 'host' AND kind = 'shared_cpus'
   GROUP BY ALL
 ), allowed AS (
   SELECT instance, arg_max(fields->>'cpus', ts_utc) AS cpus
-  FROM timeline__all WHERE source_kind = 'host' AND kind = 'process' AND ts_utc >= $from AND ts_utc < $to
+  FROM timeline WHERE source_kind = 'host' AND kind = 'process'
   GROUP BY instance
-), overlaps AS (
+), overlap_pairs AS (
   SELECT instance, other, cpus, other_cpus, shared_cpus, since_utc FROM pairs
   UNION ALL
   SELECT m.instance, m.other, a.cpus, o.cpus, m.shared_cpus, m.since_utc
@@ -35,7 +35,7 @@ WITH starts AS (
 ), best AS (
   SELECT instance, other, arg_max(cpus, shared_cpus) AS cpus, arg_max(other_cpus, shared_cpus) AS other_cpus,
     max(shared_cpus) AS shared_cpus, min(since_utc) AS since_utc
-  FROM overlaps GROUP BY instance, other
+  FROM overlap_pairs GROUP BY instance, other
 ), decode AS (
   SELECT instance, round(median(decode_tps), 1) AS decode_tps, count(*) AS requests,
     arg_min(request_id, decode_tps) AS trace_request_id, min(ts_utc) AS first_utc, max(ts_utc) AS last_utc
