@@ -34,7 +34,7 @@ def build(d: Deployment):
                          links=[runbook(d, "GatewayBlindRetries")]),
         timeseries_panel("429: model concurrency full", "reqps",
                          Q(rate("spyglass_gateway_concurrency_rejections_total", "lane"), "{{lane}}"), width=8,
-                         links=[runbook(d, "GatewayConcurrencyFull")]),
+                         links=[runbook(d, "GatewayConcurrencyFull"), runbook(d, "EngineRequestsDeferred")]),
         timeseries_panel("Engine refusals, by status", "reqps",
                          Q(rate("spyglass_engine_rejections_total", "instance, status"), "{{instance}} {{status}}"),
                          width=8),
