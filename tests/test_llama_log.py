@@ -269,8 +269,8 @@ def test_the_engine_signals_count_llama_events_as_the_strata_engines(tmp_path: P
 
 
 def test_the_writer_of_a_log_is_found_by_its_command_line(tmp_path: Path, spawns) -> None:
-    """A real process naming the file with --log-file (a sleeping Python stands in: the rule reads only its
-    command line, relative to its working folder)."""
+    """A real process naming the file with --log-file (a Python blocked on its stdin stands in: the rule
+    reads only its command line, relative to its working folder)."""
     import subprocess
     import sys
     import time
@@ -280,15 +280,16 @@ def test_the_writer_of_a_log_is_found_by_its_command_line(tmp_path: Path, spawns
     log = tmp_path / "w.log"
     log.touch()
     before = time.time()
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "--log-file", log.name], cwd=tmp_path)
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "--log-file", log.name], cwd=tmp_path,
+                             stdin=subprocess.PIPE)  # runs until its stdin closes: no sleep to outlast
     try:
         def found() -> Writer | None:
             writer = find_writer(log, time.time)
             return writer if writer is not None and writer.pid == child.pid else None
 
-        writer = wait_until(found, 20, "the sleeping writer")
+        writer = wait_until(found, 20, "the blocked writer")
         assert before - 0.05 <= writer.start <= time.time() and "--log-file" in writer.argv
         assert find_writer(tmp_path / "other.log", time.time) is None
     finally:
-        child.kill()
-        child.wait()
+        child.stdin.close()  # type: ignore[union-attr]
+        child.wait(timeout=20)
