@@ -28,7 +28,7 @@ import duckdb
 import orjson
 
 from collectors.event import Event
-from exporters.state import MetricState
+from signals.state import MetricState
 from spyglass import timeinput
 from spyglass.config import Config
 from spyglass.pipeline import build_signals, metric_state

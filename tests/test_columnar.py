@@ -9,12 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import exporters
 from collectors.columnar import NotRe2, to_re2
 from collectors.engine_log import EngineLogOptions, EngineLogSource
-from exporters import SignalsSettings
-from exporters.engine_signals import EngineSignals
-from exporters.state import MetricState
+from signals import SignalsSettings, full_catalogue
+from signals.engine import EngineSignals
+from signals.state import MetricState
 
 FIXTURE = Path(__file__).parent / "fixtures" / "engine_log" / "strata-iq3_xxs-b.log"
 LINES = FIXTURE.read_bytes().splitlines()
@@ -102,7 +101,7 @@ def metric_state(batches: list[list], many: bool = False) -> tuple[dict, list[st
     """The engine signals' state after applying every event, as the pipeline does (one by one, or
     with `many` column-wise per batch), and the events the signals refused (the pipeline counts
     those invalid)."""
-    state = MetricState(exporters.full_catalogue())
+    state = MetricState(full_catalogue())
     signals = EngineSignals(state, settings=SignalsSettings(lanes={"strata-b": "normal"}))
     signals.min_batch = 1
     refused = []

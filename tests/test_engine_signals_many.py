@@ -8,13 +8,12 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-import exporters
 from bench.gen_log import generate
 from collectors.engine_log import EngineLogOptions, EngineLogSource
 from collectors.event import Event
-from exporters import SignalsSettings
-from exporters.engine_signals import EngineSignals
-from exporters.state import MetricState
+from signals import SignalsSettings, full_catalogue
+from signals.engine import EngineSignals
+from signals.state import MetricState
 
 FIXTURE = Path(__file__).parent / "fixtures" / "engine_log" / "strata-iq3_xxs-b.log"
 
@@ -55,7 +54,7 @@ def events(draw) -> Event:
 
 
 def state_of(batches: list[list[Event]], many: bool, max_series: int, memo: dict | None = None) -> tuple:
-    state = MetricState(exporters.full_catalogue(), max_series=max_series)
+    state = MetricState(full_catalogue(), max_series=max_series)
     if memo is not None:
         state.memo = {"engine_log": {k: dict(v) for k, v in memo.items()}}
     signals = EngineSignals(state, settings=SignalsSettings(lanes={"strata-b": "normal"}, long_prompt_tokens=20,
@@ -98,7 +97,7 @@ def test_apply_many_equals_apply_on_the_fixture_and_a_generated_log(tmp_path):
 
 
 def test_apply_many_leaves_histogram_hooks_their_order_and_small_batches_to_apply():
-    state = MetricState(exporters.full_catalogue())
+    state = MetricState(full_catalogue())
     signals = EngineSignals(state)
     assert signals.apply_many([Event(0.0, "s", "tool_call", "i")] * (signals.min_batch - 1)) is None
     assert signals.apply_many([Event(0.0, "s", "tool_call", "i")] * signals.min_batch) == []

@@ -1,5 +1,6 @@
-"""Arrows run down: collectors know only the event; exporters know collectors' events; the
-application (spyglass/) and the observed stack (engine/) sit above them."""
+"""Arrows run down: collectors know only the event; signals derive metrics and spans from
+collectors' events; exporters ship the events and the signals' state; the application (spyglass/)
+and the observed stack (engine/) sit above them, and engine/ needs no exporter."""
 from __future__ import annotations
 
 import ast
@@ -11,9 +12,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = {
-    "collectors": {"exporters", "spyglass", "engine"},
+    "collectors": {"signals", "exporters", "spyglass", "engine"},
+    "signals": {"exporters", "spyglass", "engine"},
     "exporters": {"spyglass", "engine"},
-    "engine": {"spyglass"},
+    "engine": {"spyglass", "exporters"},
 }
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collectors.event import Event
 from collectors.grammar import number_ok
-from exporters import SignalsBase, signals_for
-from exporters.catalogue import spec_maker
+from signals import SignalsBase, signals_for
+from signals.catalogue import spec_maker
 
 INSTANCE = ("instance",)
 STATES = ("loading", "ready", "draining")

@@ -16,7 +16,7 @@ from typing import Any
 
 from loguru import logger
 
-from exporters.catalogue import Catalogue
+from signals.catalogue import Catalogue
 
 Key = tuple[str, ...]
 # An observation's exemplar: the request id it came from and its time (epoch seconds). The trace id

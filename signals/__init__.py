@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from collectors.event import Event
-from exporters.catalogue import Catalogue, MetricSpec
+from signals.catalogue import Catalogue, MetricSpec
 
 if TYPE_CHECKING:
-    from exporters.state import MetricState
+    from signals.state import MetricState
 
 
 @runtime_checkable
@@ -94,9 +94,10 @@ def declare_only(kind: str, specs: Iterable[MetricSpec]) -> None:
 
 
 def load_all() -> dict[str, SignalsRegistration]:
+    """Every registration: imports each module of this package (the ones that hold no signals,
+    such as the catalogue and the state, register nothing)."""
     for module in pkgutil.iter_modules(__path__):
-        if module.name.endswith("_signals"):
-            importlib.import_module(f"{__name__}.{module.name}")
+        importlib.import_module(f"{__name__}.{module.name}")
     return SIGNALS
 
 

@@ -24,10 +24,10 @@ from operator import itemgetter
 
 from collectors.event import Event
 from collectors.host import cpu_set
-from exporters import SignalsBase, SignalsSettings, signals_for
-from exporters.buckets import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND
-from exporters.catalogue import spec_maker
-from exporters.state import MAX_VALUE, MetricState
+from signals import SignalsBase, SignalsSettings, signals_for
+from signals.buckets import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND
+from signals.catalogue import spec_maker
+from signals.state import MAX_VALUE, MetricState
 
 INSTANCE_LANE = ("instance", "lane")
 RESYNC_LINES = 3
@@ -479,7 +479,7 @@ class EngineSignals(SignalsBase):
         model = os.path.basename(str(e.fields["real"]))
         self.state.set_info("spyglass_engine_model_info", key + (model, str(e.fields["md5"])), 2)
         self.state.set("spyglass_engine_model_bytes", key, e.fields["bytes"])
-        # What the running process loaded, for the model-path watch (exporters/model_path_signals.py).
+        # What the running process loaded, for the model-path watch (signals/model_path.py).
         self.state.memo.setdefault("model_loaded", {})[e.instance] = {"real": str(e.fields["real"]),
                                                                       "bytes": e.fields["bytes"], "ts": e.ts}
 
