@@ -117,13 +117,16 @@ class _BoundedServer(HTTPServer):
 
 
 def bind(listen: str, site: Site, workers: int, what: str) -> _BoundedServer:
-    """A bounded server for `site` on `listen` (host:port, [v6]:port); ListenError if it cannot bind."""
+    """A bounded server for `site` on `listen` (host:port, [v6]:port), with the site's `loopback` set
+    to the port it got; ListenError if it cannot bind."""
     host, _, port = listen.rpartition(":")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        return _BoundedServer((host.strip("[]"), int(port)), site, workers, family)
+        httpd = _BoundedServer((host.strip("[]"), int(port)), site, workers, family)
     except OSError as exc:
         raise ListenError(f"cannot listen on {listen}{what}: {exc.strerror or exc}") from None
+    site.loopback = _loopback_port(host, httpd.server_address[1])
+    return httpd
 
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
@@ -378,13 +381,10 @@ class AgentServer:
         routes = route_table(state, debug, limits, query, traces, alerts, smoke)
         site = Site(routes, limits)
         self.httpd = bind(listen, site, limits.workers, "")
-        host = listen.rpartition(":")[0]
-        site.loopback = _loopback_port(host, self.httpd.server_address[1])
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="spyglass-http", daemon=True)
         self.metrics_httpd: _BoundedServer | None = None
         if metrics_listen:
-            only = Site({key: routes[key] for key in METRICS_ONLY}, limits, b"only /metrics and /health on this port\n",
-                        site.loopback)
+            only = Site({key: routes[key] for key in METRICS_ONLY}, limits, b"only /metrics and /health on this port\n")
             try:
                 self.metrics_httpd = bind(metrics_listen, only, max(4, limits.workers // 4), " (metrics_listen)")
             except ListenError:
