@@ -14,8 +14,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from collectors.clock import BEIJING_ZONE_NAME
+
 PAD = "INTERVAL 1 HOUR"
-BEIJING = "Asia/Shanghai"
+BEIJING = BEIJING_ZONE_NAME
 TZ, BJ, INT, FLOAT, TEXT, BOOL, JSON = ("TIMESTAMP WITH TIME ZONE", "TIMESTAMP", "BIGINT", "DOUBLE", "VARCHAR",
                                         "BOOLEAN", "JSON")
 
