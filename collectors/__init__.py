@@ -95,6 +95,23 @@ class PolledSource(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class NotesItsParser(Protocol):
+    """A line source that says which path parses its lines, and why (for /debug/sources); one
+    that does not is parsed per line."""
+
+    @property
+    def parse_note(self) -> str: ...
+
+
+@runtime_checkable
+class SaysWhatItSamples(Protocol):
+    """A polled source that says whether a poll describes the present (True, the default of
+    PolledSourceBase) or imports history, each record stamped with its own time."""
+
+    samples_present: bool
+
+
 class _SourceBase:
     def checkpoint(self) -> dict[str, Any] | None:
         """State to commit with the events (None: the source keeps none)."""
@@ -146,9 +163,19 @@ class Registration:
 
     def build(self, name: str, options: SourceOptions, host: str = "") -> LineSource | PolledSource:
         """The source object for these options (a bad pattern raises ValueError, naming its key)."""
-        make = self.polled if self.is_polled(options) else self.tailed
-        assert make is not None
-        return make(name, options, host=host)
+        return self.build_polled(name, options, host) if self.is_polled(options) else self.build_tailed(name, options, host)
+
+    def build_tailed(self, name: str, options: SourceOptions, host: str = "") -> LineSource:
+        """The kind's line source for these options; ValueError if the kind has none."""
+        if self.tailed is None:
+            raise ValueError(f"source kind {self.kind!r} is not read from a file")
+        return self.tailed(name, options, host=host)
+
+    def build_polled(self, name: str, options: SourceOptions, host: str = "") -> PolledSource:
+        """The kind's polled source for these options; ValueError if the kind has none."""
+        if self.polled is None:
+            raise ValueError(f"source kind {self.kind!r} is not polled")
+        return self.polled(name, options, host=host)
 
 
 REGISTRY: dict[str, Registration] = {}

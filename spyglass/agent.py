@@ -18,7 +18,7 @@ from collectors.clock import Clock, SystemClock
 from exporters.statefile import StateFile, Store
 from spyglass import __version__
 from spyglass.config import Config
-from spyglass.pipeline import Pipeline, SourceRuntime
+from spyglass.pipeline import Pipeline, PolledRuntime
 from spyglass.wake import Wake
 
 if TYPE_CHECKING:
@@ -186,7 +186,7 @@ class Agent:
     def _pollers(self) -> list[threading.Thread]:
         """One thread per polled source: a slow endpoint delays only itself, never the tailing."""
 
-        def loop(rt: SourceRuntime) -> None:
+        def loop(rt: PolledRuntime) -> None:
             while not self.stop.is_set():
                 wait = self.pipeline.poll(rt)  # the pipeline keeps the schedule: interval, or backoff
                 self.wake.set()

@@ -138,7 +138,7 @@ def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
                    " ingest while it runs (query it with `spyglass sql`); stop it first to ingest here", err=True)
         raise typer.Exit(1) from None
     pipeline = Pipeline(cfg, SystemClock(), store)
-    tailers = [rt.tailer for rt in pipeline.sources if rt.tailer is not None]
+    tailers = [rt.tailer for rt in pipeline.tailed_sources()]
     before = sum(tailer.stats.lines for tailer in tailers)
     # Events counted from the sources' outcomes, not by a commit hook: with a hook the committer
     # would keep every event of a commit interval in memory even with the store off.

@@ -11,13 +11,13 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 from loguru import logger
 
 import collectors
 import signals
-from collectors import LineSource, PolledSource, PollPolicy, timebounds
+from collectors import LineSource, NotesItsParser, PolledSource, PollPolicy, SaysWhatItSamples, timebounds
 from collectors.clock import Clock
 from collectors.event import Event
 from collectors.grammar import split_outcome
@@ -64,19 +64,76 @@ class PollSchedule:
         self.next_due = now + min(wait, max(cap if cap is not None else interval, interval))
 
 
-@dataclass
+@runtime_checkable
+class ColumnWise(Protocol):
+    """Signals that may apply a batch column-wise: the same state as one by one, and the same
+    refusals, as (index, exception) pairs; None when the batch is better applied one by one."""
+
+    def apply_many(self, events: list[Event]) -> list[tuple[int, Exception]] | None: ...
+
+
+@dataclass(kw_only=True)
 class SourceRuntime:
+    """What the pipeline keeps per source, whichever way it is read: the kind's signals, and the
+    outcomes counted for /metrics and /debug/sources."""
+
     name: str
     kind: str
-    source: LineSource | PolledSource
-    tailer: Tailer | None  # None for a polled source
-    apply: Callable[[Event], None] | None  # the signals object's apply(event)
-    polled_checkpoint: dict[str, Any] | None = None
-    schedule: PollSchedule | None = None  # for a polled source
+    signals: Signals | None  # None for a kind whose events only are stored
+    column_wise: ColumnWise | None = field(init=False)  # the same signals, if they apply batches column-wise
     outcomes: dict[str, int] = field(default_factory=dict)
     last_unmatched: bytes = b""
     last_event_ts: float = 0.0
-    apply_many: Callable[[list[Event]], list[tuple[int, Exception]] | None] | None = None  # column-wise apply
+
+    def __post_init__(self) -> None:
+        self.column_wise = self.signals if isinstance(self.signals, ColumnWise) else None
+
+
+@dataclass(kw_only=True)
+class TailedRuntime(SourceRuntime):
+    """A source whose file the pipeline tails; its checkpoint is the tailer's, with the source's state."""
+
+    source: LineSource
+    tailer: Tailer
+
+    def checkpoint(self) -> dict[str, Any]:
+        saved = self.tailer.checkpoint()
+        state = self.source.checkpoint()
+        if state is not None:
+            saved["source"] = state
+        return saved
+
+    def parser(self) -> str:
+        """Which path parses its blocks (per line, or columnar; why a pattern keeps it per line)."""
+        return self.source.parse_note if isinstance(self.source, NotesItsParser) else "per line"
+
+    def close(self) -> None:
+        self.tailer.close()
+        self.source.close()
+
+
+@dataclass(kw_only=True)
+class PolledRuntime(SourceRuntime):
+    """A source the pipeline polls on its schedule, from any thread; `saved` is the source's state
+    as of the last poll whose events were taken (the checkpoint committed with them)."""
+
+    source: PolledSource
+    schedule: PollSchedule
+    saved: dict[str, Any] | None = None
+
+    @property
+    def samples_present(self) -> bool:
+        """Whether a poll describes the present (most) or imports history (PolledSourceBase)."""
+        return self.source.samples_present if isinstance(self.source, SaysWhatItSamples) else True
+
+    def checkpoint(self) -> dict[str, Any]:
+        return {"source": self.saved} if self.saved is not None else {}
+
+    def close(self) -> None:
+        self.source.close()
+
+
+Runtime = TailedRuntime | PolledRuntime
 
 
 class Pipeline:
@@ -103,7 +160,7 @@ class Pipeline:
         self.sources = [self._build_source(name, options, saved.checkpoints.get(name))
                         for name, options in config.sources.items()]
         self.state.set_info("spyglass_agent_info", (__version__,), 0)
-        self._polled: queue.Queue[tuple[SourceRuntime, list[Event], bool, Any]] = queue.Queue()
+        self._polled: queue.Queue[tuple[PolledRuntime, list[Event], bool, Any]] = queue.Queue()
         self.event_hooks: list[Callable[[list[Event]], None]] = []  # after each commit, e.g. span export
         self._submitted: queue.Queue[tuple[list[Event], threading.Event]] = queue.Queue()  # from outside: spans received by OTLP
         agent = config.agent
@@ -135,25 +192,25 @@ class Pipeline:
     def _build_signals(self) -> dict[str, Signals]:
         return build_signals(self.config, self.state)
 
-    def _build_source(self, name: str, options: Any, checkpoint: dict[str, Any] | None) -> SourceRuntime:
+    def _build_source(self, name: str, options: Any, checkpoint: dict[str, Any] | None) -> Runtime:
         registration = collectors.load_all()[options.kind]
         agent = self.config.agent
-        source = registration.build(name, options, host=agent.host)
-        tailer, schedule = None, None
+        saved = checkpoint.get("source") if checkpoint else None
+        signals = self.signals.get(options.kind)
+        runtime: Runtime
         if registration.is_polled(options):
-            polled = cast(PolledSource, source)  # is_polled: built from the registration's polled class
-            schedule = PollSchedule(polled, polled.poll_policy())
+            polled = registration.build_polled(name, options, host=agent.host)
+            runtime = PolledRuntime(name=name, kind=options.kind, source=polled, saved=saved,
+                                    schedule=PollSchedule(polled, polled.poll_policy()), signals=signals)
         else:
+            source = registration.build_tailed(name, options, host=agent.host)  # a bad pattern raises before a file opens
             tailer = Tailer(str(options.path), self.clock, checkpoint=checkpoint, rotated=tuple(options.rotated),
                             start_at=options.start_at, max_line=agent.max_line_bytes,
                             grace_seconds=agent.grace_seconds,
                             generations=agent.rotated_generations)
-        if checkpoint and checkpoint.get("source") is not None:
-            source.restore(checkpoint["source"])
-        signals = self.signals.get(options.kind)
-        runtime = SourceRuntime(name, options.kind, source, tailer, signals.apply if signals else None,
-                                checkpoint.get("source") if checkpoint and tailer is None else None, schedule,
-                                apply_many=getattr(signals, "apply_many", None))
+            runtime = TailedRuntime(name=name, kind=options.kind, source=source, tailer=tailer, signals=signals)
+        if saved is not None:
+            runtime.source.restore(saved)
         for (src, outcome), value in self.state.series("spyglass_source_lines_total").items():
             if src == name:
                 runtime.outcomes[outcome] = int(value)
@@ -165,7 +222,7 @@ class Pipeline:
         Nothing is committed here (see `commit_if_due`). While the store is failing and a full
         batch waits, files are not read: their lines wait in the files, memory stays bounded."""
         paused = self.committer.backlogged()
-        batches = [(rt, [] if paused else self._poll_file(rt)) for rt in self.sources if rt.tailer is not None]
+        batches = [(rt, [] if paused else self._poll_file(rt)) for rt in self.tailed_sources()]
         polled = self._drain_polled()
         stored, waiters = self._drain_submitted()
         now = self.clock.now()
@@ -175,11 +232,11 @@ class Pipeline:
                 self._apply(rt, events)
                 self._update_health(rt)
                 stored += events
-            for rt, events, ok in polled:
-                events = self._within_time_bounds(rt, events, now)
-                self._apply(rt, events)
-                self.state.inc("spyglass_source_polls_total", (rt.name, "ok" if ok else "error"))
-                self.state.set("spyglass_source_up", (rt.name,), 1.0 if ok else 0.0)
+            for poller, events, ok in polled:
+                events = self._within_time_bounds(poller, events, now)
+                self._apply(poller, events)
+                self.state.inc("spyglass_source_polls_total", (poller.name, "ok" if ok else "error"))
+                self.state.set("spyglass_source_up", (poller.name,), 1.0 if ok else 0.0)
                 stored += events
             lines_read = sum(len(lines) for _, lines in batches) + len(stored)
             self.committer.add(stored, lines_read, waiters)
@@ -193,23 +250,25 @@ class Pipeline:
             self.publisher.tick()
 
     def _checkpoints(self) -> dict[str, Any]:
-        return {rt.name: self._checkpoint(rt) for rt in self.sources}
+        return {rt.name: rt.checkpoint() for rt in self.sources}
 
     def _behind(self) -> bool:
         """Whether a file source stopped at its read budget with more to read."""
-        return any(rt.tailer.behind for rt in self.sources if rt.tailer is not None)
+        return any(rt.tailer.behind for rt in self.tailed_sources())
 
-    def polled_sources(self) -> list[SourceRuntime]:
-        return [rt for rt in self.sources if rt.tailer is None]
+    def tailed_sources(self) -> list[TailedRuntime]:
+        return [rt for rt in self.sources if isinstance(rt, TailedRuntime)]
 
-    def poll(self, rt: SourceRuntime) -> float:
+    def polled_sources(self) -> list[PolledRuntime]:
+        return [rt for rt in self.sources if isinstance(rt, PolledRuntime)]
+
+    def poll(self, rt: PolledRuntime) -> float:
         """One poll of a polled source if it is due, queued for the next step; returns the seconds
         until it is due again. Safe from any thread, one thread per source.
 
         A source that raises is a bug or a surprise of the host, never a dead agent: it is logged,
         counted as an error poll with up = 0, and retried on the failure schedule."""
         schedule = rt.schedule
-        assert schedule is not None, f"{rt.name} is not a polled source"
         now = self.clock.now()
         if not schedule.due(now):
             return schedule.next_due - now
@@ -218,7 +277,7 @@ class Pipeline:
         except Exception:  # noqa: BLE001 - anything, so that the poller thread survives it
             logger.exception("{}: poll failed; retried on the failure schedule", rt.name)
             schedule.done(now, ok=False)
-            self._polled.put((rt, [], False, rt.polled_checkpoint))
+            self._polled.put((rt, [], False, rt.saved))
             return schedule.next_due - now
         schedule.done(now, result.ok)
         if result.events or not result.ok:
@@ -229,17 +288,17 @@ class Pipeline:
         """Poll every polled source that is due, on this thread (with `present` off, only those whose polls
         import history rather than sample the present)."""
         for rt in self.polled_sources():
-            if present or not getattr(rt.schedule.source if rt.schedule else None, "samples_present", True):
+            if present or not rt.samples_present:
                 self.poll(rt)
 
-    def _drain_polled(self) -> list[tuple[SourceRuntime, list[Event], bool]]:
-        drained: list[tuple[SourceRuntime, list[Event], bool]] = []
+    def _drain_polled(self) -> list[tuple[PolledRuntime, list[Event], bool]]:
+        drained: list[tuple[PolledRuntime, list[Event], bool]] = []
         while True:
             try:
                 rt, events, ok, saved = self._polled.get_nowait()
             except queue.Empty:
                 return drained
-            rt.polled_checkpoint = saved
+            rt.saved = saved
             drained.append((rt, events, ok))
 
     def submit(self, events: list[Event]) -> threading.Event:
@@ -263,23 +322,12 @@ class Pipeline:
             drained += events
             waiters.append(stored)
 
-    def _poll_file(self, rt: SourceRuntime) -> list[bytes]:
+    def _poll_file(self, rt: TailedRuntime) -> list[bytes]:
         tailer = rt.tailer
-        assert tailer is not None  # called for file sources only
         lines = tailer.poll(self.config.agent.read_budget_bytes)
         if lines and tailer.live is not None:
-            cast(LineSource, rt.source).file_mtime(tailer.live.mtime_ns / 1e9)  # a date for date-less lines
+            rt.source.file_mtime(tailer.live.mtime_ns / 1e9)  # a date for date-less lines
         return lines
-
-    @staticmethod
-    def _checkpoint(rt: SourceRuntime) -> dict[str, Any]:
-        if rt.tailer is None:
-            return {"source": rt.polled_checkpoint} if rt.polled_checkpoint is not None else {}
-        saved = rt.tailer.checkpoint()
-        state = rt.source.checkpoint()
-        if state is not None:
-            saved["source"] = state
-        return saved
 
     def run_until_idle(self, poll: bool = True) -> int:
         """Read every file source to its current end, poll every polled source once, commit. With `poll`
@@ -331,14 +379,12 @@ class Pipeline:
 
     def close(self) -> None:
         for rt in self.sources:
-            if rt.tailer is not None:
-                rt.tailer.close()
-            rt.source.close()
+            rt.close()
         self.store.close()
 
-    def _parse(self, rt: SourceRuntime, lines: list[bytes]) -> list[Event]:
+    def _parse(self, rt: TailedRuntime, lines: list[bytes]) -> list[Event]:
         try:
-            events, misses, unmatched = cast(LineSource, rt.source).handle_lines(lines)
+            events, misses, unmatched = rt.source.handle_lines(lines)
         except Exception:  # noqa: BLE001 - a parser bug must cost lines, not the agent
             logger.exception("{}: parsing a batch of {} lines failed; they are counted invalid", rt.name, len(lines))
             rt.outcomes["invalid"] = rt.outcomes.get("invalid", 0) + len(lines)
@@ -369,8 +415,8 @@ class Pipeline:
         return kept
 
     def _apply(self, rt: SourceRuntime, events: list[Event]) -> None:
-        apply, good = rt.apply, []
-        failures = rt.apply_many(events) if rt.apply_many is not None and len(events) > 1 else None
+        apply, good = rt.signals.apply if rt.signals is not None else None, []
+        failures = rt.column_wise.apply_many(events) if rt.column_wise is not None and len(events) > 1 else None
         one_by_one = events if failures is None else []
         if failures:  # applied column-wise: the same state as one by one, the same refusals
             refused = dict(failures)
@@ -400,9 +446,8 @@ class Pipeline:
             logger.warning("{}: {} event not usable ({!r}); check sources.{}.patterns", rt.name,
                            event.kind, exc, rt.name)
 
-    def _update_health(self, rt: SourceRuntime) -> None:
+    def _update_health(self, rt: TailedRuntime) -> None:
         tailer = rt.tailer
-        assert tailer is not None  # called for file sources only
         s, key, stats = self.state, (rt.name,), tailer.stats
         s.set("spyglass_source_up", key, 1.0 if tailer.error is None and tailer.live else 0.0)
         for outcome, count in rt.outcomes.items():
@@ -420,9 +465,9 @@ class Pipeline:
     def debug_sources(self) -> dict[str, Any]:
         """Per-source state for /debug/sources: error, outcomes, the last line no pattern matched,
         and which path parses its blocks (per line, or columnar; why a pattern keeps it per line)."""
-        return {rt.name: {"kind": rt.kind, "path": rt.tailer.path if rt.tailer else None,
-                          "error": rt.tailer.error if rt.tailer else None,
+        return {rt.name: {"kind": rt.kind, "path": rt.tailer.path if isinstance(rt, TailedRuntime) else None,
+                          "error": rt.tailer.error if isinstance(rt, TailedRuntime) else None,
                           "outcomes": dict(rt.outcomes),
                           "last_unmatched": rt.last_unmatched.decode("utf-8", "replace"),
-                          "parser": getattr(rt.source, "parse_note", "per line")}
+                          "parser": rt.parser() if isinstance(rt, TailedRuntime) else "per line"}
                 for rt in self.sources}

@@ -57,6 +57,28 @@ def test_a_source_class_that_is_both_kinds_is_refused():
     assert "test_both" not in collectors.REGISTRY
 
 
+def test_the_optional_capabilities_are_protocols_a_source_satisfies_or_not():
+    """parse_note and samples_present are typed protocols, not attributes looked up by name."""
+    from collectors import NotesItsParser, SaysWhatItSamples
+    from collectors.engine_log import EngineLogOptions, EngineLogSource
+    from collectors.infer_store import InferStoreOptions, InferStoreSource
+    from collectors.switch_log import SwitchLogOptions, SwitchLogSource
+
+    engine = EngineLogSource("e", EngineLogOptions(kind="engine_log", path="/nonexistent/e.log"))
+    switch = SwitchLogSource("s", SwitchLogOptions(kind="switch_log", path="/nonexistent/s.log"))
+    assert isinstance(engine, NotesItsParser) and not isinstance(switch, NotesItsParser)
+    infer = InferStoreSource("i", InferStoreOptions(kind="infer_store", path="/nonexistent/infer"))
+    assert isinstance(infer, SaysWhatItSamples) and infer.samples_present is False
+    for source in (engine, switch, infer):
+        source.close()
+
+
+def test_a_registration_builds_only_the_ways_its_kind_is_read():
+    switch = collectors.load_all()["switch_log"]
+    with pytest.raises(ValueError, match="source kind 'switch_log' is not polled"):
+        switch.build_polled("s", switch.options(kind="switch_log", path="/nonexistent/s.log"))
+
+
 def test_a_source_class_with_the_wrong_constructor_is_refused():
     with pytest.raises(ValueError, match=r"must be constructible as cls\(name, options, host=\.\.\.\)"):
         @register("test_ctor", SourceOptions)
