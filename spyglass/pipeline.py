@@ -242,10 +242,11 @@ class Pipeline:
             rt.polled_checkpoint = saved
             drained.append((rt, events, ok))
 
-    def submit(self, events: list[Event]) -> threading.Event:
+    def submit(self, events: list[Event], stored: threading.Event | None = None) -> threading.Event:
         """Events from outside the sources (spans pushed to /v1/traces, Alertmanager's notifications,
-        smoke results), stored at the next step; the returned event is set once they are committed."""
-        stored = threading.Event()
+        smoke results), stored at the next step; `stored` (or a new event, returned) is set once they
+        are committed."""
+        stored = stored or threading.Event()
         self._submitted.put((events, stored))
         return stored
 
