@@ -412,6 +412,9 @@ class Pipeline:
         s.set("spyglass_source_long_lines_total", key, stats.long_lines)
         s.set("spyglass_source_nul_bytes_total", key, stats.nul_bytes)
         s.set("spyglass_source_lost_files_total", key, stats.lost_files)
+        s.set("spyglass_source_lost_bytes_total", key, stats.lost_bytes)
+        for reason, count in stats.possibly_lost.items():
+            s.set("spyglass_source_possibly_lost_total", key + (reason,), count)
         for kind, count in stats.rotations.items():
             s.set("spyglass_source_rotations_total", key + (kind,), count)
         if rt.last_event_ts:
