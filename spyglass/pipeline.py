@@ -242,10 +242,11 @@ class Pipeline:
             rt.polled_checkpoint = saved
             drained.append((rt, events, ok))
 
-    def submit(self, events: list[Event]) -> threading.Event:
+    def submit(self, events: list[Event], stored: threading.Event | None = None) -> threading.Event:
         """Events from outside the sources (spans pushed to /v1/traces, Alertmanager's notifications,
-        smoke results), stored at the next step; the returned event is set once they are committed."""
-        stored = threading.Event()
+        smoke results), stored at the next step; `stored` (or a new event, returned) is set once they
+        are committed."""
+        stored = stored or threading.Event()
         self._submitted.put((events, stored))
         return stored
 
@@ -411,6 +412,9 @@ class Pipeline:
         s.set("spyglass_source_long_lines_total", key, stats.long_lines)
         s.set("spyglass_source_nul_bytes_total", key, stats.nul_bytes)
         s.set("spyglass_source_lost_files_total", key, stats.lost_files)
+        s.set("spyglass_source_lost_bytes_total", key, stats.lost_bytes)
+        for reason, count in stats.possibly_lost.items():
+            s.set("spyglass_source_possibly_lost_total", key + (reason,), count)
         for kind, count in stats.rotations.items():
             s.set("spyglass_source_rotations_total", key + (kind,), count)
         if rt.last_event_ts:
