@@ -68,6 +68,9 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
 TEXT_FIELDS = ("build", "version", "build_name", "md5", "expected", "got", "conv", "req", "shape",
                "path", "real", "cpus", "reason", "origin", "finish", "cause", "args", "detail")
 TASK_LINES = frozenset({"prompt", "thinking", "tool_call", "done"})  # written only for a queued task
+# What may follow a real `start` line: the load phase, or the error of a start that dies at once (a
+# crash loop). A start line followed by anything else was not the engine's (a banner in an echoed prompt).
+START_SEQUENCE = frozenset({"args", "model", "cpus", "experts_loaded", "checksum_mismatch", "ready", "error"})
 DIGITS_TO_9 = bytes.maketrans(b"0123456789", b"9999999999")
 STAMP_LAYOUT = b"9999-99-99 99:99:99.999"
 COLUMNAR_MIN_LINES = 4096  # the measured crossover (bench/crossover.py, docs/benchmarks.md)

@@ -191,15 +191,6 @@ def test_a_start_the_start_sequence_follows_resets_the_counters(tmp_path):
     assert (KEY + ("start",)) not in values.get("spyglass_engine_implausible_values_total", {})
 
 
-def test_a_forged_banner_resets_nothing_on_the_columnar_path_either(tmp_path):
-    """A batch of 256 or more events goes column-wise (apply_many): the banner is resolved the same."""
-    work = b"".join(AFTER_BANNER.splitlines(keepends=True)[:1] * 300)
-    values = run(tmp_path, ENGINE + BEFORE_BANNER + lines(BANNER) + work)
-    assert values["spyglass_engine_implausible_values_total"][KEY + ("start",)] == 1
-    assert values["spyglass_engine_starts_total"][KEY] == 2 and values["spyglass_engine_ready"][KEY] == 1.0
-    assert values["spyglass_engine_evictions_total"][KEY] == 1
-
-
 def test_consistent_lower_values_never_lower_the_exported_counter(tmp_path):
     """Forged lines agreeing on a lower value resynchronised the counter downwards (a reset Prometheus
     reads as a whole new count); now only a confirmed start lowers it."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from exporters.buckets import le_label
 from spyglass.config import LaneObjective
 from spyglass.heuristics.model import BURN_WINDOWS, IL, Deployment, Recording
 
@@ -11,11 +12,6 @@ from spyglass.heuristics.model import BURN_WINDOWS, IL, Deployment, Recording
 def num(x: float) -> str:
     """A number as PromQL and text show it: 0.144, 3, 1e+10."""
     return f"{x:.6g}"
-
-
-def le_label(seconds: float) -> str:
-    """The `le` label value the exposition writes for a bucket bound (prometheus_client style)."""
-    return repr(float(seconds))
 
 
 def ratio(numerator: str, denominator: str, by: str) -> str:
