@@ -21,8 +21,8 @@ from prometheus_client.core import CounterMetricFamily, Exemplar, GaugeMetricFam
 from prometheus_client.openmetrics import exposition as openmetrics
 
 from collectors.trace_ids import trace_id_for
-from exporters.buckets import le_label
-from exporters.state import MetricState
+from signals.buckets import le_label
+from signals.state import MetricState
 
 CONTENT_TYPE_TEXT = CONTENT_TYPE_LATEST  # prometheus_client's, as /metrics always said
 CONTENT_TYPE_OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"

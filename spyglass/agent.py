@@ -71,7 +71,7 @@ class Agent:
             self.otel = otlp_instruments(self.pipeline.state, otlp.endpoint, otlp.interval_seconds,
                                          config.agent.host, __version__)
             from engine.instrument import otlp_tracing
-            from engine.span_export import EngineSpanExporter
+            from exporters.otel_spans import EngineSpanExporter
 
             self.tracing = otlp_tracing(otlp.endpoint, "spyglass")
             kinds = {name: options.kind for name, options in config.sources.items()}

@@ -28,8 +28,8 @@ import duckdb
 import orjson
 
 from collectors.event import Event
-from exporters.buckets import le_label
-from exporters.state import MetricState
+from signals.buckets import le_label
+from signals.state import MetricState
 from spyglass import timeinput
 from spyglass.config import Config
 from spyglass.pipeline import build_signals, metric_state

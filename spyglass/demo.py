@@ -34,7 +34,7 @@ from rich.table import Table
 from engine.emulator.ports import free_port_base
 from engine.emulator.scenarios import SCENARIOS, run_scenario
 from engine.emulator.stack import Stack
-from exporters.state import MetricState
+from signals.state import MetricState
 from spyglass.agent import Agent
 from spyglass.config import parse_config, toml_text
 

@@ -16,15 +16,15 @@ from typing import Any, cast
 from loguru import logger
 
 import collectors
-import exporters
+import signals
 from collectors import LineSource, PolledSource, PollPolicy, timebounds
 from collectors.clock import Clock
 from collectors.event import Event
 from collectors.grammar import split_outcome
 from collectors.tailer import Tailer
-from exporters import Signals, SignalsLinks, SignalsSettings
-from exporters.state import MetricState
 from exporters.statefile import Store
+from signals import Signals, SignalsLinks, SignalsSettings
+from signals.state import MetricState
 from spyglass import __version__
 from spyglass.commit import Committer
 from spyglass.config import Config
@@ -36,16 +36,16 @@ def build_signals(config: Config, state: MetricState) -> dict[str, Signals]:
     settings = SignalsSettings(lanes=config.lanes(), long_prompt_tokens=config.signals.long_prompt_tokens,
                                default_prompt_cache_every=config.signals.default_prompt_cache_every)
     links, built = SignalsLinks(), {}
-    for kind, registration in exporters.load_all().items():
+    for kind, registration in signals.load_all().items():
         if registration.cls is not None:
             built[kind] = registration.cls(state, settings=settings, links=links)
-            exporters.attach_signals(kind, built[kind], state)
+            signals.attach_signals(kind, built[kind], state)
     return built
 
 
 def metric_state(config: Config) -> MetricState:
     """A fresh metric state of the full catalogue with the config's bucket bounds."""
-    return MetricState(exporters.full_catalogue().with_buckets(config.signals.buckets))
+    return MetricState(signals.full_catalogue().with_buckets(config.signals.buckets))
 
 
 @dataclass
@@ -129,12 +129,12 @@ class Pipeline:
                                 retain_hours=options.retain_hours, state=self.state)
 
     def _start_known_counters(self) -> None:
-        """Counters of the configured instances and lanes start at 0 (see exporters.start_known_counters)."""
+        """Counters of the configured instances and lanes start at 0 (see signals.start_known_counters)."""
         instances: dict[str, list[str]] = {}
         for options in self.config.sources.values():
             instances.setdefault(options.kind, []).append(options.instance or "")
         lane_of = self.config.lanes()
-        exporters.start_known_counters(self.state, instances, [*lane_of.values(), *self.config.alerts.lanes], lane_of)
+        signals.start_known_counters(self.state, instances, [*lane_of.values(), *self.config.alerts.lanes], lane_of)
 
     def _build_signals(self) -> dict[str, Signals]:
         return build_signals(self.config, self.state)

@@ -32,7 +32,7 @@ from prometheus_client import generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
 from exporters.prometheus import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, registry_for, wants_openmetrics
-from exporters.state import MetricState
+from signals.state import MetricState
 
 
 class ListenError(Exception):

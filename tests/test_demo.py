@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import exporters
+import signals
 from engine.emulator.ports import free_port
-from exporters.state import MetricState
+from signals.state import MetricState
 from spyglass.demo import SIGNALS, Above, Board, Held, Increase, Signal
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
@@ -61,7 +61,7 @@ def test_the_rules_mark_only_what_is_abnormal():
 
 
 def test_the_board_samples_the_state_with_the_given_clock():
-    state = MetricState(exporters.full_catalogue())
+    state = MetricState(signals.full_catalogue())
     board = Board([Signal("evictions", "ev", "spyglass_engine_evictions_total", {"instance": "strata-b"},
                           Increase(2, 60)), Signal("requests", "req", "spyglass_gateway_requests_total")])
     board.sample(state, now=1000.0)

@@ -12,10 +12,10 @@ from pathlib import Path
 from collectors.clock import ManualClock
 from collectors.engine_log import EngineLogOptions, EngineLogParser
 from collectors.grammar import Miss
-from exporters import SignalsSettings, full_catalogue
 from exporters.prometheus import render
-from exporters.state import MetricState
 from exporters.store import DuckDBStore
+from signals import SignalsSettings, full_catalogue
+from signals.state import MetricState
 from spyglass.config import parse_config
 from spyglass.pipeline import Pipeline
 
@@ -147,7 +147,7 @@ AFTER_BANNER = lines(
 def applied_one_by_one(log: bytes) -> list[dict]:
     """The metric state after each event of `log`, applied as the agent applies them."""
     from collectors.engine_log import EngineLogSource
-    from exporters.engine_signals import EngineSignals
+    from signals.engine import EngineSignals
     from spyglass.config import engine_log_config
     from spyglass.pipeline import metric_state
 

@@ -15,7 +15,7 @@ import tomllib
 from contextlib import closing
 from pathlib import Path
 
-import exporters
+import signals
 from collectors.clock import ManualClock
 from exporters.prometheus import render, render_openmetrics
 from exporters.statefile import StateFile
@@ -96,7 +96,7 @@ def test_golden_openmetrics_parses_with_its_exemplars_and_the_same_samples():
     exemplars = {name for (name, _), s in samples.items() if s.exemplar}
     assert exemplars == {"spyglass_engine_ttft_seconds_bucket", "spyglass_gateway_ttft_seconds_bucket",
                          "spyglass_gateway_request_duration_seconds_bucket"} \
-        == {f"{spec.name}_bucket" for spec in exporters.full_catalogue() if spec.exemplars}
+        == {f"{spec.name}_bucket" for spec in signals.full_catalogue() if spec.exemplars}
     for sample in (s for s in samples.values() if s.exemplar):
         assert set(sample.exemplar.labels) == {"trace_id"} and len(sample.exemplar.labels["trace_id"]) == 32
         upper = float(sample.labels["le"])  # the exemplar's value lies in its bucket

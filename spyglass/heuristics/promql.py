@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from exporters.buckets import le_label
+from signals.buckets import le_label
 from spyglass.config import LaneObjective
 from spyglass.heuristics.model import BURN_WINDOWS, IL, Deployment, Recording
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from loguru import logger
 
-from exporters.catalogue import Catalogue
+from signals.catalogue import Catalogue
 
 Key = tuple[str, ...]
 # An observation's exemplar: the request id it came from and its time (epoch seconds). The trace id
@@ -33,7 +33,7 @@ OTHER = "other"  # the label value of anything outside its closed set
 STATUS_CODES = frozenset(str(code) for code in range(100, 600))  # the closed set of an HTTP status label
 UNLISTED = "spyglass_source_unlisted_labels_total"
 # A saved state written before signals had typed checkpoints: one untyped `memo` for all of them,
-# kept under this name until each signals object has taken its part (exporters.attach_signals).
+# kept under this name until each signals object has taken its part (signals.attach_signals).
 LEGACY_MEMO = "memo"
 
 
@@ -79,7 +79,7 @@ class MetricState:
         # serve, the engine's last plausible evictions=), by its source kind: saved with the series
         # (`checkpointers` give the current ones; `saved_signals` holds what was loaded, for a
         # signals object to restore), so a restart derives exactly what one pass would. Its owner
-        # validates what it reads back (exporters.attach_signals).
+        # validates what it reads back (signals.attach_signals).
         self.saved_signals: dict[str, Any] = {}
         self.checkpointers: dict[str, Callable[[], Any]] = {}
 

@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from collectors.event import Event
 from collectors.grammar import number_ok
-from exporters import SavedNumber, SignalsBase, signals_for
-from exporters.catalogue import spec_maker
-from exporters.state import STATUS_CODES
+from signals import SavedNumber, SignalsBase, signals_for
+from signals.catalogue import spec_maker
+from signals.state import STATUS_CODES
 
 INSTANCE = ("instance",)
 STATES = ("loading", "ready", "draining")

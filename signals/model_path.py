@@ -1,15 +1,15 @@
 """Model-path watch events turned into metrics (H15): does the path resolve, when did it last change,
 and does it still name the file the running engine loaded.
 
-The engine's loaded file comes from its last `model` banner line, which exporters/engine_signals.py
+The engine's loaded file comes from its last `model` banner line, which signals/engine.py
 records in the links every signals object is given (`SignalsLinks.loaded_models`: instance ->
 LoadedModel). A mismatch is left unset while that is unknown: not measured is not 0.
 """
 from __future__ import annotations
 
 from collectors.event import Event
-from exporters import LoadedModel, SignalsBase, signals_for
-from exporters.catalogue import spec_maker
+from signals import LoadedModel, SignalsBase, signals_for
+from signals.catalogue import spec_maker
 
 spec = spec_maker("model_path", ("instance",))
 SPECS = [

@@ -26,10 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from collectors.engine_log import START_SEQUENCE
 from collectors.event import Event
 from collectors.host import cpu_set
-from exporters import LoadedModel, SignalsBase, SignalsLinks, SignalsSettings, signals_for
-from exporters.buckets import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND
-from exporters.catalogue import spec_maker
-from exporters.state import STATUS_CODES, MetricState
+from signals import LoadedModel, SignalsBase, SignalsLinks, SignalsSettings, signals_for
+from signals.buckets import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND
+from signals.catalogue import spec_maker
+from signals.state import STATUS_CODES, MetricState
 
 INSTANCE_LANE = ("instance", "lane")
 RESYNC_LINES = 3
@@ -373,7 +373,7 @@ class EngineSignals(SignalsBase):
         # The file name, not the path: labels stay bounded; full paths are in the stored event.
         real = str(e.fields["real"])
         self.state.set_info("spyglass_engine_model_info", key + (os.path.basename(real), str(e.fields["md5"])), 2)
-        # What the running process loaded, for the model-path watch (exporters/model_path_signals.py).
+        # What the running process loaded, for the model-path watch (signals/model_path.py).
         self.links.loaded_models[e.instance] = LoadedModel(real=real, bytes=e.fields["bytes"], ts=e.ts)
 
     def on_cpus(self, e: Event, key: Key) -> None:

@@ -7,7 +7,7 @@ tokens processed against taken from its cache, and its time and decode counters.
 the process; they are exported as increments since the last poll (a new process's whole count after a
 reset), so they never go down, and `spyglass_llama_restarts_total` counts the resets seen. While a poll
 fails, the gauges are dropped (no stale value is shown as current). The log's events (evictions, TTFT,
-prompt reuse, starts) go through the engine log's signals (exporters/engine_signals.py).
+prompt reuse, starts) go through the engine log's signals (signals/engine.py).
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from collectors.event import Event
 from collectors.grammar import number_ok
-from exporters import SavedNumber, SignalsBase, signals_for
-from exporters.catalogue import spec_maker
-from exporters.engine_signals import SPECS as ENGINE_SPECS
+from signals import SavedNumber, SignalsBase, signals_for
+from signals.catalogue import spec_maker
+from signals.engine import SPECS as ENGINE_SPECS
 
 INSTANCE_LANE = ("instance", "lane")
 SHARED = {s.name: s for s in ENGINE_SPECS}

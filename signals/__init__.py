@@ -24,10 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from collectors.event import Event
 from collectors.grammar import MAX_NUMBER
-from exporters.catalogue import Catalogue, MetricSpec
+from signals.catalogue import Catalogue, MetricSpec
 
 if TYPE_CHECKING:
-    from exporters.state import MetricState
+    from signals.state import MetricState
 
 
 @runtime_checkable
@@ -134,7 +134,7 @@ def attach_signals(kind: str, signals: Signals, state: MetricState) -> None:
     """Give `signals` its saved state from `state` (its own `Saved`, or its part of a legacy memo) and
     have `state` save its checkpoint from now on. Saved data that does not validate is dropped
     with a warning: the object starts fresh, as on a first run."""
-    from exporters.state import LEGACY_MEMO
+    from signals.state import LEGACY_MEMO
 
     saved_model = getattr(signals, "Saved", None)
     if saved_model is None:
@@ -169,9 +169,10 @@ def declare_only(kind: str, specs: Iterable[MetricSpec]) -> None:
 
 
 def load_all() -> dict[str, SignalsRegistration]:
+    """Every registration: imports each module of this package (the ones that hold no signals,
+    such as the catalogue and the state, register nothing)."""
     for module in pkgutil.iter_modules(__path__):
-        if module.name.endswith("_signals"):
-            importlib.import_module(f"{__name__}.{module.name}")
+        importlib.import_module(f"{__name__}.{module.name}")
     return SIGNALS
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import signal
 
 from collectors.event import Event
-from exporters import SignalsBase, signals_for
-from exporters.catalogue import spec_maker
+from signals import SignalsBase, signals_for
+from signals.catalogue import spec_maker
 
 PROGRAM = ("program",)
 STATES = ("STARTING", "RUNNING", "BACKOFF", "EXITED", "FATAL", "STOPPING", "STOPPED")
