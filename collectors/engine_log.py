@@ -68,9 +68,16 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
 TEXT_FIELDS = ("build", "version", "build_name", "md5", "expected", "got", "conv", "req", "shape",
                "path", "real", "cpus", "reason", "origin", "finish", "cause", "args", "detail")
 TASK_LINES = frozenset({"prompt", "thinking", "tool_call", "done"})  # written only for a queued task
-# What may follow a real `start` line: the load phase, or the error of a start that dies at once (a
-# crash loop). A start line followed by anything else was not the engine's (a banner in an echoed prompt).
-START_SEQUENCE = frozenset({"args", "model", "cpus", "experts_loaded", "checksum_mismatch", "ready", "error"})
+# What may follow a real `start` line: the load phase, or an error of the load phase (main, load: a
+# start that dies at once, a crash loop). A start line followed by anything else (a request's line, an
+# error of ordinary work) was not the engine's: a banner in an echoed prompt.
+START_SEQUENCE = frozenset({"args", "model", "cpus", "experts_loaded", "checksum_mismatch", "ready"})
+START_ERRORS = frozenset({"main", "load"})
+
+
+def follows_a_start(event: Event) -> bool:
+    """Whether `event` can be the line after a real start line (see START_SEQUENCE)."""
+    return event.kind in START_SEQUENCE or event.kind == "error" and event.fields.get("component") in START_ERRORS
 DIGITS_TO_9 = bytes.maketrans(b"0123456789", b"9999999999")
 STAMP_LAYOUT = b"9999-99-99 99:99:99.999"
 COLUMNAR_MIN_LINES = 4096  # the measured crossover (bench/crossover.py, docs/benchmarks.md)
@@ -195,6 +202,7 @@ class EngineLogSource(LineSourceBase):
         self.parser = EngineLogParser(options, name, host)
         self._requests: OrderedDict[int, str] = OrderedDict()
         self._max_tasks = max_tasks
+        self._start_pending = False  # a start line was read; the next event says whether it was real
         self._pool: ThreadPoolExecutor | None = None
         block = self.parser.block
         self._block_from = None if block is None else 1 if options.columnar == "always" else options.columnar_min_lines
@@ -287,10 +295,14 @@ class EngineLogSource(LineSourceBase):
         return self._join(event)
 
     def _join(self, event: Event) -> Event:
+        if self._start_pending:
+            self._start_pending = False
+            if follows_a_start(event):
+                self._requests.clear()  # task numbers restart with the engine process
+        if event.kind == "start":  # not yet: a banner echoed in a prompt must not orphan the open tasks
+            self._start_pending = True
         task = event.fields.get("task")
         if task is None:
-            if event.kind == "start":
-                self._requests.clear()  # task numbers restart with the engine process
             return event
         if event.kind == "queued":
             self._requests[task] = event.request_id or ""

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from collectors.engine_log import START_SEQUENCE
+from collectors.engine_log import follows_a_start
 from collectors.event import Event
 from collectors.host import cpu_set
 from signals import LoadedModel, SignalsBase, SignalsLinks, SignalsSettings, signals_for
@@ -342,14 +342,15 @@ class EngineSignals(SignalsBase):
             rule(event, key)
 
     # A start banner resets the instance's state only once the start sequence follows it: the next
-    # event of the instance must be one of the load phase (START_SEQUENCE: args, model, cpus, ...),
-    # or the error of a start that dies at once. A banner forged inside an echoed prompt is
-    # followed by the engine's ordinary work; it is then counted implausible (field `start`) and
-    # resets nothing, so no exported counter goes down and engine_ready stays as it was.
+    # event of the instance must be one of the load phase (args, model, cpus, ...) or an error of the
+    # load phase, a start that dies at once (collectors.engine_log.follows_a_start). A banner forged
+    # inside an echoed prompt is followed by the engine's ordinary work; it is then counted
+    # implausible (field `start`) and resets nothing, so no exported counter goes down and
+    # engine_ready stays as it was.
 
     def _resolve_start(self, e: Event, key: Key) -> None:
         banner = self.pending.pop(e.instance)
-        if e.kind in START_SEQUENCE:
+        if follows_a_start(e):
             self._started(banner, key, e.instance)
         else:
             self.state.inc("spyglass_engine_implausible_values_total", key + ("start",))
