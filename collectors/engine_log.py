@@ -19,8 +19,16 @@ from collectors.dated_log import DatedLogParser
 from collectors.event import Event
 from collectors.grammar import MAX_NUMBER, Miss, PatternOverride, build_kinds
 
-PREFIX = (r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](?P<ms>\d{1,6}))? "
-          r"(?P<level>[DIWE]) \[(?P<component>[^\]\n]{1,40})\] ")
+
+def line_prefix(levels: str = "DIWE") -> str:
+    """The engine line's prefix regex, with its level one of `levels` (the default: any level, as
+    group `level`; a subset, for the columnar path's ignored-level pass, ungrouped)."""
+    level = "(?P<level>[DIWE])" if levels == "DIWE" else "(?:" + "|".join(levels) + ")"
+    return (r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](?P<ms>\d{1,6}))? "
+            + level + r" \[(?P<component>[^\]\n]{1,40})\] ")
+
+
+PREFIX = line_prefix()
 
 TASK = r"task (?P<task>\d+) "
 CACHE_STATE = r"parked=(?P<parked>\d+) used=(?P<used>\d+) budget=(?P<budget>\d+) evictions=(?P<evictions>\d+)"
@@ -139,7 +147,7 @@ class EngineLogParser(DatedLogParser):
         ignored = None
         levels = [level for level in options.ignore_levels if level in ("D", "I", "W", "E")]
         if self.fast and levels:  # the default prefix: its level is one byte between fixed fields
-            ignored = "^" + PREFIX.replace("(?P<level>[DIWE])", "(?:" + "|".join(levels) + ")")
+            ignored = "^" + line_prefix("".join(levels))
         try:
             block = BlockGrammar(self.grammar, self.event, self.parse_line, source=self.source,
                                  instance=self.instance, host=self.host, utc=options.tz == "UTC",
