@@ -242,3 +242,19 @@ def declared_columns(source_kind: str) -> KindFields:
         if sk == source_kind:
             out.update((column_name(f), t) for f, t in table.fields)
     return out
+
+
+def json_typed_select(source_kind: str, events: str, sources: str) -> str:
+    """A SELECT with the columns of `events_<source kind>`, from a relation `events` of the JSON layout
+    (schema 1, or Parquet segments of it) whose sources `sources` (source, source_kind) names: each
+    declared field extracted and cast to its type."""
+    columns = [f"e.{name}" for name, _ in BASE]
+    for column, type_ in declared_columns(source_kind).items():
+        field = column.removeprefix("field_") if column.startswith("field_") and column[6:] in RESERVED else column
+        value = (f"(e.fields->'{field}')" if type_ == "json"
+                 else f"TRY_CAST(e.fields->>'{field}' AS {SQL_TYPES[type_]})")
+        columns.append(f"{value} AS {quoted(column)}")
+    columns.append("NULL::JSON AS extra")
+    kinds = ", ".join(f"'{kind}'" for sk, kind in kind_tables() if sk == source_kind)
+    return (f"SELECT {', '.join(columns)} FROM {events} e JOIN {sources} k ON k.source = e.source"
+            f" WHERE k.source_kind = '{source_kind}' AND e.kind IN ({kinds})")
