@@ -17,6 +17,7 @@ from pydantic import Field
 from collectors import LineSourceBase, SourceOptions, register
 from collectors.dated_log import DatedLogParser
 from collectors.event import Event
+from collectors.fields import ERROR_KIND, declare, from_patterns, merge
 from collectors.grammar import MAX_NUMBER, Miss, PatternOverride, build_kinds
 
 PREFIX = (r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](?P<ms>\d{1,6}))? "
@@ -72,6 +73,20 @@ DIGITS_TO_9 = bytes.maketrans(b"0123456789", b"9999999999")
 STAMP_LAYOUT = b"9999-99-99 99:99:99.999"
 COLUMNAR_MIN_LINES = 4096  # the measured crossover (bench/crossover.py, docs/benchmarks.md)
 ARG_FLAGS = ("port", "slots", "ctx", "pool-workers", "conversation-cache-mib", "prompt-cache-every")
+
+_ARGS = {"args": {**{flag.replace("-", "_"): "int" for flag in ARG_FLAGS}, "model": "text", "argv": "text"}}
+_ORPHAN = {kind: {"orphan": "bool"} for kind in TASK_LINES}
+
+
+def _declared() -> None:
+    from collectors.llama_log import LLAMA_FIELDS  # the llama_server preset writes the same kinds, and its own
+
+    strata = from_patterns(PATTERNS, TEXT_FIELDS)
+    strata["args"] = {}  # the `args` text is parsed into its flags
+    declare("engine_log", merge(strata, _ARGS, _ORPHAN, ERROR_KIND, LLAMA_FIELDS))  # type: ignore[arg-type]
+
+
+_declared()
 
 
 class EngineLogOptions(SourceOptions):

@@ -38,7 +38,8 @@ def open_store(config: Config) -> Store:
         from exporters.store import DuckDBStore
 
         try:
-            return DuckDBStore(config.store_path())
+            store = config.exporters.store
+            return DuckDBStore(config.store_path(), memory_limit=f"{store.memory_limit_mib}MiB", threads=store.threads)
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():
                 raise

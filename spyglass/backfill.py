@@ -98,7 +98,7 @@ def stored_events(con: duckdb.DuckDBPyConnection, sources: list[str], end: float
     """Every event of `sources` up to `end`, in time order (ties in the order they were stored)."""
     result = con.execute(
         "SELECT epoch_us(ts), source, kind, instance, host, request_id, fields FROM events"
-        " WHERE list_contains(?, source) AND ts <= to_timestamp(?) ORDER BY ts, rowid", [sources, end])
+        " WHERE list_contains(?, source) AND ts <= to_timestamp(?) ORDER BY ts, seq", [sources, end])
     while rows := result.fetchmany(BATCH):
         for us, source, kind, instance, host, request_id, fields in rows:
             yield Event(us / 1e6, source, kind, instance or "", orjson.loads(fields) if fields else {},

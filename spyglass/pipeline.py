@@ -94,6 +94,9 @@ class Pipeline:
 
     def __init__(self, config: Config, clock: Clock, store: Store) -> None:
         self.config, self.clock, self.store = config, clock, store
+        bind = getattr(store, "bind_sources", None)
+        if bind is not None:  # the typed store files each event under its source's kind
+            bind(config.source_kinds())
         self.state = metric_state(config)
         saved = store.load()
         if saved.metrics:

@@ -14,6 +14,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from collectors.clock import SystemClock
 from collectors.event import Event
 from engine.instrument import span_id_for, trace_id_for
+from exporters import event_schema
 from exporters.store import DuckDBStore
 from spyglass.alert_webhook import decode_notification
 from spyglass.config import load_config
@@ -164,5 +165,7 @@ def test_the_store_file_is_untouched_by_the_views(replay):
     with session(replay) as con:
         con.execute(Query("SELECT count(*) FROM requests", Window().params()).text(replay)).fetchall()
         tables = {row[0] for row in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-    assert tables == {"events", "checkpoints", "agent_state"}
+        views = {row[0] for row in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    assert tables == {"checkpoints", "agent_state", "store_schema", *event_schema.table_names()}
+    assert views == {"events", *map(event_schema.source_view, event_schema.source_kinds())}
     assert Path(replay.store_path()).stat().st_mtime_ns == before
