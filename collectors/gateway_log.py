@@ -22,6 +22,7 @@ from collectors import LineSourceBase, SourceOptions, register
 from collectors.clock import BEIJING_ZONE_NAME, local_to_epoch, zone
 from collectors.dated_log import handle_lines
 from collectors.event import Event
+from collectors.fields import FieldType, SourceFields, declare, from_patterns
 from collectors.grammar import Miss, PatternOverride, build_kinds
 
 PREFIX = re.compile(rb"\[(\d\d):(\d\d):(\d\d)\] ")
@@ -52,6 +53,17 @@ TEXT_FIELDS = frozenset({"req", "session", "lane", "mode", "version", "finish", 
 CARRIED = ("lane", "mode", "est_tokens", "client_msgs", "sent_msgs")
 LAST_LINES = ("done", "reject", "retry_on_overfit")  # a request writes nothing after these
 MAX_UNLISTED = 120  # characters kept of a label value outside its list
+
+
+
+def _declared() -> SourceFields:
+    """The kinds' own fields, then those carried from the request line to the later lines of a request."""
+    own = from_patterns(PATTERNS, TEXT_FIELDS, {"precheck": {"room": "int"}, "request": {"unlisted": "json"}})
+    carried: dict[str, FieldType] = {name: own["request"][name] for name in CARRIED}
+    return {kind: {**carried, **found} if "req" in found and kind != "request" else found for kind, found in own.items()}
+
+
+declare("gateway_log", _declared())
 
 
 class GatewayLogOptions(SourceOptions):

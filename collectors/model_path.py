@@ -19,6 +19,7 @@ from pydantic import Field
 
 from collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
 from collectors.event import Event
+from collectors.fields import declare
 
 
 class ModelPathOptions(SourceOptions):
@@ -60,6 +61,12 @@ def resolve(path: Path) -> Resolution:
 def compare(before: Resolution | None, now: Resolution) -> bool:
     """Whether `now` is a change from the previous poll (the first poll is no change)."""
     return before is not None and before.identity != now.identity
+
+
+declare("model_path", {
+    "model_path": {"path": "text", "resolves": "bool", "dangling": "bool", "real": "text", "link": "bool", "bytes": "int",
+                   "inode": "int", "changed_ts": "float"},
+    "model_path_changed": {"path": "text", "before": "text", "after": "text", "resolves": "bool"}})
 
 
 @register("model_path", ModelPathOptions)

@@ -12,6 +12,7 @@ from collectors import LineSourceBase, SourceOptions, register
 from collectors.clock import BEIJING_ZONE_NAME
 from collectors.dated_log import DatedLogParser, handle_lines
 from collectors.event import Event
+from collectors.fields import declare, from_patterns
 from collectors.grammar import PatternOverride, build_kinds
 
 PREFIX = r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) "
@@ -21,6 +22,8 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     "restart": ("", "restart ", r"restart (?P<instance>\S+) reason=(?P<reason>\S+) by=(?P<by>\S+)"),
 }
 TEXT_FIELDS = frozenset({"instance", "from_build", "to_build", "by", "reason"})
+
+declare("switch_log", from_patterns(PATTERNS, TEXT_FIELDS, {kind: {"unlisted_instance": "bool"} for kind in PATTERNS}))
 
 
 class SwitchLogOptions(SourceOptions):

@@ -17,21 +17,22 @@ the closed sets below; other values are exported as `other` and counted.
 from __future__ import annotations
 
 import os
-from collections import defaultdict
 from collections.abc import Callable
-from itertools import chain
-from operator import itemgetter
+from dataclasses import dataclass
+from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from collectors.engine_log import follows_a_start
 from collectors.event import Event
 from collectors.host import cpu_set
-from signals import SignalsBase, SignalsSettings, signals_for
+from signals import LoadedModel, SignalsBase, SignalsLinks, SignalsSettings, signals_for
 from signals.buckets import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND
 from signals.catalogue import spec_maker
-from signals.state import MAX_VALUE, MetricState
+from signals.state import STATUS_CODES, MetricState
 
 INSTANCE_LANE = ("instance", "lane")
 RESYNC_LINES = 3
-STATUS_CODES = frozenset(str(code) for code in range(100, 600))
 CLOSED = {  # label -> the values the engine writes; any other is exported as "other"
     "finish": frozenset({"stop", "length", "tool_calls", "content_filter", "error", "abort",
                         "unknown"}),  # unknown: llama-server logs no finish reason
@@ -42,27 +43,6 @@ CLOSED = {  # label -> the values the engine writes; any other is exported as "o
     "component": frozenset({"main", "load", "http", "slot", "cache", "graph", "stats", "sched", "pool"}),
     "status": STATUS_CODES,
 }
-# apply_many: the kinds it applies column-wise (the others, rare, one by one in their place), the
-# fields each one's handler uses as numbers, and its labelled field (closed set name).
-BATCHED = frozenset({"queued", "rejected", "prompt", "restore", "thinking", "tool_call", "done", "park", "evict",
-                     "graph_rebuild", "stats", "error", "checksum_mismatch"})
-CACHE_STATE = ("evictions", "parked", "used", "budget")
-# What may follow a real `start`: the load phase, or the error of a start that dies at once (a crash loop)
-START_SEQUENCE = frozenset({"args", "model", "cpus", "experts_loaded", "checksum_mismatch", "ready", "error"})
-NUMBERS: dict[str, tuple[str, ...]] = {
-    "queued": ("prefill_depth",), "prompt": ("prompt", "reused", "read", "ms"), "thinking": ("tokens", "max"),
-    "done": ("completion", "ttft_ms", "decode_tps"), "park": ("bytes",) + CACHE_STATE,
-    "evict": ("bytes",) + CACHE_STATE, "graph_rebuild": ("took_ms",),
-    "stats": ("busy", "slots", "prefill_queue", "decode_tps") + CACHE_STATE,
-}
-LABELS = {"rejected": ("status", "status"), "restore": ("origin", "origin"), "thinking": ("cause", "cause"),
-          "done": ("finish", "finish"), "evict": ("reason", "evict_reason"),
-          "graph_rebuild": ("reason", "rebuild_reason"), "error": ("component", "component")}
-INC, SET, OBSERVE = 0, 1, 2
-CACHE_GAUGES = (("spyglass_engine_cache_parked_snapshots", "parked"), ("spyglass_engine_cache_used_bytes", "used"),
-                ("spyglass_engine_cache_budget_bytes", "budget"))
-
-
 spec = spec_maker("engine_log", INSTANCE_LANE)
 
 SPECS = [
@@ -97,7 +77,7 @@ SPECS = [
     spec("spyglass_engine_prefill_read_seconds", "histogram", "Time to read (prefill) the uncached part of a prompt.",
          unit="seconds", buckets=LATENCY_SECONDS),
     spec("spyglass_engine_ttft_seconds", "histogram", "Time to first token, as the engine measured it.",
-         unit="seconds", buckets=LATENCY_SECONDS),
+         unit="seconds", buckets=LATENCY_SECONDS, exemplars=True),
     spec("spyglass_engine_request_decode_tokens_per_second", "histogram", "Decode rate of each finished request.",
          unit="tokens_per_second", buckets=TOKENS_PER_SECOND),
     spec("spyglass_engine_requests_finished_total", "counter", "Requests finished, by finish reason.", ("finish",)),
@@ -142,351 +122,264 @@ SPECS = [
 ]
 
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Each kind's metric operations, declared once (OPS) and executed per event by `EngineSignals.apply`.
+# ---------------------------------------------------------------------------------------------
+
+Key = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """+1 to `metric`; labelled, after the instance and lane, by the field `by` (its value in the closed
+    set CLOSED[closed or by], else `other`, counted), or by the fixed `label`; only where `when(fields)`."""
+
+    metric: str
+    by: str = ""
+    closed: str = ""
+    label: str = ""
+    when: Callable[[dict[str, Any]], bool] | None = None
+
+    def __call__(self, s: MetricState, key: Key, e: Event) -> None:
+        if self.when is not None and not self.when(e.fields):
+            return
+        if self.by:
+            key = key + (s.listed(e.source, self.by, str(e.fields[self.by]), CLOSED[self.closed or self.by]),)
+        elif self.label:
+            key = key + (self.label,)
+        s.inc(self.metric, key)
+
+
+@dataclass(frozen=True, slots=True)
+class Add:
+    """+ the field's value (divided by `per`: milliseconds to seconds) to `metric`, labelled by `label` if any."""
+
+    metric: str
+    field: str
+    per: float = 1.0
+    label: str = ""
+
+    def __call__(self, s: MetricState, key: Key, e: Event) -> None:
+        value = e.fields[self.field]
+        s.inc(self.metric, key + (self.label,) if self.label else key, value / self.per if self.per != 1.0 else value)
+
+
+@dataclass(frozen=True, slots=True)
+class Observe:
+    """The field's value (divided by `per`) into histogram `metric`, with the request as its exemplar
+    (kept where the catalogue declares the histogram with exemplars)."""
+
+    metric: str
+    field: str
+    per: float = 1.0
+
+    def __call__(self, s: MetricState, key: Key, e: Event) -> None:
+        value = e.fields[self.field]
+        s.observe(self.metric, key, value / self.per if self.per != 1.0 else value,
+                  (e.request_id, e.ts) if e.request_id else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Set:
+    """Gauge `metric` := the field's value (times `times`), the event's time (field "ts") or `value`.
+    `optional`: a field that is absent or not a number leaves the gauge as it was."""
+
+    metric: str
+    field: str = ""
+    value: float = 0.0
+    times: int = 1
+    optional: bool = False
+
+    def __call__(self, s: MetricState, key: Key, e: Event) -> None:
+        if self.field == "ts":
+            s.set(self.metric, key, e.ts)
+        elif not self.field:
+            s.set(self.metric, key, self.value)
+        else:
+            value: Any = e.fields.get(self.field) if self.optional else e.fields[self.field]
+            if self.optional and value.__class__ not in (int, float):
+                return
+            s.set(self.metric, key, value * self.times if self.times != 1 else value)
+
+
+Op = Count | Add | Observe | Set
+CACHE = (Set("spyglass_engine_cache_parked_snapshots", "parked", optional=True),  # a llama-server evict line
+         Set("spyglass_engine_cache_used_bytes", "used", optional=True),          # knows only what its
+         Set("spyglass_engine_cache_budget_bytes", "budget", optional=True))      # command line told
+PROGRESS = Set("spyglass_engine_last_progress_timestamp_seconds", "ts")
+OPS: dict[str, tuple[Op, ...]] = {  # event kind -> its operations, in order; the custom rules follow them
+    "args": (Set("spyglass_engine_prompt_cache_every_tokens", "prompt_cache_every", optional=True),
+             Set("spyglass_engine_slots", "slots", optional=True),
+             Set("spyglass_engine_cache_budget_bytes", "cache_ram_mib", times=2**20, optional=True)),  # --cache-ram
+    "model": (Set("spyglass_engine_model_bytes", "bytes"),),
+    "cpus": (Set("spyglass_engine_pool_workers", "pool_workers"),),
+    "experts_loaded": (Set("spyglass_engine_experts_resident", "resident"), Set("spyglass_engine_experts", "total")),
+    "ready": (Set("spyglass_engine_ready", value=1.0), Set("spyglass_engine_load_duration_seconds", "seconds")),
+    "checksum_mismatch": (Count("spyglass_engine_model_checksum_mismatches_total"),),
+    "error": (Count("spyglass_engine_errors_total", by="component"),),
+    "queued": (Set("spyglass_engine_prefill_queue_depth", "prefill_depth"),),
+    "rejected": (Count("spyglass_engine_rejections_total", by="status"),),
+    "prompt": (Add("spyglass_engine_prompt_tokens_total", "reused", label="reused"),
+               Add("spyglass_engine_prompt_tokens_total", "read", label="read"),
+               Observe("spyglass_engine_request_prompt_tokens", "prompt"),
+               Observe("spyglass_engine_prefill_read_seconds", "ms", per=1000.0),
+               Count("spyglass_engine_prompt_restores_total", label="none", when=lambda f: f["reused"] == 0)),
+    "restore": (Count("spyglass_engine_prompt_restores_total", by="origin"),),
+    "thinking": (Add("spyglass_engine_thinking_tokens_total", "tokens"),
+                 Count("spyglass_engine_thinking_stops_total", by="cause"),
+                 Count("spyglass_engine_thinking_budget_exhausted_total",
+                       when=lambda f: f["cause"] == "budget" or f["tokens"] >= f["max"])),
+    "tool_call": (Count("spyglass_engine_tool_calls_total"),),
+    "done": (Count("spyglass_engine_requests_finished_total", by="finish"),
+             Add("spyglass_engine_completion_tokens_total", "completion"),
+             Observe("spyglass_engine_ttft_seconds", "ttft_ms", per=1000.0),
+             Observe("spyglass_engine_request_decode_tokens_per_second", "decode_tps"),
+             PROGRESS),
+    "park": CACHE + (Observe("spyglass_engine_cache_snapshot_bytes", "bytes"),),
+    "evict": CACHE + (Count("spyglass_engine_evicted_snapshots_total", by="reason", closed="evict_reason"),
+                      Add("spyglass_engine_evicted_bytes_total", "bytes")),
+    "graph_rebuild": (Count("spyglass_engine_graph_rebuilds_total", by="reason", closed="rebuild_reason"),
+                      Add("spyglass_engine_graph_rebuild_seconds_total", "took_ms", per=1000.0)),
+    "stats": CACHE + (Set("spyglass_engine_slots_busy", "busy"), Set("spyglass_engine_slots", "slots"),
+                      Set("spyglass_engine_prefill_queue_depth", "prefill_queue"),
+                      Set("spyglass_engine_decode_tokens_per_second", "decode_tps"), PROGRESS),
+}
+
+
+def checkpoint_only(prompt: int, reused: int, every: int) -> bool:
+    """A prompt only a prompt-cache checkpoint saved (H4): its reuse a positive multiple of
+    --prompt-cache-every, and not the whole prompt."""
+    return reused > 0 and every > 0 and reused % every == 0 and reused < prompt
+
+
+# ---------------------------------------------------------------------------------------------
+# What the engine signals remember between events, typed (saved under "engine_log").
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class EvictionsSeen:
+    """The last accepted evictions= of an instance, the evict lines since, and a run of values that
+    agree with each other but not with `value` (value, evicts at its start, length): see `_plausible`.
+    A plain dataclass (it changes on every cache line); `EngineSaved` validates it when restored."""
+
+    value: int | None = None
+    evicts: int = 0
+    run: tuple[int, int, int] | None = None
+
+
+class Banner(BaseModel):
+    """A start line waiting for the start sequence to confirm it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ts: float
+    build_name: str
+    version: str
+    build: str
+
+
+class EngineSaved(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    evictions: dict[str, EvictionsSeen] = Field(default_factory=dict)
+    pending_starts: dict[str, Banner] = Field(default_factory=dict)
+    loaded_models: dict[str, LoadedModel] = Field(default_factory=dict)
+
+
 @signals_for("engine_log", SPECS)
 class EngineSignals(SignalsBase):
-    # Fewer events than this go one by one: apply_many's fixed cost per kind (grouping, checks,
-    # one call per series) outweighs it below about 200 (a live step is about 50 events; measured:
-    # 50 events 2x slower column-wise, 200 even, 1,000 1.3x faster, 16k 1.75x faster).
-    min_batch = 256
-    mirrored_counters = frozenset({"spyglass_engine_evictions_total"})
+    """Each event's kind's OPS, then its custom rule (start banners, the evictions walk, the
+    long-prompt rule, the model and CPU lines), on the series (instance, lane)."""
 
-    def __init__(self, state: MetricState, settings: SignalsSettings = SignalsSettings()) -> None:
-        super().__init__(state, settings)
+    mirrored_counters = frozenset({"spyglass_engine_evictions_total"})
+    Saved = EngineSaved
+
+    def __init__(self, state: MetricState, settings: SignalsSettings = SignalsSettings(),
+                 links: SignalsLinks | None = None) -> None:
+        super().__init__(state, settings, links)
         self.lanes = settings.lanes
         self.long_prompt_tokens = settings.long_prompt_tokens
         self.default_every = settings.default_prompt_cache_every
-        self.handlers: dict[str, Callable[[Event, tuple[str, str]], None]] = {  # event kind -> its handler
-            "start": self.on_start,
-            "args": self.on_args,
-            "model": self.on_model,
-            "cpus": self.on_cpus,
-            "experts_loaded": self.on_experts_loaded,
-            "ready": self.on_ready,
-            "checksum_mismatch": self.on_checksum_mismatch,
-            "error": self.on_error,
-            "queued": self.on_queued,
-            "rejected": self.on_rejected,
-            "prompt": self.on_prompt,
-            "restore": self.on_restore,
-            "thinking": self.on_thinking,
-            "tool_call": self.on_tool_call,
-            "done": self.on_done,
-            "park": self.on_park,
-            "evict": self.on_evict,
-            "graph_rebuild": self.on_graph_rebuild,
-            "stats": self.on_stats,
+        self.seen: dict[str, EvictionsSeen] = {}
+        self.pending: dict[str, Banner] = {}
+        self.rules: dict[str, Callable[[Event, Key], None]] = {  # the custom rules, after the kind's OPS
+            "start": self.on_start, "model": self.on_model, "cpus": self.on_cpus, "prompt": self.on_prompt,
+            "park": self.on_cache, "evict": self.on_evict, "stats": self.on_cache,
         }
 
+    def checkpoint(self) -> EngineSaved:
+        return EngineSaved(evictions=self.seen, pending_starts=self.pending, loaded_models=self.links.loaded_models)
+
+    def restore(self, saved: EngineSaved) -> None:
+        self.seen, self.pending = dict(saved.evictions), dict(saved.pending_starts)
+        self.links.loaded_models.update(saved.loaded_models)
+
+    @staticmethod
+    def from_memo(memo: dict[str, Any]) -> dict[str, Any]:
+        """The memo's engine_log (instance -> value, evicts, run), engine_start_pending and model_loaded."""
+        seen = {instance: {k: v for k, v in part.items() if k in ("value", "evicts", "run")}
+                for instance, part in (memo.get("engine_log") or {}).items() if isinstance(part, dict)}
+        return {"evictions": seen, "pending_starts": memo.get("engine_start_pending") or {},
+                "loaded_models": memo.get("model_loaded") or {}}
+
     def apply(self, event: Event) -> None:
-        handler = self.handlers.get(event.kind)
-        if handler is not None:
-            key = (event.instance, self.lanes.get(event.instance, ""))
-            if event.kind != "start" and event.instance in self.state.memo.get("engine_start_pending", ()):
-                self._resolve_start(event, key)
-            if event.fields.get("orphan"):
-                self.state.inc("spyglass_engine_orphan_lines_total", key + (event.kind,))
-                return
-            handler(event, key)
-
-    def apply_many(self, events: list[Event]) -> list[tuple[int, Exception]] | None:
-        """`apply` of every event, in order, with the same resulting state (values, series order,
-        memo, dropped counts), column-wise for runs of the common kinds; returns the events that
-        raised (index, exception), as `apply` would have raised for them, or None when it leaves the
-        batch to `apply` one by one (fewer than `min_batch` events; histogram hooks, which want every
-        observation in order)."""
-        if self.state.histogram_hooks or len(events) < self.min_batch:
-            return None
-        failures: list[tuple[int, Exception]] = []
-        handlers, start = self.handlers, 0
-        slow = sorted({i for i, e in enumerate(events) if e.kind in handlers and e.kind not in BATCHED}
-                      | set(self._resolving(events)))
-        for i in slow + [len(events)]:
-            if i > start:
-                self._apply_run(events[start:i], start, failures)
-            if i < len(events):
-                self._apply_one(events[i], i, failures)
-            start = i + 1
-        return failures
-
-    def _apply_one(self, event: Event, index: int, failures: list[tuple[int, Exception]]) -> None:
-        try:
-            self.apply(event)
-        except Exception as exc:  # noqa: BLE001 - reported to the caller, as apply would raise it
-            failures.append((index, exc))
-
-    def _apply_run(self, run: list[Event], offset: int, failures: list[tuple[int, Exception]]) -> None:
-        """Events of BATCHED kinds only: checked first (any field a handler would refuse sends the
-        run to `apply` one by one), then applied per kind and series, in event order."""
-        handlers, by_kind = self.handlers, defaultdict(list)
-        for i, e in enumerate(run):
-            by_kind[e.kind].append(i)
-        groups: dict[tuple[str, str, bool], list[int]] = {}
-        for kind, positions in by_kind.items():
-            if kind not in handlers:
-                continue
-            instances = [run[i].instance for i in positions]
-            orphans = [bool(run[i].fields.get("orphan")) for i in positions]
-            if instances.count(instances[0]) == len(instances) and not any(orphans):
-                groups[kind, instances[0], False] = positions
-                continue
-            for i, instance, orphan in zip(positions, instances, orphans):
-                groups.setdefault((kind, instance, orphan), []).append(i)
-        columns = self._columns(run, groups)
-        if columns is None:
-            for i, e in enumerate(run):
-                self._apply_one(e, offset + i, failures)
+        kind = event.kind
+        ops, rule = OPS.get(kind), self.rules.get(kind)
+        if ops is None and rule is None:
             return
-        ops = _Ops()
-        keys = {instance: (instance, self.lanes.get(instance, "")) for _, instance, _ in groups}
-        for (kind, instance, orphan), positions in groups.items():
-            key = keys[instance]
-            if orphan:
-                ops.count(INC, "spyglass_engine_orphan_lines_total", key + (kind,), positions, 0)
-                continue
-            self._kind(ops, run, kind, key, positions, columns[kind, instance])
-        cache = sorted(chain.from_iterable(positions for (kind, _, orphan), positions in groups.items()
-                                           if not orphan and kind in ("park", "evict", "stats")))
-        if cache:
-            self._evictions(ops, run, cache, keys)
-        ops.apply(self.state, run)
-
-    def _evictions(self, ops: _Ops, run: list[Event], cache: list[int], keys: dict[str, tuple[str, str]]) -> None:
-        """The plausibility of evictions= is a walk over the cache lines in order: on_evict's count of
-        evict lines, then `_cache_state`'s check (its common case inline, the rest by `_plausible`)."""
-        memos = self.state.memo.setdefault("engine_log", {})
-        accepted: dict[tuple[str, str], tuple[list[int], list]] = {}
-        refused: dict[tuple[str, str], list[int]] = {}
-        plausible = self._plausible
-        for i in cache:
-            e = run[i]
-            instance = e.instance
-            memo = memos.get(instance)
-            if not isinstance(memo, dict):
-                memo = memos[instance] = {}
-            if e.kind == "evict":
-                memo["evicts"] = memo.get("evicts", 0) + 1 if isinstance(memo.get("evicts"), int) else 1
-            value, last, evicts = e.fields["evictions"], memo.get("value"), memo.get("evicts", 0)
-            if not isinstance(evicts, int):
-                evicts = 0
-            if not isinstance(last, int) or last <= value <= last + evicts:
-                memo.clear()
-                memo.update(value=value, evicts=0)
-                ok = True
-            else:
-                ok = plausible(instance, value)
-            if ok:
-                where, values = accepted.setdefault(keys[instance], ([], []))
-                where.append(i)
-                values.append(value)
-            else:
-                refused.setdefault(keys[instance], []).append(i)
-        for key, (where, values) in accepted.items():
-            ops.put(SET, "spyglass_engine_evictions_total", key, where, values, 0)
-        for key, where in refused.items():
-            ops.count(INC, "spyglass_engine_implausible_values_total", key + ("evictions",), where, 0)
-
-    def _columns(self, run: list[Event], groups: dict[tuple[str, str, bool], list[int]]
-                 ) -> dict[tuple[str, str], dict[str, list]] | None:
-        """Per kind and instance, the fields its handler reads, a column each; None if any field is
-        missing or any number is one `inc`/`set`/`observe` would refuse."""
-        columns: dict[tuple[str, str], dict[str, list]] = {}
-        for (kind, instance, orphan), positions in groups.items():
-            if orphan:
-                continue
-            fields = [run[i].fields for i in positions]
-            found: dict[str, list] = {}
-            try:
-                for name in NUMBERS.get(kind, ()):
-                    column = found[name] = [f[name] for f in fields]
-                    classes = set(map(type, column))
-                    if not classes <= {int, float}:
-                        return None
-                    if float in classes:
-                        if not all(-MAX_VALUE <= v <= MAX_VALUE for v in column):  # NaN fails too
-                            return None
-                    elif not (min(column) >= -MAX_VALUE and max(column) <= MAX_VALUE):
-                        return None
-                if kind in LABELS:
-                    found["label"] = [f[LABELS[kind][0]] for f in fields]
-            except KeyError:
-                return None
-            columns[kind, instance] = found
-        return columns
-
-    def _labels(self, ops: _Ops, run: list[Event], kind: str, positions: list[int], raw: list, seq: int) -> list[str]:
-        """`_label` of each event: the value if in its closed set, else "other" (counted)."""
-        label, closed = LABELS[kind]
-        allowed = CLOSED[closed]
-        values = [str(value) for value in raw]
-        for j, value in enumerate(values):
-            if value not in allowed:
-                values[j] = "other"
-                ops.put(INC, "spyglass_source_unlisted_labels_total", (run[positions[j]].source, label),
-                        [positions[j]], [1.0], seq)
-        return values
-
-    def _by_label(self, ops: _Ops, name: str, key: tuple[str, ...], positions: list[int], labels: list[str],
-                  seq: int) -> None:
-        split: dict[str, list[int]] = {}
-        for p, label in zip(positions, labels):
-            split.setdefault(label, []).append(p)
-        for label, where in split.items():
-            ops.count(INC, name, key + (label,), where, seq)
-
-    def _kind(self, ops: _Ops, run: list[Event], kind: str, key: tuple[str, str], positions: list[int],
-              c: dict[str, list]) -> None:
-        """What the kind's handler does, for all of its events of one instance at once."""
-        put = ops.put
-        if kind == "queued":
-            put(SET, "spyglass_engine_prefill_queue_depth", key, positions, c["prefill_depth"], 0)
-        elif kind == "rejected":
-            labels = self._labels(ops, run, kind, positions, c["label"], 0)
-            self._by_label(ops, "spyglass_engine_rejections_total", key, positions, labels, 1)
-        elif kind == "prompt":
-            prompt, reused = c["prompt"], c["reused"]
-            put(INC, "spyglass_engine_prompt_tokens_total", key + ("reused",), positions, reused, 0)
-            put(INC, "spyglass_engine_prompt_tokens_total", key + ("read",), positions, c["read"], 1)
-            put(OBSERVE, "spyglass_engine_request_prompt_tokens", key, positions, prompt, 2)
-            put(OBSERVE, "spyglass_engine_prefill_read_seconds", key, positions, [ms / 1000.0 for ms in c["ms"]], 3)
-            ops.count(INC, "spyglass_engine_prompt_restores_total", key + ("none",),
-                      [p for p, r in zip(positions, reused) if r == 0], 4)
-            long = self.long_prompt_tokens
-            longs = [j for j, n in enumerate(prompt) if n >= long]
-            ops.count(INC, "spyglass_engine_long_prompts_total", key, [positions[j] for j in longs], 5)
-            if longs:
-                s = self.state
-                every = int(s.values["spyglass_engine_prompt_cache_every_tokens"].get(key, self.default_every))
-                ops.count(INC, "spyglass_engine_long_prompts_checkpoint_only_total", key,
-                          [positions[j] for j in longs if reused[j] > 0 and every > 0 and reused[j] % every == 0
-                           and reused[j] < prompt[j]], 6)
-        elif kind == "restore":
-            labels = self._labels(ops, run, kind, positions, c["label"], 0)
-            self._by_label(ops, "spyglass_engine_prompt_restores_total", key, positions, labels, 1)
-        elif kind == "thinking":
-            tokens, top = c["tokens"], c["max"]
-            put(INC, "spyglass_engine_thinking_tokens_total", key, positions, tokens, 0)
-            labels = self._labels(ops, run, kind, positions, c["label"], 1)
-            self._by_label(ops, "spyglass_engine_thinking_stops_total", key, positions, labels, 2)
-            ops.count(INC, "spyglass_engine_thinking_budget_exhausted_total", key,
-                      [p for p, cause, n, m in zip(positions, c["label"], tokens, top) if cause == "budget" or n >= m],
-                      3)
-        elif kind == "tool_call":
-            ops.count(INC, "spyglass_engine_tool_calls_total", key, positions, 0)
-        elif kind == "done":
-            labels = self._labels(ops, run, kind, positions, c["label"], 0)
-            self._by_label(ops, "spyglass_engine_requests_finished_total", key, positions, labels, 1)
-            put(INC, "spyglass_engine_completion_tokens_total", key, positions, c["completion"], 2)
-            put(OBSERVE, "spyglass_engine_ttft_seconds", key, positions, [ms / 1000.0 for ms in c["ttft_ms"]], 3)
-            put(OBSERVE, "spyglass_engine_request_decode_tokens_per_second", key, positions, c["decode_tps"], 4)
-            put(SET, "spyglass_engine_last_progress_timestamp_seconds", key, positions, [run[i].ts for i in positions], 5)
-        elif kind in ("park", "evict", "stats"):  # evictions= itself: the walk in _apply_run
-            put(SET, "spyglass_engine_cache_parked_snapshots", key, positions, c["parked"], 1)
-            put(SET, "spyglass_engine_cache_used_bytes", key, positions, c["used"], 2)
-            put(SET, "spyglass_engine_cache_budget_bytes", key, positions, c["budget"], 3)
-            if kind == "park":
-                put(OBSERVE, "spyglass_engine_cache_snapshot_bytes", key, positions, c["bytes"], 4)
-            elif kind == "evict":
-                labels = self._labels(ops, run, kind, positions, c["label"], 4)
-                self._by_label(ops, "spyglass_engine_evicted_snapshots_total", key, positions, labels, 5)
-                put(INC, "spyglass_engine_evicted_bytes_total", key, positions, c["bytes"], 6)
-            else:
-                put(SET, "spyglass_engine_slots_busy", key, positions, c["busy"], 4)
-                put(SET, "spyglass_engine_slots", key, positions, c["slots"], 5)
-                put(SET, "spyglass_engine_prefill_queue_depth", key, positions, c["prefill_queue"], 6)
-                put(SET, "spyglass_engine_decode_tokens_per_second", key, positions, c["decode_tps"], 7)
-                put(SET, "spyglass_engine_last_progress_timestamp_seconds", key, positions, [run[i].ts for i in positions], 8)
-        elif kind == "graph_rebuild":
-            labels = self._labels(ops, run, kind, positions, c["label"], 0)
-            self._by_label(ops, "spyglass_engine_graph_rebuilds_total", key, positions, labels, 1)
-            put(INC, "spyglass_engine_graph_rebuild_seconds_total", key, positions,
-                [ms / 1000.0 for ms in c["took_ms"]], 2)
-        elif kind == "error":
-            labels = self._labels(ops, run, kind, positions, c["label"], 0)
-            self._by_label(ops, "spyglass_engine_errors_total", key, positions, labels, 1)
-        elif kind == "checksum_mismatch":
-            ops.count(INC, "spyglass_engine_model_checksum_mismatches_total", key, positions, 0)
-
-    def _label(self, e: Event, label: str, closed: str = "") -> str:
-        """The field `label` of `e` if it is in its closed set, else "other" (counted)."""
-        value = str(e.fields[label])
-        if value in CLOSED[closed or label]:
-            return value
-        self.state.inc("spyglass_source_unlisted_labels_total", (e.source, label))
-        return "other"
-
-    def _memo(self, instance: str) -> dict:
-        memos = self.state.memo.setdefault("engine_log", {})
-        memo = memos.get(instance)
-        if not isinstance(memo, dict):
-            memo = memos[instance] = {}
-        return memo
+        key = (event.instance, self.lanes.get(event.instance, ""))
+        if kind != "start" and event.instance in self.pending:
+            self._resolve_start(event, key)
+        if event.fields.get("orphan"):
+            self.state.inc("spyglass_engine_orphan_lines_total", key + (kind,))
+            return
+        s = self.state
+        for op in ops or ():
+            op(s, key, event)
+        if rule is not None:
+            rule(event, key)
 
     # A start banner resets the instance's state only once the start sequence follows it: the next
-    # event of the instance must be one of the load phase (START_SEQUENCE: args, model, cpus, ...),
-    # or the error of a start that dies at once.
-    # A banner forged inside an echoed prompt is followed by the engine's ordinary work; it is then
-    # counted implausible (field `start`) and resets nothing, so no exported counter goes down and
+    # event of the instance must be one of the load phase (args, model, cpus, ...) or an error of the
+    # load phase, a start that dies at once (collectors.engine_log.follows_a_start). A banner forged
+    # inside an echoed prompt is followed by the engine's ordinary work; it is then counted
+    # implausible (field `start`) and resets nothing, so no exported counter goes down and
     # engine_ready stays as it was.
 
-    def _pending_starts(self) -> dict:
-        return self.state.memo.setdefault("engine_start_pending", {})
-
-    def _resolving(self, events: list[Event]) -> list[int]:
-        """The positions of the events that confirm or refute a pending start: the first of each
-        instance after its start line (or after a start left pending by an earlier batch)."""
-        pending, found = set(self.state.memo.get("engine_start_pending", ())), []
-        for i, e in enumerate(events):
-            if e.kind == "start":
-                pending.add(e.instance)
-            elif e.instance in pending and e.kind in self.handlers:
-                pending.discard(e.instance)
-                found.append(i)
-        return found
-
-    def _resolve_start(self, e: Event, key: tuple[str, str]) -> None:
-        banner = self._pending_starts().pop(e.instance)
-        if e.kind in START_SEQUENCE:
+    def _resolve_start(self, e: Event, key: Key) -> None:
+        banner = self.pending.pop(e.instance)
+        if follows_a_start(e):
             self._started(banner, key, e.instance)
         else:
             self.state.inc("spyglass_engine_implausible_values_total", key + ("start",))
 
-    def on_start(self, e: Event, key: tuple[str, str]) -> None:
+    def on_start(self, e: Event, key: Key) -> None:
         f = e.fields
-        self._pending_starts()[e.instance] = {"ts": e.ts, "build_name": str(f["build_name"]),
-                                              "version": str(f["version"]), "build": str(f["build"])}
+        self.pending[e.instance] = Banner(ts=e.ts, build_name=str(f["build_name"]), version=str(f["version"]),
+                                          build=str(f["build"]))
 
-    def _started(self, banner: dict, key: tuple[str, str], instance: str) -> None:
+    def _started(self, banner: Banner, key: Key, instance: str) -> None:
         """A start the start sequence confirmed: the one moment counters of the process reset."""
         s = self.state
         s.inc("spyglass_engine_starts_total", key)
-        s.set("spyglass_engine_start_time_seconds", key, banner["ts"])
+        s.set("spyglass_engine_start_time_seconds", key, banner.ts)
         s.set("spyglass_engine_ready", key, 0.0)
         s.set("spyglass_engine_evictions_total", key, 0.0)  # a new process counts from 0
-        self.state.memo.setdefault("engine_log", {})[instance] = {"value": 0, "evicts": 0}
-        s.set_info("spyglass_engine_build_info", key + (banner["build_name"], banner["version"], banner["build"]), 2)
+        self.seen[instance] = EvictionsSeen(value=0)
+        s.set_info("spyglass_engine_build_info", key + (banner.build_name, banner.version, banner.build), 2)
 
-    def on_args(self, e: Event, key: tuple[str, str]) -> None:
-        every = e.fields.get("prompt_cache_every")
-        if isinstance(every, int):
-            self.state.set("spyglass_engine_prompt_cache_every_tokens", key, every)
-        if isinstance(e.fields.get("slots"), int):
-            self.state.set("spyglass_engine_slots", key, e.fields["slots"])
-        if isinstance(e.fields.get("cache_ram_mib"), int):  # llama-server's --cache-ram, from its command line
-            self.state.set("spyglass_engine_cache_budget_bytes", key, e.fields["cache_ram_mib"] * 2**20)
-
-    def on_model(self, e: Event, key: tuple[str, str]) -> None:
+    def on_model(self, e: Event, key: Key) -> None:
         # The file name, not the path: labels stay bounded; full paths are in the stored event.
-        model = os.path.basename(str(e.fields["real"]))
-        self.state.set_info("spyglass_engine_model_info", key + (model, str(e.fields["md5"])), 2)
-        self.state.set("spyglass_engine_model_bytes", key, e.fields["bytes"])
+        real = str(e.fields["real"])
+        self.state.set_info("spyglass_engine_model_info", key + (os.path.basename(real), str(e.fields["md5"])), 2)
         # What the running process loaded, for the model-path watch (signals/model_path.py).
-        self.state.memo.setdefault("model_loaded", {})[e.instance] = {"real": str(e.fields["real"]),
-                                                                      "bytes": e.fields["bytes"], "ts": e.ts}
+        self.links.loaded_models[e.instance] = LoadedModel(real=real, bytes=e.fields["bytes"], ts=e.ts)
 
-    def on_cpus(self, e: Event, key: tuple[str, str]) -> None:
+    def on_cpus(self, e: Event, key: Key) -> None:
         s, cpus = self.state, str(e.fields["cpus"])
         s.set("spyglass_engine_allowed_cpus", key, len(cpu_set(cpus)))
-        s.set("spyglass_engine_pool_workers", key, e.fields["pool_workers"])
         s.set_info("spyglass_engine_cpus_info", key + (cpus,), 2)
         # Overlap with every other instance's last start line: a replayed window shows incident 1.
         for (instance, lane, theirs) in list(s.series("spyglass_engine_cpus_info")):
@@ -495,96 +388,28 @@ class EngineSignals(SignalsBase):
                 s.set("spyglass_engine_shared_cpus", key + (instance,), shared)
                 s.set("spyglass_engine_shared_cpus", (instance, lane, key[0]), shared)
 
-    def on_experts_loaded(self, e: Event, key: tuple[str, str]) -> None:
-        self.state.set("spyglass_engine_experts_resident", key, e.fields["resident"])
-        self.state.set("spyglass_engine_experts", key, e.fields["total"])
-
-    def on_ready(self, e: Event, key: tuple[str, str]) -> None:
-        self.state.set("spyglass_engine_ready", key, 1.0)
-        self.state.set("spyglass_engine_load_duration_seconds", key, e.fields["seconds"])
-
-    def on_checksum_mismatch(self, e: Event, key: tuple[str, str]) -> None:
-        self.state.inc("spyglass_engine_model_checksum_mismatches_total", key)
-
-    def on_error(self, e: Event, key: tuple[str, str]) -> None:
-        self.state.inc("spyglass_engine_errors_total", key + (self._label(e, "component"),))
-
-    def on_queued(self, e: Event, key: tuple[str, str]) -> None:
-        self.state.set("spyglass_engine_prefill_queue_depth", key, e.fields["prefill_depth"])
-
-    def on_rejected(self, e: Event, key: tuple[str, str]) -> None:
-        self.state.inc("spyglass_engine_rejections_total", key + (self._label(e, "status"),))
-
-    def on_prompt(self, e: Event, key: tuple[str, str]) -> None:
-        s, f = self.state, e.fields
-        prompt, reused = f["prompt"], f["reused"]
-        s.inc("spyglass_engine_prompt_tokens_total", key + ("reused",), reused)
-        s.inc("spyglass_engine_prompt_tokens_total", key + ("read",), f["read"])
-        s.observe("spyglass_engine_request_prompt_tokens", key, prompt)
-        s.observe("spyglass_engine_prefill_read_seconds", key, f["ms"] / 1000.0)
-        if reused == 0:
-            s.inc("spyglass_engine_prompt_restores_total", key + ("none",))
+    def on_prompt(self, e: Event, key: Key) -> None:
+        """The long-prompt rule: long prompts, and those only a checkpoint saved (H4)."""
+        prompt = e.fields["prompt"]
         if prompt >= self.long_prompt_tokens:
+            s = self.state
             s.inc("spyglass_engine_long_prompts_total", key)
             every = int(s.values["spyglass_engine_prompt_cache_every_tokens"].get(key, self.default_every))
-            if reused > 0 and every > 0 and reused % every == 0 and reused < prompt:
+            if checkpoint_only(prompt, e.fields["reused"], every):
                 s.inc("spyglass_engine_long_prompts_checkpoint_only_total", key)
 
-    def on_restore(self, e: Event, key: tuple[str, str]) -> None:
-        self.state.inc("spyglass_engine_prompt_restores_total", key + (self._label(e, "origin"),))
+    def on_evict(self, e: Event, key: Key) -> None:
+        seen = self.seen.setdefault(e.instance, EvictionsSeen())
+        seen.evicts += 1
+        self.on_cache(e, key)
 
-    def on_thinking(self, e: Event, key: tuple[str, str]) -> None:
-        s, f = self.state, e.fields
-        s.inc("spyglass_engine_thinking_tokens_total", key, f["tokens"])
-        s.inc("spyglass_engine_thinking_stops_total", key + (self._label(e, "cause"),))
-        if f["cause"] == "budget" or f["tokens"] >= f["max"]:
-            s.inc("spyglass_engine_thinking_budget_exhausted_total", key)
-
-    def on_tool_call(self, e: Event, key: tuple[str, str]) -> None:
-        self.state.inc("spyglass_engine_tool_calls_total", key)
-
-    def on_done(self, e: Event, key: tuple[str, str]) -> None:
-        s, f = self.state, e.fields
-        s.inc("spyglass_engine_requests_finished_total", key + (self._label(e, "finish"),))
-        s.inc("spyglass_engine_completion_tokens_total", key, f["completion"])
-        s.observe("spyglass_engine_ttft_seconds", key, f["ttft_ms"] / 1000.0, exemplar_of(e))
-        s.observe("spyglass_engine_request_decode_tokens_per_second", key, f["decode_tps"])
-        s.set("spyglass_engine_last_progress_timestamp_seconds", key, e.ts)
-
-    def on_park(self, e: Event, key: tuple[str, str]) -> None:
-        self._cache_state(e, key)
-        self.state.observe("spyglass_engine_cache_snapshot_bytes", key, e.fields["bytes"])
-
-    def on_evict(self, e: Event, key: tuple[str, str]) -> None:
-        memo = self._memo(e.instance)
-        memo["evicts"] = memo.get("evicts", 0) + 1 if isinstance(memo.get("evicts"), int) else 1
-        self._cache_state(e, key)
-        self.state.inc("spyglass_engine_evicted_snapshots_total", key + (self._label(e, "reason", "evict_reason"),))
-        self.state.inc("spyglass_engine_evicted_bytes_total", key, e.fields["bytes"])
-
-    def on_graph_rebuild(self, e: Event, key: tuple[str, str]) -> None:
-        self.state.inc("spyglass_engine_graph_rebuilds_total", key + (self._label(e, "reason", "rebuild_reason"),))
-        self.state.inc("spyglass_engine_graph_rebuild_seconds_total", key, e.fields["took_ms"] / 1000.0)
-
-    def on_stats(self, e: Event, key: tuple[str, str]) -> None:
-        s, f = self.state, e.fields
-        self._cache_state(e, key)
-        s.set("spyglass_engine_slots_busy", key, f["busy"])
-        s.set("spyglass_engine_slots", key, f["slots"])
-        s.set("spyglass_engine_prefill_queue_depth", key, f["prefill_queue"])
-        s.set("spyglass_engine_decode_tokens_per_second", key, f["decode_tps"])
-        s.set("spyglass_engine_last_progress_timestamp_seconds", key, e.ts)
-
-    def _cache_state(self, e: Event, key: tuple[str, str]) -> None:
-        s, f = self.state, e.fields
-        if self._plausible(e.instance, f["evictions"]):
-            s.set("spyglass_engine_evictions_total", key, f["evictions"])
+    def on_cache(self, e: Event, key: Key) -> None:
+        """The engine's own evictions= value, exported when the evict lines since explain it."""
+        value = e.fields["evictions"]
+        if self._plausible(e.instance, value):
+            self.state.set("spyglass_engine_evictions_total", key, value)
         else:
-            s.inc("spyglass_engine_implausible_values_total", key + ("evictions",))
-        for name, part in CACHE_GAUGES:  # a llama-server evict line knows only what its command line told
-            if part in f:
-                s.set(name, key, f[part])
-
+            self.state.inc("spyglass_engine_implausible_values_total", key + ("evictions",))
 
     def _plausible(self, instance: str, value: int) -> bool:
         """Is the engine's evictions= `value` explained by the evict lines since the last one?
@@ -593,72 +418,15 @@ class EngineSignals(SignalsBase):
         the last accepted value. Otherwise RESYNC_LINES values in a row that agree with each
         other (each explained by the evict lines since the one before) are accepted, if not lower
         than the last accepted one: only a confirmed start lowers the exported counter."""
-        memo = self._memo(instance)
-        last, evicts = memo.get("value"), memo.get("evicts", 0)
-        if not isinstance(evicts, int):
-            evicts = 0
-        if not isinstance(last, int) or last <= value <= last + evicts:
-            memo.clear()
-            memo.update(value=value, evicts=0)
+        seen = self.seen.setdefault(instance, EvictionsSeen())
+        last, evicts, run = seen.value, seen.evicts, seen.run
+        if last is None or last <= value <= last + evicts:
+            seen.value, seen.evicts, seen.run = value, 0, None
             return True
-        run = memo.get("run")
-        if isinstance(run, list) and len(run) == 3 and all(isinstance(x, int) for x in run) \
-                and run[0] <= value <= run[0] + evicts - run[1]:
-            run = [value, evicts, run[2] + 1]
-        else:
-            run = [value, evicts, 1]
+        agrees = run is not None and run[0] <= value <= run[0] + evicts - run[1]
+        run = (value, evicts, run[2] + 1 if agrees and run is not None else 1)
         if run[2] >= RESYNC_LINES and value >= last:  # a counter never goes down but at a confirmed start
-            memo.clear()
-            memo.update(value=value, evicts=0)
+            seen.value, seen.evicts, seen.run = value, 0, None
             return True
-        memo["run"] = run
+        seen.run = run
         return False
-
-
-EXEMPLARS = frozenset({"spyglass_engine_ttft_seconds"})  # histograms whose buckets link to a trace
-
-
-def exemplar_of(e: Event) -> tuple[str, float] | None:
-    """The exemplar of an observation: the request's id (its trace) and the event's time."""
-    return (e.request_id, e.ts) if e.request_id else None
-
-
-class _Ops:
-    """The state calls of a run of events, gathered per (call, metric, series) with the position of
-    each event that made them, then made in the order the events would have made them first (so new
-    series are inserted, and capped, in the same order), each series' values in event order."""
-
-    def __init__(self) -> None:
-        self.ops: dict[tuple[int, str, tuple[str, ...]], list] = {}
-
-    def put(self, op: int, name: str, key: tuple[str, ...], positions: list[int], values: list, seq: int) -> None:
-        """`values[j]` from the event at `positions[j]` (ascending); `seq`: the call's order in its handler."""
-        if not positions:
-            return
-        entry = self.ops.get((op, name, key))
-        if entry is None:
-            self.ops[op, name, key] = [positions[0], seq, [positions], [values]]
-            return
-        if (positions[0], seq) < (entry[0], entry[1]):
-            entry[0], entry[1] = positions[0], seq
-        entry[2].append(positions)
-        entry[3].append(values)
-
-    def count(self, op: int, name: str, key: tuple[str, ...], positions: list[int], seq: int) -> None:
-        self.put(op, name, key, positions, [1.0] * len(positions), seq)
-
-    def apply(self, state: MetricState, run: list[Event]) -> None:
-        for (op, name, key), (_, _, positions, values) in sorted(self.ops.items(), key=lambda item: item[1][:2]):
-            if len(values) == 1:
-                ordered, at = values[0], positions[0]
-            else:
-                pairs = sorted(zip(chain.from_iterable(positions), chain.from_iterable(values)), key=itemgetter(0))
-                ordered, at = [value for _, value in pairs], [position for position, _ in pairs]
-            if op == INC:
-                state.inc_each(name, key, ordered)
-            elif op == SET:
-                state.set_last(name, key, ordered[-1], len(ordered))
-            elif name in EXEMPLARS:
-                state.observe_each(name, key, ordered, [exemplar_of(run[i]) for i in at])
-            else:
-                state.observe_each(name, key, ordered)

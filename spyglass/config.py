@@ -146,6 +146,11 @@ class StoreConfig(Strict):
     retain_hours: float | None = Field(
         None, gt=0, description="Keep this many hours of events in the DuckDB file; older ones are deleted"
         " once they are in parquet_dir (needs it). Unset: keep everything.")
+    memory_limit_mib: int = Field(
+        96, ge=16, description="DuckDB's memory_limit for the agent's store connection: with the agent's own"
+        " state it keeps the agent under 256 MiB during a catch-up (docs/benchmarks.md).")
+    threads: int = Field(1, ge=1, le=64, description="DuckDB threads of the agent's store connection: an insert"
+                         " gains nothing from more, and each keeps its own buffers.")
 
 
 class OtlpConfig(Strict):
@@ -259,6 +264,10 @@ class Config(Strict):
 
     def store_path(self) -> Path:
         return (self.exporters.store.path or self.state_dir() / "spyglass.duckdb").expanduser()
+
+    def source_kinds(self) -> dict[str, str]:
+        """Source name -> its collector kind: the store files each event under its source's kind."""
+        return {name: options.kind for name, options in self.sources.items()}
 
     def lanes(self) -> dict[str, str]:
         """Instance -> lane, from the sources that declare one (engine logs)."""

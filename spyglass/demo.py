@@ -427,7 +427,7 @@ def print_kept(console: Console, folder: Path, config: Path, agent: Agent, reque
     lines = [f"kept in {folder}:", f"  config      {config}", f"  store       {agent.config.store_path()}",
              f"  stack logs  {folder / 'stack'} ({logs})", "query them:",
              f"  {spyglass} sql -c {c} \"SELECT source, kind, count(*) AS n FROM events GROUP BY ALL ORDER BY n DESC\"",
-             f"  {spyglass} sql -c {c} \"SELECT fields->>'reason' AS reason, count(*) AS n FROM events"
+             f"  {spyglass} sql -c {c} \"SELECT reason, count(*) AS n FROM events_engine_log"
              f" WHERE kind = 'evict' GROUP BY ALL\"",
              f"  {spyglass} trace -c {c} {request or 'REQUEST_ID'}"]
     if window:
@@ -448,8 +448,8 @@ def finished_request(agent: Agent, settled_seconds: float = 6.0) -> str | None:
         row = cursor.execute(
             "SELECT d.request_id FROM events d WHERE d.source = 'gateway' AND d.kind = 'done'"
             " AND d.request_id IN (SELECT request_id FROM events WHERE kind = 'span' AND instance = 'rag-proxy')"
-            " AND d.request_id IN (SELECT request_id FROM events WHERE kind = 'span' AND instance LIKE 'strata-%'"
-            "                      AND fields->>'name' IN ('POST /v1/messages', 'POST /v1/chat/completions'))"
+            " AND d.request_id IN (SELECT request_id FROM events_otlp WHERE kind = 'span' AND instance LIKE 'strata-%'"
+            "                      AND name IN ('POST /v1/messages', 'POST /v1/chat/completions'))"
             " ORDER BY d.ts DESC LIMIT 1").fetchone()
         row = row or cursor.execute("SELECT request_id FROM events WHERE source = 'gateway' AND kind = 'done'"
                                     " AND ts < now() - to_seconds(?) ORDER BY ts DESC LIMIT 1",

@@ -13,7 +13,6 @@ from pydantic_core import PydanticUndefined
 
 import collectors
 import signals
-from exporters.prometheus import EXEMPLAR_HISTOGRAMS
 from spyglass.config import AgentConfig, AlertsConfig, ExportersConfig, ForensicsConfig, SignalsConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +41,7 @@ def metrics_markdown() -> str:
            "only (not in the checkpoint): after a restart a bucket shows none until its next request. Like",
            "every value on `/metrics` they are the last committed state's. Prometheus keeps them with",
            "`--enable-feature=exemplar-storage` (`/api/v1/query_exemplars`). Histograms with exemplars:",
-           "", *[f"- `{name}`" for name in EXEMPLAR_HISTOGRAMS], ""]
+           "", *[f"- `{spec.name}`" for spec in signals.full_catalogue() if spec.exemplars], ""]
     by_source: dict[str, list] = {}
     for spec in catalogue:
         by_source.setdefault(spec.source or _owner(spec.name), []).append(spec)

@@ -11,7 +11,7 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, cast
 
 from loguru import logger
 
@@ -23,7 +23,7 @@ from collectors.event import Event
 from collectors.grammar import split_outcome
 from collectors.tailer import Tailer
 from exporters.statefile import Store
-from signals import Signals, SignalsSettings
+from signals import Signals, SignalsLinks, SignalsSettings
 from signals.state import MetricState
 from spyglass import __version__
 from spyglass.commit import Committer
@@ -31,11 +31,16 @@ from spyglass.config import Config
 
 
 def build_signals(config: Config, state: MetricState) -> dict[str, Signals]:
-    """One signals object per source kind, on `state`, with the config's settings (also for a replay)."""
+    """One signals object per source kind, on `state`, with the config's settings and one set of links
+    between them (also for a replay); each restored from `state`'s saved signals and saved with it."""
     settings = SignalsSettings(lanes=config.lanes(), long_prompt_tokens=config.signals.long_prompt_tokens,
                                default_prompt_cache_every=config.signals.default_prompt_cache_every)
-    return {kind: registration.cls(state, settings=settings)
-            for kind, registration in signals.load_all().items() if registration.cls is not None}
+    links, built = SignalsLinks(), {}
+    for kind, registration in signals.load_all().items():
+        if registration.cls is not None:
+            built[kind] = registration.cls(state, settings=settings, links=links)
+            signals.attach_signals(kind, built[kind], state)
+    return built
 
 
 def metric_state(config: Config) -> MetricState:
@@ -64,14 +69,6 @@ class PollSchedule:
         self.next_due = now + min(wait, max(cap if cap is not None else interval, interval))
 
 
-@runtime_checkable
-class ColumnWise(Protocol):
-    """Signals that may apply a batch column-wise: the same state as one by one, and the same
-    refusals, as (index, exception) pairs; None when the batch is better applied one by one."""
-
-    def apply_many(self, events: list[Event]) -> list[tuple[int, Exception]] | None: ...
-
-
 @dataclass(kw_only=True)
 class SourceRuntime:
     """What the pipeline keeps per source, whichever way it is read: the kind's signals, and the
@@ -80,13 +77,9 @@ class SourceRuntime:
     name: str
     kind: str
     signals: Signals | None  # None for a kind whose events only are stored
-    column_wise: ColumnWise | None = field(init=False)  # the same signals, if they apply batches column-wise
     outcomes: dict[str, int] = field(default_factory=dict)
     last_unmatched: bytes = b""
     last_event_ts: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.column_wise = self.signals if isinstance(self.signals, ColumnWise) else None
 
 
 @dataclass(kw_only=True)
@@ -151,6 +144,9 @@ class Pipeline:
 
     def __init__(self, config: Config, clock: Clock, store: Store) -> None:
         self.config, self.clock, self.store = config, clock, store
+        bind = getattr(store, "bind_sources", None)
+        if bind is not None:  # the typed store files each event under its source's kind
+            bind(config.source_kinds())
         self.state = metric_state(config)
         saved = store.load()
         if saved.metrics:
@@ -301,10 +297,11 @@ class Pipeline:
             rt.saved = saved
             drained.append((rt, events, ok))
 
-    def submit(self, events: list[Event]) -> threading.Event:
+    def submit(self, events: list[Event], stored: threading.Event | None = None) -> threading.Event:
         """Events from outside the sources (spans pushed to /v1/traces, Alertmanager's notifications,
-        smoke results), stored at the next step; the returned event is set once they are committed."""
-        stored = threading.Event()
+        smoke results), stored at the next step; `stored` (or a new event, returned) is set once they
+        are committed."""
+        stored = stored or threading.Event()
         self._submitted.put((events, stored))
         return stored
 
@@ -416,18 +413,7 @@ class Pipeline:
 
     def _apply(self, rt: SourceRuntime, events: list[Event]) -> None:
         apply, good = rt.signals.apply if rt.signals is not None else None, []
-        failures = rt.column_wise.apply_many(events) if rt.column_wise is not None and len(events) > 1 else None
-        one_by_one = events if failures is None else []
-        if failures:  # applied column-wise: the same state as one by one, the same refusals
-            refused = dict(failures)
-            for i, event in enumerate(events):
-                if i in refused:
-                    self._refused(rt, event, refused[i])
-                else:
-                    good.append(event)
-        elif failures is not None:
-            good = list(events)
-        for event in one_by_one:
+        for event in events:
             try:
                 if apply is not None:
                     apply(event)
@@ -456,6 +442,9 @@ class Pipeline:
         s.set("spyglass_source_long_lines_total", key, stats.long_lines)
         s.set("spyglass_source_nul_bytes_total", key, stats.nul_bytes)
         s.set("spyglass_source_lost_files_total", key, stats.lost_files)
+        s.set("spyglass_source_lost_bytes_total", key, stats.lost_bytes)
+        for reason, count in stats.possibly_lost.items():
+            s.set("spyglass_source_possibly_lost_total", key + (reason,), count)
         for kind, count in stats.rotations.items():
             s.set("spyglass_source_rotations_total", key + (kind,), count)
         if rt.last_event_ts:

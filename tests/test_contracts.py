@@ -132,7 +132,19 @@ def test_a_kind_with_both_classes_tails_only_when_given_a_path():
     assert collectors.load_all()["infer_store"].is_polled(collectors.load_all()["infer_store"].options(path="x"))
 
 
-def test_the_engine_handler_table_names_every_handler():
+def test_the_engine_operations_name_declared_metrics_of_their_type_and_parsed_kinds():
+    from collectors.engine_log import PATTERNS
+    from signals.engine import CLOSED, OPS, SPECS, Add, Count, Observe, Set
+
+    types = {spec.name: spec.type for spec in SPECS}
+    wanted = {Count: "counter", Add: "counter", Observe: "histogram", Set: "gauge"}
+    for kind, ops in OPS.items():
+        assert kind in PATTERNS or kind == "error", kind
+        for op in ops:
+            assert types.get(op.metric) == wanted[type(op)], (kind, op)
+            if isinstance(op, Count) and op.by:
+                assert (op.closed or op.by) in CLOSED, (kind, op)
     signals = EngineSignals(MetricState(full_catalogue()))
-    defined = {name.removeprefix("on_") for name in vars(EngineSignals) if name.startswith("on_")}
-    assert set(signals.handlers) == defined and len(defined) == 19
+    custom = {name for name in vars(EngineSignals) if name.startswith("on_")}
+    assert {rule.__name__ for rule in signals.rules.values()} == custom
+    assert set(signals.rules) <= set(PATTERNS)

@@ -30,8 +30,8 @@ pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 EVENT_COLUMNS = "ts, source, kind, instance, host, request_id, fields::VARCHAR"
 
 
-def write_log(path: Path, turns: int) -> None:
-    model = EngineModel(seed=3)
+def write_log(path: Path, turns: int, seed: int = 3) -> None:
+    model = EngineModel(seed=seed)
     ts = 1_792_380_000.0
     lines = model.start_lines(ts)
     for i in range(turns):

@@ -49,8 +49,8 @@ class Query:
     sql: str
     params: dict[str, Any] = field(default_factory=dict)
 
-    def text(self, config: Config) -> str:
-        return render(with_views(self.sql, config.sources), self.params)
+    def text(self, config: Config, json_events: bool = False) -> str:
+        return render(with_views(self.sql, config.sources, json_events), self.params)
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def query(config: Config, q: Query, parquet: str | None = None) -> Result:
         if answer.truncated:  # a forensic table must be whole or say it is not
             raise QueryError(f"the answer was cut ({answer.truncated}); narrow the window")
         return answer.columns, [tuple(row) for row in answer.rows]
-    return run_parquet(parquet, q.text(config), q.params.get("from"), q.params.get("to"))
+    return run_parquet(parquet, q.text(config, json_events=True), q.params.get("from"), q.params.get("to"))
 
 
 GLOB_CHARS = re.compile(r"[*?\[{]")
@@ -121,7 +121,7 @@ def over_parquet(sql: str, glob: str, start: Any = None, end: Any = None) -> str
     found = LEADING_COMMENTS.match(sql)
     if found is None:
         raise QueryError("a query over Parquet must start with the views' WITH")
-    events = ("events AS (SELECT ts, source, kind, instance, host, request_id, fields, seq\n"
+    events = ("events AS (SELECT ts, source, kind, instance, host, request_id, fields, seq, NULL::VARCHAR AS source_kind\n"
               f"  FROM read_parquet({literal(glob)}, hive_partitioning = true){hours(start, end)})")
     return f"{sql[:found.end()]}{events},\n{sql[found.end():]}"
 
