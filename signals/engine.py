@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from collectors.checkpoint_reuse import checkpoint_only  # H4's rule, stated once
 from collectors.engine_log import follows_a_start
 from collectors.event import Event
 from collectors.host import cpu_set
@@ -246,12 +247,6 @@ OPS: dict[str, tuple[Op, ...]] = {  # event kind -> its operations, in order; th
                       Set("spyglass_engine_prefill_queue_depth", "prefill_queue"),
                       Set("spyglass_engine_decode_tokens_per_second", "decode_tps"), PROGRESS),
 }
-
-
-def checkpoint_only(prompt: int, reused: int, every: int) -> bool:
-    """A prompt only a prompt-cache checkpoint saved (H4): its reuse a positive multiple of
-    --prompt-cache-every, and not the whole prompt."""
-    return reused > 0 and every > 0 and reused % every == 0 and reused < prompt
 
 
 # ---------------------------------------------------------------------------------------------

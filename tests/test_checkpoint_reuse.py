@@ -32,6 +32,12 @@ def test_the_sql_condition_answers_as_the_python_rule(prompt, reused, every):
     assert answer is checkpoint_only(prompt, reused, every)
 
 
+def test_the_engine_signals_call_the_rule():
+    import signals.engine
+
+    assert signals.engine.checkpoint_only is checkpoint_only
+
+
 def test_the_probe_and_the_report_name_the_rule_and_do_not_restate_it():
     for sql in (by_id()["H4"].probe.sql, get("cache").sql):
         assert "$checkpoint_only" in sql and "% cache_every" not in sql
