@@ -181,7 +181,8 @@ def start_known_counters(state: MetricState, instances: Mapping[str, Iterable[st
     """Create at 0 every counter series whose labels are all known before any event arrives: per
     source kind, counters labelled (instance, lane), (instance) or (lane), for the configured
     instances of that kind (`instances`: kind -> names) and the deployment's `lanes` (`lane_of`:
-    instance -> lane), with the class's `no_lane` among them. A series that exists is left as it is.
+    instance -> lane), with the class's `no_lane` among them (a SignalsBase's; other classes have none).
+    A series that exists is left as it is.
 
     Why: a counter first exported above 0 is invisible to rate() and increase(), which need a sample
     before the first increment, so the first model checksum mismatch or lost task anchor since the
@@ -191,12 +192,13 @@ def start_known_counters(state: MetricState, instances: Mapping[str, Iterable[st
         if kind not in instances:
             continue
         names = sorted({name for name in instances[kind] if name})
-        no_lane: str | None = getattr(registration.cls, "no_lane", None)
+        base = registration.cls if registration.cls and issubclass(registration.cls, SignalsBase) else None
+        no_lane = base.no_lane if base else None
         kind_lanes = sorted({*lanes, *([no_lane] if no_lane else [])})
         keys_of: dict[tuple[str, ...], list[tuple[str, ...]]] = {
             ("instance", "lane"): [(name, lane_of.get(name, "")) for name in names],
             ("instance",): [(name,) for name in names], ("lane",): [(lane,) for lane in kind_lanes]}
-        mirrored: frozenset[str] = getattr(registration.cls, "mirrored_counters", frozenset())
+        mirrored = base.mirrored_counters if base else frozenset()
         for spec in registration.specs:
             if spec.type != "counter" or spec.name in mirrored:
                 continue
