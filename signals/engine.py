@@ -23,13 +23,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from collectors.checkpoint_reuse import checkpoint_only
 from collectors.engine_log import follows_a_start
 from collectors.event import Event
 from collectors.host import cpu_set
+from collectors.http_status import HTTP_STATUS_CODES
 from signals import LoadedModel, SignalsBase, SignalsLinks, SignalsSettings, signals_for
 from signals.buckets import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND
 from signals.catalogue import spec_maker
-from signals.state import STATUS_CODES, MetricState
+from signals.state import MetricState
 
 INSTANCE_LANE = ("instance", "lane")
 RESYNC_LINES = 3
@@ -41,7 +43,7 @@ CLOSED = {  # label -> the values the engine writes; any other is exported as "o
     "rebuild_reason": frozenset({"new_shape", "resize", "invalidated"}),
     "origin": frozenset({"parked", "checkpoint", "disk", "none"}),
     "component": frozenset({"main", "load", "http", "slot", "cache", "graph", "stats", "sched", "pool"}),
-    "status": STATUS_CODES,
+    "status": HTTP_STATUS_CODES,
 }
 spec = spec_maker("engine_log", INSTANCE_LANE)
 
@@ -246,12 +248,6 @@ OPS: dict[str, tuple[Op, ...]] = {  # event kind -> its operations, in order; th
                       Set("spyglass_engine_prefill_queue_depth", "prefill_queue"),
                       Set("spyglass_engine_decode_tokens_per_second", "decode_tps"), PROGRESS),
 }
-
-
-def checkpoint_only(prompt: int, reused: int, every: int) -> bool:
-    """A prompt only a prompt-cache checkpoint saved (H4): its reuse a positive multiple of
-    --prompt-cache-every, and not the whole prompt."""
-    return reused > 0 and every > 0 and reused % every == 0 and reused < prompt
 
 
 # ---------------------------------------------------------------------------------------------
