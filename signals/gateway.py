@@ -8,10 +8,10 @@ prompts (incident 6: every count names who counted; the engine is the authority)
 from __future__ import annotations
 
 from collectors.event import Event
+from collectors.http_status import HTTP_STATUS_CODES
 from signals import SignalsBase, signals_for
 from signals.buckets import LATENCY_SECONDS
 from signals.catalogue import spec_maker
-from signals.state import STATUS_CODES
 
 RATIO_BUCKETS = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 8.0)
 DROPPED_BUCKETS = (0.0, 1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0)
@@ -60,7 +60,7 @@ class GatewaySignals(SignalsBase):
         s, f, lane = self.state, e.fields, str(e.fields.get("lane") or self.no_lane)
         kind = e.kind
         if "status" in f:
-            status = s.listed(e.source, "status", str(f["status"]), STATUS_CODES)
+            status = s.listed(e.source, "status", str(f["status"]), HTTP_STATUS_CODES)
         if kind == "request":
             for label in f.get("unlisted") or ():
                 s.inc("spyglass_source_unlisted_labels_total", (e.source, str(label)))

@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from collectors.event import Event
 from collectors.grammar import number_ok
+from collectors.http_status import HTTP_STATUS_CODES
 from signals import SavedNumber, SignalsBase, signals_for
 from signals.catalogue import spec_maker
-from signals.state import STATUS_CODES
 
 INSTANCE = ("instance",)
 STATES = ("loading", "ready", "draining")
@@ -143,7 +143,7 @@ class ServeSignals(SignalsBase):
         by_status = (body.get("requests") or {}).get("by_status") or {}
         for status, count in by_status.items() if isinstance(by_status, dict) else ():
             if number_ok(count):
-                label = f"{REQUESTS}|{self._listed(e, 'status', str(status), STATUS_CODES)}"
+                label = f"{REQUESTS}|{self._listed(e, 'status', str(status), HTTP_STATUS_CODES)}"
                 raw[label] = raw.get(label, 0) + count
         seen = self.seen.get(e.instance) or ServeSeen()
         last = seen.raw

@@ -30,7 +30,6 @@ MAX_INFO_LABEL = 200  # characters of a free-text info label (a build, a model f
 # C0 controls and DEL as visible escapes: a NUL or an escape sequence never reaches a label value
 CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)}
 OTHER = "other"  # the label value of anything outside its closed set
-STATUS_CODES = frozenset(str(code) for code in range(100, 600))  # the closed set of an HTTP status label
 UNLISTED = "spyglass_source_unlisted_labels_total"
 # A saved state written before signals had typed checkpoints: one untyped `memo` for all of them,
 # kept under this name until each signals object has taken its part (signals.attach_signals).
