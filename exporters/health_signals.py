@@ -54,6 +54,13 @@ SPECS = [
                SOURCE + ("result",)),
     MetricSpec("spyglass_agent_spans_received_total", "counter",
                "Spans received over OTLP/HTTP at the agent's /v1/traces (stored as span events)."),
+    MetricSpec("spyglass_alerts_dropped_total", "counter",
+               "Alertmanager alerts not stored, by reason: notification_cap (past the first 1,000 of one"
+               " notification), sender_truncated (left out by Alertmanager's max_alerts, its truncatedAlerts),"
+               " alert_budget (past the alert's own budget of events: a flapping or forged alert).", ("reason",)),
+    MetricSpec("spyglass_alerts_deferred_total", "counter",
+               "Alertmanager alerts answered 503 because the agent's total alert rate was spent; the sender"
+               " retries them, so they are stored later, not lost."),
     MetricSpec("spyglass_store_events_total", "counter", "Events committed to the DuckDB store."),
     MetricSpec("spyglass_store_events_refused_total", "counter",
                "Events the store could not take, set aside so that the rest of their batch commits: a"

@@ -165,8 +165,8 @@ class AgentServer:
     def __init__(self, listen: str, state: MetricState, debug: Callable[[], dict[str, Any]],
                  query: Callable[[str], dict[str, Any]] | None = None,
                  traces: Callable[[bytes], None] | None = None, limits: ServerLimits = ServerLimits(),
-                 alerts: Callable[[bytes], None] | None = None,
-                 smoke: Callable[[bytes], None] | None = None, metrics_listen: str | None = None) -> None:
+                 alerts: Callable[[bytes], str | None] | None = None,
+                 smoke: Callable[[bytes], str | None] | None = None, metrics_listen: str | None = None) -> None:
         host, _, port = listen.rpartition(":")
         registry, with_exemplars = registry_for(state), registry_for(state, exemplars=True)
         expected = f"Bearer {limits.token}".encode() if limits.token else None
@@ -280,8 +280,9 @@ class AgentServer:
                 assert smoke is not None  # dispatched only when configured
                 self._store_and_answer(smoke, body)
 
-            def _store_and_answer(self, store: Callable[[bytes], None], body: bytes) -> None:
-                """200 once the body's events are committed; 400 for a body that is not one (nothing
+            def _store_and_answer(self, store: Callable[[bytes], str | None], body: bytes) -> None:
+                """200 once the body's events are committed (its text what `store` returned, or ok: what
+                was not stored and why); 400 for a body that is not one (nothing
                 stored); 503 while the store fails or half the workers already wait for a commit
                 (nothing taken: the sender retries, as Alertmanager does)."""
                 if not committing.acquire(blocking=False):
@@ -289,7 +290,7 @@ class AgentServer:
                                b" retry\n", {"Retry-After": "1"})
                     return
                 try:
-                    store(body)
+                    answer = store(body)
                 except ValueError as exc:
                     self._send(400, "text/plain", f"{exc}\n".encode())
                     return
@@ -298,7 +299,7 @@ class AgentServer:
                     return
                 finally:
                     committing.release()
-                self._send(200, "text/plain", b"ok\n")
+                self._send(200, "text/plain", (answer or "ok\n").encode())
 
             def _send(self, status: int, content_type: str, body: bytes, headers: dict[str, str] | None = None) -> None:
                 self.send_response(status)
