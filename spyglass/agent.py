@@ -38,7 +38,8 @@ def open_store(config: Config) -> Store:
         from exporters.store import DuckDBStore
 
         try:
-            return DuckDBStore(config.store_path())
+            store = config.exporters.store
+            return DuckDBStore(config.store_path(), memory_limit=f"{store.memory_limit_mib}MiB", threads=store.threads)
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():
                 raise
@@ -71,7 +72,7 @@ class Agent:
             self.otel = otlp_instruments(self.pipeline.state, otlp.endpoint, otlp.interval_seconds,
                                          config.agent.host, __version__)
             from engine.instrument import otlp_tracing
-            from engine.span_export import EngineSpanExporter
+            from exporters.otel_spans import EngineSpanExporter
 
             self.tracing = otlp_tracing(otlp.endpoint, "spyglass")
             kinds = {name: options.kind for name, options in config.sources.items()}
