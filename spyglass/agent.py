@@ -130,9 +130,14 @@ class Agent:
         note = read_notification(body, self.config.agent.host, now=self.pipeline.clock.now())
         self._refuse_while_failing()  # before anything is marked taken: nothing to undo
         stored = threading.Event()
-        fresh, others = self._alert_replays.claim(note.events, stored)
-        kept, dropped, deferred = self._alert_budget.admit(fresh, self.pipeline.clock.monotonic())
-        self._alert_replays.forget(dropped + deferred)  # not stored: a later copy may be
+        refused: dict[str, list] = {"dropped": [], "deferred": []}
+
+        def admit(new: list) -> list:  # of the alerts not taken before, those the budget takes
+            kept, refused["dropped"], refused["deferred"] = self._alert_budget.admit(new, self.pipeline.clock.monotonic())
+            return kept
+
+        kept, others = self._alert_replays.claim(note.events, stored, admit)
+        dropped, deferred = refused["dropped"], refused["deferred"]
         self._count_alerts(note.over_cap, note.truncated, len(dropped), len(deferred))
         if kept:
             try:

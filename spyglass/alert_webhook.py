@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -200,21 +201,27 @@ class Replays:
         identity = (f["fingerprint"], sorted(f["labels"].items()), f["status"], f["startsAt"], f["endsAt"])
         return hashlib.blake2b(repr(identity).encode(), digest_size=16).digest()  # 16 bytes, however long the labels
 
-    def claim(self, events: list[Event], stored: threading.Event) -> tuple[list[Event], list[threading.Event]]:
-        """The events not taken before (nor twice in `events`), now marked as stored by `stored` (the
-        commit event of their submission, which the caller must make at once), and the commit events
-        of the others (set, or still to be set by the request storing them)."""
-        fresh: list[Event] = []
+    def claim(self, events: list[Event], stored: threading.Event,
+              admit: Callable[[list[Event]], list[Event]] | None = None) -> tuple[list[Event], list[threading.Event]]:
+        """The events not taken before (nor twice in `events`) that `admit` (if given) takes of them, now
+        marked as stored by `stored` (the commit event of their submission, which the caller must make
+        at once), and the commit events of the others (set, or still to be set by the request storing
+        them). `admit` runs under the lock, so a duplicate never waits for an alert then not taken."""
+        new: dict[bytes, Event] = {}
         others: dict[int, threading.Event] = {}
         with self._lock:
             for event in events:
                 key = self.key(event)
                 holder = self._seen.get(key)
                 if holder is None:
-                    self._seen[key] = stored
-                    fresh.append(event)
-                elif holder is not stored and not holder.is_set():
+                    new.setdefault(key, event)
+                elif not holder.is_set():
                     others[id(holder)] = holder
+            taken = {id(e) for e in (admit(list(new.values())) if admit is not None else new.values())}
+            fresh = [event for event in new.values() if id(event) in taken]
+            for key, event in new.items():
+                if id(event) in taken:
+                    self._seen[key] = stored
             while len(self._seen) > self.size:
                 self._seen.popitem(last=False)
         return fresh, list(others.values())

@@ -350,3 +350,17 @@ def test_the_overflow_is_answered_with_why_and_counted_on_metrics(agent) -> None
                what="the overflow on /metrics")
     stop()
     assert len(stored_alerts(agent)) == MAX_ALERTS
+
+
+def test_an_alert_the_budget_refuses_is_not_marked_taken() -> None:
+    """The budget chooses under the replay lock: an alert it defers or drops is never marked, so a
+    duplicate arriving meanwhile does not wait for (and answer 200 on) a commit that will not hold it,
+    and the sender's retry is taken as new."""
+    from spyglass.alert_webhook import Replays
+
+    events = decode_notification(notification(alert("firing", name="A"), alert("firing", name="B")), now=NOW)
+    replays, first = Replays(), threading.Event()
+    kept, others = replays.claim(events, first, admit=lambda new: new[:1])  # B deferred
+    assert [e.fields["alertname"] for e in kept] == ["A"] and others == []
+    kept, others = replays.claim(events, threading.Event())
+    assert [e.fields["alertname"] for e in kept] == ["B"] and others == [first]  # B new; A waits for its commit
