@@ -45,7 +45,9 @@ SPECS = [
                "Events after which lines may have been lost, which cannot be proven, by reason: truncated"
                " (truncated with no copy of what followed the last offset: whatever was written after the"
                " last poll is gone), renamed (the followed file was renamed to a name no rotated pattern"
-               " gives: generations renamed away between two polls go unseen).", SOURCE + ("reason",)),
+               " gives: generations renamed away between two polls go unseen), relinked (the path, a symlink, was"
+               " pointed at another file: a target linked and replaced between two polls goes unseen).",
+               SOURCE + ("reason",)),
     MetricSpec("spyglass_source_last_event_timestamp_seconds", "gauge",
                "Timestamp (from the line itself) of the newest event of the source.", SOURCE, "seconds"),
     MetricSpec("spyglass_source_lag_bytes", "gauge", "Bytes written to the source not yet read as lines.", SOURCE,
