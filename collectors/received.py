@@ -16,7 +16,7 @@ declare("otlp", {"span": {
     "events": "json", "redacted": "json", "dropped_attributes": "int"}})
 declare("alertmanager", {"alert": {
     "alertname": "text", "status": "text", "labels": "json", "severity": "text", "heuristic": "text", "instance": "text",
-    "startsAt": "float", "endsAt": "float", "fingerprint": "text", "annotations": "json"}})
+    "startsAt": "float", "endsAt": "float", "fingerprint": "text", "annotations": "json", "labels_dropped": "int"}})
 _SMOKE = {"passed": "bool", "reason": "text", "url": "text", "at": "float", "waited_seconds": "float",
           "samples_file": "text", "samples_sha256": "text", "samples": "int", "ttft_ms_median": "float",
           "ttft_ms_max": "float", "outcomes": "json"}

@@ -273,10 +273,12 @@ class Tailer:
         self.draining.append(self.live)
         if self._unwatched_name(self.live):
             # We hold it and read it to its end; but a rotation to names we do not watch hides
-            # every generation renamed away between two polls, and that cannot be counted.
-            self.stats.maybe_lost("renamed")
-            logger.warning("{}: the followed file was renamed to {}, which no `rotated` pattern names: generations"
-                           " renamed away between two polls go unseen", self.path, _current_name(self.live))
+            # every generation renamed away (or linked and unlinked) between two polls, uncountably.
+            relinked = os.path.islink(self.path)
+            self.stats.maybe_lost("relinked" if relinked else "renamed")
+            logger.warning("{}: the followed file is now {}, which no `rotated` pattern names ({}): generations"
+                           " between two polls go unseen", self.path, _current_name(self.live),
+                           "the symlink was pointed elsewhere" if relinked else "renamed")
         self.live = None
 
     def _unwatched_name(self, f: TailFile) -> bool:

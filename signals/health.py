@@ -45,7 +45,9 @@ SPECS = [
                "Events after which lines may have been lost, which cannot be proven, by reason: truncated"
                " (truncated with no copy of what followed the last offset: whatever was written after the"
                " last poll is gone), renamed (the followed file was renamed to a name no rotated pattern"
-               " gives: generations renamed away between two polls go unseen).", SOURCE + ("reason",)),
+               " gives: generations renamed away between two polls go unseen), relinked (the path, a symlink, was"
+               " pointed at another file: a target linked and replaced between two polls goes unseen).",
+               SOURCE + ("reason",)),
     MetricSpec("spyglass_source_last_event_timestamp_seconds", "gauge",
                "Timestamp (from the line itself) of the newest event of the source.", SOURCE, "seconds"),
     MetricSpec("spyglass_source_lag_bytes", "gauge", "Bytes written to the source not yet read as lines.", SOURCE,
@@ -54,6 +56,13 @@ SPECS = [
                SOURCE + ("result",)),
     MetricSpec("spyglass_agent_spans_received_total", "counter",
                "Spans received over OTLP/HTTP at the agent's /v1/traces (stored as span events)."),
+    MetricSpec("spyglass_alerts_dropped_total", "counter",
+               "Alertmanager alerts not stored, by reason: notification_cap (past the first 1,000 of one"
+               " notification), sender_truncated (left out by Alertmanager's max_alerts, its truncatedAlerts),"
+               " alert_budget (past the alert's own budget of events: a flapping or forged alert).", ("reason",)),
+    MetricSpec("spyglass_alerts_deferred_total", "counter",
+               "Alertmanager alerts answered 503 because the agent's total alert rate was spent; the sender"
+               " retries them, so they are stored later, not lost."),
     MetricSpec("spyglass_store_events_total", "counter", "Events committed to the DuckDB store."),
     MetricSpec("spyglass_store_events_refused_total", "counter",
                "Events the store could not take, set aside so that the rest of their batch commits: a"

@@ -79,9 +79,10 @@ class Agent:
             self.pipeline.event_hooks.append(EngineSpanExporter(self.tracing, kinds).observe)
         self.snapshots: Snapshots | None = None
         self._decoding = threading.Lock()
-        from spyglass.alert_webhook import Replays
+        from spyglass.alert_webhook import AlertBudget, Replays
 
         self._alert_replays = Replays()
+        self._alert_budget = AlertBudget()
         if config.exporters.prometheus.enabled:
             from spyglass.server import AgentServer, ServerLimits  # here: `spyglass ingest` serves nothing
 
@@ -116,26 +117,59 @@ class Agent:
         self.pipeline.submit(events)
         self.wake.set()
 
-    def _receive_alerts(self, body: bytes) -> None:
+    def _receive_alerts(self, body: bytes) -> str | None:
         """Stores a notification's alerts once each, and returns (a 200) only once every one of them is
         committed: a replay (the same fingerprint, labels, status and times, as Alertmanager repeats)
         is not stored again, and one that arrives while the first is still being stored waits for
-        that commit (spyglass.alert_webhook.Replays)."""
-        from spyglass.alert_webhook import decode_notification
+        that commit (spyglass.alert_webhook.Replays). A flood is bounded (AlertBudget): alerts past
+        MAX_ALERTS in one notification or past their own budget are dropped and counted, said in the
+        200's text; alerts past the total rate are deferred with a 503, which the sender retries."""
+        from spyglass.alert_webhook import read_notification
+        from spyglass.server import NotYetStored
 
-        events = decode_notification(body, self.config.agent.host, now=self.pipeline.clock.now())
+        note = read_notification(body, self.config.agent.host, now=self.pipeline.clock.now())
         self._refuse_while_failing()  # before anything is marked taken: nothing to undo
         stored = threading.Event()
-        fresh, others = self._alert_replays.claim(events, stored)
-        if fresh:
+        refused: dict[str, list] = {"dropped": [], "deferred": []}
+
+        def admit(new: list) -> list:  # of the alerts not taken before, those the budget takes
+            kept, refused["dropped"], refused["deferred"] = self._alert_budget.admit(new, self.pipeline.clock.monotonic())
+            return kept
+
+        kept, others = self._alert_replays.claim(note.events, stored, admit)
+        dropped, deferred = refused["dropped"], refused["deferred"]
+        self._count_alerts(note.over_cap, note.truncated, len(dropped), len(deferred))
+        if kept:
             try:
-                self.pipeline.submit(fresh, stored)
+                self.pipeline.submit(kept, stored)
             except BaseException:
-                self._alert_replays.forget(fresh)
+                self._alert_replays.forget(kept)
                 raise
             self.wake.set()
-        self._wait_committed(([stored] if fresh else []) + others)
-        self._alert_replays.settle(fresh)
+        self._wait_committed(([stored] if kept else []) + others)
+        self._alert_replays.settle(kept)
+        if deferred:
+            raise NotYetStored(f"{len(deferred)} of {len(note.events)} alerts deferred: the agent stores at most"
+                               f" {self._alert_budget.rate:g} alerts a second; the rest are stored, retry",
+                               taken=True)
+        if note.over_cap or dropped:
+            return (f"stored; not stored: {note.over_cap} alerts past the first {len(note.events)} of the"
+                    f" notification, {len(dropped)} over their alert's budget"
+                    f" ({self._alert_budget.per_alert} per {self._alert_budget.per_alert_seconds:g} s)\n")
+        return None
+
+    def _count_alerts(self, over_cap: int, truncated: int, dropped: int, deferred: int) -> None:
+        state = self.pipeline.state
+        with state.lock:
+            for reason, count in (("notification_cap", over_cap), ("sender_truncated", truncated),
+                                  ("alert_budget", dropped)):
+                if count:
+                    state.inc("spyglass_alerts_dropped_total", (reason,), count)
+            if deferred:
+                state.inc("spyglass_alerts_deferred_total", (), deferred)
+            if over_cap or truncated or dropped or deferred:
+                self.pipeline.committer.dirty = True  # shown at the next commit, even if nothing is stored
+        self.wake.set()
 
     def _receive_smoke(self, body: bytes) -> None:
         from spyglass.smoke_event import decode_result

@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -18,9 +20,14 @@ from collectors import timebounds
 from collectors.event import Event
 from spyglass.bodies import json_object
 
-MAX_ALERTS = 1000  # Alertmanager's default max_alerts is 0 (all); a group of 1000 is already a flood
+# Alertmanager sends a group's alerts in one notification, all of them unless its webhook_config sets
+# `max_alerts` (then it truncates, and says how many it left out in `truncatedAlerts`). The store's
+# receiver in the generated alertmanager.yml sets max_alerts to MAX_ALERTS; a notification with more
+# is read up to MAX_ALERTS, and the rest is counted, never decoded.
+MAX_ALERTS = 1000
 MAX_LABELS = 32
 MAX_LABEL_CHARS = 256
+MAX_LABEL_TEXT = 2048  # characters of label names and values kept per alert; past that labels are dropped
 STATUSES = ("firing", "resolved")
 
 
@@ -45,12 +52,22 @@ def _timestamp(text: Any, where: str, now: float) -> float | None:
     return timebounds.check(moment.timestamp(), now, where)
 
 
-def _labels(raw: Any, where: str) -> dict[str, str]:
+def _labels(raw: Any, where: str) -> tuple[dict[str, str], int]:
+    """The labels, each name and value cut to MAX_LABEL_CHARS, alertname first and then by name until
+    MAX_LABEL_TEXT characters; and how many were dropped past that."""
     if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
         raise ValueError(f"{where}: expected an object of string labels")
     if len(raw) > MAX_LABELS:
         raise ValueError(f"{where}: {len(raw)} labels, at most {MAX_LABELS}")
-    return {k[:MAX_LABEL_CHARS]: v[:MAX_LABEL_CHARS] for k, v in sorted(raw.items())}
+    kept: dict[str, str] = {}
+    text = 0
+    for k, v in sorted(raw.items(), key=lambda item: (item[0] != "alertname", item[0])):
+        k, v = k[:MAX_LABEL_CHARS], v[:MAX_LABEL_CHARS]
+        if text + len(k) + len(v) > MAX_LABEL_TEXT and kept:
+            break
+        kept[k] = v
+        text += len(k) + len(v)
+    return dict(sorted(kept.items())), len(raw) - len(kept)
 
 
 def _event(alert: Any, where: str, host: str, now: float) -> Event:
@@ -59,7 +76,7 @@ def _event(alert: Any, where: str, host: str, now: float) -> Event:
     status = alert.get("status")
     if status not in STATUSES:
         raise ValueError(f"{where}.status: expected firing or resolved, got {str(status)[:20]!r}")
-    labels = _labels(alert.get("labels"), f"{where}.labels")
+    labels, dropped = _labels(alert.get("labels"), f"{where}.labels")
     if "alertname" not in labels:
         raise ValueError(f"{where}.labels: no alertname")
     starts = _timestamp(alert.get("startsAt"), f"{where}.startsAt", now)
@@ -75,13 +92,24 @@ def _event(alert: Any, where: str, host: str, now: float) -> Event:
               "severity": labels.get("severity"), "heuristic": labels.get("heuristic"),
               "instance": labels.get("instance"), "startsAt": starts, "endsAt": ends,
               "fingerprint": fingerprint[:64]}
+    if dropped:
+        fields["labels_dropped"] = dropped
     ts = ends if status == "resolved" and ends is not None else starts  # a resolved one has its end (checked above)
     return Event(ts, "alertmanager", "alert", labels.get("instance", ""), fields, None, host)
 
 
-def decode_notification(body: bytes, host: str = "", *, now: float) -> list[Event]:
-    """One event per alert of an Alertmanager webhook notification; ValueError if it is not one
-    (or a time in it lies outside 2000 to a day past `now`)."""
+@dataclass
+class Notification:
+    """The alerts of one notification, and those it did not carry or we did not read."""
+
+    events: list[Event]
+    over_cap: int = 0  # alerts past MAX_ALERTS in the body, not read
+    truncated: int = 0  # alerts the sender left out (Alertmanager's truncatedAlerts, by its max_alerts)
+
+
+def read_notification(body: bytes, host: str = "", *, now: float) -> Notification:
+    """One event per alert of an Alertmanager webhook notification, at most MAX_ALERTS; ValueError if it
+    is not one (or a time in it lies outside 2000 to a day past `now`)."""
     message = json_object(body, "an Alertmanager notification")
     if message.get("version") != "4":
         raise ValueError(f"not an Alertmanager webhook notification: version {message.get('version')!r:.20},"
@@ -89,9 +117,62 @@ def decode_notification(body: bytes, host: str = "", *, now: float) -> list[Even
     alerts = message.get("alerts")
     if not isinstance(alerts, list):
         raise ValueError("alerts: expected a list")
-    if len(alerts) > MAX_ALERTS:
-        raise ValueError(f"alerts: {len(alerts)} alerts, at most {MAX_ALERTS}")
-    return [_event(alert, f"alerts[{n}]", host, now) for n, alert in enumerate(alerts)]
+    truncated = message.get("truncatedAlerts", 0)
+    if not isinstance(truncated, int) or isinstance(truncated, bool) or not 0 <= truncated <= 1 << 31:
+        raise ValueError(f"truncatedAlerts: expected a count, got {str(truncated)[:20]!r}")
+    events = [_event(alert, f"alerts[{n}]", host, now) for n, alert in enumerate(alerts[:MAX_ALERTS])]
+    return Notification(events, max(0, len(alerts) - MAX_ALERTS), truncated)
+
+
+def decode_notification(body: bytes, host: str = "", *, now: float) -> list[Event]:
+    """The events of `read_notification`."""
+    return read_notification(body, host, now=now).events
+
+
+class AlertBudget:
+    """How many alert events are stored: a token bucket per alert (by its labels) of `per_alert` events,
+    one more each `per_alert_seconds`, and one for all alerts of `burst` events, `rate` more a second.
+    An alert past its own budget (a flapping or forged one) is dropped and counted; past the total, an
+    alert is deferred (the sender is answered 503 and retries, so nothing is lost, only slowed).
+    So the store grows by at most `burst` + `rate` x seconds alert events, however many are sent.
+    Thread-safe; the caller gives the time (clock.monotonic)."""
+
+    def __init__(self, *, per_alert: int = 10, per_alert_seconds: float = 60.0, burst: int = 2000,
+                 rate: float = 200.0, size: int = 100_000) -> None:
+        self.per_alert, self.per_alert_seconds, self.burst, self.rate, self.size = (
+            per_alert, per_alert_seconds, burst, rate, size)
+        self._alerts: OrderedDict[bytes, tuple[float, float]] = OrderedDict()  # key -> (tokens, when)
+        self._total: tuple[float, float] | None = None
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(event: Event) -> bytes:
+        return hashlib.blake2b(repr(sorted(event.fields["labels"].items())).encode(), digest_size=16).digest()
+
+    def admit(self, events: list[Event], now: float) -> tuple[list[Event], list[Event], list[Event]]:
+        """(kept, dropped: over their alert's budget, deferred: over the total), the kept ones charged."""
+        kept: list[Event] = []
+        dropped: list[Event] = []
+        deferred: list[Event] = []
+        with self._lock:
+            total, when = self._total or (float(self.burst), now)
+            total = min(float(self.burst), total + (now - when) * self.rate)
+            for event in events:
+                key = self.key(event)
+                tokens, last = self._alerts.pop(key, (float(self.per_alert), now))
+                tokens = min(float(self.per_alert), tokens + (now - last) / self.per_alert_seconds)
+                if tokens < 1:
+                    dropped.append(event)
+                elif total < 1:
+                    deferred.append(event)
+                else:
+                    tokens, total = tokens - 1, total - 1
+                    kept.append(event)
+                self._alerts[key] = (tokens, now)
+            while len(self._alerts) > self.size:
+                self._alerts.popitem(last=False)
+            self._total = (total, now)
+        return kept, dropped, deferred
 
 
 class Replays:
@@ -120,21 +201,27 @@ class Replays:
         identity = (f["fingerprint"], sorted(f["labels"].items()), f["status"], f["startsAt"], f["endsAt"])
         return hashlib.blake2b(repr(identity).encode(), digest_size=16).digest()  # 16 bytes, however long the labels
 
-    def claim(self, events: list[Event], stored: threading.Event) -> tuple[list[Event], list[threading.Event]]:
-        """The events not taken before (nor twice in `events`), now marked as stored by `stored` (the
-        commit event of their submission, which the caller must make at once), and the commit events
-        of the others (set, or still to be set by the request storing them)."""
-        fresh: list[Event] = []
+    def claim(self, events: list[Event], stored: threading.Event,
+              admit: Callable[[list[Event]], list[Event]] | None = None) -> tuple[list[Event], list[threading.Event]]:
+        """The events not taken before (nor twice in `events`) that `admit` (if given) takes of them, now
+        marked as stored by `stored` (the commit event of their submission, which the caller must make
+        at once), and the commit events of the others (set, or still to be set by the request storing
+        them). `admit` runs under the lock, so a duplicate never waits for an alert then not taken."""
+        new: dict[bytes, Event] = {}
         others: dict[int, threading.Event] = {}
         with self._lock:
             for event in events:
                 key = self.key(event)
                 holder = self._seen.get(key)
                 if holder is None:
-                    self._seen[key] = stored
-                    fresh.append(event)
-                elif holder is not stored and not holder.is_set():
+                    new.setdefault(key, event)
+                elif not holder.is_set():
                     others[id(holder)] = holder
+            taken = {id(e) for e in (admit(list(new.values())) if admit is not None else new.values())}
+            fresh = [event for event in new.values() if id(event) in taken]
+            for key, event in new.items():
+                if id(event) in taken:
+                    self._seen[key] = stored
             while len(self._seen) > self.size:
                 self._seen.popitem(last=False)
         return fresh, list(others.values())

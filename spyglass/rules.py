@@ -102,8 +102,15 @@ def render_rules(d: Deployment) -> str:
     return HEADER + dump(rule_groups(d))
 
 
-def _receiver(name: str, *urls: str | None, send_resolved: bool = True) -> dict[str, Any]:
-    return {"name": name, "webhook_configs": [{"url": u, "send_resolved": send_resolved} for u in urls if u]}
+def _receiver(name: str, *urls: str | None, send_resolved: bool = True, store: str | None = None) -> dict[str, Any]:
+    """A receiver of webhooks; the agent's store (`store`) gets at most MAX_ALERTS per notification,
+    Alertmanager counting the rest in `truncatedAlerts` (spyglass.alert_webhook)."""
+    from spyglass.alert_webhook import MAX_ALERTS
+
+    configs: list[dict[str, Any]] = [{"url": u, "send_resolved": send_resolved} for u in urls if u]
+    if store:
+        configs.append({"url": store, "send_resolved": True, "max_alerts": MAX_ALERTS})
+    return {"name": name, "webhook_configs": configs}
 
 
 def alertmanager_config(d: Deployment) -> dict[str, Any]:
@@ -138,8 +145,8 @@ def alertmanager_config(d: Deployment) -> dict[str, Any]:
              "equal": ["host", "instance"]},
         ],
         "receivers": [
-            _receiver("pager", s.pager_webhook_url, s.store_webhook_url),
-            _receiver("ticket", s.ticket_webhook_url, s.store_webhook_url),
+            _receiver("pager", s.pager_webhook_url, store=s.store_webhook_url),
+            _receiver("ticket", s.ticket_webhook_url, store=s.store_webhook_url),
             _receiver("heartbeat", s.heartbeat_webhook_url, send_resolved=False),
             {"name": "silent"},
         ],

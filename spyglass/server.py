@@ -326,9 +326,10 @@ def otlp_traces(receive: Callable[[bytes], None], request: AgentHandler, body: b
     request.answer(200, "application/x-protobuf", b"")  # an empty ExportTraceServiceResponse
 
 
-def store_and_answer(committing: threading.BoundedSemaphore, store: Callable[[bytes], None], request: AgentHandler,
-                     body: bytes) -> None:
-    """200 once the body's events are committed; 400 for a body that is not one (nothing stored);
+def store_and_answer(committing: threading.BoundedSemaphore, store: Callable[[bytes], str | None],
+                     request: AgentHandler, body: bytes) -> None:
+    """200 once the body's events are committed (its text what `store` returned, or ok: what was not
+    stored and why); 400 for a body that is not one (nothing stored);
     503 while the store fails or half the workers already wait for a commit (nothing taken: the
     sender retries, as Alertmanager does)."""
     if not committing.acquire(blocking=False):
@@ -336,7 +337,7 @@ def store_and_answer(committing: threading.BoundedSemaphore, store: Callable[[by
                        b" retry\n", {"Retry-After": "1"})
         return
     try:
-        store(body)
+        answer = store(body)
     except ValueError as exc:
         request.answer(400, "text/plain", f"{exc}\n".encode())
         return
@@ -345,13 +346,13 @@ def store_and_answer(committing: threading.BoundedSemaphore, store: Callable[[by
         return
     finally:
         committing.release()
-    request.answer(200, "text/plain", b"ok\n")
+    request.answer(200, "text/plain", (answer or "ok\n").encode())
 
 
 def route_table(state: MetricState, debug: Callable[[], dict[str, Any]], limits: ServerLimits,
                 query: Callable[[str], dict[str, Any]] | None = None, traces: Callable[[bytes], None] | None = None,
-                alerts: Callable[[bytes], None] | None = None,
-                smoke: Callable[[bytes], None] | None = None) -> dict[tuple[str, str], Route]:
+                alerts: Callable[[bytes], str | None] | None = None,
+                smoke: Callable[[bytes], str | None] | None = None) -> dict[tuple[str, str], Route]:
     """(method, path) -> route: the GETs always, each POST when its callable is given."""
     # A POST that stores holds its worker until the commit (up to a commit interval): at most half
     # the workers wait so, and the rest stay free for /metrics, however many senders retry at once.
@@ -376,8 +377,8 @@ class AgentServer:
     def __init__(self, listen: str, state: MetricState, debug: Callable[[], dict[str, Any]],
                  query: Callable[[str], dict[str, Any]] | None = None,
                  traces: Callable[[bytes], None] | None = None, limits: ServerLimits = ServerLimits(),
-                 alerts: Callable[[bytes], None] | None = None,
-                 smoke: Callable[[bytes], None] | None = None, metrics_listen: str | None = None) -> None:
+                 alerts: Callable[[bytes], str | None] | None = None,
+                 smoke: Callable[[bytes], str | None] | None = None, metrics_listen: str | None = None) -> None:
         routes = route_table(state, debug, limits, query, traces, alerts, smoke)
         site = Site(routes, limits)
         self.httpd = bind(listen, site, limits.workers, "")

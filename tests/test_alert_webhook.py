@@ -83,7 +83,7 @@ def test_labels_are_bounded() -> None:
     (notification({**alert("firing"), "startsAt": "yesterday"}), "startsAt: not an RFC 3339 time"),
     (notification({**alert("firing"), "startsAt": "2026-03-10T14:02:15"}), "time without an offset"),
     (notification(alert("firing"), alert("resolved")), r"alerts\[1\].endsAt: a resolved alert needs its end"),
-    (notification(*[alert("firing")] * 1001), "at most 1000"),
+    (json.dumps({"version": "4", "alerts": [], "truncatedAlerts": -1}).encode(), "truncatedAlerts: expected a count"),
     (b"[" * 5000 + b"]" * 5000, "nested too deeply"),  # 10 KB: past the decoder's recursion limit
     (b'{"version": "4", "alerts": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply"),
 ])
@@ -220,7 +220,7 @@ def test_a_bug_a_body_finds_is_a_500_and_logged_never_a_silent_hang_up(agent, mo
     def broken(body: bytes, host: str = "", *, now: float) -> list:
         raise RuntimeError("a decoder bug")
 
-    monkeypatch.setattr("spyglass.alert_webhook.decode_notification", broken)
+    monkeypatch.setattr("spyglass.alert_webhook.read_notification", broken)
     answer = httpx.post(url, content=notification(alert("firing")), timeout=30, headers=JSON_BODY)
     assert (answer.status_code, "nothing was stored" in answer.text) == (500, True)
     assert httpx.get(url.replace("/api/alerts", "/health")).text == "ok\n"  # the agent lives on
@@ -297,3 +297,70 @@ def test_a_duplicate_in_flight_is_answered_only_once_the_first_is_committed(tmp_
         gate.set()
         stop()
     assert [r[:2] for r in stored_alerts(agent)] == [("InFlight", "firing")]
+
+
+def test_a_notification_past_the_cap_is_read_to_the_cap_and_the_rest_counted() -> None:
+    """Alertmanager sends a group whole unless `max_alerts` is set (the generated config sets it to
+    MAX_ALERTS, and then it says how many it left out). Past the cap nothing is decoded; all is counted."""
+    from spyglass.alert_webhook import MAX_ALERTS, read_notification
+
+    body = json.loads(notification(*[alert("firing", name=f"Storm{i}") for i in range(MAX_ALERTS + 7)]))
+    note = read_notification(json.dumps({**body, "truncatedAlerts": 40}).encode(), now=NOW)
+    assert (len(note.events), note.over_cap, note.truncated) == (MAX_ALERTS, 7, 40)
+
+
+def test_label_text_is_bounded_per_alert() -> None:
+    """32 labels of 256 characters would store 16 KB per alert: past MAX_LABEL_TEXT labels are dropped
+    (alertname always kept) and the number dropped is stored with the alert."""
+    from spyglass.alert_webhook import MAX_LABEL_TEXT
+
+    (event,) = decode_notification(notification(alert("firing", **{f"l{n:02d}": "v" * 300 for n in range(26)})), now=NOW)
+    labels = event.fields["labels"]
+    assert sum(len(k) + len(v) for k, v in labels.items()) <= MAX_LABEL_TEXT
+    assert labels["alertname"] == "EngineEvictionStorm" and event.fields["labels_dropped"] == 30 - len(labels)
+
+
+def test_the_alert_budget_drops_a_flapping_alert_and_defers_a_flood() -> None:
+    """Per alert: `per_alert` events, one more per `per_alert_seconds`; in all: `burst`, `rate` more a second."""
+    from spyglass.alert_webhook import AlertBudget
+
+    budget = AlertBudget(per_alert=3, per_alert_seconds=60, burst=5, rate=0.01)
+    flapping = [decode_notification(notification(alert("firing") | {"startsAt": f"2026-03-10T14:0{i}:00Z"}),
+                                    now=NOW)[0] for i in range(5)]
+    kept, dropped, deferred = budget.admit(flapping, now=0.0)
+    assert (len(kept), len(dropped), len(deferred)) == (3, 2, 0)
+    assert budget.admit(flapping[:1], now=59.0)[1] == flapping[:1]  # not a minute yet
+    assert budget.admit(flapping[:1], now=61.0)[0] == flapping[:1]  # one more after a minute
+    others = decode_notification(notification(*[alert("firing", name=f"Other{i}") for i in range(5)]), now=NOW)
+    kept, dropped, deferred = budget.admit(others, now=61.0)
+    assert (kept, dropped, deferred) == (others[:1], [], others[1:])  # the burst is spent: 5 taken in all
+    assert budget.admit(others[1:], now=200.0)[0] == others[1:3]  # 139 s at 0.01 a second: 2 more (with 0.61 left)
+
+
+def test_the_overflow_is_answered_with_why_and_counted_on_metrics(agent) -> None:
+    """A notification past the cap is stored up to it; the 200's text says what was not, and /metrics counts it."""
+    from spyglass.alert_webhook import MAX_ALERTS
+
+    agent, url, stop = agent
+    body = notification(*[alert("firing", name=f"Storm{i}") for i in range(MAX_ALERTS + 5)])
+    answer = httpx.post(url, content=body, headers=JSON_BODY, timeout=30)
+    assert answer.status_code == 200 and "5 alerts past the first 1000" in answer.text, answer.text
+    metrics = url.replace("/api/alerts", "/metrics")
+    wait_until(lambda: 'spyglass_alerts_dropped_total{reason="notification_cap"} 5.0' in httpx.get(metrics).text,
+               what="the overflow on /metrics")
+    stop()
+    assert len(stored_alerts(agent)) == MAX_ALERTS
+
+
+def test_an_alert_the_budget_refuses_is_not_marked_taken() -> None:
+    """The budget chooses under the replay lock: an alert it defers or drops is never marked, so a
+    duplicate arriving meanwhile does not wait for (and answer 200 on) a commit that will not hold it,
+    and the sender's retry is taken as new."""
+    from spyglass.alert_webhook import Replays
+
+    events = decode_notification(notification(alert("firing", name="A"), alert("firing", name="B")), now=NOW)
+    replays, first = Replays(), threading.Event()
+    kept, others = replays.claim(events, first, admit=lambda new: new[:1])  # B deferred
+    assert [e.fields["alertname"] for e in kept] == ["A"] and others == []
+    kept, others = replays.claim(events, threading.Event())
+    assert [e.fields["alertname"] for e in kept] == ["B"] and others == [first]  # B new; A waits for its commit
