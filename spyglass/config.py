@@ -361,13 +361,13 @@ def _check_parquet(config: Config, file: str) -> None:
 
 
 def _check_buckets(config: Config, file: str) -> None:
-    import exporters  # the catalogue knows which metrics are histograms
+    import signals  # the catalogue knows which metrics are histograms
 
     for name, bounds in config.signals.buckets.items():
         if not all(math.isfinite(b) for b in bounds):
             raise ConfigError(f"{file}: signals.buckets.{name}: expected finite numbers (got {bounds!r})")
     try:
-        exporters.full_catalogue().with_buckets(config.signals.buckets)
+        signals.full_catalogue().with_buckets(config.signals.buckets)
     except ValueError as exc:  # names the key already: signals.buckets.NAME: what is wrong
         raise ConfigError(f"{file}: {exc}") from None
 

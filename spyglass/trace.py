@@ -16,7 +16,7 @@ from rich.tree import Tree
 from collectors.clock import format_both
 from collectors.event import Event
 from collectors.trace_ids import span_id_for, trace_id_for
-from engine.spans import PhaseSpan, engine_span, request_tree
+from signals.spans import PhaseSpan, engine_span, request_tree
 from spyglass.config import Config
 from spyglass.console import console_for, plain
 from spyglass.query import QueryError, agent_api, run_readonly

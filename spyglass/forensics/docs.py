@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from spyglass.forensics import reports
+from spyglass.forensics.segment_queries import QUERIES
 from spyglass.forensics.views import PAD, VIEWS
 
 INTRO = f"""# Forensics: views, commands, reports
@@ -101,43 +102,26 @@ spyglass report cache -c strata.toml --from 2026-10-19 --to 2026-10-20 --parquet
 read only below the glob's folder; no agent is involved, so this works on any machine that sees the files.
 A query whose listing raced the compaction of an hour can fail with "No such file" (DuckDB lists the
 files before it opens them); run it again.
-
-**DuckDB** (any version that reads Parquet; `date` comes back as a DATE, `hour` as text such as `'04'`):
-
-```sql
-SET TimeZone = 'UTC';
-SELECT host, kind, count(*) AS events
-FROM read_parquet('/srv/spyglass/pq/host=*/date=*/hour=*/*.parquet', hive_partitioning = true)
-WHERE date = DATE '2026-10-19' AND ts >= TIMESTAMPTZ '2026-10-19 04:45:00+00' AND ts < TIMESTAMPTZ '2026-10-19 05:00:00+00'
-GROUP BY ALL ORDER BY host, events DESC;
-
--- evictions per host and hour, across every host at once
-SELECT host, date, hour, count(*) AS evictions
-FROM read_parquet('/srv/spyglass/pq/host=*/date=*/hour=*/*.parquet', hive_partitioning = true)
-WHERE kind = 'evict' GROUP BY ALL ORDER BY ALL;
-```
-
-The `date` and `hour` filters prune folders before any file is opened; a `ts` filter alone still skips
-row groups by their statistics.
-
-**ClickHouse** (`file` for a local or mounted folder, `s3` for object storage). Every file carries
-`host` and `ts` itself, so no partition columns are needed; narrow the glob (`date=2026-10-19`,
-`hour={04,05}`) to skip folders:
-
-```sql
-SELECT host, kind, count() AS events
-FROM file('/srv/spyglass/pq/host=*/date=*/hour=*/*.parquet', Parquet)
-WHERE ts >= '2026-10-19 04:45:00' AND ts < '2026-10-19 05:00:00'
-GROUP BY host, kind ORDER BY host, events DESC;
-
-SELECT host, JSONExtractUInt(fields, 'evictions') AS evictions, ts
-FROM s3('https://bucket.s3.amazonaws.com/spyglass/host=*/date=2026-10-19/hour=*/*.parquet', Parquet)
-WHERE kind = 'stats' ORDER BY ts;
-```
-
-To keep the history in ClickHouse instead, `INSERT INTO events SELECT * FROM s3(...)` loads the same
-files in bulk; the columns do not change.
 """
+
+
+def segment_queries_markdown() -> list[str]:
+    """The DuckDB and ClickHouse queries over the segments, from segment_queries (tests/test_clickhouse.py runs each)."""
+    duck = [f"-- {q.question.rstrip(':')}\n{q.duckdb}" for q in QUERIES]
+    click = [f"-- {q.question.rstrip(':')}\n{q.clickhouse}" for q in QUERIES]
+    return [
+        "**DuckDB** (any version that reads Parquet; `date` comes back as a DATE, `hour` as text such as `'04'`):",
+        "", "```sql", "SET TimeZone = 'UTC';", "\n\n".join(duck), "```", "",
+        "The `date` and `hour` filters prune folders before any file is opened; a `ts` filter alone still skips",
+        "row groups by their statistics.", "",
+        "**ClickHouse** (`file` for a local or mounted folder). Every file carries `host` and `ts` itself, so no",
+        "partition columns are needed; narrow the glob (`date=2026-10-19`, `hour={04,05}`) to skip folders. For",
+        "object storage the same queries read `s3('https://bucket.s3.amazonaws.com/spyglass/host=*/date=*/hour=*/*.parquet', Parquet)`",
+        "in place of `file(...)`. `tests/test_clickhouse.py` runs each of these on ClickHouse's own engine",
+        "(chdb) over two hosts' segments and requires DuckDB's rows above, in the same order:", "",
+        "```sql", "\n\n".join(click), "```", "",
+        "To keep the history in ClickHouse instead, `INSERT INTO events SELECT * FROM s3(...)` loads the same",
+        "files in bulk; the columns do not change.", ""]
 
 
 def view_markdown() -> list[str]:
@@ -179,4 +163,4 @@ def diagnosis_markdown() -> list[str]:
 
 
 def markdown() -> str:
-    return "\n".join([INTRO, PARQUET, *view_markdown(), *report_markdown(), *diagnosis_markdown()])
+    return "\n".join([INTRO, PARQUET, *segment_queries_markdown(), *view_markdown(), *report_markdown(), *diagnosis_markdown()])

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from collectors.checkpoint_reuse import checkpoint_only_sql
 from spyglass.config import Config
 from spyglass.forensics.views import PAD, literal, with_views
 from spyglass.query import QueryError, Session, agent_api, run_readonly
@@ -56,7 +57,25 @@ class Query:
         return render(with_views(self.sql, config.sources, json_events), self.params)
 
 
+@dataclass(frozen=True)
+class SqlCondition:
+    """A parameter that is SQL rather than a value: a rule stated once in Python (such as
+    collectors.checkpoint_reuse), written in parentheses wherever a query names it."""
+    text: str
+
+
+def settings_params(config: Config) -> dict[str, Any]:
+    """The parameters every report and probe may use beside the window: `$long_prompt_tokens` and
+    `$default_every` (signals.long_prompt_tokens, signals.default_prompt_cache_every), and
+    `$checkpoint_only` (the rule, over prompt_tokens, reused_tokens and cache_every)."""
+    return {"long_prompt_tokens": config.signals.long_prompt_tokens,
+            "default_every": config.signals.default_prompt_cache_every,
+            "checkpoint_only": SqlCondition(checkpoint_only_sql())}
+
+
 def sql_value(value: Any) -> str:
+    if isinstance(value, SqlCondition):
+        return f"({value.text})"
     if isinstance(value, datetime):
         utc = value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
         return f"TIMESTAMPTZ '{utc:%Y-%m-%d %H:%M:%S.%f}+00'"

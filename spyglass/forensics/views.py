@@ -20,12 +20,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from collectors.clock import BEIJING_ZONE_NAME
 from collectors.fields import fields as declared_fields
 from collectors.received import RECEIVED
 from exporters.event_schema import column_name, json_typed_select, quoted, source_kinds, source_view
 
 PAD = "INTERVAL 1 HOUR"
-BEIJING = "Asia/Shanghai"
+BEIJING = BEIJING_ZONE_NAME
 TZ, BJ, INT, FLOAT, TEXT, BOOL, JSON = ("TIMESTAMP WITH TIME ZONE", "TIMESTAMP", "BIGINT", "DOUBLE", "VARCHAR",
                                         "BOOLEAN", "JSON")
 
