@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 2  # 1: one `events` table with every field in a JSON column; 2: a table per kind
 BASE = (("seq", "BIGINT"), ("ts", "TIMESTAMPTZ NOT NULL"), ("source", "VARCHAR NOT NULL"), ("kind", "VARCHAR NOT NULL"),
         ("instance", "VARCHAR"), ("host", "VARCHAR"), ("request_id", "VARCHAR"))
-RESERVED = frozenset({name for name, _ in BASE} | {"extra", "fields", "source_kind", "lane"})
+RESERVED = frozenset({name for name, _ in BASE} | {"extra", "fields", "source_kind"})
 OTHER = "ev_other"
 
 
