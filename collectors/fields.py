@@ -92,8 +92,7 @@ def fields() -> dict[str, SourceFields]:
     source kind. This is the one table the store's typed columns and the views' field names come from."""
     from collectors import load_all
 
-    load_all()  # every collector module, collectors.received too (the kinds the agent receives: spans, alerts, smoke)
-
+    load_all()  # every module of the package, collectors/received.py (spans, alerts, smoke) included
     return {name: _DECLARED[name] for name in sorted(_DECLARED)}
 
 

@@ -224,20 +224,21 @@ def trace_command(config: ConfigOption, request_id: RequestId) -> None:
 
 
 from spyglass.forensics import commands as forensics  # noqa: E402 - registered where they belong in --help
+from spyglass.forensics.run import one_connection  # noqa: E402 - each forensic command: one query process
 
-app.command("timeline")(forensics.timeline)
-app.command("requests")(forensics.requests)
-app.command("report")(forensics.report)
-app.command("views")(forensics.views)
+app.command("timeline")(one_connection(forensics.timeline))
+app.command("requests")(one_connection(forensics.requests))
+app.command("report")(one_connection(forensics.report))
+app.command("views")(one_connection(forensics.views))
 from spyglass.forensics import diagnose_cli  # noqa: E402
 
-app.command("diagnose")(diagnose_cli.diagnose)
+app.command("diagnose")(one_connection(diagnose_cli.diagnose))
 
 from spyglass.forensics import upgrades  # noqa: E402
 
-app.command("changes")(upgrades.changes)
-app.command("crashes")(upgrades.crashes)
-app.command("baseline")(upgrades.baseline)
+app.command("changes")(one_connection(upgrades.changes))
+app.command("crashes")(one_connection(upgrades.crashes))
+app.command("baseline")(one_connection(upgrades.baseline))
 
 
 @app.command()

@@ -89,7 +89,7 @@ def live_tree(spans: list[Event], engine: PhaseSpan | None, request_id: str) -> 
         nodes[f["span_id"]] = PhaseSpan(f"{f['service']}: {f['name']}", f["start"], f["end"], attributes,
                                         error=(f.get("status_message") or "error") if f["status"] == "error" else None)
     for span in spans:
-        parent = nodes.get(span.fields["parent_span_id"] or "")
+        parent = nodes.get(span.fields.get("parent_span_id") or "")  # a root's is NULL, so absent from the store
         (parent.children if parent else roots).append(nodes[span.fields["span_id"]])
     serve = nodes.get(format(span_id_for("serve", request_id), "016x"))
     pushed_engine = serve is not None and any(c.name.split(": ", 1)[-1].startswith("engine ") for c in serve.children)

@@ -182,3 +182,20 @@ def test_the_store_file_is_untouched_by_the_views(replay):
     assert tables == {"checkpoints", "agent_state", "store_schema", *event_schema.table_names()}
     assert views == {"events", *map(event_schema.source_view, event_schema.source_kinds())}
     assert Path(replay.store_path()).stat().st_mtime_ns == before
+
+
+def test_every_field_the_replays_write_is_declared(replay):
+    """Every source of the replays (engine logs, gateway, infer store, supervisord, serve status, host, spans,
+    alerts, smoke) writes only declared kinds and fields: nothing lands in a kind's `extra` or in ev_other."""
+    with session(replay) as con:
+        undeclared = {}
+        for name in event_schema.table_names():
+            column = "fields" if name == event_schema.OTHER else "extra"
+            rows = con.execute(f"SELECT kind, {column}::VARCHAR FROM {event_schema.quoted(name)}"
+                               f" WHERE {column} IS NOT NULL LIMIT 3").fetchall()
+            if rows:
+                undeclared[name] = rows
+        stored = {row[0] for row in con.execute("SELECT DISTINCT source_kind FROM events").fetchall()}
+    assert undeclared == {}
+    assert stored >= {"engine_log", "gateway_log", "infer_store", "supervisord_log", "serve_status", "host", "otlp",
+                      "alertmanager", "smoke"}

@@ -160,7 +160,7 @@ class _Span:
     @classmethod
     def of_stored(cls, f: dict) -> _Span:
         return cls(f["name"], f["kind"], int(f["trace_id"], 16), int(f["span_id"], 16),
-                   int(f["parent_span_id"], 16) if f["parent_span_id"] else None,
+                   int(f["parent_span_id"], 16) if f.get("parent_span_id") else None,  # NULL: absent
                    f["attributes"].get("spyglass.request.id"))
 
 

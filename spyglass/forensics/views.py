@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from collectors.clock import BEIJING_ZONE_NAME
+from collectors.fields import columns as declared_fields_of
 from collectors.fields import fields as declared_fields
 from collectors.received import RECEIVED
 from exporters.event_schema import column_name, json_typed_select, quoted, source_kinds, source_view
@@ -647,8 +648,10 @@ SOURCE_EV = re.compile(r"\bev_(\w+)\b")
 
 
 def ev_source(source_kind: str) -> str:
-    """`ev_<source kind>`: the window's events of one source kind, typed columns, with their lane."""
-    return (f"ev_{source_kind} AS (SELECT e.*, '{source_kind}' AS source_kind, k.lane\n"
+    """`ev_<source kind>`: the window's events of one source kind, typed columns, with their source's lane
+    (from the config) unless its events carry their own `lane` field (the gateway's, the infer store's)."""
+    lane = "" if "lane" in declared_fields_of(source_kind) else ", k.lane"
+    return (f"ev_{source_kind} AS (SELECT e.*, '{source_kind}' AS source_kind{lane}\n"
             f"  FROM {source_view(source_kind)} e LEFT JOIN source_kinds k ON k.source = e.source WHERE {WINDOW})")
 
 
