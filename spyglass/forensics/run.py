@@ -6,8 +6,9 @@ else through the agent's read-only query path. That path takes one statement and
 parameters today, so parameters are rendered as SQL literals here (`render`), and nowhere else.
 
 With `parquet` (a glob of published segments, `--parquet` on every forensic command) the same
-query runs over Parquet instead (exporters/parquet.py): `events` is then a CTE over
-`read_parquet(GLOB, hive_partitioning = true)` with the store's columns, and the query runs in
+query runs over Parquet instead (exporters/parquet.py): `events` and each `events_<source kind>` are
+then CTEs over `read_parquet(GLOB, hive_partitioning = true)` with the store's views' columns and types
+(exporters/segment_schema.py), and the query runs in
 an in-memory DuckDB that may read only below the glob's folder. No agent is asked: any number
 of processes read segments while agents publish them.
 """
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from exporters.event_schema import source_kinds, source_view
+from exporters.segment_schema import events_view_sql, source_view_sql
 from spyglass.config import Config
 from spyglass.forensics.views import PAD, literal, with_views
 from spyglass.query import QueryError, agent_api, run_readonly
@@ -102,9 +105,12 @@ def over_parquet(sql: str, glob: str, start: Any = None, end: Any = None) -> str
     found = LEADING_COMMENTS.match(sql)
     if found is None:
         raise QueryError("a query over Parquet must start with the views' WITH")
-    events = ("events AS (SELECT ts, source, kind, instance, host, request_id, fields, seq\n"
-              f"  FROM read_parquet({literal(glob)}, hive_partitioning = true){hours(start, end)})")
-    return f"{sql[:found.end()]}{events},\n{sql[found.end():]}"
+    segments = f"(SELECT * FROM read_parquet({literal(glob)}, hive_partitioning = true){hours(start, end)})"
+    # each view scans the files itself: a CTE named by many would be materialized whole
+    ctes = [f"{source_view(sk)} AS ({source_view_sql(sk, segments)})" for sk in source_kinds()]
+    ctes.append(f"events AS ({events_view_sql(segments)})")
+    joined = ",\n".join(ctes)
+    return f"{sql[:found.end()]}{joined},\n{sql[found.end():]}"
 
 
 def run_parquet(glob: str, sql: str, start: Any = None, end: Any = None) -> Result:
