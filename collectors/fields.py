@@ -92,9 +92,7 @@ def fields() -> dict[str, SourceFields]:
     source kind. This is the one table the store's typed columns and the views' field names come from."""
     from collectors import load_all
 
-    load_all()
-    from collectors import received  # noqa: F401 - declares the kinds the agent receives (spans, alerts, smoke)
-
+    load_all()  # every module of the package, collectors/received.py (spans, alerts, smoke) included
     return {name: _DECLARED[name] for name in sorted(_DECLARED)}
 
 

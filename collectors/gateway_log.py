@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from collectors import LineSourceBase, SourceOptions, register
-from collectors.clock import local_to_epoch, zone
+from collectors.clock import BEIJING_ZONE_NAME, local_to_epoch, zone
 from collectors.dated_log import handle_lines
 from collectors.event import Event
 from collectors.fields import FieldType, SourceFields, declare, from_patterns
@@ -69,7 +69,7 @@ declare("gateway_log", _declared())
 class GatewayLogOptions(SourceOptions):
     kind: Literal["gateway_log"] = "gateway_log"
     tz: str = "UTC"
-    request_id_tz: str = Field("Asia/Shanghai", description="Zone of the time inside request ids.")
+    request_id_tz: str = Field(BEIJING_ZONE_NAME, description="Zone of the time inside request ids.")
     patterns: dict[str, str | PatternOverride] = Field(default_factory=dict,
                                                        description="Per-kind message regex overrides.")
     lanes: list[str] = Field(["fast", "normal"], description="Lanes exported as labels; any other is `other`.")

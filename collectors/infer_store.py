@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
-from collectors.clock import local_to_epoch, zone
+from collectors.clock import BEIJING_ZONE_NAME, local_to_epoch, zone
 from collectors.event import Event
 from collectors.fields import POLL_ERROR, declare
 
@@ -37,7 +37,7 @@ CONTROL_LITERALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref
 
 class InferStoreOptions(SourceOptions):
     kind: Literal["infer_store"] = "infer_store"
-    tz: str = "Asia/Shanghai"
+    tz: str = BEIJING_ZONE_NAME
     segments: Path | None = Field(None, description="Folder of YYYYMMDD/seg-*.jsonl.gz; default infer-segs beside path.")
     interval_seconds: float = Field(10.0, gt=0, description="Seconds between imports.")
     settle_seconds: float = Field(30.0, ge=0, description="A segment unchanged this long is complete.")

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from collectors import LineSourceBase, SourceOptions, register
+from collectors.clock import BEIJING_ZONE_NAME
 from collectors.dated_log import DatedLogParser, handle_lines
 from collectors.event import Event
 from collectors.fields import declare, from_patterns
@@ -27,7 +28,7 @@ declare("switch_log", from_patterns(PATTERNS, TEXT_FIELDS, {kind: {"unlisted_ins
 
 class SwitchLogOptions(SourceOptions):
     kind: Literal["switch_log"] = "switch_log"
-    tz: str = "Asia/Shanghai"
+    tz: str = BEIJING_ZONE_NAME
     patterns: dict[str, str | PatternOverride] = Field(default_factory=dict,
                                                        description="Per-kind message regex overrides.")
     instances: list[str] = Field(default_factory=list,

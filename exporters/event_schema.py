@@ -24,23 +24,37 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import pyarrow as pa
 
 from collectors.event import Event
 from collectors.fields import SQL_TYPES, FieldType, KindFields, fields
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 SCHEMA_VERSION = 2  # 1: one `events` table with every field in a JSON column; 2: a table per kind
 BASE = (("seq", "BIGINT"), ("ts", "TIMESTAMPTZ NOT NULL"), ("source", "VARCHAR NOT NULL"), ("kind", "VARCHAR NOT NULL"),
         ("instance", "VARCHAR"), ("host", "VARCHAR"), ("request_id", "VARCHAR"))
-RESERVED = frozenset({name for name, _ in BASE} | {"extra", "fields", "source_kind", "lane"})
+RESERVED = frozenset({name for name, _ in BASE} | {"extra", "fields", "source_kind"})
 OTHER = "ev_other"
-ARROW_TYPES: dict[str, pa.DataType] = {"int": pa.int64(), "float": pa.float64(), "text": pa.string(),
-                                       "bool": pa.bool_(), "json": pa.string()}
-BASE_ARROW = [("seq", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")), ("source", pa.string()), ("kind", pa.string()),
-              ("instance", pa.string()), ("host", pa.string()), ("request_id", pa.string())]
+
+
+@cache
+def arrow_types() -> dict[str, pa.DataType]:
+    """The Arrow type of each field type (pyarrow loads here, not at import: the SQL side needs none)."""
+    import pyarrow as pa
+
+    return {"int": pa.int64(), "float": pa.float64(), "text": pa.string(), "bool": pa.bool_(), "json": pa.string()}
+
+
+@cache
+def base_arrow() -> list[tuple[str, pa.DataType]]:
+    import pyarrow as pa
+
+    return [("seq", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")), ("source", pa.string()), ("kind", pa.string()),
+            ("instance", pa.string()), ("host", pa.string()), ("request_id", pa.string())]
 
 
 def column_name(field: str) -> str:
@@ -78,8 +92,10 @@ class KindTable:
         return f"json_merge_patch('{{}}', json_object({pairs}), coalesce(extra, '{{}}'))"
 
     def arrow_schema(self) -> pa.Schema:
-        return pa.schema([*BASE_ARROW, *((column_name(f), ARROW_TYPES[t]) for f, t in self.fields),
-                          ("extra", pa.string())])
+        import pyarrow as pa
+
+        types = arrow_types()
+        return pa.schema([*base_arrow(), *((column_name(f), types[t]) for f, t in self.fields), ("extra", pa.string())])
 
 
 def table_name(source_kind: str, kind: str) -> str:
@@ -180,6 +196,8 @@ COERCE = {"int": _int, "float": _float, "text": _text, "bool": _bool, "json": _j
 
 
 def _base(events: list[Event], seqs: list[int]) -> list[pa.Array]:
+    import pyarrow as pa
+
     return [pa.array(seqs, pa.int64()),
             pa.array([round(e.ts * 1_000_000) for e in events], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
             pa.array([e.source for e in events], pa.string()), pa.array([e.kind for e in events], pa.string()),
@@ -190,6 +208,9 @@ def _base(events: list[Event], seqs: list[int]) -> list[pa.Array]:
 def kind_arrow(table: KindTable, events: list[Event], seqs: list[int]) -> pa.Table:
     """Events of one kind as its table's Arrow rows: each declared field coerced to its type; what is
     not declared, or will not coerce, kept as given in `extra`."""
+    import pyarrow as pa
+
+    types = arrow_types()
     declared = {f for f, _ in table.fields}
     extras: list[dict[str, Any] | None] = [None] * len(events)
     columns = _base(events, seqs)
@@ -198,7 +219,7 @@ def kind_arrow(table: KindTable, events: list[Event], seqs: list[int]) -> pa.Tab
         try:
             if type_ == "json":
                 raise TypeError  # encoded value by value
-            columns.append(pa.array(values, ARROW_TYPES[type_]))
+            columns.append(pa.array(values, types[type_]))
             continue
         except (TypeError, ValueError, OverflowError, pa.ArrowException):
             pass
@@ -209,7 +230,7 @@ def kind_arrow(table: KindTable, events: list[Event], seqs: list[int]) -> pa.Tab
             except (TypeError, ValueError, OverflowError):
                 out.append(None)
                 extras[i] = {**(extras[i] or {}), name: value}
-        columns.append(pa.array(out, ARROW_TYPES[type_]))
+        columns.append(pa.array(out, types[type_]))
     for i, e in enumerate(events):
         if not e.fields.keys() <= declared:
             extras[i] = {**(extras[i] or {}), **{k: v for k, v in e.fields.items() if k not in declared}}
@@ -218,9 +239,11 @@ def kind_arrow(table: KindTable, events: list[Event], seqs: list[int]) -> pa.Tab
 
 
 def other_arrow(events: list[Event], seqs: list[int]) -> pa.Table:
+    import pyarrow as pa
+
     columns = _base(events, seqs)
     columns.append(pa.array([orjson.dumps(e.fields, default=str).decode() for e in events], pa.string()))
-    return pa.Table.from_arrays(columns, schema=pa.schema([*BASE_ARROW, ("fields", pa.string())]))
+    return pa.Table.from_arrays(columns, schema=pa.schema([*base_arrow(), ("fields", pa.string())]))
 
 
 def split(events: list[Event], first_seq: int, sources: Mapping[str, str]) -> dict[str, pa.Table]:
@@ -242,3 +265,19 @@ def declared_columns(source_kind: str) -> KindFields:
         if sk == source_kind:
             out.update((column_name(f), t) for f, t in table.fields)
     return out
+
+
+def json_typed_select(source_kind: str, events: str, sources: str) -> str:
+    """A SELECT with the columns of `events_<source kind>`, from a relation `events` of the JSON layout
+    (schema 1, or Parquet segments of it) whose sources `sources` (source, source_kind) names: each
+    declared field extracted and cast to its type."""
+    columns = [f"e.{name}" for name, _ in BASE]
+    for column, type_ in declared_columns(source_kind).items():
+        field = column.removeprefix("field_") if column.startswith("field_") and column[6:] in RESERVED else column
+        value = (f"(e.fields->'{field}')" if type_ == "json"
+                 else f"TRY_CAST(e.fields->>'{field}' AS {SQL_TYPES[type_]})")
+        columns.append(f"{value} AS {quoted(column)}")
+    columns.append("NULL::JSON AS extra")
+    kinds = ", ".join(f"'{kind}'" for sk, kind in kind_tables() if sk == source_kind)
+    return (f"SELECT {', '.join(columns)} FROM {events} e JOIN {sources} k ON k.source = e.source"
+            f" WHERE k.source_kind = '{source_kind}' AND e.kind IN ({kinds})")

@@ -104,7 +104,13 @@ class DuckDBStore:
         self.con.execute("SET TimeZone = 'UTC'")
         self.con.execute(SCHEMA)
         if self.schema_version() == event_schema.SCHEMA_VERSION:
-            self._ensure_typed()  # kinds declared since the store was made get their tables
+            self.con.begin()
+            try:
+                self._ensure_typed()  # kinds declared since the store was made get their tables
+                self.con.commit()
+            except BaseException:
+                _rollback(self.con)
+                raise
         self.next_seq = self._first_free_seq()
         # Analysts query through this connection (/api/sql): no file access, settings frozen.
         self.con.execute("SET enable_external_access = false")
@@ -122,12 +128,31 @@ class DuckDBStore:
         return 1 if tables else 0
 
     def _ensure_typed(self) -> None:
-        for statement in event_schema.create_statements():
-            self.con.execute(statement)
-        for table in event_schema.kind_tables().values():  # a field declared since: a column added
+        """Create what the typed schema lacks: a table for a kind declared since, a column for a field
+        declared since, the views when anything changed (in the caller's transaction, if any)."""
+        con, quoted = self.con, event_schema.quoted
+        have: dict[str, set[str]] = {}
+        for table, column in con.execute("SELECT table_name, column_name FROM information_schema.columns"
+                                         " WHERE table_schema = 'main'").fetchall():
+            have.setdefault(table, set()).add(column)
+        changed = False
+        for table in event_schema.kind_tables().values():
+            if table.name not in have:
+                con.execute(table.create_sql())
+                changed = True
+                continue
             for column, type_ in table.columns():
-                self.con.execute(f"ALTER TABLE {event_schema.quoted(table.name)} ADD COLUMN IF NOT EXISTS"
-                                 f" {event_schema.quoted(column)} {type_.replace(' NOT NULL', '')}")
+                if column not in have[table.name]:
+                    con.execute(f"ALTER TABLE {quoted(table.name)} ADD COLUMN {quoted(column)}"
+                                f" {type_.replace(' NOT NULL', '')}")
+                    changed = True
+        if event_schema.OTHER not in have:
+            con.execute(event_schema.other_create_sql())
+            changed = True
+        views = ["events", *map(event_schema.source_view, event_schema.source_kinds())]
+        if changed or not all(view in have for view in views):
+            for statement in event_schema.view_statements():
+                con.execute(statement)
 
     def bind_sources(self, sources: Mapping[str, str]) -> None:
         """The configured sources' kinds (name -> source kind); migrates a store of the JSON schema."""

@@ -28,7 +28,8 @@ import duckdb
 import orjson
 
 from collectors.event import Event
-from exporters.state import MetricState
+from signals.buckets import le_label
+from signals.state import MetricState
 from spyglass import timeinput
 from spyglass.config import Config
 from spyglass.pipeline import build_signals, metric_state
@@ -173,7 +174,7 @@ class OpenMetricsWriter:
 
     def _histogram(self, name: str, labels: tuple[str, ...], series: dict, stamp: str) -> int:
         out, bounds, lines = self._file(name), self.state.bounds[name], 0
-        les = [repr(float(b)) for b in bounds] + ["+Inf"]
+        les = [le_label(b) for b in (*bounds, float("inf"))]
         for key, (counts, total) in sorted(series.items()):
             running = 0
             for le, count in zip(les, counts):

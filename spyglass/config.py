@@ -147,8 +147,9 @@ class StoreConfig(Strict):
         None, gt=0, description="Keep this many hours of events in the DuckDB file; older ones are deleted"
         " once they are in parquet_dir (needs it). Unset: keep everything.")
     memory_limit_mib: int = Field(
-        96, ge=16, description="DuckDB's memory_limit for the agent's store connection: with the agent's own"
-        " state it keeps the agent under 256 MiB during a catch-up (docs/benchmarks.md).")
+        96, ge=16, description="DuckDB's memory_limit for the agent's store connection (its buffers; the"
+        " libraries and Arrow batches are outside it). A 4M-line catch-up peaks at 275 MiB with it, 355 MiB"
+        " without (docs/benchmarks.md).")
     threads: int = Field(1, ge=1, le=64, description="DuckDB threads of the agent's store connection: an insert"
                          " gains nothing from more, and each keeps its own buffers.")
 
@@ -361,13 +362,13 @@ def _check_parquet(config: Config, file: str) -> None:
 
 
 def _check_buckets(config: Config, file: str) -> None:
-    import exporters  # the catalogue knows which metrics are histograms
+    import signals  # the catalogue knows which metrics are histograms
 
     for name, bounds in config.signals.buckets.items():
         if not all(math.isfinite(b) for b in bounds):
             raise ConfigError(f"{file}: signals.buckets.{name}: expected finite numbers (got {bounds!r})")
     try:
-        exporters.full_catalogue().with_buckets(config.signals.buckets)
+        signals.full_catalogue().with_buckets(config.signals.buckets)
     except ValueError as exc:  # names the key already: signals.buckets.NAME: what is wrong
         raise ConfigError(f"{file}: {exc}") from None
 

@@ -11,6 +11,7 @@ so `spyglass sql` opens the file itself when no agent holds it and otherwise ask
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import subprocess
@@ -79,11 +80,79 @@ def run_bounded(path: Path, query: str, limits: Limits, deadline: float | None =
     if worker.returncode != 0 or not out:
         raise QueryError(f"query stopped by its limits ({limits.memory_mb} MB, "
                          f"{limits.timeout_seconds:g} s; exit {worker.returncode}; {limits.settings})")
-    body = json.loads(out)
+    return _answer(json.loads(out), limits)
+
+
+SESSION_QUERIES = 16  # a session's CPU limit: this many queries' worth of timeout_seconds
+
+
+def _answer(body: dict[str, Any], limits: Limits) -> Answer:
     if "error" in body:
         hint = f" ({limits.memory_mb} MB; {limits.settings})" if "memory" in body["error"] else ""
         raise QueryError(body["error"] + hint)
     return Answer(body["columns"], body["rows"], body.get("truncated"))
+
+
+class Session:
+    """One query process (spyglass.sqlworker) and one read-only connection for every query of a command:
+    `ask` sends a query and waits for its answer, each within `limits` (memory for the process, the
+    timeout per query, and SESSION_QUERIES timeouts of CPU in all). Raises QueryError as run_bounded does;
+    a query killed at its deadline ends the session. Opening it raises QueryError("... lock ...") when
+    an agent holds the file."""
+
+    def __init__(self, path: Path, limits: Limits) -> None:
+        self.limits = limits
+        request = {"path": str(path), "session": True, "memory_mb": limits.memory_mb, "timeout": limits.timeout_seconds,
+                   "cpu_seconds": limits.timeout_seconds * SESSION_QUERIES}
+        self.worker = subprocess.Popen([sys.executable, "-m", "spyglass.sqlworker"], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            opened = self._exchange(request)
+        except QueryError:
+            self.close()
+            raise
+        if "error" in opened:
+            self.close()
+            raise QueryError(opened["error"])
+
+    def _exchange(self, request: dict[str, Any]) -> dict[str, Any]:
+        import threading
+
+        assert self.worker.stdin is not None and self.worker.stdout is not None
+        timer = threading.Timer(self.limits.timeout_seconds, self.worker.kill)  # the deadline of this exchange
+        timer.start()
+        try:
+            self.worker.stdin.write(json.dumps(request).encode() + b"\n")
+            self.worker.stdin.flush()
+            line = self.worker.stdout.readline()
+        except (BrokenPipeError, OSError):
+            line = b""
+        finally:
+            timer.cancel()
+        if not line:
+            self.worker.wait()
+            if self.worker.returncode == -9:
+                raise QueryError(f"query interrupted after {self.limits.timeout_seconds:g} s")
+            raise QueryError(f"query stopped by its limits ({self.limits.memory_mb} MB, "
+                             f"{self.limits.timeout_seconds:g} s; exit {self.worker.returncode}; {self.limits.settings})")
+        return dict(json.loads(line))
+
+    def ask(self, query: str) -> Answer:
+        limits = self.limits
+        return _answer(self._exchange({"query": query, "max_rows": limits.max_rows, "max_bytes": limits.max_bytes,
+                                       "timeout": limits.timeout_seconds}), limits)
+
+    def close(self) -> None:
+        if self.worker.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.worker.stdin.close()
+        try:
+            self.worker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.worker.kill()
+            self.worker.wait()
+        if self.worker.stdout is not None:
+            self.worker.stdout.close()
 
 
 def run_readonly(path: Path, query: str, api: AgentApi | None = None, limits: Limits = Limits()) -> Answer:

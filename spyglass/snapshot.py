@@ -142,9 +142,12 @@ class Snapshots:
                 start = 0
             out = duckdb.connect(str(partial))
             try:
-                out.execute(SCHEMA)
-                for statement in event_schema.create_statements():
-                    out.execute(statement)
+                if start == 0:  # a new file: the schema first, in one transaction (a copy's copy has it)
+                    out.begin()
+                    out.execute(SCHEMA)
+                    for statement in event_schema.create_statements():
+                        out.execute(statement)
+                    out.commit()
                 out.execute("DELETE FROM checkpoints; DELETE FROM agent_state; DELETE FROM store_schema")
                 events = [(event_schema.quoted(name), f"WHERE seq >= {start} AND seq < {end}")
                           for name in event_schema.table_names()]

@@ -1,5 +1,6 @@
-"""One read-only query in a process of its own: `python -m spyglass.sqlworker` reads a request
-(JSON on stdin) and writes the answer (JSON on stdout), then exits.
+"""Read-only queries in a process of their own: `python -m spyglass.sqlworker` reads a request
+(JSON on stdin) and writes the answer (JSON on stdout), then exits; or, as a session, answers one
+query a line on one connection until its stdin ends (a command's queries: `spyglass diagnose`'s probes).
 
 A process is the only bound DuckDB cannot step over: its `memory_limit` does not cover string
 heaps or result conversion (`SELECT repeat('x', 100000000) FROM range(100)` allocates 10 GB under
@@ -90,20 +91,37 @@ def answer(con, query: str, max_rows: int, max_bytes: int, timeout: float) -> di
         watchdog.cancel()
 
 
-def main() -> None:
-    request = json.loads(sys.stdin.read())
-    limit_process(request["memory_mb"], request["timeout"])
+def encoded(out: dict[str, Any]) -> bytes:
+    """An answer as one line of JSON (its rows are JSON already, encoded by orjson)."""
+    rows: bytes = out.pop("rows", b"[]")
+    head = json.dumps(out).encode()
+    return (head[:-1] + b', "rows": ' + rows + b"}" if "columns" in out else head) + b"\n"
 
+
+def main() -> None:
+    """One request (a JSON line): answer its query and exit; or, with "session": true, open the file
+    once, say whether it opened ({"ready": true} or {"error": ...}), then answer one query a line
+    ({"query", "max_rows", "max_bytes", "timeout"}) until stdin ends: every query of a command on
+    one connection, in one process, under one memory and CPU limit."""
+    request = json.loads(sys.stdin.readline())
+    limit_process(request["memory_mb"], request.get("cpu_seconds", request["timeout"]))
+    out = sys.stdout.buffer
     try:
         con = open_readonly(request["path"], request["memory_mb"])
     except Exception as exc:  # noqa: BLE001 - every reason goes back to the caller
-        out: dict[str, Any] = {"error": str(exc).splitlines()[0]}
-    else:
-        out = answer(con, request["query"], request["max_rows"], request["max_bytes"], request["timeout"])
-    rows: bytes = out.pop("rows", b"[]")  # already JSON, encoded by orjson
-    head = json.dumps(out).encode()
-    sys.stdout.buffer.write(head[:-1] + b', "rows": ' + rows + b"}" if "columns" in out else head)
-    sys.stdout.buffer.flush()
+        out.write(encoded({"error": str(exc).splitlines()[0]}))
+        out.flush()
+        return
+    if not request.get("session"):
+        out.write(encoded(answer(con, request["query"], request["max_rows"], request["max_bytes"], request["timeout"])))
+        out.flush()
+        return
+    out.write(encoded({"ready": True}))
+    out.flush()
+    for line in sys.stdin:
+        ask = json.loads(line)
+        out.write(encoded(answer(con, ask["query"], ask["max_rows"], ask["max_bytes"], ask["timeout"])))
+        out.flush()
 
 
 if __name__ == "__main__":

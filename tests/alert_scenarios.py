@@ -253,7 +253,7 @@ def scenarios() -> list[Scenario]:
         Scenario("H17 memory growth", N + 60, {
             'spyglass_host_process_resident_bytes{instance="strata-a"}': counter((T0, 0), (rest + 60, 3 * GiB), start=100 * GiB),
         }, {125: [], 230: [("EngineMemoryGrowth", {"instance": "strata-a"})]}),
-        _regression(),
+        *_regressions(),
         Scenario("H19 spyglass target down", N, {
             'up{job="spyglass", instance="127.0.0.1:9464"}': gauge((T0, 1), (rest, 0)),
         }, {121: [], 125: [("SpyglassTargetDown", {"job": "spyglass", "instance": "127.0.0.1:9464"})]}),
@@ -308,13 +308,35 @@ def _ttft_slow() -> dict[str, str]:
             for le, share in (("1.0", 0.985), ("10.0", 0.985), ("40.0", 0.985), ("160.0", 1.0), ("+Inf", 1.0))}
 
 
-def _regression() -> Scenario:
-    """A restart a day in; afterwards median TTFT 5.5 s against 0.5 s the same hour yesterday."""
-    day, n = 24 * 60, 24 * 60 + 180
+def _ttft_a(*pieces: tuple[int, float, float]) -> dict[str, str]:
+    """strata-a's TTFT histogram in pieces of (minutes, requests a minute, share under 1 s); the rest take 1-10 s."""
     il = 'instance="strata-a", lane="fast"'
-    after = n - day
-    series = {f'spyglass_engine_ttft_seconds_bucket{{{il}, le="1.0"}}': counter((day, 60), (after, 0))}
-    series[f"spyglass_engine_start_time_seconds{{{il}}}"] = gauge((day, 0), (after, day * 60))
-    series['spyglass_supervisord_spawns_total{program="strata-a"}'] = gauge((day, 1), (after, 2))
-    return Scenario("H18 slower after a restart", n, series,
-                    {day + 20: [], day + 120: [("EngineRegressionAfterRestart", A)]})
+    fast = [(minutes, per_min * share) for minutes, per_min, share in pieces]
+    every = [(minutes, per_min) for minutes, per_min, _ in pieces]
+    out = {f'spyglass_engine_ttft_seconds_bucket{{{il}, le="1.0"}}': counter(*fast)}
+    out.update({f'spyglass_engine_ttft_seconds_bucket{{{il}, le="{le}"}}': counter(*every)
+                for le in ("10.0", "40.0", "160.0", "+Inf")})
+    out[f"spyglass_engine_ttft_seconds_count{{{il}}}"] = counter(*every)
+    return out
+
+
+def _restart_a(at: int, n: int) -> dict[str, str]:
+    il = 'instance="strata-a", lane="fast"'
+    return {f"spyglass_engine_start_time_seconds{{{il}}}": gauge((at, 0), (n - at, at * 60)),
+            'spyglass_supervisord_spawns_total{program="strata-a"}': gauge((at, 1), (n - at, 2))}
+
+
+def _regressions() -> list[Scenario]:
+    """H18: the median over 5m after a restart against the steady state before it, else the day before."""
+    n, day = T0 + 60, 24 * 60
+    slower = Scenario("H18 slower after a restart than the hour before it, no day of history", n,
+                      _ttft_a((T0, 60, 1.0), (n - T0, 60, 0.0)) | _restart_a(T0, n),
+                      {T0 + 10: [], T0 + 25: [("EngineRegressionAfterRestart", A)]})
+    idle = day - 14 * 60  # busy until then, idle for the 12 h before the restart the ladder looks back
+    fallback = Scenario("H18 slower after a restart than the same hour a day before (idle before it)", day + 60,
+                        _ttft_a((idle, 60, 1.0), (day - idle, 0, 1.0), (60, 60, 0.0)) | _restart_a(day, day + 60),
+                        {day + 10: [], day + 25: [("EngineRegressionAfterRestart", A)]})
+    still = Scenario("H18 as slow after a restart as before it, though faster a day before: quiet", day + 60,
+                     _ttft_a((day - 120, 60, 1.0), (180, 60, 0.0)) | _restart_a(day, day + 60),
+                     {day + 25: [], day + 55: []})
+    return [slower, fallback, still]

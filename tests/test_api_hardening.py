@@ -24,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from engine.emulator.ports import free_port
 from engine.instrument import trace_id_for
+from exporters import event_schema
 from spyglass.config import ConfigError, engine_log_toml, parse_config
 from spyglass.otlp_receiver import SpanLimits, decode_spans
 from spyglass.query import AgentApi, QueryError, run_readonly
@@ -161,7 +162,8 @@ def test_no_statement_can_write_the_store_and_ingest_goes_on(start_agent):
     names = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() UNION ALL "
                                        "SELECT view_name FROM duckdb_views() WHERE NOT internal UNION ALL "
                                        "SELECT sequence_name FROM duckdb_sequences()").fetchall()}
-    assert names == {"events", "checkpoints", "agent_state"}
+    assert names == {"checkpoints", "agent_state", "store_schema", *event_schema.table_names(), "events",
+                     *map(event_schema.source_view, event_schema.source_kinds())}
     con.close()
 
 

@@ -206,3 +206,40 @@ def test_the_ttft_probe_finds_what_either_h5_alert_would(ttfts, found):
                     [(t * 1000,) for t in ttfts])
     rows = con.execute(h5.probe.sql).fetchall()
     assert bool(rows) == found, rows
+
+
+@pytest.fixture
+def query_processes(monkeypatch) -> list[list[str]]:
+    """The query processes (spyglass.sqlworker) started while the test runs: each Popen is recorded, then made."""
+    import subprocess
+
+    import spyglass.query
+
+    started: list[list[str]] = []
+    real = subprocess.Popen
+
+    def popen(args, *rest, **kwargs):
+        started.append(list(args))
+        return real(args, *rest, **kwargs)
+
+    monkeypatch.setattr(spyglass.query.subprocess, "Popen", popen)
+    return started
+
+
+def test_diagnose_runs_every_probe_on_one_connection_in_one_process(replay, query_processes):
+    found = findings(replay, *WINDOWS["incident2"], code=2)
+    assert {"H3", "H4"} <= set(found)
+    assert len(query_processes) == 1, query_processes  # the window's span, the counts, and every probe
+
+
+def window_args(name: str) -> list[str]:
+    start, end = WINDOWS[name]
+    return ["--from", f"{start:%Y-%m-%d %H:%M}", "--to", f"{end:%Y-%m-%d %H:%M}"]
+
+
+@pytest.mark.parametrize("command", [["timeline", "--kind", "start", *window_args("incident2")],
+                                     ["report", "cache", *window_args("incident2")], ["changes"], ["crashes"]])
+def test_a_forensic_command_starts_one_query_process(replay, query_processes, command):
+    result = CliRunner().invoke(app, [*command, "--config", replay])
+    assert result.exit_code in (0, 1), result.output  # 1: nothing of that kind in the window
+    assert len(query_processes) == 1, (result.output, query_processes)

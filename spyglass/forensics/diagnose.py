@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from spyglass.config import Config
-from spyglass.forensics.run import Query, Window, query, render
+from spyglass.forensics.run import Query, Window, query, render, session, settings_params
 from spyglass.forensics.times import utc_text
 from spyglass.heuristics import Deployment, Heuristic, catalogue
 
@@ -147,8 +147,7 @@ def findings_of(h: Heuristic, columns: list[str], rows: list[tuple], evidence: s
 
 def probe_query(h: Heuristic, config: Config, w: Window) -> Query:
     assert h.probe is not None  # only heuristics with a probe are run
-    return Query(h.probe.sql.strip(), {**w.params(), "long_prompt_tokens": config.signals.long_prompt_tokens,
-                                       "default_every": config.signals.default_prompt_cache_every})
+    return Query(h.probe.sql.strip(), {**w.params(), **settings_params(config)})
 
 
 def count_events(config: Config, w: Window, parquet: str | None = None) -> int:
@@ -171,8 +170,14 @@ def missing(needs: tuple[str, ...], present: set[str]) -> str:
 
 def diagnose(config: Config, w: Window, parquet: str | None = None) -> Diagnosis:
     """Every probe of the catalogue (with this deployment's thresholds) over the window: of the store,
-    or of the Parquet segments `parquet` matches. A probe whose sources wrote nothing in the window is
-    not run: it is listed in `not_checked` with the reason, never reported as healthy."""
+    or of the Parquet segments `parquet` matches, all on one connection (one query process). A probe
+    whose sources wrote nothing in the window is not run: it is listed in `not_checked` with the
+    reason, never reported as healthy."""
+    with session(config, parquet):
+        return _diagnose(config, w, parquet)
+
+
+def _diagnose(config: Config, w: Window, parquet: str | None) -> Diagnosis:
     result = Diagnosis(w, count_events(config, w, parquet), parquet=parquet)
     present = source_kinds(config, w, parquet) if result.events else set()
     for h in catalogue(Deployment.of(config)):

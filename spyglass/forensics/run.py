@@ -14,17 +14,22 @@ of processes read segments while agents publish them.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import re
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from collectors.checkpoint_reuse import checkpoint_only_sql
 from exporters.event_schema import source_kinds, source_view
 from exporters.segment_schema import events_view_sql, source_view_sql
 from spyglass.config import Config
 from spyglass.forensics.views import PAD, literal, with_views
-from spyglass.query import QueryError, agent_api, run_readonly
+from spyglass.query import QueryError, Session, agent_api, run_readonly
 
 Result = tuple[list[str], list[tuple[Any, ...]]]
 
@@ -51,11 +56,29 @@ class Query:
     sql: str
     params: dict[str, Any] = field(default_factory=dict)
 
-    def text(self, config: Config) -> str:
-        return render(with_views(self.sql, config.sources), self.params)
+    def text(self, config: Config, json_events: bool = False) -> str:
+        return render(with_views(self.sql, config.sources, json_events), self.params)
+
+
+@dataclass(frozen=True)
+class SqlCondition:
+    """A parameter that is SQL rather than a value: a rule stated once in Python (such as
+    collectors.checkpoint_reuse), written in parentheses wherever a query names it."""
+    text: str
+
+
+def settings_params(config: Config) -> dict[str, Any]:
+    """The parameters every report and probe may use beside the window: `$long_prompt_tokens` and
+    `$default_every` (signals.long_prompt_tokens, signals.default_prompt_cache_every), and
+    `$checkpoint_only` (the rule, over prompt_tokens, reused_tokens and cache_every)."""
+    return {"long_prompt_tokens": config.signals.long_prompt_tokens,
+            "default_every": config.signals.default_prompt_cache_every,
+            "checkpoint_only": SqlCondition(checkpoint_only_sql())}
 
 
 def sql_value(value: Any) -> str:
+    if isinstance(value, SqlCondition):
+        return f"({value.text})"
     if isinstance(value, datetime):
         utc = value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
         return f"TIMESTAMPTZ '{utc:%Y-%m-%d %H:%M:%S.%f}+00'"
@@ -72,15 +95,93 @@ def render(sql: str, params: dict[str, Any]) -> str:
     return PARAMETER.sub(one, sql)
 
 
+class _Open:
+    """The connection of a `session`, opened at its first query: a query process on the store file,
+    the agent's API when an agent holds the file, or one in-memory DuckDB over Parquet segments.
+    A session opened with no config takes the config and segments of its first query."""
+
+    def __init__(self, config: Config | None, parquet: str | None) -> None:
+        self.config, self.parquet = config, parquet
+        self.worker: Session | None = None
+        self.via_agent = False
+        self.parquet_con: Any = None
+
+    def store(self, text: str) -> Any:
+        config = self.config
+        assert config is not None  # adopted at the first query
+        if self.worker is None and not self.via_agent:
+            if not config.store_path().exists():
+                raise QueryError(f"no store at {config.store_path()}: run `spyglass ingest` or `spyglass run` first")
+            try:
+                self.worker = Session(config.store_path(), config.forensics.limits())
+            except QueryError as exc:
+                if "could not set lock" not in str(exc).lower() or agent_api(config) is None:
+                    raise
+                self.via_agent = True
+        if self.worker is not None:
+            return self.worker.ask(text)
+        return run_readonly(config.store_path(), text, agent_api(config), config.forensics.limits())
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+        if self.parquet_con is not None:
+            self.parquet_con.close()
+
+
+_SESSION: ContextVar[_Open | None] = ContextVar("forensic_session", default=None)
+
+
+@contextlib.contextmanager
+def session(config: Config | None = None, parquet: str | None = None) -> Iterator[None]:
+    """Every `query` in the block (for this config and `parquet`; with no config, those of the first
+    query) on one connection: one query process on the store file, opened read-only once, instead of
+    one per query. Nested sessions share the outer."""
+    current = _SESSION.get()
+    if current is not None and current.config is None and config is not None:
+        current.config, current.parquet = config, parquet  # the command's session, not yet used: this store
+    if current is not None and (config is None or current.config is config and current.parquet == parquet):
+        yield
+        return
+    opened = _Open(config, parquet)
+    token = _SESSION.set(opened)
+    try:
+        yield
+    finally:
+        _SESSION.reset(token)
+        opened.close()
+
+
+def one_connection(command: Callable[..., None]) -> Callable[..., None]:
+    """A CLI command whose queries all run in one `session`: one query process, one connection."""
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> None:
+        with session():
+            command(*args, **kwargs)
+    return run
+
+
 def query(config: Config, q: Query, parquet: str | None = None) -> Result:
     """Columns and rows of `q`, read-only: from the store file or through the running agent, or
-    over the Parquet segments `parquet` matches."""
+    over the Parquet segments `parquet` matches. Inside a `session`, on its connection."""
+    current = _SESSION.get()
+    if current is not None and current.config is None:
+        current.config, current.parquet = config, parquet  # a command's session adopts its first query's store
+    opened = current if current is not None and current.config is config and current.parquet == parquet else None
     if parquet is None:
-        answer = run_readonly(config.store_path(), q.text(config), agent_api(config), config.forensics.limits())
+        text = q.text(config)
+        answer = opened.store(text) if opened else run_readonly(config.store_path(), text, agent_api(config),
+                                                                config.forensics.limits())
         if answer.truncated:  # a forensic table must be whole or say it is not
             raise QueryError(f"the answer was cut ({answer.truncated}); narrow the window")
         return answer.columns, [tuple(row) for row in answer.rows]
-    return run_parquet(parquet, q.text(config), q.params.get("from"), q.params.get("to"))
+    text = q.text(config)  # the segments have the store's typed columns: over_parquet gives its views
+    start, end = q.params.get("from"), q.params.get("to")
+    if opened is None:
+        return run_parquet(parquet, text, start, end)
+    if opened.parquet_con is None:
+        opened.parquet_con = parquet_connection(parquet)
+    return execute(opened.parquet_con, over_parquet(text, absolute(parquet), start, end))
 
 
 GLOB_CHARS = re.compile(r"[*?\[{]")
@@ -113,20 +214,29 @@ def over_parquet(sql: str, glob: str, start: Any = None, end: Any = None) -> str
     return f"{sql[:found.end()]}{joined},\n{sql[found.end():]}"
 
 
-def run_parquet(glob: str, sql: str, start: Any = None, end: Any = None) -> Result:
-    """Run `sql` over the segments `glob` matches, reading nothing outside the glob's folder."""
+def absolute(glob: str) -> str:
+    return os.path.abspath(os.path.expanduser(glob))
+
+
+def parquet_connection(glob: str) -> Any:
+    """An in-memory DuckDB that may read only below the glob's folder."""
     import duckdb
 
-    glob = os.path.abspath(os.path.expanduser(glob))
-    root = GLOB_CHARS.split(glob, 1)[0].rsplit("/", 1)[0] or "/"
+    root = GLOB_CHARS.split(absolute(glob), 1)[0].rsplit("/", 1)[0] or "/"
     con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false",
                                  "allow_community_extensions": "false"})
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(f"SET allowed_directories = [{literal(root + '/')}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def run_parquet(glob: str, sql: str, start: Any = None, end: Any = None) -> Result:
+    """Run `sql` over the segments `glob` matches, reading nothing outside the glob's folder."""
+    con = parquet_connection(glob)
     try:
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute(f"SET allowed_directories = [{literal(root + '/')}]")
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
-        return execute(con, over_parquet(sql, glob, start, end))
+        return execute(con, over_parquet(sql, absolute(glob), start, end))
     finally:
         con.close()
 

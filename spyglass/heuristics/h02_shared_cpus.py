@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from spyglass.heuristics.model import INSTANCE, PERCENT, VALUE, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
-from spyglass.heuristics.promql import num, ratio
+from spyglass.heuristics.promql import num, ratio, spoken
 
 
 def build(d: Deployment) -> Heuristic:
     throttled, shared = 0.25, 0
+    window = "10m"  # the share of CFS periods throttled over it
     probe = Probe(needs=("engine_log",), alert="EngineCPUsShared", sql=probe_sql(__file__, shared=num(shared)),
                   summary="{instance} may run on CPUs {cpus} and {other} on {other_cpus}: {shared_cpus} CPUs shared; per"
                   " request {instance} decoded {decode_tps:g} tok/s and {other} {other_decode_tps:g} in the window.",
@@ -16,8 +17,8 @@ def build(d: Deployment) -> Heuristic:
         symptom="Two engine processes' allowed CPU sets overlap, or the cgroup of one is throttled by CFS.",
         wrong_guess="-", check=Check(text="The overlap itself, per pair of processes.",
                    promql="spyglass_host_shared_cpus > 0 or spyglass_engine_shared_cpus > 0",
-                   sql="SELECT instance, fields->>'cpus' AS cpus, max(ts) AS at FROM events WHERE kind = 'cpus'"
-                       " GROUP BY ALL ORDER BY at"),
+                   sql="SELECT instance, cpus, max(ts) AS last_seen FROM events_engine_log WHERE kind = 'cpus'"
+                       " GROUP BY ALL ORDER BY last_seen"),
         knobs=("taskset / cpuset per instance", "cpu.cfs_quota_us of the engine's cgroup"),
         thresholds=(Threshold(name="throttled_share", value=throttled, unit="ratio", meaning="share of CFS periods throttled"),),
         alerts=(Alert(name="EngineCPUsShared", severity="warning",
@@ -26,7 +27,7 @@ def build(d: Deployment) -> Heuristic:
                for_="5m", summary=f"{INSTANCE} shares CPUs with another engine.",
                description=f"{INSTANCE} may run on {VALUE} CPUs that another engine instance may also run on."),
          Alert(name="EngineCPUThrottled", severity="warning",
-               expr=ratio("rate(spyglass_host_cgroup_throttled_periods_total[10m])",
-                     "rate(spyglass_host_cgroup_periods_total[10m])", "host, instance") + f" > {num(throttled)}",
+               expr=ratio(f"rate(spyglass_host_cgroup_throttled_periods_total[{window}])",
+                     f"rate(spyglass_host_cgroup_periods_total[{window}])", "host, instance") + f" > {num(throttled)}",
                for_="10m", summary=f"{INSTANCE}'s cgroup is throttled.",
-               description=f"{INSTANCE} was throttled in {PERCENT} of its CFS periods over 10 minutes.")), probe=probe)
+               description=f"{INSTANCE} was throttled in {PERCENT} of its CFS periods over {spoken(window)}.")), probe=probe)

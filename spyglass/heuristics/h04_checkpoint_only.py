@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from spyglass.heuristics.model import INSTANCE, LANE, PERCENT, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
-from spyglass.heuristics.promql import CHECKPOINT_ONLY, LONG_PROMPTS, num
+from spyglass.heuristics.promql import CHECKPOINT_ONLY, HOURLY, LONG_PROMPTS, last, num, spoken
 
 
 def build(d: Deployment) -> Heuristic:
@@ -19,14 +19,14 @@ def build(d: Deployment) -> Heuristic:
         " their parked snapshot was evicted and a checkpoint saved only a fraction.",
         wrong_guess="-", check=Check(text="Share of long prompts with checkpoint-only reuse, and the reuse values themselves.",
                    promql=CHECKPOINT_ONLY,
-                   sql="SELECT instance, (fields->>'reused')::BIGINT AS reused, count(*) AS prompts FROM events"
-                       " WHERE kind = 'prompt' AND (fields->>'prompt')::BIGINT >= 200000 GROUP BY ALL ORDER BY prompts DESC"),
+                   sql="SELECT instance, reused, count(*) AS prompts FROM events_engine_log"
+                       " WHERE kind = 'prompt' AND prompt >= 200000 GROUP BY ALL ORDER BY prompts DESC"),
         knobs=("--prompt-cache-every", "--conversation-cache-mib"),
         thresholds=(Threshold(name="checkpoint_only_share", value=share, unit="ratio",
                               meaning="share of long prompts restored only from a checkpoint"),
-         Threshold(name="min_long_prompts", value=least, unit="prompts/h", meaning="at least this many long prompts in the hour")),
+         Threshold(name="min_long_prompts", value=least, unit="prompts/h", meaning=f"at least this many long prompts in {spoken(HOURLY)}")),
         alerts=(Alert(name="EngineLongPromptsCheckpointOnly", severity="warning",
                expr=f"{CHECKPOINT_ONLY} > {num(share)} and on (host, instance, lane) {LONG_PROMPTS} >= {num(least)}", for_="15m",
                summary=f"Long prompts on {INSTANCE} are restored only from checkpoints.",
-               description=f"{PERCENT} of the long prompts on {INSTANCE} ({LANE}) in the last hour reused only a checkpoint"
+               description=f"{PERCENT} of the long prompts on {INSTANCE} ({LANE}) in {last(HOURLY)} reused only a checkpoint"
                " multiple of --prompt-cache-every."),), probe=probe)

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from spyglass.config import LaneObjective
 from spyglass.heuristics.model import INSTANCE, LANE, PERCENT, SECONDS, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
-from spyglass.heuristics.promql import SLO_ERRORS, TTFT, num, per_lane
+from spyglass.heuristics.promql import SLO_ERRORS, TTFT, last, num, per_lane, spoken
 
 
 def build(d: Deployment) -> Heuristic:
     fast, slow, ticket = (14.4, "1h", "5m"), (6.0, "6h", "30m"), (1.0, "3d", "6h")
+    spike_windows = ("5m", "30m")  # p95 over both above the objective: the recorded p95_rate<window>
 
     def burn(factor: float, long: str, short: str):
         return lambda lane, o: (f'{SLO_ERRORS}{long}{{lane="{lane}"}} > {num(factor * (1 - o.objective))}\n'
@@ -15,8 +16,8 @@ def build(d: Deployment) -> Heuristic:
                                 f' > {num(factor * (1 - o.objective))}')
 
     def spike(lane: str, o: LaneObjective) -> str:
-        return (f'instance_lane:{TTFT}:p95_rate5m{{lane="{lane}"}} > {num(o.ttft_seconds)}\n'
-                f'  and on (host, instance, lane) instance_lane:{TTFT}:p95_rate30m{{lane="{lane}"}} > {num(o.ttft_seconds)}')
+        return "\n  and on (host, instance, lane) ".join(
+            f'instance_lane:{TTFT}:p95_rate{w}{{lane="{lane}"}} > {num(o.ttft_seconds)}' for w in spike_windows)
 
     objectives = ", ".join(f"('{lane}', {num(o.ttft_seconds)}, {num(1 - o.objective)})" for lane, o in d.lanes.items())
     # Either alert's condition over the window: p95 above the objective (the spike), or the pages' burn
@@ -38,20 +39,18 @@ def build(d: Deployment) -> Heuristic:
         id="H5", title="TTFT SLO burn and TTFT spike, per lane", incident="2",
         symptom="The share of first tokens later than the lane's objective burns the error budget (SRE workbook pairs:"
         f" {fast[1]} and {fast[2]} over {num(fast[0])}x, {slow[1]} and {slow[2]} over {num(slow[0])}x page;"
-        f" {ticket[1]} and {ticket[2]} over {num(ticket[0])}x ticket), or p95 TTFT over 5m and 30m"
+        f" {ticket[1]} and {ticket[2]} over {num(ticket[0])}x ticket), or p95 TTFT over {spike_windows[0]} and {spike_windows[1]}"
         " is above the objective while the prefill queue backs up.",
         wrong_guess="an engine bug",
         check=Check(text="Is load-test traffic on the same lane as real users? Compare requests received per lane and mode,"
               " and the prefill queue.",
               promql="sum by (host, lane, mode) (rate(spyglass_gateway_requests_received_total[30m]))",
-              sql="SELECT instance, max((fields->>'prefill_queue')::INT) AS deepest_queue, count(*) AS stats_lines"
-                  " FROM events WHERE kind = 'stats' AND ts >= now() - INTERVAL 1 HOUR GROUP BY instance"),
+              sql="SELECT instance, max(prefill_queue) AS deepest_queue, count(*) AS stats_lines"
+                  " FROM events_engine_log WHERE kind = 'stats' AND ts >= now() - INTERVAL 1 HOUR GROUP BY instance"),
         knobs=("lane routing of load tests", "admission per lane", "alerts.lanes.<lane>.ttft_seconds"),
-        thresholds=(Threshold(name="fast_burn_1h_5m", value=fast[0], unit="x budget", meaning="page"), Threshold(name="fast_burn_6h_30m",
-                                                                                                                 value=slow[0],
-                                                                                                                     unit="x budget",
-                                                                                                                         meaning="page"),
-         Threshold(name="slow_burn_3d_6h", value=ticket[0], unit="x budget", meaning="ticket")) + lanes,
+        thresholds=tuple(Threshold(name=f"{kind}_{long}_{short}", value=factor, unit="x budget", meaning=meaning)
+                         for (factor, long, short), kind, meaning in ((fast, "fast_burn", "page"), (slow, "fast_burn", "page"),
+                                                                      (ticket, "slow_burn", "ticket"))) + lanes,
         alerts=(Alert(name="EngineTTFTBudgetFastBurn", severity="critical",
                expr=per_lane(d, lambda lane, o: f"({burn(*fast)(lane, o)})\n  or on (host, instance, lane)\n  ({burn(*slow)(lane, o)})"),
                for_="2m", summary=f"{INSTANCE} ({LANE}) burns its TTFT error budget fast.",
@@ -60,9 +59,9 @@ def build(d: Deployment) -> Heuristic:
                f" and {slow[2]}).", latency=True),
          Alert(name="EngineTTFTBudgetSlowBurn", severity="warning", expr=per_lane(d, burn(*ticket)), for_="1h",
                summary=f"{INSTANCE} ({LANE}) is spending its TTFT error budget.",
-               description=f"{PERCENT} of first tokens on {INSTANCE} ({LANE}) over 3 days came later than the lane's objective,"
-               " above its error budget (and over the last 6h too).", latency=True),
+               description=f"{PERCENT} of first tokens on {INSTANCE} ({LANE}) over {spoken(ticket[1])} came later than the lane's"
+               f" objective, above its error budget (and over {last(ticket[2])} too).", latency=True),
          Alert(name="EngineTTFTSpike", severity="warning", expr=per_lane(d, spike), for_="5m",
                summary=f"{INSTANCE} ({LANE}) p95 TTFT is above the lane's objective.",
-               description=f"p95 time to first token on {INSTANCE} ({LANE}) is {SECONDS} over 5 minutes and above the objective"
-               " over 30 minutes too.", latency=True)), probe=probe)
+               description=f"p95 time to first token on {INSTANCE} ({LANE}) is {SECONDS} over {spoken(spike_windows[0])} and above the"
+               f" objective over {spoken(spike_windows[1])} too.", latency=True)), probe=probe)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from spyglass.heuristics.model import INSTANCE, LANE, PERCENT, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
-from spyglass.heuristics.promql import STOPS_REASONING, THINKING_ONLY, num, ratio
+from spyglass.heuristics.promql import HOURLY, STOPS_REASONING, THINKING_ONLY, last, num, ratio, spoken
 
 # Incident 3's decisive comparison, per lane over an hour: thinking-only among the prompts with special-token
 # literals against among those without (16 of 58 against 0 of 295).
@@ -16,11 +16,11 @@ def _split(share: float, factor: float, least: float) -> str:
     """Thinking-only with literals over `share`, on at least `least` such prompts in the hour, and over
     `factor` times the share without literals (which has no series at all when none was thinking-only)."""
     by = "host, lane"
-    with_share = ratio(f"rate({LITERALS}[1h])", f"rate({WITH_LITERALS}[1h])", by)
-    without_share = (f"sum by ({by}) (rate({PLAIN}[1h]))\n"
-                     f"  / ((sum by ({by}) (rate({BODIES}[1h])) - sum by ({by}) (rate({WITH_LITERALS}[1h]))) > 0)")
+    with_share = ratio(f"rate({LITERALS}[{HOURLY}])", f"rate({WITH_LITERALS}[{HOURLY}])", by)
+    without_share = (f"sum by ({by}) (rate({PLAIN}[{HOURLY}]))\n"
+                     f"  / ((sum by ({by}) (rate({BODIES}[{HOURLY}])) - sum by ({by}) (rate({WITH_LITERALS}[{HOURLY}]))) > 0)")
     return (f"({with_share}) > {num(share)}\n"
-            f"  and on ({by}) sum by ({by}) (increase({WITH_LITERALS}[1h])) >= {num(least)}\n"
+            f"  and on ({by}) sum by ({by}) (increase({WITH_LITERALS}[{HOURLY}])) >= {num(least)}\n"
             f"  unless on ({by}) ({num(factor)} * {without_share}\n  >= on ({by}) {with_share})")
 
 
@@ -51,26 +51,26 @@ def build(d: Deployment) -> Heuristic:
                 " without; the lane's share, 16 of 353 (4.5%), hid it. The normal lane got the fix only on 10-19.",
         check=Check(text="Same day, same lane: thinking-only among requests with special-token literals against"
               " among those without.",
-              sql="SELECT fields->>'lane' AS lane, (fields->>'special_literals')::INT > 0 AS special_tokens,"
-                  " count(*) AS requests, count(*) FILTER ((fields->>'thinking_only')::BOOLEAN) AS thinking_only"
-                  " FROM events WHERE kind = 'request_body' GROUP BY ALL ORDER BY ALL"),
+              sql="SELECT lane, special_literals > 0 AS special_tokens,"
+                  " count(*) AS requests, count(*) FILTER (thinking_only) AS thinking_only"
+                  " FROM events_infer_store WHERE kind = 'request_body' GROUP BY ALL ORDER BY ALL"),
         knobs=("the serve's prompt_escapes fix", "lane routing to a fixed serve build"),
         thresholds=(Threshold(name="thinking_only_share", value=share, unit="ratio", meaning="share of responses that are thinking-only"),
                     Threshold(name="literals_factor", value=factor, unit="ratio",
                               meaning="thinking-only share with special-token literals above this times the share without"),
                     Threshold(name="min_literal_prompts", value=least, unit="prompts/h",
-                              meaning="at least this many prompts with literals in the hour")),
+                              meaning=f"at least this many prompts with literals in {spoken(HOURLY)}")),
         alerts=(Alert(name="ThinkingOnlyWithSpecialTokens", severity="critical", expr=_split(share, factor, least), for_="5m",
                summary=f"Lane {LANE} answers prompts with special-token literals with reasoning only.",
-               description=f"{PERCENT} of lane {LANE}'s responses to prompts with special-token literals in the last hour"
+               description=f"{PERCENT} of lane {LANE}'s responses to prompts with special-token literals in {last(HOURLY)}"
                f" were thinking-only, over {num(share)} and over {num(factor)}x the share among prompts without literals:"
                " the serve does not escape them."),
          Alert(name="ThinkingOnlyResponses", severity="warning", expr=f"{THINKING_ONLY} > {num(share)}", for_="15m",
                summary=f"Lane {LANE} answers with reasoning only.",
-               description=f"{PERCENT} of lane {LANE}'s responses in the last hour had reasoning but no text and no tool call."),
+               description=f"{PERCENT} of lane {LANE}'s responses in {last(HOURLY)} had reasoning but no text and no tool call."),
          Alert(name="StopsWhileReasoning", severity="warning", expr=f"{STOPS_REASONING} > {num(share)}", for_="15m",
                summary=f"{INSTANCE} stops responses inside reasoning.",
-               description=f"{PERCENT} of {INSTANCE}'s responses in the last hour stopped while reasoning.")),
+               description=f"{PERCENT} of {INSTANCE}'s responses in {last(HOURLY)} stopped while reasoning.")),
         diagnosis="Which requests carried special-token literals, with their visible text and tool-call JSON, needs"
                   " the sent prompts: request_body events.",
         probe=probe)

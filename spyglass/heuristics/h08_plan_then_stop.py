@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from spyglass.heuristics.model import LANE, VALUE, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
-from spyglass.heuristics.promql import num
+from spyglass.heuristics.promql import HOURLY, last, num, spoken
 
 
 def build(d: Deployment) -> Heuristic:
@@ -19,15 +19,14 @@ def build(d: Deployment) -> Heuristic:
         symptom="Responses with finish=stop, no tool call and a short visible text, on requests that offered tools.",
         wrong_guess="truncation / max_tokens",
         check=Check(text="The raw record: prompt grew, finish_reason, tool_calls, completion far below max_tokens.",
-              sql="SELECT ts, request_id, fields->>'finish' AS finish, fields->>'tool_calls' AS tool_calls,"
-                  " fields->>'content_chars' AS content_chars FROM events WHERE kind = 'request_body'"
-                  " AND (fields->>'plan_then_stop')::BOOLEAN ORDER BY ts DESC LIMIT 20"),
+              sql="SELECT ts, request_id, finish, tool_calls, content_chars FROM events_infer_store"
+                  " WHERE kind = 'request_body' AND plan_then_stop ORDER BY ts DESC LIMIT 20"),
         knobs=("the client's stop handling", "the model's tool-call prompt template"),
-        thresholds=(Threshold(name="per_hour", value=least, unit="responses/h", meaning="plan-then-stop responses in an hour"),),
+        thresholds=(Threshold(name="per_hour", value=least, unit="responses/h", meaning=f"plan-then-stop responses in {spoken(HOURLY)}"),),
         alerts=(Alert(name="PlanThenStop", severity="warning",
-               expr=f"sum by (host, lane) (increase(spyglass_infer_plan_then_stop_total[1h])) >= {num(least)}", for_="5m",
+               expr=f"sum by (host, lane) (increase(spyglass_infer_plan_then_stop_total[{HOURLY}])) >= {num(least)}", for_="5m",
                summary=f"Lane {LANE} ends turns after a plan, without the tool call.",
-               description=f"{VALUE} responses on lane {LANE} in the last hour stopped with a short text and no tool call although"
+               description=f"{VALUE} responses on lane {LANE} in {last(HOURLY)} stopped with a short text and no tool call although"
                " tools were offered."),),
         diagnosis="Whether the prompt grew across the session's turns needs the session's request bodies.",
         probe=probe)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from spyglass.heuristics.model import LANE, VALUE, Alert, Check, Deployment, Heuristic, Probe, probe_sql
+from spyglass.heuristics.promql import HOURLY, last
 
 
 def build(d: Deployment) -> Heuristic:
@@ -14,13 +15,13 @@ def build(d: Deployment) -> Heuristic:
         symptom="RAG assembly dropped most client messages, and the client's first user message is gone from the sent request.",
         wrong_guess="the tool schema got lost",
         check=Check(text="Is the client's first user message in the sent request?",
-              sql="SELECT ts, request_id, fields->>'lane' AS lane FROM events WHERE kind = 'request_body'"
-                  " AND (fields->>'anchor_survived')::BOOLEAN = false ORDER BY ts DESC LIMIT 20"),
+              sql="SELECT ts, request_id, lane FROM events_infer_store WHERE kind = 'request_body'"
+                  " AND anchor_survived = false ORDER BY ts DESC LIMIT 20"),
         knobs=("the gateway's assembly budget", "pin the first user message in assembly"),
         thresholds=(),
         alerts=(Alert(name="AssemblyLostTaskAnchor", severity="warning",
-               expr="sum by (host, lane) (increase(spyglass_infer_anchor_lost_total[1h])) > 0", for_="5m",
+               expr=f"sum by (host, lane) (increase(spyglass_infer_anchor_lost_total[{HOURLY}])) > 0", for_="5m",
                summary=f"Assembly on lane {LANE} drops the client's first user message.",
-               description=f"{VALUE} requests on lane {LANE} in the last hour were sent without the client's task anchor."),),
+               description=f"{VALUE} requests on lane {LANE} in {last(HOURLY)} were sent without the client's task anchor."),),
         diagnosis="Which messages were dropped needs the client and sent message lists of the request body.",
         probe=probe)

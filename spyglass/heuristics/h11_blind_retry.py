@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from spyglass.heuristics.model import LANE, VALUE, Alert, Check, Deployment, Heuristic, Probe, probe_sql
+from spyglass.heuristics.promql import spoken
 
 
 def build(d: Deployment) -> Heuristic:
+    window = "15m"  # retries counted over it
     probe = Probe(needs=("gateway_log",), alert="GatewayBlindRetries", sql=probe_sql(__file__),
         summary="{blind_retries} requests on lane {lane} were retried after a 400 overfit with only max_tokens clamped; the"
         " relay said {relayed_prompt_tokens:,} > {relayed_window:,}, the engine {engine_prompt_tokens:,} >"
@@ -14,12 +16,12 @@ def build(d: Deployment) -> Heuristic:
         id="H11", title="Blind retry after an overfit 400", incident="6 (three 400s at 14:14:58, 14:15:04, 14:15:10)",
         symptom="A retry after a 400 that only clamps max_tokens; bursts of 400 overfit.",
         wrong_guess="-", check=Check(text="The 400's own text and the precheck.",
-                   sql="SELECT ts, request_id, fields->>'prompt' AS prompt, fields->>'upstream' AS upstream FROM events"
-                       " WHERE source = 'gateway' AND kind IN ('overfit', 'retry_on_overfit') ORDER BY ts"),
+                   sql="SELECT ts, request_id, prompt, upstream FROM events_gateway_log"
+                       " WHERE kind IN ('overfit', 'retry_on_overfit') ORDER BY ts"),
         knobs=("the gateway's precheck with the engine's count", "shrink the prompt, not max_tokens"),
         thresholds=(),
         alerts=(Alert(name="GatewayBlindRetries", severity="warning",
-               expr="sum by (host, lane) (increase(spyglass_gateway_blind_retries_total[15m])) > 0", for_="0m",
+               expr=f"sum by (host, lane) (increase(spyglass_gateway_blind_retries_total[{window}])) > 0", for_="0m",
                summary=f"The gateway retries overfits on lane {LANE} blindly.",
-               description=f"{VALUE} retries on lane {LANE} in 15 minutes followed a 400 overfit and only clamped max_tokens."),),
+               description=f"{VALUE} retries on lane {LANE} in {spoken(window)} followed a 400 overfit and only clamped max_tokens."),),
         probe=probe)

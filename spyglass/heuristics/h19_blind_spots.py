@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from spyglass.heuristics.model import INSTANCE, SECONDS, Alert, Check, Deployment, Heuristic, Threshold
-from spyglass.heuristics.promql import num, ratio
+from spyglass.heuristics.promql import num, ratio, spoken
 
 
 def _since_last(source: str, instance: str) -> str:
@@ -29,6 +29,7 @@ def build(d: Deployment) -> Heuristic:
     s = d.settings
     silent, unmatched, ahead, polls_missed = s.source_silent_minutes * 60, 0.05, 300, 3.0
     lines = "spyglass_source_lines_total"
+    scrape_hold, down_hold, parse_window = "2m", "5m", "15m"
     return Heuristic(
         id="H19", title="spyglass's own blind spots", incident="§6.2 of the seed: evictions= were only in the engine log",
         symptom="spyglass's target is down; a source went silent while its process runs; lines stop parsing (format drift);"
@@ -44,20 +45,23 @@ def build(d: Deployment) -> Heuristic:
          Threshold(name="unmatched_share", value=unmatched, unit="ratio", meaning="share of lines no pattern matched"),
          Threshold(name="ahead_seconds", value=ahead, unit="s", meaning="newest event this far in the future")),
         alerts=(Alert(name="SpyglassTargetDown", severity="critical",
-               expr=f'up{{job="{s.job}"}} == 0 or absent(up{{job="{s.job}"}})', for_="2m",
+               expr=f'up{{job="{s.job}"}} == 0 or absent(up{{job="{s.job}"}})', for_=scrape_hold,
                summary="spyglass's /metrics cannot be scraped: the pager is blind.",
-               description="Prometheus has not scraped spyglass (job {{ $labels.job }}) for 2 minutes."),
-         Alert(name="SpyglassSourceDown", severity="warning", expr="spyglass_source_up == 0", for_="5m",
+               description="Prometheus has not scraped spyglass (job {{ $labels.job }}) for " + spoken(scrape_hold) + "."),
+         Alert(name="SpyglassSourceDown", severity="warning", expr="spyglass_source_up == 0", for_=down_hold,
                summary="A spyglass source cannot be read.",
-               description="Source {{ $labels.source }} could not be read (file) or did not answer (endpoint) for 5 minutes."),
+               description="Source {{ $labels.source }} could not be read (file) or did not answer (endpoint) for "
+               + spoken(down_hold) + "."),
          Alert(name="SpyglassSourceSilent", severity="warning", expr=_silent(d, silent, polls_missed), for_="2m",
                summary="A source that should be speaking is silent: {{ $labels.source }} of " + INSTANCE + ".",
                description="No event from {{ $labels.source }} (" + INSTANCE + f") for {SECONDS}: a ready engine writes a"
                " [stats] line every 10 s while its process runs, a status endpoint is polled even while it fails."),
          Alert(name="SpyglassUnparsedLines", severity="warning",
-               expr=ratio(f'rate({lines}{{outcome="unmatched"}}[15m])', f"rate({lines}[15m])", "host, source") + f" > {num(unmatched)}",
-               for_="15m", summary="Lines of a source stopped parsing: format drift.",
-               description="{{ $value | humanizePercentage }} of source {{ $labels.source }}'s lines matched no pattern over 15 minutes."),
+               expr=ratio(f'rate({lines}{{outcome="unmatched"}}[{parse_window}])', f"rate({lines}[{parse_window}])",
+                          "host, source") + f" > {num(unmatched)}",
+               for_=parse_window, summary="Lines of a source stopped parsing: format drift.",
+               description="{{ $value | humanizePercentage }} of source {{ $labels.source }}'s lines matched no pattern over "
+               + spoken(parse_window) + "."),
          Alert(name="SpyglassSourceClockAhead", severity="warning",
                expr=f"spyglass_source_last_event_timestamp_seconds - time() > {ahead}", for_="5m",
                summary="A source's timestamps are in the future: its time zone is wrong.",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from signals.buckets import le_label
 from spyglass.config import LaneObjective
 from spyglass.heuristics.model import BURN_WINDOWS, IL, Deployment, Recording
 
@@ -13,9 +14,20 @@ def num(x: float) -> str:
     return f"{x:.6g}"
 
 
-def le_label(seconds: float) -> str:
-    """The `le` label value the exposition writes for a bucket bound (prometheus_client style)."""
-    return repr(float(seconds))
+UNIT_WORDS = {"s": "second", "m": "minute", "h": "hour", "d": "day"}
+
+
+def spoken(duration: str) -> str:
+    """A simple Prometheus duration as prose: "10m" -> "10 minutes", "1h" -> "an hour", "1d" -> "a day"."""
+    count, unit = int(duration[:-1]), UNIT_WORDS[duration[-1]]
+    if count == 1:
+        return f"{'an' if unit == 'hour' else 'a'} {unit}"
+    return f"{count} {unit}s"
+
+
+def last(duration: str) -> str:
+    """"the last ..." of a duration: "1h" -> "the last hour", "15m" -> "the last 15 minutes"."""
+    return f"the last {UNIT_WORDS[duration[-1]]}" if int(duration[:-1]) == 1 else f"the last {spoken(duration)}"
 
 
 def ratio(numerator: str, denominator: str, by: str) -> str:
@@ -32,19 +44,25 @@ def per_lane(d: Deployment, build: Callable[[str, LaneObjective], str]) -> str:
 # Recording rules: level:metric:operations.
 # ---------------------------------------------------------------------------------------------
 
+# The windows of the recording rules, written once: their names, expressions and the prose that quotes them.
+RECENT = "10m"  # the decode and eviction rates now
+HOURLY = "1h"  # their baselines, and the hourly shares
+DECODE_BASELINE_OFFSETS = ("1h", "1d")  # the decode rate's baseline: an hour or a day before
+TTFT_QUANTILES = ((0.5, "5m"), (0.95, "5m"), (0.99, "5m"), (0.95, "30m"), (0.5, "1h"))
+
 TTFT = "spyglass_engine_ttft_seconds"
 DECODE = "spyglass_engine_request_decode_tokens_per_second"
 SLO_ERRORS = "instance_lane:spyglass_engine_ttft_slo_errors:ratio_rate"
-DECODE_MEAN = f"instance_lane:{DECODE}:mean_rate10m"
-DECODE_BASELINE = f"instance_lane:{DECODE}:baseline_mean_rate1h"
-EVICTIONS = "instance_lane:spyglass_engine_evictions:rate10m"
-EVICTIONS_BASELINE = "instance_lane:spyglass_engine_evictions:baseline_rate1h"
+DECODE_MEAN = f"instance_lane:{DECODE}:mean_rate{RECENT}"
+DECODE_BASELINE = f"instance_lane:{DECODE}:baseline_mean_rate{HOURLY}"
+EVICTIONS = f"instance_lane:spyglass_engine_evictions:rate{RECENT}"
+EVICTIONS_BASELINE = f"instance_lane:spyglass_engine_evictions:baseline_rate{HOURLY}"
 SNAPSHOT_SHARE = "instance_lane:spyglass_engine_cache_parked_snapshot_per_budget:ratio"
-CHECKPOINT_ONLY = "instance_lane:spyglass_engine_long_prompts_checkpoint_only:ratio_rate1h"
-LONG_PROMPTS = "instance_lane:spyglass_engine_long_prompts:increase1h"
-THINKING_ONLY = "lane:spyglass_infer_thinking_only:ratio_rate1h"
-STOPS_REASONING = "instance:spyglass_serve_stops_while_reasoning:ratio_rate1h"
-ESTIMATE_RATIO = "lane:spyglass_gateway_prompt_tokens:estimate_ratio_rate1h"
+CHECKPOINT_ONLY = f"instance_lane:spyglass_engine_long_prompts_checkpoint_only:ratio_rate{HOURLY}"
+LONG_PROMPTS = f"instance_lane:spyglass_engine_long_prompts:increase{HOURLY}"
+THINKING_ONLY = f"lane:spyglass_infer_thinking_only:ratio_rate{HOURLY}"
+STOPS_REASONING = f"instance:spyglass_serve_stops_while_reasoning:ratio_rate{HOURLY}"
+ESTIMATE_RATIO = f"lane:spyglass_gateway_prompt_tokens:estimate_ratio_rate{HOURLY}"
 LOG_SILENCE = "instance:spyglass_engine_log_silence:seconds"
 PROGRESS_SILENCE = "instance:spyglass_engine_progress_silence:seconds"
 
@@ -77,27 +95,29 @@ def _silence(d: Deployment) -> str:
 
 def recording_rules(d: Deployment) -> tuple[Recording, ...]:
     """Every recording rule, from raw metrics only."""
-    decode_baseline = "max by (host, instance, lane) (\n  " + "\n  or\n  ".join(
-        f'label_replace({mean_rate(DECODE, "1h", off)}, "baseline", "{off}", "", "")' for off in ("1h", "1d")) + "\n)"
+    baselines = [f'label_replace({mean_rate(DECODE, HOURLY, off)}, "baseline", "{off}", "", "")'
+                 for off in DECODE_BASELINE_OFFSETS]
+    decode_baseline = "max by (host, instance, lane) (\n  " + "\n  or\n  ".join(baselines) + "\n)"
     rules = [Recording(record=f"instance_lane:{TTFT}:p{int(q * 100)}_rate{w}", expr=ttft_quantile(q, w))
-             for q, w in ((0.5, "5m"), (0.95, "5m"), (0.99, "5m"), (0.95, "30m"), (0.5, "1h"))]
+             for q, w in TTFT_QUANTILES]
     rules += [Recording(record=f"{SLO_ERRORS}{w}", expr=_slo_errors(d, w)) for w in BURN_WINDOWS]
     rules += [
-        Recording(record=DECODE_MEAN, expr=mean_rate(DECODE, "10m")),
+        Recording(record=DECODE_MEAN, expr=mean_rate(DECODE, RECENT)),
         Recording(record=DECODE_BASELINE, expr=decode_baseline),
-        Recording(record=EVICTIONS, expr=f"sum by ({IL}) (rate(spyglass_engine_evictions_total[10m]))"),
-        Recording(record=EVICTIONS_BASELINE, expr=f"sum by ({IL}) (rate(spyglass_engine_evictions_total[1h] offset 10m))"),
+        Recording(record=EVICTIONS, expr=f"sum by ({IL}) (rate(spyglass_engine_evictions_total[{RECENT}]))"),
+        Recording(record=EVICTIONS_BASELINE, expr=f"sum by ({IL}) (rate(spyglass_engine_evictions_total[{HOURLY}] offset {RECENT}))"),
         Recording(record=SNAPSHOT_SHARE, expr="spyglass_engine_cache_used_bytes / clamp_min(spyglass_engine_cache_parked_snapshots, 1)"
                                   "\n  / (spyglass_engine_cache_budget_bytes > 0)"),
-        Recording(record=CHECKPOINT_ONLY, expr=ratio("rate(spyglass_engine_long_prompts_checkpoint_only_total[1h])",
-                                         "rate(spyglass_engine_long_prompts_total[1h])", IL)),
-        Recording(record=LONG_PROMPTS, expr=f"sum by ({IL}) (increase(spyglass_engine_long_prompts_total[1h]))"),
-        Recording(record=THINKING_ONLY, expr=ratio("rate(spyglass_infer_thinking_only_total[1h])",
-                                       "rate(spyglass_infer_requests_total[1h])", "host, lane")),
-        Recording(record=STOPS_REASONING, expr=ratio("rate(spyglass_serve_stops_while_reasoning_total[1h])",
-                                         "rate(spyglass_serve_requests_total[1h])", "host, instance")),
-        Recording(record=ESTIMATE_RATIO, expr=ratio('rate(spyglass_gateway_prompt_tokens_total{counted_by="gateway_estimate"}[1h])',
-                                        'rate(spyglass_gateway_prompt_tokens_total{counted_by="engine"}[1h])', "host, lane")),
+        Recording(record=CHECKPOINT_ONLY, expr=ratio(f"rate(spyglass_engine_long_prompts_checkpoint_only_total[{HOURLY}])",
+                                         f"rate(spyglass_engine_long_prompts_total[{HOURLY}])", IL)),
+        Recording(record=LONG_PROMPTS, expr=f"sum by ({IL}) (increase(spyglass_engine_long_prompts_total[{HOURLY}]))"),
+        Recording(record=THINKING_ONLY, expr=ratio(f"rate(spyglass_infer_thinking_only_total[{HOURLY}])",
+                                       f"rate(spyglass_infer_requests_total[{HOURLY}])", "host, lane")),
+        Recording(record=STOPS_REASONING, expr=ratio(f"rate(spyglass_serve_stops_while_reasoning_total[{HOURLY}])",
+                                         f"rate(spyglass_serve_requests_total[{HOURLY}])", "host, instance")),
+        Recording(record=ESTIMATE_RATIO, expr=ratio(
+            f'rate(spyglass_gateway_prompt_tokens_total{{counted_by="gateway_estimate"}}[{HOURLY}])',
+            f'rate(spyglass_gateway_prompt_tokens_total{{counted_by="engine"}}[{HOURLY}])', "host, lane")),
         Recording(record=LOG_SILENCE, expr=_silence(d)),
         Recording(record=PROGRESS_SILENCE,
                   expr="time() - max by (host, instance) (spyglass_engine_last_progress_timestamp_seconds)"),

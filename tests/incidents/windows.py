@@ -349,10 +349,7 @@ WINDOWS: list[Window] = [
     Window("upgrade-day", "004", "dependency drift loop, dangling link, rebuild storm, probe kills a load",
            utc("2026-11-02 01:00"), utc("2026-11-02 07:00"), must=frozenset({"H13", "H14", "H15", "H16", "H18"}),
            may=frozenset({"H5", "H19"}), where={"H14": "strata-a", "H15": "strata-b", "H16": "strata-b",
-                                               "H18": "strata-b"}, write=upgrade_day,
-           known_misses={("H18", "backtest"): "EngineRegressionAfterRestart compares with the same hour a day before, and"
-                         " the replay has no day before; the seed's baseline, the steady state before the restart, is"
-                         " only the diagnosis's."}),
+                                               "H18": "strata-b"}, write=upgrade_day),
     Window("quiet-day", "-", "both lanes healthy for 24 h", utc("2026-10-28 00:00"), utc("2026-10-29 00:00"),
            write=quiet_day),
     Window("healthy-hour", "-", "an hour of CJK conversations that fit the cache",

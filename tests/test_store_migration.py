@@ -1,0 +1,123 @@
+"""A store of schema 1 (one `events` table, fields as JSON), written by the release before the typed store
+(tests/fixtures/store_v1: `spyglass ingest` of the engine, gateway, supervisord, switch and serve-status
+fixtures at da7b144), is migrated once, in one transaction, and loses nothing; a migration killed -9
+halfway leaves schema 1 whole, and the next one migrates every event exactly once."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+from exporters.store import DuckDBStore
+from spyglass.cli import app
+
+pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SOURCES = {"engine-b": ("engine_log", "engine_log/strata-iq3_xxs-b.log"), "gateway": ("gateway_log", "gateway_log/rag-proxy.log"),
+           "supervisord": ("supervisord_log", "supervisord_log/supervisord.log"),
+           "switch": ("switch_log", "switch_log/switch-engine.log"),
+           "serve-replay": ("serve_status", "serve_status/snapshots.jsonl")}
+# The child migrates in steps of 10 events and, after its third step, says so and waits on stdin: it is
+# killed there, mid-transaction, at a point the test sees, not after a sleep.
+CHILD = """
+import sys
+from pathlib import Path
+from exporters.store import DuckDBStore
+store = DuckDBStore(Path(sys.argv[1]))
+store.sources.update(dict(arg.split("=") for arg in sys.argv[2:]))
+def step(done, total):
+    print(f"migrated {done} of {total}", flush=True)
+    if done >= 30:
+        sys.stdin.readline()
+store.migrate(step, rows=10)
+print("committed", flush=True)
+"""
+
+
+@pytest.fixture
+def v1(tmp_path) -> Path:
+    """A config over the fixtures' sources, and the schema-1 store it names (a fresh copy)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "spyglass.duckdb").write_bytes(gzip.decompress((FIXTURES / "store_v1" / "spyglass.duckdb.gz").read_bytes()))
+    lines = [f'[agent]\nhost = "v1"\nstate_dir = "{state}"\n[exporters.prometheus]\nenabled = false']
+    for name, (kind, path) in SOURCES.items():
+        lines.append(f'[sources.{name}]\nkind = "{kind}"\npath = "{FIXTURES / path}"')
+    config = tmp_path / "spyglass.toml"
+    config.write_text("\n".join(lines) + "\n")
+    return config
+
+
+def schema_1_events(db: Path) -> dict[int, tuple]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        rows = con.execute("SELECT seq, epoch_us(ts), source, kind, instance, host, request_id, fields::VARCHAR"
+                           " FROM events").fetchall()
+    finally:
+        con.close()
+    return {row[0]: (*row[1:-1], json.loads(row[-1])) for row in rows}
+
+
+def migrated_events(db: Path) -> dict[int, tuple]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        rows = con.execute("SELECT seq, epoch_us(ts), source, kind, instance, host, request_id, fields::VARCHAR,"
+                           " source_kind FROM events").fetchall()
+        assert con.execute("SELECT version FROM store_schema").fetchall() == [(2,)]
+        assert con.execute("SELECT count(*) FROM ev_other").fetchall() == [(0,)]  # every event found its kind
+    finally:
+        con.close()
+    seqs = [row[0] for row in rows]
+    assert len(seqs) == len(set(seqs)), "an event was migrated twice"
+    assert all(row[-1] for row in rows)
+    return {row[0]: (*row[1:-2], json.loads(row[-2])) for row in rows}
+
+
+def version(db: Path) -> int:
+    store = DuckDBStore(db)
+    try:
+        return store.schema_version()
+    finally:
+        store.close()
+
+
+def test_spyglass_store_migrate_keeps_every_event_and_records_the_version(v1):
+    db = v1.parent / "state" / "spyglass.duckdb"
+    before = schema_1_events(db)
+    assert len(before) == 89 and version(db) == 1
+    result = CliRunner().invoke(app, ["store", "migrate", "--config", str(v1), "--batch", "25"])
+    assert result.exit_code == 0, result.output
+    assert "schema 1 -> 2, 89 events migrated" in result.stdout
+    assert migrated_events(db) == before
+    again = CliRunner().invoke(app, ["store", "migrate", "--config", str(v1)])
+    assert "already at schema 2" in again.stdout
+    assert migrated_events(db) == before
+
+
+def test_a_migration_killed_halfway_leaves_schema_1_whole_and_the_next_migrates_once(v1):
+    db = v1.parent / "state" / "spyglass.duckdb"
+    before = schema_1_events(db)
+    sources = [f"{name}={kind}" for name, (kind, _) in SOURCES.items()]
+    with subprocess.Popen([sys.executable, "-c", CHILD, str(db), *sources], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent) as child:
+        try:
+            seen = [child.stdout.readline().strip() for _ in range(3)]  # type: ignore[union-attr]
+            assert seen == ["migrated 10 of 89", "migrated 20 of 89", "migrated 30 of 89"]
+            os.kill(child.pid, signal.SIGKILL)  # mid-transaction: 30 events written to their kind tables, uncommitted
+        finally:
+            child.kill()  # already dead, unless an assertion above failed
+            child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    assert version(db) == 1 and schema_1_events(db) == before  # the killed transaction left nothing behind
+    result = CliRunner().invoke(app, ["store", "migrate", "--config", str(v1), "--batch", "10"])
+    assert result.exit_code == 0, result.output
+    assert migrated_events(db) == before
