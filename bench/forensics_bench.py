@@ -1,7 +1,8 @@
 """Forensic queries on a quarter's worth of stored events: the store, the Parquet segments through
 DuckDB, and the same segments through ClickHouse's engine (chdb), one run.
 
-    nice .venv/bin/python bench/forensics_bench.py [--events 100000000] [--runs 5] [--reuse]
+    nice .venv/bin/python bench/forensics_bench.py [--events 100000000] [--runs 5] [--reuse] [--build-only]
+        [--parquet-days N]
 
 Builds (into bench/out/forensics/, not committed) the traffic of two busy engines: one day of their logs
 from the mechanistic model (engine/emulator/logsynth.py: a request every 0.86 s on each of strata-a and
@@ -9,7 +10,9 @@ strata-b, a stats line every 10 s, about 1.5M events a day), stored by a real in
 `spyglass ingest` runs it). That day is the template: it is copied in SQL, day after day, with distinct
 request ids and conversations, until `--events` are stored (100M: about 67 days), each copy appended in
 the agent's order (seq) as the agent would have stored it. Publishes them with the agent's own
-publisher (exporters/parquet.py: hourly partitions, each closed hour compacted), then measures:
+publisher (exporters/parquet.py: hourly partitions, each closed hour compacted), or with
+`--parquet-days N` writes the typed segments of N days around the measured one in bulk (DuckDB's
+partitioned COPY), then measures:
 
 - disk bytes per event, in the store and in Parquet;
 - warm, the median of `--runs`: a 15-minute `spyglass timeline` and `spyglass requests` (the commands'
