@@ -115,8 +115,8 @@ def test_switch_cleanup_and_restart_on_real_links(deployment):
     pipeline.close()
 
     con = duckdb.connect(str(config.store_path()), read_only=True)
-    changes = [(json.loads(f)["before"], json.loads(f)["after"]) for (f,) in con.execute(
-        "SELECT fields FROM events WHERE kind = 'model_path_changed' ORDER BY ts").fetchall()]
+    changes = con.execute("SELECT before, after FROM events_model_path WHERE kind = 'model_path_changed'"
+                          " ORDER BY ts").fetchall()
     assert changes == [(str(blue), str(green)), (str(green), None), (None, str(green))]
     dangling = con.execute("SELECT count(*) FROM events WHERE kind = 'model_path'"
                            " AND (fields->>'dangling')::BOOLEAN").fetchone()[0]
