@@ -1,7 +1,8 @@
 """Forensic queries on a quarter's worth of stored events: the store, the Parquet segments through
 DuckDB, and the same segments through ClickHouse's engine (chdb), one run.
 
-    nice .venv/bin/python bench/forensics_bench.py [--events 100000000] [--runs 5] [--reuse]
+    nice .venv/bin/python bench/forensics_bench.py [--events 100000000] [--runs 5] [--reuse] [--build-only]
+        [--parquet-days N]
 
 Builds (into bench/out/forensics/, not committed) the traffic of two busy engines: one day of their logs
 from the mechanistic model (engine/emulator/logsynth.py: a request every 0.86 s on each of strata-a and
@@ -9,7 +10,9 @@ strata-b, a stats line every 10 s, about 1.5M events a day), stored by a real in
 `spyglass ingest` runs it). That day is the template: it is copied in SQL, day after day, with distinct
 request ids and conversations, until `--events` are stored (100M: about 67 days), each copy appended in
 the agent's order (seq) as the agent would have stored it. Publishes them with the agent's own
-publisher (exporters/parquet.py: hourly partitions, each closed hour compacted), then measures:
+publisher (exporters/parquet.py: hourly partitions, each closed hour compacted), or with
+`--parquet-days N` writes the typed segments of N days around the measured one in bulk (DuckDB's
+partitioned COPY), then measures:
 
 - disk bytes per event, in the store and in Parquet;
 - warm, the median of `--runs`: a 15-minute `spyglass timeline` and `spyglass requests` (the commands'
@@ -46,7 +49,9 @@ sys.path.insert(0, str(HERE.parent))
 
 from collectors.clock import ManualClock  # noqa: E402
 from engine.emulator.logsynth import EngineModel  # noqa: E402
+from exporters.event_schema import kind_tables, quoted, table_names  # noqa: E402
 from exporters.parquet import ParquetPublisher  # noqa: E402
+from exporters.segment_schema import rows_sql  # noqa: E402
 from exporters.store import DuckDBStore  # noqa: E402
 from spyglass.config import Config, engine_log_config, parse_config, toml_text  # noqa: E402
 from spyglass.forensics import reports  # noqa: E402
@@ -98,7 +103,7 @@ def template(folder: Path) -> Path:
     for source, (_, port, seed) in ENGINES.items():
         busy_log(folder / f"{source}.log", START, port, seed)
     cfg = bench_config(folder, "template")
-    pipeline = Pipeline(cfg, ManualClock(), DuckDBStore(cfg.store_path()))
+    pipeline = Pipeline(cfg, ManualClock(), DuckDBStore(cfg.store_path(), cfg.source_kinds()))
     try:
         pipeline.run_until_idle()
     finally:
@@ -106,40 +111,42 @@ def template(folder: Path) -> Path:
     return cfg.store_path()
 
 
-def copy_sql(columns: list[str], per_copy: int) -> str:
-    """One day's copy of the template, `$c` days later, with distinct request ids and conversations."""
+def copy_sql(table: str, columns: list[str], per_copy: int) -> str:
+    """One day's copy of a template table, `$c` days later, with distinct request ids and conversations."""
     replace = {"ts": "ts + to_days($c)", "seq": f"seq + $c * {per_copy}",
-               "request_id": "CASE WHEN request_id IS NULL THEN NULL ELSE request_id || '-' || $c END"}
-    if "conv" in columns:
-        replace["conv"] = "CASE WHEN conv IS NULL THEN NULL ELSE conv || '-' || $c END"
-    if "fields" in columns:
-        replace["fields"] = ("CASE WHEN fields->>'conv' IS NULL THEN fields"
-                             " ELSE json_merge_patch(fields, json_object('conv', (fields->>'conv') || '-' || $c)) END")
-    select = ", ".join(f"{replace[c]} AS {c}" if c in replace else c for c in columns)
-    return f"INSERT INTO events ({', '.join(columns)}) SELECT {select} FROM t.events ORDER BY seq"
+               "request_id": "CASE WHEN request_id IS NULL THEN NULL ELSE request_id || '-' || $c END",
+               "conv": "CASE WHEN conv IS NULL THEN NULL ELSE conv || '-' || $c END"}
+    select = ", ".join(f"{replace[c]} AS {quoted(c)}" if c in replace else quoted(c) for c in columns)
+    return f"INSERT INTO {quoted(table)} SELECT {select} FROM t.{quoted(table)} ORDER BY seq"
 
 
 def build(folder: Path, events: int) -> tuple[Path, dict]:
-    """The store, copied from the template in SQL, one day a copy, in the agent's order."""
+    """The store, copied from the template in SQL, one day a copy, each kind table in the agent's order."""
     import duckdb
 
     started = time.perf_counter()
     source = template(folder)
     templated = time.perf_counter() - started
     db = folder / "state" / "spyglass.duckdb"
-    DuckDBStore(db).close()  # the schema; its connection cannot ATTACH
+    cfg = bench_config(folder)
+    DuckDBStore(db, cfg.source_kinds()).close()  # the schema; its connection cannot ATTACH
     con = duckdb.connect(str(db))
     con.execute("SET TimeZone = 'UTC'")
     con.execute(f"ATTACH '{source}' AS t (READ_ONLY)")
     row = con.execute("SELECT count(*), min(seq), max(seq) FROM t.events").fetchone()
     assert row is not None and row[1] == 0 and row[2] == row[0] - 1  # seqs 0..n-1: copies never collide
     per_copy = row[0]
-    columns = [r[0] for r in con.execute("SELECT column_name FROM duckdb_columns() WHERE database_name = 't'"
-                                         " AND table_name = 'events' ORDER BY column_index").fetchall()]
-    days = -(-events // per_copy)
-    sql = copy_sql(columns, per_copy)
+    tables = {}
+    for name in table_names():
+        [(n,)] = con.execute(f"SELECT count(*) FROM t.{quoted(name)}").fetchall()
+        if n:
+            tables[name] = [r[0] for r in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE database_name = 't' AND table_name = ?"
+                " ORDER BY column_index", [name]).fetchall()]
+    days = -(-events // per_copy)  # whole days, at least `events`: each copy is a day of traffic
     for c in range(days):
-        con.execute(sql.replace("$c", str(c)) + (f" LIMIT {events - c * per_copy}" if (c + 1) * per_copy > events else ""))
+        for name, columns in tables.items():
+            con.execute(copy_sql(name, columns, per_copy).replace("$c", str(c)))
         print(f"  day {c + 1} of {days}", end="\r", flush=True)
     con.execute("CHECKPOINT")
     row = con.execute("SELECT count(*), min(ts), max(ts) FROM events").fetchone()
@@ -147,11 +154,12 @@ def build(folder: Path, events: int) -> tuple[Path, dict]:
     n, first, last = row
     con.close()
     return db, {"events": n, "days": days, "template_events": per_copy, "from": first.isoformat(),
-                "to": last.isoformat(), "template_s": round(templated, 1),
+                "to": last.isoformat(), "template_s": round(templated, 1), "tables": len(tables),
                 "build_s": round(time.perf_counter() - started, 1)}
 
 
 def publish(db: Path, folder: Path, days: int) -> dict:
+    """Every stored event published by the agent's own publisher (hourly parts, closed hours compacted)."""
     started = time.perf_counter()
     store = DuckDBStore(db)
     clock = ManualClock((START + timedelta(days=days + 2)).timestamp())  # every hour closed
@@ -160,9 +168,35 @@ def publish(db: Path, folder: Path, days: int) -> dict:
         rows = publisher.run_once(everything=True)
     finally:
         store.close()
+    return {"published": rows, "publish_and_compact_s": round(time.perf_counter() - started, 1), **on_disk(db, folder)}
+
+
+def bulk_segments(db: Path, folder: Path, first: datetime, days: int) -> dict:
+    """`days` of stored events from `first` written as the segments' typed columns in bulk (DuckDB's
+    partitioned COPY: one file per host and hour, as a compacted hour), for a store too big to publish
+    in the time a benchmark has."""
+    import duckdb
+
+    started = time.perf_counter()
+    sql = rows_sql(list(kind_tables().values())).replace("seq BETWEEN $1 AND $2",
+                                                          f"ts >= '{first:%Y-%m-%d}' AND ts < '{first + timedelta(days=days):%Y-%m-%d}'")
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        con.execute(f"COPY (SELECT *, strftime(ts, '%Y-%m-%d') AS date, strftime(ts, '%H') AS hour FROM ({sql.rsplit(' ORDER BY', 1)[0]}))"
+                    f" TO '{folder}' (FORMAT parquet, PARTITION_BY (host, date, hour), WRITE_PARTITION_COLUMNS true,"
+                    " COMPRESSION zstd, ROW_GROUP_SIZE 122880)")
+        [(n,)] = con.execute(f"SELECT count(*) FROM events WHERE ts >= '{first:%Y-%m-%d}'"
+                             f" AND ts < '{first + timedelta(days=days):%Y-%m-%d}'").fetchall()
+    finally:
+        con.close()
+    return {"published": n, "days": days, "from": f"{first:%Y-%m-%d}", "bulk_copy_s": round(time.perf_counter() - started, 1),
+            **on_disk(db, folder)}
+
+
+def on_disk(db: Path, folder: Path) -> dict:
     files = list(folder.glob("host=*/date=*/hour=*/*.parquet"))
-    return {"published": rows, "files": len(files), "bytes": sum(f.stat().st_size for f in files),
-            "publish_and_compact_s": round(time.perf_counter() - started, 1),
+    return {"files": len(files), "bytes": sum(f.stat().st_size for f in files),
             "store_bytes": db.stat().st_size + sum(f.stat().st_size for f in db.parent.glob("*.wal"))}
 
 
@@ -280,20 +314,33 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--reuse", action="store_true", help="keep the store and segments of the last run")
+    parser.add_argument("--build-only", action="store_true", help="build the store, then stop (--reuse goes on)")
+    parser.add_argument("--parquet-days", type=int, default=0,
+                        help="segments of only these days around the measured one, written in bulk (0: publish all)")
     args = parser.parse_args()
-    saved = HERE / "out" / "forensics.json"
-    if args.reuse and saved.exists():
-        built, published = (json.loads(saved.read_text())[k] for k in ("built", "published"))
-    else:
+    saved, stages = HERE / "out" / "forensics.json", OUT / "stages.json"
+    done = json.loads(stages.read_text()) if args.reuse and stages.exists() else {}
+    if "built" not in done:
         shutil.rmtree(OUT, ignore_errors=True)
         OUT.mkdir(parents=True)
-        db, built = build(OUT, args.events)
-        print("built", built, flush=True)
-        published = publish(db, OUT / "pq", built["days"])
-        print("published", published, flush=True)
+        done["built"] = build(OUT, args.events)[1]
+        print("built", done["built"], flush=True)
+        stages.write_text(json.dumps(done))
+    if args.build_only:
+        return
+    built = done["built"]
+    if "published" not in done:
+        shutil.rmtree(OUT / "pq", ignore_errors=True)
+        db = OUT / "state" / "spyglass.duckdb"
+        first = START + timedelta(days=built["days"] // 2 - args.parquet_days // 2)
+        done["published"] = bulk_segments(db, OUT / "pq", first, args.parquet_days) if args.parquet_days else \
+            publish(db, OUT / "pq", built["days"])
+        print("published", done["published"], flush=True)
+        stages.write_text(json.dumps(done))
+    published = done["published"]
     n = built["events"]
     sizes = {"store_bytes_per_event": round(published["store_bytes"] / n, 1),
-             "parquet_bytes_per_event": round(published["bytes"] / n, 1)}
+             "parquet_bytes_per_event": round(published["bytes"] / published["published"], 1)}
     print("disk", sizes, flush=True)
 
     cfg = bench_config(OUT)

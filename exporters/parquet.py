@@ -8,9 +8,12 @@ Layout (hive partitions; any reader globs `<dir>/host=*/date=*/hour=*/*.parquet`
 
 The partition values come from the event (its `host`, its UTC `ts`), the numbers in the names
 are store seqs (exporters/store.py): of the whole publication for a part, of the rows in the
-file for a compacted hour. Each file holds the store's columns (`ts`, `seq`, `source`, `kind`,
-`instance`, `host`, `request_id`, `fields` with Parquet's JSON type, so DuckDB reads it as JSON
-without parsing it), sorted by (ts, seq).
+file for a compacted hour. Each file holds the store's typed columns as one wide table
+(exporters/segment_schema.py: the common columns, `source_kind`, a typed column per declared field,
+`extra` JSON), sorted by (ts, seq). An hour holding a file of the JSON schema (`fields`, written
+before the typed store) is rewritten typed as the first compaction after a start, in the same one
+step for readers, closed or not (`legacy`); its rows and seqs do not change, so publication's
+argument below is untouched.
 
 Why a reader never sees half a file: a file is written under a dot name that no `*.parquet`
 glob matches, fsynced, and renamed into place; a rename is atomic.
@@ -55,6 +58,7 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
@@ -65,12 +69,14 @@ import pyarrow.parquet as pq
 from loguru import logger
 
 from collectors.clock import Clock
+from exporters.event_schema import kind_tables
+from exporters.segment_schema import conform, from_json_segment, rows_sql
 from exporters.store import LAST_STORABLE_SECONDS, DuckDBStore, Publication
 from signals.state import MetricState
 
-SEGMENT_SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("seq", pa.int64()), ("source", pa.string()),
-                            ("kind", pa.string()), ("instance", pa.string()), ("host", pa.string()),
-                            ("request_id", pa.string()), ("fields", pa.json_(pa.string()))])
+JSON_SEGMENT_SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("seq", pa.int64()), ("source", pa.string()),
+                                 ("kind", pa.string()), ("instance", pa.string()), ("host", pa.string()),
+                                 ("request_id", pa.string()), ("fields", pa.string())])  # before the typed store
 GLOB = "host=*/date=*/hour=*/*.parquet"
 ROW_GROUP = 122_880  # DuckDB's own row group: a 15-minute window reads a few, not the hour
 SORT = [("ts", "ascending"), ("seq", "ascending")]
@@ -124,8 +130,23 @@ def exchange(a: Path, b: Path) -> None:
         raise OSError(errno, os.strerror(errno), str(b))
 
 
-def read_segment(path: Path) -> pa.Table:
-    return pq.ParquetFile(path).read().cast(SEGMENT_SCHEMA)
+def is_typed(path: Path) -> bool:
+    """Whether a segment has the typed columns (else it is of the JSON schema, from before them)."""
+    return "source_kind" in pq.read_schema(path).names
+
+
+def read_segment(path: Path, sources: Mapping[str, str]) -> pa.Table:
+    """A segment in the current typed columns: a typed one as it is (a column declared since it was
+    written is NULL), one of the JSON schema typed as the store types its events."""
+    table = pq.ParquetFile(path).read()
+    if "source_kind" in table.column_names:
+        return conform(table)
+    return from_json_segment(table.cast(JSON_SEGMENT_SCHEMA), sources)
+
+
+def segment_rows(store: DuckDBStore, first: int, last: int) -> pa.Table:
+    """The committed events with first <= seq <= last, in the segments' columns, ordered by (ts, seq)."""
+    return conform(store.con.sql(rows_sql(list(kind_tables().values())), params=[first, last]).to_arrow_table())
 
 
 class ParquetPublisher:
@@ -143,6 +164,8 @@ class ParquetPublisher:
         shutil.rmtree(self.staging, ignore_errors=True)  # a kill's leftovers: outside every glob
         own = folder / f"host={quote(host, safe='')}"
         self.touched: set[Path] = set(own.glob("date=*/hour=*")) if own.is_dir() else set()
+        # hours with a segment of the JSON schema: rewritten typed, first thing (`upgrade`)
+        self.legacy = {hour for hour in self.touched if not all(is_typed(f) for f in hour.glob("*.parquet"))}
         self.can_exchange = True
         self._due = clock.monotonic()  # at once: a pending publication is redone first
 
@@ -188,7 +211,7 @@ class ParquetPublisher:
             if last < first:
                 return 0
             store.record_publication(Publication(done.published, (first, last)))
-        rows = self._publishable(store.events_between(first, last).cast(SEGMENT_SCHEMA), first, last)
+        rows = self._publishable(segment_rows(store, first, last), first, last)
         for hour_dir, part in self._partitions(rows):
             hour_dir.mkdir(parents=True, exist_ok=True)
             write_atomically(part, hour_dir / part_name(first, last))
@@ -225,11 +248,16 @@ class ParquetPublisher:
         return out
 
     def compact_closed(self) -> int:
-        """Compact every touched hour whose end has passed; returns how many were merged."""
+        """Compact every touched hour whose end has passed, and every hour holding a segment of the
+        JSON schema (`legacy`), closed or not; returns how many were merged."""
         if self.store.publication().pending:
             return 0
         now = self.clock.now()
         merged = 0
+        for hour_dir in sorted(self.legacy):
+            if self.can_exchange and self.compact(hour_dir, typed_only=True):
+                merged += 1
+            self.legacy.discard(hour_dir)
         for hour_dir in sorted(self.touched):
             if hour_start(hour_dir) + 3600 > now:
                 continue
@@ -238,12 +266,13 @@ class ParquetPublisher:
             self.touched.discard(hour_dir)
         return merged
 
-    def compact(self, hour_dir: Path) -> bool:
-        """Replace the hour's files with one ts-sorted file, in one step for readers."""
+    def compact(self, hour_dir: Path, typed_only: bool = False) -> bool:
+        """Replace the hour's files with one ts-sorted file of the typed columns, in one step for
+        readers; with `typed_only` also a single file, when it is of the JSON schema."""
         files = sorted(hour_dir.glob("*.parquet"))
-        if len(files) <= 1:
+        if len(files) <= 1 and not (typed_only and files and not is_typed(files[0])):
             return False
-        table = pa.concat_tables([read_segment(f) for f in files]).sort_by(SORT)
+        table = pa.concat_tables([read_segment(f, self.store.sources) for f in files]).sort_by(SORT)
         seqs = pc.min_max(table["seq"])
         stage = self.staging / f"{hour_dir.parent.name}-{hour_dir.name}"
         shutil.rmtree(stage, ignore_errors=True)

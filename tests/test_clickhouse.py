@@ -97,3 +97,20 @@ def test_every_segment_query_in_the_docs_is_one_this_test_runs():
              for s in statements(block) if ROOT in s or "Parquet)" in s]
     assert set(found) <= known, [s for s in found if s not in known]
     assert known - {"SET TimeZone = 'UTC';"} <= set(found), "every query is shown in the docs"
+
+
+def test_segments_hold_the_stores_typed_columns(segments):
+    """A field is a typed column in Parquet, as in the store: the same values, with no JSON to parse."""
+    con = duckdb.connect()
+    try:
+        files = f"read_parquet('{segments}/host=h1/date=*/hour=*/*.parquet')"
+        types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM {files})").fetchall())
+        assert (types["evictions"], types["ttft_ms"], types["decode_tps"], types["origin"]) == \
+            ("BIGINT", "BIGINT", "DOUBLE", "VARCHAR")
+        assert "fields" not in types
+        published = con.execute(f"SELECT seq, evictions, used, budget FROM {files} WHERE kind = 'stats' ORDER BY seq").fetchall()
+        con.execute(f"ATTACH '{segments.parent / 'h1' / 'state' / 'spyglass.duckdb'}' AS s (READ_ONLY)")
+        stored = con.execute("SELECT seq, evictions, used, budget FROM s.ev_engine_log__stats ORDER BY seq").fetchall()
+    finally:
+        con.close()
+    assert published == stored and len(stored) > 50

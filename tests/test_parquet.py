@@ -4,6 +4,7 @@ retention deletes only what is published, and the forensic commands answer the s
 `--parquet` as from the store."""
 from __future__ import annotations
 
+import json
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,7 +17,8 @@ from typer.testing import CliRunner
 
 from collectors.clock import ManualClock
 from collectors.event import Event
-from exporters.parquet import ParquetPublisher
+from exporters.parquet import JSON_SEGMENT_SCHEMA, ParquetPublisher, is_typed
+from exporters.segment_schema import events_view_sql
 from exporters.store import DuckDBStore
 from spyglass.cli import app
 from spyglass.config import ConfigError, parse_config
@@ -39,15 +41,22 @@ def glob(folder: Path) -> str:
     return str(folder / "host=*" / "date=*" / "hour=*" / "*.parquet")
 
 
+def normal(rows: list[tuple]) -> list[tuple]:
+    """Rows of COLUMNS with `fields` parsed: its keys' order is the view's, not the event's."""
+    return [(*row[:-1], json.loads(row[-1]) if row[-1] is not None else None) for row in rows]
+
+
 def segments(folder: Path) -> list[tuple]:
+    """Every event in the segments, as the forensic commands' `events` over them gives it."""
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    return con.execute(f"SELECT {COLUMNS} FROM read_parquet('{glob(folder)}', hive_partitioning = true)"
-                       " ORDER BY seq").fetchall()
+    files = f"(SELECT * FROM read_parquet('{glob(folder)}', hive_partitioning = true))"
+    return normal(con.execute(f"WITH events AS ({events_view_sql(files)}) SELECT {COLUMNS} FROM events"
+                              " ORDER BY seq").fetchall())
 
 
 def stored(store: DuckDBStore) -> list[tuple]:
-    return store.con.execute(f"SELECT {COLUMNS} FROM events ORDER BY seq").fetchall()
+    return normal(store.con.execute(f"SELECT {COLUMNS} FROM events ORDER BY seq").fetchall())
 
 
 def files(folder: Path) -> list[Path]:
@@ -328,3 +337,31 @@ def test_a_failed_publication_is_counted_on_metrics_and_retried(tmp_path, store)
 
 def segments_or_none(folder: Path) -> list[tuple] | None:
     return segments(folder) if files(folder) else None
+
+
+def test_an_hour_written_with_json_fields_is_rewritten_typed_at_the_next_start(tmp_path):
+    """Segments an agent of the JSON schema wrote (`fields` JSON) become typed, the same events."""
+    store = DuckDBStore(tmp_path / "state" / "spyglass.duckdb", {"engine-b": "engine_log"})
+    try:
+        clock, folder = ManualClock(T0 + 30 * 60), tmp_path / "pq"
+        parks = [Event(T0 - HOUR + i * 60, "engine-b", "park", "strata-b",
+                       {"conv": f"c{i}", "parked": i, "bytes": 1000 * i, "used": 10, "budget": 8 << 30, "evictions": 0,
+                        **({"note": "同一个会话"} if i % 5 == 0 else {})}, None, "h1") for i in range(50)]
+        store.commit(parks + synthetic(50, 30, T0, 10.0), {}, {})
+        ParquetPublisher(store, clock, folder, host="h1", interval=60).run_once()
+        expected = segments(folder)
+        for f in files(folder):  # as the previous release wrote them
+            seqs = pq.read_table(f, columns=["seq"])["seq"].to_pylist()
+            old = store.con.sql("SELECT ts, seq, source, kind, instance, host, request_id, fields::VARCHAR AS fields"
+                                " FROM events WHERE list_contains(?, seq) ORDER BY ts, seq", params=[seqs]).to_arrow_table()
+            pq.write_table(old.cast(JSON_SEGMENT_SCHEMA), f)
+        assert not any(is_typed(f) for f in files(folder))
+
+        ParquetPublisher(store, clock, folder, host="h1", interval=60).run_once()
+        assert all(is_typed(f) for f in files(folder)) and len(files(folder)) == 2
+        assert segments(folder) == expected == stored(store)
+        con = duckdb.connect()
+        assert con.execute(f"SELECT sum(bytes), count(extra) FROM read_parquet('{glob(folder)}') WHERE kind = 'park'"
+                           ).fetchall() == [(sum(1000 * i for i in range(50)), 10 + 10)]  # 10 notes, 10 synthetic parks
+    finally:
+        store.close()

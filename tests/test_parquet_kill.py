@@ -13,7 +13,7 @@ import duckdb
 import pytest
 from conftest import kill_at_random_until_done
 from test_kill_loop import write_log
-from test_parquet import COLUMNS, segments
+from test_parquet import COLUMNS, normal, segments
 
 from spyglass.config import engine_log_toml
 
@@ -31,7 +31,7 @@ def write_config(folder: Path, log: Path) -> Path:
 def stored(folder: Path) -> list[tuple]:
     con = duckdb.connect(str(folder / "state" / "spyglass.duckdb"), read_only=True)
     try:
-        return con.execute(f"SELECT {COLUMNS} FROM events ORDER BY seq").fetchall()
+        return normal(con.execute(f"SELECT {COLUMNS} FROM events ORDER BY seq").fetchall())
     finally:
         con.close()
 

@@ -79,8 +79,12 @@ With `[exporters.store] parquet_dir` set, every agent publishes what it stored, 
 <parquet_dir>/host=<host>/date=YYYY-MM-DD/hour=HH/hour-<first seq>-<last seq>.parquet   (a compacted hour)
 ```
 
-Each file has the store's columns (`ts` UTC, `seq`, `source`, `kind`, `instance`, `host`, `request_id`,
-`fields` as JSON) sorted by (`ts`, `seq`); `host`, `date` and `hour` are also the partition folders.
+Each file has the store's typed columns in one wide table (`ts` UTC, `seq`, `source`, `kind`, `instance`,
+`host`, `request_id`, `source_kind`, then one column per declared field of any kind, typed as the store
+types it and NULL where an event's kind lacks it, e.g. `bytes`, `ttft_ms`, `origin`; `extra` JSON for
+fields no kind declares), sorted by (`ts`, `seq`); `host`, `date` and `hour` are also the partition
+folders. An hour an older agent wrote with a JSON `fields` column is rewritten typed, in one step for
+readers, when the agent starts (`exporters/segment_schema.py`).
 A file appears whole or not at all (written under a dot name, then renamed), each stored event is in
 exactly one file however the agent was killed, and once an hour has ended its files are merged into one
 ts-sorted file in one step (readers see the parts or the merged file, never both). With

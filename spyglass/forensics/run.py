@@ -6,8 +6,9 @@ else through the agent's read-only query path. That path takes one statement and
 parameters today, so parameters are rendered as SQL literals here (`render`), and nowhere else.
 
 With `parquet` (a glob of published segments, `--parquet` on every forensic command) the same
-query runs over Parquet instead (exporters/parquet.py): `events` is then a CTE over
-`read_parquet(GLOB, hive_partitioning = true)` with the store's columns, and the query runs in
+query runs over Parquet instead (exporters/parquet.py): `events` and each `events_<source kind>` are
+then CTEs over `read_parquet(GLOB, hive_partitioning = true)` with the store's views' columns and types
+(exporters/segment_schema.py), and the query runs in
 an in-memory DuckDB that may read only below the glob's folder. No agent is asked: any number
 of processes read segments while agents publish them.
 """
@@ -24,6 +25,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from collectors.checkpoint_reuse import checkpoint_only_sql
+from exporters.event_schema import source_kinds, source_view
+from exporters.segment_schema import events_view_sql, source_view_sql
 from spyglass.config import Config
 from spyglass.forensics.views import PAD, literal, with_views
 from spyglass.query import QueryError, Session, agent_api, run_readonly
@@ -172,7 +175,7 @@ def query(config: Config, q: Query, parquet: str | None = None) -> Result:
         if answer.truncated:  # a forensic table must be whole or say it is not
             raise QueryError(f"the answer was cut ({answer.truncated}); narrow the window")
         return answer.columns, [tuple(row) for row in answer.rows]
-    text = q.text(config, json_events=True)
+    text = q.text(config)  # the segments have the store's typed columns: over_parquet gives its views
     start, end = q.params.get("from"), q.params.get("to")
     if opened is None:
         return run_parquet(parquet, text, start, end)
@@ -203,9 +206,12 @@ def over_parquet(sql: str, glob: str, start: Any = None, end: Any = None) -> str
     found = LEADING_COMMENTS.match(sql)
     if found is None:
         raise QueryError("a query over Parquet must start with the views' WITH")
-    events = ("events AS (SELECT ts, source, kind, instance, host, request_id, fields, seq, NULL::VARCHAR AS source_kind\n"
-              f"  FROM read_parquet({literal(glob)}, hive_partitioning = true){hours(start, end)})")
-    return f"{sql[:found.end()]}{events},\n{sql[found.end():]}"
+    segments = f"(SELECT * FROM read_parquet({literal(glob)}, hive_partitioning = true){hours(start, end)})"
+    # each view scans the files itself: a CTE named by many would be materialized whole
+    ctes = [f"{source_view(sk)} AS ({source_view_sql(sk, segments)})" for sk in source_kinds()]
+    ctes.append(f"events AS ({events_view_sql(segments)})")
+    joined = ",\n".join(ctes)
+    return f"{sql[:found.end()]}{joined},\n{sql[found.end():]}"
 
 
 def absolute(glob: str) -> str:
