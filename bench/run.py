@@ -1,6 +1,6 @@
 """spyglass benchmark: throughput against mtail and a bare read loop, memory, live latency.
 
-    .venv/bin/python bench/run.py [--lines 2000000] [--rounds 2] [--samples 0]
+    .venv/bin/python bench/run.py [--lines 2000000] [--rounds 2] [--samples 0] [--only 'with the store']
 
 Everything is measured in one run on one file, and the comparisons are ratios (these machines
 are noisy). Needs Debian's mtail for the mtail row (`apt-get install mtail`); without it that row
@@ -119,7 +119,9 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=2_000_000)
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds: every run once per round")
     parser.add_argument("--samples", type=int, default=0, help="single-line latency samples (0: skip)")
+    parser.add_argument("--only", default="", help="run only the spyglass rows whose name holds this text")
     args = parser.parse_args()
+    runs = {name: run for name, run in RUNS.items() if args.only in name}
     OUT.mkdir(exist_ok=True)
     log, small = OUT / f"engine-{args.lines}.log", OUT / "engine-200000.log"
     for path, n in ((log, args.lines), (small, 200_000)):
@@ -136,7 +138,7 @@ def main() -> None:
         found = mtail(log)
         if found:
             measured.setdefault(MTAIL, []).append(found)
-        for name, (store, source) in RUNS.items():
+        for name, (store, source) in runs.items():
             measured.setdefault(name, []).append(ingest(log, store, source))
     small_rss = ingest(small, store=False)[1]
     load_after = os.getloadavg()

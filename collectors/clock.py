@@ -13,7 +13,9 @@ from typing import Protocol
 from zoneinfo import ZoneInfo
 
 UTC = UTC
-BEIJING = ZoneInfo("Asia/Shanghai")
+# The zone of the seeds, the request ids and the stack's own local logs; the one place it is named.
+BEIJING_ZONE_NAME = "Asia/Shanghai"
+BEIJING = ZoneInfo(BEIJING_ZONE_NAME)
 
 
 class Clock(Protocol):
@@ -117,4 +119,4 @@ def to_iso(ts: float) -> str:
 
 
 __all__ = ["Clock", "SystemClock", "ManualClock", "ZonedParser", "zone", "local_to_epoch",
-           "format_both", "to_iso", "UTC", "BEIJING"]
+           "format_both", "to_iso", "UTC", "BEIJING", "BEIJING_ZONE_NAME"]

@@ -17,10 +17,19 @@ from pydantic import Field
 from collectors import LineSourceBase, SourceOptions, register
 from collectors.dated_log import DatedLogParser
 from collectors.event import Event
+from collectors.fields import ERROR_KIND, declare, from_patterns, merge
 from collectors.grammar import MAX_NUMBER, Miss, PatternOverride, build_kinds
 
-PREFIX = (r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](?P<ms>\d{1,6}))? "
-          r"(?P<level>[DIWE]) \[(?P<component>[^\]\n]{1,40})\] ")
+
+def line_prefix(levels: str = "DIWE") -> str:
+    """The engine line's prefix regex, with its level one of `levels` (the default: any level, as
+    group `level`; a subset, for the columnar path's ignored-level pass, ungrouped)."""
+    level = "(?P<level>[DIWE])" if levels == "DIWE" else "(?:" + "|".join(levels) + ")"
+    return (r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](?P<ms>\d{1,6}))? "
+            + level + r" \[(?P<component>[^\]\n]{1,40})\] ")
+
+
+PREFIX = line_prefix()
 
 TASK = r"task (?P<task>\d+) "
 CACHE_STATE = r"parked=(?P<parked>\d+) used=(?P<used>\d+) budget=(?P<budget>\d+) evictions=(?P<evictions>\d+)"
@@ -68,10 +77,34 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
 TEXT_FIELDS = ("build", "version", "build_name", "md5", "expected", "got", "conv", "req", "shape",
                "path", "real", "cpus", "reason", "origin", "finish", "cause", "args", "detail")
 TASK_LINES = frozenset({"prompt", "thinking", "tool_call", "done"})  # written only for a queued task
+# What may follow a real `start` line: the load phase, or an error of the load phase (main, load: a
+# start that dies at once, a crash loop). A start line followed by anything else (a request's line, an
+# error of ordinary work) was not the engine's: a banner in an echoed prompt.
+START_SEQUENCE = frozenset({"args", "model", "cpus", "experts_loaded", "checksum_mismatch", "ready"})
+START_ERRORS = frozenset({"main", "load"})
+
+
+def follows_a_start(event: Event) -> bool:
+    """Whether `event` can be the line after a real start line (see START_SEQUENCE)."""
+    return event.kind in START_SEQUENCE or event.kind == "error" and event.fields.get("component") in START_ERRORS
 DIGITS_TO_9 = bytes.maketrans(b"0123456789", b"9999999999")
 STAMP_LAYOUT = b"9999-99-99 99:99:99.999"
 COLUMNAR_MIN_LINES = 4096  # the measured crossover (bench/crossover.py, docs/benchmarks.md)
 ARG_FLAGS = ("port", "slots", "ctx", "pool-workers", "conversation-cache-mib", "prompt-cache-every")
+
+_ARGS = {"args": {**{flag.replace("-", "_"): "int" for flag in ARG_FLAGS}, "model": "text", "argv": "text"}}
+_ORPHAN = {kind: {"orphan": "bool"} for kind in TASK_LINES}
+
+
+def _declared() -> None:
+    from collectors.llama_log import LLAMA_FIELDS  # the llama_server preset writes the same kinds, and its own
+
+    strata = from_patterns(PATTERNS, TEXT_FIELDS)
+    strata["args"] = {}  # the `args` text is parsed into its flags
+    declare("engine_log", merge(strata, _ARGS, _ORPHAN, ERROR_KIND, LLAMA_FIELDS))  # type: ignore[arg-type]
+
+
+_declared()
 
 
 class EngineLogOptions(SourceOptions):
@@ -129,7 +162,7 @@ class EngineLogParser(DatedLogParser):
         ignored = None
         levels = [level for level in options.ignore_levels if level in ("D", "I", "W", "E")]
         if self.fast and levels:  # the default prefix: its level is one byte between fixed fields
-            ignored = "^" + PREFIX.replace("(?P<level>[DIWE])", "(?:" + "|".join(levels) + ")")
+            ignored = "^" + line_prefix("".join(levels))
         try:
             block = BlockGrammar(self.grammar, self.event, self.parse_line, source=self.source,
                                  instance=self.instance, host=self.host, utc=options.tz == "UTC",
@@ -192,6 +225,7 @@ class EngineLogSource(LineSourceBase):
         self.parser = EngineLogParser(options, name, host)
         self._requests: OrderedDict[int, str] = OrderedDict()
         self._max_tasks = max_tasks
+        self._start_pending = False  # a start line was read; the next event says whether it was real
         self._pool: ThreadPoolExecutor | None = None
         block = self.parser.block
         self._block_from = None if block is None else 1 if options.columnar == "always" else options.columnar_min_lines
@@ -284,10 +318,14 @@ class EngineLogSource(LineSourceBase):
         return self._join(event)
 
     def _join(self, event: Event) -> Event:
+        if self._start_pending:
+            self._start_pending = False
+            if follows_a_start(event):
+                self._requests.clear()  # task numbers restart with the engine process
+        if event.kind == "start":  # not yet: a banner echoed in a prompt must not orphan the open tasks
+            self._start_pending = True
         task = event.fields.get("task")
         if task is None:
-            if event.kind == "start":
-                self._requests.clear()  # task numbers restart with the engine process
             return event
         if event.kind == "queued":
             self._requests[task] = event.request_id or ""

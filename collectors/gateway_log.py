@@ -19,9 +19,10 @@ from typing import Any, Literal
 from pydantic import Field
 
 from collectors import LineSourceBase, SourceOptions, register
-from collectors.clock import local_to_epoch, zone
+from collectors.clock import BEIJING_ZONE_NAME, local_to_epoch, zone
 from collectors.dated_log import handle_lines
 from collectors.event import Event
+from collectors.fields import FieldType, SourceFields, declare, from_patterns
 from collectors.grammar import Miss, PatternOverride, build_kinds
 
 PREFIX = re.compile(rb"\[(\d\d):(\d\d):(\d\d)\] ")
@@ -54,10 +55,21 @@ LAST_LINES = ("done", "reject", "retry_on_overfit")  # a request writes nothing 
 MAX_UNLISTED = 120  # characters kept of a label value outside its list
 
 
+
+def _declared() -> SourceFields:
+    """The kinds' own fields, then those carried from the request line to the later lines of a request."""
+    own = from_patterns(PATTERNS, TEXT_FIELDS, {"precheck": {"room": "int"}, "request": {"unlisted": "json"}})
+    carried: dict[str, FieldType] = {name: own["request"][name] for name in CARRIED}
+    return {kind: {**carried, **found} if "req" in found and kind != "request" else found for kind, found in own.items()}
+
+
+declare("gateway_log", _declared())
+
+
 class GatewayLogOptions(SourceOptions):
     kind: Literal["gateway_log"] = "gateway_log"
     tz: str = "UTC"
-    request_id_tz: str = Field("Asia/Shanghai", description="Zone of the time inside request ids.")
+    request_id_tz: str = Field(BEIJING_ZONE_NAME, description="Zone of the time inside request ids.")
     patterns: dict[str, str | PatternOverride] = Field(default_factory=dict,
                                                        description="Per-kind message regex overrides.")
     lanes: list[str] = Field(["fast", "normal"], description="Lanes exported as labels; any other is `other`.")

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
 from collectors.event import Event
+from collectors.fields import declare
 from collectors.supervisord_rpc import pid_of
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -136,6 +137,14 @@ def read_process(proc: Path, cgroup_root: Path, pid: int) -> dict[str, Any]:
         facts["cgroup_version"] = found[0]
         facts.update(cgroup_facts(cgroup_root, *found))
     return facts
+
+
+declare("host", {"process": {"pid": "int", "cpus": "text", "rss_bytes": "int", "rss_anon_bytes": "int", "threads": "int",
+                             "cpu_seconds": "float", "runqueue_wait_seconds": "float", "cgroup_version": "int",
+                             "periods": "int", "throttled_periods": "int", "throttled_seconds": "float",
+                             "memory_bytes": "int", "oom_kills": "int"},
+                 "process_missing": {"pid": "int"},
+                 "shared_cpus": {"other": "text", "shared": "int"}})
 
 
 @register("host", HostOptions)

@@ -24,8 +24,9 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
-from collectors.clock import local_to_epoch, zone
+from collectors.clock import BEIJING_ZONE_NAME, local_to_epoch, zone
 from collectors.event import Event
+from collectors.fields import POLL_ERROR, declare
 
 # The CONTROL tokens of the Qwen vocabulary that appear as literals in prompts (incident 3).
 CONTROL_LITERALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
@@ -36,7 +37,7 @@ CONTROL_LITERALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref
 
 class InferStoreOptions(SourceOptions):
     kind: Literal["infer_store"] = "infer_store"
-    tz: str = "Asia/Shanghai"
+    tz: str = BEIJING_ZONE_NAME
     segments: Path | None = Field(None, description="Folder of YYYYMMDD/seg-*.jsonl.gz; default infer-segs beside path.")
     interval_seconds: float = Field(10.0, gt=0, description="Seconds between imports.")
     settle_seconds: float = Field(30.0, ge=0, description="A segment unchanged this long is complete.")
@@ -94,6 +95,20 @@ def body_facts(record: dict[str, Any], literals: re.Pattern[str], short: int) ->
         and 0 < len(content) < short,
         "finish": response.get("finish_reason"), "tool_calls": len(calls), "content_chars": len(content),
     }
+
+
+# `request` is the infer.db row, one field a column (a column the gateway adds later lands in the store's
+# `extra`); `request_body` is body_facts, the lane and segment, and the bodies when store_bodies is on.
+declare("infer_store", {
+    "request": {"id": "text", "ts": "text", "session": "text", "lane": "text", "mode": "text", "upstream": "text",
+                "client_msgs": "int", "sent_msgs": "int", "chars": "int", "est_tokens": "int", "prompt_tokens": "int",
+                "completion_tokens": "int", "max_tokens": "int", "status": "int", "finish": "text", "tool_calls": "int",
+                "content_chars": "int", "reasoning_chars": "int", "ttft_ms": "int", "dur_ms": "int", "seg": "text"},
+    "request_body": {"special_literals": "int", "thinking_only": "bool", "invalid_tool_json": "int",
+                     "anchor_survived": "bool", "offered_tools": "bool", "plan_then_stop": "bool", "finish": "text",
+                     "tool_calls": "int", "content_chars": "int", "lane": "text", "segment": "text",
+                     "request": "json", "response": "json"},
+    **POLL_ERROR})
 
 
 @register("infer_store", InferStoreOptions)

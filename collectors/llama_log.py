@@ -50,6 +50,7 @@ from typing import Any
 from collectors import LineSourceBase
 from collectors.clock import Clock, SystemClock
 from collectors.event import Event
+from collectors.fields import ERROR_KIND, FieldType, SourceFields, from_patterns
 from collectors.grammar import LineKind, Miss, PatternOverride, build_kinds
 
 PREFIX = re.compile(rb"(?:(?P<min>\d{1,9})\.(?P<sec>\d\d)\.(?P<ms>\d{3})\.(?P<us>\d{3}) )?(?P<level>[DIWE]) ")
@@ -156,6 +157,32 @@ def error_component(message: bytes) -> str:
     if any(word in message[:120] for word in (b"load", b"gguf", b"model")):
         return "load"
     return "slot" if message.startswith(b"slot ") else "main"
+
+
+# The events the llama_server preset emits, as the engine_log source kind declares them with the
+# strata kinds (collectors/engine_log.py): its pattern kinds less `func` (timing lines make no event
+# of their own), and the strata-shaped kinds it builds from them.
+_TASKED: dict[str, FieldType] = {"task": "int", "slot": "int"}
+LLAMA_FIELDS: SourceFields = {
+    **{kind: {k: v for k, v in found.items() if k != "func"} for kind, found in from_patterns(
+        PATTERNS, TEXT_FIELDS, {"decode_progress": {"tps": "float"}, "prompt_progress": {"tps": "float"},
+                                "context_shift": {"n_keep": "int", "n_left": "int", "n_discard": "int"},
+                                "slot_select": {"t_last": "int", "keep": "float"}}).items()
+       if not kind.startswith("timing_") and kind not in ("launch", "model", "ready", "evict", "release")},
+    "start": {"build_name": "text", "version": "text", "build": "text", "anchor": "float", "pid": "int"},
+    "args": {**{name: "text" if name == "model" else "int" for name in dict.fromkeys(ARG_FLAGS.values())},
+             "argv": "text"},
+    "model": {"path": "text", "real": "text", "bytes": "int", "md5": "text"},
+    "model_unreadable": {"path": "text"},
+    "ready": {"seconds": "float", "address": "text"},
+    "evict": {"bytes": "int", "reason": "text", "cause": "text", "evictions": "int", "budget": "int"},
+    "queued": {**_TASKED, "prefill_depth": "int"},
+    "release": {**_TASKED, "n_tokens": "int", "truncated": "int"},
+    "prompt": {**_TASKED, "prompt": "int", "reused": "int", "read": "int", "ms": "int"},
+    "done": {**_TASKED, "finish": "text", "prompt": "int", "completion": "int", "ttft_ms": "int", "decode_tps": "float",
+             "truncated": "int", "n_tokens": "int", "graphs_reused": "int"},
+    **ERROR_KIND,
+}
 
 
 def parse_args(argv: list[str]) -> dict[str, Any]:

@@ -20,12 +20,16 @@ from pydantic import Field
 
 from collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
 from collectors.event import Event
+from collectors.fields import POLL_ERROR, declare
 from collectors.grammar import number_ok
 from collectors.serve_status import BodyTooLarge, error_kind
 
 METRICS = ("prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total", "tokens_predicted_total",
            "tokens_predicted_seconds_total", "n_decode_total", "n_tokens_max", "prompt_tokens_seconds",
            "predicted_tokens_seconds", "requests_processing", "requests_deferred", "n_busy_slots_per_decode")
+
+declare("llama_server", {"llama_status": {"health": "text", "metrics": "json", "slots": "json", "build": "text",
+                                          "poll_ms": "int"}, **POLL_ERROR})
 
 
 class LlamaServerOptions(SourceOptions):

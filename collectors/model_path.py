@@ -5,7 +5,7 @@ the switch finished, so the path the engine reads became a dangling link. Each p
 `model_path` event (does the path resolve, to what file, its size and inode, whether it is a
 link) and, when the answer differs from the previous poll, a `model_path_changed` event with
 before and after. Whether the file now differs from what the running process loaded is decided
-in exporters/model_path_signals.py, which also sees the engine's `model` events.
+in signals/model_path.py, which also sees the engine's `model` events.
 `resolve` does the file-system I/O; `compare` is pure.
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pydantic import Field
 
 from collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
 from collectors.event import Event
+from collectors.fields import declare
 
 
 class ModelPathOptions(SourceOptions):
@@ -60,6 +61,12 @@ def resolve(path: Path) -> Resolution:
 def compare(before: Resolution | None, now: Resolution) -> bool:
     """Whether `now` is a change from the previous poll (the first poll is no change)."""
     return before is not None and before.identity != now.identity
+
+
+declare("model_path", {
+    "model_path": {"path": "text", "resolves": "bool", "dangling": "bool", "real": "text", "link": "bool", "bytes": "int",
+                   "inode": "int", "changed_ts": "float"},
+    "model_path_changed": {"path": "text", "before": "text", "after": "text", "resolves": "bool"}})
 
 
 @register("model_path", ModelPathOptions)

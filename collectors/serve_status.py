@@ -24,6 +24,7 @@ from pydantic import Field, model_validator
 from collectors import LineBatch, LineSourceBase, PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
 from collectors.dated_log import handle_lines
 from collectors.event import Event
+from collectors.fields import POLL_ERROR, declare
 from collectors.grammar import Miss, number_ok
 
 MAX_TEXT = 120  # characters kept of a text value of the body
@@ -31,6 +32,10 @@ MAX_STATUSES = 64  # entries of requests.by_status kept
 NUMBERS = {"uptime_s": (), "prefill_queue": (), "stops_while_reasoning": (), "slots": ("total", "busy"),
            "prompt_escapes": ("calls", "literals")}
 TEXTS = ("engine", "build", "serve_version", "state")
+declare("serve_status", {"status": {"engine": "text", "build": "text", "serve_version": "text", "state": "text",
+                                    "uptime_s": "float", "prefill_queue": "int", "stops_while_reasoning": "int",
+                                    "slots": "json", "prompt_escapes": "json", "requests": "json", "invalid": "json"},
+                         **POLL_ERROR})
 LAST_TS = 4_102_444_800  # 2100-01-01: a recorded stamp beyond it is not a time
 
 

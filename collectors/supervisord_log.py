@@ -13,6 +13,7 @@ from pydantic import Field
 from collectors import LineSourceBase, SourceOptions, register
 from collectors.dated_log import DatedLogParser, handle_lines
 from collectors.event import Event
+from collectors.fields import ERROR_KIND, declare, from_patterns
 from collectors.grammar import PatternOverride, build_kinds
 
 PREFIX = r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(?P<ms>\d{3}) (?P<level>CRIT|ERRO|WARN|INFO|DEBG|TRAC|BLAT) "
@@ -40,6 +41,9 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
 }
 TEXT_FIELDS = frozenset({"program", "signal", "core", "expected", "error", "request", "programs", "pool",
                          "interface", "file"})
+
+declare("supervisord_log", {**from_patterns(PATTERNS, TEXT_FIELDS, {"exited": {"core": "bool"}, "stopped": {"core": "bool"}}),
+                            **ERROR_KIND})
 
 
 class SupervisordLogOptions(SourceOptions):

@@ -16,6 +16,7 @@ from pydantic import Field, model_validator
 
 from collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
 from collectors.event import Event
+from collectors.fields import POLL_ERROR, declare
 
 
 class UnixStreamTransport(xmlrpc.client.Transport):
@@ -75,6 +76,11 @@ class SupervisordRpcOptions(SourceOptions):
             raise ValueError("endpoint must be unix:///path or a loopback http:// URL")
         return self
 
+
+declare("supervisord_rpc", {
+    "process_info": {"name": "text", "group": "text", "statename": "text", "pid": "int", "start": "int", "stop": "int",
+                     "exitstatus": "int", "spawnerr": "text"},
+    "restarted": {"pid": "int", "start": "int"}, **POLL_ERROR})
 
 @register("supervisord_rpc", SupervisordRpcOptions)
 class SupervisordRpcSource(PolledSourceBase):

@@ -9,8 +9,10 @@ from typing import Literal
 from pydantic import Field
 
 from collectors import LineSourceBase, SourceOptions, register
+from collectors.clock import BEIJING_ZONE_NAME
 from collectors.dated_log import DatedLogParser, handle_lines
 from collectors.event import Event
+from collectors.fields import declare, from_patterns
 from collectors.grammar import PatternOverride, build_kinds
 
 PREFIX = r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) "
@@ -21,10 +23,12 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
 }
 TEXT_FIELDS = frozenset({"instance", "from_build", "to_build", "by", "reason"})
 
+declare("switch_log", from_patterns(PATTERNS, TEXT_FIELDS, {kind: {"unlisted_instance": "bool"} for kind in PATTERNS}))
+
 
 class SwitchLogOptions(SourceOptions):
     kind: Literal["switch_log"] = "switch_log"
-    tz: str = "Asia/Shanghai"
+    tz: str = BEIJING_ZONE_NAME
     patterns: dict[str, str | PatternOverride] = Field(default_factory=dict,
                                                        description="Per-kind message regex overrides.")
     instances: list[str] = Field(default_factory=list,

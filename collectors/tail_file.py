@@ -30,10 +30,15 @@ class TailStats:
     long_lines: int = 0
     nul_bytes: int = 0
     lost_files: int = 0
+    lost_bytes: int = 0  # proven lost: seen in a file (its size observed) and destroyed before they were read
     rotations: dict[str, int] = field(default_factory=dict)
+    possibly_lost: dict[str, int] = field(default_factory=dict)  # by reason: loss that cannot be proven
 
     def rotated(self, kind: str) -> None:
         self.rotations[kind] = self.rotations.get(kind, 0) + 1
+
+    def maybe_lost(self, reason: str) -> None:
+        self.possibly_lost[reason] = self.possibly_lost.get(reason, 0) + 1
 
 
 class TailFile:
@@ -48,6 +53,9 @@ class TailFile:
         self.partial = b""
         self.overflow = False  # inside a line longer than max_line: drop bytes until its newline
         self.retired_at: float | None = None  # monotonic time it stopped being the live file
+        # The size and mtime at the last look that found the file intact: bytes up to `seen_size`
+        # existed, and a rotated file modified after `seen_mtime_ns` was written after that look.
+        self.seen_size, self.seen_mtime_ns = st.st_size, st.st_mtime_ns
         self.head_len, self.head_hash = self._head()
         self.tail_len, self.tail_hash = self._marker(offset)
 
@@ -99,6 +107,7 @@ class TailFile:
         if st.st_size < self.pos:
             return True
         if st.st_mtime_ns == self.mtime_ns:
+            self._seen(st)
             return False
         self.mtime_ns = st.st_mtime_ns
         held = self.partial[:TAIL_BYTES]
@@ -107,7 +116,11 @@ class TailFile:
                 or os.pread(self.fd, len(held), self.offset) != held)
         if not gone:
             self._grow_head()  # so a truncation is seen even while this file waits unread
+            self._seen(st)
         return gone
+
+    def _seen(self, st: os.stat_result) -> None:
+        self.seen_size, self.seen_mtime_ns = max(self.seen_size, st.st_size), st.st_mtime_ns
 
     def record(self) -> dict[str, Any]:
         """What a checkpoint keeps of this file."""
@@ -115,7 +128,7 @@ class TailFile:
         return {"dev": self.dev, "ino": self.ino, "path": self.path, "real": self.real,
                 "head_len": self.head_len, "head_hash": self.head_hash, "offset": self.offset,
                 "tail_len": self.tail_len, "tail_hash": self.tail_hash, "size": self.size(),
-                "mtime_ns": os.fstat(self.fd).st_mtime_ns}
+                "seen": self.seen_size, "mtime_ns": os.fstat(self.fd).st_mtime_ns}
 
     def seek(self, offset: int) -> None:
         """Continue from `offset`, which must be just past a newline (or 0)."""
@@ -127,6 +140,8 @@ class TailFile:
         """Read the file again from its first byte (after a truncation)."""
         self.seek(0)
         self.head_len, self.head_hash = self._head()
+        st = os.fstat(self.fd)
+        self.mtime_ns, self.seen_size, self.seen_mtime_ns = st.st_mtime_ns, st.st_size, st.st_mtime_ns
 
     def read(self, budget: int, out: list[bytes], stats: TailStats) -> int:
         """Append the complete lines from `pos` to `out`, reading at most `budget` bytes."""
@@ -138,6 +153,7 @@ class TailFile:
             self.pos += len(chunk)
             total += len(chunk)
             self._split(chunk, out, stats)
+        self.seen_size = max(self.seen_size, self.pos)
         if self.offset != before:
             stats.bytes += self.offset - before
             self.tail_len, self.tail_hash = self._marker(self.offset)

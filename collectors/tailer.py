@@ -26,7 +26,9 @@ COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
 class Tailer:
     """One configured path, followed. Guarantees: lines come out whole and in file order, each once
     across rotations, truncations and restarts (only lines that a lossy operation such as
-    copytruncate destroyed before they were read can be missing); a line longer than
+    copytruncate destroyed before they were read can be missing, and those are counted: proven
+    in `stats.lost_bytes`, possible in `stats.possibly_lost` by reason, rotations that outran the
+    polls in `stats.lost_files`, unless no poll ever saw the file they were in); a line longer than
     `max_line` is truncated and counted; `checkpoint()` resumes right after the last line returned;
     a path that cannot be opened sets `error` (missing, permission, ...) and is tried again at the
     next poll, never raised."""
@@ -115,13 +117,15 @@ class Tailer:
                 self._count_if_emptied(record, found)
                 found.seek(record["offset"])
                 self._keep_draining(found)
-            elif record.get("size", record["offset"] + 1) > record["offset"]:
+            elif (size := max(record.get("size", record["offset"] + 1), record.get("seen", 0))) > record["offset"]:
                 self.stats.lost_files += 1
+                self.stats.lost_bytes += size - record["offset"]  # its size, seen before the restart
                 logger.warning("{}: a checkpointed file (inode {}) is gone with {} bytes unread",
-                               self.path, record["ino"], record.get("size", 0) - record["offset"])
+                               self.path, record["ino"], size - record["offset"])
             reborn = self._reopen_rewritten(record, paths)
             if reborn is not None:  # truncated and rewritten while we were stopped: read it from 0
                 self.stats.rotated("truncate")
+                self.stats.maybe_lost("truncated")  # what was written after the checkpoint, if anything
                 self._keep_draining(reborn)
         if unproven and self._pending and "mtime_ns" in self._pending[-1]:
             # An empty head matches any file that reused the inode, and a file that is gone may
@@ -248,12 +252,17 @@ class Tailer:
                 f.close()  # read to its end already and closed
             elif f is not None:
                 found.append((st.st_mtime_ns, -order, f))
-        if found and not named:
+        if found and not named and not self._alive_unwatched(dev, ino):
             self.stats.lost_files += 1
             logger.warning("{}: rotated faster than it was polled; generations between may be lost", self.path)
         for _, _, f in sorted(found, key=lambda item: item[:2]):
             self._keep_draining(f)
             self.stats.rotated("renamed")
+
+    def _alive_unwatched(self, dev: int, ino: int) -> bool:
+        """Whether the file (dev, ino) is one we hold, still linked under a name we do not watch: then
+        it was renamed away, not deleted, and `possibly_lost{renamed}` said so when it was retired."""
+        return any((f.dev, f.ino) == (dev, ino) and os.fstat(f.fd).st_nlink > 0 for f in self._open_files())
 
     def _retire_live(self, kind: str) -> None:
         if self.live is None:
@@ -262,7 +271,26 @@ class Tailer:
         self.stats.rotated(kind)
         self.live.retired_at = self.clock.monotonic()
         self.draining.append(self.live)
+        if self._unwatched_name(self.live):
+            # We hold it and read it to its end; but a rotation to names we do not watch hides
+            # every generation renamed away between two polls, and that cannot be counted.
+            self.stats.maybe_lost("renamed")
+            logger.warning("{}: the followed file was renamed to {}, which no `rotated` pattern names: generations"
+                           " renamed away between two polls go unseen", self.path, _current_name(self.live))
         self.live = None
+
+    def _unwatched_name(self, f: TailFile) -> bool:
+        """Whether `f` still has a name, and neither the path nor any rotated name is it."""
+        if os.fstat(f.fd).st_nlink == 0:
+            return False  # deleted, or overwritten by a rename
+        for path in [self.path, *self.rotated]:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == (f.dev, f.ino):
+                return False
+        return True
 
     def _check_rewritten(self) -> None:
         for old in [f for f in self.draining if f.rewritten()]:
@@ -275,7 +303,13 @@ class Tailer:
             self._on_truncate(self.live)
 
     def _on_truncate(self, live: TailFile) -> None:
-        """The live file lost what we read. A copytruncate leaves the rest in a rotated copy."""
+        """The live file lost what we read. A copytruncate leaves the rest in a rotated copy.
+
+        Without one, what followed our offset is gone: the bytes we saw (a held line, a backlog
+        past the read budget) are proven lost (`lost_bytes`); what was written after our last look
+        may be, which cannot be proven (`possibly_lost{reason="truncated"}`). A rotated file written
+        after that look with other content is a later generation (copied before a second
+        truncation, as copytruncate every half second does between two polls): it is read."""
         copy = self._retired_copy_of(live.record()) or self._find(live.record(), self.rotated)
         if copy is not None:
             copy.seek(live.offset)
@@ -285,7 +319,39 @@ class Tailer:
             self.stats.rotated("copytruncate")
         else:
             self.stats.rotated("truncate")  # a held fragment went with the truncated bytes
+            unread = max(0, live.seen_size - live.offset)
+            self.stats.lost_bytes += unread
+            self.stats.maybe_lost("truncated")
+            later = self._later_copies(live)
+            logger.warning("{}: truncated with no copy of what followed offset {}: {} bytes seen unread are lost,"
+                           " and what was written after the last poll may be; {} later copies found", self.path,
+                           live.offset, unread, len(later))
+            for f in later:
+                self._keep_draining(f)
+                self.stats.rotated("copytruncate")
         live.restart()
+
+    def _later_copies(self, live: TailFile) -> list[TailFile]:
+        """Files at rotated names modified after our last look at `live`, with another head, not held
+        and not read before: generations written after that look, older first."""
+        held = {(f.dev, f.ino) for f in self._open_files()}
+        found = []
+        for order, path in enumerate(self.rotated):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            identity = (st.st_dev, st.st_ino)
+            if identity in held or st.st_mtime_ns <= live.seen_mtime_ns:
+                continue
+            f = self._open(path)
+            if f is None:
+                continue
+            if (f.head_len, f.head_hash) in ((live.head_len, live.head_hash), self._finished.get(identity)):
+                f.close()  # a copy of what we read (that failed to match), or read already: no guess
+            else:
+                found.append((st.st_mtime_ns, -order, f))
+        return [f for _, _, f in sorted(found, key=lambda item: item[:2])]
 
     def _retired_copy_of(self, record: dict[str, Any]) -> TailFile | None:
         """A retired file we hold open whose inode the copy was written into (`cp` reuses it)."""
@@ -336,7 +402,7 @@ def _valid_checkpoint(path: str, checkpoint: dict[str, Any] | None) -> tuple[Tai
     try:
         stats = TailStats(**checkpoint.get("stats", {}))
         counters = [stats.lines, stats.bytes, stats.long_lines, stats.nul_bytes, stats.lost_files,
-                    *stats.rotations.values()]
+                    stats.lost_bytes, *stats.rotations.values(), *stats.possibly_lost.values()]
         if not all(isinstance(n, int) for n in counters):
             raise TypeError(f"counters {counters!r}")
         records = list(checkpoint.get("files", []))
@@ -348,6 +414,14 @@ def _valid_checkpoint(path: str, checkpoint: dict[str, Any] | None) -> tuple[Tai
     except (TypeError, KeyError, AttributeError) as exc:
         logger.error("{}: checkpoint is malformed ({!r}); reading starts over by the start_at policy", path, exc)
         return TailStats(), []
+
+
+def _current_name(f: TailFile) -> str:
+    """Where an open file is now (Linux's /proc knows a renamed file's new name), for the log."""
+    try:
+        return os.readlink(f"/proc/self/fd/{f.fd}")
+    except OSError:
+        return "a name unknown"
 
 
 def _after_last_newline(f: TailFile) -> int:

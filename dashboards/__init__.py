@@ -10,7 +10,7 @@ under us the way `next` does.
 
 `python -m dashboards` writes dashboards/generated/*.json (committed; tests/test_dashboards.py fails
 when the code and the JSON drift). Every threshold comes from spyglass.heuristics, every metric from
-the catalogue in exporters/ or the recording rules (`level:metric:operations`).
+the catalogue in signals/ or the recording rules (`level:metric:operations`).
 """
 from __future__ import annotations
 

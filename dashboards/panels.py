@@ -33,7 +33,7 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from exporters import full_catalogue
+from signals import full_catalogue
 from spyglass.heuristics import Deployment, by_id, recording_rules
 
 TAG = "spyglass"

@@ -8,7 +8,7 @@ metrics. The request id joins everything:
   travels in the `x-request-id` header;
 - trace id = the first 16 bytes of sha256("spyglass-trace:" + request id), for a request that
   arrives without a `traceparent`; a server span's id = the first 8 bytes of
-  sha256(role + ":" + request id). So spans built later from logs (engine.spans) join the trace
+  sha256(role + ":" + request id). So spans built later from logs (signals.spans) join the trace
   and hang under the serve's span without ever having seen it.
 
 Every request starts from an empty OpenTelemetry context, whatever the task it runs in inherited:
@@ -40,10 +40,10 @@ from collectors.clock import BEIJING
 from collectors.trace_ids import span_id_for, trace_id_for
 
 # OpenTelemetry's advisory heads with a tail to 30 minutes, defined once beside the catalogue's buckets.
-from exporters.buckets import LATENCY_SECONDS as TTFT_BUCKETS
-from exporters.buckets import REQUEST_DURATION_SECONDS as DURATION_BUCKETS
-from exporters.buckets import TIME_PER_OUTPUT_TOKEN_SECONDS as TPOT_BUCKETS
-from exporters.buckets import TOKEN_COUNTS as TOKEN_BUCKETS
+from signals.buckets import LATENCY_SECONDS as TTFT_BUCKETS
+from signals.buckets import REQUEST_DURATION_SECONDS as DURATION_BUCKETS
+from signals.buckets import TIME_PER_OUTPUT_TOKEN_SECONDS as TPOT_BUCKETS
+from signals.buckets import TOKEN_COUNTS as TOKEN_BUCKETS
 
 REQUEST_ID = "x-request-id"
 MAIN_PATHS = ("/v1/messages", "/v1/chat/completions")

@@ -65,8 +65,8 @@ import pyarrow.parquet as pq
 from loguru import logger
 
 from collectors.clock import Clock
-from exporters.state import MetricState
 from exporters.store import LAST_STORABLE_SECONDS, DuckDBStore, Publication
+from signals.state import MetricState
 
 SEGMENT_SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("seq", pa.int64()), ("source", pa.string()),
                             ("kind", pa.string()), ("instance", pa.string()), ("host", pa.string()),

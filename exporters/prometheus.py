@@ -21,18 +21,12 @@ from prometheus_client.core import CounterMetricFamily, Exemplar, GaugeMetricFam
 from prometheus_client.openmetrics import exposition as openmetrics
 
 from collectors.trace_ids import trace_id_for
-from exporters.state import MetricState
+from signals.buckets import le_label
+from signals.state import MetricState
 
 CONTENT_TYPE_TEXT = CONTENT_TYPE_LATEST  # prometheus_client's, as /metrics always said
 CONTENT_TYPE_OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
-# The histograms whose observations carry a request id (engine_signals, gateway_signals): for docs and tests.
-EXEMPLAR_HISTOGRAMS = ("spyglass_engine_ttft_seconds", "spyglass_gateway_request_duration_seconds",
-                       "spyglass_gateway_ttft_seconds")
 OPENMETRICS_VERSIONS = ("", "1.0.0", "0.0.1")  # what Prometheus 2.x asks for; 0.0.1 parses as 1.0.0
-
-
-def _le(bound: float) -> str:
-    return repr(float(bound))
 
 
 @lru_cache(maxsize=4096)
@@ -63,7 +57,7 @@ class StateCollector:
                 running = 0
                 for index, (bound, count) in enumerate(zip(list(bounds) + [float("inf")], counts)):
                     running += count
-                    le = "+Inf" if bound == float("inf") else _le(bound)
+                    le = le_label(bound)
                     exemplar = exemplars.get((key, index))
                     if exemplar is None:
                         cumulative.append((le, running))

@@ -13,8 +13,8 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -24,47 +24,20 @@ import pyarrow as pa
 from loguru import logger
 
 from collectors.event import Event
+from collectors.received import RECEIVED
+from exporters import event_schema
 from exporters.statefile import SavedState
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
-    ts TIMESTAMPTZ NOT NULL,
-    source VARCHAR NOT NULL,
-    kind VARCHAR NOT NULL,
-    instance VARCHAR,
-    host VARCHAR,
-    request_id VARCHAR,
-    fields JSON,
-    seq BIGINT
-);
-ALTER TABLE events ADD COLUMN IF NOT EXISTS seq BIGINT;
 CREATE TABLE IF NOT EXISTS checkpoints (source VARCHAR PRIMARY KEY, state JSON NOT NULL, updated TIMESTAMPTZ);
 CREATE TABLE IF NOT EXISTS agent_state (name VARCHAR PRIMARY KEY, state JSON NOT NULL, updated TIMESTAMPTZ);
+CREATE TABLE IF NOT EXISTS store_schema (version INTEGER NOT NULL, migrated TIMESTAMPTZ);
 """
-
-EVENT_SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("source", pa.string()),
-                          ("kind", pa.string()), ("instance", pa.string()), ("host", pa.string()),
-                          ("request_id", pa.string()), ("fields", pa.string())])
+MIGRATION_ROWS = 50_000  # events read, typed and written per step of a migration
 
 
-def _json_column(events: list[Event]) -> pa.Array:
-    """The fields of every event as one Arrow string column, built from a single buffer."""
-    blobs = [orjson.dumps(e.fields, default=str) for e in events]
-    offsets = pa.py_buffer(pa.array([0, *accumulate(map(len, blobs))], pa.int32()).buffers()[1])
-    return pa.StringArray.from_buffers(len(blobs), offsets, pa.py_buffer(b"".join(blobs)))
-
-
-def events_table(events: list[Event]) -> pa.Table:
-    """Events as an Arrow table: DuckDB inserts it in bulk (executemany is 300x slower)."""
-    return pa.Table.from_arrays([
-        pa.array([round(e.ts * 1_000_000) for e in events], pa.int64()).cast(EVENT_SCHEMA.field("ts").type),
-        pa.array([e.source for e in events], pa.string()),
-        pa.array([e.kind for e in events], pa.string()),
-        pa.array([e.instance for e in events], pa.string()),
-        pa.array([e.host for e in events], pa.string()),
-        pa.array([e.request_id for e in events], pa.string()),
-        _json_column(events),
-    ], schema=EVENT_SCHEMA)
+class StoreNeedsMigration(Exception):
+    """A store of an older schema opened where it cannot be migrated (read-only)."""
 
 
 LAST_STORABLE_SECONDS = 253_402_300_800.0  # 10000-01-01T00:00:00Z: past it no Python date, no Parquet partition
@@ -75,23 +48,25 @@ def storable(event: Event) -> bool:
     return 0.0 <= event.ts < LAST_STORABLE_SECONDS  # false for NaN too
 
 
-def storable_table(events: list[Event]) -> tuple[pa.Table, list[Event]]:
-    """The events as a table, less those whose fields will not encode (returned): one bad record
-    never blocks the ones behind it. Timestamps are checked before (`storable`, in the committer,
-    and at the edges: collectors/timebounds.py); this is the store's own last guard."""
+def storable_tables(events: list[Event], first_seq: int,
+                    sources: Mapping[str, str]) -> tuple[dict[str, pa.Table], list[Event]]:
+    """The events as Arrow tables by kind table (event_schema.split), less those that will not encode
+    (returned): one bad record never blocks the ones behind it. Timestamps are checked before
+    (`storable`, in the committer, and at the edges: collectors/timebounds.py); this is the store's
+    own last guard."""
     try:
-        return events_table(events), []
+        return event_schema.split(events, first_seq, sources), []
     except (TypeError, ValueError, OverflowError, pa.ArrowException):
         pass
     kept, refused = [], []
     for event in events:
         try:
-            events_table([event])
+            event_schema.split([event], 0, sources)
         except (TypeError, ValueError, OverflowError, pa.ArrowException):
             refused.append(event)
         else:
             kept.append(event)
-    return events_table(kept), refused
+    return event_schema.split(kept, first_seq, sources), refused
 
 
 @dataclass(frozen=True)
@@ -103,29 +78,109 @@ class Publication:
 class DuckDBStore:
     """Events, checkpoints and the metric state in one DuckDB file. Guarantees: a `commit` is one
     transaction (all of its events, checkpoints and metric state, or none); `load` returns what the
-    last finished commit wrote; timestamps are stored as UTC; the connection analysts query through
-    cannot read or write other files nor change its settings."""
+    last finished commit wrote; timestamps are stored as UTC; each event lands in its kind's typed
+    table (exporters/event_schema.py); a store of the JSON schema (version 1) is migrated once, in one
+    transaction, losing nothing (`migrate`); the connection analysts query through cannot read or
+    write other files nor change its settings.
+
+    `sources` maps each configured source name to its source kind (the kind tables are per source
+    kind); the pipeline gives it (`bind_sources`) before its first commit."""
 
     keeps_events = True
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, sources: Mapping[str, str] | None = None, *, memory_limit: str | None = None,
+                 threads: int | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.settings = {k: v for k, v in (("memory_limit", memory_limit), ("threads", threads)) if v is not None}
+        self.sources: dict[str, str] = {**RECEIVED, **(sources or {})}
         self.invalidated: str | None = None  # why DuckDB invalidated the connection, until it is reopened
         self._open()
+        if sources is not None:
+            self.migrate()
 
     def _open(self) -> None:
-        self.con = duckdb.connect(str(self.path))
+        self.con = duckdb.connect(str(self.path), config={k: str(v) for k, v in self.settings.items()})
         self.con.execute("SET TimeZone = 'UTC'")
         self.con.execute(SCHEMA)
-        # A store from before `seq`: its rows keep their storage order.
-        self.con.execute("UPDATE events SET seq = rowid WHERE seq IS NULL")
+        if self.schema_version() == event_schema.SCHEMA_VERSION:
+            self._ensure_typed()  # kinds declared since the store was made get their tables
         self.next_seq = self._first_free_seq()
         # Analysts query through this connection (/api/sql): no file access, settings frozen.
         self.con.execute("SET enable_external_access = false")
         self.con.execute("SET lock_configuration = true")
         self._written: dict[str, str] = {}  # checkpoint JSON per source as committed: unchanged ones are not rewritten
         self._has_metrics = False
+
+    def schema_version(self) -> int:
+        """2 for the typed schema; 1 for a store of one JSON `events` table; 0 for a new file."""
+        rows = self.con.execute("SELECT max(version) FROM store_schema").fetchall()
+        if rows[0][0] is not None:
+            return int(rows[0][0])
+        tables = self.con.execute("SELECT table_name FROM information_schema.tables WHERE table_name = 'events'"
+                                  " AND table_type = 'BASE TABLE'").fetchall()
+        return 1 if tables else 0
+
+    def _ensure_typed(self) -> None:
+        for statement in event_schema.create_statements():
+            self.con.execute(statement)
+        for table in event_schema.kind_tables().values():  # a field declared since: a column added
+            for column, type_ in table.columns():
+                self.con.execute(f"ALTER TABLE {event_schema.quoted(table.name)} ADD COLUMN IF NOT EXISTS"
+                                 f" {event_schema.quoted(column)} {type_.replace(' NOT NULL', '')}")
+
+    def bind_sources(self, sources: Mapping[str, str]) -> None:
+        """The configured sources' kinds (name -> source kind); migrates a store of the JSON schema."""
+        self.sources = {**RECEIVED, **sources}
+        self.migrate()
+
+    def migrate(self, progress: Callable[[int, int], None] | None = None, rows: int = MIGRATION_ROWS) -> int:
+        """Bring the store to the typed schema in one transaction: a new file gets its tables; a store of
+        version 1 has every event read back in seq order and written to its kind table as a commit would
+        (a field that is not declared or not of its type kept in `extra`), its `events` table replaced by
+        the view, and the version recorded. A kill at any point leaves version 1 whole: the transaction
+        never committed. `progress(done, total)` is called after each step of `rows` events. Returns how
+        many events were migrated (0 when nothing was to do)."""
+        version = self.schema_version()
+        if version == event_schema.SCHEMA_VERSION:
+            return 0
+        con = self.con
+        con.begin()
+        try:
+            moved = self._migrate_v1(progress, rows) if version == 1 else 0
+            self._ensure_typed()
+            con.execute("INSERT INTO store_schema VALUES (?, now())", [event_schema.SCHEMA_VERSION])
+            con.commit()
+        except BaseException:
+            _rollback(con)
+            raise
+        if moved:
+            logger.info("the store {} was migrated to schema {}: {} events", self.path, event_schema.SCHEMA_VERSION, moved)
+        return moved
+
+    def _migrate_v1(self, progress: Callable[[int, int], None] | None, rows: int) -> int:
+        con = self.con
+        con.execute("ALTER TABLE events ADD COLUMN IF NOT EXISTS seq BIGINT")
+        con.execute("UPDATE events SET seq = rowid WHERE seq IS NULL")  # a store from before `seq`
+        con.execute("ALTER TABLE events RENAME TO events_v1")
+        for statement in event_schema.create_statements()[:-len(event_schema.view_statements())]:
+            con.execute(statement)  # the tables; the views once the old table is gone
+        [(total,)] = con.execute("SELECT count(*) FROM events_v1").fetchall()
+        done, after = 0, -1
+        while True:
+            batch = con.execute("SELECT seq, epoch_us(ts), source, kind, instance, host, request_id, fields::VARCHAR"
+                                " FROM events_v1 WHERE seq > ? ORDER BY seq LIMIT ?", [after, rows]).fetchall()
+            if not batch:
+                break
+            for first, events in _runs(batch):
+                for name, table in event_schema.split(events, first, self.sources).items():
+                    con.from_arrow(table).insert_into(name)
+            done += len(batch)
+            after = batch[-1][0]
+            if progress is not None:
+                progress(done, total)
+        con.execute("DROP TABLE events_v1")
+        return done
 
     def _reopen(self) -> bool:
         """Reopen the file after DuckDB invalidated the connection (a checkpoint that failed, on a
@@ -161,17 +216,18 @@ class DuckDBStore:
         unstorable (`storable_table`); the rest are committed."""
         if self.invalidated is not None and self._reopen():
             return []  # the batch landed before the checkpoint that failed: nothing to write twice
+        if self.schema_version() != event_schema.SCHEMA_VERSION:
+            self.migrate()
         now = time.time()
-        table, refused = storable_table(events) if events else (None, [])
+        tables, refused = storable_tables(events, self.next_seq, self.sources) if events else ({}, [])
+        stored = sum(t.num_rows for t in tables.values())
         changed = {source: json.dumps(state) for source, state in checkpoints.items()}
         changed = {source: state for source, state in changed.items() if self._written.get(source) != state}
         con = self.con
         con.begin()
         try:
-            if table is not None and table.num_rows:
-                batch = table.append_column(
-                    "seq", pa.array(range(self.next_seq, self.next_seq + table.num_rows), pa.int64()))
-                con.from_arrow(batch).insert_into("events")
+            for name, table in tables.items():
+                con.from_arrow(table).insert_into(name)
             self._write_checkpoints(changed, now)
             if self._has_metrics:
                 con.execute("UPDATE agent_state SET state = ?, updated = to_timestamp(?) WHERE name = 'metrics'",
@@ -191,7 +247,7 @@ class DuckDBStore:
             raise
         self._written.update(changed)
         self._has_metrics = True
-        self.next_seq += table.num_rows if table is not None else 0
+        self.next_seq += stored
         return refused
 
     def _write_checkpoints(self, changed: dict[str, str], now: float) -> None:
@@ -208,7 +264,12 @@ class DuckDBStore:
                              [x for source, state in new for x in (source, state, now)])
 
     def _first_free_seq(self) -> int:
-        [(last,)] = self.con.execute("SELECT max(seq) FROM events").fetchall()
+        version = self.schema_version()
+        if version == 0:
+            last = None
+        else:
+            column = "coalesce(seq, rowid)" if version == 1 else "seq"
+            [(last,)] = self.con.execute(f"SELECT max({column}) FROM events").fetchall()
         publication = self.publication()
         return max(last if last is not None else -1, publication.published,
                    publication.pending[1] if publication.pending else -1) + 1
@@ -243,12 +304,28 @@ class DuckDBStore:
 
     def delete_published(self, before: float, upto_seq: int) -> int:
         """Delete the events older than `before` (epoch seconds) whose seq <= `upto_seq`; how many."""
-        [(deleted,)] = self.con.execute("DELETE FROM events WHERE seq <= ? AND ts < to_timestamp(?)",
-                                        [upto_seq, before]).fetchall()
+        deleted = 0
+        for name in event_schema.table_names():
+            [(n,)] = self.con.execute(f"DELETE FROM {event_schema.quoted(name)} WHERE seq <= ? AND ts < to_timestamp(?)",
+                                      [upto_seq, before]).fetchall()
+            deleted += n
         return int(deleted)
 
     def close(self) -> None:
         self.con.close()
+
+
+def _runs(rows: list[tuple[Any, ...]]) -> list[tuple[int, list[Event]]]:
+    """Stored rows (seq, epoch us, source, kind, instance, host, request_id, fields JSON) as events, in runs
+    of consecutive seqs (each run is numbered from its first seq, as `split` numbers)."""
+    runs: list[tuple[int, list[Event]]] = []
+    for seq, us, source, kind, instance, host, request_id, fields in rows:
+        event = Event(us / 1e6, source, kind, instance, orjson.loads(fields) if fields else {}, request_id, host or "")
+        if runs and runs[-1][0] + len(runs[-1][1]) == seq:
+            runs[-1][1].append(event)
+        else:
+            runs.append((seq, [event]))
+    return runs
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:

@@ -38,7 +38,8 @@ def open_store(config: Config) -> Store:
         from exporters.store import DuckDBStore
 
         try:
-            return DuckDBStore(config.store_path())
+            store = config.exporters.store
+            return DuckDBStore(config.store_path(), memory_limit=f"{store.memory_limit_mib}MiB", threads=store.threads)
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():
                 raise
@@ -71,7 +72,7 @@ class Agent:
             self.otel = otlp_instruments(self.pipeline.state, otlp.endpoint, otlp.interval_seconds,
                                          config.agent.host, __version__)
             from engine.instrument import otlp_tracing
-            from engine.span_export import EngineSpanExporter
+            from exporters.otel_spans import EngineSpanExporter
 
             self.tracing = otlp_tracing(otlp.endpoint, "spyglass")
             kinds = {name: options.kind for name, options in config.sources.items()}
@@ -116,20 +117,25 @@ class Agent:
         self.wake.set()
 
     def _receive_alerts(self, body: bytes) -> None:
-        """Stores a notification's alerts once each: a replay (the same fingerprint, status and times,
-        as Alertmanager repeats) is answered 200 and not stored again."""
+        """Stores a notification's alerts once each, and returns (a 200) only once every one of them is
+        committed: a replay (the same fingerprint, labels, status and times, as Alertmanager repeats)
+        is not stored again, and one that arrives while the first is still being stored waits for
+        that commit (spyglass.alert_webhook.Replays)."""
         from spyglass.alert_webhook import decode_notification
-        from spyglass.server import NotYetStored
 
-        fresh = self._alert_replays.take(decode_notification(body, self.config.agent.host,
-                                                             now=self.pipeline.clock.now()))
-        try:
-            if fresh:
-                self._store_now(fresh)
-        except NotYetStored as exc:
-            if not exc.taken:
+        events = decode_notification(body, self.config.agent.host, now=self.pipeline.clock.now())
+        self._refuse_while_failing()  # before anything is marked taken: nothing to undo
+        stored = threading.Event()
+        fresh, others = self._alert_replays.claim(events, stored)
+        if fresh:
+            try:
+                self.pipeline.submit(fresh, stored)
+            except BaseException:
                 self._alert_replays.forget(fresh)
-            raise
+                raise
+            self.wake.set()
+        self._wait_committed(([stored] if fresh else []) + others)
+        self._alert_replays.settle(fresh)
 
     def _receive_smoke(self, body: bytes) -> None:
         from spyglass.smoke_event import decode_result
@@ -141,16 +147,30 @@ class Agent:
         nothing. NotYetStored (a 503) at once while the store is failing, with nothing taken (the
         sender retries, and retries pile up neither in memory nor as duplicates), or if the commit
         does not succeed within half the request timeout (then they are held and stored later)."""
+        self._refuse_while_failing()
+        stored = self.pipeline.submit(events)
+        self.wake.set()
+        self._wait_committed([stored], retry="a retry may store it twice")
+
+    def _refuse_while_failing(self) -> None:
         from spyglass.server import NotYetStored
 
         if not self.pipeline.committer.healthy:
             raise NotYetStored("the store is failing (see spyglass_store_healthy); nothing was taken, retry later")
-        stored = self.pipeline.submit(events)
-        self.wake.set()
+
+    def _wait_committed(self, commits: list[threading.Event], retry: str = "a retry is answered once it is") -> None:
+        """Return once every one of `commits` is set; NotYetStored (taken) if that takes over half the
+        request timeout: what they hold is stored when the store recovers (`retry` says what a retry does)."""
+        import time
+
+        from spyglass.server import NotYetStored
+
         wait = self.config.exporters.prometheus.request_timeout_seconds / 2
-        if not stored.wait(wait):
-            raise NotYetStored(f"not committed within {wait:g} s (the store is failing?); held in memory and"
-                               " stored when the store recovers, so a retry may store it twice", taken=True)
+        deadline = time.monotonic() + wait
+        for commit in commits:
+            if not commit.wait(max(0.0, deadline - time.monotonic())):
+                raise NotYetStored(f"not committed within {wait:g} s (the store is failing?); held in memory and"
+                                   f" stored when the store recovers; {retry}", taken=True)
 
     def _query_function(self):
         """/api/sql: a bounded query on a read-only copy of the store, a few at a time."""

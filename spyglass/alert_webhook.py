@@ -8,6 +8,7 @@ pure; a body that is not Alertmanager's JSON is a ValueError saying why.
 """
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from datetime import datetime
@@ -94,35 +95,64 @@ def decode_notification(body: bytes, host: str = "", *, now: float) -> list[Even
 
 
 class Replays:
-    """The alerts already taken, by (fingerprint or labels, status, startsAt, endsAt), the last `size`
+    """The alerts already taken, by (fingerprint, labels, status, startsAt, endsAt), the last `size`
     of them: Alertmanager repeats a notification every `repeat_interval` and after its own restarts,
-    and a replay must not be stored twice. Thread-safe."""
+    and a replay must not be stored twice. Thread-safe.
+
+    Each key maps to the commit event of the submission that stores it (set once committed), so a
+    duplicate that arrives while the first is still being stored waits for that same commit
+    instead of being answered at once: a 200 means stored, whoever stored it. The key holds the
+    labels, not only the sender's fingerprint: two alerts that share a fingerprint (a 16-bit one
+    of another sender, or a forged one) are both stored."""
 
     def __init__(self, size: int = 100_000) -> None:
         self.size = size
-        self._seen: OrderedDict[tuple[Any, ...], None] = OrderedDict()
+        self._seen: OrderedDict[bytes, threading.Event] = OrderedDict()
         self._lock = threading.Lock()
 
-    @staticmethod
-    def key(event: Event) -> tuple[Any, ...]:
-        f = event.fields
-        return (f["fingerprint"] or tuple(sorted(f["labels"].items())), f["status"], f["startsAt"], f["endsAt"])
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._seen)
 
-    def take(self, events: list[Event]) -> list[Event]:
-        """The events not taken before (nor twice in `events`), now marked as taken."""
-        fresh = []
+    @staticmethod
+    def key(event: Event) -> bytes:
+        f = event.fields
+        identity = (f["fingerprint"], sorted(f["labels"].items()), f["status"], f["startsAt"], f["endsAt"])
+        return hashlib.blake2b(repr(identity).encode(), digest_size=16).digest()  # 16 bytes, however long the labels
+
+    def claim(self, events: list[Event], stored: threading.Event) -> tuple[list[Event], list[threading.Event]]:
+        """The events not taken before (nor twice in `events`), now marked as stored by `stored` (the
+        commit event of their submission, which the caller must make at once), and the commit events
+        of the others (set, or still to be set by the request storing them)."""
+        fresh: list[Event] = []
+        others: dict[int, threading.Event] = {}
         with self._lock:
             for event in events:
                 key = self.key(event)
-                if key not in self._seen:
-                    self._seen[key] = None
+                holder = self._seen.get(key)
+                if holder is None:
+                    self._seen[key] = stored
                     fresh.append(event)
+                elif holder is not stored and not holder.is_set():
+                    others[id(holder)] = holder
             while len(self._seen) > self.size:
                 self._seen.popitem(last=False)
-        return fresh
+        return fresh, list(others.values())
+
+    def settle(self, events: list[Event]) -> None:
+        """Mark committed events with one shared set event, so a committed request's own event is freed."""
+        with self._lock:
+            for event in events:
+                key = self.key(event)
+                if key in self._seen:
+                    self._seen[key] = _COMMITTED
 
     def forget(self, events: list[Event]) -> None:
-        """Unmark events that were refused with nothing taken: the sender's retry must store them."""
+        """Unmark events that were never submitted: the sender's retry (or a duplicate's) must store them."""
         with self._lock:
             for event in events:
                 self._seen.pop(self.key(event), None)
+
+
+_COMMITTED = threading.Event()
+_COMMITTED.set()

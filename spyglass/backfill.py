@@ -28,7 +28,8 @@ import duckdb
 import orjson
 
 from collectors.event import Event
-from exporters.state import MetricState
+from signals.buckets import le_label
+from signals.state import MetricState
 from spyglass import timeinput
 from spyglass.config import Config
 from spyglass.pipeline import build_signals, metric_state
@@ -98,7 +99,7 @@ def stored_events(con: duckdb.DuckDBPyConnection, sources: list[str], end: float
     """Every event of `sources` up to `end`, in time order (ties in the order they were stored)."""
     result = con.execute(
         "SELECT epoch_us(ts), source, kind, instance, host, request_id, fields FROM events"
-        " WHERE list_contains(?, source) AND ts <= to_timestamp(?) ORDER BY ts, rowid", [sources, end])
+        " WHERE list_contains(?, source) AND ts <= to_timestamp(?) ORDER BY ts, seq", [sources, end])
     while rows := result.fetchmany(BATCH):
         for us, source, kind, instance, host, request_id, fields in rows:
             yield Event(us / 1e6, source, kind, instance or "", orjson.loads(fields) if fields else {},
@@ -173,7 +174,7 @@ class OpenMetricsWriter:
 
     def _histogram(self, name: str, labels: tuple[str, ...], series: dict, stamp: str) -> int:
         out, bounds, lines = self._file(name), self.state.bounds[name], 0
-        les = [repr(float(b)) for b in bounds] + ["+Inf"]
+        les = [le_label(b) for b in (*bounds, float("inf"))]
         for key, (counts, total) in sorted(series.items()):
             running = 0
             for le, count in zip(les, counts):

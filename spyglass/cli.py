@@ -251,6 +251,41 @@ def rules(config: ConfigOption,
     typer.echo(f"wrote {len(paths)} files to {out}")
 
 
+store_app = typer.Typer(no_args_is_help=True, help="The DuckDB store: its schema.")
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("migrate")
+def store_migrate(config: ConfigOption,
+                  batch: Annotated[int, typer.Option(min=1, help="Events read, typed and written per step.")] = 50_000
+                  ) -> None:
+    """Bring the store to the typed schema (a table per event kind) in one transaction; a kill leaves the old
+    store whole. The agent does it at start; this does it without starting one (no agent may hold the file)."""
+    import duckdb
+
+    from exporters.event_schema import SCHEMA_VERSION
+    from exporters.store import DuckDBStore
+
+    cfg = _config(config)
+    try:
+        store = DuckDBStore(cfg.store_path())
+    except duckdb.IOException as exc:
+        typer.echo(f"error: {cfg.store_path()}: {str(exc).splitlines()[0]}", err=True)
+        raise typer.Exit(1) from None
+    try:
+        before = store.schema_version()
+
+        def progress(done: int, total: int) -> None:
+            typer.echo(f"migrated {done} of {total} events", err=True)
+
+        store.sources = {**store.sources, **cfg.source_kinds()}
+        moved = store.migrate(progress, batch)
+    finally:
+        store.close()
+    typer.echo(f"{cfg.store_path()}: schema {before} -> {SCHEMA_VERSION}, {moved} events migrated"
+               if before != SCHEMA_VERSION else f"{cfg.store_path()}: already at schema {SCHEMA_VERSION}")
+
+
 FromOption = Annotated[str, typer.Option("--from", help="Start: RFC 3339 (no offset: UTC), epoch seconds, or now-1h.")]
 ToOption = Annotated[str, typer.Option("--to", help="End: RFC 3339 (no offset: UTC), epoch seconds, or now.")]
 

@@ -16,8 +16,8 @@ from loguru import logger
 
 from collectors.clock import Clock
 from collectors.event import Event
-from exporters.state import MetricState
 from exporters.statefile import Store
+from signals.state import MetricState
 
 MAX_BACKOFF_SECONDS = 15.0
 

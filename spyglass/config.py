@@ -146,6 +146,11 @@ class StoreConfig(Strict):
     retain_hours: float | None = Field(
         None, gt=0, description="Keep this many hours of events in the DuckDB file; older ones are deleted"
         " once they are in parquet_dir (needs it). Unset: keep everything.")
+    memory_limit_mib: int = Field(
+        96, ge=16, description="DuckDB's memory_limit for the agent's store connection: with the agent's own"
+        " state it keeps the agent under 256 MiB during a catch-up (docs/benchmarks.md).")
+    threads: int = Field(1, ge=1, le=64, description="DuckDB threads of the agent's store connection: an insert"
+                         " gains nothing from more, and each keeps its own buffers.")
 
 
 class OtlpConfig(Strict):
@@ -260,6 +265,10 @@ class Config(Strict):
     def store_path(self) -> Path:
         return (self.exporters.store.path or self.state_dir() / "spyglass.duckdb").expanduser()
 
+    def source_kinds(self) -> dict[str, str]:
+        """Source name -> its collector kind: the store files each event under its source's kind."""
+        return {name: options.kind for name, options in self.sources.items()}
+
     def lanes(self) -> dict[str, str]:
         """Instance -> lane, from the sources that declare one (engine logs)."""
         return {o.instance: o.lane for o in self.sources.values() if o.instance and getattr(o, "lane", "")}
@@ -352,13 +361,13 @@ def _check_parquet(config: Config, file: str) -> None:
 
 
 def _check_buckets(config: Config, file: str) -> None:
-    import exporters  # the catalogue knows which metrics are histograms
+    import signals  # the catalogue knows which metrics are histograms
 
     for name, bounds in config.signals.buckets.items():
         if not all(math.isfinite(b) for b in bounds):
             raise ConfigError(f"{file}: signals.buckets.{name}: expected finite numbers (got {bounds!r})")
     try:
-        exporters.full_catalogue().with_buckets(config.signals.buckets)
+        signals.full_catalogue().with_buckets(config.signals.buckets)
     except ValueError as exc:  # names the key already: signals.buckets.NAME: what is wrong
         raise ConfigError(f"{file}: {exc}") from None
 

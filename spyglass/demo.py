@@ -34,9 +34,10 @@ from rich.table import Table
 from engine.emulator.ports import free_port_base
 from engine.emulator.scenarios import SCENARIOS, run_scenario
 from engine.emulator.stack import Stack
-from exporters.state import MetricState
+from signals.state import MetricState
 from spyglass.agent import Agent
 from spyglass.config import parse_config, toml_text
+from spyglass.heuristics import Deployment, Heuristic, by_id
 
 # strata-b gets the seed's troubles: a cache too small for its snapshots, an old serve build.
 DEMO_ENGINES: dict[str, dict[str, Any]] = {"strata-a": {"cache_mib": 65_536},
@@ -73,14 +74,33 @@ class Increase:
     settle: float = 0.0
 
     def abnormal(self, history: History) -> bool:
-        now, value = history[-1]
-        if now - history[0][0] < self.settle:
+        if history[-1][0] - history[0][0] < self.settle:
             return False
-        past = next((v for t, v in reversed(history) if t <= now - self.seconds), history[0][1])
-        return value - past >= self.by
+        return growth(history, self.seconds) >= self.by
 
     def __str__(self) -> str:
         return f"+{self.by:g} in {self.seconds / 60:g} min" + (f", after {self.settle / 60:g} min" if self.settle else "")
+
+
+@dataclass(frozen=True)
+class Faster:
+    """Abnormal when the value grew by more than `per_minute` within the last minute: a heuristic's
+    rate floor, as its alert's `rate * 60 > floor` reads it."""
+
+    per_minute: float
+
+    def abnormal(self, history: History) -> bool:
+        return growth(history, 60.0) > self.per_minute
+
+    def __str__(self) -> str:
+        return f"> {self.per_minute:g} a minute"
+
+
+def growth(history: History, seconds: float) -> float:
+    """How much the value grew within the last `seconds` (since the first sample, if younger)."""
+    now, value = history[-1]
+    past = next((v for t, v in reversed(history) if t <= now - seconds), history[0][1])
+    return value - past
 
 
 @dataclass(frozen=True)
@@ -116,30 +136,39 @@ class Signal:
         return max([state.total(self.metric, **self.labels), *(state.total(m, **labels) for m, labels in self.also)])
 
 
-# The demo's thresholds, one row per signal: the stand-in for the alert heuristics catalogue.
-SIGNALS = [
-    Signal("evictions, strata-b (engine's own counter)", "evictions-b",
-           "spyglass_engine_evictions_total", {"instance": "strata-b"}, Increase(2, 60)),
-    Signal("long prompts restored only from a checkpoint", "checkpoint-only",
-           "spyglass_engine_long_prompts_checkpoint_only_total", rule=Above(0)),
-    Signal("thinking-only responses with special tokens", "special-tokens",
-           "spyglass_infer_thinking_only_total", {"special_tokens": "yes"}, Above(0)),
-    Signal("plan, then EOS", "plan-eos", "spyglass_infer_plan_then_stop_total", rule=Above(0)),
-    Signal("task anchor dropped by assembly", "anchor-lost", "spyglass_infer_anchor_lost_total", rule=Above(0)),
-    Signal("overfit 400s at the gateway", "overfits", "spyglass_gateway_overfits_total", rule=Above(0)),
-    Signal("blind retries after an overfit", "blind-retries", "spyglass_gateway_blind_retries_total", rule=Above(0)),
-    Signal("unexpected process exits (supervisord)", "unexpected-exits",  # a crash loop, before FATAL
-           "spyglass_supervisord_exits_total", {"expected": "false"}, Increase(3, 900)),
-    Signal("programs that gave up (FATAL)", "fatal", "spyglass_supervisord_fatal_total", rule=Above(0)),
-    Signal("engines still loading", "loading", "spyglass_serve_state", {"state": "loading"}, Held(60)),
-    Signal("compute-graph rebuilds", "rebuilds",  # each new shape once: many while the stack warms up
-           "spyglass_engine_graph_rebuilds_total", rule=Increase(5, 60, settle=120)),
-    # What EngineCPUsShared fires on: the CPUs both processes may run on (host), or their start lines' lists.
-    Signal("CPUs the two engines may share", "shared-cpus", "spyglass_host_shared_cpus", {"instance": "strata-a"},
-           Above(0),
-           also=(("spyglass_engine_shared_cpus", {"instance": "strata-a"}),)),
-    Signal("requests answered by the gateway", "requests", "spyglass_gateway_requests_total"),
-]
+def incident_signals(heuristics: dict[str, Heuristic]) -> list[Signal]:
+    """The signals the demo shows, one row each, with the heuristics catalogue's thresholds where a
+    heuristic watches the same thing: H3's eviction floor, H13's crash loop (its spawns within its
+    window, counted here on unexpected exits, since every program's first spawn counts too)."""
+    evictions_per_minute = heuristics["H3"].threshold("evictions_per_minute")
+    loop = heuristics["H13"]
+    crash_loop = Increase(loop.threshold("spawns"), loop.threshold("window_minutes") * 60)
+    return [
+        Signal("evictions, strata-b (engine's own counter)", "evictions-b",
+               "spyglass_engine_evictions_total", {"instance": "strata-b"}, Faster(evictions_per_minute)),
+        Signal("long prompts restored only from a checkpoint", "checkpoint-only",
+               "spyglass_engine_long_prompts_checkpoint_only_total", rule=Above(0)),
+        Signal("thinking-only responses with special tokens", "special-tokens",
+               "spyglass_infer_thinking_only_total", {"special_tokens": "yes"}, Above(0)),
+        Signal("plan, then EOS", "plan-eos", "spyglass_infer_plan_then_stop_total", rule=Above(0)),
+        Signal("task anchor dropped by assembly", "anchor-lost", "spyglass_infer_anchor_lost_total", rule=Above(0)),
+        Signal("overfit 400s at the gateway", "overfits", "spyglass_gateway_overfits_total", rule=Above(0)),
+        Signal("blind retries after an overfit", "blind-retries", "spyglass_gateway_blind_retries_total", rule=Above(0)),
+        Signal("unexpected process exits (supervisord)", "unexpected-exits",  # a crash loop, before FATAL
+               "spyglass_supervisord_exits_total", {"expected": "false"}, crash_loop),
+        Signal("programs that gave up (FATAL)", "fatal", "spyglass_supervisord_fatal_total", rule=Above(0)),
+        Signal("engines still loading", "loading", "spyglass_serve_state", {"state": "loading"}, Held(60)),
+        Signal("compute-graph rebuilds", "rebuilds",  # each new shape once: many while the stack warms up
+               "spyglass_engine_graph_rebuilds_total", rule=Increase(5, 60, settle=120)),
+        # What EngineCPUsShared fires on: the CPUs both processes may run on (host), or their start lines' lists.
+        Signal("CPUs the two engines may share", "shared-cpus", "spyglass_host_shared_cpus", {"instance": "strata-a"},
+               Above(0),
+               also=(("spyglass_engine_shared_cpus", {"instance": "strata-a"}),)),
+        Signal("requests answered by the gateway", "requests", "spyglass_gateway_requests_total"),
+    ]
+
+
+SIGNALS = incident_signals(by_id())  # with the default [alerts]
 
 
 class Board:
@@ -285,7 +314,8 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str
     stopping = stop_on_signals()  # not the agent's own: it must outlive the stack to read its last lines
     caught_up = CatchUp(agent.pipeline.state)
     agent.pipeline.event_hooks.append(caught_up)
-    board, mix = Board(), (scenario,) if scenario else MIX
+    board = Board(incident_signals(by_id(Deployment.of(agent.config))))  # the agent's own thresholds
+    mix = (scenario,) if scenario else MIX
     stop_driver = threading.Event()
     runner = threading.Thread(target=agent.serve, name="spyglass-agent")
     request = None
@@ -397,7 +427,7 @@ def print_kept(console: Console, folder: Path, config: Path, agent: Agent, reque
     lines = [f"kept in {folder}:", f"  config      {config}", f"  store       {agent.config.store_path()}",
              f"  stack logs  {folder / 'stack'} ({logs})", "query them:",
              f"  {spyglass} sql -c {c} \"SELECT source, kind, count(*) AS n FROM events GROUP BY ALL ORDER BY n DESC\"",
-             f"  {spyglass} sql -c {c} \"SELECT fields->>'reason' AS reason, count(*) AS n FROM events"
+             f"  {spyglass} sql -c {c} \"SELECT reason, count(*) AS n FROM events_engine_log"
              f" WHERE kind = 'evict' GROUP BY ALL\"",
              f"  {spyglass} trace -c {c} {request or 'REQUEST_ID'}"]
     if window:
@@ -418,8 +448,8 @@ def finished_request(agent: Agent, settled_seconds: float = 6.0) -> str | None:
         row = cursor.execute(
             "SELECT d.request_id FROM events d WHERE d.source = 'gateway' AND d.kind = 'done'"
             " AND d.request_id IN (SELECT request_id FROM events WHERE kind = 'span' AND instance = 'rag-proxy')"
-            " AND d.request_id IN (SELECT request_id FROM events WHERE kind = 'span' AND instance LIKE 'strata-%'"
-            "                      AND fields->>'name' IN ('POST /v1/messages', 'POST /v1/chat/completions'))"
+            " AND d.request_id IN (SELECT request_id FROM events_otlp WHERE kind = 'span' AND instance LIKE 'strata-%'"
+            "                      AND name IN ('POST /v1/messages', 'POST /v1/chat/completions'))"
             " ORDER BY d.ts DESC LIMIT 1").fetchone()
         row = row or cursor.execute("SELECT request_id FROM events WHERE source = 'gateway' AND kind = 'done'"
                                     " AND ts < now() - to_seconds(?) ORDER BY ts DESC LIMIT 1",

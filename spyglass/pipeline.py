@@ -16,31 +16,36 @@ from typing import Any, cast
 from loguru import logger
 
 import collectors
-import exporters
+import signals
 from collectors import LineSource, PolledSource, PollPolicy, timebounds
 from collectors.clock import Clock
 from collectors.event import Event
 from collectors.grammar import split_outcome
 from collectors.tailer import Tailer
-from exporters import Signals, SignalsSettings
-from exporters.state import MetricState
 from exporters.statefile import Store
+from signals import Signals, SignalsLinks, SignalsSettings
+from signals.state import MetricState
 from spyglass import __version__
 from spyglass.commit import Committer
 from spyglass.config import Config
 
 
 def build_signals(config: Config, state: MetricState) -> dict[str, Signals]:
-    """One signals object per source kind, on `state`, with the config's settings (also for a replay)."""
+    """One signals object per source kind, on `state`, with the config's settings and one set of links
+    between them (also for a replay); each restored from `state`'s saved signals and saved with it."""
     settings = SignalsSettings(lanes=config.lanes(), long_prompt_tokens=config.signals.long_prompt_tokens,
                                default_prompt_cache_every=config.signals.default_prompt_cache_every)
-    return {kind: registration.cls(state, settings=settings)
-            for kind, registration in exporters.load_all().items() if registration.cls is not None}
+    links, built = SignalsLinks(), {}
+    for kind, registration in signals.load_all().items():
+        if registration.cls is not None:
+            built[kind] = registration.cls(state, settings=settings, links=links)
+            signals.attach_signals(kind, built[kind], state)
+    return built
 
 
 def metric_state(config: Config) -> MetricState:
     """A fresh metric state of the full catalogue with the config's bucket bounds."""
-    return MetricState(exporters.full_catalogue().with_buckets(config.signals.buckets))
+    return MetricState(signals.full_catalogue().with_buckets(config.signals.buckets))
 
 
 @dataclass
@@ -76,7 +81,6 @@ class SourceRuntime:
     outcomes: dict[str, int] = field(default_factory=dict)
     last_unmatched: bytes = b""
     last_event_ts: float = 0.0
-    apply_many: Callable[[list[Event]], list[tuple[int, Exception]] | None] | None = None  # column-wise apply
 
 
 class Pipeline:
@@ -94,6 +98,9 @@ class Pipeline:
 
     def __init__(self, config: Config, clock: Clock, store: Store) -> None:
         self.config, self.clock, self.store = config, clock, store
+        bind = getattr(store, "bind_sources", None)
+        if bind is not None:  # the typed store files each event under its source's kind
+            bind(config.source_kinds())
         self.state = metric_state(config)
         saved = store.load()
         if saved.metrics:
@@ -125,12 +132,12 @@ class Pipeline:
                                 retain_hours=options.retain_hours, state=self.state)
 
     def _start_known_counters(self) -> None:
-        """Counters of the configured instances and lanes start at 0 (see exporters.start_known_counters)."""
+        """Counters of the configured instances and lanes start at 0 (see signals.start_known_counters)."""
         instances: dict[str, list[str]] = {}
         for options in self.config.sources.values():
             instances.setdefault(options.kind, []).append(options.instance or "")
         lane_of = self.config.lanes()
-        exporters.start_known_counters(self.state, instances, [*lane_of.values(), *self.config.alerts.lanes], lane_of)
+        signals.start_known_counters(self.state, instances, [*lane_of.values(), *self.config.alerts.lanes], lane_of)
 
     def _build_signals(self) -> dict[str, Signals]:
         return build_signals(self.config, self.state)
@@ -152,8 +159,7 @@ class Pipeline:
             source.restore(checkpoint["source"])
         signals = self.signals.get(options.kind)
         runtime = SourceRuntime(name, options.kind, source, tailer, signals.apply if signals else None,
-                                checkpoint.get("source") if checkpoint and tailer is None else None, schedule,
-                                apply_many=getattr(signals, "apply_many", None))
+                                checkpoint.get("source") if checkpoint and tailer is None else None, schedule)
         for (src, outcome), value in self.state.series("spyglass_source_lines_total").items():
             if src == name:
                 runtime.outcomes[outcome] = int(value)
@@ -242,10 +248,11 @@ class Pipeline:
             rt.polled_checkpoint = saved
             drained.append((rt, events, ok))
 
-    def submit(self, events: list[Event]) -> threading.Event:
+    def submit(self, events: list[Event], stored: threading.Event | None = None) -> threading.Event:
         """Events from outside the sources (spans pushed to /v1/traces, Alertmanager's notifications,
-        smoke results), stored at the next step; the returned event is set once they are committed."""
-        stored = threading.Event()
+        smoke results), stored at the next step; `stored` (or a new event, returned) is set once they
+        are committed."""
+        stored = stored or threading.Event()
         self._submitted.put((events, stored))
         return stored
 
@@ -370,18 +377,7 @@ class Pipeline:
 
     def _apply(self, rt: SourceRuntime, events: list[Event]) -> None:
         apply, good = rt.apply, []
-        failures = rt.apply_many(events) if rt.apply_many is not None and len(events) > 1 else None
-        one_by_one = events if failures is None else []
-        if failures:  # applied column-wise: the same state as one by one, the same refusals
-            refused = dict(failures)
-            for i, event in enumerate(events):
-                if i in refused:
-                    self._refused(rt, event, refused[i])
-                else:
-                    good.append(event)
-        elif failures is not None:
-            good = list(events)
-        for event in one_by_one:
+        for event in events:
             try:
                 if apply is not None:
                     apply(event)
@@ -411,6 +407,9 @@ class Pipeline:
         s.set("spyglass_source_long_lines_total", key, stats.long_lines)
         s.set("spyglass_source_nul_bytes_total", key, stats.nul_bytes)
         s.set("spyglass_source_lost_files_total", key, stats.lost_files)
+        s.set("spyglass_source_lost_bytes_total", key, stats.lost_bytes)
+        for reason, count in stats.possibly_lost.items():
+            s.set("spyglass_source_possibly_lost_total", key + (reason,), count)
         for kind, count in stats.rotations.items():
             s.set("spyglass_source_rotations_total", key + (kind,), count)
         if rt.last_event_ts:

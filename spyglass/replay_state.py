@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from collectors.event import Event
-from exporters.state import MetricState
+from signals.state import MetricState
 from spyglass.config import Config
 
 PROCESS_UP = "spyglass_host_process_up"

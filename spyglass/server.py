@@ -23,16 +23,17 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from socketserver import _SocketWriter  # type: ignore[attr-defined]  # http.server's own writer
 from typing import Any
 
 from loguru import logger
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
 from exporters.prometheus import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, registry_for, wants_openmetrics
-from exporters.state import MetricState
+from signals.state import MetricState
 
 
 class ListenError(Exception):
@@ -82,12 +83,12 @@ class _BoundedServer(HTTPServer):
 
     request_queue_size = 64
 
-    def __init__(self, address: tuple[str, int], handler: type, workers: int, family: int) -> None:
-        self.address_family = family
+    def __init__(self, address: tuple[str, int], site: Site, workers: int, family: int) -> None:
+        self.address_family, self.site = family, site
         # Before the bind: a failed bind calls server_close, which shuts the pool down.
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="spyglass-http")
         self.slots = threading.BoundedSemaphore(workers)
-        super().__init__(address, handler)
+        super().__init__(address, AgentHandler)
 
     def process_request(self, request: Any, client_address: Any) -> None:  # a socket, for TCP
         if not self.slots.acquire(blocking=False):
@@ -113,6 +114,19 @@ class _BoundedServer(HTTPServer):
     def server_close(self) -> None:
         super().server_close()
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def bind(listen: str, site: Site, workers: int, what: str) -> _BoundedServer:
+    """A bounded server for `site` on `listen` (host:port, [v6]:port), with the site's `loopback` set
+    to the port it got; ListenError if it cannot bind."""
+    host, _, port = listen.rpartition(":")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        httpd = _BoundedServer((host.strip("[]"), int(port)), site, workers, family)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {listen}{what}: {exc.strerror or exc}") from None
+    site.loopback = _loopback_port(host, httpd.server_address[1])
+    return httpd
 
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
@@ -157,6 +171,203 @@ def cross_site_refusal(path: str, headers: Any, loopback: int | None) -> tuple[i
     return None
 
 
+Route = Callable[["AgentHandler", bytes], None]  # answers one request; a GET route is given b""
+
+
+@dataclass
+class Site:
+    """What one listening port serves: its route table, (method, path) -> route, and its limits.
+    A port of a few paths has `only`: the 404 body any other request gets, before any check.
+    `loopback` is the port a Host header must name (see host_allowed), once the server is bound."""
+
+    routes: dict[tuple[str, str], Route]
+    limits: ServerLimits
+    only: bytes | None = None
+    loopback: int | None = None
+
+    @property
+    def expected_authorization(self) -> bytes | None:
+        return f"Bearer {self.limits.token}".encode() if self.limits.token else None
+
+
+class AgentHandler(BaseHTTPRequestHandler):
+    """One request to a port of the agent, answered by its route in the server's `Site` after the
+    checks the module docstring lists: Host, token, and for a POST its Content-Type, Origin and body."""
+
+    server: _BoundedServer
+
+    def setup(self) -> None:
+        self.connection = self.request
+        self.rfile = io.BufferedReader(_DeadlineReader(
+            self.connection, time.monotonic() + self.server.site.limits.request_timeout_seconds))
+        self.wfile = _SocketWriter(self.connection)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.route("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.route("POST")
+
+    def route(self, method: str) -> None:
+        site, path = self.server.site, self.path.split("?", 1)[0]
+        route = site.routes.get((method, path))
+        if route is None and site.only is not None:
+            if method == "POST":
+                self.close_connection = True
+            self.answer(404, "text/plain", site.only)
+            return
+        if not self._allowed(path):
+            return
+        if route is None:
+            self.answer(404, "text/plain", b"not found\n")
+            return
+        if method == "GET":
+            route(self, b"")
+            return
+        body = self._post_body(path)
+        if body is None:
+            return
+        self.connection.settimeout(site.limits.request_timeout_seconds)  # for writing the answer
+        try:
+            route(self, body)
+        except Exception:  # noqa: BLE001 - a bug a body found: said to the sender and logged, never a silent hang-up
+            logger.exception("POST {} failed", path)
+            self.answer(500, "text/plain", b"internal error (logged by the agent); nothing was stored\n")
+
+    def _allowed(self, path: str) -> bool:
+        site = self.server.site
+        if path not in site.limits.open_paths and not host_allowed(self.headers.get("Host"), site.loopback):
+            self.close_connection = True
+            self.answer(421, "text/plain", b"Host is not this agent's loopback address (DNS rebinding?)\n")
+            return False
+        expected = site.expected_authorization
+        if expected is None or path in site.limits.open_paths:
+            return True
+        given = self.headers.get("Authorization", "").encode()
+        if hmac.compare_digest(given, expected):
+            return True
+        self.answer(401, "text/plain", b"a bearer token is required\n", {"WWW-Authenticate": "Bearer"})
+        return False
+
+    def _post_body(self, path: str) -> bytes | None:
+        """The body of a POST that is not cross-site, or None once the refusal is answered."""
+        refusal = cross_site_refusal(path, self.headers, self.server.site.loopback)
+        if refusal is not None:
+            self.close_connection = True
+            self.answer(refusal[0], "text/plain", refusal[1].encode())
+            return None
+        return self._body()
+
+    def _body(self) -> bytes | None:
+        length, most = self.headers.get("Content-Length", ""), self.server.site.limits.max_body_bytes
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower() or not length.isdigit():
+            self.answer(411, "text/plain", b"a Content-Length is required\n")
+            return None
+        if int(length) > most:
+            self.answer(413, "text/plain", f"body over {most} bytes\n".encode())
+            return None
+        try:
+            body = self.rfile.read(int(length))
+        except (TimeoutError, OSError):
+            self.close_connection = True
+            return None
+        if len(body) < int(length):
+            self.close_connection = True
+            return None
+        return body
+
+    def answer(self, status: int, content_type: str, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass  # scrapes every 15 s would drown the agent's own log
+
+
+def metrics(registry: CollectorRegistry, with_exemplars: CollectorRegistry, request: AgentHandler, body: bytes) -> None:
+    if wants_openmetrics(request.headers.get("Accept")):
+        request.answer(200, CONTENT_TYPE_OPENMETRICS, openmetrics.generate_latest(with_exemplars))
+    else:
+        request.answer(200, CONTENT_TYPE_TEXT, generate_latest(registry))
+
+
+def health(request: AgentHandler, body: bytes) -> None:
+    request.answer(200, "text/plain", b"ok\n")
+
+
+def debug_sources(debug: Callable[[], dict[str, Any]], request: AgentHandler, body: bytes) -> None:
+    request.answer(200, "application/json", json.dumps(debug(), indent=2).encode())
+
+
+def sql(query: Callable[[str], dict[str, Any]], request: AgentHandler, body: bytes) -> None:
+    """200 with the answer; 400 with the reason for a body without a string `query`, or a query refused."""
+    try:
+        text = json.loads(body)["query"]
+        if not isinstance(text, str):
+            raise ValueError("query must be a string")
+        answer = query(text)
+    except Exception as exc:  # noqa: BLE001 - the analyst gets the reason, the agent goes on
+        request.answer(400, "application/json", json.dumps({"error": str(exc)}).encode())
+        return
+    request.answer(200, "application/json", json.dumps(answer).encode())
+
+
+def otlp_traces(receive: Callable[[bytes], None], request: AgentHandler, body: bytes) -> None:
+    try:
+        receive(body)
+    except ValueError as exc:
+        request.answer(400, "text/plain", str(exc).encode())
+        return
+    request.answer(200, "application/x-protobuf", b"")  # an empty ExportTraceServiceResponse
+
+
+def store_and_answer(committing: threading.BoundedSemaphore, store: Callable[[bytes], None], request: AgentHandler,
+                     body: bytes) -> None:
+    """200 once the body's events are committed; 400 for a body that is not one (nothing stored);
+    503 while the store fails or half the workers already wait for a commit (nothing taken: the
+    sender retries, as Alertmanager does)."""
+    if not committing.acquire(blocking=False):
+        request.answer(503, "text/plain", b"busy: other POSTs wait for the next commit; nothing was taken,"
+                       b" retry\n", {"Retry-After": "1"})
+        return
+    try:
+        store(body)
+    except ValueError as exc:
+        request.answer(400, "text/plain", f"{exc}\n".encode())
+        return
+    except NotYetStored as exc:
+        request.answer(503, "text/plain", f"{exc}\n".encode(), {"Retry-After": "5"})
+        return
+    finally:
+        committing.release()
+    request.answer(200, "text/plain", b"ok\n")
+
+
+def route_table(state: MetricState, debug: Callable[[], dict[str, Any]], limits: ServerLimits,
+                query: Callable[[str], dict[str, Any]] | None = None, traces: Callable[[bytes], None] | None = None,
+                alerts: Callable[[bytes], None] | None = None,
+                smoke: Callable[[bytes], None] | None = None) -> dict[tuple[str, str], Route]:
+    """(method, path) -> route: the GETs always, each POST when its callable is given."""
+    # A POST that stores holds its worker until the commit (up to a commit interval): at most half
+    # the workers wait so, and the rest stay free for /metrics, however many senders retry at once.
+    committing = threading.BoundedSemaphore(max(1, limits.workers // 2))
+    posts: dict[str, Route | None] = {
+        "/v1/traces": traces and partial(otlp_traces, traces), "/api/sql": query and partial(sql, query),
+        "/api/alerts": alerts and partial(store_and_answer, committing, alerts),
+        "/api/smoke": smoke and partial(store_and_answer, committing, smoke)}
+    return {("GET", "/metrics"): partial(metrics, registry_for(state), registry_for(state, exemplars=True)),
+            ("GET", "/health"): health, ("GET", "/debug/sources"): partial(debug_sources, debug),
+            **{("POST", path): route for path, route in posts.items() if route}}
+
+
+METRICS_ONLY = (("GET", "/metrics"), ("GET", "/health"))
+
+
 class AgentServer:
     """/metrics, /health, /debug/sources, POST /api/sql, /v1/traces, /api/alerts and /api/smoke on one port, bounded;
     with `metrics_listen`, /metrics and /health also on a port of their own, whose workers no
@@ -167,181 +378,18 @@ class AgentServer:
                  traces: Callable[[bytes], None] | None = None, limits: ServerLimits = ServerLimits(),
                  alerts: Callable[[bytes], None] | None = None,
                  smoke: Callable[[bytes], None] | None = None, metrics_listen: str | None = None) -> None:
-        host, _, port = listen.rpartition(":")
-        registry, with_exemplars = registry_for(state), registry_for(state, exemplars=True)
-        expected = f"Bearer {limits.token}".encode() if limits.token else None
-        # A POST that stores holds its worker until the commit (up to a commit interval): at most half
-        # the workers wait so, and the rest stay free for /metrics, however many senders retry at once.
-        committing = threading.BoundedSemaphore(max(1, limits.workers // 2))
-
-        class Handler(BaseHTTPRequestHandler):
-            def setup(self) -> None:
-                self.connection = self.request
-                self.rfile = io.BufferedReader(_DeadlineReader(
-                    self.connection, time.monotonic() + limits.request_timeout_seconds))
-                self.wfile = _SocketWriter(self.connection)
-
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                path = self.path.split("?", 1)[0]
-                if not self._allowed(path):
-                    return
-                if path == "/metrics" and wants_openmetrics(self.headers.get("Accept")):
-                    self._send(200, CONTENT_TYPE_OPENMETRICS, openmetrics.generate_latest(with_exemplars))
-                elif path == "/metrics":
-                    self._send(200, CONTENT_TYPE_TEXT, generate_latest(registry))
-                elif path == "/health":
-                    self._send(200, "text/plain", b"ok\n")
-                elif path == "/debug/sources":
-                    self._send(200, "application/json", json.dumps(debug(), indent=2).encode())
-                else:
-                    self._send(404, "text/plain", b"not found\n")
-
-            def do_POST(self) -> None:  # noqa: N802
-                path = self.path.split("?", 1)[0]
-                if not self._allowed(path):
-                    return
-                handle = {"/v1/traces": traces and self._traces, "/api/sql": query and self._sql,
-                          "/api/alerts": alerts and self._alerts, "/api/smoke": smoke and self._smoke}.get(path)
-                if not handle:
-                    self._send(404, "text/plain", b"not found\n")
-                    return
-                refusal = cross_site_refusal(path, self.headers, loopback)
-                if refusal is not None:
-                    self.close_connection = True
-                    self._send(refusal[0], "text/plain", refusal[1].encode())
-                    return
-                body = self._body()
-                if body is None:
-                    return
-                self.connection.settimeout(limits.request_timeout_seconds)  # for writing the answer
-                try:
-                    handle(body)
-                except Exception:  # noqa: BLE001 - a bug a body found: said to the sender and logged, never a silent hang-up
-                    logger.exception("POST {} failed", path)
-                    self._send(500, "text/plain", b"internal error (logged by the agent); nothing was stored\n")
-
-            def _allowed(self, path: str) -> bool:
-                if path not in limits.open_paths and not host_allowed(self.headers.get("Host"), loopback):
-                    self.close_connection = True
-                    self._send(421, "text/plain", b"Host is not this agent's loopback address (DNS rebinding?)\n")
-                    return False
-                if expected is None or path in limits.open_paths:
-                    return True
-                given = self.headers.get("Authorization", "").encode()
-                if hmac.compare_digest(given, expected):
-                    return True
-                self._send(401, "text/plain", b"a bearer token is required\n", {"WWW-Authenticate": "Bearer"})
-                return False
-
-            def _body(self) -> bytes | None:
-                length = self.headers.get("Content-Length", "")
-                if "chunked" in self.headers.get("Transfer-Encoding", "").lower() or not length.isdigit():
-                    self._send(411, "text/plain", b"a Content-Length is required\n")
-                    return None
-                if int(length) > limits.max_body_bytes:
-                    self._send(413, "text/plain", f"body over {limits.max_body_bytes} bytes\n".encode())
-                    return None
-                try:
-                    body = self.rfile.read(int(length))
-                except (TimeoutError, OSError):
-                    self.close_connection = True
-                    return None
-                if len(body) < int(length):
-                    self.close_connection = True
-                    return None
-                return body
-
-            def _sql(self, body: bytes) -> None:
-                try:
-                    text = json.loads(body)["query"]
-                    if not isinstance(text, str):
-                        raise ValueError("query must be a string")
-                    assert query is not None  # dispatched only when configured
-                    answer = query(text)
-                except Exception as exc:  # noqa: BLE001 - the analyst gets the reason, the agent goes on
-                    self._send(400, "application/json", json.dumps({"error": str(exc)}).encode())
-                    return
-                self._send(200, "application/json", json.dumps(answer).encode())
-
-            def _traces(self, body: bytes) -> None:
-                assert traces is not None  # dispatched only when configured
-                try:
-                    traces(body)
-                except ValueError as exc:
-                    self._send(400, "text/plain", str(exc).encode())
-                    return
-                self._send(200, "application/x-protobuf", b"")  # an empty ExportTraceServiceResponse
-
-            def _alerts(self, body: bytes) -> None:
-                assert alerts is not None  # dispatched only when configured
-                self._store_and_answer(alerts, body)
-
-            def _smoke(self, body: bytes) -> None:
-                assert smoke is not None  # dispatched only when configured
-                self._store_and_answer(smoke, body)
-
-            def _store_and_answer(self, store: Callable[[bytes], None], body: bytes) -> None:
-                """200 once the body's events are committed; 400 for a body that is not one (nothing
-                stored); 503 while the store fails or half the workers already wait for a commit
-                (nothing taken: the sender retries, as Alertmanager does)."""
-                if not committing.acquire(blocking=False):
-                    self._send(503, "text/plain", b"busy: other POSTs wait for the next commit; nothing was taken,"
-                               b" retry\n", {"Retry-After": "1"})
-                    return
-                try:
-                    store(body)
-                except ValueError as exc:
-                    self._send(400, "text/plain", f"{exc}\n".encode())
-                    return
-                except NotYetStored as exc:
-                    self._send(503, "text/plain", f"{exc}\n".encode(), {"Retry-After": "5"})
-                    return
-                finally:
-                    committing.release()
-                self._send(200, "text/plain", b"ok\n")
-
-            def _send(self, status: int, content_type: str, body: bytes, headers: dict[str, str] | None = None) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass  # scrapes every 15 s would drown the agent's own log
-
-        class MetricsOnly(Handler):
-            """The `metrics_listen` port: /metrics and /health only, with workers no other path can take."""
-
-            def do_GET(self) -> None:  # noqa: N802
-                if self.path.split("?", 1)[0] in ("/metrics", "/health"):
-                    super().do_GET()
-                else:
-                    self._send(404, "text/plain", b"only /metrics and /health on this port\n")
-
-            def do_POST(self) -> None:  # noqa: N802
-                self.close_connection = True
-                self._send(404, "text/plain", b"only /metrics and /health on this port\n")
-
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        try:
-            self.httpd = _BoundedServer((host.strip("[]"), int(port)), Handler, limits.workers, family)
-        except OSError as exc:
-            raise ListenError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
-        loopback = _loopback_port(host, self.httpd.server_address[1])
+        routes = route_table(state, debug, limits, query, traces, alerts, smoke)
+        site = Site(routes, limits)
+        self.httpd = bind(listen, site, limits.workers, "")
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="spyglass-http", daemon=True)
         self.metrics_httpd: _BoundedServer | None = None
         if metrics_listen:
-            m_host, _, m_port = metrics_listen.rpartition(":")
+            only = Site({key: routes[key] for key in METRICS_ONLY}, limits, b"only /metrics and /health on this port\n")
             try:
-                self.metrics_httpd = _BoundedServer((m_host.strip("[]"), int(m_port)), MetricsOnly,
-                                                    max(4, limits.workers // 4),
-                                                    socket.AF_INET6 if ":" in m_host else socket.AF_INET)
-            except OSError as exc:
+                self.metrics_httpd = bind(metrics_listen, only, max(4, limits.workers // 4), " (metrics_listen)")
+            except ListenError:
                 self.httpd.server_close()
-                raise ListenError(f"cannot listen on {metrics_listen} (metrics_listen): {exc.strerror or exc}") from None
+                raise
 
     @property
     def url(self) -> str:

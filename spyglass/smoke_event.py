@@ -141,15 +141,15 @@ def write_store(config: Config, event: Event) -> str:
     if not config.exporters.store.enabled:
         raise NotRecorded("no agent answers and exporters.store.enabled = false: there is no store to write")
     import duckdb
-    import pyarrow as pa
 
-    from exporters.store import DuckDBStore, events_table
+    from exporters.event_schema import split
+    from exporters.store import DuckDBStore
 
     path = config.store_path()
     server = config.exporters.prometheus
     nobody = f"no agent answers at {server.client_url()}" if server.enabled else "the config serves no agent API"
     try:
-        store = DuckDBStore(path)
+        store = DuckDBStore(path, config.source_kinds())
     except duckdb.IOException as exc:
         if "lock" in str(exc).lower():
             raise NotRecorded(f"{nobody}, and {path} is held by another process (an agent whose HTTP"
@@ -159,8 +159,8 @@ def write_store(config: Config, event: Event) -> str:
         con = store.con
         con.begin()
         try:
-            table = events_table([event]).append_column("seq", pa.array([store.next_seq], pa.int64()))
-            con.from_arrow(table).insert_into("events")
+            for name, table in split([event], store.next_seq, store.sources).items():
+                con.from_arrow(table).insert_into(name)
             con.commit()
         except BaseException:
             con.rollback()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import duckdb
 
+from exporters import event_schema
 from exporters.store import SCHEMA
 
 BATCH_ROWS = 20_000
@@ -36,7 +37,7 @@ def copy_exclusive(source: Path, target: Path) -> None:
 class Copy:
     path: Path
     as_of: float  # epoch seconds at which it was taken
-    next_rowid: int = 0  # events with a rowid from here on are not in it yet
+    next_seq: int = 0  # events with a seq from here on are not in it yet
     users: int = 0
     retired: bool = False
 
@@ -113,8 +114,9 @@ class Snapshots:
     def take(self) -> Copy:
         """Copy the store as of now into a new file, through a read-only transaction.
 
-        Events are only ever appended, so a copy starts from the previous one (a file copy) and
-        adds the events past its last rowid; checkpoints and state are copied whole."""
+        Events are only ever appended, in seq order, so a copy starts from the previous one (a file
+        copy) and adds the events past its last seq, table by table; checkpoints and state are copied
+        whole."""
         path = self.folder / f"copy-{next(self._serial)}.duckdb"
         # Written in a folder of its own, made new (0700): a symlink planted at a predictable name
         # is never followed, so no other file is overwritten. Renamed into place when whole.
@@ -129,21 +131,24 @@ class Snapshots:
         start = 0
         if previous is not None and previous.path.exists():
             copy_exclusive(previous.path, partial)
-            start = previous.next_rowid
+            start = previous.next_seq
         cursor = self.connection().cursor()
         try:
             cursor.execute("BEGIN TRANSACTION READ ONLY")
             as_of = self.clock()
-            end = cursor.execute("SELECT coalesce(max(rowid) + 1, 0) FROM events").fetchall()[0][0]
+            end = cursor.execute("SELECT coalesce(max(seq) + 1, 0) FROM events").fetchall()[0][0]
             if end < start:  # events were removed: start over
                 partial.unlink(missing_ok=True)
                 start = 0
             out = duckdb.connect(str(partial))
             try:
                 out.execute(SCHEMA)
-                out.execute("DELETE FROM checkpoints; DELETE FROM agent_state")
-                for table, where in (("events", f"WHERE rowid >= {start} AND rowid < {end}"),
-                                     ("checkpoints", ""), ("agent_state", "")):
+                for statement in event_schema.create_statements():
+                    out.execute(statement)
+                out.execute("DELETE FROM checkpoints; DELETE FROM agent_state; DELETE FROM store_schema")
+                events = [(event_schema.quoted(name), f"WHERE seq >= {start} AND seq < {end}")
+                          for name in event_schema.table_names()]
+                for table, where in (*events, ("checkpoints", ""), ("agent_state", ""), ("store_schema", "")):
                     out.register("batch", cursor.sql(f"SELECT * FROM {table} {where}").to_arrow_reader(BATCH_ROWS))
                     out.execute(f"INSERT INTO {table} SELECT * FROM batch")
                     out.unregister("batch")

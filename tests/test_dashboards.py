@@ -9,7 +9,7 @@ import pytest
 
 from dashboards.lint import Expr, expr_problems, expressions, problems, series, substitute
 from dashboards.model import DASHBOARDS, GENERATED, UNSHOWN, build_all, deployment, generated
-from exporters import full_catalogue
+from signals import full_catalogue
 from spyglass.heuristics import recording_rules
 
 D = deployment()

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
-import exporters
+import signals
 from engine.emulator.ports import free_port
-from exporters.state import MetricState
-from spyglass.demo import SIGNALS, Above, Board, Held, Increase, Signal
+from signals.state import MetricState
+from spyglass.config import AlertsConfig
+from spyglass.demo import SIGNALS, Above, Board, Faster, Held, Increase, Signal, incident_signals
+from spyglass.heuristics import Deployment, by_id
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
@@ -60,8 +62,20 @@ def test_the_rules_mark_only_what_is_abnormal():
     assert not loading.abnormal(series((0, 1), (30, 0), (61, 1)))
 
 
+def test_the_demos_thresholds_are_the_heuristics_catalogues():
+    """Evictions are abnormal over H3's floor a minute, exits over H13's crash loop, with the deployment's own [alerts]."""
+    deployment = Deployment(settings=AlertsConfig(crash_loop_spawns=5, crash_loop_window_minutes=30))
+    rules = {s.short: s.rule for s in incident_signals(by_id(deployment))}
+    assert rules["evictions-b"] == Faster(by_id(deployment)["H3"].threshold("evictions_per_minute"))
+    assert rules["unexpected-exits"] == Increase(5, 1800)
+    floor = Faster(1)  # H3's default: over one eviction a minute
+    assert not floor.abnormal(series((0, 0), (30, 1), (60, 1))) and floor.abnormal(series((0, 0), (30, 1), (60, 2)))
+    assert not floor.abnormal(series((0, 0), (60, 2), (120, 3)))  # two in the first minute, one in the last
+    assert {s.short: s.rule for s in SIGNALS}["evictions-b"] == Faster(by_id()["H3"].threshold("evictions_per_minute"))
+
+
 def test_the_board_samples_the_state_with_the_given_clock():
-    state = MetricState(exporters.full_catalogue())
+    state = MetricState(signals.full_catalogue())
     board = Board([Signal("evictions", "ev", "spyglass_engine_evictions_total", {"instance": "strata-b"},
                           Increase(2, 60)), Signal("requests", "req", "spyglass_gateway_requests_total")])
     board.sample(state, now=1000.0)

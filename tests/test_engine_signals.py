@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from collectors.event import Event
-from exporters import SignalsSettings, full_catalogue
-from exporters.engine_signals import EngineSignals
-from exporters.state import MetricState
+from signals import SignalsSettings, full_catalogue
+from signals.engine import EngineSignals
+from signals.state import MetricState
 
 
 def apply(*events: Event) -> MetricState:

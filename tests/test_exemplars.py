@@ -26,12 +26,12 @@ from conftest import wait_until
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from test_commit import LINES, open_pipeline
 
-import exporters
+import signals
 from collectors.clock import ManualClock
 from engine.emulator.ports import free_port, free_port_base
 from engine.instrument import trace_id_for
 from exporters.prometheus import CONTENT_TYPE_OPENMETRICS, render, wants_openmetrics
-from exporters.state import MetricState
+from signals.state import MetricState
 from spyglass.query import AgentApi, run_readonly
 from spyglass.server import AgentServer
 
@@ -59,7 +59,7 @@ def exemplars_of(text: str) -> dict[str, list[tuple[dict[str, str], str, float]]
 
 
 def test_the_state_keeps_the_latest_exemplar_per_bucket_and_not_in_the_checkpoint():
-    state = MetricState(exporters.full_catalogue())
+    state = MetricState(signals.full_catalogue())
     key = ("strata-a", "normal")
     state.observe(TTFT, key, 0.3, ("20261019-124900-aaaaaa", 100.0))
     state.observe(TTFT, key, 0.4, ("20261019-124901-bbbbbb", 101.0))  # the same bucket (0.25, 0.5]
@@ -116,7 +116,7 @@ def _scrape(state: MetricState, accept: str | None) -> httpx.Response:
 
 
 def test_plain_accept_gets_the_classic_text_unchanged_and_prometheus_gets_openmetrics():
-    state = MetricState(exporters.full_catalogue())
+    state = MetricState(signals.full_catalogue())
     state.observe("spyglass_gateway_ttft_seconds", ("fast",), 1.4, ("20261020-075950-aa0001", 1792454405.0))
     state.inc("spyglass_gateway_requests_total", ("fast", "200"))
     for accept in (None, "*/*", "text/plain", "text/plain;version=0.0.4", "application/json"):

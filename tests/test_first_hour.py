@@ -278,7 +278,7 @@ def test_numbers_print_with_thousands_separators_and_no_exponent():
 
 def test_a_trace_says_when_a_logged_ttft_is_longer_than_its_span():
     """The demo's `trace` showed ttft_ms=1498 on a 0.098 s span with nothing saying why."""
-    from engine.spans import PhaseSpan
+    from signals.spans import PhaseSpan
     from spyglass.trace import clock_notes
 
     engine = PhaseSpan("engine strata-a", 100.0, 100.098, {"spyglass.ttft_ms": 1498})
@@ -297,12 +297,12 @@ def test_the_demos_live_table_has_the_trace_hint_and_nothing_prints_over_it(monk
 
     from rich.console import Console
 
-    import exporters
+    import signals
     import spyglass.demo as demo
-    from exporters.state import MetricState
+    from signals.state import MetricState
 
     monkeypatch.setattr(demo, "finished_request", lambda agent, settled_seconds=6.0: "20261202-235234-e1eb42")
-    agent = SimpleNamespace(pipeline=SimpleNamespace(state=MetricState(exporters.full_catalogue())),
+    agent = SimpleNamespace(pipeline=SimpleNamespace(state=MetricState(signals.full_catalogue())),
                             stop=threading.Event())
     runner = threading.Thread(target=agent.stop.wait)  # the agent: alive until stopped
     runner.start()

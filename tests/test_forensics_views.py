@@ -12,8 +12,8 @@ from fixtures.incidents.replay import write_all
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from collectors.clock import SystemClock
-from collectors.event import Event
 from engine.instrument import span_id_for, trace_id_for
+from exporters import event_schema
 from exporters.store import DuckDBStore
 from spyglass.alert_webhook import decode_notification
 from spyglass.config import load_config
@@ -51,9 +51,23 @@ SMOKE = {"instance": "strata-b", "url": "http://127.0.0.1:8082", "passed": False
                      {"name": "s1", "status": 503, "ttft_ms": 8.0, "problem": "HTTP 503"}]}
 
 
+HOST_SOURCE = """[sources.host]
+kind = "host"
+proc_root = "{host}/proc"
+cgroup_root = "{host}/cgroup"
+[sources.host.processes.strata-a]
+cmdline = "--port 8081"
+[sources.host.processes.strata-b]
+cmdline = "--port 8082"
+"""
+
+
 @pytest.fixture(scope="module")
 def replay(tmp_path_factory):
-    config = load_config(write_all(tmp_path_factory.mktemp("views")))
+    path = write_all(tmp_path_factory.mktemp("views"))
+    host = Path(__file__).resolve().parent / "fixtures" / "host" / "v2"  # and the host source, for host_samples
+    path.write_text(path.read_text() + HOST_SOURCE.format(host=host))
+    config = load_config(path)
     store = DuckDBStore(config.store_path())
     pipeline = Pipeline(config, SystemClock(), store)  # segments settle against real file times
     try:
@@ -61,7 +75,7 @@ def replay(tmp_path_factory):
         at = datetime(2026, 10, 19, 4, 49, tzinfo=UTC).timestamp()
         # what /v1/traces and a future Alertmanager webhook hand the pipeline, stored at its next step
         pipeline.submit(decode_spans(pushed_span("20261019-124900-7aa82c", at), "replay", now=at))
-        pipeline.submit([Event(at - 40000, "alertmanager", "alert", "strata-b", ALERT, None, "replay")])
+        pipeline.submit(decode_notification(json.dumps({"version": "4", "alerts": [ALERT]}).encode(), "replay", now=at))
         webhook = {"version": "4", "alerts": [{**ALERT, "status": "resolved", "labels": {**ALERT["labels"],
                    "alertname": "SpyglassCrashLoop"}, "startsAt": "2026-10-19T04:40:00Z", "endsAt": "2026-10-19T04:45:30Z"}]}
         pipeline.submit(decode_notification(json.dumps(webhook).encode(), "replay", now=at))  # POST /api/alerts
@@ -93,7 +107,7 @@ def test_spans_alerts_and_snapshots_are_typed(replay):
             return con.execute(Query(sql, Window().params()).text(replay)).fetchone()
     assert one("SELECT request_id, service, span_kind, duration_ms, ts_beijing FROM spans") == (
         "20261019-124900-7aa82c", "rag-proxy", "SERVER", 15520.0, datetime(2026, 10, 19, 12, 49))
-    assert one("SELECT alertname, severity, instance, starts_beijing, ends_utc FROM alerts") == (
+    assert one("SELECT alertname, severity, instance, starts_beijing, ends_utc FROM alerts ORDER BY ts_utc") == (
         "SpyglassEvictionStorm", "critical", "strata-b", datetime(2026, 10, 7, 15, 40), None)
     assert one("SELECT starts_utc, ends_utc, ends_beijing FROM alerts WHERE alertname = 'SpyglassCrashLoop'") == (
         datetime(2026, 10, 19, 4, 40, tzinfo=UTC), datetime(2026, 10, 19, 4, 45, 30, tzinfo=UTC),
@@ -164,5 +178,7 @@ def test_the_store_file_is_untouched_by_the_views(replay):
     with session(replay) as con:
         con.execute(Query("SELECT count(*) FROM requests", Window().params()).text(replay)).fetchall()
         tables = {row[0] for row in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
-    assert tables == {"events", "checkpoints", "agent_state"}
+        views = {row[0] for row in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    assert tables == {"checkpoints", "agent_state", "store_schema", *event_schema.table_names()}
+    assert views == {"events", *map(event_schema.source_view, event_schema.source_kinds())}
     assert Path(replay.store_path()).stat().st_mtime_ns == before

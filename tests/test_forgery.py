@@ -12,10 +12,10 @@ from pathlib import Path
 from collectors.clock import ManualClock
 from collectors.engine_log import EngineLogOptions, EngineLogParser
 from collectors.grammar import Miss
-from exporters import SignalsSettings, full_catalogue
 from exporters.prometheus import render
-from exporters.state import MetricState
 from exporters.store import DuckDBStore
+from signals import SignalsSettings, full_catalogue
+from signals.state import MetricState
 from spyglass.config import parse_config
 from spyglass.pipeline import Pipeline
 
@@ -147,7 +147,7 @@ AFTER_BANNER = lines(
 def applied_one_by_one(log: bytes) -> list[dict]:
     """The metric state after each event of `log`, applied as the agent applies them."""
     from collectors.engine_log import EngineLogSource
-    from exporters.engine_signals import EngineSignals
+    from signals.engine import EngineSignals
     from spyglass.config import engine_log_config
     from spyglass.pipeline import metric_state
 
@@ -191,15 +191,6 @@ def test_a_start_the_start_sequence_follows_resets_the_counters(tmp_path):
     assert (KEY + ("start",)) not in values.get("spyglass_engine_implausible_values_total", {})
 
 
-def test_a_forged_banner_resets_nothing_on_the_columnar_path_either(tmp_path):
-    """A batch of 256 or more events goes column-wise (apply_many): the banner is resolved the same."""
-    work = b"".join(AFTER_BANNER.splitlines(keepends=True)[:1] * 300)
-    values = run(tmp_path, ENGINE + BEFORE_BANNER + lines(BANNER) + work)
-    assert values["spyglass_engine_implausible_values_total"][KEY + ("start",)] == 1
-    assert values["spyglass_engine_starts_total"][KEY] == 2 and values["spyglass_engine_ready"][KEY] == 1.0
-    assert values["spyglass_engine_evictions_total"][KEY] == 1
-
-
 def test_consistent_lower_values_never_lower_the_exported_counter(tmp_path):
     """Forged lines agreeing on a lower value resynchronised the counter downwards (a reset Prometheus
     reads as a whole new count); now only a confirmed start lowers it."""
@@ -211,3 +202,62 @@ def test_consistent_lower_values_never_lower_the_exported_counter(tmp_path):
                  for v in applied_one_by_one(ENGINE + BEFORE_BANNER + lower + higher)]
     tail = evictions[-8:]
     assert tail == [1] * 6 + [1, 40] and tail == sorted(tail)
+
+
+def scrape_counters(text: bytes) -> dict[tuple, float]:
+    """Every counter sample of a /metrics body, and engine_ready, by (name, labels)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text.decode())
+            for s in f.samples if f.type == "counter" or f.name == "spyglass_engine_ready"}
+
+
+def test_a_forged_banner_between_real_lines_moves_no_counter_of_metrics_down(tmp_path):
+    """Issue 21 item 11, as the attacker did it: the agent tails a real log; between its lines come a
+    forged `starting pid=` banner (a prompt echoed at column 0) and then a real error of ordinary work
+    (an HTTP-side error, which no load phase writes). /metrics is scraped after every line: no
+    counter goes down, engine_ready stays 1, and the request open across the banner is still
+    counted when it finishes (the banner did not drop the task joins)."""
+    log = tmp_path / "engine.log"
+    log.write_bytes(ENGINE + BEFORE_BANNER)
+    text = (f'[agent]\nstate_dir = "{tmp_path / "state"}"\nhost = "h"\n[exporters.prometheus]\nenabled = false\n'
+            f'[exporters.store]\nenabled = false\n'
+            f'[sources.engine-b]\nkind = "engine_log"\npath = "{log}"\ninstance = "strata-b"\nlane = "normal"\n')
+    config = parse_config(tomllib.loads(text), "test")
+    from exporters.statefile import StateFile
+
+    pipeline = Pipeline(config, ManualClock(start=1_793_000_000.0), StateFile(tmp_path / "state" / "state.json"))
+    attack = [
+        "2026-10-19 05:20:04.000 I [http] task 77 req=r-77 conv=c77 queued prefill_depth=0",
+        BANNER,
+        "2026-10-19 05:20:05.500 E [http] client closed the connection before the response",
+        *AFTER_BANNER.decode().splitlines(),
+        "2026-10-19 05:20:11.000 I [slot 1] task 77 done finish=stop prompt=900 completion=12 ttft_ms=80"
+        " decode_tps=40.0",
+    ]
+    scrapes = []
+    try:
+        pipeline.run_until_idle()
+        scrapes.append(scrape_counters(render(pipeline.exposed)))
+        for line in attack:
+            with open(log, "ab") as out:
+                out.write(line.encode() + b"\n")
+            pipeline.run_until_idle()
+            scrapes.append(scrape_counters(render(pipeline.exposed)))
+    finally:
+        pipeline.close()
+    ready = ("spyglass_engine_ready", (("instance", "strata-b"), ("lane", "normal")))
+    assert {scrape[ready] for scrape in scrapes} == {1.0}
+    for before, after in zip(scrapes, scrapes[1:]):
+        fell = {k: (before[k], after.get(k)) for k in before if k[0] != ready[0] and after.get(k, 0.0) < before[k]}
+        assert not fell
+    last = scrapes[-1]
+
+    def key(**labels: str) -> tuple:
+        return tuple(sorted({"instance": "strata-b", "lane": "normal", **labels}.items()))
+
+    assert last["spyglass_engine_evictions_total", key()] == 2.0
+    assert last["spyglass_engine_implausible_values_total", key(field="start")] == 1.0
+    finished = ("spyglass_engine_requests_finished_total", key(finish="stop"))
+    assert last[finished] == scrapes[0].get(finished, 0.0) + 1
+    assert not any(name == "spyglass_engine_orphan_lines_total" and value for (name, _), value in last.items())

@@ -9,9 +9,9 @@ import pytest
 from conftest import FIXTURES
 
 from collectors.host import HostOptions, HostSource, cpu_set, parse_cgroup, parse_stat
-from exporters import full_catalogue
-from exporters.host_signals import HostSignals
-from exporters.state import MetricState
+from signals import full_catalogue
+from signals.host import HostSignals
+from signals.state import MetricState
 
 
 def source(tree: str, processes: dict) -> HostSource:

@@ -7,12 +7,12 @@ import tomllib
 
 from collectors.clock import ManualClock
 from collectors.event import Event
-from exporters import full_catalogue
 from exporters.prometheus import render
-from exporters.serve_signals import ServeSignals
-from exporters.state import MetricState
 from exporters.statefile import StateFile
 from exporters.store import DuckDBStore
+from signals import full_catalogue
+from signals.serve import ServeSignals
+from signals.state import MetricState
 from spyglass.config import parse_config
 from spyglass.pipeline import Pipeline
 from spyglass.snapshot import Snapshots

@@ -9,9 +9,9 @@ import threading
 from pathlib import Path
 
 from collectors.infer_store import InferStoreOptions, InferStoreSource
-from exporters import full_catalogue
-from exporters.infer_signals import InferSignals
-from exporters.state import MetricState
+from signals import full_catalogue
+from signals.infer import InferSignals
+from signals.state import MetricState
 
 COLUMNS = ("id TEXT PRIMARY KEY, ts TEXT, session TEXT, lane TEXT, upstream TEXT, mode TEXT, client_msgs INT,"
            " sent_msgs INT, chars INT, est_tokens INT, prompt_tokens INT, completion_tokens INT, max_tokens INT,"

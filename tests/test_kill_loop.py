@@ -18,11 +18,11 @@ import httpx
 import pytest
 from conftest import kill_at_random_until_done, wait_until
 
-import exporters
+import signals
 from engine.emulator.logsynth import EngineModel
 from engine.emulator.ports import free_port
 from exporters.prometheus import render
-from exporters.state import MetricState
+from signals.state import MetricState
 from spyglass.config import engine_log_toml
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
@@ -30,8 +30,8 @@ pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 EVENT_COLUMNS = "ts, source, kind, instance, host, request_id, fields::VARCHAR"
 
 
-def write_log(path: Path, turns: int) -> None:
-    model = EngineModel(seed=3)
+def write_log(path: Path, turns: int, seed: int = 3) -> None:
+    model = EngineModel(seed=seed)
     ts = 1_792_380_000.0
     lines = model.start_lines(ts)
     for i in range(turns):
@@ -62,7 +62,7 @@ def stored(db: Path) -> tuple[list[tuple], str]:
 
 
 def as_exposition(metrics_json: str) -> str:
-    state = MetricState(exporters.full_catalogue())
+    state = MetricState(signals.full_catalogue())
     state.load_json(json.loads(metrics_json))
     return render(state).decode()
 

@@ -1,8 +1,10 @@
-"""Arrows run down: collectors know only the event; exporters know collectors' events; the
-application (spyglass/) and the observed stack (engine/) sit above them."""
+"""Arrows run down: collectors know only the event; signals derive metrics and spans from
+collectors' events; exporters ship the events and the signals' state; the application (spyglass/)
+and the observed stack (engine/) sit above them, and engine/ needs no exporter."""
 from __future__ import annotations
 
 import ast
+import graphlib
 import subprocess
 import sys
 from pathlib import Path
@@ -11,9 +13,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = {
-    "collectors": {"exporters", "spyglass", "engine"},
+    "collectors": {"signals", "exporters", "spyglass", "engine"},
+    "signals": {"exporters", "spyglass", "engine"},
     "exporters": {"spyglass", "engine"},
-    "engine": {"spyglass"},
+    "engine": {"spyglass", "exporters"},
 }
 
 
@@ -39,6 +42,52 @@ def test_the_rule_sees_a_violation(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("from spyglass.config import Config\nimport engine.instrument\n")
     assert imported_packages(bad) >= {"spyglass", "engine"}
+
+
+def module_graph(root: Path, packages: list[str]) -> dict[str, set[str]]:
+    """Module -> the modules of `packages` it imports anywhere (also inside a function, where the cycle
+    hides until the call), each import resolved to the deepest module that exists; a module's own
+    packages are left out (a package's __init__ runs before its modules either way)."""
+    files = {".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): path
+             for package in packages for path in sorted((root / package).rglob("*.py"))}
+
+    def resolve(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        names: list[str] = []
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names += [f"{node.module}.{alias.name}" for alias in node.names]
+        found = {resolve(name) for name in names} - {None, module}
+        graph[module] = {name for name in found if name and not module.startswith(name + ".")}
+    return graph
+
+
+def import_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of the graph, or [] if it has none."""
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        return list(exc.args[1])
+    return []
+
+
+def test_no_module_imports_itself_round_a_cycle():
+    assert import_cycle(module_graph(ROOT, [*FORBIDDEN, "spyglass", "dashboards"])) == []
+
+
+def test_the_cycle_rule_sees_a_cycle_through_a_function_level_import(tmp_path):
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    (tmp_path / "app" / "a.py").write_text("from app.b import f\n")
+    (tmp_path / "app" / "b.py").write_text("def f():\n    from app.a import g\n")
+    assert set(import_cycle(module_graph(tmp_path, ["app"]))) == {"app.a", "app.b"}
 
 
 def test_loading_the_sources_imports_no_pyarrow_and_skips_no_registration(spawns):

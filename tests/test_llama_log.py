@@ -13,7 +13,7 @@ import collectors
 from collectors.engine_log import EngineLogOptions
 from collectors.llama_log import LlamaLineParser, LlamaLogSource, Writer, parse_args, request_id
 from collectors.trace_ids import trace_id_for
-from exporters.state import MetricState
+from signals.state import MetricState
 from spyglass.config import parse_config
 from spyglass.pipeline import build_signals, metric_state
 

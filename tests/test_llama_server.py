@@ -7,7 +7,7 @@ import pytest
 
 from collectors.event import Event
 from collectors.llama_server import parse_metrics, summarise_slots
-from exporters.state import MetricState
+from signals.state import MetricState
 from spyglass.config import parse_config
 from spyglass.pipeline import build_signals, metric_state
 

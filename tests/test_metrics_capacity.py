@@ -54,3 +54,27 @@ def _status(url: str) -> int | None:
         return httpx.get(url, timeout=10).status_code
     except httpx.TransportError:
         return None
+
+
+def test_the_metrics_port_takes_a_host_naming_its_own_port() -> None:
+    """A Host header must name the port it reached: with a token and /metrics not open, a scrape of the
+    metrics port naming that port is served (it was refused with 421 while the metrics port checked
+    Host against the main port's number), and a Host naming the other port is refused on each."""
+    import signals
+    from signals.state import MetricState
+    from spyglass.server import AgentServer, ServerLimits
+
+    limits = ServerLimits(token="t0ken", open_paths=("/health",))
+    server = AgentServer("127.0.0.1:0", MetricState(signals.full_catalogue()), dict, limits=limits,
+                         metrics_listen="127.0.0.1:0").start()
+    try:
+        main, scrape = server.url, server.metrics_url
+        assert scrape is not None
+        token = {"Authorization": "Bearer t0ken"}
+        assert httpx.get(scrape + "/metrics", headers=token).status_code == 200
+        assert httpx.get(main + "/metrics", headers=token).status_code == 200
+        assert httpx.get(scrape + "/metrics", headers={**token, "Host": main.removeprefix("http://")}).status_code == 421
+        assert httpx.get(main + "/metrics", headers={**token, "Host": scrape.removeprefix("http://")}).status_code == 421
+        assert httpx.get(scrape + "/metrics").status_code == 401
+    finally:
+        server.stop()

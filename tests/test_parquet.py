@@ -289,8 +289,8 @@ def test_one_row_no_partition_can_name_is_set_aside_and_counted_and_the_rest_pub
     state = metric_state(parse_config(engine_log_config(tmp_path / "a.log", tmp_path), "test"))
     clock, folder = ManualClock(T0 + 30 * 60), tmp_path / "pq"
     store.commit(synthetic(0, 3, T0, 60.0), {}, {})
-    store.con.execute("INSERT INTO events VALUES (to_timestamp(1e12), 'smoke', 'smoke_passed', 'strata-a', 'h1',"
-                      " NULL, '{}', 3)")  # what DuckDB took before the edges refused it
+    store.con.execute("INSERT INTO ev_other VALUES (3, to_timestamp(1e12), 'smoke', 'smoke_passed', 'strata-a', 'h1',"
+                      " NULL, '{}')")  # what DuckDB took before the edges refused it
     store.next_seq = 4
     store.commit(synthetic(4, 2, T0 + 300, 60.0), {}, {})
     publisher = ParquetPublisher(store, clock, folder, host="h1", interval=60, state=state)

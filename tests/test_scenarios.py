@@ -11,8 +11,8 @@ from collectors.clock import SystemClock
 from engine.emulator.ports import free_port_base
 from engine.emulator.scenarios import HUNG_REQUESTS, SCENARIOS, run_scenario
 from engine.emulator.stack import Stack
-from exporters.state import MetricState
 from exporters.statefile import StateFile
+from signals.state import MetricState
 from spyglass.config import parse_config
 from spyglass.pipeline import Pipeline
 

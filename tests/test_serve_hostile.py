@@ -21,11 +21,11 @@ from conftest import wait_until
 
 from collectors.clock import ManualClock
 from collectors.serve_status import ServeStatusOptions, ServeStatusSource
-from exporters import full_catalogue
 from exporters.prometheus import render
-from exporters.serve_signals import ServeSignals
-from exporters.state import MetricState
 from exporters.store import DuckDBStore
+from signals import full_catalogue
+from signals.serve import ServeSignals
+from signals.state import MetricState
 from spyglass.config import parse_config
 from spyglass.pipeline import Pipeline
 

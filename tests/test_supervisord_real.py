@@ -15,9 +15,9 @@ from conftest import wait_until
 from collectors.host import HostOptions, HostSource
 from collectors.supervisord_log import SupervisordLogOptions, SupervisordLogSource
 from collectors.supervisord_rpc import SupervisordRpcOptions, SupervisordRpcSource
-from exporters import full_catalogue
-from exporters.state import MetricState
-from exporters.supervisord_signals import SupervisordSignals
+from signals import full_catalogue
+from signals.state import MetricState
+from signals.supervisord import SupervisordSignals
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 

@@ -26,7 +26,7 @@ from engine.emulator.ports import free_port, free_port_base
 from engine.emulator.serve import EngineSettings
 from engine.emulator.serve import create_app as serve_app
 from engine.instrument import instrument, otlp_tracing, span_id_for, trace_id_for, tracer_provider
-from engine.span_export import EngineSpanExporter
+from exporters.otel_spans import EngineSpanExporter
 
 MARKER = "SECRET-MARKER-93d1"
 

@@ -32,7 +32,7 @@ from engine.emulator.ports import free_port
 from engine.emulator.serve import EngineSettings
 from engine.emulator.serve import create_app as serve_app
 from engine.instrument import instrument, otlp_tracing, span_id_for, trace_id_for
-from engine.span_export import EngineSpanExporter
+from exporters.otel_spans import EngineSpanExporter
 
 IN_A_ROW, CONCURRENT, CLIENTS = 150, 150, 20
 FILLER = "the expert pool reads the arena and the cache parks the snapshot "

@@ -26,9 +26,9 @@ q AS (SELECT s.side, c.prefill_queue FROM cache_events c JOIN side s ON c.ts_utc
       WHERE c.instance = $instance AND c.event = 'stats'),
 g AS (SELECT s.side, count(t.seq) AS n FROM side s LEFT JOIN timeline t ON t.ts_utc >= s.lo AND t.ts_utc < s.hi
       AND t.instance = $instance AND t.source_kind = 'engine_log' AND t.kind = 'graph_rebuild' GROUP BY s.side),
-m AS (SELECT s.side, TRY_CAST(t.fields->>'rss_bytes' AS BIGINT) AS rss FROM timeline t
+m AS (SELECT s.side, t.rss_bytes AS rss FROM host_samples t
       JOIN side s ON t.ts_utc >= s.lo AND t.ts_utc < s.hi
-      WHERE t.instance = $instance AND t.source_kind = 'host' AND t.kind = 'process')
+      WHERE t.instance = $instance AND t.event = 'process')
 SELECT side, 'requests' AS metric, count(*)::DOUBLE AS value FROM r GROUP BY side
 UNION ALL SELECT side, 'ttft_p50_ms', quantile_cont(ttft_ms, 0.5) FROM r GROUP BY side
 UNION ALL SELECT side, 'ttft_p99_ms', quantile_cont(ttft_ms, 0.99) FROM r GROUP BY side

@@ -25,8 +25,7 @@ WITH d AS (
     lag(ts_utc) OVER (PARTITION BY source ORDER BY ts_utc) AS prev_utc
   FROM deploys WHERE component = 'engine' AND ts_utc IS NOT NULL
 ),
-a AS (SELECT source AS a_source, ts AS a_ts, fields->>'argv' AS argv FROM ev
-      WHERE source_kind = 'engine_log' AND kind = 'args'),
+a AS (SELECT source AS a_source, ts AS a_ts, argv FROM ev_engine_log WHERE kind = 'args'),
 s AS (SELECT instance AS s_instance, ts_utc AS s_ts, serve_version FROM status_snapshots__all
       WHERE serve_version IS NOT NULL),
 g AS (SELECT ts_utc AS g_ts, version AS gateway_version FROM deploys__all WHERE component = 'gateway'),

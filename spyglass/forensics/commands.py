@@ -6,12 +6,16 @@ stderr), 2 for a usage error (a bad time, --from after --to, an unknown report).
 """
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from spyglass.config import Config, ConfigError, load_config
+
+if TYPE_CHECKING:
+    from spyglass.forensics.changes import Deploy
 
 # The query and tracing modules load DuckDB and OpenTelemetry: each command imports them when it
 # runs, so that registering the commands costs every other `spyglass` command nothing.
@@ -47,7 +51,7 @@ def load(path: Path) -> Config:
 
 def the_window(start: str | None, end: str | None, tz: str, since: str | None = None):
     """The window the options give (an open end: everything stored that way); exit 2 on a bad time."""
-    from datetime import UTC, datetime
+    from datetime import UTC
 
     from spyglass.forensics.times import window
 
@@ -70,6 +74,17 @@ def fetch(config: Config, q, parquet: str | None = None) -> tuple[list[str], lis
         return query(config, q, parquet)
     except QueryError as exc:
         raise fail(str(exc), 1) from None
+
+
+def load_deploys(cfg: Config, instance: str | None, until: datetime | None = None, parquet: str | None = None) -> list[Deploy]:
+    """The deploy records (engine starts, with what each said) up to `until`, of one instance or all;
+    exit 1 on a query error. `timeline` merges them as changes; `changes` lists them."""
+    from spyglass.forensics import changes as ch
+    from spyglass.forensics.run import Window
+
+    serve = frozenset(o.instance for o in cfg.sources.values() if getattr(o, "kind", "") == "serve_status" and o.instance)
+    columns, rows = fetch(cfg, ch.deploys_query(Window(None, until), instance), parquet)
+    return ch.deploys(ch.as_rows(columns, rows), cfg.alerts.probe_budget_seconds, serve)
 
 
 def nothing(config: Config, w, what: str, parquet: str | None = None) -> typer.Exit:
@@ -118,10 +133,8 @@ def timeline(config: ConfigOption, start: From = None, end: To = None, since: Si
     columns, rows = fetch(cfg, timeline_query(w, f, limit), parquet)
     changes: list = []
     if wants_changes(f) and fetch(cfg, starts_query(w), parquet)[1][0][0]:
-        from spyglass.forensics.upgrades import load_deploys
-
-        records = load_deploys(cfg, None, w.end, parquet)
-        changes = [r for r in change_rows(records, w, f.sources, f.instances, f.kinds) if f.keeps(r[2], r[3], r[4], r[6])]
+        deploys = load_deploys(cfg, None, w.end, parquet)
+        changes = [r for r in change_rows(deploys, w, f.sources, f.instances, f.kinds) if f.keeps(r[2], r[3], r[4], r[6])]
         rows = merged(rows, changes)
     if not rows:
         filtered = source or instance or kind or exclude_kind or contains or request

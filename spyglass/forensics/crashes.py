@@ -31,8 +31,8 @@ ENGINE_SQL = """SELECT ts_utc, instance, kind, fields::VARCHAR AS fields FROM ti
 WHERE source_kind = 'engine_log' AND kind IN ('start', 'model', 'ready', 'checksum_mismatch', 'error', 'experts_loaded')
 ORDER BY ts_utc, seq"""
 MEMORY_SQL = """SELECT instance, time_bucket(INTERVAL 1 MINUTE, ts_utc) AS minute_utc,
-  max(TRY_CAST(fields->>'rss_bytes' AS BIGINT)) AS rss, max(TRY_CAST(fields->>'oom_kills' AS BIGINT)) AS oom_kills
-FROM timeline WHERE source_kind = 'host' AND kind = 'process' GROUP BY ALL ORDER BY instance, minute_utc"""
+  max(rss_bytes) AS rss, max(oom_kills) AS oom_kills
+FROM host_samples WHERE event = 'process' GROUP BY ALL ORDER BY instance, minute_utc"""
 STATE_SQL = """SELECT ts_utc, instance, state FROM status_snapshots WHERE state IS NOT NULL
 QUALIFY state IS DISTINCT FROM lag(state) OVER (PARTITION BY instance ORDER BY ts_utc) ORDER BY ts_utc"""
 LATENCY_SQL = """WITH r AS (

@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from spyglass.config import Config
-from spyglass.forensics.run import Query, Window, query, render
+from spyglass.forensics.run import Query, Window, query, render, settings_params
 from spyglass.forensics.times import utc_text
 from spyglass.heuristics import Deployment, Heuristic, catalogue
 
@@ -147,8 +147,7 @@ def findings_of(h: Heuristic, columns: list[str], rows: list[tuple], evidence: s
 
 def probe_query(h: Heuristic, config: Config, w: Window) -> Query:
     assert h.probe is not None  # only heuristics with a probe are run
-    return Query(h.probe.sql.strip(), {**w.params(), "long_prompt_tokens": config.signals.long_prompt_tokens,
-                                       "default_every": config.signals.default_prompt_cache_every})
+    return Query(h.probe.sql.strip(), {**w.params(), **settings_params(config)})
 
 
 def count_events(config: Config, w: Window, parquet: str | None = None) -> int:

@@ -2,8 +2,9 @@
 
 A report's leading `--` comment is its docstring: the first line its title, then which incident
 table it reproduces and the parameters it takes. Parameters every report may use: `$from`,
-`$to` (the window), `$request` (one request id, or NULL for all), `$long_prompt_tokens` and
-`$default_every` (signals.long_prompt_tokens and signals.default_prompt_cache_every).
+`$to` (the window), `$request` (one request id, or NULL for all), and those of run.settings_params:
+`$long_prompt_tokens`, `$default_every` (signals.long_prompt_tokens and
+signals.default_prompt_cache_every) and `$checkpoint_only` (the checkpoint-only rule as a condition).
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spyglass.config import Config
-from spyglass.forensics.run import Query, Window
+from spyglass.forensics.run import Query, Window, settings_params
 
 FOLDER = Path(__file__).parent / "reports"
 
@@ -29,9 +30,7 @@ class Report:
         return "$request" in self.sql
 
     def query(self, config: Config, window: Window, request: str | None = None) -> Query:
-        return Query(self.sql, {**window.params(), "request": request,
-                                "long_prompt_tokens": config.signals.long_prompt_tokens,
-                                "default_every": config.signals.default_prompt_cache_every})
+        return Query(self.sql, {**window.params(), "request": request, **settings_params(config)})
 
 
 def parse(name: str, text: str) -> Report:

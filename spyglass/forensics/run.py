@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from collectors.checkpoint_reuse import checkpoint_only_sql
 from spyglass.config import Config
 from spyglass.forensics.views import PAD, literal, with_views
 from spyglass.query import QueryError, agent_api, run_readonly
@@ -48,11 +49,29 @@ class Query:
     sql: str
     params: dict[str, Any] = field(default_factory=dict)
 
-    def text(self, config: Config) -> str:
-        return render(with_views(self.sql, config.sources), self.params)
+    def text(self, config: Config, json_events: bool = False) -> str:
+        return render(with_views(self.sql, config.sources, json_events), self.params)
+
+
+@dataclass(frozen=True)
+class SqlCondition:
+    """A parameter that is SQL rather than a value: a rule stated once in Python (such as
+    collectors.checkpoint_reuse), written in parentheses wherever a query names it."""
+    text: str
+
+
+def settings_params(config: Config) -> dict[str, Any]:
+    """The parameters every report and probe may use beside the window: `$long_prompt_tokens` and
+    `$default_every` (signals.long_prompt_tokens, signals.default_prompt_cache_every), and
+    `$checkpoint_only` (the rule, over prompt_tokens, reused_tokens and cache_every)."""
+    return {"long_prompt_tokens": config.signals.long_prompt_tokens,
+            "default_every": config.signals.default_prompt_cache_every,
+            "checkpoint_only": SqlCondition(checkpoint_only_sql())}
 
 
 def sql_value(value: Any) -> str:
+    if isinstance(value, SqlCondition):
+        return f"({value.text})"
     if isinstance(value, datetime):
         utc = value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
         return f"TIMESTAMPTZ '{utc:%Y-%m-%d %H:%M:%S.%f}+00'"
@@ -77,7 +96,7 @@ def query(config: Config, q: Query, parquet: str | None = None) -> Result:
         if answer.truncated:  # a forensic table must be whole or say it is not
             raise QueryError(f"the answer was cut ({answer.truncated}); narrow the window")
         return answer.columns, [tuple(row) for row in answer.rows]
-    return run_parquet(parquet, q.text(config), q.params.get("from"), q.params.get("to"))
+    return run_parquet(parquet, q.text(config, json_events=True), q.params.get("from"), q.params.get("to"))
 
 
 GLOB_CHARS = re.compile(r"[*?\[{]")
@@ -102,7 +121,7 @@ def over_parquet(sql: str, glob: str, start: Any = None, end: Any = None) -> str
     found = LEADING_COMMENTS.match(sql)
     if found is None:
         raise QueryError("a query over Parquet must start with the views' WITH")
-    events = ("events AS (SELECT ts, source, kind, instance, host, request_id, fields, seq\n"
+    events = ("events AS (SELECT ts, source, kind, instance, host, request_id, fields, seq, NULL::VARCHAR AS source_kind\n"
               f"  FROM read_parquet({literal(glob)}, hive_partitioning = true){hours(start, end)})")
     return f"{sql[:found.end()]}{events},\n{sql[found.end():]}"
 

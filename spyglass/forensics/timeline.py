@@ -21,7 +21,8 @@ from spyglass.forensics.run import Query, Window
 COLUMNS = "ts_utc, ts_beijing, source, instance, kind, request_id, fields::VARCHAR AS fields"
 # The cache lines of the request's conversation carry no request id; they belong on its timeline.
 CONVERSATION = """(source_kind = 'engine_log' AND kind IN ('restore', 'park', 'evict')
-      AND fields->>'conv' IN (SELECT fields->>'conv' FROM ev WHERE request_id = $request AND kind = 'queued')
+      AND seq IN (SELECT seq FROM ev_engine_log WHERE kind IN ('restore', 'park', 'evict') AND conv IN
+                  (SELECT conv FROM ev_engine_log WHERE request_id = $request AND kind = 'queued'))
       AND ts_utc BETWEEN (SELECT min(ts) FROM ev WHERE request_id = $request)
                      AND (SELECT max(ts) + INTERVAL 1 SECOND FROM ev WHERE request_id = $request))"""
 
@@ -64,7 +65,7 @@ def where(window: Window, f: Filters) -> tuple[str, dict[str, Any]]:
         conditions.append(f"strpos({SEARCHED}, $contains_{i}) > 0")
     if f.request:
         params.update(request=f.request, trace=format(trace_id_for(f.request), "032x"))
-        conditions.append(f"(request_id = $request OR (kind = 'span' AND fields->>'trace_id' = $trace)\n"
+        conditions.append(f"(request_id = $request OR seq IN (SELECT seq FROM ev_otlp WHERE trace_id = $trace)\n"
                           f"   OR {CONVERSATION})")
     return (f"\nWHERE {' AND '.join(conditions)}" if conditions else ""), params
 

@@ -5,12 +5,11 @@ there is nothing to show (said on stderr), 2 for a usage error.
 """
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 import typer
 
-from spyglass.forensics.commands import ConfigOption, Format, From, Since, To, Tz, check_format, fail, fetch, load, the_window
+from spyglass.forensics.commands import ConfigOption, Format, From, Since, To, Tz, check_format, fail, load, load_deploys, the_window
 
 Instance = Annotated[str | None, typer.Option("--instance", help="Engine instance, e.g. strata-b (default: all).")]
 StartsSince = Annotated[str | None, typer.Option("--since", help="Only starts from this time on (their predecessor"
@@ -31,15 +30,6 @@ def counted(n: int, noun: str) -> str:
     from spyglass.forensics.output import counted as plural
 
     return plural(n, noun)
-
-
-def load_deploys(cfg, instance: str | None, until: datetime | None = None, parquet: str | None = None):
-    from spyglass.forensics import changes as ch
-    from spyglass.forensics.run import Window
-
-    serve = frozenset(o.instance for o in cfg.sources.values() if getattr(o, "kind", "") == "serve_status" and o.instance)
-    columns, rows = fetch(cfg, ch.deploys_query(Window(None, until), instance), parquet)
-    return ch.deploys(ch.as_rows(columns, rows), cfg.alerts.probe_budget_seconds, serve)
 
 
 SinceTz = Annotated[str, typer.Option("--tz", help="Zone of a --since time that names none, e.g. Asia/Shanghai.")]

@@ -1,4 +1,4 @@
-"""The forensic schema: one typed view per kind of thing an analyst asks about, over `events`.
+"""The forensic schema: one typed view per kind of thing an analyst asks about, over the store's typed tables.
 
 Each view is one SQL definition in VIEWS, registered once; docs/forensics.md is generated from
 this table. Views are never written into the store: a query that names them gets them as CTEs
@@ -7,6 +7,12 @@ read-only query path alike. Every view reads the events of a window widened by P
 side (a request that began before the window still joins its lines) and returns the rows whose
 `ts_utc` falls in [$from, $to). Every timestamp comes as a `_utc` (TIMESTAMPTZ) and `_beijing`
 (naive Asia/Shanghai wall time) pair; nothing depends on the session's TimeZone.
+
+A view reads the typed columns of one source kind's events (`ev_<source kind>`: the window of the
+store's `events_<source kind>`, exporters/event_schema.py) and names each field through `Fields`,
+which refuses, when the view is defined (at import), a field no kind of that source kind declares
+(collectors/fields.py): a renamed regex group fails the build, it does not become a NULL column.
+Only the timeline reads `ev`, every event with its fields as JSON.
 """
 from __future__ import annotations
 
@@ -14,8 +20,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from collectors.clock import BEIJING_ZONE_NAME
+from collectors.fields import fields as declared_fields
+from collectors.received import RECEIVED
+from exporters.event_schema import column_name, json_typed_select, quoted, source_kinds, source_view
+
 PAD = "INTERVAL 1 HOUR"
-BEIJING = "Asia/Shanghai"
+BEIJING = BEIJING_ZONE_NAME
 TZ, BJ, INT, FLOAT, TEXT, BOOL, JSON = ("TIMESTAMP WITH TIME ZONE", "TIMESTAMP", "BIGINT", "DOUBLE", "VARCHAR",
                                         "BOOLEAN", "JSON")
 
@@ -46,18 +57,40 @@ def clock_columns(name: str, what: str) -> tuple[Column, Column]:
     return (Column(f"{name}_utc", TZ, f"{what} (UTC)"), Column(f"{name}_beijing", BJ, f"{what}, Beijing wall time"))
 
 
-def f(key: str, kind: str = TEXT, where: str | None = None) -> str:
-    """A field of the event's JSON, cast to `kind` (NULL when absent or not that type)."""
-    value = f"(fields->>'{key}')" if kind == TEXT else f"TRY_CAST(fields->>'{key}' AS {kind})"
-    return f"max({value}) FILTER (WHERE kind = '{where}')" if where else value
+class UnknownField(ValueError):
+    """A view, report or probe names a field that no kind of its source kind declares."""
 
 
-def instant(key: str) -> str:
-    """A field that is a time: epoch seconds (as the agent stores Alertmanager's times) or a text
-    timestamp; NULL when neither, or past what a timestamp holds."""
-    seconds = f(key, FLOAT)
-    return (f"coalesce(CASE WHEN {seconds} BETWEEN 0 AND 253402300799 THEN to_timestamp({seconds}) END,"
-            f" {f(key, TZ)})")
+class Fields:
+    """The typed columns of one or more source kinds' events, by field name: `F('ttft_ms')` is the column,
+    `F('ttft_ms', 'done')` its value on the group's `done` row. A field no kind declares (or that kind
+    `where` does not) raises UnknownField when the SQL is built."""
+
+    def __init__(self, *source_kinds: str) -> None:
+        table = declared_fields()
+        self.source_kinds = source_kinds
+        self.kinds = {kind: set(found) for sk in source_kinds for kind, found in table[sk].items()}
+        self.names = set().union(*self.kinds.values())
+
+    def __call__(self, key: str, where: str | None = None) -> str:
+        owner = ", ".join(self.source_kinds)
+        if key not in self.names:
+            raise UnknownField(f"no kind of {owner} declares a field {key!r}")
+        if where is not None and key not in self.kinds.get(where, ()):
+            raise UnknownField(f"kind {where!r} of {owner} declares no field {key!r}")
+        column = quoted(column_name(key))
+        return f"max({column}) FILTER (WHERE kind = '{where}')" if where else column
+
+
+ENGINE, GATEWAY, INFER, SERVE = Fields("engine_log"), Fields("gateway_log"), Fields("infer_store"), Fields("serve_status")
+PROCESS = Fields("supervisord_log", "supervisord_rpc", "switch_log")
+ALERT, SMOKE, SPAN, HOST = Fields("alertmanager"), Fields("smoke"), Fields("otlp"), Fields("host")
+
+
+def instant(value: str) -> str:
+    """A time given as epoch seconds (as the agent stores Alertmanager's times); NULL past what a
+    timestamp holds."""
+    return f"CASE WHEN {value} BETWEEN 0 AND 253402300799 THEN to_timestamp({value}) END"
 
 
 def cols(spec: str) -> tuple[Column, ...]:
@@ -95,23 +128,23 @@ SELECT {clocks('t.ts')}, t.source, t.instance, t.lane, t.request_id, t.task, t.c
   round(epoch(t.done_ts - t.ts) * 1000)::BIGINT AS duration_ms,
   t.rejected_status, t.rejected_code, t.rejected_prompt, t.rejected_window
 FROM (
-  SELECT source, any_value(instance) AS instance, any_value(lane) AS lane, request_id, {f('task', INT)} AS task,
-    min(ts) AS ts, {f('conv', where='queued')} AS conv, {f('prefill_depth', INT, 'queued')} AS prefill_depth,
-    {f('prompt', INT, 'prompt')} AS prompt_tokens, {f('reused', INT, 'prompt')} AS reused_tokens,
-    {f('read', INT, 'prompt')} AS read_tokens, {f('ms', INT, 'prompt')} AS prefill_ms,
-    {f('tokens', INT, 'thinking')} AS thinking_tokens, {f('max', INT, 'thinking')} AS thinking_max,
-    {f('cause', where='thinking')} AS thinking_cause, bool_or(kind = 'tool_call') AS wrote_tool_call,
-    {f('finish', where='done')} AS finish, {f('completion', INT, 'done')} AS completion_tokens,
-    {f('ttft_ms', INT, 'done')} AS ttft_ms, {f('decode_tps', FLOAT, 'done')} AS decode_tps,
+  SELECT source, any_value(instance) AS instance, any_value(lane) AS lane, request_id, {ENGINE('task')} AS task,
+    min(ts) AS ts, {ENGINE('conv', 'queued')} AS conv, {ENGINE('prefill_depth', 'queued')} AS prefill_depth,
+    {ENGINE('prompt', 'prompt')} AS prompt_tokens, {ENGINE('reused', 'prompt')} AS reused_tokens,
+    {ENGINE('read', 'prompt')} AS read_tokens, {ENGINE('ms', 'prompt')} AS prefill_ms,
+    {ENGINE('tokens', 'thinking')} AS thinking_tokens, {ENGINE('max', 'thinking')} AS thinking_max,
+    {ENGINE('cause', 'thinking')} AS thinking_cause, bool_or(kind = 'tool_call') AS wrote_tool_call,
+    {ENGINE('finish', 'done')} AS finish, {ENGINE('completion', 'done')} AS completion_tokens,
+    {ENGINE('ttft_ms', 'done')} AS ttft_ms, {ENGINE('decode_tps', 'done')} AS decode_tps,
     max(ts) FILTER (WHERE kind = 'done') AS done_ts, max(ts) FILTER (WHERE kind = 'prompt') AS prompt_ts,
-    {f('status', INT, 'rejected')} AS rejected_status, {f('code', where='rejected')} AS rejected_code,
-    {f('prompt', INT, 'rejected')} AS rejected_prompt, {f('window', INT, 'rejected')} AS rejected_window
-  FROM ev
-  WHERE source_kind = 'engine_log' AND kind IN ('queued', 'prompt', 'thinking', 'tool_call', 'done', 'rejected')
-  GROUP BY source, request_id, {f('task', INT)}, CASE WHEN request_id IS NULL THEN seq END
+    {ENGINE('status', 'rejected')} AS rejected_status, {ENGINE('code', 'rejected')}::VARCHAR AS rejected_code,
+    {ENGINE('prompt', 'rejected')} AS rejected_prompt, {ENGINE('window', 'rejected')} AS rejected_window
+  FROM ev_engine_log
+  WHERE kind IN ('queued', 'prompt', 'thinking', 'tool_call', 'done', 'rejected')
+  GROUP BY source, request_id, {ENGINE('task')}, CASE WHEN request_id IS NULL THEN seq END
 ) t
-ASOF LEFT JOIN (SELECT source, ts, fields->>'conv' AS conv, fields->>'origin' AS origin FROM ev
-                WHERE source_kind = 'engine_log' AND kind = 'restore') r
+ASOF LEFT JOIN (SELECT source, ts, {ENGINE('conv')} AS conv, {ENGINE('origin')} AS origin FROM ev_engine_log
+                WHERE kind = 'restore') r
   ON r.source = t.source AND r.conv = t.conv AND coalesce(t.prompt_ts, t.ts) >= r.ts""", (*TS, *cols("""
     source text: Engine-log source
     instance text: Engine instance
@@ -143,12 +176,12 @@ ASOF LEFT JOIN (SELECT source, ts, fields->>'conv' AS conv, fields->>'origin' AS
 
 CACHE_EVENTS = View("cache_events", "The conversation cache, from the engine log: snapshots parked, evicted and"
                     " restored, and the 10-second [stats] samples of its state.", f"""
-SELECT {clocks('ts')}, source, instance, lane, kind AS event, {f('conv')} AS conv, {f('bytes', INT)} AS snapshot_bytes,
-  {f('reason')} AS evict_reason, {f('origin')} AS restored_from, {f('tokens', INT)} AS restored_tokens,
-  {f('parked', INT)} AS parked, {f('used', INT)} AS used_bytes, {f('budget', INT)} AS budget_bytes,
-  {f('evictions', INT)} AS evictions, {f('busy', INT)} AS busy_slots, {f('slots', INT)} AS slots,
-  {f('prefill_queue', INT)} AS prefill_queue, {f('decode_tps', FLOAT)} AS decode_tps
-FROM ev WHERE source_kind = 'engine_log' AND kind IN ('park', 'evict', 'restore', 'stats')""", (*TS, *cols("""
+SELECT {clocks('ts')}, source, instance, lane, kind AS event, {ENGINE('conv')} AS conv, {ENGINE('bytes')} AS snapshot_bytes,
+  {ENGINE('reason')} AS evict_reason, {ENGINE('origin')} AS restored_from, {ENGINE('tokens')} AS restored_tokens,
+  {ENGINE('parked')} AS parked, {ENGINE('used')} AS used_bytes, {ENGINE('budget')} AS budget_bytes,
+  {ENGINE('evictions')} AS evictions, {ENGINE('busy')} AS busy_slots, {ENGINE('slots')} AS slots,
+  {ENGINE('prefill_queue')} AS prefill_queue, {ENGINE('decode_tps')} AS decode_tps
+FROM ev_engine_log WHERE kind IN ('park', 'evict', 'restore', 'stats')""", (*TS, *cols("""
     source text: Engine-log source
     instance text: Engine instance
     lane text: Lane of the instance
@@ -172,21 +205,20 @@ PROCESS_EVENTS = View("process_events", "Process lifecycle: supervisord's log (s
                       " stops, SIGKILL escalations), restarts seen by its API, and operator actions from the switch"
                       " log.", f"""
 SELECT {clocks('ts')}, source, source_kind,
-  coalesce({f('program')}, CASE WHEN source_kind = 'supervisord_log' THEN NULL ELSE instance END) AS program,
+  coalesce({PROCESS('program')}, CASE WHEN source_kind = 'supervisord_log' THEN NULL ELSE instance END) AS program,
   CASE WHEN source_kind = 'switch_log' AND kind = 'restart' THEN 'operator_restart' ELSE kind END AS event,
-  {f('pid', INT)} AS pid, {f('status', INT)} AS exit_status, {f('signal')} AS signal,
-  coalesce({f('core', BOOL)}, false) AS core_dumped,
-  CASE {f('expected')} WHEN 'expected' THEN true WHEN 'not expected' THEN false END AS expected,
-  CASE WHEN kind = 'stop_kill' THEN 'killed with ' || {f('signal')}
-       WHEN {f('signal')} IS NOT NULL THEN 'terminated by ' || {f('signal')}
-            || CASE WHEN {f('core', BOOL)} THEN ' (core dumped)' ELSE '' END
-       WHEN {f('status')} IS NOT NULL THEN 'exit status ' || {f('status')} END AS cause,
-  coalesce({f('error')}, {f('reason')}, {f('from_build')} || ' -> ' || {f('to_build')}) AS detail, {f('by')} AS by
-FROM ev
-WHERE (source_kind = 'supervisord_log' AND kind IN ('supervisord_started', 'spawned', 'running', 'exited', 'fatal',
-                                                     'stopping', 'stopped', 'stop_kill', 'spawn_error'))
-   OR (source_kind = 'supervisord_rpc' AND kind = 'restarted')
-   OR (source_kind = 'switch_log' AND kind IN ('switch', 'restart'))""", (*TS, *cols("""
+  {PROCESS('pid')} AS pid, {PROCESS('status')} AS exit_status, {PROCESS('signal')} AS signal,
+  coalesce({PROCESS('core')}, false) AS core_dumped,
+  CASE {PROCESS('expected')} WHEN 'expected' THEN true WHEN 'not expected' THEN false END AS expected,
+  CASE WHEN kind = 'stop_kill' THEN 'killed with ' || {PROCESS('signal')}
+       WHEN {PROCESS('signal')} IS NOT NULL THEN 'terminated by ' || {PROCESS('signal')}
+            || CASE WHEN {PROCESS('core')} THEN ' (core dumped)' ELSE '' END
+       WHEN {PROCESS('status')} IS NOT NULL THEN 'exit status ' || {PROCESS('status')}::VARCHAR END AS cause,
+  coalesce({PROCESS('error')}, {PROCESS('reason')}, {PROCESS('from_build')} || ' -> ' || {PROCESS('to_build')}) AS detail, {PROCESS('by')} AS by
+FROM (SELECT * FROM ev_supervisord_log WHERE kind IN ('supervisord_started', 'spawned', 'running', 'exited', 'fatal',
+                                                     'stopping', 'stopped', 'stop_kill', 'spawn_error')
+      UNION ALL BY NAME SELECT * FROM ev_supervisord_rpc WHERE kind = 'restarted'
+      UNION ALL BY NAME SELECT * FROM ev_switch_log WHERE kind IN ('switch', 'restart'))""", (*TS, *cols("""
     source text: supervisord-log, supervisord-API or switch-log source
     source_kind text: supervisord_log, supervisord_rpc or switch_log
     program text: The program (strata-a, strata-b, rag-proxy); NULL for supervisord's own lines
@@ -210,25 +242,25 @@ SELECT {clocks('ts')}, source, instance, lane, component, build_name, version, b
 FROM (
   SELECT min(ts) FILTER (WHERE kind = 'start') AS ts, source, any_value(instance) AS instance,
     any_value(lane) AS lane, 'engine' AS component,
-    {f('build_name', where='start')} AS build_name, {f('version', where='start')} AS version,
-    {f('build', where='start')} AS build, {f('pid', INT, 'start')} AS pid, {f('path', where='model')} AS model_path,
-    {f('real', where='model')} AS model_real, {f('md5', where='model')} AS model_md5,
-    {f('bytes', INT, 'model')} AS model_bytes, {f('port', INT, 'args')} AS port, {f('slots', INT, 'args')} AS slots,
-    {f('ctx', INT, 'args')} AS ctx, {f('pool_workers', INT, 'args')} AS pool_workers,
-    {f('conversation_cache_mib', INT, 'args')} AS cache_mib,
-    {f('prompt_cache_every', INT, 'args')} AS prompt_cache_every, {f('cpus', where='cpus')} AS cpus,
-    {f('resident', INT, 'experts_loaded')} AS experts_resident, {f('seconds', FLOAT, 'experts_loaded')} AS load_seconds,
-    max(ts) FILTER (WHERE kind = 'ready') AS ready_ts, {f('seconds', FLOAT, 'ready')} AS ready_seconds,
+    {ENGINE('build_name', 'start')} AS build_name, {ENGINE('version', 'start')} AS version,
+    {ENGINE('build', 'start')} AS build, {ENGINE('pid', 'start')} AS pid, {ENGINE('path', 'model')} AS model_path,
+    {ENGINE('real', 'model')} AS model_real, {ENGINE('md5', 'model')} AS model_md5,
+    {ENGINE('bytes', 'model')} AS model_bytes, {ENGINE('port', 'args')} AS port, {ENGINE('slots', 'args')} AS slots,
+    {ENGINE('ctx', 'args')} AS ctx, {ENGINE('pool_workers', 'args')} AS pool_workers,
+    {ENGINE('conversation_cache_mib', 'args')} AS cache_mib,
+    {ENGINE('prompt_cache_every', 'args')} AS prompt_cache_every, {ENGINE('cpus', 'cpus')} AS cpus,
+    {ENGINE('resident', 'experts_loaded')} AS experts_resident, {ENGINE('seconds', 'experts_loaded')} AS load_seconds,
+    max(ts) FILTER (WHERE kind = 'ready') AS ready_ts, {ENGINE('seconds', 'ready')} AS ready_seconds,
     bool_or(kind = 'checksum_mismatch') AS checksum_mismatch
   FROM (SELECT *, sum(CASE WHEN kind = 'start' THEN 1 ELSE 0 END) OVER (PARTITION BY source ORDER BY ts, seq
                       ROWS UNBOUNDED PRECEDING) AS boot
-        FROM ev WHERE source_kind = 'engine_log' AND kind IN {BOOT_LINES})
+        FROM ev_engine_log WHERE kind IN {BOOT_LINES})
   WHERE boot > 0
   GROUP BY source, boot
   UNION ALL BY NAME
   SELECT ts, source, instance, NULL AS lane, 'gateway' AS component, 'rag-proxy' AS build_name,
-    {f('version')} AS version, {f('pid', INT)} AS pid
-  FROM ev WHERE source_kind = 'gateway_log' AND kind = 'started'
+    {GATEWAY('version')} AS version, {GATEWAY('pid')} AS pid
+  FROM ev_gateway_log WHERE kind = 'started'
 )""", (*TS, *cols("""
     source text: Engine-log or gateway-log source
     instance text: The instance that started
@@ -258,15 +290,16 @@ FROM (
 
 STATUS_SNAPSHOTS = View("status_snapshots", "The serve's /v1/status, one row a poll (or a failed poll); absent"
                         " counters are NULL (not measured), never 0.", f"""
-SELECT {clocks('ts')}, source, instance, kind = 'status' AS up, {f('error')} AS poll_error, {f('build')} AS build,
-  {f('serve_version')} AS serve_version, {f('state')} AS state, {f('uptime_s', FLOAT)} AS uptime_s,
-  TRY_CAST(fields->'slots'->>'total' AS BIGINT) AS slots_total, TRY_CAST(fields->'slots'->>'busy' AS BIGINT) AS slots_busy,
-  {f('prefill_queue', INT)} AS prefill_queue, (fields->'prompt_escapes') IS NOT NULL AS has_escape_fix,
-  TRY_CAST(fields->'prompt_escapes'->>'calls' AS BIGINT) AS escape_calls,
-  TRY_CAST(fields->'prompt_escapes'->>'literals' AS BIGINT) AS escape_literals,
-  {f('stops_while_reasoning', INT)} AS stops_while_reasoning,
-  TRY_CAST(fields->'requests'->>'total' AS BIGINT) AS requests_total, fields->'requests'->'by_status' AS requests_by_status
-FROM ev WHERE source_kind = 'serve_status' AND kind IN ('status', 'poll_error')""", (*TS, *cols("""
+SELECT {clocks('ts')}, source, instance, kind = 'status' AS up, {SERVE('error')} AS poll_error, {SERVE('build')} AS build,
+  {SERVE('serve_version')} AS serve_version, {SERVE('state')} AS state, {SERVE('uptime_s')} AS uptime_s,
+  TRY_CAST({SERVE('slots')}->>'total' AS BIGINT) AS slots_total, TRY_CAST({SERVE('slots')}->>'busy' AS BIGINT) AS slots_busy,
+  {SERVE('prefill_queue')} AS prefill_queue, {SERVE('prompt_escapes')} IS NOT NULL AS has_escape_fix,
+  TRY_CAST({SERVE('prompt_escapes')}->>'calls' AS BIGINT) AS escape_calls,
+  TRY_CAST({SERVE('prompt_escapes')}->>'literals' AS BIGINT) AS escape_literals,
+  {SERVE('stops_while_reasoning')} AS stops_while_reasoning,
+  TRY_CAST({SERVE('requests')}->>'total' AS BIGINT) AS requests_total,
+  {SERVE('requests')}->'by_status' AS requests_by_status
+FROM ev_serve_status WHERE kind IN ('status', 'poll_error')""", (*TS, *cols("""
     source text: Serve-status source
     instance text: Engine instance the serve fronts
     up bool: The poll answered with a status
@@ -288,13 +321,13 @@ FROM ev WHERE source_kind = 'serve_status' AND kind IN ('status', 'poll_error')"
 
 ALERTS = View("alerts", "Alert notifications, as Alertmanager's webhook (POST /api/alerts) stores them: events of"
               " kind `alert` whose fields are the Alertmanager alert (alertname, status, labels, startsAt, endsAt).", f"""
-SELECT {clocks('ts')}, source, coalesce({f('alertname')}, fields->'labels'->>'alertname') AS alertname,
-  {f('status')} AS status, fields->'labels'->>'severity' AS severity,
-  coalesce(fields->'labels'->>'instance', instance) AS instance, fields->'labels' AS labels,
-  fields->'annotations'->>'summary' AS summary,
-  {clocks(instant('startsAt'), 'starts')},
-  {clocks(f"CASE WHEN {instant('endsAt')} > TIMESTAMPTZ '1970-01-01 00:00:00+00' THEN {instant('endsAt')} END", 'ends')}
-FROM ev WHERE kind = 'alert'""", (*TS, *cols("""
+SELECT {clocks('ts')}, source, coalesce({ALERT('alertname')}, {ALERT('labels')}->>'alertname') AS alertname,
+  {ALERT('status')} AS status, {ALERT('labels')}->>'severity' AS severity,
+  coalesce({ALERT('labels')}->>'instance', instance) AS instance, {ALERT('labels')} AS labels,
+  {ALERT('annotations')}->>'summary' AS summary,
+  {clocks(instant(ALERT('startsAt')), 'starts')},
+  {clocks(f"CASE WHEN {ALERT('endsAt')} > 0 THEN {instant(ALERT('endsAt'))} END", 'ends')}
+FROM ev_alertmanager WHERE kind = 'alert'""", (*TS, *cols("""
     source text: The receiving source
     alertname text: labels.alertname
     status text: firing or resolved
@@ -306,11 +339,11 @@ FROM ev WHERE kind = 'alert'""", (*TS, *cols("""
 
 SMOKE_GATES = View("smoke_gates", "Runs of the smoke gate (`spyglass smoke --config`), one row a run: passed or"
                    " failed, why, the instance it gated, latencies, the samples file's hash.", f"""
-SELECT {clocks('ts')}, instance, kind = 'smoke_passed' AS passed, {f('reason')} AS reason, {f('url')} AS url,
-  {f('samples', INT)} AS samples, {f('ttft_ms_median', FLOAT)} AS ttft_ms_median, {f('ttft_ms_max', FLOAT)} AS ttft_ms_max,
-  {f('waited_seconds', FLOAT)} AS waited_seconds, {f('samples_file')} AS samples_file,
-  {f('samples_sha256')} AS samples_sha256, fields->'outcomes' AS outcomes, host
-FROM ev WHERE source = 'smoke' AND kind IN ('smoke_passed', 'smoke_failed')""", (*TS, *cols("""
+SELECT {clocks('ts')}, instance, kind = 'smoke_passed' AS passed, {SMOKE('reason')} AS reason, {SMOKE('url')} AS url,
+  {SMOKE('samples')} AS samples, {SMOKE('ttft_ms_median')} AS ttft_ms_median, {SMOKE('ttft_ms_max')} AS ttft_ms_max,
+  {SMOKE('waited_seconds')} AS waited_seconds, {SMOKE('samples_file')} AS samples_file,
+  {SMOKE('samples_sha256')} AS samples_sha256, {SMOKE('outcomes')} AS outcomes, host
+FROM ev_smoke WHERE kind IN ('smoke_passed', 'smoke_failed')""", (*TS, *cols("""
     instance text: The engine instance the run gated (--instance, or the serve_status source polling --url)
     passed bool: The gate passed
     reason text: The gate's reason: N samples passed, or the first failing check
@@ -326,12 +359,12 @@ FROM ev WHERE source = 'smoke' AND kind IN ('smoke_passed', 'smoke_failed')""", 
 """)))
 
 SPANS = View("spans", "Trace spans pushed to the agent's /v1/traces (gateway and serve), one row a span.", f"""
-SELECT {clocks('ts')}, request_id, {f('trace_id')} AS trace_id, {f('span_id')} AS span_id,
-  {f('parent_span_id')} AS parent_span_id, {f('name')} AS name, {f('service')} AS service, {f('kind')} AS span_kind,
-  {clocks(f"to_timestamp({f('end', FLOAT)})", 'end')},
-  round(({f('end', FLOAT)} - {f('start', FLOAT)}) * 1000, 3) AS duration_ms,
-  {f('status')} AS status, {f('status_message')} AS status_message, fields->'attributes' AS attributes
-FROM ev WHERE kind = 'span'""", (*clock_columns("ts", "When the span started"), *cols("""
+SELECT {clocks('ts')}, request_id, {SPAN('trace_id')} AS trace_id, {SPAN('span_id')} AS span_id,
+  {SPAN('parent_span_id')} AS parent_span_id, {SPAN('name')} AS name, {SPAN('service')} AS service, {SPAN('kind')} AS span_kind,
+  {clocks(f"to_timestamp({SPAN('end')})", 'end')},
+  round(({SPAN('end')} - {SPAN('start')}) * 1000, 3) AS duration_ms,
+  {SPAN('status')} AS status, {SPAN('status_message')} AS status_message, {SPAN('attributes')} AS attributes
+FROM ev_otlp WHERE kind = 'span'""", (*clock_columns("ts", "When the span started"), *cols("""
     request_id text: spyglass.request.id of the span
     trace_id text: Trace id, hex
     span_id text: Span id, hex
@@ -356,22 +389,22 @@ SELECT {clocks('ts')}, request_id, instance, session, lane, mode, client_msgs, s
   TRY_CAST(regexp_extract(overfit_upstream, ': (\\d+) > (\\d+)', 2) AS BIGINT) AS upstream_window,
   retried, reject_reason
 FROM (
-  SELECT request_id, min(ts) AS ts, any_value(instance) AS instance, {f('session', where='request')} AS session,
-    max(fields->>'lane') AS lane, max(fields->>'mode') AS mode, max(TRY_CAST(fields->>'client_msgs' AS BIGINT)) AS client_msgs,
-    max(TRY_CAST(fields->>'sent_msgs' AS BIGINT)) AS sent_msgs, {f('chars', INT, 'request')} AS chars,
-    {f('cjk', FLOAT, 'request')} AS cjk, max(TRY_CAST(fields->>'est_tokens' AS BIGINT)) AS est_tokens,
-    {f('max_tokens', INT, 'request')} AS max_tokens, {f('count_tokens', INT, 'precheck')} AS precheck_tokens,
-    {f('window', INT, 'precheck')} AS precheck_window, {f('room', INT, 'precheck')} AS precheck_room,
-    {f('max_to', INT, 'clamp')} AS clamped_max_tokens, {f('thinking_budget', INT, 'clamp')} AS thinking_budget,
-    {f('status', INT, 'done')} AS done_status, {f('status', INT, 'overfit')} AS overfit_status,
-    {f('status', INT, 'reject')} AS reject_status, {f('engine_prompt', INT, 'done')} AS engine_prompt,
-    {f('completion', INT, 'done')} AS completion_tokens, {f('finish', where='done')} AS finish,
-    {f('tool_calls', INT, 'done')} AS tool_calls, {f('content_chars', INT, 'done')} AS content_chars,
-    {f('ttft_ms', INT, 'done')} AS ttft_ms, {f('dur_ms', INT, 'done')} AS dur_ms,
-    count(*) FILTER (WHERE kind = 'overfit') AS overfits, {f('prompt', INT, 'overfit')} AS overfit_prompt,
-    {f('max', INT, 'overfit')} AS overfit_max, {f('upstream', where='overfit')} AS overfit_upstream,
-    bool_or(kind = 'retry_on_overfit') AS retried, {f('reason', where='reject')} AS reject_reason
-  FROM ev WHERE source_kind = 'gateway_log' AND request_id IS NOT NULL
+  SELECT request_id, min(ts) AS ts, any_value(instance) AS instance, {GATEWAY('session', 'request')} AS session,
+    max({GATEWAY('lane')}) AS lane, max({GATEWAY('mode')}) AS mode, max({GATEWAY('client_msgs')}) AS client_msgs,
+    max({GATEWAY('sent_msgs')}) AS sent_msgs, {GATEWAY('chars', 'request')} AS chars,
+    {GATEWAY('cjk', 'request')} AS cjk, max({GATEWAY('est_tokens')}) AS est_tokens,
+    {GATEWAY('max_tokens', 'request')} AS max_tokens, {GATEWAY('count_tokens', 'precheck')} AS precheck_tokens,
+    {GATEWAY('window', 'precheck')} AS precheck_window, {GATEWAY('room', 'precheck')} AS precheck_room,
+    {GATEWAY('max_to', 'clamp')} AS clamped_max_tokens, {GATEWAY('thinking_budget', 'clamp')} AS thinking_budget,
+    {GATEWAY('status', 'done')} AS done_status, {GATEWAY('status', 'overfit')} AS overfit_status,
+    {GATEWAY('status', 'reject')} AS reject_status, {GATEWAY('engine_prompt', 'done')} AS engine_prompt,
+    {GATEWAY('completion', 'done')} AS completion_tokens, {GATEWAY('finish', 'done')} AS finish,
+    {GATEWAY('tool_calls', 'done')} AS tool_calls, {GATEWAY('content_chars', 'done')} AS content_chars,
+    {GATEWAY('ttft_ms', 'done')} AS ttft_ms, {GATEWAY('dur_ms', 'done')} AS dur_ms,
+    count(*) FILTER (WHERE kind = 'overfit') AS overfits, {GATEWAY('prompt', 'overfit')} AS overfit_prompt,
+    {GATEWAY('max', 'overfit')} AS overfit_max, {GATEWAY('upstream', 'overfit')} AS overfit_upstream,
+    bool_or(kind = 'retry_on_overfit') AS retried, {GATEWAY('reason', 'reject')} AS reject_reason
+  FROM ev_gateway_log WHERE request_id IS NOT NULL
   GROUP BY request_id
 )""", (*TS, *cols("""
     request_id text: The gateway's request id (Beijing time of arrival inside)
@@ -417,24 +450,24 @@ SELECT {clocks('ts')}, request_id, session, lane, upstream, mode, client_msgs, s
   plan_then_stop, body_finish, body_tool_calls, body_content_chars
 FROM (
   SELECT request_id, coalesce(min(ts) FILTER (WHERE kind = 'request'), min(ts)) AS ts,
-    {f('session', where='request')} AS session, max(fields->>'lane') AS lane, {f('upstream', where='request')} AS upstream,
-    {f('mode', where='request')} AS mode, {f('client_msgs', INT, 'request')} AS client_msgs,
-    {f('sent_msgs', INT, 'request')} AS sent_msgs, {f('chars', INT, 'request')} AS chars,
-    {f('est_tokens', INT, 'request')} AS est_tokens, {f('prompt_tokens', INT, 'request')} AS prompt_tokens,
-    {f('completion_tokens', INT, 'request')} AS completion_tokens, {f('max_tokens', INT, 'request')} AS max_tokens,
-    {f('status', INT, 'request')} AS status, {f('finish', where='request')} AS finish,
-    {f('tool_calls', INT, 'request')} AS tool_calls, {f('content_chars', INT, 'request')} AS content_chars,
-    {f('reasoning_chars', INT, 'request')} AS reasoning_chars, {f('ttft_ms', INT, 'request')} AS ttft_ms,
-    {f('dur_ms', INT, 'request')} AS dur_ms, coalesce({f('seg', where='request')}, {f('segment', where='request_body')}) AS segment,
-    bool_or(kind = 'request_body') AS has_body, {f('special_literals', INT, 'request_body')} AS special_literals,
-    bool_or({f('thinking_only', BOOL)}) FILTER (WHERE kind = 'request_body') AS thinking_only,
-    {f('invalid_tool_json', INT, 'request_body')} AS invalid_tool_json,
-    bool_or({f('anchor_survived', BOOL)}) FILTER (WHERE kind = 'request_body') AS anchor_survived,
-    bool_or({f('offered_tools', BOOL)}) FILTER (WHERE kind = 'request_body') AS offered_tools,
-    bool_or({f('plan_then_stop', BOOL)}) FILTER (WHERE kind = 'request_body') AS plan_then_stop,
-    {f('finish', where='request_body')} AS body_finish, {f('tool_calls', INT, 'request_body')} AS body_tool_calls,
-    {f('content_chars', INT, 'request_body')} AS body_content_chars
-  FROM ev WHERE source_kind = 'infer_store' AND kind IN ('request', 'request_body') AND request_id IS NOT NULL
+    {INFER('session', 'request')} AS session, max({INFER('lane')}) AS lane, {INFER('upstream', 'request')} AS upstream,
+    {INFER('mode', 'request')} AS mode, {INFER('client_msgs', 'request')} AS client_msgs,
+    {INFER('sent_msgs', 'request')} AS sent_msgs, {INFER('chars', 'request')} AS chars,
+    {INFER('est_tokens', 'request')} AS est_tokens, {INFER('prompt_tokens', 'request')} AS prompt_tokens,
+    {INFER('completion_tokens', 'request')} AS completion_tokens, {INFER('max_tokens', 'request')} AS max_tokens,
+    {INFER('status', 'request')} AS status, {INFER('finish', 'request')} AS finish,
+    {INFER('tool_calls', 'request')} AS tool_calls, {INFER('content_chars', 'request')} AS content_chars,
+    {INFER('reasoning_chars', 'request')} AS reasoning_chars, {INFER('ttft_ms', 'request')} AS ttft_ms,
+    {INFER('dur_ms', 'request')} AS dur_ms, coalesce({INFER('seg', 'request')}, {INFER('segment', 'request_body')}) AS segment,
+    bool_or(kind = 'request_body') AS has_body, {INFER('special_literals', 'request_body')} AS special_literals,
+    bool_or({INFER('thinking_only')}) FILTER (WHERE kind = 'request_body') AS thinking_only,
+    {INFER('invalid_tool_json', 'request_body')} AS invalid_tool_json,
+    bool_or({INFER('anchor_survived')}) FILTER (WHERE kind = 'request_body') AS anchor_survived,
+    bool_or({INFER('offered_tools')}) FILTER (WHERE kind = 'request_body') AS offered_tools,
+    bool_or({INFER('plan_then_stop')}) FILTER (WHERE kind = 'request_body') AS plan_then_stop,
+    {INFER('finish', 'request_body')} AS body_finish, {INFER('tool_calls', 'request_body')} AS body_tool_calls,
+    {INFER('content_chars', 'request_body')} AS body_content_chars
+  FROM ev_infer_store WHERE kind IN ('request', 'request_body') AND request_id IS NOT NULL
   GROUP BY request_id
 )""", (*clock_columns("ts", "Arrival (the row's ts, Beijing time in the file)"), *cols("""
     request_id text: Request id
@@ -467,6 +500,32 @@ FROM (
     body_finish text: finish_reason of the raw record
     body_tool_calls int: Tool calls in the raw record
     body_content_chars int: Visible text length in the raw record
+""")))
+
+HOST_SAMPLES = View("host_samples", "The host source's samples: per engine process, its CPU list, memory, threads,"
+                    " CPU time and run-queue wait, its cgroup's throttling and OOM kills (kind process, or"
+                    " process_missing when its pid is gone); per pair of engines, the CPUs they share (shared_cpus).", f"""
+SELECT {clocks('ts')}, source, instance, kind AS event, {HOST('pid')} AS pid, {HOST('cpus')} AS cpus,
+  {HOST('rss_bytes')} AS rss_bytes, {HOST('rss_anon_bytes')} AS rss_anon_bytes, {HOST('threads')} AS threads,
+  {HOST('cpu_seconds')} AS cpu_seconds, {HOST('runqueue_wait_seconds')} AS runqueue_wait_seconds,
+  {HOST('throttled_seconds')} AS throttled_seconds, {HOST('memory_bytes')} AS memory_bytes,
+  {HOST('oom_kills')} AS oom_kills, {HOST('other')} AS other, {HOST('shared')} AS shared_cpus
+FROM ev_host WHERE kind IN ('process', 'process_missing', 'shared_cpus')""", (*TS, *cols("""
+    source text: Host source
+    instance text: The engine instance sampled (for shared_cpus: the first of the pair)
+    event text: process, process_missing or shared_cpus
+    pid int: Process id sampled
+    cpus text: Cpus_allowed_list of the process
+    rss_bytes int: Resident memory (VmRSS)
+    rss_anon_bytes int: Anonymous resident memory (RssAnon)
+    threads int: Threads
+    cpu_seconds float: CPU time of all threads, cumulative
+    runqueue_wait_seconds float: Time its threads waited for a CPU, cumulative
+    throttled_seconds float: Time its cgroup was throttled, cumulative
+    memory_bytes int: Its cgroup's memory
+    oom_kills int: OOM kills in its cgroup, cumulative
+    other text: The other engine of a shared_cpus pair
+    shared_cpus int: CPUs the pair shares
 """)))
 
 REQUESTS = View("requests", "One row per request id, joining the gateway log, the infer store and the engine log:"
@@ -567,21 +626,30 @@ LEFT JOIN (SELECT *, count(*) OVER (PARTITION BY request_id) AS attempts FROM en
 
 VIEWS: dict[str, View] = {v.name: v for v in (TIMELINE, ENGINE_REQUESTS, CACHE_EVENTS, PROCESS_EVENTS, DEPLOYS,
                                               STATUS_SNAPSHOTS, ALERTS, SMOKE_GATES, SPANS, GATEWAY_REQUESTS, INFER_REQUESTS,
-                                              REQUESTS)}
+                                              HOST_SAMPLES, REQUESTS)}
 
 
 def source_kinds_sql(sources: dict[str, Any]) -> str:
-    """The configured sources as a VALUES list: events name their source, not its collector kind."""
+    """The configured sources, and the received ones (spans, alerts, smoke), as a VALUES list of
+    (source, source_kind, lane)."""
     rows = [f"({literal(name)}, {literal(o.kind)}, {literal(getattr(o, 'lane', '') or None)})"
             for name, o in sorted(sources.items())]
-    if not rows:
-        return "SELECT NULL::VARCHAR AS source, NULL::VARCHAR AS source_kind, NULL::VARCHAR AS lane WHERE false"
+    rows += [f"({literal(name)}, {literal(kind)}, NULL)" for name, kind in RECEIVED.items() if name not in sources]
     return f"SELECT * FROM (VALUES {', '.join(rows)}) AS t(source, source_kind, lane)"
 
 
-EV = f"""SELECT e.seq, e.ts, e.source, k.source_kind, e.kind, e.instance, e.host, e.request_id, e.fields, k.lane
+WINDOW = f"e.ts >= $from - {PAD} AND e.ts < $to + {PAD}"
+EV = f"""SELECT e.seq, e.ts, e.source, coalesce(e.source_kind, k.source_kind) AS source_kind, e.kind, e.instance, e.host,
+    e.request_id, e.fields, k.lane
   FROM events e LEFT JOIN source_kinds k ON k.source = e.source
-  WHERE e.ts >= $from - {PAD} AND e.ts < $to + {PAD}"""
+  WHERE {WINDOW}"""
+SOURCE_EV = re.compile(r"\bev_(\w+)\b")
+
+
+def ev_source(source_kind: str) -> str:
+    """`ev_<source kind>`: the window's events of one source kind, typed columns, with their lane."""
+    return (f"ev_{source_kind} AS (SELECT e.*, '{source_kind}' AS source_kind, k.lane\n"
+            f"  FROM {source_view(source_kind)} e LEFT JOIN source_kinds k ON k.source = e.source WHERE {WINDOW})")
 
 
 def literal(value: Any) -> str:
@@ -594,10 +662,30 @@ def literal(value: Any) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+def strip_comments_and_literals(sql: str) -> str:
+    """`sql` with its `--` comments removed, then its string literals emptied: names outside both
+    remain. Comments go first: an apostrophe inside a comment would otherwise open a literal."""
+    out, i = [], 0
+    while i < len(sql):
+        if sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = len(sql) if end < 0 else end
+        elif sql[i] == "'":
+            end = i + 1
+            while end < len(sql) and (sql[end] != "'" or sql.startswith("''", end)):
+                end += 2 if sql.startswith("''", end) else 1
+            out.append("''")
+            i = end + 1
+        else:
+            out.append(sql[i])
+            i += 1
+    return "".join(out)
+
+
 def needed(sql: str) -> list[str]:
-    """The views `sql` names (outside string literals), with the views they are built on
-    (which name them as NAME__all), in definition order."""
-    bare = re.sub(r"'(?:[^']|'')*'", "''", sql)
+    """The views `sql` names (outside comments and string literals), with the views they are built
+    on (which name them as NAME__all), in definition order."""
+    bare = strip_comments_and_literals(sql)
     found = {name for name in VIEWS if re.search(rf"\b{name}(__all)?\b", bare)}
     pending = list(found)
     while pending:
@@ -608,19 +696,34 @@ def needed(sql: str) -> list[str]:
     return [name for name in VIEWS if name in found]
 
 
-def ctes(sql: str, sources: dict[str, Any]) -> list[str]:
+def needed_sources(sql: str, views: list[str]) -> list[str]:
+    """The source kinds whose `ev_<source kind>` the views (or `sql` itself) read."""
+    text = strip_comments_and_literals(sql) + "".join(VIEWS[name].sql for name in views)
+    known = set(source_kinds())
+    return sorted({sk for sk in SOURCE_EV.findall(text) if sk in known})
+
+
+def ctes(sql: str, sources: dict[str, Any], json_events: bool = False) -> list[str]:
+    """The CTEs in front of `sql`. With `json_events` (Parquet segments of the JSON layout), each
+    source kind's typed events are extracted from `events`' JSON fields instead of read from the
+    store's `events_<source kind>` view."""
+    views = needed(sql)
+    kinds = needed_sources(sql, views)
     out = [f"source_kinds AS ({source_kinds_sql(sources)})", f"ev AS ({EV})"]
-    for name in needed(sql):
+    if json_events:
+        out += [f"{source_view(sk)} AS ({json_typed_select(sk, 'events', 'source_kinds')})" for sk in kinds]
+    out += [ev_source(sk) for sk in kinds]
+    for name in views:
         out.append(f"{name}__all AS ({VIEWS[name].sql.strip()})")
         out.append(f"{name} AS (SELECT * FROM {name}__all WHERE ts_utc >= $from AND ts_utc < $to)")
     return out
 
 
-def with_views(sql: str, sources: dict[str, Any]) -> str:
+def with_views(sql: str, sources: dict[str, Any], json_events: bool = False) -> str:
     """`sql` (one SELECT, which may start with comments and its own WITH) with the views it names in front."""
     text = sql.strip().rstrip(";")
     comments = re.match(r"(?:[ \t]*--[^\n]*\n)*", text).group(0)  # type: ignore[union-attr] # * matches always
     body = text[len(comments):].lstrip()
-    head = ",\n".join(ctes(body, sources))
+    head = ",\n".join(ctes(body, sources, json_events))
     own = re.match(r"(?is)^with\s+(?!recursive\b)", body)
     return f"{comments}WITH {head},\n{body[own.end():]}" if own else f"{comments}WITH {head}\n{body}"

@@ -17,7 +17,7 @@ def build(d: Deployment) -> Heuristic:
         symptom="Two engine processes' allowed CPU sets overlap, or the cgroup of one is throttled by CFS.",
         wrong_guess="-", check=Check(text="The overlap itself, per pair of processes.",
                    promql="spyglass_host_shared_cpus > 0 or spyglass_engine_shared_cpus > 0",
-                   sql="SELECT instance, fields->>'cpus' AS cpus, max(ts) AS at FROM events WHERE kind = 'cpus'"
+                   sql="SELECT instance, cpus, max(ts) AS at FROM events_engine_log WHERE kind = 'cpus'"
                        " GROUP BY ALL ORDER BY at"),
         knobs=("taskset / cpuset per instance", "cpu.cfs_quota_us of the engine's cgroup"),
         thresholds=(Threshold(name="throttled_share", value=throttled, unit="ratio", meaning="share of CFS periods throttled"),),

@@ -19,13 +19,12 @@ WITH starts AS (
   FROM cpu a JOIN cpu b ON a.cpu = b.cpu AND a.instance <> b.instance
   GROUP BY a.instance, b.instance
 ), measured AS (  -- the host source samples in the window: the overlap as the kernel allows it
-  SELECT instance, fields->>'other' AS other, max(TRY_CAST(fields->>'shared' AS INT)) AS shared_cpus,
-    min(ts_utc) AS since_utc
-  FROM timeline WHERE source_kind = 'host' AND kind = 'shared_cpus'
+  SELECT instance, other, max(shared_cpus) AS shared_cpus, min(ts_utc) AS since_utc
+  FROM host_samples WHERE event = 'shared_cpus'
   GROUP BY ALL
 ), allowed AS (
-  SELECT instance, arg_max(fields->>'cpus', ts_utc) AS cpus
-  FROM timeline WHERE source_kind = 'host' AND kind = 'process'
+  SELECT instance, arg_max(cpus, ts_utc) AS cpus
+  FROM host_samples WHERE event = 'process'
   GROUP BY instance
 ), overlap_pairs AS (
   SELECT instance, other, cpus, other_cpus, shared_cpus, since_utc FROM pairs

@@ -31,8 +31,8 @@ def build(d: Deployment) -> Heuristic:
         check=Check(text="The same conversation's next turn reusing almost everything proves the mechanism works;"
               " compare the parked snapshot's bytes with budget/slots.",
               promql=f"{SNAPSHOT_SHARE} and on (host, instance, lane) {EVICTIONS} > 0",
-              sql="SELECT instance, count(*) AS evictions, max((fields->>'bytes')::BIGINT) AS largest_snapshot,"
-                  " any_value((fields->>'budget')::BIGINT) AS budget FROM events WHERE kind = 'evict'"
+              sql="SELECT instance, count(*) AS evictions, max(bytes) AS largest_snapshot,"
+                  " any_value(budget) AS budget FROM events_engine_log WHERE kind = 'evict'"
                   " GROUP BY instance"),
         knobs=("--conversation-cache-mib", "--prompt-cache-every", "admission (concurrent long sessions per lane)",
          "the gateway's assembly budget (prompt size)"),

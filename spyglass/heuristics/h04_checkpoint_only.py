@@ -19,8 +19,8 @@ def build(d: Deployment) -> Heuristic:
         " their parked snapshot was evicted and a checkpoint saved only a fraction.",
         wrong_guess="-", check=Check(text="Share of long prompts with checkpoint-only reuse, and the reuse values themselves.",
                    promql=CHECKPOINT_ONLY,
-                   sql="SELECT instance, (fields->>'reused')::BIGINT AS reused, count(*) AS prompts FROM events"
-                       " WHERE kind = 'prompt' AND (fields->>'prompt')::BIGINT >= 200000 GROUP BY ALL ORDER BY prompts DESC"),
+                   sql="SELECT instance, reused, count(*) AS prompts FROM events_engine_log"
+                       " WHERE kind = 'prompt' AND prompt >= 200000 GROUP BY ALL ORDER BY prompts DESC"),
         knobs=("--prompt-cache-every", "--conversation-cache-mib"),
         thresholds=(Threshold(name="checkpoint_only_share", value=share, unit="ratio",
                               meaning="share of long prompts restored only from a checkpoint"),

@@ -6,7 +6,7 @@ WITH banners AS (
   FROM engine_requests r ASOF LEFT JOIN banners d ON d.instance = r.instance AND r.ts_utc >= d.ts_utc
   WHERE r.prompt_tokens >= $long_prompt_tokens
 ), marked AS (
-  SELECT *, reused_tokens > 0 AND reused_tokens % cache_every = 0 AND reused_tokens < prompt_tokens AS checkpoint,
+  SELECT *, $checkpoint_only AS checkpoint,  -- the rule: collectors/checkpoint_reuse.py
     count(*) OVER (PARTITION BY instance ORDER BY ts_utc
                    RANGE BETWEEN INTERVAL 1 HOUR PRECEDING AND CURRENT ROW) AS in_the_hour
   FROM prompts

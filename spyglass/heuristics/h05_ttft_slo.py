@@ -45,8 +45,8 @@ def build(d: Deployment) -> Heuristic:
         check=Check(text="Is load-test traffic on the same lane as real users? Compare requests received per lane and mode,"
               " and the prefill queue.",
               promql="sum by (host, lane, mode) (rate(spyglass_gateway_requests_received_total[30m]))",
-              sql="SELECT instance, max((fields->>'prefill_queue')::INT) AS deepest_queue, count(*) AS stats_lines"
-                  " FROM events WHERE kind = 'stats' AND ts >= now() - INTERVAL 1 HOUR GROUP BY instance"),
+              sql="SELECT instance, max(prefill_queue) AS deepest_queue, count(*) AS stats_lines"
+                  " FROM events_engine_log WHERE kind = 'stats' AND ts >= now() - INTERVAL 1 HOUR GROUP BY instance"),
         knobs=("lane routing of load tests", "admission per lane", "alerts.lanes.<lane>.ttft_seconds"),
         thresholds=tuple(Threshold(name=f"{kind}_{long}_{short}", value=factor, unit="x budget", meaning=meaning)
                          for (factor, long, short), kind, meaning in ((fast, "fast_burn", "page"), (slow, "fast_burn", "page"),

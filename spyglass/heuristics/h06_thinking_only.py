@@ -51,9 +51,9 @@ def build(d: Deployment) -> Heuristic:
                 " without; the lane's share, 16 of 353 (4.5%), hid it. The normal lane got the fix only on 10-19.",
         check=Check(text="Same day, same lane: thinking-only among requests with special-token literals against"
               " among those without.",
-              sql="SELECT fields->>'lane' AS lane, (fields->>'special_literals')::INT > 0 AS special_tokens,"
-                  " count(*) AS requests, count(*) FILTER ((fields->>'thinking_only')::BOOLEAN) AS thinking_only"
-                  " FROM events WHERE kind = 'request_body' GROUP BY ALL ORDER BY ALL"),
+              sql="SELECT lane, special_literals > 0 AS special_tokens,"
+                  " count(*) AS requests, count(*) FILTER (thinking_only) AS thinking_only"
+                  " FROM events_infer_store WHERE kind = 'request_body' GROUP BY ALL ORDER BY ALL"),
         knobs=("the serve's prompt_escapes fix", "lane routing to a fixed serve build"),
         thresholds=(Threshold(name="thinking_only_share", value=share, unit="ratio", meaning="share of responses that are thinking-only"),
                     Threshold(name="literals_factor", value=factor, unit="ratio",

@@ -19,9 +19,8 @@ def build(d: Deployment) -> Heuristic:
         symptom="Responses with finish=stop, no tool call and a short visible text, on requests that offered tools.",
         wrong_guess="truncation / max_tokens",
         check=Check(text="The raw record: prompt grew, finish_reason, tool_calls, completion far below max_tokens.",
-              sql="SELECT ts, request_id, fields->>'finish' AS finish, fields->>'tool_calls' AS tool_calls,"
-                  " fields->>'content_chars' AS content_chars FROM events WHERE kind = 'request_body'"
-                  " AND (fields->>'plan_then_stop')::BOOLEAN ORDER BY ts DESC LIMIT 20"),
+              sql="SELECT ts, request_id, finish, tool_calls, content_chars FROM events_infer_store"
+                  " WHERE kind = 'request_body' AND plan_then_stop ORDER BY ts DESC LIMIT 20"),
         knobs=("the client's stop handling", "the model's tool-call prompt template"),
         thresholds=(Threshold(name="per_hour", value=least, unit="responses/h", meaning=f"plan-then-stop responses in {spoken(HOURLY)}"),),
         alerts=(Alert(name="PlanThenStop", severity="warning",

@@ -15,8 +15,8 @@ def build(d: Deployment) -> Heuristic:
         symptom="RAG assembly dropped most client messages, and the client's first user message is gone from the sent request.",
         wrong_guess="the tool schema got lost",
         check=Check(text="Is the client's first user message in the sent request?",
-              sql="SELECT ts, request_id, fields->>'lane' AS lane FROM events WHERE kind = 'request_body'"
-                  " AND (fields->>'anchor_survived')::BOOLEAN = false ORDER BY ts DESC LIMIT 20"),
+              sql="SELECT ts, request_id, lane FROM events_infer_store WHERE kind = 'request_body'"
+                  " AND anchor_survived = false ORDER BY ts DESC LIMIT 20"),
         knobs=("the gateway's assembly budget", "pin the first user message in assembly"),
         thresholds=(),
         alerts=(Alert(name="AssemblyLostTaskAnchor", severity="warning",

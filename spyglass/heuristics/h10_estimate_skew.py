@@ -20,8 +20,8 @@ def build(d: Deployment) -> Heuristic:
         wrong_guess="the relay miscounts",
         check=Check(text="Every count names who counted; the engine count is the authority.",
               promql=ESTIMATE_RATIO,
-              sql="SELECT request_id, fields->>'chars' AS chars, fields->>'est_tokens' AS estimated,"
-                  " fields->>'count_tokens' AS counted FROM events WHERE source = 'gateway' AND kind IN"
+              sql="SELECT request_id, chars, est_tokens AS estimated, count_tokens AS counted"
+                  " FROM events_gateway_log WHERE kind IN"
                   " ('request', 'precheck') ORDER BY ts DESC LIMIT 20"),
         knobs=("the gateway's per-script token ratios (CJK 1.05 / other 0.70)", "use the engine's count_tokens"),
         thresholds=(Threshold(name="ratio_high", value=high, unit="ratio", meaning="estimate above this times the count"),

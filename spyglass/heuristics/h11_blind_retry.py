@@ -16,8 +16,8 @@ def build(d: Deployment) -> Heuristic:
         id="H11", title="Blind retry after an overfit 400", incident="6 (three 400s at 14:14:58, 14:15:04, 14:15:10)",
         symptom="A retry after a 400 that only clamps max_tokens; bursts of 400 overfit.",
         wrong_guess="-", check=Check(text="The 400's own text and the precheck.",
-                   sql="SELECT ts, request_id, fields->>'prompt' AS prompt, fields->>'upstream' AS upstream FROM events"
-                       " WHERE source = 'gateway' AND kind IN ('overfit', 'retry_on_overfit') ORDER BY ts"),
+                   sql="SELECT ts, request_id, prompt, upstream FROM events_gateway_log"
+                       " WHERE kind IN ('overfit', 'retry_on_overfit') ORDER BY ts"),
         knobs=("the gateway's precheck with the engine's count", "shrink the prompt, not max_tokens"),
         thresholds=(),
         alerts=(Alert(name="GatewayBlindRetries", severity="warning",

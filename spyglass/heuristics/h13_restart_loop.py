@@ -21,8 +21,8 @@ def build(d: Deployment) -> Heuristic:
         symptom=f"A program is spawned {s.crash_loop_spawns}+ times in {window}, or enters FATAL.",
         wrong_guess="the new model is broken",
         check=Check(text="2x2 old/new model x old/new environment; the exit reason and the last log lines before it.",
-              sql="SELECT ts, fields->>'program' AS program, kind, fields->>'status' AS status, fields->>'signal' AS signal"
-                  " FROM events WHERE source = 'supervisord' AND kind IN ('spawned', 'exited', 'fatal') ORDER BY ts DESC LIMIT 30",
+              sql="SELECT ts, program, kind, status, signal"
+                  " FROM events_supervisord_log WHERE kind IN ('spawned', 'exited', 'fatal') ORDER BY ts DESC LIMIT 30",
               shell="tail -n 200 ~/Strata/strata-iq3_xxs-b.log"),
         knobs=("supervisord startretries / startsecs", "the environment (image, libraries) pinned with the model"),
         thresholds=(Threshold(name="spawns", value=s.crash_loop_spawns, unit="spawns", meaning="spawns in the window",

@@ -34,7 +34,7 @@ def build(d: Deployment) -> Heuristic:
         wrong_guess="the model is broken",
         check=Check(text="Load duration against the probe timeout; a startup phase.",
               promql="spyglass_engine_load_duration_seconds",
-              sql="SELECT ts, instance, kind, fields->>'seconds' AS seconds FROM events WHERE kind IN ('start', 'ready')"
+              sql="SELECT ts, instance, kind, seconds FROM events_engine_log WHERE kind IN ('start', 'ready')"
                   " ORDER BY ts DESC LIMIT 20"),
         knobs=("the probe's startup budget (alerts.probe_budget_seconds must match it)", "a startup phase that answers 503"),
         thresholds=(Threshold(name="probe_budget_seconds", value=budget, unit="s", meaning="longest load the probe waits for",

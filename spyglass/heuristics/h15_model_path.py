@@ -13,8 +13,8 @@ def build(d: Deployment) -> Heuristic:
         symptom="The configured model path no longer resolves, or resolves elsewhere than at start; a checksum mismatch.",
         wrong_guess="the weights are corrupted",
         check=Check(text="Print the path actually read; the blue/green cleanup timing.",
-              sql="SELECT ts, instance, fields->>'path' AS path, fields->>'real' AS real, fields->>'md5' AS md5"
-                  " FROM events WHERE kind IN ('model', 'checksum_mismatch') ORDER BY ts DESC LIMIT 10",
+              sql="SELECT ts, instance, path, real, md5"
+                  " FROM events_engine_log WHERE kind IN ('model', 'checksum_mismatch') ORDER BY ts DESC LIMIT 10",
               shell="readlink -f ~/Strata/current-model.gguf; ls -l ~/Strata/"),
         knobs=("atomic switch: upload, verify, switch the link, clean up only after a rollback period",),
         thresholds=(),

@@ -15,7 +15,7 @@ def build(d: Deployment) -> Heuristic:
         symptom="Compute-graph rebuilds every minute, with the CPU busy and the accelerator idle.",
         wrong_guess="the new model is slower",
         check=Check(text="The shapes seen; warm-up; bounded shapes.",
-              sql="SELECT fields->>'shape' AS shape, count(*) AS rebuilds FROM events WHERE kind = 'graph_rebuild'"
+              sql="SELECT shape, count(*) AS rebuilds FROM events_engine_log WHERE kind = 'graph_rebuild'"
                   " GROUP BY ALL ORDER BY rebuilds DESC"),
         knobs=("bounded request shapes (batch, sequence length)", "a warm-up of the known shapes at start"),
         thresholds=(Threshold(name="rebuilds_per_minute", value=per_minute, unit="1/min", meaning="graph rebuilds a minute"),),

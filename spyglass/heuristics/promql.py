@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from signals.buckets import le_label
 from spyglass.config import LaneObjective
 from spyglass.heuristics.model import BURN_WINDOWS, IL, Deployment, Recording
 
@@ -27,11 +28,6 @@ def spoken(duration: str) -> str:
 def last(duration: str) -> str:
     """"the last ..." of a duration: "1h" -> "the last hour", "15m" -> "the last 15 minutes"."""
     return f"the last {UNIT_WORDS[duration[-1]]}" if int(duration[:-1]) == 1 else f"the last {spoken(duration)}"
-
-
-def le_label(seconds: float) -> str:
-    """The `le` label value the exposition writes for a bucket bound (prometheus_client style)."""
-    return repr(float(seconds))
 
 
 def ratio(numerator: str, denominator: str, by: str) -> str:

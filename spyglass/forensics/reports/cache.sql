@@ -3,7 +3,8 @@
 -- snapshot of 4,716,362,992 bytes against an 8 GiB budget for 20 slots, 2508 evictions, and 123 of 194
 -- prompts of at least 200k tokens reusing only a checkpoint (a multiple of --prompt-cache-every). The
 -- fastest long turn is the counter-example that clears the engine (the same conversation's 2.2 s turn).
--- Parameters: $from, $to, $long_prompt_tokens, $default_every (used when no start banner is in the window).
+-- Parameters: $from, $to, $long_prompt_tokens, $default_every (used when no start banner is in the window),
+-- $checkpoint_only (the rule, collectors/checkpoint_reuse.py).
 WITH banners AS (
   SELECT instance, ts_utc, prompt_cache_every, slots FROM deploys__all WHERE component = 'engine'
 ), prompts AS (
@@ -13,8 +14,7 @@ WITH banners AS (
   WHERE r.prompt_tokens >= $long_prompt_tokens
 ), longs AS (
   SELECT instance, count(*) AS long_prompts,
-    count(*) FILTER (WHERE reused_tokens > 0 AND reused_tokens % cache_every = 0 AND reused_tokens < prompt_tokens)
-      AS checkpoint_only,
+    count(*) FILTER (WHERE $checkpoint_only) AS checkpoint_only,
     min(prefill_ms) AS fastest_long_prefill_ms, arg_min(request_id, (prefill_ms, ts_utc)) AS fastest_long_request,  -- a tie: the earliest
     max(cache_every) AS prompt_cache_every
   FROM prompts GROUP BY instance

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import copy
 import functools
-import operator
 import threading
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 from loguru import logger
 
-from exporters.catalogue import Catalogue
+from signals.catalogue import Catalogue
 
 Key = tuple[str, ...]
 # An observation's exemplar: the request id it came from and its time (epoch seconds). The trace id
@@ -30,6 +29,12 @@ DROPPED = "spyglass_state_dropped_series_total"
 MAX_INFO_LABEL = 200  # characters of a free-text info label (a build, a model file name)
 # C0 controls and DEL as visible escapes: a NUL or an escape sequence never reaches a label value
 CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)}
+OTHER = "other"  # the label value of anything outside its closed set
+STATUS_CODES = frozenset(str(code) for code in range(100, 600))  # the closed set of an HTTP status label
+UNLISTED = "spyglass_source_unlisted_labels_total"
+# A saved state written before signals had typed checkpoints: one untyped `memo` for all of them,
+# kept under this name until each signals object has taken its part (signals.attach_signals).
+LEGACY_MEMO = "memo"
 
 
 def printable_label(value: str) -> str:
@@ -68,11 +73,23 @@ class MetricState:
         # (key, bucket index) -> (request id, observed value, epoch seconds). In memory only
         # (`to_json` leaves it out): after a restart each bucket shows none until its next observation.
         self.exemplars: dict[str, dict[tuple[Key, int], tuple[str, float, float]]] = {}
+        self.with_exemplars = frozenset(spec.name for spec in catalogue if spec.exemplars)
         self.histogram_hooks: list[HistogramHook] = []
-        # What a signals module must remember to derive a value (the last raw counters of a
-        # serve, the engine's last plausible evictions=): saved and restored with the series, so
-        # a restart derives exactly what one pass would. Its owner validates what it reads back.
-        self.memo: dict[str, Any] = {}
+        # What each signals object must remember to derive a value (the last raw counters of a
+        # serve, the engine's last plausible evictions=), by its source kind: saved with the series
+        # (`checkpointers` give the current ones; `saved_signals` holds what was loaded, for a
+        # signals object to restore), so a restart derives exactly what one pass would. Its owner
+        # validates what it reads back (signals.attach_signals).
+        self.saved_signals: dict[str, Any] = {}
+        self.checkpointers: dict[str, Callable[[], Any]] = {}
+
+    def listed(self, source: str, label: str, value: str, allowed: Container[str]) -> str:
+        """`value` if it is in its closed set `allowed`; else OTHER, counted in
+        spyglass_source_unlisted_labels_total{source, label}: no label value from a source is unbounded."""
+        if value in allowed:
+            return value
+        self.inc(UNLISTED, (source, label))
+        return OTHER
 
     def series(self, name: str) -> dict[Key, float]:
         """The live dict of one counter, gauge or info metric (read it; write through the methods)."""
@@ -103,14 +120,13 @@ class MetricState:
         for key in [k for k in values if k[:len(prefix)] == prefix]:
             del values[key]
 
-    def _full(self, name: str, times: int = 1) -> bool:
-        """Count a series refused by the cap, `times` refusals (the counter itself is bounded by
-        the catalogue)."""
+    def _full(self, name: str) -> bool:
+        """Count a series refused by the cap (the counter itself is bounded by the catalogue)."""
         if name == DROPPED:
             return False
         dropped = self.values.get(DROPPED)
         if dropped is not None:
-            dropped[(name,)] = functools.reduce(operator.add, [1.0] * times, dropped.get((name,), 0.0))
+            dropped[(name,)] = dropped.get((name,), 0.0) + 1.0
         return True
 
     def set_info(self, name: str, key: Key, identity: int) -> None:
@@ -141,8 +157,8 @@ class MetricState:
         return sum(v for key, v in series.items() if all(dict(zip(names, key)).get(k) == w for k, w in labels.items()))
 
     def observe(self, name: str, key: Key, value: float, exemplar: Exemplar | None = None) -> None:
-        """Count `value` in its bucket; with `exemplar` (request id, epoch seconds) it becomes that
-        bucket's exemplar, replacing the one before."""
+        """Count `value` in its bucket; with `exemplar` (request id, epoch seconds), for a histogram the
+        catalogue declares with exemplars, it becomes that bucket's exemplar, replacing the one before."""
         if value.__class__ not in NUMBER or not -MAX_VALUE <= value <= MAX_VALUE:
             raise ValueError(f"{name}: not a finite number: {value!r:.40}")
         series = self.hists[name]
@@ -154,7 +170,7 @@ class MetricState:
         index = bisect_left(self.bounds[name], value)
         bucket[0][index] += 1
         bucket[1] += value
-        if exemplar is not None:
+        if exemplar is not None and name in self.with_exemplars:
             exemplars = self.exemplars.get(name)
             if exemplars is None:
                 exemplars = self.exemplars[name] = {}
@@ -166,57 +182,23 @@ class MetricState:
         """A copy of every exemplar; call with `lock` held, with `to_json`, so the two agree."""
         return {name: dict(exemplars) for name, exemplars in self.exemplars.items()}
 
-    # Many calls at once, for a signals class that applies a batch column-wise: each leaves the
-    # state exactly as the same calls one by one would (the same float additions in the same
-    # order, the same series cap and dropped counts). The values must already be checked
-    # (finite numbers of magnitude at most MAX_VALUE): these do not check them again.
-
-    def inc_each(self, name: str, key: Key, amounts: list[float]) -> None:
-        """`inc(name, key, amount)` for each amount, in order."""
-        values = self.values[name]
-        old = values.get(key)
-        if old is None:
-            if len(values) >= self.max_series and self._full(name, len(amounts)):
-                return
-            old = 0.0
-        values[key] = functools.reduce(operator.add, amounts, old)
-
-    def set_last(self, name: str, key: Key, value: float, calls: int) -> None:
-        """`calls` calls of `set(name, key, ...)` of which `value` was the last."""
-        values = self.values[name]
-        if key not in values and len(values) >= self.max_series and self._full(name, calls):
-            return
-        values[key] = value
-
-    def observe_each(self, name: str, key: Key, observed: list[float],
-                     exemplars: list[Exemplar | None] | None = None) -> None:
-        """`observe(name, key, value, exemplar)` for each value (and exemplar), in order."""
-        series = self.hists[name]
-        bucket = series.get(key)
-        if bucket is None:
-            if len(series) >= self.max_series and self._full(name, len(observed)):
-                return
-            bucket = series[key] = [[0] * (len(self.bounds[name]) + 1), 0.0]
-        counts, bounds = bucket[0], self.bounds[name]
-        indices = list(map(functools.partial(bisect_left, bounds), observed))
-        for index in indices:
-            counts[index] += 1
-        bucket[1] = functools.reduce(operator.add, observed, bucket[1])
-        for index, value, exemplar in zip(indices, observed, exemplars or ()):
-            if exemplar is not None:
-                self.exemplars.setdefault(name, {})[key, index] = (exemplar[0], value, exemplar[1])
-        for value in observed if self.histogram_hooks else ():
-            for hook in self.histogram_hooks:
-                hook(name, key, value)
-
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready copy; call with `lock` held."""
         return {
             "values": {n: [[list(k), v] for k, v in s.items()] for n, s in self.values.items() if s},
             "hists": {n: [[list(k), list(c), total] for k, (c, total) in s.items()]
                       for n, s in self.hists.items() if s},
-            **({"memo": copy.deepcopy(self.memo)} if self.memo else {}),
+            **({"signals": signals} if (signals := self.signals_json()) else {}),
         }
+
+    def signals_json(self) -> dict[str, Any]:
+        """The signals objects' saved state by source kind: each attached one's checkpoint, and what
+        was loaded for a kind with none attached (kept, not lost, while its source is not configured).
+        A legacy memo is read once, at load, and not written back."""
+        saved = {kind: copy.deepcopy(value) for kind, value in self.saved_signals.items() if kind != LEGACY_MEMO}
+        for kind, checkpoint in self.checkpointers.items():
+            saved[kind] = checkpoint()
+        return {kind: value for kind, value in saved.items() if value}
 
     def load_json(self, saved: Any) -> None:
         """Restore what `to_json` wrote, keeping only what is valid; never raises on bad data.
@@ -241,8 +223,11 @@ class MetricState:
                 continue
             restored, bad = self._rows(name, rows, functools.partial(self._histogram, width))
             self.hists[name], damaged = restored, damaged + bad
-        memo = saved.get("memo") if isinstance(saved, dict) else None
-        self.memo = {k: v for k, v in memo.items() if isinstance(v, dict)} if isinstance(memo, dict) else {}
+        signals = saved.get("signals") if isinstance(saved, dict) else None
+        memo = saved.get("memo") if isinstance(saved, dict) else None  # the format before typed checkpoints
+        if not isinstance(signals, dict) and isinstance(memo, dict):
+            signals = {LEGACY_MEMO: memo}
+        self.saved_signals = {k: v for k, v in signals.items() if isinstance(v, dict)} if isinstance(signals, dict) else {}
         if damaged or not isinstance(values, (dict, type(None))) or not isinstance(hists, (dict, type(None))):
             logger.error("the saved metric state was damaged: {} series dropped, the valid ones restored;"
                          " counters of the dropped series restart from 0", damaged)

@@ -23,6 +23,7 @@ class MetricSpec:
     unit: str = ""  # the Prometheus base unit word: seconds, bytes, tokens, ...
     buckets: tuple[float, ...] = ()
     source: str = ""  # which signals module declares it (for docs)
+    exemplars: bool = False  # a histogram whose buckets carry the latest observation's request (its trace)
 
     @property
     def otel_name(self) -> str:
@@ -41,7 +42,8 @@ class SpecMaker(Protocol):
     """Makes one catalogue row of a signals module: its source and base labels preset."""
 
     def __call__(self, name: str, type_: MetricType, help_: str, extra: tuple[str, ...] = (), unit: str = "",
-                 buckets: tuple[float, ...] = (), labels: tuple[str, ...] | None = None) -> MetricSpec: ...
+                 buckets: tuple[float, ...] = (), labels: tuple[str, ...] | None = None,
+                 exemplars: bool = False) -> MetricSpec: ...
 
 
 def spec_maker(source: str, base_labels: tuple[str, ...] = ()) -> SpecMaker:
@@ -49,8 +51,10 @@ def spec_maker(source: str, base_labels: tuple[str, ...] = ()) -> SpecMaker:
     follows them."""
 
     def make(name: str, type_: MetricType, help_: str, extra: tuple[str, ...] = (), unit: str = "",
-             buckets: tuple[float, ...] = (), labels: tuple[str, ...] | None = None) -> MetricSpec:
-        return MetricSpec(name, type_, help_, base_labels + extra if labels is None else labels, unit, buckets, source)
+             buckets: tuple[float, ...] = (), labels: tuple[str, ...] | None = None,
+             exemplars: bool = False) -> MetricSpec:
+        return MetricSpec(name, type_, help_, base_labels + extra if labels is None else labels, unit, buckets, source,
+                          exemplars)
 
     return make
 
@@ -89,7 +93,7 @@ class Catalogue:
             if not bounds or sorted(bounds) != list(bounds) or len(set(bounds)) != len(bounds):
                 raise ValueError(f"signals.buckets.{name}: bounds must be strictly increasing")
             specs[name] = MetricSpec(spec.name, spec.type, spec.help, spec.labels, spec.unit,
-                                     tuple(float(b) for b in bounds), spec.source)
+                                     tuple(float(b) for b in bounds), spec.source, spec.exemplars)
         return Catalogue(specs)
 
 
@@ -106,6 +110,8 @@ def _check_name(spec: MetricSpec) -> None:
         problems.append(f"the unit {spec.unit!r} must appear in the name")
     if spec.type == "histogram" and not spec.buckets:
         problems.append("a histogram needs buckets")
+    if spec.exemplars and spec.type != "histogram":
+        problems.append("only a histogram carries exemplars")
     if not spec.help.endswith("."):
         problems.append("help is a sentence ending in a period")
     if problems:

@@ -12,14 +12,18 @@ become `other`.
 """
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
 from collectors.event import Event
 from collectors.grammar import number_ok
-from exporters import SignalsBase, signals_for
-from exporters.catalogue import spec_maker
+from signals import SavedNumber, SignalsBase, signals_for
+from signals.catalogue import spec_maker
+from signals.state import STATUS_CODES
 
 INSTANCE = ("instance",)
 STATES = ("loading", "ready", "draining")
-STATUS_CODES = frozenset(str(code) for code in range(100, 600))
 GAUGES = (("spyglass_serve_slots", "slots", "total"), ("spyglass_serve_slots_busy", "slots", "busy"),
           ("spyglass_serve_prefill_queue_depth", "prefill_queue", ""),
           ("spyglass_serve_uptime_seconds", "uptime_s", ""))
@@ -60,9 +64,39 @@ SPECS = [
 ]
 
 
+class ServeSeen(BaseModel):
+    """A serve's last uptime and raw counters (metric, or metric|status -> the serve's own count)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    uptime: SavedNumber | None = None
+    raw: dict[str, SavedNumber] = Field(default_factory=dict)
+
+
+class ServeSaved(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    serves: dict[str, ServeSeen] = Field(default_factory=dict)  # instance -> what its last poll said
+
+
 @signals_for("serve_status", SPECS)
 class ServeSignals(SignalsBase):
     mirrored_counters = frozenset({REQUESTS, *(metric for metric, _, _ in COUNTERS)})
+    Saved = ServeSaved
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen: dict[str, ServeSeen] = {}
+
+    def checkpoint(self) -> ServeSaved:
+        return ServeSaved(serves=self.seen)
+
+    def restore(self, saved: ServeSaved) -> None:
+        self.seen = dict(saved.serves)
+
+    @staticmethod
+    def from_memo(memo: dict[str, Any]) -> dict[str, Any]:
+        return {"serves": memo.get("serve_status") or {}}
 
     def apply(self, e: Event) -> None:
         s, key = self.state, (e.instance,)
@@ -87,11 +121,9 @@ class ServeSignals(SignalsBase):
         self._counters(e, key, body)
         s.set_info("spyglass_serve_info", key + (str(body.get("build", "")), str(body.get("serve_version", ""))), 1)
 
-    def _listed(self, e: Event, label: str, value: str, allowed) -> str:
-        if not value or value in allowed:
-            return value
-        self.state.inc("spyglass_source_unlisted_labels_total", (e.source, label))
-        return "other"
+    def _listed(self, e: Event, label: str, value: str, allowed: Any) -> str:
+        """An absent value stays empty; any other is bounded to its closed set (MetricState.listed)."""
+        return self.state.listed(e.source, label, value, allowed) if value else value
 
     @staticmethod
     def _number(body: dict, field: str, part: str) -> float | None:
@@ -113,13 +145,10 @@ class ServeSignals(SignalsBase):
             if number_ok(count):
                 label = f"{REQUESTS}|{self._listed(e, 'status', str(status), STATUS_CODES)}"
                 raw[label] = raw.get(label, 0) + count
-        memos = self.state.memo.setdefault("serve_status", {})
-        memo = memos.get(e.instance) if isinstance(memos.get(e.instance), dict) else {}
-        last = {k: v for k, v in (memo.get("raw") or {}).items() if number_ok(v)} \
-            if isinstance(memo.get("raw"), dict) else {}
-        uptime, last_uptime = self._number(body, "uptime_s", ""), memo.get("uptime")
-        restarted = (uptime is not None and isinstance(last_uptime, (int, float)) and number_ok(last_uptime)
-                     and uptime < last_uptime) or \
+        seen = self.seen.get(e.instance) or ServeSeen()
+        last = seen.raw
+        uptime, last_uptime = self._number(body, "uptime_s", ""), seen.uptime
+        restarted = (uptime is not None and last_uptime is not None and uptime < last_uptime) or \
             any(value < last[k] for k, value in raw.items() if k in last)
         if restarted:
             self.state.inc("spyglass_serve_restarts_total", key)
@@ -130,5 +159,5 @@ class ServeSignals(SignalsBase):
                 self.state.set(metric, series, max(self.state.series(metric).get(series, 0.0), value))
             else:
                 self.state.inc(metric, series, value if restarted else value - last[name])
-        memos[e.instance] = {"uptime": uptime if uptime is not None else last_uptime,
-                             "raw": raw if restarted else {**last, **raw}}
+        self.seen[e.instance] = ServeSeen.model_construct(uptime=uptime if uptime is not None else last_uptime,
+                                                          raw=raw if restarted else {**last, **raw})

@@ -1,15 +1,15 @@
 """Model-path watch events turned into metrics (H15): does the path resolve, when did it last change,
 and does it still name the file the running engine loaded.
 
-The engine's loaded file comes from its last `model` banner line, which exporters/engine_signals.py
-keeps in the state memo `model_loaded` (instance -> real path, bytes). A mismatch is left unset
-while that is unknown: not measured is not 0.
+The engine's loaded file comes from its last `model` banner line, which signals/engine.py
+records in the links every signals object is given (`SignalsLinks.loaded_models`: instance ->
+LoadedModel). A mismatch is left unset while that is unknown: not measured is not 0.
 """
 from __future__ import annotations
 
 from collectors.event import Event
-from exporters import SignalsBase, signals_for
-from exporters.catalogue import spec_maker
+from signals import LoadedModel, SignalsBase, signals_for
+from signals.catalogue import spec_maker
 
 spec = spec_maker("model_path", ("instance",))
 SPECS = [
@@ -25,11 +25,11 @@ SPECS = [
 ]
 
 
-def mismatch(loaded: dict | None, real: str | None, size: int | None) -> float | None:
+def mismatch(loaded: LoadedModel | None, real: str | None, size: int | None) -> float | None:
     """1.0 when the path now names another file than `loaded`; None when either side is unknown."""
-    if not isinstance(loaded, dict) or real is None or not loaded.get("real"):
+    if loaded is None or real is None or not loaded.real:
         return None
-    same = loaded["real"] == real and (loaded.get("bytes") is None or size is None or loaded["bytes"] == size)
+    same = loaded.real == real and (loaded.bytes is None or size is None or loaded.bytes == size)
     return 0.0 if same else 1.0
 
 
@@ -47,7 +47,7 @@ class ModelPathSignals(SignalsBase):
         changed = e.fields.get("changed_ts")
         if isinstance(changed, (int, float)):
             self.state.set("spyglass_model_path_changed_timestamp_seconds", key, float(changed))
-        loaded = self.state.memo.get("model_loaded", {}).get(e.instance)
+        loaded = self.links.loaded_models.get(e.instance)
         value = mismatch(loaded, e.fields.get("real"), e.fields.get("bytes"))
         if value is not None:
             self.state.set("spyglass_model_path_mismatch", key, value)

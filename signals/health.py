@@ -5,8 +5,8 @@ lines that stopped parsing (format drift), a file that vanished with unread byte
 """
 from __future__ import annotations
 
-from exporters import declare_only
-from exporters.catalogue import MetricSpec
+from signals import declare_only
+from signals.catalogue import MetricSpec
 
 SOURCE = ("source",)
 
@@ -34,7 +34,18 @@ SPECS = [
     MetricSpec("spyglass_source_lost_files_total", "counter",
                "Files lost unread: checkpointed files that vanished while spyglass was stopped with bytes"
                " unread, rotations faster than a poll that may have deleted a generation unseen, and a file"
-               " checkpointed empty found emptied again after a restart.", SOURCE),
+               " checkpointed empty found emptied again after a restart. A followed file that is still held"
+               " under a name no rotated pattern gives is counted in spyglass_source_possibly_lost_total"
+               " instead.", SOURCE),
+    MetricSpec("spyglass_source_lost_bytes_total", "counter",
+               "Bytes proven lost: seen in a file (its size observed, a held partial line) and destroyed"
+               " before they were read, by a truncation that left no copy of them or a checkpointed file"
+               " gone while spyglass was stopped.", SOURCE, "bytes"),
+    MetricSpec("spyglass_source_possibly_lost_total", "counter",
+               "Events after which lines may have been lost, which cannot be proven, by reason: truncated"
+               " (truncated with no copy of what followed the last offset: whatever was written after the"
+               " last poll is gone), renamed (the followed file was renamed to a name no rotated pattern"
+               " gives: generations renamed away between two polls go unseen).", SOURCE + ("reason",)),
     MetricSpec("spyglass_source_last_event_timestamp_seconds", "gauge",
                "Timestamp (from the line itself) of the newest event of the source.", SOURCE, "seconds"),
     MetricSpec("spyglass_source_lag_bytes", "gauge", "Bytes written to the source not yet read as lines.", SOURCE,

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from collectors.event import Event
-from exporters import SignalsBase, signals_for
-from exporters.catalogue import MetricSpec
-from exporters.supervisord_signals import STATES
+from signals import SignalsBase, signals_for
+from signals.catalogue import MetricSpec
+from signals.supervisord import STATES
 
 PROGRAM = ("program",)
 SPECS = [

@@ -7,15 +7,19 @@ tokens processed against taken from its cache, and its time and decode counters.
 the process; they are exported as increments since the last poll (a new process's whole count after a
 reset), so they never go down, and `spyglass_llama_restarts_total` counts the resets seen. While a poll
 fails, the gauges are dropped (no stale value is shown as current). The log's events (evictions, TTFT,
-prompt reuse, starts) go through the engine log's signals (exporters/engine_signals.py).
+prompt reuse, starts) go through the engine log's signals (signals/engine.py).
 """
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
 from collectors.event import Event
 from collectors.grammar import number_ok
-from exporters import SignalsBase, signals_for
-from exporters.catalogue import spec_maker
-from exporters.engine_signals import SPECS as ENGINE_SPECS
+from signals import SavedNumber, SignalsBase, signals_for
+from signals.catalogue import spec_maker
+from signals.engine import SPECS as ENGINE_SPECS
 
 INSTANCE_LANE = ("instance", "lane")
 SHARED = {s.name: s for s in ENGINE_SPECS}
@@ -58,9 +62,30 @@ SPECS = [
 ]
 
 
+class LlamaSaved(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    counters: dict[str, dict[str, SavedNumber]] = Field(default_factory=dict)  # instance -> llamacpp name -> value
+
+
 @signals_for("llama_server", SPECS)
 class LlamaServerSignals(SignalsBase):
     mirrored_counters = frozenset(metric for metric, _ in COUNTERS.values())
+    Saved = LlamaSaved
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.last: dict[str, dict[str, float]] = {}  # instance -> each llamacpp counter at the last poll
+
+    def checkpoint(self) -> LlamaSaved:
+        return LlamaSaved.model_construct(counters=self.last)
+
+    def restore(self, saved: LlamaSaved) -> None:
+        self.last = dict(saved.counters)
+
+    @staticmethod
+    def from_memo(memo: dict[str, Any]) -> dict[str, Any]:
+        return {"counters": memo.get("llama_server") or {}}
 
     def apply(self, e: Event) -> None:
         s, key = self.state, (e.instance, self.settings.lanes.get(e.instance, ""))
@@ -95,8 +120,7 @@ class LlamaServerSignals(SignalsBase):
     def _counters(self, instance: str, key: tuple[str, str], metrics: dict) -> None:
         """Each llamacpp counter as increments since the last poll; a counter that went backwards means a
         new process: its whole count is added, and the restart counted once."""
-        memos = self.state.memo.setdefault("llama_server", {})
-        last = memos.get(instance) if isinstance(memos.get(instance), dict) else {}
+        last = self.last.get(instance, {})
         raw = {name: float(metrics[name]) for name in COUNTERS if number_ok(metrics.get(name))}
         restarted = any(value < last[name] for name, value in raw.items() if number_ok(last.get(name)))
         if restarted:
@@ -104,9 +128,9 @@ class LlamaServerSignals(SignalsBase):
         for name, value in raw.items():
             metric, extra = COUNTERS[name]
             before = last.get(name)
-            if not isinstance(before, float):  # first sight: the process's count, never below what was exported
+            if before is None:  # first sight: the process's count, never below what was exported
                 series = key + extra
                 self.state.set(metric, series, max(self.state.series(metric).get(series, 0.0), value))
             else:
                 self.state.inc(metric, key + extra, value if restarted else value - before)
-        memos[instance] = raw if restarted else {**last, **raw}
+        self.last[instance] = raw if restarted else {**last, **raw}

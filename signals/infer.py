@@ -6,8 +6,8 @@ These are the incident tables as counters: special-token requests vs thinking-on
 from __future__ import annotations
 
 from collectors.event import Event
-from exporters import SignalsBase, signals_for
-from exporters.catalogue import MetricSpec, spec_maker
+from signals import SignalsBase, signals_for
+from signals.catalogue import MetricSpec, spec_maker
 
 LANE = ("lane",)
 

@@ -1,5 +1,12 @@
 """Histogram bucket bounds, each list defined once: the catalogue's histograms and the
-instrumentation shipped into the observed processes (engine/instrument.py) use the same ones."""
+instrumentation shipped into the observed processes (engine/instrument.py) use the same ones; and
+the `le` label text of a bound, as /metrics, the backfill and the rules write it."""
+
+
+def le_label(bound: float) -> str:
+    """The `le` label value of a bucket bound (prometheus_client style: 0.25, 1.0, +Inf)."""
+    return "+Inf" if bound == float("inf") else repr(float(bound))
+
 
 # OpenTelemetry's advisory TTFT head (1 ms .. 10 s) with vLLM's tail out to 30 minutes: CPU-expert
 # engines with 250k-token prompts take minutes, and a capped bucket list hides exactly that tail.

@@ -8,12 +8,12 @@ prompts (incident 6: every count names who counted; the engine is the authority)
 from __future__ import annotations
 
 from collectors.event import Event
-from exporters import SignalsBase, signals_for
-from exporters.buckets import LATENCY_SECONDS
-from exporters.catalogue import spec_maker
+from signals import SignalsBase, signals_for
+from signals.buckets import LATENCY_SECONDS
+from signals.catalogue import spec_maker
+from signals.state import STATUS_CODES
 
 RATIO_BUCKETS = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 8.0)
-STATUS_CODES = frozenset(str(code) for code in range(100, 600))
 DROPPED_BUCKETS = (0.0, 1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0)
 
 
@@ -44,9 +44,9 @@ SPECS = [
     spec("spyglass_gateway_concurrency_rejections_total", "counter",
          "Requests rejected with 429 because the model's concurrency limit was full."),
     spec("spyglass_gateway_ttft_seconds", "histogram", "Time to first token seen by the gateway.", unit="seconds",
-         buckets=LATENCY_SECONDS),
+         buckets=LATENCY_SECONDS, exemplars=True),
     spec("spyglass_gateway_request_duration_seconds", "histogram", "Whole request duration seen by the gateway.",
-         unit="seconds", buckets=LATENCY_SECONDS),
+         unit="seconds", buckets=LATENCY_SECONDS, exemplars=True),
     spec("spyglass_gateway_starts_total", "counter", "Gateway process starts seen in its log.", labels=()),
     spec("spyglass_gateway_info", "info", "Gateway version from its last start line, value 1.", labels=("version",)),
 ]
@@ -60,10 +60,7 @@ class GatewaySignals(SignalsBase):
         s, f, lane = self.state, e.fields, str(e.fields.get("lane") or self.no_lane)
         kind = e.kind
         if "status" in f:
-            status = str(f["status"])
-            if status not in STATUS_CODES:
-                s.inc("spyglass_source_unlisted_labels_total", (e.source, "status"))
-                status = "other"
+            status = s.listed(e.source, "status", str(f["status"]), STATUS_CODES)
         if kind == "request":
             for label in f.get("unlisted") or ():
                 s.inc("spyglass_source_unlisted_labels_total", (e.source, str(label)))

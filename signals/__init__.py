@@ -1,9 +1,14 @@
 """Signals registry: which module turns which source kind's events into metrics.
 
 A signals module declares its catalogue rows and a class that satisfies `Signals` (`apply(event)`),
-constructed as `cls(state, settings=SignalsSettings(...))`; subclassing `SignalsBase` gives that
-constructor. It is registered with @signals_for(kind, specs), which rejects a class that does not
-fit. The agent's own health metrics are declared the same way, with no class.
+constructed as `cls(state, settings=SignalsSettings(...), links=SignalsLinks(...))`; subclassing
+`SignalsBase` gives that constructor. It is registered with @signals_for(kind, specs), which rejects
+a class that does not fit. The agent's own health metrics are declared the same way, with no class.
+
+What a signals object must remember between events (and across a restart) is its own typed
+`checkpoint()` (a pydantic model, `Saved`), saved in the metric state under its source kind and given
+back to `restore()` by `attach_signals`. What one signals class learns that another needs (the model
+file each engine loaded) is passed explicitly, in `SignalsLinks`.
 """
 from __future__ import annotations
 
@@ -12,13 +17,17 @@ import inspect
 import pkgutil
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Protocol, TypeVar, runtime_checkable
+
+from loguru import logger
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from collectors.event import Event
-from exporters.catalogue import Catalogue, MetricSpec
+from collectors.grammar import MAX_NUMBER
+from signals.catalogue import Catalogue, MetricSpec
 
 if TYPE_CHECKING:
-    from exporters.state import MetricState
+    from signals.state import MetricState
 
 
 @runtime_checkable
@@ -26,7 +35,7 @@ class Signals(Protocol):
     """What the pipeline calls on a signals object: built on the metric state with the keyword
     settings, then it derives metrics from one event of its kind at a time."""
 
-    def __init__(self, state: MetricState, settings: SignalsSettings = ...) -> None: ...
+    def __init__(self, state: MetricState, settings: SignalsSettings = ..., links: SignalsLinks = ...) -> None: ...
 
     def apply(self, event: Event) -> None: ...
 
@@ -40,8 +49,36 @@ class SignalsSettings:
     default_prompt_cache_every: int = 16384  # the engine's --prompt-cache-every until its args line says
 
 
+# A number a signals object saved: finite and no larger than a parsed number may be (collectors.grammar).
+SavedNumber = Annotated[float, Field(ge=-MAX_NUMBER, le=MAX_NUMBER, allow_inf_nan=False)]
+
+
+class LoadedModel(BaseModel):
+    """The model file an engine process loaded, from its `model` line."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    real: str  # the path the configured one resolved to
+    bytes: int | None = None
+    ts: float = 0.0
+
+
+@dataclass
+class SignalsLinks:
+    """What one signals class learns and another needs, passed to every signals object explicitly.
+
+    `loaded_models` (instance -> LoadedModel): written by the engine log's signals (they save it with
+    their checkpoint), read by the model-path watch (H15)."""
+
+    loaded_models: dict[str, LoadedModel] = field(default_factory=dict)
+
+
 class SignalsBase:
-    """A signals class that keeps the metric state and the settings it was given."""
+    """A signals class that keeps the metric state, the settings and the links it was given.
+
+    A class that remembers something between events declares `Saved` (a pydantic model) and
+    implements `checkpoint() -> Saved` and `restore(Saved)`; `from_memo` reads the untyped memo
+    a saved state had before."""
 
     # Counters that copy a cumulative count the source reports (the engine's evictions=, a serve's
     # own totals) rather than counting events: they start where the source is, never at 0, or the
@@ -50,8 +87,24 @@ class SignalsBase:
     # The lane an event without one is counted under, if the class has one: a known lane too.
     no_lane: str | None = None
 
-    def __init__(self, state: MetricState, settings: SignalsSettings = SignalsSettings()) -> None:
+    Saved: ClassVar[type[BaseModel] | None] = None
+
+    def __init__(self, state: MetricState, settings: SignalsSettings = SignalsSettings(),
+                 links: SignalsLinks | None = None) -> None:
         self.state, self.settings = state, settings
+        self.links = links if links is not None else SignalsLinks()
+
+    def checkpoint(self) -> BaseModel | None:
+        """What this object must remember, as its `Saved` model (None: nothing)."""
+        return None
+
+    def restore(self, saved: Any) -> None:
+        """Take back what `checkpoint` gave (a valid `Saved`)."""
+
+    @staticmethod
+    def from_memo(memo: dict[str, Any]) -> dict[str, Any] | None:
+        """This class's part of a saved state's untyped memo (the format before `Saved`), as `Saved` data."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -66,15 +119,37 @@ SignalsClass = TypeVar("SignalsClass", bound=type)
 
 
 def check_signals_class(kind: str, cls: type) -> None:
-    """ValueError unless `cls(state, settings=...)` can be called and its objects have apply(event)."""
+    """ValueError unless `cls(state, settings=..., links=...)` can be called and its objects have apply(event)."""
     where = f"signals for {kind!r}: {cls.__qualname__}"
     if not callable(inspect.getattr_static(cls, "apply", None)):
         raise ValueError(f"{where} has no apply(event) method")
     try:
-        inspect.signature(cls).bind(object(), settings=SignalsSettings())
+        inspect.signature(cls).bind(object(), settings=SignalsSettings(), links=SignalsLinks())
     except TypeError as exc:
-        raise ValueError(f"{where} must be constructible as cls(state, settings=SignalsSettings(...)) ({exc});"
-                         " subclass SignalsBase") from None
+        raise ValueError(f"{where} must be constructible as cls(state, settings=SignalsSettings(...),"
+                         f" links=SignalsLinks(...)) ({exc}); subclass SignalsBase") from None
+
+
+def attach_signals(kind: str, signals: Signals, state: MetricState) -> None:
+    """Give `signals` its saved state from `state` (its own `Saved`, or its part of a legacy memo) and
+    have `state` save its checkpoint from now on. Saved data that does not validate is dropped
+    with a warning: the object starts fresh, as on a first run."""
+    from signals.state import LEGACY_MEMO
+
+    saved_model = getattr(signals, "Saved", None)
+    if saved_model is None:
+        return
+    raw = state.saved_signals.get(kind)
+    legacy = state.saved_signals.get(LEGACY_MEMO)
+    if raw is None and isinstance(legacy, dict):
+        raw = signals.from_memo(legacy)  # type: ignore[attr-defined]
+    if raw is not None:
+        try:
+            signals.restore(saved_model.model_validate(raw))  # type: ignore[attr-defined]
+        except ValidationError as exc:
+            logger.warning("signals of {}: saved state not valid, starting fresh ({} errors, first: {})", kind,
+                           exc.error_count(), exc.errors()[0]["msg"])
+    state.checkpointers[kind] = lambda: signals.checkpoint().model_dump(mode="json")  # type: ignore[attr-defined]
 
 
 def signals_for(kind: str, specs: Iterable[MetricSpec]) -> Callable[[SignalsClass], SignalsClass]:
@@ -94,9 +169,10 @@ def declare_only(kind: str, specs: Iterable[MetricSpec]) -> None:
 
 
 def load_all() -> dict[str, SignalsRegistration]:
+    """Every registration: imports each module of this package (the ones that hold no signals,
+    such as the catalogue and the state, register nothing)."""
     for module in pkgutil.iter_modules(__path__):
-        if module.name.endswith("_signals"):
-            importlib.import_module(f"{__name__}.{module.name}")
+        importlib.import_module(f"{__name__}.{module.name}")
     return SIGNALS
 
 

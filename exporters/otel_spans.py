@@ -1,7 +1,7 @@
 """Engine-log events of each request, exported as spans of its trace with OTLP.
 
 The pipeline hands every engine event to `EngineSpanExporter.observe`; when a request is done (or
-rejected) its phases (engine.spans) go out with their real timestamps, in the trace and under the
+rejected) its phases (signals.spans) go out with their real timestamps, in the trace and under the
 serve span whose ids collectors.trace_ids derives from the request id. Open requests are bounded.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCod
 
 from collectors.event import Event
 from collectors.trace_ids import span_id_for, trace_id_for
-from engine.spans import PhaseSpan, engine_span
+from signals.spans import PhaseSpan, engine_span
 
 FINAL = ("done", "rejected")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import signal
 
 from collectors.event import Event
-from exporters import SignalsBase, signals_for
-from exporters.catalogue import spec_maker
+from signals import SignalsBase, signals_for
+from signals.catalogue import spec_maker
 
 PROGRAM = ("program",)
 STATES = ("STARTING", "RUNNING", "BACKOFF", "EXITED", "FATAL", "STOPPING", "STOPPED")
@@ -54,10 +54,7 @@ class SupervisordSignals(SignalsBase):
         """exit_N for N in 0-255, or a signal's name; anything else is "other" (counted)."""
         f = e.fields
         cause = str(f["signal"]) if f.get("signal") else f"exit_{f.get('status')}"
-        if cause in CAUSES:
-            return cause
-        self.state.inc("spyglass_source_unlisted_labels_total", (e.source, "cause"))
-        return "other"
+        return self.state.listed(e.source, "cause", cause, CAUSES)
 
     def apply(self, e: Event) -> None:
         s, f, kind = self.state, e.fields, e.kind

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from collectors.event import Event
-from exporters import SignalsBase, signals_for
-from exporters.catalogue import MetricSpec
+from signals import SignalsBase, signals_for
+from signals.catalogue import MetricSpec
 
 SPECS = [
     MetricSpec("spyglass_switch_engine_build_info", "info", "Engine build an instance was last switched to, value 1.",

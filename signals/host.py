@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collectors.event import Event
 from collectors.host import cpu_set
-from exporters import SignalsBase, signals_for
-from exporters.catalogue import spec_maker
+from signals import SignalsBase, signals_for
+from signals.catalogue import spec_maker
 
 INSTANCE = ("instance",)
 

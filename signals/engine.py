@@ -1,0 +1,432 @@
+"""Engine-log events turned into metrics (labels: instance, lane; never a conversation or request).
+
+Counters the engine reports cumulatively (`evictions=`) are exported as the engine's own value:
+an agent restart cannot double them, and an engine restart shows as a reset to 0 next to a new
+`spyglass_engine_start_time_seconds`. Everything else is counted from events.
+
+A line can be forged (a prompt the engine echoes may start a line with a valid prefix), so the
+engine's value is exported only when plausible: it may grow by at most the evict lines seen
+since the last accepted value. Anything else is counted in spyglass_engine_implausible_values_total
+and not exported, until RESYNC_LINES values in a row agree with each other and are not lower (lines
+were lost, the engine moved on). Only a start the start sequence confirms resets the counter:
+a start banner alone (one echoed in a prompt) resets nothing and is counted implausible.
+Task lines of a task never queued are counted as orphans, not as requests.
+Labels from the log (finish, cause, reason, origin, status, component) are checked against
+the closed sets below; other values are exported as `other` and counted.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from collectors.engine_log import follows_a_start
+from collectors.event import Event
+from collectors.host import cpu_set
+from signals import LoadedModel, SignalsBase, SignalsLinks, SignalsSettings, signals_for
+from signals.buckets import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND
+from signals.catalogue import spec_maker
+from signals.state import STATUS_CODES, MetricState
+
+INSTANCE_LANE = ("instance", "lane")
+RESYNC_LINES = 3
+CLOSED = {  # label -> the values the engine writes; any other is exported as "other"
+    "finish": frozenset({"stop", "length", "tool_calls", "content_filter", "error", "abort",
+                        "unknown"}),  # unknown: llama-server logs no finish reason
+    "cause": frozenset({"stop", "length", "budget", "eos"}),
+    "evict_reason": frozenset({"budget", "lru", "ttl", "manual", "shutdown"}),
+    "rebuild_reason": frozenset({"new_shape", "resize", "invalidated"}),
+    "origin": frozenset({"parked", "checkpoint", "disk", "none"}),
+    "component": frozenset({"main", "load", "http", "slot", "cache", "graph", "stats", "sched", "pool"}),
+    "status": STATUS_CODES,
+}
+spec = spec_maker("engine_log", INSTANCE_LANE)
+
+SPECS = [
+    spec("spyglass_engine_evictions_total", "counter",
+         "Conversation snapshots evicted, as the engine's own cumulative evictions= value (resets with the engine)."),
+    spec("spyglass_engine_implausible_values_total", "counter",
+         "Cumulative values from the log not exported because the lines between cannot explain them (a forged"
+         " or damaged line), by field; field start: a start line the start sequence did not follow (a"
+         " banner echoed in a prompt), which reset nothing.", ("field",)),
+    spec("spyglass_engine_orphan_lines_total", "counter",
+         "Task lines (prompt, thinking, tool_call, done) of a task never seen queued: not counted as requests.",
+         ("kind",)),
+    spec("spyglass_engine_evicted_snapshots_total", "counter", "Evict lines seen, by the engine's reason.", ("reason",)),
+    spec("spyglass_engine_evicted_bytes_total", "counter", "Bytes of conversation snapshots evicted.", unit="bytes"),
+    spec("spyglass_engine_cache_parked_snapshots", "gauge", "Conversation snapshots parked in the cache."),
+    spec("spyglass_engine_cache_used_bytes", "gauge", "Bytes of parked conversation snapshots.", unit="bytes"),
+    spec("spyglass_engine_cache_budget_bytes", "gauge", "Byte budget of the conversation cache.", unit="bytes"),
+    spec("spyglass_engine_cache_snapshot_bytes", "histogram", "Size of each conversation snapshot parked.",
+         unit="bytes", buckets=SNAPSHOT_BYTES),
+    spec("spyglass_engine_prompt_tokens_total", "counter",
+         "Prompt tokens, by part: reused from cache or read (prefilled).", ("part",), unit="tokens"),
+    spec("spyglass_engine_request_prompt_tokens", "histogram", "Prompt length of each request in tokens.",
+         unit="tokens", buckets=PROMPT_TOKENS),
+    spec("spyglass_engine_prompt_restores_total", "counter",
+         "Prompts by where their cached prefix came from: parked snapshot, checkpoint, or none.", ("origin",)),
+    spec("spyglass_engine_long_prompts_total", "counter",
+         "Prompts at or above the long-prompt threshold (signals.long_prompt_tokens)."),
+    spec("spyglass_engine_long_prompts_checkpoint_only_total", "counter",
+         "Long prompts whose reuse was a positive multiple of prompt-cache-every: only a checkpoint saved them."),
+    spec("spyglass_engine_prompt_cache_every_tokens", "gauge",
+         "The engine's --prompt-cache-every: tokens between prompt-cache checkpoints.", unit="tokens"),
+    spec("spyglass_engine_prefill_read_seconds", "histogram", "Time to read (prefill) the uncached part of a prompt.",
+         unit="seconds", buckets=LATENCY_SECONDS),
+    spec("spyglass_engine_ttft_seconds", "histogram", "Time to first token, as the engine measured it.",
+         unit="seconds", buckets=LATENCY_SECONDS, exemplars=True),
+    spec("spyglass_engine_request_decode_tokens_per_second", "histogram", "Decode rate of each finished request.",
+         unit="tokens_per_second", buckets=TOKENS_PER_SECOND),
+    spec("spyglass_engine_requests_finished_total", "counter", "Requests finished, by finish reason.", ("finish",)),
+    spec("spyglass_engine_last_progress_timestamp_seconds", "gauge",
+         "Time (from the line) of the engine's last sign of progress: a finished request (done) or a [stats] line."
+         " A hung engine's HTTP thread may still log queued requests; this stands still (H20).", unit="seconds"),
+    spec("spyglass_engine_completion_tokens_total", "counter", "Completion tokens of finished requests.",
+         unit="tokens"),
+    spec("spyglass_engine_tool_calls_total", "counter", "Tool calls the engine started writing."),
+    spec("spyglass_engine_thinking_tokens_total", "counter", "Reasoning tokens used.", unit="tokens"),
+    spec("spyglass_engine_thinking_stops_total", "counter", "Reasoning phases ended, by stop cause.", ("cause",)),
+    spec("spyglass_engine_thinking_budget_exhausted_total", "counter",
+         "Reasoning phases that used their whole thinking budget."),
+    spec("spyglass_engine_rejections_total", "counter", "Requests the engine refused, by HTTP status.", ("status",)),
+    spec("spyglass_engine_graph_rebuilds_total", "counter", "Compute-graph rebuilds, by reason.", ("reason",)),
+    spec("spyglass_engine_graph_rebuild_seconds_total", "counter", "Time spent rebuilding compute graphs.",
+         unit="seconds"),
+    spec("spyglass_engine_errors_total", "counter", "Error-level engine lines, by component.", ("component",)),
+    spec("spyglass_engine_model_checksum_mismatches_total", "counter", "Model files whose md5 did not match."),
+    spec("spyglass_engine_starts_total", "counter", "Engine process starts seen in the log."),
+    spec("spyglass_engine_start_time_seconds", "gauge", "Unix time of the last engine process start.",
+         unit="seconds"),
+    spec("spyglass_engine_ready", "gauge", "1 once the engine logged ready, 0 from its start line until then."),
+    spec("spyglass_engine_load_duration_seconds", "gauge", "How long the last model load took until ready.",
+         unit="seconds"),
+    spec("spyglass_engine_experts_resident", "gauge", "Experts resident in the CPU expert arena."),
+    spec("spyglass_engine_experts", "gauge", "Experts of the model."),
+    spec("spyglass_engine_allowed_cpus", "gauge", "CPUs the engine process may run on (its affinity set size)."),
+    spec("spyglass_engine_pool_workers", "gauge", "Worker threads of the CPU expert pool."),
+    spec("spyglass_engine_cpus_info", "info", "The CPU list the engine logged at start, value 1.", ("cpus",)),
+    spec("spyglass_engine_shared_cpus", "gauge",
+         "CPUs this engine shares with another, from both engines' start lines (incident 1).", ("other",)),
+    spec("spyglass_engine_slots", "gauge", "Request slots of the engine."),
+    spec("spyglass_engine_slots_busy", "gauge", "Request slots in use."),
+    spec("spyglass_engine_prefill_queue_depth", "gauge", "Requests waiting in the global serial prefill queue."),
+    spec("spyglass_engine_decode_tokens_per_second", "gauge", "Engine-wide decode rate from its stats line.",
+         unit="tokens_per_second"),
+    spec("spyglass_engine_model_bytes", "gauge", "Size of the model file the engine loaded.", unit="bytes"),
+    spec("spyglass_engine_build_info", "info", "Engine build, value 1.", ("build_name", "version", "build")),
+    spec("spyglass_engine_model_info", "info",
+         "Model the engine loaded, value 1: file name the path resolved to, and md5.", ("model", "md5")),
+]
+
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Each kind's metric operations, declared once (OPS) and executed per event by `EngineSignals.apply`.
+# ---------------------------------------------------------------------------------------------
+
+Key = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """+1 to `metric`; labelled, after the instance and lane, by the field `by` (its value in the closed
+    set CLOSED[closed or by], else `other`, counted), or by the fixed `label`; only where `when(fields)`."""
+
+    metric: str
+    by: str = ""
+    closed: str = ""
+    label: str = ""
+    when: Callable[[dict[str, Any]], bool] | None = None
+
+    def __call__(self, s: MetricState, key: Key, e: Event) -> None:
+        if self.when is not None and not self.when(e.fields):
+            return
+        if self.by:
+            key = key + (s.listed(e.source, self.by, str(e.fields[self.by]), CLOSED[self.closed or self.by]),)
+        elif self.label:
+            key = key + (self.label,)
+        s.inc(self.metric, key)
+
+
+@dataclass(frozen=True, slots=True)
+class Add:
+    """+ the field's value (divided by `per`: milliseconds to seconds) to `metric`, labelled by `label` if any."""
+
+    metric: str
+    field: str
+    per: float = 1.0
+    label: str = ""
+
+    def __call__(self, s: MetricState, key: Key, e: Event) -> None:
+        value = e.fields[self.field]
+        s.inc(self.metric, key + (self.label,) if self.label else key, value / self.per if self.per != 1.0 else value)
+
+
+@dataclass(frozen=True, slots=True)
+class Observe:
+    """The field's value (divided by `per`) into histogram `metric`, with the request as its exemplar
+    (kept where the catalogue declares the histogram with exemplars)."""
+
+    metric: str
+    field: str
+    per: float = 1.0
+
+    def __call__(self, s: MetricState, key: Key, e: Event) -> None:
+        value = e.fields[self.field]
+        s.observe(self.metric, key, value / self.per if self.per != 1.0 else value,
+                  (e.request_id, e.ts) if e.request_id else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Set:
+    """Gauge `metric` := the field's value (times `times`), the event's time (field "ts") or `value`.
+    `optional`: a field that is absent or not a number leaves the gauge as it was."""
+
+    metric: str
+    field: str = ""
+    value: float = 0.0
+    times: int = 1
+    optional: bool = False
+
+    def __call__(self, s: MetricState, key: Key, e: Event) -> None:
+        if self.field == "ts":
+            s.set(self.metric, key, e.ts)
+        elif not self.field:
+            s.set(self.metric, key, self.value)
+        else:
+            value: Any = e.fields.get(self.field) if self.optional else e.fields[self.field]
+            if self.optional and value.__class__ not in (int, float):
+                return
+            s.set(self.metric, key, value * self.times if self.times != 1 else value)
+
+
+Op = Count | Add | Observe | Set
+CACHE = (Set("spyglass_engine_cache_parked_snapshots", "parked", optional=True),  # a llama-server evict line
+         Set("spyglass_engine_cache_used_bytes", "used", optional=True),          # knows only what its
+         Set("spyglass_engine_cache_budget_bytes", "budget", optional=True))      # command line told
+PROGRESS = Set("spyglass_engine_last_progress_timestamp_seconds", "ts")
+OPS: dict[str, tuple[Op, ...]] = {  # event kind -> its operations, in order; the custom rules follow them
+    "args": (Set("spyglass_engine_prompt_cache_every_tokens", "prompt_cache_every", optional=True),
+             Set("spyglass_engine_slots", "slots", optional=True),
+             Set("spyglass_engine_cache_budget_bytes", "cache_ram_mib", times=2**20, optional=True)),  # --cache-ram
+    "model": (Set("spyglass_engine_model_bytes", "bytes"),),
+    "cpus": (Set("spyglass_engine_pool_workers", "pool_workers"),),
+    "experts_loaded": (Set("spyglass_engine_experts_resident", "resident"), Set("spyglass_engine_experts", "total")),
+    "ready": (Set("spyglass_engine_ready", value=1.0), Set("spyglass_engine_load_duration_seconds", "seconds")),
+    "checksum_mismatch": (Count("spyglass_engine_model_checksum_mismatches_total"),),
+    "error": (Count("spyglass_engine_errors_total", by="component"),),
+    "queued": (Set("spyglass_engine_prefill_queue_depth", "prefill_depth"),),
+    "rejected": (Count("spyglass_engine_rejections_total", by="status"),),
+    "prompt": (Add("spyglass_engine_prompt_tokens_total", "reused", label="reused"),
+               Add("spyglass_engine_prompt_tokens_total", "read", label="read"),
+               Observe("spyglass_engine_request_prompt_tokens", "prompt"),
+               Observe("spyglass_engine_prefill_read_seconds", "ms", per=1000.0),
+               Count("spyglass_engine_prompt_restores_total", label="none", when=lambda f: f["reused"] == 0)),
+    "restore": (Count("spyglass_engine_prompt_restores_total", by="origin"),),
+    "thinking": (Add("spyglass_engine_thinking_tokens_total", "tokens"),
+                 Count("spyglass_engine_thinking_stops_total", by="cause"),
+                 Count("spyglass_engine_thinking_budget_exhausted_total",
+                       when=lambda f: f["cause"] == "budget" or f["tokens"] >= f["max"])),
+    "tool_call": (Count("spyglass_engine_tool_calls_total"),),
+    "done": (Count("spyglass_engine_requests_finished_total", by="finish"),
+             Add("spyglass_engine_completion_tokens_total", "completion"),
+             Observe("spyglass_engine_ttft_seconds", "ttft_ms", per=1000.0),
+             Observe("spyglass_engine_request_decode_tokens_per_second", "decode_tps"),
+             PROGRESS),
+    "park": CACHE + (Observe("spyglass_engine_cache_snapshot_bytes", "bytes"),),
+    "evict": CACHE + (Count("spyglass_engine_evicted_snapshots_total", by="reason", closed="evict_reason"),
+                      Add("spyglass_engine_evicted_bytes_total", "bytes")),
+    "graph_rebuild": (Count("spyglass_engine_graph_rebuilds_total", by="reason", closed="rebuild_reason"),
+                      Add("spyglass_engine_graph_rebuild_seconds_total", "took_ms", per=1000.0)),
+    "stats": CACHE + (Set("spyglass_engine_slots_busy", "busy"), Set("spyglass_engine_slots", "slots"),
+                      Set("spyglass_engine_prefill_queue_depth", "prefill_queue"),
+                      Set("spyglass_engine_decode_tokens_per_second", "decode_tps"), PROGRESS),
+}
+
+
+def checkpoint_only(prompt: int, reused: int, every: int) -> bool:
+    """A prompt only a prompt-cache checkpoint saved (H4): its reuse a positive multiple of
+    --prompt-cache-every, and not the whole prompt."""
+    return reused > 0 and every > 0 and reused % every == 0 and reused < prompt
+
+
+# ---------------------------------------------------------------------------------------------
+# What the engine signals remember between events, typed (saved under "engine_log").
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class EvictionsSeen:
+    """The last accepted evictions= of an instance, the evict lines since, and a run of values that
+    agree with each other but not with `value` (value, evicts at its start, length): see `_plausible`.
+    A plain dataclass (it changes on every cache line); `EngineSaved` validates it when restored."""
+
+    value: int | None = None
+    evicts: int = 0
+    run: tuple[int, int, int] | None = None
+
+
+class Banner(BaseModel):
+    """A start line waiting for the start sequence to confirm it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ts: float
+    build_name: str
+    version: str
+    build: str
+
+
+class EngineSaved(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    evictions: dict[str, EvictionsSeen] = Field(default_factory=dict)
+    pending_starts: dict[str, Banner] = Field(default_factory=dict)
+    loaded_models: dict[str, LoadedModel] = Field(default_factory=dict)
+
+
+@signals_for("engine_log", SPECS)
+class EngineSignals(SignalsBase):
+    """Each event's kind's OPS, then its custom rule (start banners, the evictions walk, the
+    long-prompt rule, the model and CPU lines), on the series (instance, lane)."""
+
+    mirrored_counters = frozenset({"spyglass_engine_evictions_total"})
+    Saved = EngineSaved
+
+    def __init__(self, state: MetricState, settings: SignalsSettings = SignalsSettings(),
+                 links: SignalsLinks | None = None) -> None:
+        super().__init__(state, settings, links)
+        self.lanes = settings.lanes
+        self.long_prompt_tokens = settings.long_prompt_tokens
+        self.default_every = settings.default_prompt_cache_every
+        self.seen: dict[str, EvictionsSeen] = {}
+        self.pending: dict[str, Banner] = {}
+        self.rules: dict[str, Callable[[Event, Key], None]] = {  # the custom rules, after the kind's OPS
+            "start": self.on_start, "model": self.on_model, "cpus": self.on_cpus, "prompt": self.on_prompt,
+            "park": self.on_cache, "evict": self.on_evict, "stats": self.on_cache,
+        }
+
+    def checkpoint(self) -> EngineSaved:
+        return EngineSaved(evictions=self.seen, pending_starts=self.pending, loaded_models=self.links.loaded_models)
+
+    def restore(self, saved: EngineSaved) -> None:
+        self.seen, self.pending = dict(saved.evictions), dict(saved.pending_starts)
+        self.links.loaded_models.update(saved.loaded_models)
+
+    @staticmethod
+    def from_memo(memo: dict[str, Any]) -> dict[str, Any]:
+        """The memo's engine_log (instance -> value, evicts, run), engine_start_pending and model_loaded."""
+        seen = {instance: {k: v for k, v in part.items() if k in ("value", "evicts", "run")}
+                for instance, part in (memo.get("engine_log") or {}).items() if isinstance(part, dict)}
+        return {"evictions": seen, "pending_starts": memo.get("engine_start_pending") or {},
+                "loaded_models": memo.get("model_loaded") or {}}
+
+    def apply(self, event: Event) -> None:
+        kind = event.kind
+        ops, rule = OPS.get(kind), self.rules.get(kind)
+        if ops is None and rule is None:
+            return
+        key = (event.instance, self.lanes.get(event.instance, ""))
+        if kind != "start" and event.instance in self.pending:
+            self._resolve_start(event, key)
+        if event.fields.get("orphan"):
+            self.state.inc("spyglass_engine_orphan_lines_total", key + (kind,))
+            return
+        s = self.state
+        for op in ops or ():
+            op(s, key, event)
+        if rule is not None:
+            rule(event, key)
+
+    # A start banner resets the instance's state only once the start sequence follows it: the next
+    # event of the instance must be one of the load phase (args, model, cpus, ...) or an error of the
+    # load phase, a start that dies at once (collectors.engine_log.follows_a_start). A banner forged
+    # inside an echoed prompt is followed by the engine's ordinary work; it is then counted
+    # implausible (field `start`) and resets nothing, so no exported counter goes down and
+    # engine_ready stays as it was.
+
+    def _resolve_start(self, e: Event, key: Key) -> None:
+        banner = self.pending.pop(e.instance)
+        if follows_a_start(e):
+            self._started(banner, key, e.instance)
+        else:
+            self.state.inc("spyglass_engine_implausible_values_total", key + ("start",))
+
+    def on_start(self, e: Event, key: Key) -> None:
+        f = e.fields
+        self.pending[e.instance] = Banner(ts=e.ts, build_name=str(f["build_name"]), version=str(f["version"]),
+                                          build=str(f["build"]))
+
+    def _started(self, banner: Banner, key: Key, instance: str) -> None:
+        """A start the start sequence confirmed: the one moment counters of the process reset."""
+        s = self.state
+        s.inc("spyglass_engine_starts_total", key)
+        s.set("spyglass_engine_start_time_seconds", key, banner.ts)
+        s.set("spyglass_engine_ready", key, 0.0)
+        s.set("spyglass_engine_evictions_total", key, 0.0)  # a new process counts from 0
+        self.seen[instance] = EvictionsSeen(value=0)
+        s.set_info("spyglass_engine_build_info", key + (banner.build_name, banner.version, banner.build), 2)
+
+    def on_model(self, e: Event, key: Key) -> None:
+        # The file name, not the path: labels stay bounded; full paths are in the stored event.
+        real = str(e.fields["real"])
+        self.state.set_info("spyglass_engine_model_info", key + (os.path.basename(real), str(e.fields["md5"])), 2)
+        # What the running process loaded, for the model-path watch (signals/model_path.py).
+        self.links.loaded_models[e.instance] = LoadedModel(real=real, bytes=e.fields["bytes"], ts=e.ts)
+
+    def on_cpus(self, e: Event, key: Key) -> None:
+        s, cpus = self.state, str(e.fields["cpus"])
+        s.set("spyglass_engine_allowed_cpus", key, len(cpu_set(cpus)))
+        s.set_info("spyglass_engine_cpus_info", key + (cpus,), 2)
+        # Overlap with every other instance's last start line: a replayed window shows incident 1.
+        for (instance, lane, theirs) in list(s.series("spyglass_engine_cpus_info")):
+            if instance != key[0]:
+                shared = len(cpu_set(cpus) & cpu_set(theirs))
+                s.set("spyglass_engine_shared_cpus", key + (instance,), shared)
+                s.set("spyglass_engine_shared_cpus", (instance, lane, key[0]), shared)
+
+    def on_prompt(self, e: Event, key: Key) -> None:
+        """The long-prompt rule: long prompts, and those only a checkpoint saved (H4)."""
+        prompt = e.fields["prompt"]
+        if prompt >= self.long_prompt_tokens:
+            s = self.state
+            s.inc("spyglass_engine_long_prompts_total", key)
+            every = int(s.values["spyglass_engine_prompt_cache_every_tokens"].get(key, self.default_every))
+            if checkpoint_only(prompt, e.fields["reused"], every):
+                s.inc("spyglass_engine_long_prompts_checkpoint_only_total", key)
+
+    def on_evict(self, e: Event, key: Key) -> None:
+        seen = self.seen.setdefault(e.instance, EvictionsSeen())
+        seen.evicts += 1
+        self.on_cache(e, key)
+
+    def on_cache(self, e: Event, key: Key) -> None:
+        """The engine's own evictions= value, exported when the evict lines since explain it."""
+        value = e.fields["evictions"]
+        if self._plausible(e.instance, value):
+            self.state.set("spyglass_engine_evictions_total", key, value)
+        else:
+            self.state.inc("spyglass_engine_implausible_values_total", key + ("evictions",))
+
+    def _plausible(self, instance: str, value: int) -> bool:
+        """Is the engine's evictions= `value` explained by the evict lines since the last one?
+
+        Accepted: the first value ever seen, and one that grew by at most the evict lines since
+        the last accepted value. Otherwise RESYNC_LINES values in a row that agree with each
+        other (each explained by the evict lines since the one before) are accepted, if not lower
+        than the last accepted one: only a confirmed start lowers the exported counter."""
+        seen = self.seen.setdefault(instance, EvictionsSeen())
+        last, evicts, run = seen.value, seen.evicts, seen.run
+        if last is None or last <= value <= last + evicts:
+            seen.value, seen.evicts, seen.run = value, 0, None
+            return True
+        agrees = run is not None and run[0] <= value <= run[0] + evicts - run[1]
+        run = (value, evicts, run[2] + 1 if agrees and run is not None else 1)
+        if run[2] >= RESYNC_LINES and value >= last:  # a counter never goes down but at a confirmed start
+            seen.value, seen.evicts, seen.run = value, 0, None
+            return True
+        seen.run = run
+        return False
