@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -37,6 +36,7 @@ import pytest
 import tomli_w
 import yaml
 from conftest import wait_until
+from live_prometheus import ProcessGroups, scraping, start_prometheus
 
 from engine.emulator.ports import free_port, free_port_base
 from engine.emulator.scenarios import BIG_CACHE, SCENARIOS, run_scenario
@@ -139,29 +139,6 @@ def webhook() -> Iterator[Webhook]:
     hook.server.server_close()  # the listening socket too, or it is an unclosed-socket warning at exit
 
 
-class Group:
-    """Processes started in their own process groups, killed (the whole group) at the end."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, args: list[str], log: Path) -> subprocess.Popen:
-        with log.open("ab") as out:
-            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        self.procs.append(proc)
-        return proc
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
-
-
 def pinned(patch: dict[str, dict], slower: float = 1.0) -> dict[str, dict]:
     """The engine patches with each engine pinned to its CPU and its model time `slower`."""
     scale = engines(Path("."), 0)["strata-a"].time_scale * slower
@@ -217,10 +194,6 @@ def deployment(stack: Stack, folder: Path, listen: str, hook: str) -> Path:
     return path
 
 
-def query(api: str, expr: str) -> list[dict]:
-    return httpx.get(f"{api}/api/v1/query", params={"query": expr}, timeout=5).json()["data"]["result"]
-
-
 def firing_in_prometheus(api: str) -> set[tuple[str, str]]:
     alerts = httpx.get(f"{api}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
     return {(a["labels"]["alertname"], a["labels"].get("instance", "")) for a in alerts if a["state"] == "firing"}
@@ -238,8 +211,8 @@ def sql(config: Path, query: str) -> list[dict]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.scenario for c in CASES])
 def test_the_pager_rings_for_the_incident_and_stops_when_it_is_fixed(case: Case, webhook: Webhook, tmp_path: Path) -> None:
-    prometheus, alertmanager = shutil.which("prometheus"), shutil.which("prometheus-alertmanager")
-    assert prometheus and alertmanager, "run scripts/setup --test (installs Debian's prometheus and prometheus-alertmanager)"
+    alertmanager = shutil.which("prometheus-alertmanager")
+    assert alertmanager, "run scripts/setup --test (installs Debian's prometheus-alertmanager)"
     scenario = SCENARIOS[case.scenario]
     assert (os.cpu_count() or 1) >= 2, "the engines are pinned to CPUs of their own: this needs two"
     # The gateway with the incident-6 fix: the emulator's English prompts would otherwise be estimated at
@@ -255,13 +228,8 @@ def test_the_pager_rings_for_the_incident_and_stops_when_it_is_fixed(case: Case,
     subprocess.run([sys.executable, "-m", "spyglass.cli", "rules", "--config", str(config), "--out", str(rules)],
                    check=True, capture_output=True, timeout=60)
     (tmp_path / "am.yml").write_text(yaml.safe_dump(alertmanager_config(webhook.url, f"http://{listen}/api/alerts")))
-    prometheus_config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
-        "scrape_configs": [{"job_name": DEFAULTS.job, "honor_labels": True, "static_configs": [{"targets": [listen]}]}]}
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config))
-    prom_api, am_api, agent_api = f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{am_port}", f"http://{listen}"
-    group, seen = Group(), len(webhook)
+    am_api, agent_api = f"http://127.0.0.1:{am_port}", f"http://{listen}"
+    group, seen = ProcessGroups(), len(webhook)
     started = time.monotonic()
     try:
         stack.start()
@@ -271,18 +239,9 @@ def test_the_pager_rings_for_the_incident_and_stops_when_it_is_fixed(case: Case,
         group.start([alertmanager, f"--config.file={tmp_path / 'am.yml'}", f"--storage.path={tmp_path / 'am'}",
                      f"--web.listen-address=127.0.0.1:{am_port}", "--cluster.listen-address="], tmp_path / "am.log")
         wait_until(lambda: answers(f"{agent_api}/health") and answers(f"{am_api}/-/ready"), 60, "the agent and Alertmanager")
-        prom = group.start([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
-                            f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}",
-                            "--rules.alert.resend-delay=1s"], tmp_path / "prometheus.log")
-        # The rules are loaded once the agent has been scraped: before the first scrape `absent(up)` holds,
-        # and SpyglassTargetDown's 2m for: is 1.2 s here.
-        wait_until(lambda: answers(f"{prom_api}/-/ready") and query(prom_api, f'up{{job="{DEFAULTS.job}"}} == 1'),
-                   60, "Prometheus scraping the agent")
-        prometheus_config["rule_files"] = [str(rules / "spyglass-rules.yml")]
-        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config))
-        prom.send_signal(signal.SIGHUP)
-        wait_until(lambda: ("Watchdog", "") in firing_in_prometheus(prom_api)
-                   and any(p == "/heartbeat" for p, *_ in webhook.alerts(seen)), 60, "the Watchdog at the heartbeat")
+        prom_api = start_prometheus(group, tmp_path, scraping(listen, DEFAULTS.job, alertmanager=f"127.0.0.1:{am_port}"),
+                                    prom_port, rules / "spyglass-rules.yml", DEFAULTS.job, "--rules.alert.resend-delay=1s")
+        wait_until(lambda: any(p == "/heartbeat" for p, *_ in webhook.alerts(seen)), 60, "the Watchdog at the heartbeat")
 
         # The incident, with Prometheus's firing alerts watched meanwhile (for the inhibition check).
         fired: set[tuple[str, str]] = set()

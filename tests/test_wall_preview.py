@@ -23,8 +23,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import time
 import tomllib
@@ -35,8 +33,8 @@ from pathlib import Path
 import httpx
 import pytest
 import tomli_w
-import yaml
 from conftest import wait_until
+from live_prometheus import ProcessGroups, query, scraping, start_prometheus
 
 from dashboards.model import Board
 from dashboards.preview import browse, draw, run_queries, size_of
@@ -93,36 +91,6 @@ class Seen:
                         for c in r.values() if c["background"] == RED]
 
 
-class Processes:
-    """Processes started in their own process groups, each group ended at the end."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, args: list[str], log: Path) -> subprocess.Popen:
-        with log.open("ab") as out:
-            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        self.procs.append(proc)
-        return proc
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
-
-
-def query(api: str, expr: str) -> list[dict]:
-    try:
-        return httpx.get(f"{api}/api/v1/query", params={"query": expr}, timeout=5).json()["data"]["result"]
-    except (httpx.HTTPError, KeyError, ValueError):
-        return []
-
-
 def firing(api: str) -> set[tuple[str, str]]:
     alerts = httpx.get(f"{api}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
     return {(a["labels"]["alertname"], a["labels"].get("instance", "")) for a in alerts
@@ -133,7 +101,7 @@ class Wall:
     """The stack, the agent and Prometheus of this test, and the wall for their deployment."""
 
     def __init__(self, folder: Path) -> None:
-        self.folder, self.group = folder, Processes()
+        self.folder, self.group = folder, ProcessGroups()
         storm = SCENARIOS["eviction-storm"]
         patch = {name: {**PINNED[name], **storm.engine_patch.get(name, {})} for name in PINNED}
         # The gateway counts with the engine's tokenizer (no standing estimate skew, H10) and publishes
@@ -151,28 +119,14 @@ class Wall:
         d = Deployment.of(parse_config(document, str(self.config)))
         write_rules(d, folder / "alerts")
         self.board = Board("wall").json(d)
-        self.prometheus_config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": JOB, "honor_labels": True,
-                                "static_configs": [{"targets": [self.listen], "labels": {"host": "emulated"}}]}]}
 
     def start(self) -> None:
-        prometheus = shutil.which("prometheus")
-        assert prometheus, "prometheus not found: run scripts/setup --test (installs Debian's prometheus package)"
         self.stack.start()
         self.stack.wait_ready()
         self.stack.gateway.infer.mkdir(parents=True, exist_ok=True)  # every source folder exists at the agent's start
         self.group.start([sys.executable, "-m", "spyglass.cli", "run", "-c", str(self.config)], self.folder / "agent.log")
-        (self.folder / "prometheus.yml").write_text(yaml.safe_dump(self.prometheus_config))
-        prom = self.group.start([prometheus, f"--config.file={self.folder / 'prometheus.yml'}",
-                                 f"--storage.tsdb.path={self.folder / 'tsdb'}",
-                                 f"--web.listen-address=127.0.0.1:{self.port}"], self.folder / "prometheus.log")
-        # The rules once the agent has been scraped: before that `absent(up)` holds, SpyglassTargetDown.
-        wait_until(lambda: query(self.api, f'up{{job="{JOB}"}} == 1'), 90, "Prometheus scraping the agent")
-        self.prometheus_config["rule_files"] = [str(self.folder / "alerts" / "spyglass-rules.yml")]
-        (self.folder / "prometheus.yml").write_text(yaml.safe_dump(self.prometheus_config))
-        prom.send_signal(signal.SIGHUP)
-        wait_until(lambda: query(self.api, 'ALERTS{alertname="Watchdog", alertstate="firing"}'), 60, "the Watchdog")
+        start_prometheus(self.group, self.folder, scraping(self.listen, JOB, labels={"host": "emulated"}), self.port,
+                         self.folder / "alerts" / "spyglass-rules.yml", JOB)
 
     def drive(self, scenario: str) -> None:
         """Run a scenario, then wait until Prometheus holds every request it made and has evaluated the

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from fixtures.incidents.replay import ANSWER, BUDGET, EVERY, GOOD_CALL, SLOTS, Infer, body, engine_turn, gateway_line, rid
+from fixtures.incidents.replay import ANSWER, BUDGET, EVERY, GOOD_CALL, SLOTS, Infer, body, engine_turn, gateway_line, replay_config, rid
 
 from collectors.event import Event
 from collectors.host import cpu_set
@@ -224,7 +224,7 @@ class History:
             (folder / name).write_bytes(b"\n".join(lines) + b"\n" if lines else b"")
         db = self.infer.write(folder / "infer")
         config = folder / "spyglass.toml"
-        config.write_text(CONFIG.format(folder=folder, infer=db) + self.extra_config
+        config.write_text(replay_config(folder, db, alerts=ALERTS, supervisord=SUPERVISORD, status=STATUS) + self.extra_config
                           + (HOST.format(folder=folder) if self.host else ""))
         if self.host:
             (folder / "no-proc").mkdir(exist_ok=True)  # the live sampler finds nothing at ingest time
@@ -236,38 +236,9 @@ class History:
         return config
 
 
-CONFIG = """[agent]
-state_dir = "{folder}/state"
-host = "replay"
-[exporters.prometheus]
-enabled = false
-[alerts]
-probe_budget_seconds = 600
-[sources.engine-a]
-kind = "engine_log"
-path = "{folder}/strata-iq3_xxs-a.log"
-instance = "strata-a"
-lane = "fast"
-[sources.engine-b]
-kind = "engine_log"
-path = "{folder}/strata-iq3_xxs-b.log"
-instance = "strata-b"
-lane = "normal"
-[sources.gateway]
-kind = "gateway_log"
-path = "{folder}/rag-proxy.log"
-[sources.infer]
-kind = "infer_store"
-path = "{infer}"
-settle_seconds = 0
-[sources.supervisord]
-kind = "supervisord_log"
-path = "{folder}/supervisord.log"
-tz = "UTC"
-[sources.serve-status]
-kind = "serve_status"
-path = "{folder}/status.jsonl"
-interval_seconds = 30
+ALERTS = "[alerts]\nprobe_budget_seconds = 600\n"
+SUPERVISORD = 'tz = "UTC"\n'
+STATUS = """interval_seconds = 30
 [sources.serve-status.instances]
 "http://127.0.0.1:8081/v1/status" = "strata-a"
 "http://127.0.0.1:8082/v1/status" = "strata-b"
