@@ -27,10 +27,11 @@ from collectors.checkpoint_reuse import checkpoint_only  # H4's rule, stated onc
 from collectors.engine_log import follows_a_start
 from collectors.event import Event
 from collectors.host import cpu_set
+from collectors.http_status import HTTP_STATUS_CODES
 from signals import LoadedModel, SignalsBase, SignalsLinks, SignalsSettings, signals_for
 from signals.buckets import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND
 from signals.catalogue import spec_maker
-from signals.state import STATUS_CODES, MetricState
+from signals.state import MetricState
 
 INSTANCE_LANE = ("instance", "lane")
 RESYNC_LINES = 3
@@ -42,7 +43,7 @@ CLOSED = {  # label -> the values the engine writes; any other is exported as "o
     "rebuild_reason": frozenset({"new_shape", "resize", "invalidated"}),
     "origin": frozenset({"parked", "checkpoint", "disk", "none"}),
     "component": frozenset({"main", "load", "http", "slot", "cache", "graph", "stats", "sched", "pool"}),
-    "status": STATUS_CODES,
+    "status": HTTP_STATUS_CODES,
 }
 spec = spec_maker("engine_log", INSTANCE_LANE)
 
