@@ -326,6 +326,7 @@ def _timeseries(panel: dict[str, Any], results: list[Result], box: tuple[int, in
     values += [v for v, _ in thresholds]
     if not lines:
         return '<div class="nodata">No data</div>'
+    values = values or [0.0]  # series whose every point is NaN (0/0): drawn on an empty axis, as Grafana does
     legend_rows = math.ceil(len(lines) / max(1, box[0] // 190))
     width, height = box[0], box[1] - 18 * legend_rows - 4
     left, bottom, top, right = 70, 18, 6, 8

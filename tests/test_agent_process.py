@@ -72,7 +72,7 @@ def test_sql_goes_through_the_agent_while_it_holds_the_store(agent):
                                  AgentApi(f"{url}/api/sql"))
     assert (answer.columns, answer.rows) == (["n"], [[4]])
     with pytest.raises(QueryError, match="read-only mode"):
-        run_readonly(agent["store"], "DELETE FROM events", AgentApi(f"{url}/api/sql"))
+        run_readonly(agent["store"], "DELETE FROM ev_other", AgentApi(f"{url}/api/sql"))
     with pytest.raises(QueryError, match="disabled by configuration"):
         run_readonly(agent["store"], "SELECT * FROM read_csv('/etc/passwd')", AgentApi(f"{url}/api/sql"))
 
