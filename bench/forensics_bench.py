@@ -58,7 +58,7 @@ from spyglass.forensics import reports  # noqa: E402
 from spyglass.forensics.diagnose import diagnose  # noqa: E402
 from spyglass.forensics.finder import Filters, requests_query  # noqa: E402
 from spyglass.forensics.run import Query, Window, query  # noqa: E402
-from spyglass.forensics.segment_queries import QUERIES, on  # noqa: E402
+from spyglass.forensics.segment_queries import QUERIES, clickhouse_rows, duckdb_rows, on  # noqa: E402
 from spyglass.forensics.timeline import starts_query, timeline_query  # noqa: E402
 from spyglass.pipeline import Pipeline  # noqa: E402
 from spyglass.query import QueryError  # noqa: E402
@@ -266,21 +266,8 @@ def diagnose_command(config: Path, day: datetime) -> dict:
             "exit": done.returncode, "findings": findings, "target_ms": 5000, "met": seconds < 5}
 
 
-def clickhouse_rows(sql: str) -> list[tuple]:
-    import chdb
-
-    return [tuple(row.values()) for row in chdb.query(sql, "ArrowTable").to_pylist()]
 
 
-def duckdb_rows(sql: str) -> list[tuple]:
-    import duckdb
-
-    con = duckdb.connect()
-    try:
-        con.execute("SET TimeZone = 'UTC'")
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def on_day(sql: str, root: Path, day: datetime) -> str:

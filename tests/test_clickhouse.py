@@ -9,13 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import chdb
 import duckdb
 import pytest
 from test_kill_loop import write_log
 
 from spyglass.config import engine_log_toml
-from spyglass.forensics.segment_queries import QUERIES, ROOT, on
+from spyglass.forensics.segment_queries import QUERIES, ROOT, clickhouse_rows, duckdb_rows, on
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts the agent: the e2e tier
 
@@ -45,17 +44,8 @@ def segments(tmp_path_factory) -> Path:
     return folder
 
 
-def duckdb_rows(sql: str) -> list[tuple]:
-    con = duckdb.connect()
-    try:
-        con.execute("SET TimeZone = 'UTC'")
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
-def clickhouse_rows(sql: str) -> list[tuple]:
-    return [tuple(row.values()) for row in chdb.query(sql, "ArrowTable").to_pylist()]
 
 
 def test_both_hosts_published_into_one_folder(segments):

@@ -13,6 +13,7 @@ its place (the test does just that).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 ROOT = "/srv/spyglass/pq"
 EVERY_FILE = f"{ROOT}/host=*/date=*/hour=*/*.parquet"
@@ -81,3 +82,22 @@ WHERE kind = 'stats' GROUP BY host, instance ORDER BY host, instance;"""),
 def on(sql: str, root: str) -> str:
     """`sql` reading the segments under `root` instead of the documentation's folder."""
     return sql.replace(ROOT, root.rstrip("/"))
+
+
+def duckdb_rows(sql: str) -> list[tuple[Any, ...]]:
+    """The rows of `sql` on a fresh in-memory DuckDB in UTC (how the docs' DuckDB queries are run)."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def clickhouse_rows(sql: str) -> list[tuple[Any, ...]]:
+    """The rows of `sql` on embedded ClickHouse (chdb, a test and bench dependency only)."""
+    import chdb  # type: ignore[import-not-found,import-untyped,unused-ignore]
+
+    return [tuple(row.values()) for row in chdb.query(sql, "ArrowTable").to_pylist()]
