@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -237,12 +238,7 @@ class Tailer:
         dev, ino, mtime = self._predecessor
         held = {(f.dev, f.ino) for f in self._open_files()}
         found, named = [], False
-        for order, path in enumerate(self.rotated):
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            identity = (st.st_dev, st.st_ino)
+        for order, path, st, identity in self._rotated_stats():
             itself = by_inode and identity == (dev, ino)
             named = named or itself
             if itself or identity in held or st.st_mtime_ns < mtime:
@@ -258,6 +254,15 @@ class Tailer:
         for _, _, f in sorted(found, key=lambda item: item[:2]):
             self._keep_draining(f)
             self.stats.rotated("renamed")
+
+    def _rotated_stats(self) -> Iterator[tuple[int, str, os.stat_result, tuple[int, int]]]:
+        """(order, path, stat, (dev, ino)) of each rotated name that exists now, in the order of `rotated`."""
+        for order, path in enumerate(self.rotated):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            yield order, path, st, (st.st_dev, st.st_ino)
 
     def _alive_unwatched(self, dev: int, ino: int) -> bool:
         """Whether the file (dev, ino) is one we hold, still linked under a name we do not watch: then
@@ -338,12 +343,7 @@ class Tailer:
         and not read before: generations written after that look, older first."""
         held = {(f.dev, f.ino) for f in self._open_files()}
         found = []
-        for order, path in enumerate(self.rotated):
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            identity = (st.st_dev, st.st_ino)
+        for order, path, st, identity in self._rotated_stats():
             if identity in held or st.st_mtime_ns <= live.seen_mtime_ns:
                 continue
             f = self._open(path)
