@@ -23,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from engine.emulator.logsynth import Conversation, EngineModel  # noqa: E402
+from spyglass.engine.emulator.logsynth import Conversation, EngineModel  # noqa: E402
 
 DAY = datetime(2026, 10, 7, tzinfo=UTC).timestamp()
 H = 3600.0

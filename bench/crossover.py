@@ -16,7 +16,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from bench.gen_log import generate  # noqa: E402
-from collectors.engine_log import EngineLogOptions, EngineLogSource  # noqa: E402
+from spyglass.collectors.engine_log import EngineLogOptions, EngineLogSource  # noqa: E402
 
 
 def per_line_us(lines: list[bytes], size: int, block: bool, rounds: int) -> float:

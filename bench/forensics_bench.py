@@ -47,13 +47,13 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE / "out" / "forensics"
 sys.path.insert(0, str(HERE.parent))
 
-from collectors.clock import ManualClock  # noqa: E402
-from engine.emulator.logsynth import EngineModel  # noqa: E402
-from exporters.event_schema import kind_tables, quoted, table_names  # noqa: E402
-from exporters.parquet import ParquetPublisher  # noqa: E402
-from exporters.segment_schema import rows_sql  # noqa: E402
-from exporters.store import DuckDBStore  # noqa: E402
+from spyglass.collectors.clock import ManualClock  # noqa: E402
 from spyglass.config import Config, engine_log_config, parse_config, toml_text  # noqa: E402
+from spyglass.engine.emulator.logsynth import EngineModel  # noqa: E402
+from spyglass.exporters.event_schema import kind_tables, quoted, table_names  # noqa: E402
+from spyglass.exporters.parquet import ParquetPublisher  # noqa: E402
+from spyglass.exporters.segment_schema import rows_sql  # noqa: E402
+from spyglass.exporters.store import DuckDBStore  # noqa: E402
 from spyglass.forensics import reports  # noqa: E402
 from spyglass.forensics.diagnose import diagnose  # noqa: E402
 from spyglass.forensics.finder import Filters, requests_query  # noqa: E402

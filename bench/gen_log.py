@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from engine.emulator.logsynth import EngineModel
+from spyglass.engine.emulator.logsynth import EngineModel
 
 
 def generate(path: Path, total_lines: int, seed: int = 42) -> int:

@@ -17,8 +17,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from bench.gen_log import generate  # noqa: E402
-from collectors.clock import ManualClock  # noqa: E402
 from spyglass.agent import open_store  # noqa: E402
+from spyglass.collectors.clock import ManualClock  # noqa: E402
 from spyglass.config import engine_log_config, parse_config  # noqa: E402
 from spyglass.pipeline import Pipeline  # noqa: E402
 

@@ -26,9 +26,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.emulator.ports import free_port_base  # noqa: E402
-from engine.emulator.serve import EngineSettings, create_app  # noqa: E402
-from engine.instrument import instrument, tracer_provider  # noqa: E402
+from spyglass.engine.emulator.ports import free_port_base  # noqa: E402
+from spyglass.engine.emulator.serve import EngineSettings, create_app  # noqa: E402
+from spyglass.engine.instrument import instrument, tracer_provider  # noqa: E402
 
 
 class Drop(SpanExporter):

@@ -20,11 +20,11 @@ from pathlib import Path
 import httpx
 import tomli_w
 
-from engine.emulator.ports import free_port
-from engine.llama.build import ensure_built
-from engine.llama.load import LlamaDriver
-from engine.llama.model import ensure_model
-from engine.llama.stack import Instance
+from spyglass.engine.emulator.ports import free_port
+from spyglass.engine.llama.build import ensure_built
+from spyglass.engine.llama.load import LlamaDriver
+from spyglass.engine.llama.model import ensure_model
+from spyglass.engine.llama.stack import Instance
 
 
 def cpu_seconds(pid: int) -> float:

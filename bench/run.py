@@ -26,9 +26,9 @@ OUT = HERE / "out"
 sys.path.insert(0, str(HERE.parent))
 
 from bench.gen_log import generate  # noqa: E402
-from engine.emulator import logsynth  # noqa: E402
-from engine.emulator.ports import free_port  # noqa: E402
 from spyglass.config import engine_log_toml  # noqa: E402
+from spyglass.engine.emulator import logsynth  # noqa: E402
+from spyglass.engine.emulator.ports import free_port  # noqa: E402
 
 
 def timed(cmd: list[str], **kwargs) -> tuple[float, int, str, float]:

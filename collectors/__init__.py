@@ -25,7 +25,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from collectors.event import Event
+from spyglass.collectors.event import Event
 
 
 class SourceOptions(BaseModel):

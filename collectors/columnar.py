@@ -28,8 +28,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from collectors.event import Event
-from collectors.grammar import Grammar, LineKind, Miss, _float, _int
+from spyglass.collectors.event import Event
+from spyglass.collectors.grammar import Grammar, LineKind, Miss, _float, _int
 
 MESSAGE = "spyglass_message"
 FIRST_DAY = -62135596800  # 0001-01-01, the first day datetime() takes

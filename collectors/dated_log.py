@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from collectors.clock import ZonedParser
-from collectors.event import Event
-from collectors.grammar import Grammar, LineKind, Miss
+from spyglass.collectors.clock import ZonedParser
+from spyglass.collectors.event import Event
+from spyglass.collectors.grammar import Grammar, LineKind, Miss
 
 
 class DatedLogParser:

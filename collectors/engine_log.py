@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from collectors import LineSourceBase, SourceOptions, register
-from collectors.dated_log import DatedLogParser
-from collectors.event import Event
-from collectors.fields import ERROR_KIND, declare, from_patterns, merge
-from collectors.grammar import MAX_NUMBER, Miss, PatternOverride, build_kinds
+from spyglass.collectors import LineSourceBase, SourceOptions, register
+from spyglass.collectors.dated_log import DatedLogParser
+from spyglass.collectors.event import Event
+from spyglass.collectors.fields import ERROR_KIND, declare, from_patterns, merge
+from spyglass.collectors.grammar import MAX_NUMBER, Miss, PatternOverride, build_kinds
 
 
 def line_prefix(levels: str = "DIWE") -> str:
@@ -97,7 +97,7 @@ _ORPHAN = {kind: {"orphan": "bool"} for kind in TASK_LINES}
 
 
 def _declared() -> None:
-    from collectors.llama_log import LLAMA_FIELDS  # the llama_server preset writes the same kinds, and its own
+    from spyglass.collectors.llama_log import LLAMA_FIELDS  # the llama_server preset writes the same kinds, and its own
 
     strata = from_patterns(PATTERNS, TEXT_FIELDS)
     strata["args"] = {}  # the `args` text is parsed into its flags
@@ -158,7 +158,7 @@ class EngineLogParser(DatedLogParser):
 
     def _block_grammar(self, options: EngineLogOptions) -> tuple[Any, str]:
         """The columnar form of this grammar, or None and why RE2 cannot run it as Python does."""
-        from collectors.columnar import BlockGrammar, NotRe2  # pyarrow only for sources that use it
+        from spyglass.collectors.columnar import BlockGrammar, NotRe2  # pyarrow only for sources that use it
         ignored = None
         levels = [level for level in options.ignore_levels if level in ("D", "I", "W", "E")]
         if self.fast and levels:  # the default prefix: its level is one byte between fixed fields
@@ -215,7 +215,7 @@ class EngineLogSource(LineSourceBase):
     def __new__(cls, name: str, options: EngineLogOptions, host: str = "", max_tasks: int = 4096) -> Any:
         """The llama_server preset is another grammar and clock (collectors/llama_log.py)."""
         if getattr(options, "preset", "strata") == "llama_server":
-            from collectors.llama_log import LlamaLogSource
+            from spyglass.collectors.llama_log import LlamaLogSource
 
             return LlamaLogSource(name, options, host=host)
         return super().__new__(cls)

@@ -90,7 +90,7 @@ def declare(source_kind: str, kinds: SourceFields) -> SourceFields:
 def fields() -> dict[str, SourceFields]:
     """{source kind: {event kind: {field: type}}} for every collector and every received kind, sorted by
     source kind. This is the one table the store's typed columns and the views' field names come from."""
-    from collectors import load_all
+    from spyglass.collectors import load_all
 
     load_all()  # every module of the package, collectors/received.py (spans, alerts, smoke) included
     return {name: _DECLARED[name] for name in sorted(_DECLARED)}

@@ -18,12 +18,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from collectors import LineSourceBase, SourceOptions, register
-from collectors.clock import BEIJING_ZONE_NAME, local_to_epoch, zone
-from collectors.dated_log import handle_lines
-from collectors.event import Event
-from collectors.fields import FieldType, SourceFields, declare, from_patterns
-from collectors.grammar import Miss, PatternOverride, build_kinds
+from spyglass.collectors import LineSourceBase, SourceOptions, register
+from spyglass.collectors.clock import BEIJING_ZONE_NAME, local_to_epoch, zone
+from spyglass.collectors.dated_log import handle_lines
+from spyglass.collectors.event import Event
+from spyglass.collectors.fields import FieldType, SourceFields, declare, from_patterns
+from spyglass.collectors.grammar import Miss, PatternOverride, build_kinds
 
 PREFIX = re.compile(rb"\[(\d\d):(\d\d):(\d\d)\] ")
 REQ_ID = re.compile(rb"req=(\d{8})-(\d{6})-")

@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
-from collectors.event import Event
-from collectors.fields import declare
-from collectors.supervisord_rpc import pid_of
+from spyglass.collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
+from spyglass.collectors.event import Event
+from spyglass.collectors.fields import declare
+from spyglass.collectors.supervisord_rpc import pid_of
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

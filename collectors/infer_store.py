@@ -23,10 +23,10 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
-from collectors.clock import BEIJING_ZONE_NAME, local_to_epoch, zone
-from collectors.event import Event
-from collectors.fields import POLL_ERROR, declare
+from spyglass.collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
+from spyglass.collectors.clock import BEIJING_ZONE_NAME, local_to_epoch, zone
+from spyglass.collectors.event import Event
+from spyglass.collectors.fields import POLL_ERROR, declare
 
 # The CONTROL tokens of the Qwen vocabulary that appear as literals in prompts (incident 3).
 CONTROL_LITERALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",

@@ -47,11 +47,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from collectors import LineSourceBase
-from collectors.clock import Clock, SystemClock
-from collectors.event import Event
-from collectors.fields import ERROR_KIND, FieldType, SourceFields, from_patterns
-from collectors.grammar import LineKind, Miss, PatternOverride, build_kinds
+from spyglass.collectors import LineSourceBase
+from spyglass.collectors.clock import Clock, SystemClock
+from spyglass.collectors.event import Event
+from spyglass.collectors.fields import ERROR_KIND, FieldType, SourceFields, from_patterns
+from spyglass.collectors.grammar import LineKind, Miss, PatternOverride, build_kinds
 
 PREFIX = re.compile(rb"(?:(?P<min>\d{1,9})\.(?P<sec>\d\d)\.(?P<ms>\d{3})\.(?P<us>\d{3}) )?(?P<level>[DIWE]) ")
 SLOT = r"slot +(?P<func>\w+): id +(?P<slot>\d+) \| task (?P<task>-?\d+) \| "

@@ -18,11 +18,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
-from collectors.event import Event
-from collectors.fields import POLL_ERROR, declare
-from collectors.grammar import number_ok
-from collectors.serve_status import BodyTooLarge, error_kind
+from spyglass.collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
+from spyglass.collectors.event import Event
+from spyglass.collectors.fields import POLL_ERROR, declare
+from spyglass.collectors.grammar import number_ok
+from spyglass.collectors.serve_status import BodyTooLarge, error_kind
 
 METRICS = ("prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total", "tokens_predicted_total",
            "tokens_predicted_seconds_total", "n_decode_total", "n_tokens_max", "prompt_tokens_seconds",

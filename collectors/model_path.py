@@ -5,7 +5,7 @@ the switch finished, so the path the engine reads became a dangling link. Each p
 `model_path` event (does the path resolve, to what file, its size and inode, whether it is a
 link) and, when the answer differs from the previous poll, a `model_path_changed` event with
 before and after. Whether the file now differs from what the running process loaded is decided
-in signals/model_path.py, which also sees the engine's `model` events.
+in spyglass/signals/model_path.py, which also sees the engine's `model` events.
 `resolve` does the file-system I/O; `compare` is pure.
 """
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
-from collectors.event import Event
-from collectors.fields import declare
+from spyglass.collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
+from spyglass.collectors.event import Event
+from spyglass.collectors.fields import declare
 
 
 class ModelPathOptions(SourceOptions):

@@ -6,7 +6,7 @@ declared here, with every other kind's (collectors/fields.py).
 """
 from __future__ import annotations
 
-from collectors.fields import declare
+from spyglass.collectors.fields import declare
 
 RECEIVED = {"otlp": "otlp", "alertmanager": "alertmanager", "smoke": "smoke"}  # source name -> source kind
 

@@ -21,11 +21,11 @@ from typing import Any, Literal
 from loguru import logger
 from pydantic import Field, model_validator
 
-from collectors import LineBatch, LineSourceBase, PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
-from collectors.dated_log import handle_lines
-from collectors.event import Event
-from collectors.fields import POLL_ERROR, declare
-from collectors.grammar import Miss, number_ok
+from spyglass.collectors import LineBatch, LineSourceBase, PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
+from spyglass.collectors.dated_log import handle_lines
+from spyglass.collectors.event import Event
+from spyglass.collectors.fields import POLL_ERROR, declare
+from spyglass.collectors.grammar import Miss, number_ok
 
 MAX_TEXT = 120  # characters kept of a text value of the body
 MAX_STATUSES = 64  # entries of requests.by_status kept

@@ -10,11 +10,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from collectors import LineSourceBase, SourceOptions, register
-from collectors.dated_log import DatedLogParser, handle_lines
-from collectors.event import Event
-from collectors.fields import ERROR_KIND, declare, from_patterns
-from collectors.grammar import PatternOverride, build_kinds
+from spyglass.collectors import LineSourceBase, SourceOptions, register
+from spyglass.collectors.dated_log import DatedLogParser, handle_lines
+from spyglass.collectors.event import Event
+from spyglass.collectors.fields import ERROR_KIND, declare, from_patterns
+from spyglass.collectors.grammar import PatternOverride, build_kinds
 
 PREFIX = r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(?P<ms>\d{3}) (?P<level>CRIT|ERRO|WARN|INFO|DEBG|TRAC|BLAT) "
 HOW = r"(?:exit status (?P<status>\d+)|terminated by (?P<signal>SIG\w+)(?P<core> \(core dumped\))?)"

@@ -14,9 +14,9 @@ from typing import Any, Literal, cast
 
 from pydantic import Field, model_validator
 
-from collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
-from collectors.event import Event
-from collectors.fields import POLL_ERROR, declare
+from spyglass.collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
+from spyglass.collectors.event import Event
+from spyglass.collectors.fields import POLL_ERROR, declare
 
 
 class UnixStreamTransport(xmlrpc.client.Transport):

@@ -8,12 +8,12 @@ from typing import Literal
 
 from pydantic import Field
 
-from collectors import LineSourceBase, SourceOptions, register
-from collectors.clock import BEIJING_ZONE_NAME
-from collectors.dated_log import DatedLogParser, handle_lines
-from collectors.event import Event
-from collectors.fields import declare, from_patterns
-from collectors.grammar import PatternOverride, build_kinds
+from spyglass.collectors import LineSourceBase, SourceOptions, register
+from spyglass.collectors.clock import BEIJING_ZONE_NAME
+from spyglass.collectors.dated_log import DatedLogParser, handle_lines
+from spyglass.collectors.event import Event
+from spyglass.collectors.fields import declare, from_patterns
+from spyglass.collectors.grammar import PatternOverride, build_kinds
 
 PREFIX = r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) "
 PATTERNS: dict[str, tuple[str, str, str]] = {

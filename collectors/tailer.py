@@ -18,8 +18,8 @@ from typing import Any
 
 from loguru import logger
 
-from collectors.clock import Clock
-from collectors.tail_file import TailFile, TailStats
+from spyglass.collectors.clock import Clock
+from spyglass.collectors.tail_file import TailFile, TailStats
 
 COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
 

@@ -8,12 +8,12 @@ Grafana 12 line. We pin the 11.6.0 target: it is the newest released Grafana lin
 (schemaVersion 41) is what the Grafana 11.6 image in compose.yaml imports, and it does not move
 under us the way `next` does.
 
-`python -m dashboards` writes dashboards/generated/*.json (committed; tests/test_dashboards.py fails
+`python -m spyglass.dashboards` writes dashboards/generated/*.json (committed; tests/test_dashboards.py fails
 when the code and the JSON drift). Every threshold comes from spyglass.heuristics, every metric from
-the catalogue in signals/ or the recording rules (`level:metric:operations`).
+the catalogue in spyglass/signals/ or the recording rules (`level:metric:operations`).
 """
 from __future__ import annotations
 
-from dashboards.model import DASHBOARDS, Board, build_all, generated, write
+from spyglass.dashboards.model import DASHBOARDS, Board, build_all, generated, write
 
 __all__ = ["Board", "DASHBOARDS", "build_all", "generated", "write"]

@@ -2,8 +2,22 @@
 value it refused (H19)."""
 from __future__ import annotations
 
-from dashboards.model import links
-from dashboards.panels import GREEN, RED, Q, above, board, rate, runbook, s, stat_panel, steps, table_panel, threshold, timeseries_panel
+from spyglass.dashboards.model import links
+from spyglass.dashboards.panels import (
+    GREEN,
+    RED,
+    Q,
+    above,
+    board,
+    rate,
+    runbook,
+    s,
+    stat_panel,
+    steps,
+    table_panel,
+    threshold,
+    timeseries_panel,
+)
 from spyglass.heuristics import LOG_SILENCE, Deployment
 
 UID = "spyglass-agent"

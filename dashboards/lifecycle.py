@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models.common import BigValueTextMode
 
-from dashboards.model import links
-from dashboards.panels import (
+from spyglass.dashboards.model import links
+from spyglass.dashboards.panels import (
     GREEN,
     ORANGE,
     RED,

@@ -10,7 +10,7 @@ from typing import Any
 
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
-from dashboards.panels import title_formats
+from spyglass.dashboards.panels import title_formats
 from spyglass.heuristics import Deployment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +25,7 @@ class Board:
 
     @property
     def _mod(self):
-        return importlib.import_module(f"dashboards.{self.module}")
+        return importlib.import_module(f"spyglass.dashboards.{self.module}")
 
     @property
     def uid(self) -> str:

@@ -33,8 +33,8 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from signals import full_catalogue
 from spyglass.heuristics import Deployment, by_id, recording_rules
+from spyglass.signals import full_catalogue
 
 TAG = "spyglass"
 DATASOURCE = "datasource"  # the datasource variable's name

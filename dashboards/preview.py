@@ -4,7 +4,7 @@ substituted) run through Prometheus's HTTP API, laid out as an HTML page in the 
 as the generated JSON says), and photographed by headless Chromium (Debian's `chromium`). The page
 says it is a preview of the queries, not Grafana.
 
-    python -m dashboards.preview --prometheus http://127.0.0.1:9090 --from now-1h --to now --out wall.png
+    python -m spyglass.dashboards.preview --prometheus http://127.0.0.1:9090 --from now-1h --to now --out wall.png
 
 Querying (`run_queries`), laying out (`page`) and photographing (`screenshot`) are separate: the
 tests check the first's results and read what the browser rendered of the second.
@@ -27,8 +27,8 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from dashboards.lint import panels, substitute
-from dashboards.model import GENERATED
+from spyglass.dashboards.lint import panels, substitute
+from spyglass.dashboards.model import GENERATED
 
 NOTICE = "Preview of the dashboard's queries against Prometheus, drawn by dashboards.preview; not Grafana."
 # Grafana's dark theme: its named colours, and the palette it gives series without one of their own.

@@ -22,8 +22,8 @@ import re
 from grafana_foundation_sdk.models.common import BigValueColorMode, BigValueGraphMode, BigValueTextMode
 from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
 
-from dashboards.model import links
-from dashboards.panels import (
+from spyglass.dashboards.model import links
+from spyglass.dashboards.panels import (
     BLUE,
     GREEN,
     GREY,

@@ -36,14 +36,14 @@ from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
-from collectors.clock import BEIJING
-from collectors.trace_ids import span_id_for, trace_id_for
+from spyglass.collectors.clock import BEIJING
+from spyglass.collectors.trace_ids import span_id_for, trace_id_for
 
 # OpenTelemetry's advisory heads with a tail to 30 minutes, defined once beside the catalogue's buckets.
-from signals.buckets import LATENCY_SECONDS as TTFT_BUCKETS
-from signals.buckets import REQUEST_DURATION_SECONDS as DURATION_BUCKETS
-from signals.buckets import TIME_PER_OUTPUT_TOKEN_SECONDS as TPOT_BUCKETS
-from signals.buckets import TOKEN_COUNTS as TOKEN_BUCKETS
+from spyglass.signals.buckets import LATENCY_SECONDS as TTFT_BUCKETS
+from spyglass.signals.buckets import REQUEST_DURATION_SECONDS as DURATION_BUCKETS
+from spyglass.signals.buckets import TIME_PER_OUTPUT_TOKEN_SECONDS as TPOT_BUCKETS
+from spyglass.signals.buckets import TOKEN_COUNTS as TOKEN_BUCKETS
 
 REQUEST_ID = "x-request-id"
 MAIN_PATHS = ("/v1/messages", "/v1/chat/completions")

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from collectors.event import Event
-from collectors.fields import SQL_TYPES, FieldType, KindFields, fields
+from spyglass.collectors.event import Event
+from spyglass.collectors.fields import SQL_TYPES, FieldType, KindFields, fields
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -14,8 +14,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 
-from signals.catalogue import MetricSpec
-from signals.state import Key, MetricState
+from spyglass.signals.catalogue import MetricSpec
+from spyglass.signals.state import Key, MetricState
 
 
 class OtelInstruments:

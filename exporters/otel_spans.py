@@ -12,9 +12,9 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 
-from collectors.event import Event
-from collectors.trace_ids import span_id_for, trace_id_for
-from signals.spans import PhaseSpan, engine_span
+from spyglass.collectors.event import Event
+from spyglass.collectors.trace_ids import span_id_for, trace_id_for
+from spyglass.signals.spans import PhaseSpan, engine_span
 
 FINAL = ("done", "rejected")
 

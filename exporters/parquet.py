@@ -68,11 +68,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from loguru import logger
 
-from collectors.clock import Clock
-from exporters.event_schema import kind_tables
-from exporters.segment_schema import conform, from_json_segment, rows_sql
-from exporters.store import LAST_STORABLE_SECONDS, DuckDBStore, Publication
-from signals.state import MetricState
+from spyglass.collectors.clock import Clock
+from spyglass.exporters.event_schema import kind_tables
+from spyglass.exporters.segment_schema import conform, from_json_segment, rows_sql
+from spyglass.exporters.store import LAST_STORABLE_SECONDS, DuckDBStore, Publication
+from spyglass.signals.state import MetricState
 
 JSON_SEGMENT_SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("seq", pa.int64()), ("source", pa.string()),
                                  ("kind", pa.string()), ("instance", pa.string()), ("host", pa.string()),

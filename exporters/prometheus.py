@@ -20,9 +20,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, Exemplar, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.openmetrics import exposition as openmetrics
 
-from collectors.trace_ids import trace_id_for
-from signals.buckets import le_label
-from signals.state import MetricState
+from spyglass.collectors.trace_ids import trace_id_for
+from spyglass.signals.buckets import le_label
+from spyglass.signals.state import MetricState
 
 CONTENT_TYPE_TEXT = CONTENT_TYPE_LATEST  # prometheus_client's, as /metrics always said
 CONTENT_TYPE_OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"

@@ -20,10 +20,10 @@ from functools import cache
 import orjson
 import pyarrow as pa
 
-from collectors.event import Event
-from collectors.fields import SQL_TYPES, FieldType
-from exporters import event_schema
-from exporters.event_schema import OTHER, KindTable, column_name, kind_tables, quoted
+from spyglass.collectors.event import Event
+from spyglass.collectors.fields import SQL_TYPES, FieldType
+from spyglass.exporters import event_schema
+from spyglass.exporters.event_schema import OTHER, KindTable, column_name, kind_tables, quoted
 
 COMMON = [("ts", pa.timestamp("us", tz="UTC")), ("seq", pa.int64()), ("source", pa.string()), ("kind", pa.string()),
           ("instance", pa.string()), ("host", pa.string()), ("request_id", pa.string()), ("source_kind", pa.string())]

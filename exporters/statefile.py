@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from loguru import logger
 
-from collectors.event import Event
+from spyglass.collectors.event import Event
 
 
 @dataclass

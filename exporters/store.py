@@ -23,10 +23,10 @@ import orjson
 import pyarrow as pa
 from loguru import logger
 
-from collectors.event import Event
-from collectors.received import RECEIVED
-from exporters import event_schema
-from exporters.statefile import SavedState
+from spyglass.collectors.event import Event
+from spyglass.collectors.received import RECEIVED
+from spyglass.exporters import event_schema
+from spyglass.exporters.statefile import SavedState
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (source VARCHAR PRIMARY KEY, state JSON NOT NULL, updated TIMESTAMPTZ);

@@ -12,7 +12,7 @@ import statistics
 import sys
 from pathlib import Path
 
-PACKAGES = ("collectors", "signals", "exporters", "engine", "spyglass", "dashboards", "alerts", "bench", "scripts")
+PACKAGES = ("collectors", "exporters", "engine", "spyglass", "dashboards", "alerts", "bench", "scripts")
 
 
 def code_lines(text: str) -> int:

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from loguru import logger
 
-from collectors.clock import Clock, SystemClock
-from exporters.statefile import StateFile, Store
 from spyglass import __version__
+from spyglass.collectors.clock import Clock, SystemClock
 from spyglass.config import Config
+from spyglass.exporters.statefile import StateFile, Store
 from spyglass.pipeline import Pipeline, PolledRuntime
 from spyglass.wake import Wake
 
@@ -35,7 +35,7 @@ def open_store(config: Config) -> Store:
     if config.exporters.store.enabled:
         import duckdb  # duckdb and pyarrow load only when the store is on
 
-        from exporters.store import DuckDBStore
+        from spyglass.exporters.store import DuckDBStore
 
         try:
             store = config.exporters.store
@@ -67,12 +67,12 @@ class Agent:
         self.otel = None
         otlp = config.exporters.otlp
         if otlp.endpoint:
-            from exporters.otel import otlp_instruments
+            from spyglass.exporters.otel import otlp_instruments
 
             self.otel = otlp_instruments(self.pipeline.state, otlp.endpoint, otlp.interval_seconds,
                                          config.agent.host, __version__)
-            from engine.instrument import otlp_tracing
-            from exporters.otel_spans import EngineSpanExporter
+            from spyglass.engine.instrument import otlp_tracing
+            from spyglass.exporters.otel_spans import EngineSpanExporter
 
             self.tracing = otlp_tracing(otlp.endpoint, "spyglass")
             kinds = {name: options.kind for name, options in config.sources.items()}

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from collectors import timebounds
-from collectors.event import Event
 from spyglass.bodies import json_object
+from spyglass.collectors import timebounds
+from spyglass.collectors.event import Event
 
 # Alertmanager sends a group's alerts in one notification, all of them unless its webhook_config sets
 # `max_alerts` (then it truncates, and says how many it left out in `truncatedAlerts`). The store's

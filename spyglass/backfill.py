@@ -27,13 +27,13 @@ from typing import IO
 import duckdb
 import orjson
 
-from collectors.event import Event
-from signals.buckets import le_label
-from signals.state import MetricState
 from spyglass import timeinput
+from spyglass.collectors.event import Event
 from spyglass.config import Config
 from spyglass.pipeline import build_signals, metric_state
 from spyglass.replay_state import ReplayState
+from spyglass.signals.buckets import le_label
+from spyglass.signals.state import MetricState
 
 OPENMETRICS_FILE = "spyglass.om"
 BATCH = 20_000

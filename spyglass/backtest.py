@@ -31,10 +31,10 @@ from typing import Any
 import httpx
 import yaml
 
-from engine.emulator.ports import free_port
 from spyglass.backfill import OPENMETRICS_FILE, BackfillError, BackfillResult, UsageError, iso, parse_duration, replay
 from spyglass.backtest_cleanup import die_with_parent, make_workdir, sweep_orphans, unwind_on_signals
 from spyglass.config import Config
+from spyglass.engine.emulator.ports import free_port
 
 MAX_POINTS = 10_000  # Prometheus refuses a query_range of more than 11,000 points per series
 MAX_RULE_FILE_BYTES = 4 << 20  # the generated rules are about 60 kB

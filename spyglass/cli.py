@@ -76,8 +76,7 @@ def run(config: ConfigOption) -> None:
 
 def tailed_files(config: Config) -> dict[str, Path]:
     """source -> path of every tailed file (a polled source's path, e.g. a model path, is not one)."""
-    import collectors
-
+    from spyglass import collectors
     kinds = collectors.load_all()
     return {name: options.path.expanduser() for name, options in config.sources.items()
             if options.path is not None and not kinds[options.kind].is_polled(options)}
@@ -119,8 +118,8 @@ def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
 
     Sources that sample the present are polled only with --poll: what they say is true of the moment of
     the poll, not of the time the files cover."""
-    from collectors.clock import SystemClock
     from spyglass.agent import StoreBusy, open_store
+    from spyglass.collectors.clock import SystemClock
     from spyglass.pipeline import Pipeline
 
     cfg = with_settle(_config(config), settled_seconds)
@@ -264,8 +263,8 @@ def store_migrate(config: ConfigOption,
     store whole. The agent does it at start; this does it without starting one (no agent may hold the file)."""
     import duckdb
 
-    from exporters.event_schema import SCHEMA_VERSION
-    from exporters.store import DuckDBStore
+    from spyglass.exporters.event_schema import SCHEMA_VERSION
+    from spyglass.exporters.store import DuckDBStore
 
     cfg = _config(config)
     try:

@@ -14,10 +14,10 @@ from typing import Any
 
 from loguru import logger
 
-from collectors.clock import Clock
-from collectors.event import Event
-from exporters.statefile import Store
-from signals.state import MetricState
+from spyglass.collectors.clock import Clock
+from spyglass.collectors.event import Event
+from spyglass.exporters.statefile import Store
+from spyglass.signals.state import MetricState
 
 MAX_BACKOFF_SECONDS = 15.0
 
@@ -154,7 +154,7 @@ class Committer:
 
     def _storable(self, events: list[Event]) -> list[Event]:
         """The events whose timestamp the store can take; the others are set aside (under the lock)."""
-        from exporters.store import storable
+        from spyglass.exporters.store import storable
 
         kept = [e for e in events if storable(e)]
         if len(kept) < len(events):

@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-import collectors
-from collectors.clock import zone
+from spyglass import collectors
+from spyglass.collectors.clock import zone
 
 if TYPE_CHECKING:  # spyglass.query imports httpx: not for every config load
     from spyglass.query import Limits
@@ -362,7 +362,7 @@ def _check_parquet(config: Config, file: str) -> None:
 
 
 def _check_buckets(config: Config, file: str) -> None:
-    import signals  # the catalogue knows which metrics are histograms
+    from spyglass import signals  # the catalogue knows which metrics are histograms
 
     for name, bounds in config.signals.buckets.items():
         if not all(math.isfinite(b) for b in bounds):

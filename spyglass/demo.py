@@ -31,13 +31,13 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from engine.emulator.ports import free_port_base
-from engine.emulator.scenarios import SCENARIOS, run_scenario
-from engine.emulator.stack import Stack
-from signals.state import MetricState
 from spyglass.agent import Agent
 from spyglass.config import parse_config, toml_text
+from spyglass.engine.emulator.ports import free_port_base
+from spyglass.engine.emulator.scenarios import SCENARIOS, run_scenario
+from spyglass.engine.emulator.stack import Stack
 from spyglass.heuristics import Deployment, Heuristic, by_id
+from spyglass.signals.state import MetricState
 
 # strata-b gets the seed's troubles: a cache too small for its snapshots, an old serve build.
 DEMO_ENGINES: dict[str, dict[str, Any]] = {"strata-a": {"cache_mib": 65_536},

@@ -17,8 +17,8 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from collectors import timebounds
-from collectors.event import Event
+from spyglass.collectors import timebounds
+from spyglass.collectors.event import Event
 
 KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
 # What may be kept without `keep_content`: an allow-list, since text can hide under any key

@@ -15,19 +15,17 @@ from typing import Any, cast
 
 from loguru import logger
 
-import collectors
-import signals
-from collectors import LineSource, NotesItsParser, PolledSource, PollPolicy, SaysWhatItSamples, timebounds
-from collectors.clock import Clock
-from collectors.event import Event
-from collectors.grammar import split_outcome
-from collectors.tailer import Tailer
-from exporters.statefile import Store
-from signals import Signals, SignalsLinks, SignalsSettings
-from signals.state import MetricState
-from spyglass import __version__
+from spyglass import __version__, collectors, signals
+from spyglass.collectors import LineSource, NotesItsParser, PolledSource, PollPolicy, SaysWhatItSamples, timebounds
+from spyglass.collectors.clock import Clock
+from spyglass.collectors.event import Event
+from spyglass.collectors.grammar import split_outcome
+from spyglass.collectors.tailer import Tailer
 from spyglass.commit import Committer
 from spyglass.config import Config
+from spyglass.exporters.statefile import Store
+from spyglass.signals import Signals, SignalsLinks, SignalsSettings
+from spyglass.signals.state import MetricState
 
 
 def build_signals(config: Config, state: MetricState) -> dict[str, Signals]:
@@ -171,7 +169,7 @@ class Pipeline:
         options = self.config.exporters.store
         if options.parquet_dir is None or not self.store.keeps_events:
             return None
-        from exporters.parquet import ParquetPublisher
+        from spyglass.exporters.parquet import ParquetPublisher
 
         return ParquetPublisher(cast(Any, self.store), self.clock, options.parquet_dir.expanduser(),
                                 host=self.config.agent.host, interval=options.publish_interval_seconds,

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from collectors.event import Event
-from signals.state import MetricState
+from spyglass.collectors.event import Event
 from spyglass.config import Config
+from spyglass.signals.state import MetricState
 
 PROCESS_UP = "spyglass_host_process_up"
 POLLED = {"serve_status": "interval_seconds", "host": "interval_seconds", "model_path": "interval_seconds",

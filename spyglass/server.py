@@ -32,8 +32,8 @@ from loguru import logger
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
-from exporters.prometheus import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, registry_for, wants_openmetrics
-from signals.state import MetricState
+from spyglass.exporters.prometheus import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, registry_for, wants_openmetrics
+from spyglass.signals.state import MetricState
 
 
 class ListenError(Exception):

@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from collectors import timebounds
-from collectors.event import Event
 from spyglass.bodies import json_object
+from spyglass.collectors import timebounds
+from spyglass.collectors.event import Event
 from spyglass.config import Config
 from spyglass.smoke import Verdict
 
@@ -142,8 +142,8 @@ def write_store(config: Config, event: Event) -> str:
         raise NotRecorded("no agent answers and exporters.store.enabled = false: there is no store to write")
     import duckdb
 
-    from exporters.event_schema import split
-    from exporters.store import DuckDBStore
+    from spyglass.exporters.event_schema import split
+    from spyglass.exporters.store import DuckDBStore
 
     path = config.store_path()
     server = config.exporters.prometheus

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import duckdb
 
-from exporters import event_schema
-from exporters.store import SCHEMA
+from spyglass.exporters import event_schema
+from spyglass.exporters.store import SCHEMA
 
 BATCH_ROWS = 20_000
 

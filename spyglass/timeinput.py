@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from collectors.clock import zone
+from spyglass.collectors.clock import zone
 
 UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")

@@ -13,13 +13,13 @@ import re
 from rich.text import Text
 from rich.tree import Tree
 
-from collectors.clock import format_both
-from collectors.event import Event
-from collectors.trace_ids import span_id_for, trace_id_for
-from signals.spans import PhaseSpan, engine_span, request_tree
+from spyglass.collectors.clock import format_both
+from spyglass.collectors.event import Event
+from spyglass.collectors.trace_ids import span_id_for, trace_id_for
 from spyglass.config import Config
 from spyglass.console import console_for, plain
 from spyglass.query import QueryError, agent_api, run_readonly
+from spyglass.signals.spans import PhaseSpan, engine_span, request_tree
 
 REQUEST_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{2,32}$")
 TRACE_ID = re.compile(r"^[0-9a-f]{32}$")

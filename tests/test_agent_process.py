@@ -10,8 +10,8 @@ import httpx
 import pytest
 from conftest import FIXTURES, wait_until
 
-from engine.emulator.ports import free_port
 from spyglass.config import engine_log_toml
+from spyglass.engine.emulator.ports import free_port
 from spyglass.query import AgentApi, QueryError, run_readonly
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
@@ -88,9 +88,9 @@ def test_sql_cli_reads_the_store_directly_when_no_agent_runs(tmp_path):
 
 
 def test_the_server_binds_ipv6_loopback_too():
-    import signals
-    from signals.state import MetricState
+    from spyglass import signals
     from spyglass.server import AgentServer
+    from spyglass.signals.state import MetricState
 
     server = AgentServer("[::1]:0", MetricState(signals.full_catalogue()), dict).start()
     try:

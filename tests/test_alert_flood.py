@@ -16,8 +16,8 @@ import pytest
 from conftest import wait_until
 from test_api_hardening import peak_rss_mb, start_agent, stop  # noqa: F401 - start_agent is a fixture
 
-from engine.emulator.ports import free_port
 from spyglass.alert_webhook import MAX_ALERTS, AlertBudget
+from spyglass.engine.emulator.ports import free_port
 
 JSON_BODY = {"Content-Type": "application/json"}
 FLOOD_SECONDS = 10.0

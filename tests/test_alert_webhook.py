@@ -14,8 +14,8 @@ import httpx
 import pytest
 from conftest import wait_until
 
-from engine.emulator.ports import free_port
 from spyglass.alert_webhook import decode_notification
+from spyglass.engine.emulator.ports import free_port
 
 JSON_BODY = {"Content-Type": "application/json"}
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier

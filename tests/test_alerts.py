@@ -15,12 +15,12 @@ import yaml
 from conftest import wait_until
 from typer.testing import CliRunner
 
-from engine.emulator.ports import free_port
-from signals import full_catalogue
 from spyglass.cli import app
 from spyglass.config import ConfigError, load_config, parse_config
+from spyglass.engine.emulator.ports import free_port
 from spyglass.heuristics import Deployment, catalogue, recording_rules
 from spyglass.rules import alerts, generated, render_docs
+from spyglass.signals import full_catalogue
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "alerts"
@@ -221,7 +221,7 @@ def test_runbook_links_are_absolute_everywhere_they_are_written(tmp_path: Path) 
     `spyglass rules --out DIR` links the file:// URL of the runbooks it wrote, and each such file exists."""
     from urllib.parse import unquote, urlparse
 
-    from dashboards.model import GENERATED
+    from spyglass.dashboards.model import GENERATED
 
     def absolute(url: str) -> bool:
         parts = urlparse(url)

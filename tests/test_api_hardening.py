@@ -22,10 +22,10 @@ import pytest
 from conftest import FIXTURES, wait_until
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from engine.emulator.ports import free_port
-from engine.instrument import trace_id_for
-from exporters import event_schema
 from spyglass.config import ConfigError, engine_log_toml, parse_config
+from spyglass.engine.emulator.ports import free_port
+from spyglass.engine.instrument import trace_id_for
+from spyglass.exporters import event_schema
 from spyglass.otlp_receiver import SpanLimits, decode_spans
 from spyglass.query import AgentApi, QueryError, run_readonly
 

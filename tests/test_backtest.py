@@ -18,8 +18,6 @@ import pytest
 from conftest import wait_until
 from typer.testing import CliRunner
 
-from collectors.clock import SystemClock
-from engine.emulator.logsynth import Conversation, EngineModel
 from spyglass.agent import open_store
 from spyglass.backfill import OPENMETRICS_FILE, BackfillError, BackfillResult, parse_duration, parse_time, replay
 from spyglass.backtest import (
@@ -37,7 +35,9 @@ from spyglass.backtest import (
 )
 from spyglass.backtest_cleanup import process_start
 from spyglass.cli import app
+from spyglass.collectors.clock import SystemClock
 from spyglass.config import load_config
+from spyglass.engine.emulator.logsynth import Conversation, EngineModel
 from spyglass.pipeline import Pipeline
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier

@@ -18,14 +18,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from loguru import logger
 
-from collectors.clock import ManualClock
-from exporters.prometheus import render
-from exporters.statefile import StateFile
-from exporters.store import DuckDBStore
-from signals import SignalsSettings, full_catalogue
-from signals.state import MetricState
+from spyglass.collectors.clock import ManualClock
 from spyglass.config import parse_config
+from spyglass.exporters.prometheus import render
+from spyglass.exporters.statefile import StateFile
+from spyglass.exporters.store import DuckDBStore
 from spyglass.pipeline import Pipeline
+from spyglass.signals import SignalsSettings, full_catalogue
+from spyglass.signals.state import MetricState
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ENGINE = (FIXTURES / "engine_log" / "strata-iq3_xxs-b.log").read_bytes()
@@ -158,9 +158,9 @@ def _kinds_of(source) -> dict:
 
 def _templates() -> list[tuple[str, bytes, list[tuple[int, int]]]]:
     """(source kind, a real line, spans of its named groups) for every line kind of the fixtures."""
-    from collectors.engine_log import EngineLogOptions, EngineLogSource
-    from collectors.gateway_log import GatewayLogOptions, GatewayLogSource
-    from collectors.supervisord_log import SupervisordLogOptions, SupervisordLogSource
+    from spyglass.collectors.engine_log import EngineLogOptions, EngineLogSource
+    from spyglass.collectors.gateway_log import GatewayLogOptions, GatewayLogSource
+    from spyglass.collectors.supervisord_log import SupervisordLogOptions, SupervisordLogSource
 
     found, seen = [], set()
     for name, source, path in (
@@ -188,9 +188,9 @@ VALUES = st.one_of(st.integers(0, 10 ** 30).map(str), st.floats().map(repr),
 
 @given(st.sampled_from(TEMPLATES), st.data())
 def test_random_field_values_in_every_line_kind_never_reach_the_state_as_non_numbers(template, data):
-    from collectors import load_all
-    from exporters.event_schema import split
-    from signals import load_all as signals
+    from spyglass.collectors import load_all
+    from spyglass.exporters.event_schema import split
+    from spyglass.signals import load_all as signals
 
     kind, line, spans = template
     pieces, last = [], 0

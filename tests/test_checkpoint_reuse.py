@@ -7,7 +7,7 @@ import duckdb
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collectors.checkpoint_reuse import checkpoint_only, checkpoint_only_sql
+from spyglass.collectors.checkpoint_reuse import checkpoint_only, checkpoint_only_sql
 from spyglass.forensics.reports import get
 from spyglass.forensics.run import SqlCondition, render
 from spyglass.heuristics import by_id
@@ -33,9 +33,8 @@ def test_the_sql_condition_answers_as_the_python_rule(prompt, reused, every):
 
 
 def test_the_engine_signals_call_the_rule():
-    import signals.engine
-
-    assert signals.engine.checkpoint_only is checkpoint_only
+    import spyglass.signals.engine
+    assert spyglass.signals.engine.checkpoint_only is checkpoint_only
 
 
 def test_the_probe_and_the_report_name_the_rule_and_do_not_restate_it():

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collectors.clock import ManualClock, ZonedParser, format_both, local_to_epoch, zone
+from spyglass.collectors.clock import ManualClock, ZonedParser, format_both, local_to_epoch, zone
 
 
 def utc(stamp: bytes, tz: str) -> str:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collectors.columnar import NotRe2, to_re2
-from collectors.engine_log import EngineLogOptions, EngineLogSource
+from spyglass.collectors.columnar import NotRe2, to_re2
+from spyglass.collectors.engine_log import EngineLogOptions, EngineLogSource
 
 FIXTURE = Path(__file__).parent / "fixtures" / "engine_log" / "strata-iq3_xxs-b.log"
 LINES = FIXTURE.read_bytes().splitlines()
@@ -178,9 +178,9 @@ def test_message_anchors_are_refused():
 def test_debug_sources_names_the_pattern_that_keeps_a_source_per_line(tmp_path):
     import tomllib
 
-    from collectors.clock import ManualClock
-    from exporters.statefile import StateFile
+    from spyglass.collectors.clock import ManualClock
     from spyglass.config import engine_log_toml, parse_config
+    from spyglass.exporters.statefile import StateFile
     from spyglass.pipeline import Pipeline
 
     log = tmp_path / "engine.log"

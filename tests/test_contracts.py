@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-import collectors
-from collectors import LineSourceBase, PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
-from signals import SIGNALS, SignalsBase, check_signals_class, full_catalogue, load_all, signals_for
-from signals.engine import EngineSignals
-from signals.state import MetricState
+from spyglass import collectors
+from spyglass.collectors import LineSourceBase, PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
+from spyglass.signals import SIGNALS, SignalsBase, check_signals_class, full_catalogue, load_all, signals_for
+from spyglass.signals.engine import EngineSignals
+from spyglass.signals.state import MetricState
 
 
 def test_a_source_class_that_is_neither_kind_is_refused():
@@ -59,10 +59,10 @@ def test_a_source_class_that_is_both_kinds_is_refused():
 
 def test_the_optional_capabilities_are_protocols_a_source_satisfies_or_not():
     """parse_note and samples_present are typed protocols, not attributes looked up by name."""
-    from collectors import NotesItsParser, SaysWhatItSamples
-    from collectors.engine_log import EngineLogOptions, EngineLogSource
-    from collectors.infer_store import InferStoreOptions, InferStoreSource
-    from collectors.switch_log import SwitchLogOptions, SwitchLogSource
+    from spyglass.collectors import NotesItsParser, SaysWhatItSamples
+    from spyglass.collectors.engine_log import EngineLogOptions, EngineLogSource
+    from spyglass.collectors.infer_store import InferStoreOptions, InferStoreSource
+    from spyglass.collectors.switch_log import SwitchLogOptions, SwitchLogSource
 
     engine = EngineLogSource("e", EngineLogOptions(kind="engine_log", path="/nonexistent/e.log"))
     switch = SwitchLogSource("s", SwitchLogOptions(kind="switch_log", path="/nonexistent/s.log"))
@@ -133,8 +133,8 @@ def test_a_kind_with_both_classes_tails_only_when_given_a_path():
 
 
 def test_the_engine_operations_name_declared_metrics_of_their_type_and_parsed_kinds():
-    from collectors.engine_log import PATTERNS
-    from signals.engine import CLOSED, OPS, SPECS, Add, Count, Observe, Set
+    from spyglass.collectors.engine_log import PATTERNS
+    from spyglass.signals.engine import CLOSED, OPS, SPECS, Add, Count, Observe, Set
 
     types = {spec.name: spec.type for spec in SPECS}
     wanted = {Count: "counter", Add: "counter", Observe: "histogram", Set: "gauge"}

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from dashboards.lint import Expr, expr_problems, expressions, problems, series, substitute
-from dashboards.model import DASHBOARDS, GENERATED, UNSHOWN, build_all, deployment, generated
-from signals import full_catalogue
+from spyglass.dashboards.lint import Expr, expr_problems, expressions, problems, series, substitute
+from spyglass.dashboards.model import DASHBOARDS, GENERATED, UNSHOWN, build_all, deployment, generated
 from spyglass.heuristics import recording_rules
+from spyglass.signals import full_catalogue
 
 D = deployment()
 TYPES = {spec.name: spec.type for spec in full_catalogue()}
@@ -19,11 +19,11 @@ BOARDS = build_all(D)
 
 
 def test_generated_json_is_what_the_code_makes():
-    """`python -m dashboards` was run after the last change (and wrote nothing else)."""
+    """`python -m spyglass.dashboards` was run after the last change (and wrote nothing else)."""
     files = generated(D)
     on_disk = {p.name: p.read_text() for p in GENERATED.glob("*.json")}
-    assert sorted(on_disk) == sorted(files), "run: .venv/bin/python -m dashboards"
-    assert [name for name in files if on_disk[name] != files[name]] == [], "run: .venv/bin/python -m dashboards"
+    assert sorted(on_disk) == sorted(files), "run: .venv/bin/python -m spyglass.dashboards"
+    assert [name for name in files if on_disk[name] != files[name]] == [], "run: .venv/bin/python -m spyglass.dashboards"
 
 
 def test_the_lint_rules_hold():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from dashboards.lint import substitute
+from spyglass.dashboards.lint import substitute
 
 ROOT = Path(__file__).resolve().parent.parent
 BOARD = ROOT / "dashboards" / "generated" / "spyglass-lifecycle.json"

@@ -20,13 +20,13 @@ import pytest
 import yaml
 from conftest import wait_until
 
-from dashboards.model import GENERATED
-from dashboards.preview import draw, run_queries
-from engine.emulator.ports import free_port, free_port_base
-from engine.emulator.scenarios import SCENARIOS, run_scenario
-from engine.emulator.stack import Stack
 from spyglass.agent import Agent
 from spyglass.config import parse_config
+from spyglass.dashboards.model import GENERATED
+from spyglass.dashboards.preview import draw, run_queries
+from spyglass.engine.emulator.ports import free_port, free_port_base
+from spyglass.engine.emulator.scenarios import SCENARIOS, run_scenario
+from spyglass.engine.emulator.stack import Stack
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
@@ -180,7 +180,7 @@ def test_every_panel_query_is_valid_and_returns_data(run, uid):
 
 @pytest.mark.slow
 def test_annotations_and_variables_query_cleanly(run):
-    from dashboards.lint import expressions, substitute
+    from spyglass.dashboards.lint import expressions, substitute
 
     for uid in _boards():
         board = json.loads((GENERATED / f"{uid}.json").read_text())
@@ -212,7 +212,7 @@ def test_the_preview_command_draws_any_dashboard(run, tmp_path):
     import sys
 
     out = tmp_path / "cache.png"
-    done = subprocess.run([sys.executable, "-m", "dashboards.preview", "--prometheus", run.url, "--from", str(run.start),
+    done = subprocess.run([sys.executable, "-m", "spyglass.dashboards.preview", "--prometheus", run.url, "--from", str(run.start),
                            "--to", str(run.end), "--dashboard", "spyglass-cache", "--scrape-interval", str(SCRAPE),
                            "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr

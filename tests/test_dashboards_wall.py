@@ -11,8 +11,8 @@ from pathlib import Path
 
 from test_dashboards_changes import run
 
-from dashboards.lint import substitute
-from dashboards.model import deployment
+from spyglass.dashboards.lint import substitute
+from spyglass.dashboards.model import deployment
 from spyglass.rules import alerts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +106,7 @@ def test_the_harness_can_fail(promtool, tmp_path):
 
 
 def test_the_preview_ticks_on_round_values_and_says_since_when():
-    from dashboards.preview import _nice_step, fmt
+    from spyglass.dashboards.preview import _nice_step, fmt
 
     assert _nice_step(64 * 2**30, "bytes") == 16 * 2**30  # 0, 16, 32, 48, 64 GiB: not 18.6, 37.3
     assert _nice_step(8 * 2**30, "bytes") == 2 * 2**30

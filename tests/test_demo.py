@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-import signals
-from engine.emulator.ports import free_port
-from signals.state import MetricState
+from spyglass import signals
 from spyglass.config import AlertsConfig
 from spyglass.demo import SIGNALS, Above, Board, Faster, Held, Increase, Signal, incident_signals
+from spyglass.engine.emulator.ports import free_port
 from spyglass.heuristics import Deployment, by_id
+from spyglass.signals.state import MetricState
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 

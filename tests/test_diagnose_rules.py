@@ -28,13 +28,13 @@ import pytest
 import yaml
 from conftest import wait_until
 
-from collectors.clock import SystemClock
-from engine.emulator.ports import free_port_base
-from engine.emulator.scenarios import SCENARIOS, run_scenario
-from engine.emulator.stack import Stack
-from exporters.prometheus import render
 from spyglass.agent import open_store
+from spyglass.collectors.clock import SystemClock
 from spyglass.config import parse_config
+from spyglass.engine.emulator.ports import free_port_base
+from spyglass.engine.emulator.scenarios import SCENARIOS, run_scenario
+from spyglass.engine.emulator.stack import Stack
+from spyglass.exporters.prometheus import render
 from spyglass.forensics.diagnose import diagnose
 from spyglass.forensics.run import Window
 from spyglass.heuristics import Deployment, catalogue

@@ -18,10 +18,10 @@ import pytest
 from conftest import wait_until
 from test_alert_webhook import alert, notification
 
-from engine.emulator.logsynth import EngineModel
-from engine.emulator.ports import free_port
-from exporters.statefile import StateFile
 from spyglass.config import engine_log_toml
+from spyglass.engine.emulator.logsynth import EngineModel
+from spyglass.engine.emulator.ports import free_port
+from spyglass.exporters.statefile import StateFile
 
 JSON_BODY = {"Content-Type": "application/json"}
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
@@ -186,7 +186,7 @@ def test_a_checkpoint_that_fails_on_a_full_disk_reopens_the_store_and_loses_noth
     checkpoint threshold is lowered (300 KB instead of 16 MB) so that a checkpoint comes while the
     16 MB tmpfs is full but for room for the WAL; the store must reopen itself once space returns,
     resume from its last commit, and end holding every event exactly once."""
-    from collectors.clock import ManualClock
+    from spyglass.collectors.clock import ManualClock
     from spyglass.config import engine_log_config, parse_config
     from spyglass.pipeline import Pipeline
 

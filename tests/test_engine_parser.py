@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collectors.engine_log import EngineLogOptions, EngineLogParser, EngineLogSource, parse_args
-from collectors.event import Event
-from collectors.grammar import Miss
+from spyglass.collectors.engine_log import EngineLogOptions, EngineLogParser, EngineLogSource, parse_args
+from spyglass.collectors.event import Event
+from spyglass.collectors.grammar import Miss
 
 FIXTURE = Path(__file__).parent / "fixtures" / "engine_log" / "strata-iq3_xxs-b.log"
 LINES = FIXTURE.read_bytes().splitlines()

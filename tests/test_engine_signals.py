@@ -1,10 +1,10 @@
 """Engine signals that combine events: CPU overlap between instances, checkpoint-only reuse."""
 from __future__ import annotations
 
-from collectors.event import Event
-from signals import SignalsSettings, full_catalogue
-from signals.engine import EngineSignals
-from signals.state import MetricState
+from spyglass.collectors.event import Event
+from spyglass.signals import SignalsSettings, full_catalogue
+from spyglass.signals.engine import EngineSignals
+from spyglass.signals.state import MetricState
 
 
 def apply(*events: Event) -> MetricState:

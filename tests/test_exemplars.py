@@ -26,14 +26,14 @@ from conftest import wait_until
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from test_commit import LINES, open_pipeline
 
-import signals
-from collectors.clock import ManualClock
-from engine.emulator.ports import free_port, free_port_base
-from engine.instrument import trace_id_for
-from exporters.prometheus import CONTENT_TYPE_OPENMETRICS, render, wants_openmetrics
-from signals.state import MetricState
+from spyglass import signals
+from spyglass.collectors.clock import ManualClock
+from spyglass.engine.emulator.ports import free_port, free_port_base
+from spyglass.engine.instrument import trace_id_for
+from spyglass.exporters.prometheus import CONTENT_TYPE_OPENMETRICS, render, wants_openmetrics
 from spyglass.query import AgentApi, run_readonly
 from spyglass.server import AgentServer
+from spyglass.signals.state import MetricState
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
@@ -174,8 +174,8 @@ def _openmetrics(url: str) -> dict:
 def live(tmp_path_factory):
     """The stack pushing its spans to `spyglass run` (a process), Prometheus scraping the agent,
     and the ids of the requests sent to the gateway."""
-    from engine.emulator.stack import Stack
     from spyglass.config import parse_config
+    from spyglass.engine.emulator.stack import Stack
 
     folder = tmp_path_factory.mktemp("exemplars")
     agent_port = free_port()

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 import duckdb
 import pytest
 
-from exporters.store import DuckDBStore
 from spyglass.config import engine_log_config, parse_config
+from spyglass.exporters.store import DuckDBStore
 from spyglass.forensics import baseline, changes, crashes, finder, reports, timeline
 from spyglass.forensics.diagnose import probe_query
 from spyglass.forensics.run import Query, Window

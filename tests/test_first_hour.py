@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from engine.emulator.ports import free_port
 from spyglass.config import engine_log_config, toml_text
+from spyglass.engine.emulator.ports import free_port
 from spyglass.timeinput import parse_since, parse_time
 
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
@@ -173,7 +173,7 @@ def test_crashes_calls_a_fresh_starts_warm_up_no_avalanche_and_times_a_real_one_
 
     from test_upgrades_seed import MD5_V7, OLD, at, banner, requests
 
-    from engine.emulator.logsynth import line
+    from spyglass.engine.emulator.logsynth import line
 
     log = tmp_path / "engine.log"
     fresh = [*banner(at(1), OLD, "/data/models/v7/model.gguf", MD5_V7),
@@ -278,7 +278,7 @@ def test_numbers_print_with_thousands_separators_and_no_exponent():
 
 def test_a_trace_says_when_a_logged_ttft_is_longer_than_its_span():
     """The demo's `trace` showed ttft_ms=1498 on a 0.098 s span with nothing saying why."""
-    from signals.spans import PhaseSpan
+    from spyglass.signals.spans import PhaseSpan
     from spyglass.trace import clock_notes
 
     engine = PhaseSpan("engine strata-a", 100.0, 100.098, {"spyglass.ttft_ms": 1498})
@@ -297,9 +297,9 @@ def test_the_demos_live_table_has_the_trace_hint_and_nothing_prints_over_it(monk
 
     from rich.console import Console
 
-    import signals
     import spyglass.demo as demo
-    from signals.state import MetricState
+    from spyglass import signals
+    from spyglass.signals.state import MetricState
 
     monkeypatch.setattr(demo, "finished_request", lambda agent, settled_seconds=6.0: "20261202-235234-e1eb42")
     agent = SimpleNamespace(pipeline=SimpleNamespace(state=MetricState(signals.full_catalogue())),
@@ -338,7 +338,7 @@ def test_requests_labels_the_clocks_when_a_logged_ttft_is_longer_than_its_engine
 
     from test_upgrades_seed import at, requests
 
-    from engine.emulator.logsynth import line
+    from spyglass.engine.emulator.logsynth import line
 
     log = tmp_path / "engine.log"
     config = engine_config(tmp_path, free_port())  # reads tmp_path / "engine.log"

@@ -11,12 +11,12 @@ import pytest
 from fixtures.incidents.replay import write_all
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from collectors.clock import SystemClock
-from engine.instrument import span_id_for, trace_id_for
-from exporters import event_schema
-from exporters.store import DuckDBStore
 from spyglass.alert_webhook import decode_notification
+from spyglass.collectors.clock import SystemClock
 from spyglass.config import load_config
+from spyglass.engine.instrument import span_id_for, trace_id_for
+from spyglass.exporters import event_schema
+from spyglass.exporters.store import DuckDBStore
 from spyglass.forensics import reports
 from spyglass.forensics.run import Query, Window, render
 from spyglass.forensics.times import parse_time, window

@@ -9,15 +9,15 @@ import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 
-from collectors.clock import ManualClock
-from collectors.engine_log import EngineLogOptions, EngineLogParser
-from collectors.grammar import Miss
-from exporters.prometheus import render
-from exporters.store import DuckDBStore
-from signals import SignalsSettings, full_catalogue
-from signals.state import MetricState
+from spyglass.collectors.clock import ManualClock
+from spyglass.collectors.engine_log import EngineLogOptions, EngineLogParser
+from spyglass.collectors.grammar import Miss
 from spyglass.config import parse_config
+from spyglass.exporters.prometheus import render
+from spyglass.exporters.store import DuckDBStore
 from spyglass.pipeline import Pipeline
+from spyglass.signals import SignalsSettings, full_catalogue
+from spyglass.signals.state import MetricState
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ENGINE = (FIXTURES / "engine_log" / "strata-iq3_xxs-b.log").read_bytes()
@@ -146,10 +146,10 @@ AFTER_BANNER = lines(
 
 def applied_one_by_one(log: bytes) -> list[dict]:
     """The metric state after each event of `log`, applied as the agent applies them."""
-    from collectors.engine_log import EngineLogSource
-    from signals.engine import EngineSignals
+    from spyglass.collectors.engine_log import EngineLogSource
     from spyglass.config import engine_log_config
     from spyglass.pipeline import metric_state
+    from spyglass.signals.engine import EngineSignals
 
     source = EngineLogSource("engine-b", EngineLogOptions(path="x", instance="strata-b", lane="normal"))
     events, _, _ = source.handle_lines(log.splitlines())
@@ -224,7 +224,7 @@ def test_a_forged_banner_between_real_lines_moves_no_counter_of_metrics_down(tmp
             f'[exporters.store]\nenabled = false\n'
             f'[sources.engine-b]\nkind = "engine_log"\npath = "{log}"\ninstance = "strata-b"\nlane = "normal"\n')
     config = parse_config(tomllib.loads(text), "test")
-    from exporters.statefile import StateFile
+    from spyglass.exporters.statefile import StateFile
 
     pipeline = Pipeline(config, ManualClock(start=1_793_000_000.0), StateFile(tmp_path / "state" / "state.json"))
     attack = [

@@ -5,8 +5,8 @@ from datetime import UTC, datetime
 
 from conftest import FIXTURES
 
-from collectors.event import Event
-from collectors.gateway_log import GatewayLogOptions, GatewayLogSource
+from spyglass.collectors.event import Event
+from spyglass.collectors.gateway_log import GatewayLogOptions, GatewayLogSource
 
 FIXTURE = FIXTURES / "gateway_log" / "rag-proxy.log"
 MTIME = datetime(2026, 10, 19, 23, 59, 59, tzinfo=UTC).timestamp()  # a clone resets the real one

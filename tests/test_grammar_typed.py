@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collectors import engine_log, gateway_log, supervisord_log, switch_log
-from collectors.grammar import MAX_NUMBER, Miss, build_kinds
+from spyglass.collectors import engine_log, gateway_log, supervisord_log, switch_log
+from spyglass.collectors.grammar import MAX_NUMBER, Miss, build_kinds
 
 GRAMMARS = {module.__name__.split(".")[-1]: build_kinds(module.PATTERNS, {}, "test", frozenset(module.TEXT_FIELDS))
             for module in (engine_log, gateway_log, supervisord_log, switch_log)}

@@ -8,10 +8,10 @@ import sys
 import pytest
 from conftest import FIXTURES
 
-from collectors.host import HostOptions, HostSource, cpu_set, parse_cgroup, parse_stat
-from signals import full_catalogue
-from signals.host import HostSignals
-from signals.state import MetricState
+from spyglass.collectors.host import HostOptions, HostSource, cpu_set, parse_cgroup, parse_stat
+from spyglass.signals import full_catalogue
+from spyglass.signals.host import HostSignals
+from spyglass.signals.state import MetricState
 
 
 def source(tree: str, processes: dict) -> HostSource:

@@ -5,16 +5,16 @@ from __future__ import annotations
 import os
 import tomllib
 
-from collectors.clock import ManualClock
-from collectors.event import Event
-from exporters.prometheus import render
-from exporters.statefile import StateFile
-from exporters.store import DuckDBStore
-from signals import full_catalogue
-from signals.serve import ServeSignals
-from signals.state import MetricState
+from spyglass.collectors.clock import ManualClock
+from spyglass.collectors.event import Event
 from spyglass.config import parse_config
+from spyglass.exporters.prometheus import render
+from spyglass.exporters.statefile import StateFile
+from spyglass.exporters.store import DuckDBStore
 from spyglass.pipeline import Pipeline
+from spyglass.signals import full_catalogue
+from spyglass.signals.serve import ServeSignals
+from spyglass.signals.state import MetricState
 from spyglass.snapshot import Snapshots
 
 

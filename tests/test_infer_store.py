@@ -8,10 +8,10 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from collectors.infer_store import InferStoreOptions, InferStoreSource
-from signals import full_catalogue
-from signals.infer import InferSignals
-from signals.state import MetricState
+from spyglass.collectors.infer_store import InferStoreOptions, InferStoreSource
+from spyglass.signals import full_catalogue
+from spyglass.signals.infer import InferSignals
+from spyglass.signals.state import MetricState
 
 COLUMNS = ("id TEXT PRIMARY KEY, ts TEXT, session TEXT, lane TEXT, upstream TEXT, mode TEXT, client_msgs INT,"
            " sent_msgs INT, chars INT, est_tokens INT, prompt_tokens INT, completion_tokens INT, max_tokens INT,"

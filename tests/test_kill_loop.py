@@ -18,12 +18,12 @@ import httpx
 import pytest
 from conftest import kill_at_random_until_done, wait_until
 
-import signals
-from engine.emulator.logsynth import EngineModel
-from engine.emulator.ports import free_port
-from exporters.prometheus import render
-from signals.state import MetricState
+from spyglass import signals
 from spyglass.config import engine_log_toml
+from spyglass.engine.emulator.logsynth import EngineModel
+from spyglass.engine.emulator.ports import free_port
+from spyglass.exporters.prometheus import render
+from spyglass.signals.state import MetricState
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 

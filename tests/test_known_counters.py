@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collectors.clock import ManualClock
-from exporters.statefile import StateFile
+from spyglass.collectors.clock import ManualClock
 from spyglass.config import parse_config
+from spyglass.exporters.statefile import StateFile
 from spyglass.pipeline import Pipeline
 
 MISMATCH = (b"2026-10-19 05:10:00.000 E [load] checksum mismatch reading /models/current.gguf:"

@@ -8,10 +8,10 @@ from conftest import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
-import collectors
-from collectors.event import Event
-from collectors.supervisord_log import SupervisordLogOptions, SupervisordLogSource
-from collectors.switch_log import SwitchLogOptions, SwitchLogSource
+from spyglass import collectors
+from spyglass.collectors.event import Event
+from spyglass.collectors.supervisord_log import SupervisordLogOptions, SupervisordLogSource
+from spyglass.collectors.switch_log import SwitchLogOptions, SwitchLogSource
 
 
 def utc(e: Event) -> str:
@@ -32,9 +32,9 @@ def test_switch_log_takes_only_configured_instances_as_labels(tmp_path):
     list is exported as `other` and counted; the line's text stays in the stored event."""
     import tomllib
 
-    from collectors.clock import ManualClock
-    from exporters.statefile import StateFile
+    from spyglass.collectors.clock import ManualClock
     from spyglass.config import parse_config
+    from spyglass.exporters.statefile import StateFile
     from spyglass.pipeline import Pipeline
 
     log = tmp_path / "switch.log"

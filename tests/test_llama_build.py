@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.llama.build import BuildError, LlamaBuild, ensure_built, missing_tools
+from spyglass.engine.llama.build import BuildError, LlamaBuild, ensure_built, missing_tools
 
 
 def test_a_machine_without_the_toolchain_is_told_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

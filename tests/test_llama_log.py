@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from conftest import wait_until
 
-import collectors
-from collectors.engine_log import EngineLogOptions
-from collectors.llama_log import LlamaLineParser, LlamaLogSource, Writer, parse_args, request_id
-from collectors.trace_ids import trace_id_for
-from signals.state import MetricState
+from spyglass import collectors
+from spyglass.collectors.engine_log import EngineLogOptions
+from spyglass.collectors.llama_log import LlamaLineParser, LlamaLogSource, Writer, parse_args, request_id
+from spyglass.collectors.trace_ids import trace_id_for
 from spyglass.config import parse_config
 from spyglass.pipeline import build_signals, metric_state
+from spyglass.signals.state import MetricState
 
 START = 1_796_000_000.0  # the writer's start instant, epoch seconds
 ARGV = ["llama-server", "-m", "/models/tiny.gguf", "--port", "8081", "-np", "2", "-c", "4096", "--cache-ram", "1",
@@ -275,7 +275,7 @@ def test_the_writer_of_a_log_is_found_by_its_command_line(tmp_path: Path, spawns
     import sys
     import time
 
-    from collectors.llama_log import find_writer
+    from spyglass.collectors.llama_log import find_writer
 
     log = tmp_path / "w.log"
     log.touch()

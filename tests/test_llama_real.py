@@ -36,15 +36,15 @@ from conftest import wait_until
 from live_prometheus import ProcessGroups, query, scraping, start_prometheus
 from test_pager_e2e import DEFAULTS, Webhook, alertmanager_config, answers
 
-from collectors.event import Event
-from collectors.supervisord_log import SupervisordLogOptions, SupervisordLogSource
-from collectors.supervisord_rpc import rpc
-from engine.emulator.ports import free_port
-from engine.llama.build import LlamaBuild, ensure_built
-from engine.llama.load import burst, conversations, text
-from engine.llama.model import ensure_model
-from engine.llama.stack import Instance, LlamaStack
+from spyglass.collectors.event import Event
+from spyglass.collectors.supervisord_log import SupervisordLogOptions, SupervisordLogSource
+from spyglass.collectors.supervisord_rpc import rpc
 from spyglass.config import AlertsConfig
+from spyglass.engine.emulator.ports import free_port
+from spyglass.engine.llama.build import LlamaBuild, ensure_built
+from spyglass.engine.llama.load import burst, conversations, text
+from spyglass.engine.llama.model import ensure_model
+from spyglass.engine.llama.stack import Instance, LlamaStack
 
 pytestmark = pytest.mark.slow
 ALERTS = {"time_scale": 0.01, "evaluation_interval_seconds": 1, "hung_minutes": 1,

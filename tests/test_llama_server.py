@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.event import Event
-from collectors.llama_server import parse_metrics, summarise_slots
-from signals.state import MetricState
+from spyglass.collectors.event import Event
+from spyglass.collectors.llama_server import parse_metrics, summarise_slots
 from spyglass.config import parse_config
 from spyglass.pipeline import build_signals, metric_state
+from spyglass.signals.state import MetricState
 
 
 def metrics_text(prompt: float, cached: float, deferred: float, processing: float) -> str:

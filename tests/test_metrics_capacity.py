@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 from conftest import wait_until
 
-from engine.emulator.ports import free_port
+from spyglass.engine.emulator.ports import free_port
 
 
 def test_dripping_connections_on_the_main_port_cannot_starve_a_scrape(tmp_path: Path) -> None:
@@ -60,9 +60,9 @@ def test_the_metrics_port_takes_a_host_naming_its_own_port() -> None:
     """A Host header must name the port it reached: with a token and /metrics not open, a scrape of the
     metrics port naming that port is served (it was refused with 421 while the metrics port checked
     Host against the main port's number), and a Host naming the other port is refused on each."""
-    import signals
-    from signals.state import MetricState
+    from spyglass import signals
     from spyglass.server import AgentServer, ServerLimits
+    from spyglass.signals.state import MetricState
 
     limits = ServerLimits(token="t0ken", open_paths=("/health",))
     server = AgentServer("127.0.0.1:0", MetricState(signals.full_catalogue()), dict, limits=limits,

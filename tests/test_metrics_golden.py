@@ -15,11 +15,11 @@ import tomllib
 from contextlib import closing
 from pathlib import Path
 
-import signals
-from collectors.clock import ManualClock
-from exporters.prometheus import render, render_openmetrics
-from exporters.statefile import StateFile
+from spyglass import signals
+from spyglass.collectors.clock import ManualClock
 from spyglass.config import parse_config
+from spyglass.exporters.prometheus import render, render_openmetrics
+from spyglass.exporters.statefile import StateFile
 from spyglass.pipeline import Pipeline
 
 HERE = Path(__file__).parent

@@ -38,10 +38,10 @@ import yaml
 from conftest import wait_until
 from live_prometheus import ProcessGroups, scraping, start_prometheus
 
-from engine.emulator.ports import free_port, free_port_base
-from engine.emulator.scenarios import BIG_CACHE, SCENARIOS, run_scenario
-from engine.emulator.stack import Stack, engines
 from spyglass.config import AlertsConfig
+from spyglass.engine.emulator.ports import free_port, free_port_base
+from spyglass.engine.emulator.scenarios import BIG_CACHE, SCENARIOS, run_scenario
+from spyglass.engine.emulator.stack import Stack, engines
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spawns")]  # starts processes: the e2e tier
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,13 +15,13 @@ import pytest
 from fixtures.incidents.replay import WINDOWS, write_all
 from typer.testing import CliRunner
 
-from collectors.clock import ManualClock
-from collectors.event import Event
-from exporters.parquet import JSON_SEGMENT_SCHEMA, ParquetPublisher, is_typed
-from exporters.segment_schema import events_view_sql
-from exporters.store import DuckDBStore
 from spyglass.cli import app
+from spyglass.collectors.clock import ManualClock
+from spyglass.collectors.event import Event
 from spyglass.config import ConfigError, parse_config
+from spyglass.exporters.parquet import JSON_SEGMENT_SCHEMA, ParquetPublisher, is_typed
+from spyglass.exporters.segment_schema import events_view_sql
+from spyglass.exporters.store import DuckDBStore
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 

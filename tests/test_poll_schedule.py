@@ -11,10 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from collectors.clock import ManualClock
-from collectors.host import HostSource
-from exporters.statefile import StateFile
+from spyglass.collectors.clock import ManualClock
+from spyglass.collectors.host import HostSource
 from spyglass.config import parse_config
+from spyglass.exporters.statefile import StateFile
 from spyglass.pipeline import Pipeline
 
 

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from engine.emulator import ports
+from spyglass.engine.emulator import ports
 
 
 @pytest.mark.parametrize(("proc_text", "expected"), [

@@ -6,11 +6,11 @@ import tomllib
 
 from conftest import FIXTURES
 
-from collectors.clock import ManualClock
-from collectors.engine_log import EngineLogSource
-from collectors.host import HostSource
-from exporters.statefile import StateFile
+from spyglass.collectors.clock import ManualClock
+from spyglass.collectors.engine_log import EngineLogSource
+from spyglass.collectors.host import HostSource
 from spyglass.config import parse_config
+from spyglass.exporters.statefile import StateFile
 from spyglass.pipeline import Pipeline
 
 

@@ -19,15 +19,15 @@ import duckdb
 import pytest
 from conftest import wait_until
 
-from collectors.clock import ManualClock
-from collectors.serve_status import ServeStatusOptions, ServeStatusSource
-from exporters.prometheus import render
-from exporters.store import DuckDBStore
-from signals import full_catalogue
-from signals.serve import ServeSignals
-from signals.state import MetricState
+from spyglass.collectors.clock import ManualClock
+from spyglass.collectors.serve_status import ServeStatusOptions, ServeStatusSource
 from spyglass.config import parse_config
+from spyglass.exporters.prometheus import render
+from spyglass.exporters.store import DuckDBStore
 from spyglass.pipeline import Pipeline
+from spyglass.signals import full_catalogue
+from spyglass.signals.serve import ServeSignals
+from spyglass.signals.state import MetricState
 
 BODY = {"engine": "strata-a", "build": "Strata 0.9.3 (build 7f3c2e1)", "serve_version": "2026.10.18",
         "state": "ready", "uptime_s": 8123.4, "slots": {"total": 20, "busy": 3}, "prefill_queue": 2,
@@ -226,7 +226,7 @@ def test_any_error_of_a_poll_is_a_failed_poll_with_up_0_and_no_stale_gauges(serv
         if attack == "deep":
             server.mode, server.raw = "raw", DEEP
         else:
-            monkeypatch.setattr("collectors.serve_status.snapshot_event", lambda *a: 1 / 0)
+            monkeypatch.setattr("spyglass.collectors.serve_status.snapshot_event", lambda *a: 1 / 0)
         for _ in range(2):  # every poll, not only the first
             clock.advance(1.0)
             pipeline.run_until_idle()

@@ -12,15 +12,15 @@ import json
 import tomllib
 from pathlib import Path
 
-from collectors.clock import ManualClock
-from collectors.event import Event
-from exporters.statefile import StateFile
-from signals import LoadedModel, SignalsLinks, SignalsSettings, attach_signals, full_catalogue
-from signals.engine import Banner, EngineSignals, EvictionsSeen
-from signals.model_path import ModelPathSignals
-from signals.state import MetricState
+from spyglass.collectors.clock import ManualClock
+from spyglass.collectors.event import Event
 from spyglass.config import parse_config
+from spyglass.exporters.statefile import StateFile
 from spyglass.pipeline import Pipeline
+from spyglass.signals import LoadedModel, SignalsLinks, SignalsSettings, attach_signals, full_catalogue
+from spyglass.signals.engine import Banner, EngineSignals, EvictionsSeen
+from spyglass.signals.model_path import ModelPathSignals
+from spyglass.signals.state import MetricState
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LEGACY = json.loads((FIXTURES / "state" / "memo-format.json").read_text())

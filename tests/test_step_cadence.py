@@ -9,10 +9,10 @@ import threading
 import pytest
 from conftest import wait_until
 
-from collectors.clock import SystemClock
-from engine.emulator.logsynth import EngineModel
-from exporters.statefile import StateFile
+from spyglass.collectors.clock import SystemClock
 from spyglass.config import engine_log_config, parse_config
+from spyglass.engine.emulator.logsynth import EngineModel
+from spyglass.exporters.statefile import StateFile
 from spyglass.pipeline import Pipeline
 from spyglass.wake import Wake
 

@@ -16,8 +16,8 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from exporters.store import DuckDBStore
 from spyglass.cli import app
+from spyglass.exporters.store import DuckDBStore
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
@@ -31,7 +31,7 @@ SOURCES = {"engine-b": ("engine_log", "engine_log/strata-iq3_xxs-b.log"), "gatew
 CHILD = """
 import sys
 from pathlib import Path
-from exporters.store import DuckDBStore
+from spyglass.exporters.store import DuckDBStore
 store = DuckDBStore(Path(sys.argv[1]))
 store.sources.update(dict(arg.split("=") for arg in sys.argv[2:]))
 def step(done, total):

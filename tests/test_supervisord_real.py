@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from conftest import wait_until
 
-from collectors.host import HostOptions, HostSource
-from collectors.supervisord_log import SupervisordLogOptions, SupervisordLogSource
-from collectors.supervisord_rpc import SupervisordRpcOptions, SupervisordRpcSource
-from signals import full_catalogue
-from signals.state import MetricState
-from signals.supervisord import SupervisordSignals
+from spyglass.collectors.host import HostOptions, HostSource
+from spyglass.collectors.supervisord_log import SupervisordLogOptions, SupervisordLogSource
+from spyglass.collectors.supervisord_rpc import SupervisordRpcOptions, SupervisordRpcSource
+from spyglass.signals import full_catalogue
+from spyglass.signals.state import MetricState
+from spyglass.signals.supervisord import SupervisordSignals
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 

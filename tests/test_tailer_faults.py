@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.clock import ManualClock
-from collectors.tailer import Tailer
+from spyglass.collectors.clock import ManualClock
+from spyglass.collectors.tailer import Tailer
 
 
 class Harness:

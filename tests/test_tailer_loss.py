@@ -16,8 +16,8 @@ import os
 import shutil
 from pathlib import Path
 
-from collectors.clock import ManualClock
-from collectors.tailer import Tailer
+from spyglass.collectors.clock import ManualClock
+from spyglass.collectors.tailer import Tailer
 
 TICK = 0.05  # seconds of the simulated timeline
 EPOCH_NS = 1_800_000_000 * 10**9

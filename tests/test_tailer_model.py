@@ -20,8 +20,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from collectors.clock import ManualClock
-from collectors.tailer import Tailer
+from spyglass.collectors.clock import ManualClock
+from spyglass.collectors.tailer import Tailer
 
 
 def line_of(i: int) -> bytes:

@@ -16,9 +16,9 @@ import pytest
 from conftest import wait_until
 from test_alert_webhook import alert, notification
 
-from collectors import timebounds
-from collectors.event import Event
-from engine.emulator.ports import free_port
+from spyglass.collectors import timebounds
+from spyglass.collectors.event import Event
+from spyglass.engine.emulator.ports import free_port
 
 NOW = 1_796_000_000.0
 GOOD_SMOKE = {"instance": "strata-a", "url": "http://127.0.0.1:8081", "passed": True, "reason": "ok",

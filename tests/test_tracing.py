@@ -19,14 +19,14 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from collectors.engine_log import EngineLogOptions, EngineLogSource
-from engine.emulator.gateway import GatewaySettings
-from engine.emulator.gateway import create_app as gateway_app
-from engine.emulator.ports import free_port, free_port_base
-from engine.emulator.serve import EngineSettings
-from engine.emulator.serve import create_app as serve_app
-from engine.instrument import instrument, otlp_tracing, span_id_for, trace_id_for, tracer_provider
-from exporters.otel_spans import EngineSpanExporter
+from spyglass.collectors.engine_log import EngineLogOptions, EngineLogSource
+from spyglass.engine.emulator.gateway import GatewaySettings
+from spyglass.engine.emulator.gateway import create_app as gateway_app
+from spyglass.engine.emulator.ports import free_port, free_port_base
+from spyglass.engine.emulator.serve import EngineSettings
+from spyglass.engine.emulator.serve import create_app as serve_app
+from spyglass.engine.instrument import instrument, otlp_tracing, span_id_for, trace_id_for, tracer_provider
+from spyglass.exporters.otel_spans import EngineSpanExporter
 
 MARKER = "SECRET-MARKER-93d1"
 
@@ -254,9 +254,9 @@ def test_spyglass_trace_of_a_request_from_the_running_stack(spawns, tmp_path):
     import sys
     import tomllib
 
-    from engine.emulator.stack import Stack
     from spyglass.agent import Agent
     from spyglass.config import parse_config
+    from spyglass.engine.emulator.stack import Stack
 
     agent_port = free_port()
     pushed = {"otlp_endpoint": f"http://127.0.0.1:{agent_port}"}

@@ -25,14 +25,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from test_tracing import Server, plain
 
-from collectors.engine_log import EngineLogOptions, EngineLogSource
-from engine.emulator.gateway import GatewaySettings
-from engine.emulator.gateway import create_app as gateway_app
-from engine.emulator.ports import free_port
-from engine.emulator.serve import EngineSettings
-from engine.emulator.serve import create_app as serve_app
-from engine.instrument import instrument, otlp_tracing, span_id_for, trace_id_for
-from exporters.otel_spans import EngineSpanExporter
+from spyglass.collectors.engine_log import EngineLogOptions, EngineLogSource
+from spyglass.engine.emulator.gateway import GatewaySettings
+from spyglass.engine.emulator.gateway import create_app as gateway_app
+from spyglass.engine.emulator.ports import free_port
+from spyglass.engine.emulator.serve import EngineSettings
+from spyglass.engine.emulator.serve import create_app as serve_app
+from spyglass.engine.instrument import instrument, otlp_tracing, span_id_for, trace_id_for
+from spyglass.exporters.otel_spans import EngineSpanExporter
 
 IN_A_ROW, CONCURRENT, CLIENTS = 150, 150, 20
 FILLER = "the expert pool reads the arena and the cache parks the snapshot "
@@ -214,7 +214,7 @@ def test_a_blind_retry_stays_in_its_trace_with_its_own_span_ids(tmp_path):
     two serve spans in the request's trace, neither its own parent, no id shared."""
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor as Simple
 
-    from engine.instrument import tracer_provider
+    from spyglass.engine.instrument import tracer_provider
 
     memory, provider = InMemorySpanExporter(), tracer_provider()
     provider.add_span_processor(Simple(memory))

@@ -15,11 +15,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from collectors.clock import ManualClock
-from collectors.model_path import ModelPathOptions, ModelPathSource, resolve
-from engine.emulator.logsynth import line
-from exporters.store import DuckDBStore
+from spyglass.collectors.clock import ManualClock
+from spyglass.collectors.model_path import ModelPathOptions, ModelPathSource, resolve
 from spyglass.config import parse_config
+from spyglass.engine.emulator.logsynth import line
+from spyglass.exporters.store import DuckDBStore
 from spyglass.pipeline import Pipeline
 
 START = 1_790_000_000.0

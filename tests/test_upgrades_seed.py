@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from collectors.clock import BEIJING
-from engine.emulator.logsynth import line
 from spyglass.cli import app
+from spyglass.collectors.clock import BEIJING
 from spyglass.config import load_config
+from spyglass.engine.emulator.logsynth import line
 from spyglass.forensics.crashes import CrashFinding, Facts, classify, classify_facts
 from spyglass.forensics.run import Window
 

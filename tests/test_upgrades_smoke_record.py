@@ -19,9 +19,9 @@ from conftest import FIXTURES, wait_until
 from test_upgrades_smoke import Serve
 from typer.testing import CliRunner
 
-from engine.emulator.ports import free_port
 from spyglass.cli import app
 from spyglass.config import engine_log_config, load_config, toml_text
+from spyglass.engine.emulator.ports import free_port
 from spyglass.smoke_event import decode_result, instance_for
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier

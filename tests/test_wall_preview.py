@@ -36,12 +36,12 @@ import tomli_w
 from conftest import wait_until
 from live_prometheus import ProcessGroups, query, scraping, start_prometheus
 
-from dashboards.model import Board
-from dashboards.preview import browse, draw, run_queries, size_of
-from engine.emulator.ports import free_port, free_port_base
-from engine.emulator.scenarios import SCENARIOS, run_scenario
-from engine.emulator.stack import Stack
 from spyglass.config import AlertsConfig, parse_config
+from spyglass.dashboards.model import Board
+from spyglass.dashboards.preview import browse, draw, run_queries, size_of
+from spyglass.engine.emulator.ports import free_port, free_port_base
+from spyglass.engine.emulator.scenarios import SCENARIOS, run_scenario
+from spyglass.engine.emulator.stack import Stack
 from spyglass.heuristics import Deployment
 from spyglass.rules import write as write_rules
 

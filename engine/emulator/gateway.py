@@ -7,7 +7,7 @@ with count_tokens, clamps max_tokens to the room left, optionally retries an ove
 event by event, and writes the gateway log (sources.md §4) and the infer store (§6: infer.db rows
 and infer-segs/*/seg-*.jsonl.gz bodies).
 
-    python -m engine.emulator.gateway --settings '{"port": 8080, "log": "rag-proxy.log", "infer": "infer"}'
+    python -m spyglass.engine.emulator.gateway --settings '{"port": 8080, "log": "rag-proxy.log", "infer": "infer"}'
 """
 from __future__ import annotations
 
@@ -30,10 +30,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
-from collectors.clock import BEIJING
-from collectors.infer_store import text_of
-from engine.emulator.mechanism import cjk_chars, count_tokens, estimate_tokens
-from engine.instrument import annotate, event, instrument, new_request_id, otlp_tracing, request_id
+from spyglass.collectors.clock import BEIJING
+from spyglass.collectors.infer_store import text_of
+from spyglass.engine.emulator.mechanism import cjk_chars, count_tokens, estimate_tokens
+from spyglass.engine.instrument import annotate, event, instrument, new_request_id, otlp_tracing, request_id
 
 FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
 SCHEMA = ("CREATE TABLE IF NOT EXISTS requests (id TEXT PRIMARY KEY, ts TEXT, session TEXT, lane TEXT, upstream TEXT,"

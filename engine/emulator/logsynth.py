@@ -2,7 +2,7 @@
 that writes it without a server.
 
 Each line kind is one function returning (level, component, message); `line` stamps it. The
-emulated serve (engine.emulator.serve), the model below and bench/ all write through them, so the
+emulated serve (spyglass.engine.emulator.serve), the model below and bench/ all write through them, so the
 format the parsers are tested on is the one format.
 
 Conversations grow turn by turn; each turn parks a snapshot sized by its tokens; the cache
@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from engine.emulator.mechanism import ConversationCache
+from spyglass.engine.emulator.mechanism import ConversationCache
 
 PREFILL_TOKENS_PER_MS = 2.0  # 238k tokens re-read in about two minutes (incident 2)
 WINDOW = 262_144

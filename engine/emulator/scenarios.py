@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from engine.emulator.mechanism import ASCII_CHARS_PER_TOKEN, SPECIAL_LITERALS
+from spyglass.engine.emulator.mechanism import ASCII_CHARS_PER_TOKEN, SPECIAL_LITERALS
 
 FILLER = "the expert pool reads the arena and the cache parks the snapshot "
 

@@ -2,12 +2,12 @@
 
 It speaks the serve API (sources.md §2: /v1/messages, /v1/chat/completions,
 /v1/messages/count_tokens, /v1/status, /health) and writes the engine log of §1 as things happen,
-from engine.emulator.mechanism: slots, one global serial prefill queue, a conversation cache with a byte
+from spyglass.engine.emulator.mechanism: slots, one global serial prefill queue, a conversation cache with a byte
 budget, thinking with a budget, special-token escaping, a 400 #545 past the window, a load phase,
 graph rebuilds for unseen shapes, and contention (two instances on the same cores decode 10x
 slower). Durations are multiplied by `time_scale`; the figures it logs are the model's own.
 
-    python -m engine.emulator.serve --settings '{"instance": "strata-a", "port": 8081, "log": "a.log"}'
+    python -m spyglass.engine.emulator.serve --settings '{"instance": "strata-a", "port": 8081, "log": "a.log"}'
 """
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
-from collectors.infer_store import text_of
-from engine.emulator import logsynth as log
-from engine.emulator.logsynth import line, park_lines
-from engine.emulator.mechanism import ANCHOR, SPECIAL_LITERALS, ConversationCache, Response, count_tokens, plan_response
-from engine.instrument import annotate, event, instrument, otlp_tracing
+from spyglass.collectors.infer_store import text_of
+from spyglass.engine.emulator import logsynth as log
+from spyglass.engine.emulator.logsynth import line, park_lines
+from spyglass.engine.emulator.mechanism import ANCHOR, SPECIAL_LITERALS, ConversationCache, Response, count_tokens, plan_response
+from spyglass.engine.instrument import annotate, event, instrument, otlp_tracing
 
 
 class EngineSettings(BaseModel):

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import tomli_w
 
-from engine.emulator.gateway import GatewaySettings
-from engine.emulator.serve import EngineSettings
+from spyglass.engine.emulator.gateway import GatewaySettings
+from spyglass.engine.emulator.serve import EngineSettings
 
 BIN = Path(sys.executable).parent
 
@@ -55,11 +55,11 @@ class Stack:
 
     def supervisord_conf(self) -> Path:
         py = shlex.quote(sys.executable)
-        programs = {"rag-proxy": f"{py} -m engine.emulator.gateway --settings {shlex.quote(self.gateway.model_dump_json())}"}
+        programs = {"rag-proxy": f"{py} -m spyglass.engine.emulator.gateway --settings {shlex.quote(self.gateway.model_dump_json())}"}
         for name, settings in self.engines.items():
             # Pinned from exec on (taskset), so no moment of the process runs on other CPUs.
             pin = f"taskset -c {','.join(map(str, settings.affinity))} " if settings.affinity else ""
-            programs[name] = f"{pin}{py} -m engine.emulator.serve --settings {shlex.quote(settings.model_dump_json())}"
+            programs[name] = f"{pin}{py} -m spyglass.engine.emulator.serve --settings {shlex.quote(settings.model_dump_json())}"
         sections = [f"[supervisord]\nlogfile={self.folder}/supervisord.log\npidfile={self.folder}/supervisord.pid\n"
                     f"nodaemon=true\nloglevel=info\n",
                     f"[unix_http_server]\nfile={self.folder}/supervisor.sock\n",

@@ -10,7 +10,7 @@ only a fresh machine pays the build (about 12 CPU-minutes on two cores). Guarant
 - concurrent callers (two pytest workers) build once: an exclusive file lock serialises them;
 - a missing compiler or cmake is a ``BuildError`` naming the Debian packages to install.
 
-Run ``python -m engine.llama.build`` to build (or find) it and print the binary's path.
+Run ``python -m spyglass.engine.llama.build`` to build (or find) it and print the binary's path.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from the sdist's ``models/ggml-vocab-llama-spm.gguf``. About 18 MB; it loads in 
 serves real completions (gibberish text, real timings, real cache behaviour). The file is written
 to a temporary name and renamed, so a reader never sees half a model.
 
-Run ``python -m engine.llama.model`` to write (or find) it and print its path.
+Run ``python -m spyglass.engine.llama.model`` to write (or find) it and print its path.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.llama.build import CACHE_ROOT, BuildError, ensure_built
+from spyglass.engine.llama.build import CACHE_ROOT, BuildError, ensure_built
 
 N_EMBD = 64
 N_BLOCKS = 2

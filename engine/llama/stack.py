@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from engine.llama.build import LlamaBuild
+from spyglass.engine.llama.build import LlamaBuild
 
 BIN = Path(sys.executable).parent
 

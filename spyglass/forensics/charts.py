@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from html import escape
 
-from collectors.clock import BEIJING
+from spyglass.collectors.clock import BEIJING
 
 WIDTH, HEIGHT = 1240, 250
 LEFT, RIGHT, TOP, BOTTOM = 84, 44, 34, 56

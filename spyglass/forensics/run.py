@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from collectors.checkpoint_reuse import checkpoint_only_sql
-from exporters.event_schema import source_kinds, source_view
-from exporters.segment_schema import events_view_sql, source_view_sql
+from spyglass.collectors.checkpoint_reuse import checkpoint_only_sql
 from spyglass.config import Config
+from spyglass.exporters.event_schema import source_kinds, source_view
+from spyglass.exporters.segment_schema import events_view_sql, source_view_sql
 from spyglass.forensics.views import PAD, literal, with_views
 from spyglass.query import QueryError, Session, agent_api, run_readonly
 

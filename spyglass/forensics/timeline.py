@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from collectors.trace_ids import trace_id_for
+from spyglass.collectors.trace_ids import trace_id_for
 from spyglass.forensics.run import Query, Window
 
 COLUMNS = "ts_utc, ts_beijing, source, instance, kind, request_id, fields::VARCHAR AS fields"

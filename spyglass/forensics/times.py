@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from collectors.clock import BEIJING
 from spyglass import timeinput
+from spyglass.collectors.clock import BEIJING
 from spyglass.forensics.run import Window
 from spyglass.trace import REQUEST_ID
 

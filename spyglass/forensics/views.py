@@ -20,11 +20,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.clock import BEIJING_ZONE_NAME
-from collectors.fields import columns as declared_fields_of
-from collectors.fields import fields as declared_fields
-from collectors.received import RECEIVED
-from exporters.event_schema import column_name, json_typed_select, quoted, source_kinds, source_view
+from spyglass.collectors.clock import BEIJING_ZONE_NAME
+from spyglass.collectors.fields import columns as declared_fields_of
+from spyglass.collectors.fields import fields as declared_fields
+from spyglass.collectors.received import RECEIVED
+from spyglass.exporters.event_schema import column_name, json_typed_select, quoted, source_kinds, source_view
 
 PAD = "INTERVAL 1 HOUR"
 BEIJING = BEIJING_ZONE_NAME

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from signals.buckets import le_label
 from spyglass.config import LaneObjective
 from spyglass.heuristics.model import BURN_WINDOWS, IL, Deployment, Recording
+from spyglass.signals.buckets import le_label
 
 
 def num(x: float) -> str:

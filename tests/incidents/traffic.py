@@ -20,12 +20,12 @@ from pathlib import Path
 
 from fixtures.incidents.replay import ANSWER, BUDGET, EVERY, GOOD_CALL, SLOTS, Infer, body, engine_turn, gateway_line, replay_config, rid
 
-from collectors.event import Event
-from collectors.host import cpu_set
-from engine.emulator.logsynth import line, stats
-from engine.emulator.mechanism import ConversationCache
 from spyglass.agent import open_store
+from spyglass.collectors.event import Event
+from spyglass.collectors.host import cpu_set
 from spyglass.config import load_config
+from spyglass.engine.emulator.logsynth import line, stats
+from spyglass.engine.emulator.mechanism import ConversationCache
 
 PORTS = {"strata-a": 8081, "strata-b": 8082}
 LANES = {"strata-a": "fast", "strata-b": "normal"}

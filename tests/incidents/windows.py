@@ -20,8 +20,8 @@ from fixtures.incidents import replay
 from fixtures.incidents.healthy import write_healthy
 from fixtures.incidents.replay import utc
 
-from engine.emulator.logsynth import line
 from incidents.traffic import FILES, History
+from spyglass.engine.emulator.logsynth import line
 
 MIN = timedelta(minutes=1)
 HOUR = timedelta(hours=1)

@@ -15,11 +15,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from collectors.event import Event
-from collectors.grammar import number_ok
-from signals import SavedNumber, SignalsBase, signals_for
-from signals.catalogue import spec_maker
-from signals.engine import SPECS as ENGINE_SPECS
+from spyglass.collectors.event import Event
+from spyglass.collectors.grammar import number_ok
+from spyglass.signals import SavedNumber, SignalsBase, signals_for
+from spyglass.signals.catalogue import spec_maker
+from spyglass.signals.engine import SPECS as ENGINE_SPECS
 
 INSTANCE_LANE = ("instance", "lane")
 SHARED = {s.name: s for s in ENGINE_SPECS}

@@ -5,8 +5,8 @@ lines that stopped parsing (format drift), a file that vanished with unread byte
 """
 from __future__ import annotations
 
-from signals import declare_only
-from signals.catalogue import MetricSpec
+from spyglass.signals import declare_only
+from spyglass.signals.catalogue import MetricSpec
 
 SOURCE = ("source",)
 

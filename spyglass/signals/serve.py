@@ -16,11 +16,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from collectors.event import Event
-from collectors.grammar import number_ok
-from collectors.http_status import HTTP_STATUS_CODES
-from signals import SavedNumber, SignalsBase, signals_for
-from signals.catalogue import spec_maker
+from spyglass.collectors.event import Event
+from spyglass.collectors.grammar import number_ok
+from spyglass.collectors.http_status import HTTP_STATUS_CODES
+from spyglass.signals import SavedNumber, SignalsBase, signals_for
+from spyglass.signals.catalogue import spec_maker
 
 INSTANCE = ("instance",)
 STATES = ("loading", "ready", "draining")

@@ -7,11 +7,11 @@ prompts (incident 6: every count names who counted; the engine is the authority)
 """
 from __future__ import annotations
 
-from collectors.event import Event
-from collectors.http_status import HTTP_STATUS_CODES
-from signals import SignalsBase, signals_for
-from signals.buckets import LATENCY_SECONDS
-from signals.catalogue import spec_maker
+from spyglass.collectors.event import Event
+from spyglass.collectors.http_status import HTTP_STATUS_CODES
+from spyglass.signals import SignalsBase, signals_for
+from spyglass.signals.buckets import LATENCY_SECONDS
+from spyglass.signals.catalogue import spec_maker
 
 RATIO_BUCKETS = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 8.0)
 DROPPED_BUCKETS = (0.0, 1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0)

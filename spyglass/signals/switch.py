@@ -1,9 +1,9 @@
 """Switch-log events turned into metrics: the engine build each instance runs, and operator actions."""
 from __future__ import annotations
 
-from collectors.event import Event
-from signals import SignalsBase, signals_for
-from signals.catalogue import MetricSpec
+from spyglass.collectors.event import Event
+from spyglass.signals import SignalsBase, signals_for
+from spyglass.signals.catalogue import MetricSpec
 
 SPECS = [
     MetricSpec("spyglass_switch_engine_build_info", "info", "Engine build an instance was last switched to, value 1.",

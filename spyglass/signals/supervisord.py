@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import signal
 
-from collectors.event import Event
-from signals import SignalsBase, signals_for
-from signals.catalogue import spec_maker
+from spyglass.collectors.event import Event
+from spyglass.signals import SignalsBase, signals_for
+from spyglass.signals.catalogue import spec_maker
 
 PROGRAM = ("program",)
 STATES = ("STARTING", "RUNNING", "BACKOFF", "EXITED", "FATAL", "STOPPING", "STOPPED")

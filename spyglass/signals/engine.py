@@ -23,15 +23,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from collectors.checkpoint_reuse import checkpoint_only  # H4's rule, stated once
-from collectors.engine_log import follows_a_start
-from collectors.event import Event
-from collectors.host import cpu_set
-from collectors.http_status import HTTP_STATUS_CODES
-from signals import LoadedModel, SignalsBase, SignalsLinks, SignalsSettings, signals_for
-from signals.buckets import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND
-from signals.catalogue import spec_maker
-from signals.state import MetricState
+from spyglass.collectors.checkpoint_reuse import checkpoint_only  # H4's rule, stated once
+from spyglass.collectors.engine_log import follows_a_start
+from spyglass.collectors.event import Event
+from spyglass.collectors.host import cpu_set
+from spyglass.collectors.http_status import HTTP_STATUS_CODES
+from spyglass.signals import LoadedModel, SignalsBase, SignalsLinks, SignalsSettings, signals_for
+from spyglass.signals.buckets import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND
+from spyglass.signals.catalogue import spec_maker
+from spyglass.signals.state import MetricState
 
 INSTANCE_LANE = ("instance", "lane")
 RESYNC_LINES = 3

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from collectors.event import Event
+from spyglass.collectors.event import Event
 
 
 @dataclass

@@ -7,9 +7,9 @@ LoadedModel). A mismatch is left unset while that is unknown: not measured is no
 """
 from __future__ import annotations
 
-from collectors.event import Event
-from signals import LoadedModel, SignalsBase, signals_for
-from signals.catalogue import spec_maker
+from spyglass.collectors.event import Event
+from spyglass.signals import LoadedModel, SignalsBase, signals_for
+from spyglass.signals.catalogue import spec_maker
 
 spec = spec_maker("model_path", ("instance",))
 SPECS = [

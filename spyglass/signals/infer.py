@@ -5,9 +5,9 @@ These are the incident tables as counters: special-token requests vs thinking-on
 """
 from __future__ import annotations
 
-from collectors.event import Event
-from signals import SignalsBase, signals_for
-from signals.catalogue import MetricSpec, spec_maker
+from spyglass.collectors.event import Event
+from spyglass.signals import SignalsBase, signals_for
+from spyglass.signals.catalogue import MetricSpec, spec_maker
 
 LANE = ("lane",)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from loguru import logger
 
-from signals.catalogue import Catalogue
+from spyglass.signals.catalogue import Catalogue
 
 Key = tuple[str, ...]
 # An observation's exemplar: the request id it came from and its time (epoch seconds). The trace id

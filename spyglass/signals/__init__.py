@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Protocol, TypeVar, r
 from loguru import logger
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from collectors.event import Event
-from collectors.grammar import MAX_NUMBER
-from signals.catalogue import Catalogue, MetricSpec
+from spyglass.collectors.event import Event
+from spyglass.collectors.grammar import MAX_NUMBER
+from spyglass.signals.catalogue import Catalogue, MetricSpec
 
 if TYPE_CHECKING:
-    from signals.state import MetricState
+    from spyglass.signals.state import MetricState
 
 
 @runtime_checkable
@@ -134,7 +134,7 @@ def attach_signals(kind: str, signals: Signals, state: MetricState) -> None:
     """Give `signals` its saved state from `state` (its own `Saved`, or its part of a legacy memo) and
     have `state` save its checkpoint from now on. Saved data that does not validate is dropped
     with a warning: the object starts fresh, as on a first run."""
-    from signals.state import LEGACY_MEMO
+    from spyglass.signals.state import LEGACY_MEMO
 
     saved_model = getattr(signals, "Saved", None)
     if saved_model is None:

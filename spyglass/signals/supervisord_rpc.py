@@ -1,10 +1,10 @@
 """supervisord XML-RPC snapshots turned into metrics (label: program)."""
 from __future__ import annotations
 
-from collectors.event import Event
-from signals import SignalsBase, signals_for
-from signals.catalogue import MetricSpec
-from signals.supervisord import STATES
+from spyglass.collectors.event import Event
+from spyglass.signals import SignalsBase, signals_for
+from spyglass.signals.catalogue import MetricSpec
+from spyglass.signals.supervisord import STATES
 
 PROGRAM = ("program",)
 SPECS = [

@@ -6,10 +6,10 @@ periods the confirmation. CPU seconds and OOM kills are the kernel's own cumulat
 """
 from __future__ import annotations
 
-from collectors.event import Event
-from collectors.host import cpu_set
-from signals import SignalsBase, signals_for
-from signals.catalogue import spec_maker
+from spyglass.collectors.event import Event
+from spyglass.collectors.host import cpu_set
+from spyglass.signals import SignalsBase, signals_for
+from spyglass.signals.catalogue import spec_maker
 
 INSTANCE = ("instance",)
 
