@@ -67,8 +67,8 @@ def write_day(folder: Path) -> Path:
 
 def measure(config: Path, step: float) -> dict:
     """In a fresh process: backfill alone, then the backtest (which backfills again)."""
-    from spyglass.backfill import OPENMETRICS_FILE, replay
-    from spyglass.backtest import backtest
+    from spyglass.alerting.backfill import OPENMETRICS_FILE, replay
+    from spyglass.alerting.backtest import backtest
     from spyglass.config import load_config
 
     cfg = load_config(config)
@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument("--step", default="15s")
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from spyglass.backfill import parse_duration
+    from spyglass.alerting.backfill import parse_duration
 
     if args.measure:
         print(json.dumps(measure(args.measure, parse_duration(args.step))))
@@ -105,7 +105,7 @@ def main() -> None:
     config = write_day(args.out)
     generated = time.perf_counter() - started
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "spyglass.cli", "ingest", "--config", str(config)], check=True,
+    subprocess.run([sys.executable, "-m", "spyglass.cli.app", "ingest", "--config", str(config)], check=True,
                    capture_output=True)
     ingested = time.perf_counter() - started
     child = subprocess.run([sys.executable, __file__, "--measure", str(config), "--step", args.step],

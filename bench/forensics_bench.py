@@ -47,6 +47,8 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE / "out" / "forensics"
 sys.path.insert(0, str(HERE.parent))
 
+from spyglass.agent.pipeline import Pipeline  # noqa: E402
+from spyglass.agent.query import QueryError  # noqa: E402
 from spyglass.collectors.clock import ManualClock  # noqa: E402
 from spyglass.config import Config, engine_log_config, parse_config, toml_text  # noqa: E402
 from spyglass.engine.emulator.logsynth import EngineModel  # noqa: E402
@@ -60,8 +62,6 @@ from spyglass.forensics.finder import Filters, requests_query  # noqa: E402
 from spyglass.forensics.run import Query, Window, query  # noqa: E402
 from spyglass.forensics.segment_queries import QUERIES, clickhouse_rows, duckdb_rows, on  # noqa: E402
 from spyglass.forensics.timeline import starts_query, timeline_query  # noqa: E402
-from spyglass.pipeline import Pipeline  # noqa: E402
-from spyglass.query import QueryError  # noqa: E402
 
 START = datetime(2026, 10, 13, tzinfo=UTC)
 ENGINES = {"engine-a": ("strata-a", 8081, 5), "engine-b": ("strata-b", 8082, 6)}  # source: instance, port, seed
@@ -253,7 +253,7 @@ def findings(cfg: Config, window: Window, parquet: str | None) -> list:
 
 def diagnose_command(config: Path, day: datetime) -> dict:
     """`spyglass diagnose` of a day as a process, Python's start-up included (the second of two runs)."""
-    cmd = [sys.executable, "-m", "spyglass.cli", "diagnose", "-c", str(config), "--from", f"{day:%Y-%m-%d}",
+    cmd = [sys.executable, "-m", "spyglass.cli.app", "diagnose", "-c", str(config), "--from", f"{day:%Y-%m-%d}",
            "--to", f"{day + timedelta(days=1):%Y-%m-%d}", "--json"]
     seconds = 0.0
     for _ in range(2):

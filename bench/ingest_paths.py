@@ -17,10 +17,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from bench.gen_log import generate  # noqa: E402
-from spyglass.agent import open_store  # noqa: E402
+from spyglass.agent.pipeline import Pipeline  # noqa: E402
+from spyglass.agent.runtime import open_store  # noqa: E402
 from spyglass.collectors.clock import ManualClock  # noqa: E402
 from spyglass.config import engine_log_config, parse_config  # noqa: E402
-from spyglass.pipeline import Pipeline  # noqa: E402
 
 
 def ingest_cpu(log: Path, columnar: str) -> float:

@@ -78,7 +78,7 @@ def spyglass(folder: Path, log: Path, store: bool, coalesce_seconds: float | Non
         text = text.replace("[agent]\n", f"[agent]\ncoalesce_seconds = {coalesce_seconds}\n", 1)
     config.write_text(text)
     return Process(f"spyglass run, {'with the store' if store else 'metrics only'}",
-                   [sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)], f"http://127.0.0.1:{port}/metrics")
+                   [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)], f"http://127.0.0.1:{port}/metrics")
 
 
 def mtail(log: Path) -> Process | None:

@@ -77,7 +77,7 @@ def main() -> None:
                                     "interval_seconds": 1.0}}}))
         try:
             wait(f"http://127.0.0.1:{inst.port}/health")
-            agent = subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
+            agent = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 wait(f"http://{listen}/health")

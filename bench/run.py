@@ -62,7 +62,7 @@ def bare_loop(log: Path) -> tuple[float, int, str, float]:
 
 def ingest(log: Path, store: bool, source: str = "") -> tuple[float, int, str, float]:
     """`spyglass ingest`; `source` adds keys to the engine source (its section is the last)."""
-    return timed([sys.executable, "-m", "spyglass.cli", "ingest", "-c", str(config(OUT, log, store, source=source))])
+    return timed([sys.executable, "-m", "spyglass.cli.app", "ingest", "-c", str(config(OUT, log, store, source=source))])
 
 
 def mtail(log: Path) -> tuple[float, int, str, float] | None:
@@ -80,7 +80,7 @@ def live_latency(samples: int) -> list[float]:
     log = folder / "engine.log"
     log.write_bytes(b"")
     port = free_port()  # two benchmark runs must not collide
-    proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c",
+    proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c",
                              str(config(folder, log, True, f"127.0.0.1:{port}"))],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None  # piped above

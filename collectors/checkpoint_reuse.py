@@ -3,7 +3,7 @@ reused are a positive multiple of the engine's --prompt-cache-every and fewer th
 Its parked snapshot was evicted, and a periodic checkpoint saved a fraction (incident 2: 123 of
 194 prompts of 200k tokens or more reused exactly 16384).
 
-In Python for the engine signals (spyglass/signals/engine.py imports it), and as the SQL condition H4's
+In Python for the engine signals (spyglass/signals/engine_log.py imports it), and as the SQL condition H4's
 probe and the cache report use as `$checkpoint_only` (spyglass.forensics.run renders it), over
 the columns prompt_tokens, reused_tokens and cache_every. tests/test_checkpoint_reuse.py holds
 the two to the same answers.

@@ -9,7 +9,7 @@ Grafana 12 line. We pin the 11.6.0 target: it is the newest released Grafana lin
 under us the way `next` does.
 
 `python -m spyglass.dashboards` writes dashboards/generated/*.json (committed; tests/test_dashboards.py fails
-when the code and the JSON drift). Every threshold comes from spyglass.heuristics, every metric from
+when the code and the JSON drift). Every threshold comes from spyglass.alerting.heuristics, every metric from
 the catalogue in spyglass/signals/ or the recording rules (`level:metric:operations`).
 """
 from __future__ import annotations

@@ -2,6 +2,7 @@
 value it refused (H19)."""
 from __future__ import annotations
 
+from spyglass.alerting.heuristics import LOG_SILENCE, Deployment
 from spyglass.dashboards.model import links
 from spyglass.dashboards.panels import (
     GREEN,
@@ -18,7 +19,6 @@ from spyglass.dashboards.panels import (
     threshold,
     timeseries_panel,
 )
-from spyglass.heuristics import LOG_SILENCE, Deployment
 
 UID = "spyglass-agent"
 TITLE = "Spyglass / spyglass itself"

@@ -2,9 +2,9 @@
 restores by origin and the share of long prompts only a checkpoint saved (H3, H4)."""
 from __future__ import annotations
 
+from spyglass.alerting.heuristics import CHECKPOINT_ONLY, EVICTIONS, EVICTIONS_BASELINE, LONG_PROMPTS, SNAPSHOT_SHARE, Deployment
 from spyglass.dashboards.model import links
 from spyglass.dashboards.panels import Q, above, board, heatmap_panel, rate, runbook, s, threshold, timeseries_panel
-from spyglass.heuristics import CHECKPOINT_ONLY, EVICTIONS, EVICTIONS_BASELINE, LONG_PROMPTS, SNAPSHOT_SHARE, Deployment
 
 UID = "spyglass-cache"
 TITLE = "Spyglass / Conversation cache"

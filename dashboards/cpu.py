@@ -2,9 +2,9 @@
 run-queue time, threads and the expert pool (H1, H2)."""
 from __future__ import annotations
 
+from spyglass.alerting.heuristics import Deployment
 from spyglass.dashboards.model import links
 from spyglass.dashboards.panels import Q, above, board, rate, runbook, s, table_panel, threshold, timeseries_panel
-from spyglass.heuristics import Deployment
 
 UID = "spyglass-cpu"
 TITLE = "Spyglass / CPU contention"

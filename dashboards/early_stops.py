@@ -2,9 +2,9 @@
 literals behind them, the serve's escapes and which serve version has the fix (H6, H7, H8)."""
 from __future__ import annotations
 
+from spyglass.alerting.heuristics import STOPS_REASONING, THINKING_ONLY, Deployment
 from spyglass.dashboards.model import links
 from spyglass.dashboards.panels import Q, above, board, rate, runbook, s, table_panel, threshold, timeseries_panel
-from spyglass.heuristics import STOPS_REASONING, THINKING_ONLY, Deployment
 
 UID = "spyglass-early-stops"
 TITLE = "Spyglass / Early stops"

@@ -2,9 +2,9 @@
 the prefill queue, prefill read time and decode rate (H5, H1, H18)."""
 from __future__ import annotations
 
+from spyglass.alerting.heuristics import DECODE_BASELINE, DECODE_MEAN, SLO_ERRORS, TTFT, Deployment
 from spyglass.dashboards.model import links
 from spyglass.dashboards.panels import Q, above, board, heatmap_panel, quantile, rate, runbook, s, threshold, timeseries_panel
-from spyglass.heuristics import DECODE_BASELINE, DECODE_MEAN, SLO_ERRORS, TTFT, Deployment
 
 UID = "spyglass-latency"
 TITLE = "Spyglass / Latency"

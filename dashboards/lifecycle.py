@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models.common import BigValueTextMode
 
+from spyglass.alerting.heuristics import Deployment
 from spyglass.dashboards.model import links
 from spyglass.dashboards.panels import (
     GREEN,
@@ -24,7 +25,6 @@ from spyglass.dashboards.panels import (
     threshold,
     timeseries_panel,
 )
-from spyglass.heuristics import Deployment
 
 UID = "spyglass-lifecycle"
 TITLE = "Spyglass / Process lifecycle and upgrades"

@@ -10,8 +10,8 @@ from typing import Any
 
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
+from spyglass.alerting.heuristics import Deployment
 from spyglass.dashboards.panels import title_formats
-from spyglass.heuristics import Deployment
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERATED = Path(__file__).resolve().parent / "generated"

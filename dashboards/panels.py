@@ -33,7 +33,7 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from spyglass.heuristics import Deployment, by_id, recording_rules
+from spyglass.alerting.heuristics import Deployment, by_id, recording_rules
 from spyglass.signals import full_catalogue
 
 TAG = "spyglass"
@@ -79,7 +79,7 @@ def labels_of(series: str) -> tuple[str, ...]:
 def s(series: str, **matchers: str) -> str:
     """`series{...}` filtered by the dashboard variables its labels allow, plus `matchers`
     (`lane="fast"`; `state='~"A|B"'` for =~, `alertname='!~"X"'` for a negation). Recording rules keep
-    the `host` target label (every `by` of spyglass.heuristics names it), so they are filtered like raw
+    the `host` target label (every `by` of spyglass.alerting.heuristics names it), so they are filtered like raw
     series. `ALERTS` also accepts no host: `Watchdog` and `SpyglassTargetDown` (vector(1), absent())
     can carry none on a single Prometheus (see docs/scale.md)."""
     labels = labels_of(series) if series not in PROMETHEUS_SERIES else ()
@@ -139,7 +139,7 @@ def below(value: float) -> list[Threshold]:
 
 
 def runbook(d: Deployment, alert: str) -> dashboard.DashboardLink:
-    from spyglass.rules import runbook_url
+    from spyglass.alerting.rules import runbook_url
 
     return dashboard.DashboardLink(f"Runbook: {alert}").type(DashboardLinkType.LINK).url(
         runbook_url(d, alert)).target_blank(True)

@@ -2,9 +2,9 @@
 blind retries, 429s, clamps, and what RAG assembly dropped (H9-H12)."""
 from __future__ import annotations
 
+from spyglass.alerting.heuristics import ESTIMATE_RATIO, Deployment
 from spyglass.dashboards.model import links
 from spyglass.dashboards.panels import GREEN, RED, Q, board, heatmap_panel, rate, runbook, s, steps, threshold, timeseries_panel
-from spyglass.heuristics import ESTIMATE_RATIO, Deployment
 
 UID = "spyglass-tokens"
 TITLE = "Spyglass / Token accounting"

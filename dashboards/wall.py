@@ -13,7 +13,7 @@ Four bands of 24 columns and 30 grid units (about 1080 px at Grafana's 30 px a u
 
 Only the alerts colour a tile: a tile is red only while a critical alert fires (or the alert
 pipeline is dead), so the top of the wall cannot disagree with the pager. Every number drawn as a
-threshold comes from the heuristics catalogue (spyglass.heuristics), as the rules' do.
+threshold comes from the heuristics catalogue (spyglass.alerting.heuristics), as the rules' do.
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ import re
 from grafana_foundation_sdk.models.common import BigValueColorMode, BigValueGraphMode, BigValueTextMode
 from grafana_foundation_sdk.models.dashboard import DynamicConfigValue
 
+from spyglass.alerting.heuristics import EVICTIONS, EVICTIONS_BASELINE, TTFT, Alert, Deployment
+from spyglass.alerting.rules import alerts, runbook_url
 from spyglass.dashboards.model import links
 from spyglass.dashboards.panels import (
     BLUE,
@@ -47,8 +49,6 @@ from spyglass.dashboards.panels import (
     timeseries_panel,
     value_colors,
 )
-from spyglass.heuristics import EVICTIONS, EVICTIONS_BASELINE, TTFT, Alert, Deployment
-from spyglass.rules import alerts, runbook_url
 
 UID = "spyglass-wall"
 TITLE = "Spyglass / Wall"

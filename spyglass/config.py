@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from spyglass import collectors
 from spyglass.collectors.clock import zone
 
-if TYPE_CHECKING:  # spyglass.query imports httpx: not for every config load
-    from spyglass.query import Limits
+if TYPE_CHECKING:  # spyglass.agent.query imports httpx: not for every config load
+    from spyglass.agent.query import Limits
 
 
 class ConfigError(Exception):
@@ -202,14 +202,14 @@ class ForensicsConfig(Strict):
     timeout_seconds: float = Field(300, gt=0, le=3600, description="Wall time of one query on the store file.")
 
     def limits(self) -> Limits:
-        from spyglass.query import Limits
+        from spyglass.agent.query import Limits
 
         return Limits(self.timeout_seconds, self.memory_mb, settings="[forensics] memory_mb, timeout_seconds")
 
 
 class AlertsConfig(Strict):
     """Deployment-dependent thresholds of the alert rules (`spyglass rules`); the rest live in
-    the heuristic modules of spyglass/heuristics/."""
+    the heuristic modules of spyglass/alerting/heuristics/."""
 
     job: str = Field("spyglass", description="Prometheus job label of the scrape of this agent's /metrics.")
     runbook_base_url: str | None = Field(

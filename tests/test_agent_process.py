@@ -10,9 +10,9 @@ import httpx
 import pytest
 from conftest import FIXTURES, wait_until
 
+from spyglass.agent.query import AgentApi, QueryError, run_readonly
 from spyglass.config import engine_log_toml
 from spyglass.engine.emulator.ports import free_port
-from spyglass.query import AgentApi, QueryError, run_readonly
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
@@ -26,7 +26,7 @@ def agent(tmp_path):
     log.write_bytes(FIXTURE.read_bytes())
     config = tmp_path / "spyglass.toml"
     config.write_text(engine_log_toml(log, tmp_path / "state", listen=f"127.0.0.1:{port}"))
-    proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
+    proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
                             stderr=subprocess.PIPE, text=True)
     killer = __import__("threading").Timer(60, proc.kill)  # never let a hung agent hang the suite
     killer.start()
@@ -80,7 +80,7 @@ def test_sql_goes_through_the_agent_while_it_holds_the_store(agent):
 def test_sql_cli_reads_the_store_directly_when_no_agent_runs(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text(engine_log_toml(FIXTURE, tmp_path))
-    run = lambda *args: subprocess.run([sys.executable, "-m", "spyglass.cli", *args, "-c", str(config)],  # noqa: E731
+    run = lambda *args: subprocess.run([sys.executable, "-m", "spyglass.cli.app", *args, "-c", str(config)],  # noqa: E731
                                        capture_output=True, text=True)
     assert run("ingest").returncode == 0
     out = run("sql", "--format", "csv", "SELECT kind, count(*) AS n FROM events WHERE kind = 'park' GROUP BY kind")
@@ -89,7 +89,7 @@ def test_sql_cli_reads_the_store_directly_when_no_agent_runs(tmp_path):
 
 def test_the_server_binds_ipv6_loopback_too():
     from spyglass import signals
-    from spyglass.server import AgentServer
+    from spyglass.agent.server import AgentServer
     from spyglass.signals.state import MetricState
 
     server = AgentServer("[::1]:0", MetricState(signals.full_catalogue()), dict).start()
@@ -108,7 +108,7 @@ def test_an_agent_that_fails_does_not_say_it_stopped_cleanly(tmp_path, monkeypat
 
     from loguru import logger
 
-    from spyglass.agent import Agent
+    from spyglass.agent.runtime import Agent
     from spyglass.config import parse_config
 
     log = tmp_path / "engine.log"

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from conftest import wait_until
 
-from spyglass.alert_webhook import decode_notification
+from spyglass.agent.alert_webhook import decode_notification
 from spyglass.engine.emulator.ports import free_port
 
 JSON_BODY = {"Content-Type": "application/json"}
@@ -94,7 +94,7 @@ def test_a_body_that_is_not_alertmanagers_json_is_refused_with_why(body: bytes, 
 
 def serve_agent(tmp_path, prometheus: str = ""):
     """A real Agent serving in a thread (its loop commits, so a 200 means stored), its alerts URL and a stop."""
-    from spyglass.agent import Agent
+    from spyglass.agent.runtime import Agent
     from spyglass.config import load_config
 
     port = free_port()
@@ -220,7 +220,7 @@ def test_a_bug_a_body_finds_is_a_500_and_logged_never_a_silent_hang_up(agent, mo
     def broken(body: bytes, host: str = "", *, now: float) -> list:
         raise RuntimeError("a decoder bug")
 
-    monkeypatch.setattr("spyglass.alert_webhook.read_notification", broken)
+    monkeypatch.setattr("spyglass.agent.alert_webhook.read_notification", broken)
     answer = httpx.post(url, content=notification(alert("firing")), timeout=30, headers=JSON_BODY)
     assert (answer.status_code, "nothing was stored" in answer.text) == (500, True)
     assert httpx.get(url.replace("/api/alerts", "/health")).text == "ok\n"  # the agent lives on
@@ -254,7 +254,7 @@ def test_alerts_that_share_a_fingerprint_are_both_taken() -> None:
     (PYTHONHASHSEED 10 and 12 do), and the replay key was the fingerprint alone, so the second alert
     was taken for a replay of the first and never stored. Any sender's fingerprint (a short one, a
     forged one) must not make one alert hide another: the key holds the labels."""
-    from spyglass.alert_webhook import Replays
+    from spyglass.agent.alert_webhook import Replays
 
     first, other = (alert("firing", name=name) | {"fingerprint": "beef"} for name in ("Replay3", "Replay17"))
     events = decode_notification(notification(first, other), now=NOW)
@@ -302,7 +302,7 @@ def test_a_duplicate_in_flight_is_answered_only_once_the_first_is_committed(tmp_
 def test_a_notification_past_the_cap_is_read_to_the_cap_and_the_rest_counted() -> None:
     """Alertmanager sends a group whole unless `max_alerts` is set (the generated config sets it to
     MAX_ALERTS, and then it says how many it left out). Past the cap nothing is decoded; all is counted."""
-    from spyglass.alert_webhook import MAX_ALERTS, read_notification
+    from spyglass.agent.alert_webhook import MAX_ALERTS, read_notification
 
     body = json.loads(notification(*[alert("firing", name=f"Storm{i}") for i in range(MAX_ALERTS + 7)]))
     note = read_notification(json.dumps({**body, "truncatedAlerts": 40}).encode(), now=NOW)
@@ -312,7 +312,7 @@ def test_a_notification_past_the_cap_is_read_to_the_cap_and_the_rest_counted() -
 def test_label_text_is_bounded_per_alert() -> None:
     """32 labels of 256 characters would store 16 KB per alert: past MAX_LABEL_TEXT labels are dropped
     (alertname always kept) and the number dropped is stored with the alert."""
-    from spyglass.alert_webhook import MAX_LABEL_TEXT
+    from spyglass.agent.alert_webhook import MAX_LABEL_TEXT
 
     (event,) = decode_notification(notification(alert("firing", **{f"l{n:02d}": "v" * 300 for n in range(26)})), now=NOW)
     labels = event.fields["labels"]
@@ -322,7 +322,7 @@ def test_label_text_is_bounded_per_alert() -> None:
 
 def test_the_alert_budget_drops_a_flapping_alert_and_defers_a_flood() -> None:
     """Per alert: `per_alert` events, one more per `per_alert_seconds`; in all: `burst`, `rate` more a second."""
-    from spyglass.alert_webhook import AlertBudget
+    from spyglass.agent.alert_webhook import AlertBudget
 
     budget = AlertBudget(per_alert=3, per_alert_seconds=60, burst=5, rate=0.01)
     flapping = [decode_notification(notification(alert("firing") | {"startsAt": f"2026-03-10T14:0{i}:00Z"}),
@@ -339,7 +339,7 @@ def test_the_alert_budget_drops_a_flapping_alert_and_defers_a_flood() -> None:
 
 def test_the_overflow_is_answered_with_why_and_counted_on_metrics(agent) -> None:
     """A notification past the cap is stored up to it; the 200's text says what was not, and /metrics counts it."""
-    from spyglass.alert_webhook import MAX_ALERTS
+    from spyglass.agent.alert_webhook import MAX_ALERTS
 
     agent, url, stop = agent
     body = notification(*[alert("firing", name=f"Storm{i}") for i in range(MAX_ALERTS + 5)])
@@ -356,7 +356,7 @@ def test_an_alert_the_budget_refuses_is_not_marked_taken() -> None:
     """The budget chooses under the replay lock: an alert it defers or drops is never marked, so a
     duplicate arriving meanwhile does not wait for (and answer 200 on) a commit that will not hold it,
     and the sender's retry is taken as new."""
-    from spyglass.alert_webhook import Replays
+    from spyglass.agent.alert_webhook import Replays
 
     events = decode_notification(notification(alert("firing", name="A"), alert("firing", name="B")), now=NOW)
     replays, first = Replays(), threading.Event()

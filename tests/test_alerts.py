@@ -15,11 +15,11 @@ import yaml
 from conftest import wait_until
 from typer.testing import CliRunner
 
-from spyglass.cli import app
+from spyglass.alerting.heuristics import Deployment, catalogue, recording_rules
+from spyglass.alerting.rules import alerts, generated, render_docs
+from spyglass.cli.app import app
 from spyglass.config import ConfigError, load_config, parse_config
 from spyglass.engine.emulator.ports import free_port
-from spyglass.heuristics import Deployment, catalogue, recording_rules
-from spyglass.rules import alerts, generated, render_docs
 from spyglass.signals import full_catalogue
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,10 +42,11 @@ def check(*command: str) -> subprocess.CompletedProcess:
 def test_committed_alerts_folder_is_the_generators_output_for_strata_toml() -> None:
     files = generated(DEPLOYMENT)
     for relative, text in files.items():
-        assert (FOLDER / relative).read_text() == text, f"alerts/{relative} drifted: run python -m spyglass.rules"
+        assert (FOLDER / relative).read_text() == text, f"alerts/{relative} drifted: run python -m spyglass.alerting.rules"
     on_disk = {str(p.relative_to(FOLDER)) for p in FOLDER.rglob("*") if p.is_file()}
     assert on_disk == set(files), f"stale files in alerts/: {sorted(on_disk - set(files))}"
-    assert (ROOT / "docs" / "alerts.md").read_text() == render_docs(DEPLOYMENT), "docs/alerts.md drifted: run python -m spyglass.rules"
+    drifted = "docs/alerts.md drifted: run python -m spyglass.alerting.rules"
+    assert (ROOT / "docs" / "alerts.md").read_text() == render_docs(DEPLOYMENT), drifted
 
 
 def test_promtool_accepts_the_rules(promtool: str) -> None:

@@ -14,9 +14,9 @@ import pytest
 import yaml
 from alert_scenarios import Scenario, background, scenarios
 
+from spyglass.alerting.heuristics import Deployment
+from spyglass.alerting.rules import alerts
 from spyglass.config import load_config
-from spyglass.heuristics import Deployment
-from spyglass.rules import alerts
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "alerts" / "spyglass-rules.yml"

@@ -22,12 +22,12 @@ import pytest
 from conftest import FIXTURES, wait_until
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from spyglass.agent.otlp_receiver import SpanLimits, decode_spans
+from spyglass.agent.query import AgentApi, QueryError, run_readonly
 from spyglass.config import ConfigError, engine_log_toml, parse_config
 from spyglass.engine.emulator.ports import free_port
 from spyglass.engine.instrument import trace_id_for
 from spyglass.exporters import event_schema
-from spyglass.otlp_receiver import SpanLimits, decode_spans
-from spyglass.query import AgentApi, QueryError, run_readonly
 
 JSON_BODY = {"Content-Type": "application/json"}
 PROTOBUF_BODY = {"Content-Type": "application/x-protobuf"}
@@ -79,7 +79,7 @@ def start_agent(tmp_path):
     def start(**extra: str) -> dict:
         port = free_port()
         config, log = agent_config(tmp_path, port, extra)
-        proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
+        proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
                                 stderr=subprocess.PIPE, text=True)
         killer = threading.Timer(120, proc.kill)  # never let a hung agent hang the suite
         killer.start()
@@ -390,7 +390,7 @@ def test_prompt_text_in_spans_is_not_stored_or_printed(start_agent):
     assert {"traceloop.entity.input", "retrieval.documents.0.document.content", "llm.prompt_template.variables",
             "spyglass.extra"} <= set(span["redacted"])
     assert span["dropped_attributes"] > 0 and span["status"] == "error"
-    printed = subprocess.run([sys.executable, "-m", "spyglass.cli", "trace", request_id, "-c", str(agent["config"])],
+    printed = subprocess.run([sys.executable, "-m", "spyglass.cli.app", "trace", request_id, "-c", str(agent["config"])],
                              capture_output=True, text=True, timeout=60)
     assert printed.returncode == 0, printed.stderr
     assert "gateway: POST /v1/chat" in printed.stdout and "hunter2" not in printed.stdout + printed.stderr
@@ -449,7 +449,7 @@ def test_with_a_token_every_path_but_metrics_and_health_requires_it(start_agent)
             assert response.headers["WWW-Authenticate"] == "Bearer"
     assert httpx.get(f"{url}/debug/sources", headers=auth).status_code == 200
     assert sql(url, "SELECT count(*) FROM events", auth).json()["rows"] == [[35]]
-    out = subprocess.run([sys.executable, "-m", "spyglass.cli", "sql", "--format", "csv", "-c", str(agent["config"]),
+    out = subprocess.run([sys.executable, "-m", "spyglass.cli.app", "sql", "--format", "csv", "-c", str(agent["config"]),
                           "SELECT count(*) AS n FROM events"], capture_output=True, text=True, timeout=60)
     assert out.stdout.splitlines() == ["n", "35"], out.stderr
 

@@ -18,9 +18,10 @@ import pytest
 from conftest import wait_until
 from typer.testing import CliRunner
 
-from spyglass.agent import open_store
-from spyglass.backfill import OPENMETRICS_FILE, BackfillError, BackfillResult, parse_duration, parse_time, replay
-from spyglass.backtest import (
+from spyglass.agent.pipeline import Pipeline
+from spyglass.agent.runtime import open_store
+from spyglass.alerting.backfill import OPENMETRICS_FILE, BackfillError, BackfillResult, parse_duration, parse_time, replay
+from spyglass.alerting.backtest import (
     MAX_RULE_FILE_BYTES,
     AlertRule,
     BacktestError,
@@ -33,12 +34,11 @@ from spyglass.backtest import (
     load_rules,
     show,
 )
-from spyglass.backtest_cleanup import process_start
-from spyglass.cli import app
+from spyglass.alerting.backtest_cleanup import process_start
+from spyglass.cli.app import app
 from spyglass.collectors.clock import SystemClock
 from spyglass.config import load_config
 from spyglass.engine.emulator.logsynth import Conversation, EngineModel
-from spyglass.pipeline import Pipeline
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 

@@ -18,12 +18,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from loguru import logger
 
+from spyglass.agent.pipeline import Pipeline
 from spyglass.collectors.clock import ManualClock
 from spyglass.config import parse_config
 from spyglass.exporters.prometheus import render
 from spyglass.exporters.statefile import StateFile
 from spyglass.exporters.store import DuckDBStore
-from spyglass.pipeline import Pipeline
 from spyglass.signals import SignalsSettings, full_catalogue
 from spyglass.signals.state import MetricState
 

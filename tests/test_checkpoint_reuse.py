@@ -7,10 +7,10 @@ import duckdb
 from hypothesis import given
 from hypothesis import strategies as st
 
+from spyglass.alerting.heuristics import by_id
 from spyglass.collectors.checkpoint_reuse import checkpoint_only, checkpoint_only_sql
 from spyglass.forensics.reports import get
 from spyglass.forensics.run import SqlCondition, render
-from spyglass.heuristics import by_id
 
 TOKENS = st.integers(min_value=-5, max_value=300_000)
 EVERY = st.sampled_from([-1, 0, 1, 7, 4096, 16384])
@@ -33,8 +33,8 @@ def test_the_sql_condition_answers_as_the_python_rule(prompt, reused, every):
 
 
 def test_the_engine_signals_call_the_rule():
-    import spyglass.signals.engine
-    assert spyglass.signals.engine.checkpoint_only is checkpoint_only
+    import spyglass.signals.engine_log
+    assert spyglass.signals.engine_log.checkpoint_only is checkpoint_only
 
 
 def test_the_probe_and_the_report_name_the_rule_and_do_not_restate_it():

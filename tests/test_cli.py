@@ -19,7 +19,7 @@ FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
 
 
 def spyglass(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "spyglass.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "spyglass.cli.app", *args], capture_output=True, text=True, timeout=120)
 
 
 def write_config(folder: Path, *logs: Path) -> Path:
@@ -112,7 +112,7 @@ def test_run_lives_through_a_log_folder_that_appears_later(tmp_path):
     port, log = free_port(), tmp_path / "not-yet" / "engine.log"
     config = tmp_path / "spyglass.toml"
     config.write_text(toml_text(engine_log_config(log, tmp_path / "state", listen=f"127.0.0.1:{port}")))
-    with subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
+    with subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
                           stderr=subprocess.PIPE, text=True) as proc:
         try:
             for line in proc.stderr:

@@ -30,7 +30,7 @@ def ingest(folder: Path, host: str, seed: int, segments: Path) -> None:
     text = engine_log_toml(log, folder / "state", host=host, commit_interval_seconds=0, read_budget_bytes=65536)
     config.write_text(text.replace("[exporters.store]\nenabled = true", "[exporters.store]\nenabled = true\n"
                                    f'parquet_dir = "{segments}"\npublish_interval_seconds = 0'))
-    subprocess.run([sys.executable, "-m", "spyglass.cli", "ingest", "-c", str(config)], check=True,
+    subprocess.run([sys.executable, "-m", "spyglass.cli.app", "ingest", "-c", str(config)], check=True,
                    capture_output=True, timeout=600)
 
 

@@ -178,10 +178,10 @@ def test_message_anchors_are_refused():
 def test_debug_sources_names_the_pattern_that_keeps_a_source_per_line(tmp_path):
     import tomllib
 
+    from spyglass.agent.pipeline import Pipeline
     from spyglass.collectors.clock import ManualClock
     from spyglass.config import engine_log_toml, parse_config
     from spyglass.exporters.statefile import StateFile
-    from spyglass.pipeline import Pipeline
 
     log = tmp_path / "engine.log"
     log.write_bytes(b"\n".join(LINES) + b"\n")

@@ -79,7 +79,7 @@ def test_missing_file(tmp_path):
 
 
 def run_cli(config: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
+    return subprocess.run([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
                           capture_output=True, text=True, timeout=60)
 
 

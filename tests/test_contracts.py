@@ -7,7 +7,7 @@ import pytest
 from spyglass import collectors
 from spyglass.collectors import LineSourceBase, PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
 from spyglass.signals import SIGNALS, SignalsBase, check_signals_class, full_catalogue, load_all, signals_for
-from spyglass.signals.engine import EngineSignals
+from spyglass.signals.engine_log import EngineSignals
 from spyglass.signals.state import MetricState
 
 
@@ -134,7 +134,7 @@ def test_a_kind_with_both_classes_tails_only_when_given_a_path():
 
 def test_the_engine_operations_name_declared_metrics_of_their_type_and_parsed_kinds():
     from spyglass.collectors.engine_log import PATTERNS
-    from spyglass.signals.engine import CLOSED, OPS, SPECS, Add, Count, Observe, Set
+    from spyglass.signals.engine_log import CLOSED, OPS, SPECS, Add, Count, Observe, Set
 
     types = {spec.name: spec.type for spec in SPECS}
     wanted = {Count: "counter", Add: "counter", Observe: "histogram", Set: "gauge"}

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
+from spyglass.alerting.heuristics import recording_rules
 from spyglass.dashboards.lint import Expr, expr_problems, expressions, problems, series, substitute
 from spyglass.dashboards.model import DASHBOARDS, GENERATED, UNSHOWN, build_all, deployment, generated
-from spyglass.heuristics import recording_rules
 from spyglass.signals import full_catalogue
 
 D = deployment()
@@ -91,7 +91,7 @@ def test_every_catalogue_metric_is_shown_or_listed_unshown():
 
 def test_thresholds_come_from_the_heuristics_catalogue():
     """Every threshold step of every panel is a number of the catalogue (or 0/1 boundaries of a state)."""
-    from spyglass.heuristics import catalogue
+    from spyglass.alerting.heuristics import catalogue
 
     known = {t.value for h in catalogue(D) for t in h.thresholds}
     known |= {t.value / 2 for h in catalogue(D) for t in h.thresholds if t.unit == "s"}  # the warn step of TTFT
@@ -118,7 +118,7 @@ def test_the_wall_fits_a_1080p_screen_and_links_everywhere():
         if uid != "spyglass-wall":
             assert any(link.get("url") == "/d/spyglass-wall" for link in board["links"]), uid
     runbooks = {link["url"] for b in BOARDS.values() for p in b["panels"] for link in p.get("links", [])}
-    from spyglass.rules import alerts, runbook_url
+    from spyglass.alerting.rules import alerts, runbook_url
 
     assert sorted(a.name for _, a in alerts(D) if runbook_url(D, a.name) not in runbooks) == [], \
         "every alert's runbook is linked from a panel"

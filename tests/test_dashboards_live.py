@@ -20,7 +20,7 @@ import pytest
 import yaml
 from conftest import wait_until
 
-from spyglass.agent import Agent
+from spyglass.agent.runtime import Agent
 from spyglass.config import parse_config
 from spyglass.dashboards.model import GENERATED
 from spyglass.dashboards.preview import draw, run_queries

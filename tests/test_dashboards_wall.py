@@ -11,9 +11,9 @@ from pathlib import Path
 
 from test_dashboards_changes import run
 
+from spyglass.alerting.rules import alerts
 from spyglass.dashboards.lint import substitute
 from spyglass.dashboards.model import deployment
-from spyglass.rules import alerts
 
 ROOT = Path(__file__).resolve().parent.parent
 BOARD = json.loads((ROOT / "dashboards" / "generated" / "spyglass-wall.json").read_text())

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from spyglass import signals
+from spyglass.alerting.heuristics import Deployment, by_id
+from spyglass.cli.demo import SIGNALS, Above, Board, Faster, Held, Increase, Signal, incident_signals
 from spyglass.config import AlertsConfig
-from spyglass.demo import SIGNALS, Above, Board, Faster, Held, Increase, Signal, incident_signals
 from spyglass.engine.emulator.ports import free_port
-from spyglass.heuristics import Deployment, by_id
 from spyglass.signals.state import MetricState
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
@@ -30,7 +30,7 @@ WIDE = {**os.environ, "COLUMNS": "200"}  # a table row on one line
 
 
 def spyglass(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "spyglass.cli", *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", "spyglass.cli.app", *args], capture_output=True, text=True, timeout=120,
                           env=WIDE)
 
 
@@ -95,7 +95,7 @@ def test_every_signal_has_a_short_name_of_its_own():
 
 def test_demo_keep_survives_ctrl_c_and_its_store_answers_afterwards(tmp_path):
     port, kept = free_port(), tmp_path / "kept"
-    command = [sys.executable, "-m", "spyglass.cli", "demo", "--listen", f"127.0.0.1:{port}", "--keep", str(kept)]
+    command = [sys.executable, "-m", "spyglass.cli.app", "demo", "--listen", f"127.0.0.1:{port}", "--keep", str(kept)]
     out: list[str] = []
     stderr: list[str] = []
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=WIDE) as proc:
@@ -147,7 +147,7 @@ def test_demo_keep_survives_ctrl_c_and_its_store_answers_afterwards(tmp_path):
 
 def test_demo_healthy_marks_nothing_and_cleans_up():
     port = free_port()
-    result = subprocess.run([sys.executable, "-m", "spyglass.cli", "demo", "--scenario", "healthy", "--seconds", "20",
+    result = subprocess.run([sys.executable, "-m", "spyglass.cli.app", "demo", "--scenario", "healthy", "--seconds", "20",
                              "--listen", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=180, env=WIDE)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count(TITLE) == 1

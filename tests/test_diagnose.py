@@ -14,11 +14,11 @@ from fixtures.incidents.healthy import write_healthy
 from fixtures.incidents.replay import WINDOWS, utc, write_all
 from typer.testing import CliRunner
 
-from spyglass.cli import app
+from spyglass.alerting.heuristics import by_id
+from spyglass.cli.app import app
 from spyglass.config import parse_config
 from spyglass.forensics.diagnose import findings_of
 from spyglass.forensics.times import utc_text
-from spyglass.heuristics import by_id
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
@@ -195,7 +195,7 @@ def test_the_ttft_probe_finds_what_either_h5_alert_would(ttfts, found):
     fast burn's 14.4x the budget (EngineTTFTBudgetFastBurn); a lane of 40 s at 99%."""
     import duckdb
 
-    from spyglass.heuristics import Deployment, catalogue
+    from spyglass.alerting.heuristics import Deployment, catalogue
 
     d = Deployment.of(parse_config({"alerts": {"lanes": {"normal": {"ttft_seconds": 40, "objective": 0.99}}}}, "t"))
     h5 = next(h for h in catalogue(d) if h.id == "H5")
@@ -210,10 +210,10 @@ def test_the_ttft_probe_finds_what_either_h5_alert_would(ttfts, found):
 
 @pytest.fixture
 def query_processes(monkeypatch) -> list[list[str]]:
-    """The query processes (spyglass.sqlworker) started while the test runs: each Popen is recorded, then made."""
+    """The query processes (spyglass.agent.sqlworker) started while the test runs: each Popen is recorded, then made."""
     import subprocess
 
-    import spyglass.query
+    import spyglass.agent.query
 
     started: list[list[str]] = []
     real = subprocess.Popen
@@ -222,7 +222,7 @@ def query_processes(monkeypatch) -> list[list[str]]:
         started.append(list(args))
         return real(args, *rest, **kwargs)
 
-    monkeypatch.setattr(spyglass.query.subprocess, "Popen", popen)
+    monkeypatch.setattr(spyglass.agent.query.subprocess, "Popen", popen)
     return started
 
 

@@ -28,7 +28,10 @@ import pytest
 import yaml
 from conftest import wait_until
 
-from spyglass.agent import open_store
+from spyglass.agent.pipeline import Pipeline
+from spyglass.agent.runtime import open_store
+from spyglass.alerting.heuristics import Deployment, catalogue
+from spyglass.alerting.rules import render_rules
 from spyglass.collectors.clock import SystemClock
 from spyglass.config import parse_config
 from spyglass.engine.emulator.ports import free_port_base
@@ -37,9 +40,6 @@ from spyglass.engine.emulator.stack import Stack
 from spyglass.exporters.prometheus import render
 from spyglass.forensics.diagnose import diagnose
 from spyglass.forensics.run import Window
-from spyglass.heuristics import Deployment, catalogue
-from spyglass.pipeline import Pipeline
-from spyglass.rules import render_rules
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spawns")]  # starts processes: the e2e tier
 MINUTES = 60

@@ -68,7 +68,7 @@ class Agent:
         text = engine_log_toml(log, state, store=store, host="h1", listen=f"127.0.0.1:{self.port}",
                                commit_interval_seconds=0.2)
         config.write_text(text)
-        self.proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
                                      stderr=subprocess.PIPE, text=True)
         self.killer = threading.Timer(120, self.proc.kill)  # a hung agent never hangs the suite
         self.killer.start()
@@ -104,7 +104,7 @@ def stored_events(db: Path) -> list[tuple]:
 def clean_ingest(tmp: Path, log: Path, store: bool) -> Path:
     config = tmp / "clean.toml"
     config.write_text(engine_log_toml(log, tmp / "clean", store=store, host="h1"))
-    subprocess.run([sys.executable, "-m", "spyglass.cli", "ingest", "-c", str(config)], check=True,
+    subprocess.run([sys.executable, "-m", "spyglass.cli.app", "ingest", "-c", str(config)], check=True,
                    capture_output=True)
     return tmp / "clean"
 
@@ -186,9 +186,9 @@ def test_a_checkpoint_that_fails_on_a_full_disk_reopens_the_store_and_loses_noth
     checkpoint threshold is lowered (300 KB instead of 16 MB) so that a checkpoint comes while the
     16 MB tmpfs is full but for room for the WAL; the store must reopen itself once space returns,
     resume from its last commit, and end holding every event exactly once."""
+    from spyglass.agent.pipeline import Pipeline
     from spyglass.collectors.clock import ManualClock
     from spyglass.config import engine_log_config, parse_config
-    from spyglass.pipeline import Pipeline
 
     connect = duckdb.connect
     monkeypatch.setattr(duckdb, "connect", lambda path, **kw: connect(path, config={"checkpoint_threshold": "300KB"}))
@@ -242,6 +242,6 @@ def test_a_checkpoint_that_fails_on_a_full_disk_reopens_the_store_and_loses_noth
 
 
 def open_store_for(config):
-    from spyglass.agent import open_store
+    from spyglass.agent.runtime import open_store
 
     return open_store(config)

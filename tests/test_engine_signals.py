@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from spyglass.collectors.event import Event
 from spyglass.signals import SignalsSettings, full_catalogue
-from spyglass.signals.engine import EngineSignals
+from spyglass.signals.engine_log import EngineSignals
 from spyglass.signals.state import MetricState
 
 

@@ -27,12 +27,12 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from test_commit import LINES, open_pipeline
 
 from spyglass import signals
+from spyglass.agent.query import AgentApi, run_readonly
+from spyglass.agent.server import AgentServer
 from spyglass.collectors.clock import ManualClock
 from spyglass.engine.emulator.ports import free_port, free_port_base
 from spyglass.engine.instrument import trace_id_for
 from spyglass.exporters.prometheus import CONTENT_TYPE_OPENMETRICS, render, wants_openmetrics
-from spyglass.query import AgentApi, run_readonly
-from spyglass.server import AgentServer
 from spyglass.signals.state import MetricState
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
@@ -207,7 +207,7 @@ def live(tmp_path_factory):
         ask(0)  # the gateway makes its infer folder on its first record; the agent watches folders that exist
         stack.flush()
         wait_until(lambda: all(f.is_dir() for f in sources), 30, f"the source folders {sorted(map(str, sources))}")
-        agent = subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
+        agent = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
                                  stdout=subprocess.DEVNULL, stderr=logs[1])
         wait_until(lambda: _health(agent_url), 60, "the agent serving")
         for i in range(1, 7):
@@ -274,7 +274,7 @@ def test_spyglass_trace_resolves_an_exemplars_trace_id_to_the_requests_spans(liv
 
     wait_until(lambda: "rag-proxy" in services() and services() & {"strata-a", "strata-b"}, 60,
                "the request's gateway and serve spans (batched every 5 s) in the store")
-    cli = [sys.executable, "-m", "spyglass.cli", "trace", "-c", str(live["config"])]
+    cli = [sys.executable, "-m", "spyglass.cli.app", "trace", "-c", str(live["config"])]
     out = subprocess.run([*cli, trace], capture_output=True, text=True, env={"COLUMNS": "250", "PATH": ""}, timeout=60)
     assert out.returncode == 0, out.stderr
     assert f"{request} (trace {trace})" in out.stdout

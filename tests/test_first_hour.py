@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
+from spyglass.cli.timeinput import parse_since, parse_time
 from spyglass.config import engine_log_config, toml_text
 from spyglass.engine.emulator.ports import free_port
-from spyglass.timeinput import parse_since, parse_time
 
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
 
 
 def spyglass(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "spyglass.cli", *args], capture_output=True, text=True, timeout=180,
+    return subprocess.run([sys.executable, "-m", "spyglass.cli.app", *args], capture_output=True, text=True, timeout=180,
                           env={**os.environ, **(env or {})})
 
 
@@ -75,7 +75,7 @@ def test_demo_on_a_port_in_use_says_so_and_removes_its_folder(tmp_path, spawns):
 
 def test_ingest_while_the_agent_runs_says_the_agent_holds_the_store(tmp_path, spawns):
     config = engine_config(tmp_path, free_port())
-    with subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
+    with subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
                           stderr=subprocess.PIPE, text=True) as agent:
         try:
             for line in agent.stderr:  # type: ignore[union-attr]
@@ -240,7 +240,7 @@ def test_sql_reads_a_query_from_stdin_or_a_file_and_points_to_views_for_a_view(t
     config = engine_config(tmp_path, free_port())
     assert spyglass("ingest", "-c", str(config)).returncode == 0
     query = "SELECT count(*) AS n FROM events WHERE kind = 'park'"
-    piped = subprocess.run([sys.executable, "-m", "spyglass.cli", "sql", "-c", str(config), "-f", "csv", "-"],
+    piped = subprocess.run([sys.executable, "-m", "spyglass.cli.app", "sql", "-c", str(config), "-f", "csv", "-"],
                            input=query, capture_output=True, text=True, timeout=120)
     (tmp_path / "q.sql").write_text(query + "\n")
     filed = spyglass("sql", "-c", str(config), "-f", "csv", "--file", str(tmp_path / "q.sql"))
@@ -278,8 +278,8 @@ def test_numbers_print_with_thousands_separators_and_no_exponent():
 
 def test_a_trace_says_when_a_logged_ttft_is_longer_than_its_span():
     """The demo's `trace` showed ttft_ms=1498 on a 0.098 s span with nothing saying why."""
+    from spyglass.forensics.trace import clock_notes
     from spyglass.signals.spans import PhaseSpan
-    from spyglass.trace import clock_notes
 
     engine = PhaseSpan("engine strata-a", 100.0, 100.098, {"spyglass.ttft_ms": 1498})
     root = PhaseSpan("rag-proxy: POST /v1/messages", 99.99, 100.2, {}, [engine])
@@ -297,7 +297,7 @@ def test_the_demos_live_table_has_the_trace_hint_and_nothing_prints_over_it(monk
 
     from rich.console import Console
 
-    import spyglass.demo as demo
+    import spyglass.cli.demo as demo
     from spyglass import signals
     from spyglass.signals.state import MetricState
 

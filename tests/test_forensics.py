@@ -14,7 +14,7 @@ import pytest
 from fixtures.incidents.replay import WINDOWS, write_all
 from typer.testing import CliRunner
 
-from spyglass.cli import app
+from spyglass.cli.app import app
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from spyglass.cli import app
+from spyglass.cli.app import app
 from spyglass.config import engine_log_config, toml_text
 
 # A hash table of 4M distinct values: about 100-200 MB in DuckDB, which may not spill here.

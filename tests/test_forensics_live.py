@@ -20,7 +20,7 @@ COMMANDS = [["timeline", "--limit", "100000"], ["requests"], ["diagnose", "--jso
 
 
 def spyglass(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "spyglass.cli", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "spyglass.cli.app", *args], capture_output=True, text=True, timeout=300)
 
 
 def answers(config: str) -> dict[tuple[str, ...], tuple[int, str]]:
@@ -53,7 +53,7 @@ def test_the_same_answers_through_the_running_agent_and_from_the_file(tmp_path):
     from_file = answers(str(config))
     assert sum(1 for code, text in from_file.values() if code in (0, 1, 2) and text) >= len(SOME_WINDOWS) * 3
 
-    agent = subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "--config", str(config)],
+    agent = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "--config", str(config)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_until(lambda: healthy(f"http://127.0.0.1:{port}/health"), 60, "the agent's /health")

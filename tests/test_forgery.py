@@ -9,13 +9,13 @@ import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 
+from spyglass.agent.pipeline import Pipeline
 from spyglass.collectors.clock import ManualClock
 from spyglass.collectors.engine_log import EngineLogOptions, EngineLogParser
 from spyglass.collectors.grammar import Miss
 from spyglass.config import parse_config
 from spyglass.exporters.prometheus import render
 from spyglass.exporters.store import DuckDBStore
-from spyglass.pipeline import Pipeline
 from spyglass.signals import SignalsSettings, full_catalogue
 from spyglass.signals.state import MetricState
 
@@ -146,10 +146,10 @@ AFTER_BANNER = lines(
 
 def applied_one_by_one(log: bytes) -> list[dict]:
     """The metric state after each event of `log`, applied as the agent applies them."""
+    from spyglass.agent.pipeline import metric_state
     from spyglass.collectors.engine_log import EngineLogSource
     from spyglass.config import engine_log_config
-    from spyglass.pipeline import metric_state
-    from spyglass.signals.engine import EngineSignals
+    from spyglass.signals.engine_log import EngineSignals
 
     source = EngineLogSource("engine-b", EngineLogOptions(path="x", instance="strata-b", lane="normal"))
     events, _, _ = source.handle_lines(log.splitlines())

@@ -50,7 +50,7 @@ def store(tmp_path_factory, spawns) -> Path:
 
 
 def spyglass(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "spyglass.cli", *args], capture_output=True, text=True, timeout=180,
+    return subprocess.run([sys.executable, "-m", "spyglass.cli.app", *args], capture_output=True, text=True, timeout=180,
                           env={**os.environ, "COLUMNS": "400"})
 
 
@@ -105,7 +105,7 @@ def test_diagnose_exits_by_its_findings_even_when_printing_fails(store, spawns):
     """The deploy gate's `spyglass diagnose > /dev/full` (or any output that breaks): still 2, and said."""
     for extra in ((), ("--json",)):
         with open("/dev/full", "w") as full:
-            result = subprocess.run([sys.executable, "-m", "spyglass.cli", "diagnose", "-c", str(store), *extra],
+            result = subprocess.run([sys.executable, "-m", "spyglass.cli.app", "diagnose", "-c", str(store), *extra],
                                     stdout=full, stderr=subprocess.PIPE, text=True, timeout=180)
         assert result.returncode == 2, result.stderr
         assert "printing the diagnosis failed" in result.stderr and "Traceback" not in result.stderr

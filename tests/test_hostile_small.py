@@ -5,17 +5,17 @@ from __future__ import annotations
 import os
 import tomllib
 
+from spyglass.agent.pipeline import Pipeline
+from spyglass.agent.snapshot import Snapshots
 from spyglass.collectors.clock import ManualClock
 from spyglass.collectors.event import Event
 from spyglass.config import parse_config
 from spyglass.exporters.prometheus import render
 from spyglass.exporters.statefile import StateFile
 from spyglass.exporters.store import DuckDBStore
-from spyglass.pipeline import Pipeline
 from spyglass.signals import full_catalogue
-from spyglass.signals.serve import ServeSignals
+from spyglass.signals.serve_status import ServeSignals
 from spyglass.signals.state import MetricState
-from spyglass.snapshot import Snapshots
 
 
 def test_nul_and_control_characters_never_reach_a_build_label(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from spyglass.collectors.infer_store import InferStoreOptions, InferStoreSource
 from spyglass.signals import full_catalogue
-from spyglass.signals.infer import InferSignals
+from spyglass.signals.infer_store import InferSignals
 from spyglass.signals.state import MetricState
 
 COLUMNS = ("id TEXT PRIMARY KEY, ts TEXT, session TEXT, lane TEXT, upstream TEXT, mode TEXT, client_msgs INT,"

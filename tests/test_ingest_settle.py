@@ -7,7 +7,7 @@ from pathlib import Path
 from fixtures.incidents.replay import ANSWER, Infer, body, rid, utc
 from typer.testing import CliRunner
 
-from spyglass.cli import app
+from spyglass.cli.app import app
 
 
 def store(folder: Path) -> Path:

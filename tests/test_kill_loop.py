@@ -68,7 +68,7 @@ def as_exposition(metrics_json: str) -> str:
 
 
 def ingest_command(config: Path) -> list[str]:
-    return [sys.executable, "-m", "spyglass.cli", "ingest", "-c", str(config)]
+    return [sys.executable, "-m", "spyglass.cli.app", "ingest", "-c", str(config)]
 
 
 def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path):
@@ -134,7 +134,7 @@ def test_sigkill_of_the_live_agent_while_a_writer_appends(tmp_path):
     url = f"http://127.0.0.1:{port}/metrics"
     config = tmp_path / "live.toml"
     config.write_text(engine_log_toml(log, tmp_path / "state", host="h1", listen=f"127.0.0.1:{port}"))
-    run = [sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)]
+    run = [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)]
     rng, pause = random.Random(20261201), threading.Event()
     writer = Writer(log, lines)
     writer.start()

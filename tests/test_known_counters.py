@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from spyglass.agent.pipeline import Pipeline
 from spyglass.collectors.clock import ManualClock
 from spyglass.config import parse_config
 from spyglass.exporters.statefile import StateFile
-from spyglass.pipeline import Pipeline
 
 MISMATCH = (b"2026-10-19 05:10:00.000 E [load] checksum mismatch reading /models/current.gguf:"
             b" expected md5=5d41402abc4b2a76b9719d911017c592 got=0cc175b9c0f1b6a831c399e269772661\n")

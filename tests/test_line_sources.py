@@ -32,10 +32,10 @@ def test_switch_log_takes_only_configured_instances_as_labels(tmp_path):
     list is exported as `other` and counted; the line's text stays in the stored event."""
     import tomllib
 
+    from spyglass.agent.pipeline import Pipeline
     from spyglass.collectors.clock import ManualClock
     from spyglass.config import parse_config
     from spyglass.exporters.statefile import StateFile
-    from spyglass.pipeline import Pipeline
 
     log = tmp_path / "switch.log"
     log.write_bytes(b"".join(f"2026-10-17 20:34:{i % 60:02d} restart strata-{i} reason=r by=ops\n".encode()

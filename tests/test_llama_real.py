@@ -97,7 +97,7 @@ def firing(api: str) -> set[tuple[str, str]]:
 
 
 def sql(config: Path, statement: str) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "spyglass.cli", "sql", "--config", str(config), "--format", "json", statement],
+    out = subprocess.run([sys.executable, "-m", "spyglass.cli.app", "sql", "--config", str(config), "--format", "json", statement],
                          capture_output=True, text=True, timeout=120, check=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
@@ -110,7 +110,7 @@ def views(config: Path, statement: str) -> list[dict]:
 
 
 def cli(config: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "spyglass.cli", *args, "--config", str(config)],
+    return subprocess.run([sys.executable, "-m", "spyglass.cli.app", *args, "--config", str(config)],
                           capture_output=True, text=True, timeout=180, check=False, env={**os.environ, "COLUMNS": "200"})
 
 
@@ -151,7 +151,7 @@ def deployment(spawns, llama: LlamaBuild, tmp_path_factory: pytest.TempPathFacto
     config = folder / "spyglass.toml"
     config.write_text(tomli_w.dumps(document))
     rules = folder / "alerts"
-    subprocess.run([sys.executable, "-m", "spyglass.cli", "rules", "--config", str(config), "--out", str(rules)],
+    subprocess.run([sys.executable, "-m", "spyglass.cli.app", "rules", "--config", str(config), "--out", str(rules)],
                    check=True, capture_output=True, timeout=60)
     (folder / "am.yml").write_text(yaml.safe_dump(alertmanager_config(hook.url, f"http://{listen}/api/alerts")))
     group = ProcessGroups()
@@ -160,7 +160,7 @@ def deployment(spawns, llama: LlamaBuild, tmp_path_factory: pytest.TempPathFacto
     try:
         stack.start()
         stack.wait_ready(("llama-storm", "llama-crash", "llama-busy", "llama-hung", "llama-healthy"))
-        group.start([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)], folder / "agent.log")
+        group.start([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)], folder / "agent.log")
         group.start([alertmanager, f"--config.file={folder / 'am.yml'}", f"--storage.path={folder / 'am'}",
                      f"--web.listen-address=127.0.0.1:{am_port}", "--cluster.listen-address="], folder / "am.log")
         wait_until(lambda: answers(f"http://{listen}/health") and answers(f"http://127.0.0.1:{am_port}/-/ready"), 60,

@@ -14,7 +14,7 @@ from spyglass.engine.emulator.ports import free_port
 
 
 def test_dripping_connections_on_the_main_port_cannot_starve_a_scrape(tmp_path: Path) -> None:
-    from spyglass.agent import Agent
+    from spyglass.agent.runtime import Agent
     from spyglass.config import load_config
 
     port, metrics_port = free_port(), free_port()
@@ -61,7 +61,7 @@ def test_the_metrics_port_takes_a_host_naming_its_own_port() -> None:
     metrics port naming that port is served (it was refused with 421 while the metrics port checked
     Host against the main port's number), and a Host naming the other port is refused on each."""
     from spyglass import signals
-    from spyglass.server import AgentServer, ServerLimits
+    from spyglass.agent.server import AgentServer, ServerLimits
     from spyglass.signals.state import MetricState
 
     limits = ServerLimits(token="t0ken", open_paths=("/health",))

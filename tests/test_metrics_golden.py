@@ -16,11 +16,11 @@ from contextlib import closing
 from pathlib import Path
 
 from spyglass import signals
+from spyglass.agent.pipeline import Pipeline
 from spyglass.collectors.clock import ManualClock
 from spyglass.config import parse_config
 from spyglass.exporters.prometheus import render, render_openmetrics
 from spyglass.exporters.statefile import StateFile
-from spyglass.pipeline import Pipeline
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden" / "metrics.prom"

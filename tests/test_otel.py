@@ -8,11 +8,11 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from test_metrics_golden import fixture_config
 
+from spyglass.agent.pipeline import Pipeline
 from spyglass.collectors.clock import ManualClock
 from spyglass.config import parse_config
 from spyglass.exporters.otel import OtelInstruments, otlp_instruments
 from spyglass.exporters.statefile import StateFile
-from spyglass.pipeline import Pipeline
 
 
 def run_fixture(tmp_path, attach):

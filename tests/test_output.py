@@ -65,8 +65,8 @@ def test_a_diagnosis_to_a_pipe_keeps_each_summary_and_evidence_on_its_line(monke
 def test_a_sql_answer_and_a_trace_to_a_pipe_are_whole(monkeypatch, capsys):
     from rich.tree import Tree
 
-    from spyglass.console import console_for
-    from spyglass.query import show
+    from spyglass.agent.query import show
+    from spyglass.cli.console import console_for
 
     monkeypatch.delenv("COLUMNS", raising=False)
     show(["min(ts)", "detail"], [("2026-12-01T18:57:33.269000+00:00", SUMMARY)], "table")

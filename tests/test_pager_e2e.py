@@ -204,7 +204,7 @@ def pending_or_firing(api: str) -> set[str]:
 
 
 def sql(config: Path, query: str) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "spyglass.cli", "sql", "--config", str(config), "--format", "json", query],
+    out = subprocess.run([sys.executable, "-m", "spyglass.cli.app", "sql", "--config", str(config), "--format", "json", query],
                          capture_output=True, text=True, timeout=60, check=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
@@ -225,7 +225,7 @@ def test_the_pager_rings_for_the_incident_and_stops_when_it_is_fixed(case: Case,
     listen, am_port, prom_port = f"127.0.0.1:{free_port()}", free_port(), free_port()
     config = deployment(stack, tmp_path, listen, webhook.url)
     rules = tmp_path / "alerts"
-    subprocess.run([sys.executable, "-m", "spyglass.cli", "rules", "--config", str(config), "--out", str(rules)],
+    subprocess.run([sys.executable, "-m", "spyglass.cli.app", "rules", "--config", str(config), "--out", str(rules)],
                    check=True, capture_output=True, timeout=60)
     (tmp_path / "am.yml").write_text(yaml.safe_dump(alertmanager_config(webhook.url, f"http://{listen}/api/alerts")))
     am_api, agent_api = f"http://127.0.0.1:{am_port}", f"http://{listen}"
@@ -235,7 +235,7 @@ def test_the_pager_rings_for_the_incident_and_stops_when_it_is_fixed(case: Case,
         stack.start()
         stack.wait_ready(scenario.ready)
         stack.gateway.infer.mkdir(parents=True, exist_ok=True)  # every source folder exists when the agent starts
-        group.start([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)], tmp_path / "agent.log")
+        group.start([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)], tmp_path / "agent.log")
         group.start([alertmanager, f"--config.file={tmp_path / 'am.yml'}", f"--storage.path={tmp_path / 'am'}",
                      f"--web.listen-address=127.0.0.1:{am_port}", "--cluster.listen-address="], tmp_path / "am.log")
         wait_until(lambda: answers(f"{agent_api}/health") and answers(f"{am_api}/-/ready"), 60, "the agent and Alertmanager")

@@ -50,7 +50,7 @@ def pending(folder: Path) -> bool:
 
 
 def ingest(config: Path) -> list[str]:
-    return [sys.executable, "-m", "spyglass.cli", "ingest", "-c", str(config)]
+    return [sys.executable, "-m", "spyglass.cli.app", "ingest", "-c", str(config)]
 
 
 def test_sigkill_during_publication_loses_and_duplicates_nothing_in_parquet(tmp_path):

@@ -11,11 +11,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from spyglass.agent.pipeline import Pipeline
 from spyglass.collectors.clock import ManualClock
 from spyglass.collectors.host import HostSource
 from spyglass.config import parse_config
 from spyglass.exporters.statefile import StateFile
-from spyglass.pipeline import Pipeline
 
 
 class Status(BaseHTTPRequestHandler):

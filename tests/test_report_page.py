@@ -19,7 +19,7 @@ import pytest
 from fixtures.incidents.replay import WINDOWS, write_all
 from typer.testing import CliRunner
 
-from spyglass.cli import app
+from spyglass.cli.app import app
 
 CHROMIUM = shutil.which("chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

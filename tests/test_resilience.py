@@ -6,12 +6,12 @@ import tomllib
 
 from conftest import FIXTURES
 
+from spyglass.agent.pipeline import Pipeline
 from spyglass.collectors.clock import ManualClock
 from spyglass.collectors.engine_log import EngineLogSource
 from spyglass.collectors.host import HostSource
 from spyglass.config import parse_config
 from spyglass.exporters.statefile import StateFile
-from spyglass.pipeline import Pipeline
 
 
 def pipeline(tmp_path) -> Pipeline:

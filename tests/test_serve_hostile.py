@@ -19,14 +19,14 @@ import duckdb
 import pytest
 from conftest import wait_until
 
+from spyglass.agent.pipeline import Pipeline
 from spyglass.collectors.clock import ManualClock
 from spyglass.collectors.serve_status import ServeStatusOptions, ServeStatusSource
 from spyglass.config import parse_config
 from spyglass.exporters.prometheus import render
 from spyglass.exporters.store import DuckDBStore
-from spyglass.pipeline import Pipeline
 from spyglass.signals import full_catalogue
-from spyglass.signals.serve import ServeSignals
+from spyglass.signals.serve_status import ServeSignals
 from spyglass.signals.state import MetricState
 
 BODY = {"engine": "strata-a", "build": "Strata 0.9.3 (build 7f3c2e1)", "serve_version": "2026.10.18",
@@ -246,7 +246,7 @@ def test_sigterm_during_a_hung_poll_stops_the_agent_within_the_deadline(spawns, 
     config.write_text(f'[agent]\nstate_dir = "{tmp_path / "state"}"\n[exporters.prometheus]\nenabled = false\n'
                       f'[sources.serve-a]\nkind = "serve_status"\nurl = "{server.url}"\ninstance = "strata-a"\n'
                       'timeout_seconds = 2\n')
-    proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
+    proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
                             stderr=subprocess.PIPE, text=True)
     try:
         wait_until(lambda: server.connections >= 1, what="the agent's first poll")

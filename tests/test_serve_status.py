@@ -9,13 +9,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import duckdb
 import pytest
 
+from spyglass.agent.pipeline import Pipeline
 from spyglass.collectors.clock import ManualClock
 from spyglass.collectors.serve_status import ServeStatusOptions, ServeStatusReplay, ServeStatusSource
 from spyglass.config import parse_config
 from spyglass.exporters.store import DuckDBStore
-from spyglass.pipeline import Pipeline
 from spyglass.signals import full_catalogue
-from spyglass.signals.serve import ServeSignals
+from spyglass.signals.serve_status import ServeSignals
 from spyglass.signals.state import MetricState
 
 READY = {"engine": "strata-a", "build": "Strata 0.9.3 (build 7f3c2e1)", "serve_version": "2026.10.18",

@@ -12,13 +12,13 @@ import json
 import tomllib
 from pathlib import Path
 
+from spyglass.agent.pipeline import Pipeline
 from spyglass.collectors.clock import ManualClock
 from spyglass.collectors.event import Event
 from spyglass.config import parse_config
 from spyglass.exporters.statefile import StateFile
-from spyglass.pipeline import Pipeline
 from spyglass.signals import LoadedModel, SignalsLinks, SignalsSettings, attach_signals, full_catalogue
-from spyglass.signals.engine import Banner, EngineSignals, EvictionsSeen
+from spyglass.signals.engine_log import Banner, EngineSignals, EvictionsSeen
 from spyglass.signals.model_path import ModelPathSignals
 from spyglass.signals.state import MetricState
 

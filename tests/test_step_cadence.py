@@ -9,12 +9,12 @@ import threading
 import pytest
 from conftest import wait_until
 
+from spyglass.agent.pipeline import Pipeline
+from spyglass.agent.wake import Wake
 from spyglass.collectors.clock import SystemClock
 from spyglass.config import engine_log_config, parse_config
 from spyglass.engine.emulator.logsynth import EngineModel
 from spyglass.exporters.statefile import StateFile
-from spyglass.pipeline import Pipeline
-from spyglass.wake import Wake
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 

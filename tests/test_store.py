@@ -8,12 +8,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from spyglass.agent.pipeline import Pipeline
 from spyglass.collectors.clock import ManualClock
 from spyglass.config import engine_log_toml, parse_config
 from spyglass.exporters.prometheus import render
 from spyglass.exporters.statefile import StateFile
 from spyglass.exporters.store import DuckDBStore
-from spyglass.pipeline import Pipeline
 
 FIXTURE = Path(__file__).parent / "fixtures" / "engine_log" / "strata-iq3_xxs-b.log"
 

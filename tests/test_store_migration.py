@@ -16,7 +16,7 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from spyglass.cli import app
+from spyglass.cli.app import app
 from spyglass.exporters.store import DuckDBStore
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier

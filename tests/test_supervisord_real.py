@@ -17,7 +17,7 @@ from spyglass.collectors.supervisord_log import SupervisordLogOptions, Superviso
 from spyglass.collectors.supervisord_rpc import SupervisordRpcOptions, SupervisordRpcSource
 from spyglass.signals import full_catalogue
 from spyglass.signals.state import MetricState
-from spyglass.signals.supervisord import SupervisordSignals
+from spyglass.signals.supervisord_log import SupervisordSignals
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 

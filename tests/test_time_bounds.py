@@ -42,7 +42,7 @@ def test_a_timestamp_inside_the_range_is_kept(value: float, unit: str) -> None:
 @pytest.fixture
 def agent(tmp_path: Path):
     """A real Agent serving in a thread with a store and one engine log; stopped at the end."""
-    from spyglass.agent import Agent
+    from spyglass.agent.runtime import Agent
     from spyglass.config import load_config
 
     port = free_port()

@@ -179,7 +179,7 @@ def test_spyglass_trace_prints_the_tree_from_the_store(spawns, traced, tmp_path)
     config.write_text(f'[agent]\nstate_dir = "{tmp_path}"\n[exporters.prometheus]\nenabled = false\n'
                       f'[sources.engine-a]\nkind = "engine_log"\npath = "{folder / "a.log"}"\ninstance = "strata-a"\n'
                       f'[sources.gateway]\nkind = "gateway_log"\npath = "{folder / "gw.log"}"\n')
-    cli = [sys.executable, "-m", "spyglass.cli"]
+    cli = [sys.executable, "-m", "spyglass.cli.app"]
     assert subprocess.run([*cli, "ingest", "-c", str(config)], capture_output=True).returncode == 0
     out = subprocess.run([*cli, "trace", "-c", str(config), traced["request_id"]], capture_output=True, text=True,
                          env={"COLUMNS": "200", "PATH": ""})
@@ -205,7 +205,7 @@ def test_the_agent_stores_pushed_spans_and_trace_merges_them_with_the_log(spawns
 
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-    from spyglass.agent import Agent
+    from spyglass.agent.runtime import Agent
     from spyglass.config import load_config
 
     folder, port = traced["folder"], free_port()
@@ -220,7 +220,7 @@ def test_the_agent_stores_pushed_spans_and_trace_merges_them_with_the_log(spawns
         assert plain_bytes(f"http://127.0.0.1:{port}/v1/traces", body) == 200
         assert plain_bytes(f"http://127.0.0.1:{port}/v1/traces", b"not protobuf \xff\xff") == 400
         agent.pipeline.run_until_idle()
-        out = subprocess.run([sys.executable, "-m", "spyglass.cli", "trace", "-c", str(config_path),
+        out = subprocess.run([sys.executable, "-m", "spyglass.cli.app", "trace", "-c", str(config_path),
                               traced["request_id"]], capture_output=True, text=True, env={"COLUMNS": "200", "PATH": ""})
     finally:
         agent.server.stop()
@@ -254,7 +254,7 @@ def test_spyglass_trace_of_a_request_from_the_running_stack(spawns, tmp_path):
     import sys
     import tomllib
 
-    from spyglass.agent import Agent
+    from spyglass.agent.runtime import Agent
     from spyglass.config import parse_config
     from spyglass.engine.emulator.stack import Stack
 
@@ -289,7 +289,7 @@ def test_spyglass_trace_of_a_request_from_the_running_stack(spawns, tmp_path):
         agent.server.stop()
         agent.pipeline.run_until_idle()
         agent.pipeline.close()
-    out = subprocess.run([sys.executable, "-m", "spyglass.cli", "trace", "-c", str(tmp_path / "spyglass.toml"),
+    out = subprocess.run([sys.executable, "-m", "spyglass.cli.app", "trace", "-c", str(tmp_path / "spyglass.toml"),
                           rid + "\r"],  # as piped from `--format csv`
                          capture_output=True, text=True, env={"COLUMNS": "250", "PATH": ""}, timeout=60)
     assert out.returncode == 0, out.stderr

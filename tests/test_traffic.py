@@ -82,7 +82,7 @@ def in_a_row(port: int, first: int, count: int, streamed: bool | None = None) ->
 
 @pytest.fixture(scope="module")
 def traffic(tmp_path_factory):
-    from spyglass.agent import Agent
+    from spyglass.agent.runtime import Agent
     from spyglass.config import load_config
 
     folder = tmp_path_factory.mktemp("traffic")

@@ -15,12 +15,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from spyglass.agent.pipeline import Pipeline
 from spyglass.collectors.clock import ManualClock
 from spyglass.collectors.model_path import ModelPathOptions, ModelPathSource, resolve
 from spyglass.config import parse_config
 from spyglass.engine.emulator.logsynth import line
 from spyglass.exporters.store import DuckDBStore
-from spyglass.pipeline import Pipeline
 
 START = 1_790_000_000.0
 
@@ -145,7 +145,7 @@ def test_a_missing_path_a_plain_file_and_a_restart_of_the_watch(tmp_path):
 def test_ingest_reads_the_files_and_does_not_count_a_model_path_as_one(tmp_path):
     from typer.testing import CliRunner
 
-    from spyglass.cli import app
+    from spyglass.cli.app import app
 
     (tmp_path / "v7.gguf").write_bytes(b"weights")
     log = tmp_path / "engine-b.log"

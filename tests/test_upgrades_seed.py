@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from spyglass.cli import app
+from spyglass.cli.app import app
 from spyglass.collectors.clock import BEIJING
 from spyglass.config import load_config
 from spyglass.engine.emulator.logsynth import line
-from spyglass.forensics.crashes import CrashFinding, Facts, classify, classify_facts
 from spyglass.forensics.run import Window
+from spyglass.upgrades.crashes import CrashFinding, Facts, classify, classify_facts
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
@@ -305,7 +305,7 @@ def test_oom_needs_a_kill_and_memory_that_grew():
 
 
 def test_argv_is_kept_verbatim_whatever_its_shape():
-    from spyglass.forensics.changes import parse_argv
+    from spyglass.upgrades.changes import parse_argv
 
     assert parse_argv("--model /m.gguf --offset -1 --x=1 -v positional --flag") == {
         "--model": "/m.gguf", "--offset": "-1", "--x": "1", "-v": "positional", "--flag": ""}
@@ -335,7 +335,7 @@ def test_baseline_of_an_unknown_deploy_says_which_exist(replay):
 
 
 def test_a_load_longer_than_the_probe_budget_is_a_finding_of_its_start():
-    from spyglass.forensics.changes import changes, deploy_of
+    from spyglass.upgrades.changes import changes, deploy_of
 
     row = {"instance": "strata-b", "ts_utc": at(8), "build": NEW, "version": "0.9.4", "model_real": "/m", "model_md5": "x",
            "cpus": "0-15", "argv": BASE_ARGS, "ready_utc": at(8, 20), "ready_seconds": 1200.0}

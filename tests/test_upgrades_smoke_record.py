@@ -19,10 +19,10 @@ from conftest import FIXTURES, wait_until
 from test_upgrades_smoke import Serve
 from typer.testing import CliRunner
 
-from spyglass.cli import app
+from spyglass.cli.app import app
 from spyglass.config import engine_log_config, load_config, toml_text
 from spyglass.engine.emulator.ports import free_port
-from spyglass.smoke_event import decode_result, instance_for
+from spyglass.upgrades.smoke_event import decode_result, instance_for
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
@@ -51,7 +51,7 @@ def make_config(tmp_path, port: int, token: bool = True):
 
 def start_agent(config) -> subprocess.Popen:
     """A real `spyglass run`, serving once it says so; killed after 120 s if a test hangs."""
-    proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli", "run", "-c", str(config)],
+    proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
                             stderr=subprocess.PIPE, text=True)
     killer = threading.Timer(120, proc.kill)  # never let a hung agent hang the suite
     killer.daemon = True

@@ -36,14 +36,14 @@ import tomli_w
 from conftest import wait_until
 from live_prometheus import ProcessGroups, query, scraping, start_prometheus
 
+from spyglass.alerting.heuristics import Deployment
+from spyglass.alerting.rules import write as write_rules
 from spyglass.config import AlertsConfig, parse_config
 from spyglass.dashboards.model import Board
 from spyglass.dashboards.preview import browse, draw, run_queries, size_of
 from spyglass.engine.emulator.ports import free_port, free_port_base
 from spyglass.engine.emulator.scenarios import SCENARIOS, run_scenario
 from spyglass.engine.emulator.stack import Stack
-from spyglass.heuristics import Deployment
-from spyglass.rules import write as write_rules
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spawns")]  # starts processes: the e2e tier
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,7 +124,7 @@ class Wall:
         self.stack.start()
         self.stack.wait_ready()
         self.stack.gateway.infer.mkdir(parents=True, exist_ok=True)  # every source folder exists at the agent's start
-        self.group.start([sys.executable, "-m", "spyglass.cli", "run", "-c", str(self.config)], self.folder / "agent.log")
+        self.group.start([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(self.config)], self.folder / "agent.log")
         start_prometheus(self.group, self.folder, scraping(self.listen, JOB, labels={"host": "emulated"}), self.port,
                          self.folder / "alerts" / "spyglass-rules.yml", JOB)
 

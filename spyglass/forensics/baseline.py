@@ -14,8 +14,8 @@ from datetime import timedelta
 from typing import Any
 
 from spyglass.config import Config
-from spyglass.forensics.changes import Deploy, as_rows, deploys, deploys_query
 from spyglass.forensics.run import Query, Window
+from spyglass.upgrades.changes import Deploy, as_rows, deploys, deploys_query
 
 HOUR = timedelta(hours=1)
 METRICS_SQL = """
@@ -92,7 +92,7 @@ def compare(values: list[dict[str, Any]], factor: float) -> list[dict[str, Any]]
 
 
 def factor_of(config: Config) -> float:
-    from spyglass.heuristics import Deployment, catalogue
+    from spyglass.alerting.heuristics import Deployment, catalogue
 
     return next(h for h in catalogue(Deployment.of(config)) if h.id == "H18").threshold("factor")
 

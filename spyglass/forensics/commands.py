@@ -1,6 +1,6 @@
 """The analyst's commands (`timeline`, `requests`, `report`, `views`): options in, one query out, printed.
 
-spyglass/cli.py registers these functions; everything they ask of the store goes through
+spyglass/cli/app.py registers these functions; everything they ask of the store goes through
 spyglass.forensics.run.query. Exit status: 0 with rows, 1 when the window holds nothing (said on
 stderr), 2 for a usage error (a bad time, --from after --to, an unknown report).
 """
@@ -15,7 +15,7 @@ import typer
 from spyglass.config import Config, ConfigError, load_config
 
 if TYPE_CHECKING:
-    from spyglass.forensics.changes import Deploy
+    from spyglass.upgrades.changes import Deploy
 
 # The query and tracing modules load DuckDB and OpenTelemetry: each command imports them when it
 # runs, so that registering the commands costs every other `spyglass` command nothing.
@@ -67,8 +67,8 @@ def check_format(fmt: str) -> None:
 
 
 def fetch(config: Config, q, parquet: str | None = None) -> tuple[list[str], list[tuple]]:
+    from spyglass.agent.query import QueryError
     from spyglass.forensics.run import query
-    from spyglass.query import QueryError
 
     try:
         return query(config, q, parquet)
@@ -79,8 +79,8 @@ def fetch(config: Config, q, parquet: str | None = None) -> tuple[list[str], lis
 def load_deploys(cfg: Config, instance: str | None, until: datetime | None = None, parquet: str | None = None) -> list[Deploy]:
     """The deploy records (engine starts, with what each said) up to `until`, of one instance or all;
     exit 1 on a query error. `timeline` merges them as changes; `changes` lists them."""
-    from spyglass.forensics import changes as ch
     from spyglass.forensics.run import Window
+    from spyglass.upgrades import changes as ch
 
     serve = frozenset(o.instance for o in cfg.sources.values() if getattr(o, "kind", "") == "serve_status" and o.instance)
     columns, rows = fetch(cfg, ch.deploys_query(Window(None, until), instance), parquet)
@@ -169,7 +169,7 @@ def print_timeline(records: list[dict], total: int, w) -> None:
     import os
     import sys
 
-    from spyglass.console import console_for
+    from spyglass.cli.console import console_for
     from spyglass.forensics.timeline import event_lines
     from spyglass.forensics.times import describe
 

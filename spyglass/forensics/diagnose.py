@@ -1,6 +1,6 @@
 """`spyglass diagnose`: every heuristic of the catalogue with a SQL check, run over a stored window.
 
-Each heuristic's `probe` (spyglass/heuristics/hNN_*.sql) is one query over the forensic views; each row
+Each heuristic's `probe` (spyglass/alerting/heuristics/hNN_*.sql) is one query over the forensic views; each row
 it returns is a finding. Severity, summary, wrong first guess, discriminating check and knobs all
 come from the catalogue, so a finding and the alert of the same heuristic say the same thing with
 the same numbers. Building findings from rows is pure; `diagnose` is the only function that asks
@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from spyglass.alerting.heuristics import Deployment, Heuristic, catalogue
 from spyglass.config import Config
 from spyglass.forensics.run import Query, Window, query, render, session, settings_params
 from spyglass.forensics.times import utc_text
-from spyglass.heuristics import Deployment, Heuristic, catalogue
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 EXIT_STATUS = {"critical": 2, "warning": 1, "info": 0}

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from spyglass.console import json_line, shown
+from spyglass.cli.console import json_line, shown
 from spyglass.forensics.commands import ConfigOption, From, Parquet, Since, To, Tz, fail, load, the_window
 
 Html = Annotated[Path | None, typer.Option("--html", help="Also write a self-contained HTML report page here.")]
@@ -32,12 +32,12 @@ def when(start, end) -> str:
 
 
 def print_table(diagnosis, out=None) -> None:
-    """The findings as tables. Every value is data (spyglass.console.plain): a `[/x]` or an escape
+    """The findings as tables. Every value is data (spyglass.cli.console.plain): a `[/x]` or an escape
     sequence in a log line, an instance name or a figure prints as written and is never obeyed."""
     from rich.table import Table
     from rich.text import Text
 
-    from spyglass.console import console_for, plain
+    from spyglass.cli.console import console_for, plain
     from spyglass.forensics.output import number
     from spyglass.forensics.times import describe
 
@@ -97,9 +97,9 @@ def diagnose(config: ConfigOption, start: From = None, end: To = None, since: Si
              html: Html = None, parquet: Parquet = None) -> None:
     """Run every heuristic of the catalogue over the window (default: everything stored); exit 0 healthy,
     1 warnings, 2 critical."""
+    from spyglass.agent.query import QueryError
     from spyglass.forensics.diagnose import diagnose as run_diagnosis
     from spyglass.forensics.times import describe
-    from spyglass.query import QueryError
 
     cfg = load(config)
     w = the_window(start, end, tz, since)
@@ -130,8 +130,8 @@ def diagnose(config: ConfigOption, start: From = None, end: To = None, since: Si
 
 def write_page(cfg, result, html: Path) -> None:
     """Write the HTML page and say where; a page that cannot be written is said, and changes no exit status."""
+    from spyglass.agent.query import QueryError
     from spyglass.forensics.page import diagnosis_page
-    from spyglass.query import QueryError
 
     try:
         html.write_text(diagnosis_page(cfg, result), encoding="utf-8")

@@ -49,7 +49,7 @@ How they run:
 | `spyglass diagnose --config F [--from T] [--to T \\| --since D] [--json] [--html FILE]` | every heuristic's SQL check over the window (an open end: the first or last stored event, so by default everything stored) (below): findings with severity, where, when, summary, figures, the evidence query, the usual wrong guess, the check and the knobs; exit 0 none, 1 warnings, 2 critical, decided by the findings whatever the printing does (a broken pipe or a full disk is said on stderr) |
 | `spyglass report NAME ... --html FILE`, `spyglass diagnose ... --html FILE` | also write one self-contained HTML page: the findings or the report's table, and charts of TTFT, evictions and parked bytes against the budget, restarts and deploys as markers, UTC and Beijing |
 
-Every command that takes a window reads times in one grammar (`spyglass/timeinput.py`; `backfill` and
+Every command that takes a window reads times in one grammar (`spyglass/cli/timeinput.py`; `backfill` and
 `backtest` too): RFC 3339 (`2026-10-19T04:49:00.120Z`, `2026-10-19 12:49+08:00`, `2026-10-19 04:49`,
 `2026-10-19`), epoch seconds (`1792385340`), or relative to now (`now`, `now-1h`, `now-90m`); `--since 15m`
 is the window from 15 minutes ago to now (`--since` also takes a time). Times without a zone are UTC
@@ -146,10 +146,10 @@ def report_markdown() -> list[str]:
 
 
 def diagnosis_markdown() -> list[str]:
-    from spyglass.heuristics import catalogue
+    from spyglass.alerting.heuristics import catalogue
 
     out = ["", "## Diagnosis", "",
-           "`spyglass diagnose` runs the `probe` of each heuristic in `spyglass/heuristics/` (a `.sql` file beside its module): one SELECT over the",
+           "`spyglass diagnose` runs the `probe` of each heuristic in `spyglass/alerting/heuristics/` (a `.sql` file beside its module): one SELECT over the",
            "views whose conditions are the heuristic's thresholds (the same numbers as its alert), one row a",
            "finding. The finding carries its alert's name and severity. `--json` prints one object:",
            '`{"window": {"from", "to"}, "events", "findings": [{"heuristic", "title", "alert", "severity", "instance",',

@@ -14,7 +14,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, TextIO
 
-from spyglass.console import console_for, csv_cell, json_line, natural_width, plain
+from spyglass.cli.console import console_for, csv_cell, json_line, natural_width, plain
 from spyglass.forensics.times import beijing_text, utc_text
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([+-]\d\d:?\d\d|Z)?$")
@@ -83,7 +83,7 @@ class Lines(list):
 
 
 def table_cell(value: Any, column: str = "") -> Any:
-    """A table cell as data (spyglass.console.plain): a log line's `[load]` or `[/x]` prints as written,
+    """A table cell as data (spyglass.cli.console.plain): a log line's `[load]` or `[/x]` prints as written,
     an escape sequence as `\\x1b[2J`."""
     if isinstance(value, Lines):
         from rich.text import Text

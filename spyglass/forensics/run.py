@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from spyglass.agent.query import QueryError, Session, agent_api, run_readonly
 from spyglass.collectors.checkpoint_reuse import checkpoint_only_sql
 from spyglass.config import Config
 from spyglass.exporters.event_schema import source_kinds, source_view
 from spyglass.exporters.segment_schema import events_view_sql, source_view_sql
 from spyglass.forensics.views import PAD, literal, with_views
-from spyglass.query import QueryError, Session, agent_api, run_readonly
 
 Result = tuple[list[str], list[tuple[Any, ...]]]
 
@@ -243,13 +243,13 @@ def run_parquet(glob: str, sql: str, start: Any = None, end: Any = None) -> Resu
 
 def execute(con: Any, sql: str, timeout: float = 60.0) -> Result:
     """`sql` on `con`, interrupted after `timeout`, rows encoded as the store's query process
-    encodes them (spyglass.sqlworker), so an answer reads the same from Parquet as from the store."""
+    encodes them (spyglass.agent.sqlworker), so an answer reads the same from Parquet as from the store."""
     import threading
 
     import duckdb
     import orjson
 
-    from spyglass.sqlworker import jsonable
+    from spyglass.agent.sqlworker import jsonable
 
     watchdog = threading.Timer(timeout, con.interrupt)
     watchdog.start()

@@ -2,7 +2,7 @@
 
 Besides the stored events, one row for each build change (`build_changed`) and each model change
 (`model_changed`) between consecutive starts of an instance, from the change list
-(spyglass.forensics.changes), at the start that brought it: the timeline says what a start changed
+(spyglass.upgrades.changes), at the start that brought it: the timeline says what a start changed
 even when the start before it is outside the window. The SQL is built here (pure), and so are the
 change rows; spyglass.forensics.commands runs and prints them.
 """
@@ -104,7 +104,7 @@ def change_rows(records: Sequence[Any], window: Window, sources: Sequence[str] =
                 kinds: Sequence[str] = ()) -> list[tuple[Any, ...]]:
     """Rows in the timeline's columns, one per start and kind of change, for the changes in [from, to):
     fields hold the deploy number and each changed key's before and after."""
-    from spyglass.forensics.changes import change_list
+    from spyglass.upgrades.changes import change_list
 
     source_of = {(d.instance, d.n): d.get("source") for d in records}
     grouped: dict[tuple[str, int, str], dict[str, Any]] = {}
@@ -170,10 +170,10 @@ def fields_text(fields: Any, request_id: str | None) -> str:
 def event_lines(records: Sequence[dict[str, Any]], width: int | None = None) -> list[str]:
     """The header and one line an event: UTC date and time, Beijing time of day, source, instance, kind
     padded to their widest, then the fields as key=value; each line cut to `width` with "…" (None: whole).
-    Control characters in the data are shown escaped (spyglass.console.shown)."""
+    Control characters in the data are shown escaped (spyglass.cli.console.shown)."""
     from rich.cells import cell_len, set_cell_size
 
-    from spyglass.console import shown
+    from spyglass.cli.console import shown
 
     rows = [(r["ts_utc"].replace("T", " ").removesuffix("Z"), r["ts_beijing"][11:23], shown(r["source"] or ""),
              shown(r["instance"] or ""), shown(r["kind"]), shown(fields_text(r["fields"], r["request_id"])))

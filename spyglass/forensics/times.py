@@ -1,6 +1,6 @@
 """Times an analyst types, and how instants are written back: UTC and Beijing side by side.
 
-Input is spyglass.timeinput's grammar (RFC 3339, epoch seconds, `now-1h`, `--since 15m`); a time
+Input is spyglass.cli.timeinput's grammar (RFC 3339, epoch seconds, `now-1h`, `--since 15m`); a time
 without a zone is read in the zone given (UTC unless `--tz` says otherwise); output is
 ISO-8601 with milliseconds, `Z` for UTC and `+08:00` for Beijing. Pure functions.
 """
@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from spyglass import timeinput
+from spyglass.cli import timeinput
 from spyglass.collectors.clock import BEIJING
 from spyglass.forensics.run import Window
-from spyglass.trace import REQUEST_ID
+from spyglass.forensics.trace import REQUEST_ID
 
 
 def parse_time(text: str, tz: str = "UTC", now: datetime | None = None) -> datetime:
     """`2026-10-19 04:49`, `2026-10-19T04:49:00.120Z`, `2026-10-19 12:49+08:00`, `2026-10-19`, epoch
-    seconds, `now-1h` (spyglass.timeinput, the one grammar); naive times are in `tz`. ValueError with
+    seconds, `now-1h` (spyglass.cli.timeinput, the one grammar); naive times are in `tz`. ValueError with
     the accepted forms otherwise."""
     return timeinput.parse_time(text, tz, now)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from spyglass.collectors.event import Event
 from spyglass.signals import SignalsBase, signals_for
 from spyglass.signals.catalogue import MetricSpec
-from spyglass.signals.supervisord import STATES
+from spyglass.signals.supervisord_log import STATES
 
 PROGRAM = ("program",)
 SPECS = [

@@ -18,7 +18,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from incidents.windows import WINDOWS, Window
-from spyglass.cli import app
+from spyglass.cli.app import app
 
 NOT_SCORED = {"Watchdog"}
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
@@ -156,7 +156,7 @@ def run_corpus(root: Path, workers: int = 1) -> list[Outcome]:
     longest_first = sorted(WINDOWS, key=lambda w: w.start - w.end)  # the quiet day does not run alone at the end
     import signal
 
-    from spyglass.backtest_cleanup import die_with_parent
+    from spyglass.alerting.backtest_cleanup import die_with_parent
 
     # A worker gets SIGTERM when the test process dies: its backtest then stops its Prometheus itself.
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent,

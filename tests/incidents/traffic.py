@@ -20,7 +20,7 @@ from pathlib import Path
 
 from fixtures.incidents.replay import ANSWER, BUDGET, EVERY, GOOD_CALL, SLOTS, Infer, body, engine_turn, gateway_line, replay_config, rid
 
-from spyglass.agent import open_store
+from spyglass.agent.runtime import open_store
 from spyglass.collectors.event import Event
 from spyglass.collectors.host import cpu_set
 from spyglass.config import load_config

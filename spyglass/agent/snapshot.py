@@ -1,0 +1,170 @@
+"""Read-only copies of the agent's store, for the queries of /api/sql.
+
+The agent's own connection is its only write path to the store, so no query runs on it. Each
+copy is a new DuckDB file written once, from one read-only transaction of the store (events,
+checkpoints and state as of one commit), and never changed again; a query opens it read-only in
+a process of its own (spyglass.agent.query.run_bounded).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from spyglass.exporters import event_schema
+from spyglass.exporters.store import SCHEMA
+
+BATCH_ROWS = 20_000
+
+
+def copy_exclusive(source: Path, target: Path) -> None:
+    """Copy `source` to a new file `target`, created O_EXCL | O_NOFOLLOW: never through a link."""
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with open(fd, "wb") as out, open(source, "rb") as data:
+        shutil.copyfileobj(data, out, 1 << 20)
+
+
+@dataclass
+class Copy:
+    path: Path
+    as_of: float  # epoch seconds at which it was taken
+    next_seq: int = 0  # events with a seq from here on are not in it yet
+    users: int = 0
+    retired: bool = False
+
+
+class Snapshots:
+    """Copies of the store at most `max_age` seconds older than the query that reads them.
+
+    A copy is taken when a query finds the newest too old, one at a time (a query that arrives
+    meanwhile reads the previous copy, if there is one); a copy no longer newest is deleted when
+    its last query ends. Taking one reads the store beside the writer (MVCC): it never blocks or
+    fails an ingest commit."""
+
+    def __init__(self, connection: Callable[[], duckdb.DuckDBPyConnection], folder: Path, max_age: float,
+                 clock: Callable[[], float] = time.time) -> None:
+        # `connection()` is the store's connection now: the store reopens it after DuckDB invalidated it
+        self.connection, self.folder, self.max_age, self.clock = connection, folder, max_age, clock
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("copy-*.duckdb*"):  # left by an agent that was killed
+            old.unlink()
+        for old in folder.glob(".partial-*"):
+            shutil.rmtree(old, ignore_errors=True)
+        self._serial = itertools.count(1)
+        self._lock = threading.Lock()  # guards _newest and the users of every copy
+        self._taking = threading.Lock()  # one copy at a time
+        self._newest: Copy | None = None
+
+    @contextmanager
+    def lease(self) -> Iterator[Copy]:
+        """A copy fresh enough to read, kept on disk until the block ends."""
+        copy = self._fresh()
+        try:
+            yield copy
+        finally:
+            with self._lock:
+                copy.users -= 1
+                drop = copy.retired and copy.users == 0
+            if drop:
+                copy.path.unlink(missing_ok=True)
+
+    def _fresh(self) -> Copy:
+        with self._lock:
+            newest = self._newest
+            if newest is not None and self.clock() - newest.as_of <= self.max_age:
+                newest.users += 1
+                return newest
+        if self._taking.acquire(blocking=newest is None):
+            try:
+                return self._replace()
+            finally:
+                self._taking.release()
+        assert newest is not None  # only a query that has a previous copy does not wait for a new one
+        with self._lock:  # another query is taking a copy: read the previous one meanwhile
+            newest = self._newest or newest
+            newest.users += 1
+            return newest
+
+    def _replace(self) -> Copy:
+        with self._lock:
+            newest = self._newest
+            if newest is not None and self.clock() - newest.as_of <= self.max_age:
+                newest.users += 1  # taken while this query waited for its turn
+                return newest
+        copy = self.take()
+        with self._lock:
+            old, self._newest = self._newest, copy
+            copy.users += 1
+            drop = old is not None and old.users == 0
+            if old is not None:
+                old.retired = True
+        if drop and old is not None:
+            old.path.unlink(missing_ok=True)
+        return copy
+
+    def take(self) -> Copy:
+        """Copy the store as of now into a new file, through a read-only transaction.
+
+        Events are only ever appended, in seq order, so a copy starts from the previous one (a file
+        copy) and adds the events past its last seq, table by table; checkpoints and state are copied
+        whole."""
+        path = self.folder / f"copy-{next(self._serial)}.duckdb"
+        # Written in a folder of its own, made new (0700): a symlink planted at a predictable name
+        # is never followed, so no other file is overwritten. Renamed into place when whole.
+        work = Path(tempfile.mkdtemp(prefix=".partial-", dir=self.folder))
+        try:
+            return self._take_into(work / "copy.duckdb", path)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _take_into(self, partial: Path, path: Path) -> Copy:
+        previous = self._newest
+        start = 0
+        if previous is not None and previous.path.exists():
+            copy_exclusive(previous.path, partial)
+            start = previous.next_seq
+        cursor = self.connection().cursor()
+        try:
+            cursor.execute("BEGIN TRANSACTION READ ONLY")
+            as_of = self.clock()
+            end = cursor.execute("SELECT coalesce(max(seq) + 1, 0) FROM events").fetchall()[0][0]
+            if end < start:  # events were removed: start over
+                partial.unlink(missing_ok=True)
+                start = 0
+            out = duckdb.connect(str(partial))
+            try:
+                if start == 0:  # a new file: the schema first, in one transaction (a copy's copy has it)
+                    out.begin()
+                    out.execute(SCHEMA)
+                    for statement in event_schema.create_statements():
+                        out.execute(statement)
+                    out.commit()
+                out.execute("DELETE FROM checkpoints; DELETE FROM agent_state; DELETE FROM store_schema")
+                events = [(event_schema.quoted(name), f"WHERE seq >= {start} AND seq < {end}")
+                          for name in event_schema.table_names()]
+                for table, where in (*events, ("checkpoints", ""), ("agent_state", ""), ("store_schema", "")):
+                    out.register("batch", cursor.sql(f"SELECT * FROM {table} {where}").to_arrow_reader(BATCH_ROWS))
+                    out.execute(f"INSERT INTO {table} SELECT * FROM batch")
+                    out.unregister("batch")
+            finally:
+                out.close()
+            cursor.execute("ROLLBACK")
+        finally:
+            cursor.close()
+        partial.rename(path)
+        return Copy(path, as_of, end)
+
+    def close(self) -> None:
+        for work in self.folder.glob(".partial-*"):
+            shutil.rmtree(work, ignore_errors=True)
+        for copy in self.folder.glob("copy-*.duckdb*"):
+            copy.unlink(missing_ok=True)

@@ -1,0 +1,1 @@
+"""The command line: the typer app, the console, the demo, the grammar of typed times."""

@@ -1,0 +1,434 @@
+"""The `spyglass` command: run, ingest, sql, trace, the forensic commands, rules, backfill, backtest, demo."""
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from loguru import logger
+
+from spyglass import __version__
+from spyglass.config import Config, ConfigError, load_config
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Observability and blind-spot monitoring for a self-hosted MoE inference stack.")
+ConfigOption = Annotated[Path, typer.Option("--config", "-c", help="The agent's TOML config file.")]
+
+
+def _request_id(value: str) -> str:
+    # An id pasted from `--format csv` or a terminal may carry a \r or spaces; an id never does.
+    return value.strip()
+
+
+RequestId = Annotated[str, typer.Argument(help="a request id (e.g. 20261019-124900-7aa82c), or its trace id"
+                                                " (32 hex digits, e.g. from an exemplar on /metrics)",
+                                           callback=_request_id)]
+
+
+class Format(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"spyglass {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    """Observability and blind-spot monitoring for a self-hosted MoE inference stack."""
+
+
+def _config(path: Path):
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def run(config: ConfigOption) -> None:
+    """Run the agent until SIGTERM or Ctrl-C."""
+    from spyglass.agent.runtime import Agent, StoreBusy
+    from spyglass.agent.server import ListenError
+
+    cfg = _config(config)
+    try:
+        agent = Agent(cfg)
+    except ListenError as exc:
+        typer.echo(f"error: {exc}; set exporters.prometheus.listen in {config} to a free port,"
+                   " or stop what listens there", err=True)
+        raise typer.Exit(1) from None
+    except StoreBusy as exc:
+        typer.echo(f"error: {exc}; one agent a store: stop it first, or give this one its own"
+                   f" agent.state_dir", err=True)
+        raise typer.Exit(1) from None
+    agent.stop_on_signals()
+    agent.serve()
+
+
+def tailed_files(config: Config) -> dict[str, Path]:
+    """source -> path of every tailed file (a polled source's path, e.g. a model path, is not one)."""
+    from spyglass import collectors
+    kinds = collectors.load_all()
+    return {name: options.path.expanduser() for name, options in config.sources.items()
+            if options.path is not None and not kinds[options.kind].is_polled(options)}
+
+
+def missing_files(config: Config) -> list[tuple[str, Path]]:
+    """(source, path) of every configured file that is not there."""
+    return [(name, path) for name, path in tailed_files(config).items() if not path.exists()]
+
+
+SettledOption = Annotated[float | None, typer.Option(
+    "--settled-seconds", min=0, help="Read infer-store segments unchanged this long (default: each source's"
+    " settle_seconds, 30); 0 reads a copied segment at once.")]
+
+
+def with_settle(config: Config, seconds: float | None) -> Config:
+    """`config` with every infer_store source's settle_seconds set to `seconds` (unchanged for None)."""
+    if seconds is None:
+        return config
+    sources = {name: o.model_copy(update={"settle_seconds": seconds}) if o.kind == "infer_store" else o
+               for name, o in config.sources.items()}
+    return config.model_copy(update={"sources": sources})
+
+
+def unsettled_segments(pipeline: Any) -> dict[str, list[str]]:
+    """infer_store source -> the segments its last poll left unread because they changed too recently."""
+    return {rt.name: list(rt.source.unsettled) for rt in pipeline.sources
+            if rt.kind == "infer_store" and getattr(rt.source, "unsettled", None)}
+
+
+@app.command()
+def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
+           poll: Annotated[bool, typer.Option("--poll", help="Also poll the sources that sample the present"
+                                              " (status endpoints, supervisord's API, /proc, model paths) once,"
+                                              " now. Off by default: on a stack that has stopped, such a poll only"
+                                              " stores that it is gone, stamped now.")] = False) -> None:
+    """Read every file source (and the infer store) to its current end, commit, exit. Run again: it adds
+    nothing. Infer-store segments changed within the settle time are left for a later run, and said so.
+
+    Sources that sample the present are polled only with --poll: what they say is true of the moment of
+    the poll, not of the time the files cover."""
+    from spyglass.agent.pipeline import Pipeline
+    from spyglass.agent.runtime import StoreBusy, open_store
+    from spyglass.collectors.clock import SystemClock
+
+    cfg = with_settle(_config(config), settled_seconds)
+    missing = missing_files(cfg)
+    for name, path in missing:
+        typer.echo(f"warning: sources.{name}: no file at {path}", err=True)
+    files = len(tailed_files(cfg))
+    if files and len(missing) == files:
+        typer.echo(f"error: {config}: none of the {files} configured files exists", err=True)
+        raise typer.Exit(1)
+    try:
+        store = open_store(cfg)
+    except StoreBusy as exc:
+        typer.echo(f"error: {exc}. A running agent already reads these sources into the store: nothing to"
+                   " ingest while it runs (query it with `spyglass sql`); stop it first to ingest here", err=True)
+        raise typer.Exit(1) from None
+    pipeline = Pipeline(cfg, SystemClock(), store)
+    tailers = [rt.tailer for rt in pipeline.tailed_sources()]
+    before = sum(tailer.stats.lines for tailer in tailers)
+    # Events counted from the sources' outcomes, not by a commit hook: with a hook the committer
+    # would keep every event of a commit interval in memory even with the store off.
+    before_events = sum(rt.outcomes.get("event", 0) for rt in pipeline.sources)
+    try:
+        pipeline.run_until_idle(poll=poll)
+    finally:
+        pipeline.close()
+    events = [sum(rt.outcomes.get("event", 0) for rt in pipeline.sources) - before_events]
+    lines = sum(tailer.stats.lines for tailer in tailers) - before
+    stored = "stored" if cfg.exporters.store.enabled else "counted (store off)"
+    typer.echo(f"read {lines:,} lines from {files - len(missing)} of {files} files;"
+               f" {events[0]:,} events {stored}; {len(cfg.sources)} sources")
+    for name, segments in unsettled_segments(pipeline).items():
+        settle = cfg.sources[name].settle_seconds
+        typer.echo(f"skipped {len(segments)} unsettled segment{'s' * (len(segments) != 1)} of sources.{name}"
+                   f" (changed within settle_seconds {settle:g} s; run again later, or --settled-seconds 0 for a"
+                   f" copy): {', '.join(segments[:5])}{' ...' if len(segments) > 5 else ''}", err=True)
+
+
+@app.command()
+def sql(config: ConfigOption,
+        query: Annotated[str | None, typer.Argument(help="One SELECT statement over the store's tables (events,"
+                                                         " checkpoints); - reads it from stdin.")] = None,
+        file: Annotated[Path | None, typer.Option("--file", help="Read the query from this file.")] = None,
+        fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv or json")] = Format.table) -> None:
+    """Run a read-only query on the store's tables. The forensic views (requests, cache_events, ...) are
+    `spyglass views`'s: it puts them in front of a query, over a window."""
+    from spyglass.agent.query import QueryError, agent_api, run_readonly, show
+
+    text = query_text(query, file)
+    cfg = _config(config)
+    try:
+        answer = run_readonly(cfg.store_path(), text, agent_api(cfg), cfg.forensics.limits())
+    except QueryError as exc:
+        typer.echo(f"error: {exc}{views_hint(str(exc))}", err=True)
+        raise typer.Exit(1) from None
+    show(answer.columns, answer.rows, fmt.value)
+    if answer.truncated:
+        typer.echo(f"note: {answer.truncated}", err=True)
+
+
+def query_text(query: str | None, file: Path | None) -> str:
+    """The query: the argument, stdin for `-`, or --file's text; exit 2 unless exactly one gives it."""
+    if (query is None) == (file is None):
+        typer.echo("error: give one query: as the argument, - for stdin, or --file FILE", err=True)
+        raise typer.Exit(2)
+    if file is not None:
+        try:
+            return file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            typer.echo(f"error: --file {file}: {exc}", err=True)
+            raise typer.Exit(2) from None
+    return sys.stdin.read() if query == "-" else str(query)
+
+
+def views_hint(error: str) -> str:
+    """When a query names a forensic view as a table: say that `spyglass views` runs it."""
+    import re
+
+    from spyglass.forensics.views import VIEWS
+
+    missing = re.search(r"Table with name (\w+) does not exist", error)
+    if missing and missing.group(1) in VIEWS:
+        return (f"\n{missing.group(1)} is a forensic view: `spyglass views \"<the query>\" -c CONFIG [--from ...]`"
+                " runs a query over the views (`spyglass views` lists them)")
+    return ""
+
+
+@app.command("trace")
+def trace_command(config: ConfigOption, request_id: RequestId) -> None:
+    """Print one request's trace from the store: gateway, engine and its phases, with durations.
+
+    The request is named by its id or by its trace id (a TTFT or duration exemplar's trace_id)."""
+    from spyglass.agent.query import QueryError
+    from spyglass.forensics.trace import print_trace
+
+    try:
+        print_trace(_config(config), request_id)
+    except QueryError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+from spyglass.forensics import commands as forensics  # noqa: E402 - registered where they belong in --help
+from spyglass.forensics.run import one_connection  # noqa: E402 - each forensic command: one query process
+
+app.command("timeline")(one_connection(forensics.timeline))
+app.command("requests")(one_connection(forensics.requests))
+app.command("report")(one_connection(forensics.report))
+app.command("views")(one_connection(forensics.views))
+from spyglass.forensics import diagnose_cli  # noqa: E402
+
+app.command("diagnose")(one_connection(diagnose_cli.diagnose))
+
+from spyglass.upgrades import commands as upgrades  # noqa: E402
+
+app.command("changes")(one_connection(upgrades.changes))
+app.command("crashes")(one_connection(upgrades.crashes))
+app.command("baseline")(one_connection(upgrades.baseline))
+
+
+@app.command()
+def rules(config: ConfigOption,
+          out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the rule files.")] = Path("alerts")) -> None:
+    """Write the Prometheus rules, runbooks and Alertmanager config for this deployment."""
+    from spyglass.alerting.heuristics import Deployment
+    from spyglass.alerting.rules import write
+
+    paths = write(Deployment.of(_config(config)), out)
+    typer.echo(f"wrote {len(paths)} files to {out}")
+
+
+store_app = typer.Typer(no_args_is_help=True, help="The DuckDB store: its schema.")
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("migrate")
+def store_migrate(config: ConfigOption,
+                  batch: Annotated[int, typer.Option(min=1, help="Events read, typed and written per step.")] = 50_000
+                  ) -> None:
+    """Bring the store to the typed schema (a table per event kind) in one transaction; a kill leaves the old
+    store whole. The agent does it at start; this does it without starting one (no agent may hold the file)."""
+    import duckdb
+
+    from spyglass.exporters.event_schema import SCHEMA_VERSION
+    from spyglass.exporters.store import DuckDBStore
+
+    cfg = _config(config)
+    try:
+        store = DuckDBStore(cfg.store_path())
+    except duckdb.IOException as exc:
+        typer.echo(f"error: {cfg.store_path()}: {str(exc).splitlines()[0]}", err=True)
+        raise typer.Exit(1) from None
+    try:
+        before = store.schema_version()
+
+        def progress(done: int, total: int) -> None:
+            typer.echo(f"migrated {done} of {total} events", err=True)
+
+        store.sources = {**store.sources, **cfg.source_kinds()}
+        moved = store.migrate(progress, batch)
+    finally:
+        store.close()
+    typer.echo(f"{cfg.store_path()}: schema {before} -> {SCHEMA_VERSION}, {moved} events migrated"
+               if before != SCHEMA_VERSION else f"{cfg.store_path()}: already at schema {SCHEMA_VERSION}")
+
+
+FromOption = Annotated[str, typer.Option("--from", help="Start: RFC 3339 (no offset: UTC), epoch seconds, or now-1h.")]
+ToOption = Annotated[str, typer.Option("--to", help="End: RFC 3339 (no offset: UTC), epoch seconds, or now.")]
+
+
+@app.command()
+def backfill(config: ConfigOption, start: FromOption, end: ToOption,
+             out: Annotated[Path, typer.Option("--out", "-o", help="Folder for spyglass.om.")],
+             step: Annotated[str, typer.Option(help="Sample the replayed state this often.")] = "15s") -> None:
+    """Replay the stored events into OpenMetrics with timestamps, for promtool tsdb create-blocks-from openmetrics.
+
+    Exit 2 on a usage error (the bounds of `spyglass backtest`: at most 31 days, a step of at least 1s)."""
+    from spyglass.alerting.backfill import OPENMETRICS_FILE, BackfillError, UsageError, parse_duration, parse_time, replay
+    from spyglass.alerting.backtest import check_bounds
+
+    cfg = _config(config)
+    try:
+        first, last, every = parse_time(start), parse_time(end), parse_duration(step)
+        check_bounds(first, last, every, 0.0)
+        result = replay(cfg, first, last, every, out / OPENMETRICS_FILE)
+    except UsageError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except BackfillError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"wrote {result.samples} samples at {result.times} times from {result.events} events to {result.path};"
+               f" blocks: promtool tsdb create-blocks-from openmetrics {result.path} DATA_DIR")
+
+
+@app.command()
+def backtest(config: ConfigOption, start: FromOption, end: ToOption,
+             rules: Annotated[Path | None, typer.Option(help="A rule file or a folder of them (default: the rules"
+                                                        " `spyglass rules` makes of --config, in memory).")] = None,
+             step: Annotated[str, typer.Option(help="Backfill sample interval (at least 1s).")] = "15s",
+             lookback: Annotated[str, typer.Option(help="History replayed before --from for windows and baselines.")] = "2h",
+             as_json: Annotated[bool, typer.Option("--json", help="Print {\"alerts\": [...], \"pending\": [...]}"
+                                                   " instead of tables.")] = False,
+             ) -> None:
+    """Which alerts would have fired over a stored window: replay, blocks, Prometheus, for: applied.
+
+    Exit 0 with the result; 1 when it cannot run (no store, nothing stored in the window, a bad rule file);
+    2 on a usage error (a bad or out-of-range time, --from after --to, a window over 31 days, a step
+    under 1s, more than 200,000 sample times)."""
+    from spyglass.alerting.backfill import BackfillError, UsageError, parse_duration, parse_time
+    from spyglass.alerting.backtest import backtest as run_backtest
+    from spyglass.alerting.backtest import dumps, show
+
+    cfg = _config(config)
+    try:
+        first, last = parse_time(start), parse_time(end)
+        result = run_backtest(cfg, first, last, rules, parse_duration(step), parse_duration(lookback))
+    except UsageError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except BackfillError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(dumps(result))
+    else:
+        show(result, first, last)
+
+
+@app.command()
+def smoke(url: Annotated[str, typer.Option(help="The serve's base URL, e.g. http://127.0.0.1:8081.")],
+          samples: Annotated[Path, typer.Option(help="Fixed samples, one JSON request a line.")],
+          baseline: Annotated[Path | None, typer.Option(help="A baseline written by --record.")] = None,
+          record: Annotated[Path | None, typer.Option(help="Write this run's TTFTs as the baseline, if it passes.")] = None,
+          budget: Annotated[float, typer.Option(help="Seconds to wait for /health (the probe budget).")] = 600.0,
+          factor: Annotated[float, typer.Option(help="A TTFT above this times the baseline fails.")] = 2.0,
+          config: Annotated[Path | None, typer.Option("--config", "-c", help="Record the result in this agent's"
+                                                      " store, as a deploy event.")] = None,
+          instance: Annotated[str | None, typer.Option(help="The instance it gates (default: the config's"
+                                                       " serve_status source polling --url).")] = None) -> None:
+    """The deploy gate: wait for /health within the budget, send fixed samples, check status, shape, finish
+    reason and TTFT against the baseline; exit 1 with the reason on a regression, 2 on a bad samples file.
+    With --config the result is stored as an event (through the running agent, else in a store no process holds)."""
+    import json
+    import time
+
+    from spyglass.upgrades.smoke import SamplesError, load_samples
+    from spyglass.upgrades.smoke import smoke as run_smoke
+
+    try:
+        loaded = load_samples(samples)
+        base = json.loads(baseline.read_text()) if baseline else None
+    except (SamplesError, OSError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    cfg = None
+    if config is not None:
+        from spyglass.upgrades.smoke_event import instance_for
+
+        cfg = _config(config)
+        instance = instance or instance_for(cfg, url)
+        if not instance:
+            typer.echo(f"error: --instance: no serve_status source of {config} polls {url}; say which instance"
+                       " the gate is for", err=True)
+            raise typer.Exit(2)
+    verdict = run_smoke(url, loaded, base, budget, factor)
+    if cfg is not None and instance:
+        from spyglass.upgrades.smoke_event import NotRecorded, result_of
+        from spyglass.upgrades.smoke_event import record as store_result
+
+        try:
+            how = store_result(cfg, result_of(verdict, instance, url, samples, time.time()))
+            typer.echo(f"smoke result for {instance} {how}", err=True)
+        except NotRecorded as exc:
+            typer.echo(f"warning: smoke result NOT recorded: {exc}", err=True)
+    if not verdict.ok:
+        typer.echo(f"smoke failed: {verdict.reason}", err=True)
+        raise typer.Exit(1)
+    if record:
+        record.write_text(json.dumps(verdict.baseline(), indent=1) + "\n")
+    typer.echo(f"smoke passed: {verdict.reason} (ready after {verdict.waited_seconds:.1f} s)")
+
+
+@app.command()
+def demo(seconds: Annotated[float, typer.Option(help="Stop after this long; 0 runs until Ctrl-C.")] = 0.0,
+         listen: Annotated[str, typer.Option(help="host:port for /metrics.")] = "127.0.0.1:9464",
+         scenario: Annotated[str | None, typer.Option(help="Run one scenario (healthy, eviction-storm, ...)"
+                                                          " instead of the mix.")] = None,
+         keep: Annotated[Path | None, typer.Option(help="Run in this new or empty folder and keep the stack's"
+                                                        " logs, the store and its config there.")] = None) -> None:
+    """Run the emulated stack under supervisord with incident scenarios, and the agent on it."""
+    from spyglass.agent.server import ListenError
+    from spyglass.cli.demo import run_demo
+
+    try:
+        run_demo(seconds=seconds, listen=listen, scenario=scenario, keep=keep)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except ListenError as exc:
+        typer.echo(f"error: {exc}; give --listen a free host:port (e.g. --listen 127.0.0.1:9465)", err=True)
+        raise typer.Exit(1) from None
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    logger.remove()
+    logger.add(sys.stderr, level="INFO")
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,136 @@
+"""llama-server's /health, /metrics and /slots polls turned into metrics (labels: instance, lane).
+
+Where llama.cpp measures what the Strata engine's catalogue already names, the same metric is set:
+busy and total slots (`/slots`), the engine-wide decode rate (`llamacpp:predicted_tokens_seconds`).
+The rest is llama.cpp's own and named `spyglass_llama_*`: deferred requests (waiting for a slot), prompt
+tokens processed against taken from its cache, and its time and decode counters. Its counters reset with
+the process; they are exported as increments since the last poll (a new process's whole count after a
+reset), so they never go down, and `spyglass_llama_restarts_total` counts the resets seen. While a poll
+fails, the gauges are dropped (no stale value is shown as current). The log's events (evictions, TTFT,
+prompt reuse, starts) go through the engine log's signals (signals/engine.py).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from spyglass.collectors.event import Event
+from spyglass.collectors.grammar import number_ok
+from spyglass.signals import SavedNumber, SignalsBase, signals_for
+from spyglass.signals.catalogue import spec_maker
+from spyglass.signals.engine_log import SPECS as ENGINE_SPECS
+
+INSTANCE_LANE = ("instance", "lane")
+SHARED = {s.name: s for s in ENGINE_SPECS}
+COUNTERS = {  # llamacpp name -> (metric, extra label values)
+    "prompt_tokens_total": ("spyglass_llama_prompt_tokens_total", ("processed",)),
+    "prompt_tokens_cached_total": ("spyglass_llama_prompt_tokens_total", ("cached",)),
+    "prompt_seconds_total": ("spyglass_llama_prompt_processing_seconds_total", ()),
+    "tokens_predicted_total": ("spyglass_llama_generated_tokens_total", ()),
+    "tokens_predicted_seconds_total": ("spyglass_llama_generation_seconds_total", ()),
+    "n_decode_total": ("spyglass_llama_decode_calls_total", ()),
+}
+GAUGES = {"requests_deferred": "spyglass_llama_requests_deferred",
+          "predicted_tokens_seconds": "spyglass_engine_decode_tokens_per_second"}
+DROPPED_ON_ERROR = ("spyglass_llama_ready", "spyglass_llama_requests_deferred", "spyglass_engine_slots",
+                    "spyglass_engine_slots_busy", "spyglass_engine_decode_tokens_per_second")
+
+spec = spec_maker("llama_server", INSTANCE_LANE)
+
+SPECS = [
+    SHARED["spyglass_engine_slots"], SHARED["spyglass_engine_slots_busy"],
+    SHARED["spyglass_engine_decode_tokens_per_second"],
+    spec("spyglass_llama_up", "gauge", "1 when the last poll of llama-server's /health answered, else 0."),
+    spec("spyglass_llama_poll_errors_total", "counter",
+         "Polls of llama-server with no answer from /health, by kind: timeout, refused, http_NNN, ...", ("error",)),
+    spec("spyglass_llama_ready", "gauge", "1 when llama-server's /health says ok, 0 while it loads (503)."),
+    spec("spyglass_llama_requests_deferred", "gauge",
+         "Requests waiting for a free slot (llamacpp:requests_deferred): the llama.cpp queue."),
+    spec("spyglass_llama_prompt_tokens_total", "counter",
+         "Prompt tokens by part: processed (prefilled) or cached (reused), from llamacpp:prompt_tokens_total and"
+         " llamacpp:prompt_tokens_cached_total.", ("part",), unit="tokens"),
+    spec("spyglass_llama_prompt_processing_seconds_total", "counter", "Time llama-server spent processing prompts.",
+         unit="seconds"),
+    spec("spyglass_llama_generated_tokens_total", "counter", "Tokens llama-server generated.", unit="tokens"),
+    spec("spyglass_llama_generation_seconds_total", "counter", "Time llama-server spent generating tokens.",
+         unit="seconds"),
+    spec("spyglass_llama_decode_calls_total", "counter", "llama_decode() calls of llama-server."),
+    spec("spyglass_llama_build_info", "info", "llama-server's build (/props build_info, e.g. b1-0c1e570), value 1.",
+         ("build",)),
+    spec("spyglass_llama_restarts_total", "counter", "llama-server restarts seen: a counter of /metrics went backwards."),
+]
+
+
+class LlamaSaved(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    counters: dict[str, dict[str, SavedNumber]] = Field(default_factory=dict)  # instance -> llamacpp name -> value
+
+
+@signals_for("llama_server", SPECS)
+class LlamaServerSignals(SignalsBase):
+    mirrored_counters = frozenset(metric for metric, _ in COUNTERS.values())
+    Saved = LlamaSaved
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.last: dict[str, dict[str, float]] = {}  # instance -> each llamacpp counter at the last poll
+
+    def checkpoint(self) -> LlamaSaved:
+        return LlamaSaved.model_construct(counters=self.last)
+
+    def restore(self, saved: LlamaSaved) -> None:
+        self.last = dict(saved.counters)
+
+    @staticmethod
+    def from_memo(memo: dict[str, Any]) -> dict[str, Any]:
+        return {"counters": memo.get("llama_server") or {}}
+
+    def apply(self, e: Event) -> None:
+        s, key = self.state, (e.instance, self.settings.lanes.get(e.instance, ""))
+        if e.kind == "poll_error":
+            s.set("spyglass_llama_up", key, 0.0)
+            s.inc("spyglass_llama_poll_errors_total", key + (str(e.fields.get("error", "")),))
+            for metric in DROPPED_ON_ERROR:
+                s.drop(metric, key)
+            return
+        if e.kind != "llama_status":
+            return
+        f = e.fields
+        s.set("spyglass_llama_up", key, 1.0)
+        s.set("spyglass_llama_ready", key, 1.0 if f.get("health") == "ok" else 0.0)
+        if isinstance(f.get("build"), str):
+            s.set_info("spyglass_llama_build_info", key + (f["build"],), 2)
+        slots = f.get("slots")
+        if isinstance(slots, dict):
+            for metric, part in (("spyglass_engine_slots", "total"), ("spyglass_engine_slots_busy", "busy")):
+                if number_ok(slots.get(part)):
+                    s.set(metric, key, slots[part])
+        metrics = f.get("metrics")
+        if not isinstance(metrics, dict):
+            return
+        for name, metric in GAUGES.items():
+            if number_ok(metrics.get(name)):
+                s.set(metric, key, metrics[name])
+        if "slots" not in f and number_ok(metrics.get("requests_processing")):
+            s.set("spyglass_engine_slots_busy", key, metrics["requests_processing"])
+        self._counters(e.instance, key, metrics)
+
+    def _counters(self, instance: str, key: tuple[str, str], metrics: dict) -> None:
+        """Each llamacpp counter as increments since the last poll; a counter that went backwards means a
+        new process: its whole count is added, and the restart counted once."""
+        last = self.last.get(instance, {})
+        raw = {name: float(metrics[name]) for name in COUNTERS if number_ok(metrics.get(name))}
+        restarted = any(value < last[name] for name, value in raw.items() if number_ok(last.get(name)))
+        if restarted:
+            self.state.inc("spyglass_llama_restarts_total", key)
+        for name, value in raw.items():
+            metric, extra = COUNTERS[name]
+            before = last.get(name)
+            if before is None:  # first sight: the process's count, never below what was exported
+                series = key + extra
+                self.state.set(metric, series, max(self.state.series(metric).get(series, 0.0), value))
+            else:
+                self.state.inc(metric, key + extra, value if restarted else value - before)
+        self.last[instance] = raw if restarted else {**last, **raw}
