@@ -2,8 +2,9 @@
 
 The sdist of a pinned llama-cpp-python version carries the whole llama.cpp tree (``vendor/llama.cpp``).
 ``ensure_built()`` downloads it with pip, builds the ``llama-server`` target with cmake (``-j2`` under
-``nice``) and caches the result under ``.cache/llama.cpp/<version>/`` in the checkout (ignored by git), so
-only a fresh machine pays the build (about 12 CPU-minutes on two cores). Guarantees:
+``nice``) and caches the result under ``~/.cache/spyglass/llama.cpp/<version>/`` (``$XDG_CACHE_HOME`` if set),
+outside the clone, so CI's fresh clone and a second checkout on the same machine reuse it: only a fresh machine
+pays the build (about 12 CPU-minutes on two cores). Guarantees:
 
 - the cache is complete or absent: the ``BUILT`` stamp is written last, after the binary answered
   ``--version``; a half-finished build is rebuilt;
@@ -30,7 +31,7 @@ LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 """The pinned llama-cpp-python release whose ``vendor/llama.cpp`` is built."""
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CACHE_ROOT = REPO_ROOT / ".cache" / "llama.cpp"
+CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "spyglass" / "llama.cpp"
 VOCAB_NAME = "ggml-vocab-llama-spm.gguf"
 
 CMAKE_FLAGS = (

@@ -1,6 +1,6 @@
 """A tiny llama-architecture MoE model with random weights, written with the ``gguf`` package.
 
-``ensure_model()`` writes it once under ``.cache/llama.cpp/models/`` (ignored by git): n_embd 64, 2 blocks,
+``ensure_model()`` writes it once under ``~/.cache/spyglass/llama.cpp/models/`` (outside the clone): n_embd 64, 2 blocks,
 4 heads and 4 KV heads, n_ff 128, context 4096, 4 experts with 2 used per token (so llama.cpp loads it
 as an MoE), f32 weights drawn from a fixed seed, and the 32,000-token SentencePiece vocabulary copied
 from the sdist's ``models/ggml-vocab-llama-spm.gguf``. About 18 MB; it loads in a fraction of a second and
