@@ -94,10 +94,12 @@ SettledOption = Annotated[float | None, typer.Option(
 
 def with_settle(config: Config, seconds: float | None) -> Config:
     """`config` with every infer_store source's settle_seconds set to `seconds` (unchanged for None)."""
+    from spyglass.collectors.infer_store import InferStoreOptions
+
     if seconds is None:
         return config
-    sources = {name: o.model_copy(update={"settle_seconds": seconds}) if o.kind == "infer_store" else o
-               for name, o in config.sources.items()}
+    sources = {**config.sources, **{name: o.model_copy(update={"settle_seconds": seconds})
+                                    for name, o in config.sources_of(InferStoreOptions).items()}}
     return config.model_copy(update={"sources": sources})
 
 
