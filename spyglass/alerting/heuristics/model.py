@@ -9,7 +9,7 @@ from typing import Literal
 
 from spyglass.collectors.engine_log import EngineLogOptions
 from spyglass.collectors.serve_status import ServeStatusOptions
-from spyglass.config import AlertsConfig, Config, LaneObjective
+from spyglass.config import AlertsConfig, Config, LaneObjective, SignalsConfig
 
 Severity = Literal["critical", "warning", "info"]
 
@@ -115,6 +115,7 @@ class Deployment:
     for which instance, with the time within which its next poll is due."""
 
     settings: AlertsConfig = field(default_factory=AlertsConfig)
+    signals: SignalsConfig = field(default_factory=SignalsConfig)  # what the metrics count (a long prompt's size)
     lanes: dict[str, LaneObjective] = field(default_factory=lambda: {"fast": DEFAULT_LANE, "normal": DEFAULT_LANE})
     engine_sources: dict[str, str] = field(default_factory=lambda: {"engine-a": "strata-a", "engine-b": "strata-b"})
     # where the runbooks lie when alerts.runbook_base_url is unset: the file:// URL of the folder written
@@ -131,7 +132,7 @@ class Deployment:
         engines = {name: o.instance for name, o in config.sources_of(EngineLogOptions).items() if o.instance}
         status = {name: (o.instance or name, o.next_poll_within())
                   for name, o in config.sources_of(ServeStatusOptions).items() if o.url}
-        return cls(settings=config.alerts, lanes=dict(sorted(lanes.items())), engine_sources=engines,
+        return cls(settings=config.alerts, signals=config.signals, lanes=dict(sorted(lanes.items())), engine_sources=engines,
                    status_sources=status)
 
 
