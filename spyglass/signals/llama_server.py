@@ -7,7 +7,7 @@ tokens processed against taken from its cache, and its time and decode counters.
 the process; they are exported as increments since the last poll (a new process's whole count after a
 reset), so they never go down, and `spyglass_llama_restarts_total` counts the resets seen. While a poll
 fails, the gauges are dropped (no stale value is shown as current). The log's events (evictions, TTFT,
-prompt reuse, starts) go through the engine log's signals (signals/engine.py).
+prompt reuse, starts) go through the engine log's signals (signals/engine_log.py).
 """
 from __future__ import annotations
 
