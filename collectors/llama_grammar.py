@@ -36,8 +36,8 @@ from spyglass.collectors.grammar import Miss, PatternOverride, build_kinds
 
 STAMP = re.compile(rb"(?P<min>\d{1,9})\.(?P<sec>\d\d)\.(?P<ms>\d{3})\.(?P<us>\d{3}) ")
 LEVEL = re.compile(rb"(?P<level>[DIWE]) ")
-SLOT = r"slot +(?P<func>\w+): id +(?P<slot>\d+) \| task (?P<task>-?\d+) \| "
-SRV = r"srv +(?P<func>\w+): +"
+SLOT = r"slot +(?P<func>[\w()~]+): id +(?P<slot>\d+) \| task (?P<task>-?\d+) \| "
+SRV = r"srv +(?P<func>[\w()~]+): +"
 MIB = r"(?P<mib>\d+\.\d+) MiB"
 OPT_SLOT = f"(?:{SLOT})? *"  # a timing line: with its slot prefix (2026), or a continuation line without
 
@@ -89,7 +89,8 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
                    SLOT + r"(?P<action>created|restored|erasing old|erased invalidated) context checkpoint.*size = " + MIB + r"\)"),
     "reasoning_budget": ("", "reasoning budget", r"(?P<message>.{0,200}reasoning budget.{0,200})"),
     "crash": ("", "", r"(?P<message>(?:.{0,300}: )?GGML_ASSERT\(.{1,400}\) failed|terminate called .{1,300}"
-              r"|.{0,300}Assertion .{1,400} failed\.?|Segmentation fault.{0,100}|Aborted.{0,100}|  what\(\):  .{1,400})"),
+              r"|.{0,300}Assertion .{1,400} failed\.?|Segmentation fault.{0,100}|Aborted.{0,100}|  what\(\):  .{1,400}"
+              r"|\S{0,200}\(ggml_abort\+0x[0-9a-f]{1,16}\)\[0x[0-9a-f]{1,16}\])"),
 }
 TEXT_FIELDS = frozenset({"kv_unified", "path", "address", "by", "func", "cause", "action", "message", "room", "size",
                          "commit", "compiler", "target"})
@@ -98,11 +99,11 @@ START_MARKERS = frozenset({"start", "build", "verbosity"})
 # llama.cpp's lines that carry no signal: what a server prints at the default verbosity besides the
 # patterns, in every period; and the prefixes of its libraries' start-up dumps.
 KNOWN = re.compile(
-    rb"(?:slot +\w+: +id +\d+ \| task -?\d+ \| (?:new prompt|kv cache rm|n_past = |n_tokens = |cached n_tokens|prompt processing"
+    rb"(?:slot +[\w()~]+: +id +\d+ \| task -?\d+ \| (?:new prompt|kv cache rm|n_past = |n_tokens = |cached n_tokens|prompt processing"
     rb"|prompt done|sampler |init sampler|need to evaluate|reusing chunk|input truncated|n_gen|n_decoded|draft acceptance"
     rb"|memory_seq_rm|restored context checkpoint|saved context checkpoint|new slot|id_slot|stop processing|slot is not"
     rb"|released|generation|empty prompt|erased|created context|update_slots|\d)"
-    rb"|srv +\w+: +(?:all slots are idle|request: |done request|Chat format|chat format|updating prompt cache|prompt cache update"
+    rb"|srv +[\w()~]+: +(?:all slots are idle|request: |done request|Chat format|chat format|updating prompt cache|prompt cache update"
     rb"| *- (?:looking|found|saving|cache state|prompt)|initializing slots|loaded|loading|init:|thinking|the draft|spawning"
     rb"|  |\S+ = |model |load_model|cancel task|params_from_|No tokens|clearing|idle slots|chat template|for more info"
     rb"|context checkpoints|slot|HTTP|setting|cleaning|update_slots|logging|cache|n_|--|/)"

@@ -54,7 +54,8 @@ __all__ = ["LLAMA_FIELDS", "Line", "LlamaLineParser", "LlamaLogSource", "Writer"
            "process_start", "request_id"]
 
 SEGMENT_TOLERANCE = 0.5  # seconds a writer's start may miss the lines' times by (stamp granularity, clock ticks)
-STAMP_SLACK = 5.0  # seconds a stamp may run past the file's mtime or its wrapper's time (buffered writes)
+STAMP_SLACK = 60.0  # seconds a stamp may run past the file's mtime or its wrapper's time (buffered writes, a slow read)
+TRUSTED = frozenset({"process", "wrapper"})  # anchors that are the writer's true start, not a guess from the mtime
 BACKSTEP = 1.0  # seconds a stamp may go back without being a restart (the logger's threads, clock reads)
 SPIKE = 60.0  # seconds a lone stamp may run ahead of the lines around it before it is refused
 MAX_TASKS = 4096
@@ -252,7 +253,7 @@ class LlamaLogSource(LineSourceBase):
                  seen: float) -> bool:
         """Whether a stamp is impossible: past the wrapper's time or the file's last write for a placed
         segment, or a lone spike ahead of both the line before it and the line after."""
-        if seg is not None and seg.start + rel > (wall if wall is not None else seen) + STAMP_SLACK:
+        if seg is not None and seg.anchor in TRUSTED and seg.start + rel > (wall if wall is not None else seen) + STAMP_SLACK:
             return True
         return following is not None and rel > last + SPIKE and last - BACKSTEP <= following < rel - BACKSTEP
 
@@ -287,10 +288,11 @@ class LlamaLogSource(LineSourceBase):
     def _seen(self) -> float:
         return self.mtime if self.mtime is not None else self.clock.now()
 
-    def _begin(self, begins: Start) -> Segment:
+    def _begin(self, begins: Start, last_rel: float) -> Segment:
         previous, start = self.segment, begins.at
         if previous is not None and begins.anchor != "wrapper":
-            start = max(start, min(previous.end(), self._seen()))  # never before the previous process's last line
+            # Never before the previous process's last line, nor so late that this one's lines pass the mtime.
+            start = max(start, min(previous.end(), self._seen() - last_rel))
         segment = Segment(start, begins.anchor)
         if begins.writer is not None:
             ram = parse_args(begins.writer.argv).get("cache_ram_mib")
@@ -303,7 +305,8 @@ class LlamaLogSource(LineSourceBase):
     def _segment_events(self, begins: Start | None, run: list[Item], misses: dict[str, int]) -> list[Event]:
         events: list[Event] = []
         if begins is not None:
-            events += self._start_events(self._begin(begins), run, begins.writer)
+            last_rel = max((item.line.rel for item in run if item.line.rel is not None), default=0.0)
+            events += self._start_events(self._begin(begins, last_rel), run, begins.writer)
         segment = self.segment
         assert segment is not None
         seen = self._seen()

@@ -36,7 +36,7 @@ BSD = re.compile(rb"(?:<\d{1,3}>)?(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oc
 ISO_SYSLOG = re.compile(rb"(?:<\d{1,3}>)?" + ISO + SYSLOG_TAG)
 RFC5424 = re.compile(rb"<\d{1,3}>1 (?:-|" + ISO + rb") \S{1,255} \S{1,48} \S{1,128} \S{1,32} (?:-|(?:\[(?:[^\]\\]|\\.)*\])+) ?"
                      rb"(?:\xef\xbb\xbf)?")
-DOCKER_T = re.compile(ISO.replace(b"[T ]", b"T") + rb" ")
+DOCKER_T = re.compile(ISO + rb" (?=\S)")  # docker logs -t (RFC 3339), or a naive dated prefix (Docker Desktop's view)
 COMPOSE = re.compile(rb"(?P<service>[\w.-]{1,64}) +\| ")
 ROUTER = re.compile(rb"\[(?P<port>\d{1,5})\] ")
 # A runner's own lines: Ollama (slog, Go log), llama-swap (bracketed level).
@@ -92,7 +92,7 @@ def _one(line: bytes, ref: float, tz: str) -> tuple[bytes, float | None, str] | 
         return line[found.end():], iso_epoch(found.group("iso"), tz), "journald-iso"
     found = DOCKER_T.match(line)
     if found is not None:
-        return line[found.end():], iso_epoch(found.group("iso"), tz), "docker-t"
+        return line[found.end():], iso_epoch(found.group("iso"), tz), "docker-t" if b"T" in found.group("iso") else "dated"
     found = COMPOSE.match(line)
     if found is not None:
         return line[found.end():], None, "compose"
