@@ -251,11 +251,13 @@ class LlamaLogSource(LineSourceBase):
     @staticmethod
     def _refused(rel: float, last: float, following: float | None, wall: float | None, seg: Segment | None,
                  seen: float) -> bool:
-        """Whether a stamp is impossible: past the wrapper's time or the file's last write for a placed
-        segment, or a lone spike ahead of both the line before it and the line after."""
-        if seg is not None and seg.anchor in TRUSTED and seg.start + rel > (wall if wall is not None else seen) + STAMP_SLACK:
-            return True
-        return following is not None and rel > last + SPIKE and last - BACKSTEP <= following < rel - BACKSTEP
+        """Whether a stamp is impossible: for a placed segment, past the wrapper's time or the file's last
+        write (when the segment's start is a guess, only as a lone jump: a read cut short by the read
+        budget goes on past the mtime it was placed by); or a spike ahead of the lines on both sides."""
+        jump = rel > last + SPIKE and (following is None or following < rel - BACKSTEP)
+        if seg is not None and seg.start + rel > (wall if wall is not None else seen) + STAMP_SLACK:
+            return seg.anchor in TRUSTED or jump
+        return jump and following is not None and following >= last - BACKSTEP
 
     def _placed(self, runs: list[list[Item]], new: list[bool]) -> list[tuple[Start | None, list[Item]]]:
         """Each run with the start instant of its new segment (see the module's rules)."""
