@@ -168,6 +168,7 @@ def print_timeline(records: list[dict], total: int, w) -> None:
     """One line an event, cut to the terminal's width; to a pipe or a file, whole."""
     import os
     import sys
+    import textwrap
 
     from spyglass.cli.console import console_for
     from spyglass.forensics.timeline import event_lines
@@ -176,7 +177,8 @@ def print_timeline(records: list[dict], total: int, w) -> None:
     console = console_for(sys.stdout)
     width = console.width if console.is_terminal or "COLUMNS" in os.environ else None
     shown = f"the first {len(records):,} of {total:,}" if total > len(records) else f"{total:,}"
-    sys.stdout.write(f"{shown} event{'' if total == 1 else 's'} {describe(w)}\n")
+    title = f"{shown} event{'' if total == 1 else 's'} {describe(w)}"
+    sys.stdout.write((textwrap.fill(title, width) if width else title) + "\n")
     for line in event_lines(records, width):
         sys.stdout.write(line + "\n")
 
@@ -270,7 +272,9 @@ def report(name: Annotated[str | None, typer.Argument(help="The report; none (or
     output.emit(output.records(columns, rows), fmt, title=f"{chosen.title}\n{describe(w)}" if fmt == "table" else None)
 
 
-def views(sql: Annotated[str | None, typer.Argument(help="A SELECT over the views.")] = None,
+def views(sql: Annotated[str | None, typer.Argument(help="A SELECT over the views; - reads it from stdin"
+                                                      " (a query that starts with a -- comment, as diagnose prints it).")]
+          = None,
           config: Annotated[Path | None, typer.Option("--config", "-c", help="The agent's TOML config file.")] = None,
           start: From = None, end: To = None, since: Since = None, tz: Tz = "UTC", fmt: Format = "table",
           parquet: Parquet = None) -> None:
@@ -289,6 +293,10 @@ def views(sql: Annotated[str | None, typer.Argument(help="A SELECT over the view
     check_format(fmt)
     cfg = load(config)
     w = the_window(start, end, tz, since)
+    if sql == "-":
+        import sys
+
+        sql = sys.stdin.read()
     columns, rows = fetch(cfg, Query(sql, w.params()), parquet)
     if not rows:
         raise nothing(cfg, w, "the query returned no rows", parquet)
