@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 KEY_NAME = re.compile(r"(^|_)(alert|alertname|instance|request_id|trace_id|id|severity|program|deploy|utc"
@@ -75,6 +75,7 @@ class Layout:
     dropped: list[str]
     cards: bool = False
     undated: tuple[str, ...] = ()  # time columns shown without their date: every row's is the header's
+    widths: dict[str, int] = field(default_factory=dict)  # a key column's width, its header broken to fit
 
 
 DATED = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d")
@@ -95,6 +96,7 @@ def plan(names: Sequence[str], rows: Sequence[Sequence[Any]], texts: Sequence[Se
     header: list[str] = []
     kept = []
     undated: dict[str, str] = {}
+    empty: list[str] = []
     for i, c in enumerate(columns):
         values = {t[i] for t in texts}
         date = one_date([t[i] for t in texts])
@@ -102,21 +104,26 @@ def plan(names: Sequence[str], rows: Sequence[Sequence[Any]], texts: Sequence[Se
             undated[c.name] = date
         if c.role == "clock":
             header.append(f"{c.name} left out: Beijing time is UTC+8")
+        elif c.role != "key" and len(texts) > 1 and values == {""}:
+            empty.append(c.name)
         elif c.role != "key" and len(texts) > 1 and len(values) == 1:
             header.append(f"{c.name}: {next(iter(values))}")
         else:
             kept.append(i)
+    if empty:
+        header.append(f"empty in every row: {', '.join(empty)}")
+    cards = Layout([columns[i] for i in kept], list(header), [], cards=True)  # a block a row keeps the dates
     for date in dict.fromkeys(undated.values()):
         header.append(f"{date}: the date of every {', '.join(n for n, d in undated.items() if d == date)}")
     layout = Layout([columns[i] for i in kept], header, [], undated=tuple(undated))
     if needed(layout, names, texts) <= width:
-        return layout
+        return widened(layout, names, texts, width)
     labels = [c.name for c in layout.shown if c.role == "label"]
     if labels:
         layout = Layout([c for c in layout.shown if c.role != "label"], header, labels, undated=layout.undated)
         if needed(layout, names, texts) <= width:
-            return layout
-    return Layout(columns, [], [], cards=True)
+            return widened(layout, names, texts, width)
+    return cards
 
 
 def key_width(name: str, cells: list[str]) -> int:
@@ -125,6 +132,18 @@ def key_width(name: str, cells: list[str]) -> int:
 
 def shown_text(text: str, column: str, layout: Layout) -> str:
     return text[11:] if column in layout.undated and DATED.match(text) else text
+
+
+def widened(layout: Layout, names: Sequence[str], texts: Sequence[Sequence[str]], width: int) -> Layout:
+    """`layout` with the room it leaves at `width` given to its key columns, narrowest first, up to their
+    header's length: a header breaks only where the table needs it to."""
+    spare = width - needed(layout, names, texts)
+    for c in sorted((c for c in layout.shown if c.role == "key"), key=lambda c: len(c.name)):
+        i = names.index(c.name)
+        least = key_width(c.name, [shown_text(t[i], c.name, layout) for t in texts])
+        grow = max(0, min(spare, text_width(c.name) - least))
+        layout.widths[c.name], spare = least + grow, spare - grow
+    return layout
 
 
 def needed(layout: Layout, names: Sequence[str], texts: Sequence[Sequence[str]]) -> int:
@@ -156,10 +175,10 @@ def table_of(layout: Layout, names: Sequence[str], cells: Sequence[Sequence[Any]
             table.add_column(Text(c.name), no_wrap=c.role in ("key", "clock"))
             continue
         if c.role == "key":
-            w = key_width(c.name, [shown_text(t[i], c.name, layout) for t in texts])
+            w = layout.widths.get(c.name) or key_width(c.name, [shown_text(t[i], c.name, layout) for t in texts])
             table.add_column(Text(header_lines(c.name, w)), no_wrap=True, min_width=w)
         else:
-            table.add_column(Text(header_lines(c.name, WRAP_FLOOR + 4)), overflow="fold")
+            table.add_column(Text(header_lines(c.name, 16)), overflow="fold")
     for row, text in zip(cells, texts or cells):
         table.add_row(*(undated(row[names.index(c.name)], text[names.index(c.name)], c.name, layout)
                         for c in layout.shown))
@@ -189,14 +208,15 @@ def render(names: Sequence[str], rows: Sequence[Sequence[Any]], cells: Sequence[
     if not (layout.header or layout.dropped or layout.cards):
         return [table]
     parts: list[Any] = [title] if title else []
+    parts += [Text(line, style="dim") for line in layout.header]
     if layout.cards:  # like psql's \x
         for n, row in enumerate(cells, 1):
             block = Table("column", f"row {n}")
-            for name, value in zip(names, row):
-                block.add_row(Text(name), value)
+            block.columns[1].overflow = "fold"
+            for c in layout.shown:
+                block.add_row(Text(c.name), row[names.index(c.name)])
             parts.append(block)
         return parts
-    parts += [Text(line, style="dim") for line in layout.header]
     parts.append(table_of(layout, names, cells, texts, None, wrap=True))
     if layout.dropped:
         parts.append(Text(f"left out to fit {console.width} columns: {', '.join(layout.dropped)}"
