@@ -162,6 +162,7 @@ class Registration:
     options: type[SourceOptions]
     tailed: Callable[..., LineSource] | None = None  # constructed as cls(name, options, host=...)
     polled: Callable[..., PolledSource] | None = None
+    presets: dict[str, Callable[..., LineSource]] = field(default_factory=dict)  # options.preset -> its line source
 
     @property
     def cls(self) -> type:
@@ -187,9 +188,10 @@ class Registration:
 
     def build_tailed(self, name: str, options: SourceOptions, host: str = "") -> LineSource:
         """The kind's line source for these options; ValueError if the kind has none."""
-        if self.tailed is None:
+        tailed = self.presets.get(getattr(options, "preset", ""), self.tailed)
+        if tailed is None:
             raise ValueError(f"source kind {self.kind!r} is not read from a file")
-        return self.tailed(name, options, host=host)
+        return tailed(name, options, host=host)
 
     def build_polled(self, name: str, options: SourceOptions, host: str = "") -> PolledSource:
         """The kind's polled source for these options; ValueError if the kind has none."""
@@ -241,6 +243,24 @@ def register(kind: str, options: type[SourceOptions]) -> Callable[[SourceClass],
         if taken not in (None, cls):
             raise ValueError(f"source kind {kind!r} registered twice")
         REGISTRY[kind] = replace(current, polled=cls) if slot == "polled" else replace(current, tailed=cls)
+        return cls
+
+    return decorate
+
+
+def register_preset(kind: str, preset: str) -> Callable[[SourceClass], SourceClass]:
+    """Register the line source of one preset of `kind` (options.preset == `preset`): another grammar and
+    clock for the same events, options and signals (the engine log's llama_server preset)."""
+
+    def decorate(cls: SourceClass) -> SourceClass:
+        if check_source_class(kind, cls) != "tailed":
+            raise ValueError(f"source kind {kind!r}: preset {preset!r} must be a line source")
+        current = REGISTRY.get(kind)
+        if current is None:
+            raise ValueError(f"source kind {kind!r}: register the kind before its preset {preset!r}")
+        if current.presets.get(preset) not in (None, cls):
+            raise ValueError(f"source kind {kind!r}: preset {preset!r} registered twice")
+        REGISTRY[kind] = replace(current, presets={**current.presets, preset: cls})
         return cls
 
     return decorate

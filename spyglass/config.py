@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import os
 import re
 import socket
 import tomllib
@@ -406,7 +407,7 @@ def _check_unique_paths(config: Config, file: str) -> None:
     for name, options in config.sources.items():
         if options.path is None or kinds[options.kind].is_polled(options):
             continue
-        real = str(options.path.expanduser().resolve())
+        real = os.path.realpath(options.path.expanduser())  # a symlink loop is the source's problem, at run time
         if real in seen:
             raise ConfigError(f"{file}: sources.{name}.path: the same file as sources.{seen[real]}.path;"
                               " a file is tailed once")

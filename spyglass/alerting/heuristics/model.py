@@ -89,6 +89,28 @@ class Probe:
     needs: tuple[str, ...] = ()
 
 
+Control = Literal["control group", "other lane", "other instance", "hour before"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence:
+    """What an alert's evidence page (spyglass.forensics.evidence) shows beside the probe's figures.
+
+    The runbook's discriminating comparison, computed for the page's window: `this` and `other` are
+    str.format templates over the probe's row (the finding against its control, both measured by the
+    probe); with `control` "hour before" and no `other`, the control is the probe's own finding over the
+    hour before the window (or none). `series` names the chart's series (evidence.SERIES: a store query a
+    bucket) and `threshold` the line drawn on it: a number, or the name of a column of the probe's row."""
+
+    control: Control
+    text: str
+    this: str
+    other: str = ""
+    series: str = "events"
+    threshold: float | str | None = None
+    threshold_factor: float = 1.0  # the line is at this times `threshold` (H1: a share of the baseline)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Heuristic:
     id: str
@@ -103,6 +125,7 @@ class Heuristic:
     diagnosis: str = ""  # what this heuristic needs beyond metrics (bodies, history): the diagnosis does it
     history: str = ""  # what the seeds measured then: the runbook's history, never an alert's description
     probe: Probe | None = None  # the diagnosis's SQL check over the store; None: metrics only
+    evidence: Evidence | None = None  # the evidence page's comparison and chart; None: metrics only
 
     def threshold(self, name: str) -> float:
         return next(t.value for t in self.thresholds if t.name == name)
