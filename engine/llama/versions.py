@@ -28,10 +28,12 @@ class LlamaVersion:
     """One llama-cpp-python release: the llama.cpp it vendors, how to build its server, what the server offers."""
 
     version: str
-    vendored: str                 # the vendored llama.cpp's month (its last sources' dates)
+    vendored: str                 # the vendored llama.cpp's month (about: the release's date)
+    commit: str                   # the vendored llama.cpp commit (llama-cpp-python's CHANGELOG)
     log_era: str                  # the log format, as docs/llama-server.md names it
     target: str = "llama-server"  # the cmake target of the server (`server` before June 2024)
     under_examples: bool = False  # the server is an example (needs LLAMA_BUILD_EXAMPLES=ON)
+    split_experts: bool = False   # reads MoE experts only as one tensor each (before April 2024)
     features: frozenset[str] = frozenset()
     unbuilt: str = ""             # why this version has no build and no fixtures here ("" when it has)
 
@@ -48,15 +50,15 @@ class LlamaVersion:
 LATE_2025 = frozenset({LOG_PREFIX, VERBOSE, HOST_CACHE, CHECKPOINTS, ROUTER, SLOTS, PROPS})
 
 VERSIONS: dict[str, LlamaVersion] = {v.version: v for v in (
-    LlamaVersion("0.2.56", "2024-03", "2024 JSON (`--log-format text`: `INFO [function] msg | k=v`)",
-                 target="server", under_examples=True, features=frozenset({JSON_LOG, VERBOSE, SLOTS, PROPS})),
-    LlamaVersion("0.3.1", "2024-09", "no level letter by default, `slot launch_slot_: id  0 | task 42 | ...`",
+    LlamaVersion("0.2.56", "2024-03", "c2101a2e", "2024 JSON (`--log-format text`: `INFO [function] msg | k=v`)",
+                 target="server", under_examples=True, split_experts=True, features=frozenset({JSON_LOG, VERBOSE, SLOTS, PROPS})),
+    LlamaVersion("0.3.1", "2024-09", "c919d5db", "no level letter by default, `slot launch_slot_: id  0 | task 42 | ...`",
                  under_examples=True, features=frozenset({LOG_PREFIX, VERBOSE, SLOTS, PROPS})),
-    LlamaVersion("0.3.16", "2025-08", "as 0.3.1, `n_past`, `forcing full prompt re-processing`",
+    LlamaVersion("0.3.16", "2025-08", "4227c9be", "as 0.3.1, `n_past`, `forcing full prompt re-processing`",
                  features=frozenset({LOG_PREFIX, VERBOSE, SLOTS, PROPS})),
-    LlamaVersion("0.3.20", "2025-11", "late-2025 wording (`n_tokens`, `sim_best`, `server is listening on`)",
+    LlamaVersion("0.3.20", "2025-12", "f49e9178", "late-2025 wording (`n_tokens`, `sim_best`, `server is listening on`)",
                  features=LATE_2025),
-    LlamaVersion(PINNED, "2026-10", "late-2025 wording with the level letter under `--log-prefix`",
+    LlamaVersion(PINNED, "2026-10", "0c1e5709", "late-2025 wording with the level letter under `--log-prefix`",
                  features=LATE_2025),
 )}
 
@@ -64,4 +66,4 @@ VERSIONS: dict[str, LlamaVersion] = {v.version: v for v in (
 def version(name: str) -> LlamaVersion:
     """The table's row for a llama-cpp-python version; an unknown one is built as the pinned one is."""
     found = VERSIONS.get(name)
-    return found if found is not None else LlamaVersion(name, "?", "unknown", features=VERSIONS[PINNED].features)
+    return found if found is not None else LlamaVersion(name, "?", "?", "unknown", features=VERSIONS[PINNED].features)
