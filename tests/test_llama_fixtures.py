@@ -108,3 +108,11 @@ def test_a_family_the_build_does_not_write_is_not_exported(metrics: Path) -> Non
     assert state.series("spyglass_llama_prompt_tokens_total")[("a", "", "processed")] == found["prompt_tokens_total"]
     assert (("a", "", "cached") in state.series("spyglass_llama_prompt_tokens_total")) == (
         "prompt_tokens_cached_total" in found)
+
+
+def test_the_docs_table_of_builds_is_the_version_table_and_its_fixtures() -> None:
+    from spyglass.engine.llama.versions import docs_rows
+
+    recorded = {p.parent.name: list(json.loads(p.read_text())["logs"]) for p in FIXTURES.glob("*/expected.json")}
+    doc = (Path(__file__).parent.parent / "docs" / "llama-server.md").read_text()
+    assert docs_rows(recorded) in doc, "docs/llama-server.md's table of builds: paste versions.docs_rows()"
