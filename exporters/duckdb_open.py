@@ -20,7 +20,7 @@ class StoreUnusable(Exception):
 
 def connect(path: str | Path = ":memory:", *, read_only: bool = False, **settings: Any) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with extension autoloading and autoinstall off, and `settings` (as strings)."""
-    config = {**SAFE, **{k: str(v) for k, v in settings.items()}}
+    config: dict[str, Any] = {**SAFE, **{k: str(v) for k, v in settings.items()}}
     return duckdb.connect(str(path), read_only=read_only, config=config)
 
 

@@ -84,8 +84,8 @@ class DuckDBStore:
     last finished commit wrote; timestamps are stored as UTC; each event lands in its kind's typed
     table (exporters/event_schema.py), and is folded into its request's row in the same transaction
     (exporters/request_rows.py); a store of the JSON schema (version 1), or of the typed schema before
-    the rows (version 2), is migrated once, in one transaction, losing nothing (`migrate`); the connection analysts query through cannot read or
-    write other files nor change its settings.
+    the rows (version 2), is migrated once, in one transaction, losing nothing (`migrate`); the
+    connection analysts query through cannot read or write other files nor change its settings.
 
     `sources` maps each configured source name to its source kind (the kind tables are per source
     kind); the pipeline gives it (`bind_sources`) before its first commit."""
@@ -100,7 +100,7 @@ class DuckDBStore:
             raise StoreUnusable(f"cannot make the store's folder {path.parent}: {exc.strerror or exc}") from None
         _probe_writable(path.parent)
         self.path = path
-        self.settings = {k: v for k, v in (("memory_limit", memory_limit), ("threads", threads)) if v is not None}
+        self.settings: dict[str, Any] = {k: v for k, v in (("memory_limit", memory_limit), ("threads", threads)) if v is not None}
         self.sources: dict[str, str] = {**RECEIVED, **(sources or {})}
         self.invalidated: str | None = None  # why DuckDB invalidated the connection, until it is reopened
         self.set_aside = 0  # rows the migration could not convert (kept in SET_ASIDE)
