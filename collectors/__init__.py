@@ -43,6 +43,20 @@ class SourceOptions(BaseModel):
                                description="Where rotated generations of the file may be found; '{path}' expands, '{n}'"
                                            " counts 1..agent.rotated_generations (logrotate's x.log.1, x.log.2...).")
 
+    def instances_named(self) -> set[str]:
+        """The instances these options name: its `instance` (a kind whose options name more adds them)."""
+        return {self.instance} if self.instance else set()
+
+    def complete(self, others: list[SourceOptions]) -> None:
+        """Fill in, once every source of the config is valid, what this one takes from the others (the
+        config's other sources' options); nothing unless the kind says."""
+
+
+class PolledOptions(SourceOptions):
+    """Keys every polled source has: @register refuses a polled class whose options are not these."""
+
+    interval_seconds: float = Field(5.0, gt=0, description="Seconds between polls.")
+
 
 LineBatch = tuple[list[Event], dict[str, int], bytes]  # events, miss counts by outcome, last unmatched line
 
@@ -157,6 +171,12 @@ class Registration:
         assert isinstance(main, type), "a registration holds at least one class"
         return main
 
+    @property
+    def polls_the_present(self) -> bool:
+        """The kind is polled and a poll describes the moment of the poll (not history it imports): its
+        series count as current only while its polls keep coming (the replay lets them go stale)."""
+        return self.polled is not None and getattr(self.polled, "samples_present", True) is True
+
     def is_polled(self, options: SourceOptions) -> bool:
         """Whether a source with these options is polled; a kind with both classes is tailed when
         its options name a path."""
@@ -213,6 +233,9 @@ def register(kind: str, options: type[SourceOptions]) -> Callable[[SourceClass],
 
     def decorate(cls: SourceClass) -> SourceClass:
         slot = check_source_class(kind, cls)
+        if slot == "polled" and not issubclass(options, PolledOptions):
+            raise ValueError(f"source kind {kind!r}: the options of a polled source subclass PolledOptions"
+                             f" (interval_seconds); {options.__qualname__} does not")
         current = REGISTRY.get(kind) or Registration(kind, options)
         if current.options is not options:
             raise ValueError(f"source kind {kind!r} registered with two options models")

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from loguru import logger
 from pydantic import Field
 
-from spyglass.collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
+from spyglass.collectors import PolledOptions, PolledSourceBase, PollPolicy, PollResult, register
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import POLL_ERROR, declare
 from spyglass.collectors.grammar import number_ok
@@ -48,7 +48,7 @@ class BadBody(ValueError):
     """A body of the right syntax and the wrong shape (a /slots that is not a list)."""
 
 
-class LlamaServerOptions(SourceOptions):
+class LlamaServerOptions(PolledOptions):
     kind: Literal["llama_server"] = "llama_server"
     url: str = Field(description="llama-server's base URL, e.g. http://127.0.0.1:8080 (/health, /metrics, /slots).")
     interval_seconds: float = Field(5.0, gt=0, description="Seconds between polls while it answers.")
