@@ -66,3 +66,21 @@ def test_the_real_llama_log_fires_no_drift_alarm(tmp_path: Path, spawns: None) -
     assert result.exit_code == 0 and "could not read" not in result.output, result.output
     alerts = backtest(cfg, END - 3600, END + 3600)
     assert "SpyglassSourceUnreadable" not in {a["alert"] for a in alerts}, alerts
+
+
+def test_run_says_at_start_up_what_earlier_runs_could_not_read(tmp_path: Path) -> None:
+    """`spyglass run` prints this line before serving: the outcomes it restores from the state file."""
+    from spyglass.agent.pipeline import Pipeline
+    from spyglass.agent.runtime import open_store
+    from spyglass.cli.checklog import unread_summary
+    from spyglass.collectors.clock import SystemClock
+    from spyglass.config import load_config
+
+    cfg = config(tmp_path, UNKNOWN)
+    assert CliRunner().invoke(app, ["ingest", "--config", str(cfg)]).exit_code == 0
+    pipeline = Pipeline(load_config(cfg), SystemClock(), open_store(load_config(cfg)))
+    try:
+        assert unread_summary(pipeline) == (f"could not read 37 lines of sources.llama-a: run `spyglass check-log"
+                                            f" {tmp_path / 'llama.log'} --preset llama_server` to see their shapes")
+    finally:
+        pipeline.close()

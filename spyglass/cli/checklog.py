@@ -132,17 +132,17 @@ def unread_summary(pipeline: Any, before: dict[str, tuple[dict[str, int], int]] 
     """One line naming the sources with lines they could not read (since `before`: each source's outcomes
     and lines read then; else as restored from the state file), the most first, and what to run next; None
     when every line was read."""
-    found = []
+    found: list[tuple[int, int | None, Any]] = []
     for rt in pipeline.tailed_sources():
         then, lines = (before or {}).get(rt.name, ({}, 0))
         unread = sum(rt.outcomes.get(m, 0) - then.get(m, 0) for m in UNREADABLE)
-        total = rt.tailer.stats.lines - lines if before is not None else sum(rt.outcomes.values())
+        total = rt.tailer.stats.lines - lines if before is not None else None  # restored: events, not lines
         if unread > 0:
             found.append((unread, total, rt))
     if not found:
         return None
     found.sort(key=lambda item: -item[0])
-    parts = [f"{unread:,} of {total:,} lines of sources.{rt.name}" for unread, total, rt in found]
+    parts = [f"{unread:,} {'' if total is None else f'of {total:,} '}lines of sources.{rt.name}" for unread, total, rt in found]
     options = pipeline.config.sources[found[0][2].name]
     preset = getattr(options, "preset", None)
     hint = f"spyglass check-log {options.path}" + (f" --preset {preset}" if preset else "")
