@@ -79,6 +79,7 @@ LLAMA_FIELDS: SourceFields = {
     "evict": {"bytes": "int", "reason": "text", "cause": "text", "evictions": "int", "budget": "int"},
     "queued": {**_TASKED, "prefill_depth": "int"},
     "release": {**_TASKED, "n_tokens": "int", "truncated": "int"},
+    "unread": {"lines": "int", "unreadable": "int", "shape": "text"},
     "prompt": {**_TASKED, "prompt": "int", "reused": "int", "read": "int", "ms": "int"},
     "done": {**_TASKED, "finish": "text", "prompt": "int", "completion": "int", "ttft_ms": "int", "decode_tps": "float",
              "truncated": "int", "n_tokens": "int", "graphs_reused": "int"},
@@ -140,6 +141,7 @@ class LlamaLogSource(LineSourceBase):
         self.shapes: Counter[str] = Counter()  # unreadable lines by shape (check-log)
         self.builds: list[str] = []  # the builds the log named
         self.anchors: list[str] = []  # how each segment was placed in time
+        self.lines_read = self.lines_unread = 0  # since the source's first line (checkpointed): the `unread` event
 
     # -- the LineSource protocol ------------------------------------------------------------------
     def file_mtime(self, mtime: float) -> None:
@@ -148,12 +150,16 @@ class LlamaLogSource(LineSourceBase):
     def checkpoint(self) -> dict[str, Any] | None:
         s = self.segment
         if s is None:
-            return None
-        return {"start": s.start, "anchor": s.anchor, "last_rel": s.last_rel, "evictions": s.evictions,
+            return {"lines": [self.lines_read, self.lines_unread]} if self.lines_read else None
+        return {"lines": [self.lines_read, self.lines_unread], "start": s.start, "anchor": s.anchor, "last_rel": s.last_rel,
+                "evictions": s.evictions,
                 "budget_bytes": s.budget_bytes, "busy": s.busy, "back": s.back, "timing_owner": s.timing_owner,
                 "tasks": {str(k): v for k, v in s.tasks.items()}}
 
     def restore(self, saved: dict[str, Any]) -> None:
+        counts = saved.get("lines")
+        if isinstance(counts, list) and len(counts) == 2 and all(isinstance(n, int) and n >= 0 for n in counts):
+            self.lines_read, self.lines_unread = counts
         try:
             owner = saved.get("timing_owner")
             self.segment = Segment(float(saved["start"]), str(saved["anchor"]), float(saved["last_rel"]),
@@ -195,7 +201,20 @@ class LlamaLogSource(LineSourceBase):
         events: list[Event] = []
         for begins, run in self._segments(items, misses):
             events += self._segment_events(begins, run, misses)
+        unreadable = misses[Miss.UNMATCHED] + misses[Miss.UNPREFIXED]
+        self.lines_read += len(lines)
+        self.lines_unread += unreadable
+        if unreadable:
+            events.append(self._unread(events, items, unread))
         return events, misses, unread[:512]
+
+    def _unread(self, events: list[Event], items: list[Item], line: bytes) -> Event:
+        """The source's running count of lines read and of those it could not read, stamped with the batch's
+        latest known time: what a backtest replays as spyglass_source_lines_total (the drift alarm)."""
+        known = [e.ts for e in events] + [item.wall for item in items if item.wall is not None]
+        shape = line.rstrip(b"\r\n")[:60].translate(DIGITS).decode("utf-8", "replace")
+        return self._event(max(known, default=self._seen()), "unread",
+                           {"lines": self.lines_read, "unreadable": self.lines_unread, "shape": shape})
 
     def _shape(self, payload: bytes) -> None:
         """The unreadable line's shape: digits as 9, its first 60 bytes (bounded: check-log's top shapes)."""

@@ -74,6 +74,11 @@ def run(config: ConfigOption) -> None:
     except StoreUnusable as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+    from spyglass.cli.checklog import unread_summary
+
+    said = unread_summary(agent.pipeline)  # the outcomes restored from the state file: what earlier runs read
+    if said:
+        typer.echo(f"warning: {said}", err=True)
     agent.stop_on_signals()
     agent.serve()
 
@@ -156,6 +161,7 @@ def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
     # Events counted from the sources' outcomes, not by a commit hook: with a hook the committer
     # would keep every event of a commit interval in memory even with the store off.
     before_events = sum(rt.outcomes.get("event", 0) for rt in pipeline.sources)
+    before_outcomes = {rt.name: (dict(rt.outcomes), rt.tailer.stats.lines) for rt in pipeline.tailed_sources()}
     try:
         pipeline.run_until_idle(poll=poll)
     finally:
@@ -165,11 +171,38 @@ def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
     stored = "stored" if cfg.exporters.store.enabled else "counted (store off)"
     typer.echo(f"read {lines:,} lines from {files - len(missing)} of {files} files;"
                f" {events[0]:,} events {stored}; {len(cfg.sources)} sources")
+    from spyglass.cli.checklog import unread_summary
+
+    said = unread_summary(pipeline, before_outcomes)
+    if said:
+        typer.echo(said)
     for name, segments in unsettled_segments(pipeline).items():
         settle = cfg.sources[name].settle_seconds
         typer.echo(f"skipped {len(segments)} unsettled segment{'s' * (len(segments) != 1)} of sources.{name}"
                    f" (changed within settle_seconds {settle:g} s; run again later, or --settled-seconds 0 for a"
                    f" copy): {', '.join(segments[:5])}{' ...' if len(segments) > 5 else ''}", err=True)
+
+
+class Preset(str, Enum):
+    llama_server = "llama_server"
+    strata = "strata"
+
+
+@app.command("check-log")
+def check_log(file: Annotated[Path, typer.Argument(help="A log file: llama-server's (any build since 2024, plain or as"
+                                                       " journald, syslog, docker or router mode captured it) or Strata's.")],
+              preset: Annotated[Preset | None, typer.Option(help="The engine log's preset; default: the one that reads"
+                                                              " more of the file's first lines.")] = None,
+              tz: Annotated[str, typer.Option(help="IANA zone of stamps that name none.")] = "UTC") -> None:
+    """Read a log without a store or a config: the events it yields by kind, the build and capture found, the
+    time anchor used, and the shapes of the lines it could not read. Run it first on your own log."""
+    from spyglass.cli.checklog import report
+
+    if not file.is_file():
+        typer.echo(f"error: no file at {file}", err=True)
+        raise typer.Exit(2)
+    text, _ = report(file, preset.value if preset else None, tz)
+    typer.echo(text)
 
 
 @app.command()
