@@ -8,12 +8,14 @@ endpoint that is switched off (`/metrics` without `--metrics` answers 501, `/slo
 left out of the event, never reported as 0. A poll with no answer from /health is a `poll_error` event
 (timeout, refused, ...) and the pipeline backs off. One poll has one deadline over its requests, and each
 body a size cap. The instance label is the configured one. A stopped process answers nothing (a timeout).
+The source keeps one connection to llama-server (collectors/http_poll.py), and a body that did not change
+since the last poll is not parsed again.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import time
+from http.client import HTTPException
 from typing import Any, Literal
 
 from pydantic import Field
@@ -22,7 +24,8 @@ from spyglass.collectors import PolledSourceBase, PollPolicy, PollResult, Source
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import POLL_ERROR, declare
 from spyglass.collectors.grammar import number_ok
-from spyglass.collectors.serve_status import BodyTooLarge, error_kind
+from spyglass.collectors.http_poll import BodyTooLarge, HttpPoller
+from spyglass.collectors.serve_status import error_kind
 
 METRICS = ("prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total", "tokens_predicted_total",
            "tokens_predicted_seconds_total", "n_decode_total", "n_tokens_max", "prompt_tokens_seconds",
@@ -66,36 +69,38 @@ def summarise_slots(body: Any) -> dict[str, int]:
     return summary
 
 
-async def _get(client: Any, url: str, cap: int) -> tuple[int, bytes]:
-    async with client.stream("GET", url) as response:
-        body = bytearray()
-        async for chunk in response.aiter_raw():
-            body += chunk
-            if len(body) > cap:
-                raise BodyTooLarge
-        return response.status_code, bytes(body)
+class _Parsed:
+    """The last body of each endpoint and what it parsed to: a body that has not changed since the last
+    poll (most of them, on an idle server) is not parsed again."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[bytes, Any]] = {}
+
+    def __call__(self, path: str, body: bytes, parse: Any) -> Any:
+        seen = self.last.get(path)
+        if seen is not None and seen[0] == body:
+            return seen[1]
+        value = parse(body)
+        self.last[path] = (body, value)
+        return value
 
 
-async def _poll(base: str, deadline: float, cap: int) -> dict[str, Any]:
-    import httpx
-
+def _poll(http: HttpPoller, base: str, cap: int, parsed: _Parsed) -> dict[str, Any]:
     fields: dict[str, Any] = {}
-    async with asyncio.timeout(deadline):
-        async with httpx.AsyncClient(timeout=deadline, headers={"accept-encoding": "identity"}) as client:
-            status, _ = await _get(client, base + "/health", cap)
-            fields["health"] = {200: "ok", 503: "loading"}.get(status, f"http_{status}")
-            if status != 200:
-                return fields
-            status, body = await _get(client, base + "/metrics", cap)
-            if status == 200:
-                fields["metrics"] = parse_metrics(body.decode("utf-8", "replace"))
-            status, body = await _get(client, base + "/slots", cap)
-            if status == 200:
-                fields["slots"] = summarise_slots(json.loads(body))
-            status, body = await _get(client, base + "/props", cap)
-            props = json.loads(body) if status == 200 else None
-            if isinstance(props, dict) and isinstance(props.get("build_info"), str):
-                fields["build"] = props["build_info"][:64]
+    status, _ = http.get(base + "/health", cap)
+    fields["health"] = {200: "ok", 503: "loading"}.get(status, f"http_{status}")
+    if status != 200:
+        return fields
+    status, body = http.get(base + "/metrics", cap)
+    if status == 200:
+        fields["metrics"] = parsed("/metrics", body, lambda b: parse_metrics(b.decode("utf-8", "replace")))
+    status, body = http.get(base + "/slots", cap)
+    if status == 200:
+        fields["slots"] = parsed("/slots", body, lambda b: summarise_slots(json.loads(b)))
+    status, body = http.get(base + "/props", cap)
+    props = parsed("/props", body, json.loads) if status == 200 else None
+    if isinstance(props, dict) and isinstance(props.get("build_info"), str):
+        fields["build"] = props["build_info"][:64]
     return fields
 
 
@@ -107,18 +112,22 @@ class LlamaServerSource(PolledSourceBase):
         self.name, self.options, self.host = name, options, host
         self.instance = options.instance or name
         self.base = options.url.rstrip("/")
+        self.http = HttpPoller(self.base)  # one kept-alive connection for the source's life
+        self.parsed = _Parsed()
 
     def poll_policy(self) -> PollPolicy:
         return PollPolicy(self.options.interval_seconds, self.options.max_backoff_seconds)
 
     def poll(self, now: float) -> PollResult:
-        import httpx
-
         started = time.monotonic()
+        self.http.start(self.options.timeout_seconds)
         try:
-            fields = asyncio.run(_poll(self.base, self.options.timeout_seconds, self.options.max_body_bytes))
-        except (httpx.HTTPError, ValueError, TimeoutError, BodyTooLarge) as exc:
+            fields = _poll(self.http, self.base, self.options.max_body_bytes, self.parsed)
+        except (OSError, HTTPException, ValueError, BodyTooLarge) as exc:  # OSError: timeouts and refusals too
             error = Event(now, self.name, "poll_error", self.instance, {"error": error_kind(exc)}, None, self.host)
             return PollResult([error], ok=False)
         fields["poll_ms"] = round((time.monotonic() - started) * 1000)
         return PollResult([Event(now, self.name, "llama_status", self.instance, fields, None, self.host)])
+
+    def close(self) -> None:
+        self.http.close()

@@ -256,15 +256,16 @@ class Pipeline:
     def polled_sources(self) -> list[PolledRuntime]:
         return [rt for rt in self.sources if isinstance(rt, PolledRuntime)]
 
-    def poll(self, rt: PolledRuntime) -> float:
-        """One poll of a polled source if it is due, queued for the next step; returns the seconds
-        until it is due again. Safe from any thread, one thread per source.
+    def poll(self, rt: PolledRuntime, early: float = 0.0) -> float:
+        """One poll of a polled source if it is due (or due within `early` seconds: the polls of one
+        host share a round), queued for the next step; returns the seconds until it is due again.
+        Safe from any thread, one thread per source.
 
         A source that raises is a bug or a surprise of the host, never a dead agent: it is logged,
         counted as an error poll with up = 0, and retried on the failure schedule."""
         schedule = rt.schedule
         now = self.clock.now()
-        if not schedule.due(now):
+        if not schedule.due(now + early):
             return schedule.next_due - now
         try:
             result = schedule.source.poll(now)
