@@ -7,6 +7,7 @@ metric state in one store transaction by time and size, and publishes the commit
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from typing import Any, cast
 from loguru import logger
 
 from spyglass import __version__, collectors, signals
+from spyglass.agent.affinity import cpu_list
 from spyglass.agent.commit import Committer
 from spyglass.collectors import LineSource, NotesItsParser, PolledSource, PollPolicy, SaysWhatItSamples, timebounds
 from spyglass.collectors.clock import Clock
@@ -154,6 +156,7 @@ class Pipeline:
         self.sources = [self._build_source(name, options, saved.checkpoints.get(name))
                         for name, options in config.sources.items()]
         self.state.set_info("spyglass_agent_info", (__version__,), 0)
+        self.state.set_info("spyglass_agent_allowed_cpus_info", (cpu_list(os.sched_getaffinity(0)),), 0)
         self._polled: queue.Queue[tuple[PolledRuntime, list[Event], bool, Any]] = queue.Queue()
         self.event_hooks: list[Callable[[list[Event]], None]] = []  # after each commit, e.g. span export
         self._submitted: queue.Queue[tuple[list[Event], threading.Event]] = queue.Queue()  # from outside: spans received by OTLP

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from loguru import logger
 
 from spyglass import __version__
+from spyglass.agent.affinity import settle
 from spyglass.agent.pipeline import Pipeline, PolledRuntime
 from spyglass.agent.wake import Wake
 from spyglass.collectors.clock import Clock, SystemClock
@@ -69,6 +70,7 @@ class Agent:
     """The pipeline plus its server and watcher; `serve()` runs until `stop` is set."""
 
     def __init__(self, config: Config, clock: Clock | None = None) -> None:
+        settle(config.agent.cpus, config.agent.nice)  # before the store's and the server's threads start
         self.config = config
         self.stop = threading.Event()
         self.wake = Wake()
