@@ -75,7 +75,7 @@ def test_a_connection_the_server_closed_is_replaced_and_the_poll_answers(server:
 def test_a_body_that_did_not_change_is_not_parsed_again(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     parsed: list[str] = []
     real = llama_server.parse_metrics
-    monkeypatch.setattr(llama_server, "parse_metrics", lambda text: parsed.append(text) or real(text))
+    monkeypatch.setattr(llama_server, "parse_metrics", lambda text, invalid=None: parsed.append(text) or real(text, invalid))
     source = LlamaServerSource("metrics", LlamaServerOptions(url=server, instance="llama-a"))
     for now in range(3):
         source.poll(float(now))
