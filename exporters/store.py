@@ -127,6 +127,7 @@ class DuckDBStore:
         self.con.execute("SET lock_configuration = true")
         self._written: dict[str, str] = {}  # checkpoint JSON per source as committed: unchanged ones are not rewritten
         self._has_metrics = False
+        self._typed = False  # the schema is known to be the typed one (checked at the first commit)
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         """The connection, or StoreUnusable in one line: not a DuckDB file, or one this process cannot
@@ -318,8 +319,9 @@ class DuckDBStore:
         unstorable (`storable_table`); the rest are committed."""
         if self.invalidated is not None and self._reopen():
             return []  # the batch landed before the checkpoint that failed: nothing to write twice
-        if self.schema_version() != event_schema.SCHEMA_VERSION:
+        if not self._typed:  # asked once per connection: the agent is the only writer
             self.migrate()
+            self._typed = True
         now = time.time()
         tables, refused = storable_tables(events, self.next_seq, self.sources) if events else ({}, [])
         stored = sum(t.num_rows for t in tables.values())

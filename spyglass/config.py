@@ -56,6 +56,25 @@ class AgentConfig(Strict):
     rotated_generations: int = Field(
         8, ge=1, le=1000, description="How many numbered generations a '{n}' in a source's `rotated`"
         " patterns stands for ('{path}.{n}': .1 to .8).")
+    cpus: str | None = Field(
+        None, description="CPUs the agent and all its threads may run on, a Linux cpu list such as \"62-63\""
+        " (sched_setaffinity at start): the host's housekeeping CPUs, never an engine's (docs/deploy.md)."
+        " Unset: the CPUs it was started on.")
+    nice: int = Field(0, ge=0, le=19, description="Niceness the agent adds to its own at start (0: none);"
+                      " with `cpus`, how little it weighs against whatever else shares them.")
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpu_list(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not re.fullmatch(r"\s*\d+(-\d+)?(\s*,\s*\d+(-\d+)?)*\s*", value):
+            raise ValueError(f"not a cpu list such as \"62-63\" or \"0,2,4-7\": {value!r}")
+        for part in value.split(","):
+            low, _, high = part.strip().partition("-")
+            if high and int(high) < int(low):
+                raise ValueError(f"the range {part.strip()!r} runs backwards")
+        return value
 
 
 TOKEN_PATTERN = r"^[A-Za-z0-9._~+/-]+=*$"  # RFC 6750's b64token: no spaces, no control characters

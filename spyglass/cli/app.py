@@ -56,6 +56,7 @@ def _config(path: Path):
 @app.command()
 def run(config: ConfigOption) -> None:
     """Run the agent until SIGTERM or Ctrl-C."""
+    from spyglass.agent.affinity import CpusUnavailable
     from spyglass.agent.runtime import Agent, StoreBusy
     from spyglass.agent.server import ListenError
     from spyglass.exporters.duckdb_open import StoreUnusable
@@ -63,6 +64,9 @@ def run(config: ConfigOption) -> None:
     cfg = _config(config)
     try:
         agent = Agent(cfg)
+    except CpusUnavailable as exc:
+        typer.echo(f"error: {exc}; set agent.cpus in {config} to CPUs of this host", err=True)
+        raise typer.Exit(2) from None
     except ListenError as exc:
         typer.echo(f"error: {exc}; set exporters.prometheus.listen in {config} to a free port,"
                    " or stop what listens there", err=True)
