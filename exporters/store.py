@@ -81,8 +81,8 @@ class DuckDBStore:
     last finished commit wrote; timestamps are stored as UTC; each event lands in its kind's typed
     table (exporters/event_schema.py), and is folded into its request's row in the same transaction
     (exporters/request_rows.py); a store of the JSON schema (version 1), or of the typed schema before
-    the rows (version 2), is migrated once, in one transaction, losing nothing (`migrate`); the connection analysts query through cannot read or
-    write other files nor change its settings.
+    the rows (version 2), is migrated once, in one transaction, losing nothing (`migrate`); the connection
+    analysts query through cannot read or write other files nor change its settings.
 
     `sources` maps each configured source name to its source kind (the kind tables are per source
     kind); the pipeline gives it (`bind_sources`) before its first commit."""
@@ -163,13 +163,15 @@ class DuckDBStore:
         self.sources = {**RECEIVED, **sources}
         self.migrate()
 
-    def migrate(self, progress: Callable[[int, int], None] | None = None, rows: int = MIGRATION_ROWS) -> int:
+    def migrate(self, progress: Callable[[int, int], None] | None = None, rows: int = MIGRATION_ROWS,
+                rebuilt: Callable[[str], None] | None = None) -> int:
         """Bring the store to the typed schema in one transaction: a new file gets its tables; a store of
         version 1 has every event read back in seq order and written to its kind table as a commit would
         (a field that is not declared or not of its type kept in `extra`), its `events` table replaced by
         the view, and the version recorded; the per-request rows are then built from every event (all a
         store of version 2 needs). A kill at any point leaves the old version whole: the transaction
-        never committed. `progress(done, total)` is called after each step of `rows` events. Returns how
+        never committed. `progress(done, total)` is called after each step of `rows` events, `rebuilt(table)`
+        after each table of rows is built. Returns how
         many events were migrated (0 when nothing was to do)."""
         version = self.schema_version()
         if version == event_schema.SCHEMA_VERSION:
@@ -179,7 +181,7 @@ class DuckDBStore:
         try:
             moved = self._migrate_v1(progress, rows) if version == 1 else 0
             self._ensure_typed()
-            self._rebuild_rows()
+            self._rebuild_rows(rebuilt)
             con.execute("INSERT INTO store_schema VALUES (?, now())", [event_schema.SCHEMA_VERSION])
             con.commit()
         except BaseException:
@@ -189,12 +191,13 @@ class DuckDBStore:
             logger.info("the store {} was migrated to schema {}: {} events", self.path, event_schema.SCHEMA_VERSION, moved)
         return moved
 
-    def _rebuild_rows(self) -> None:
+    def _rebuild_rows(self, rebuilt: Callable[[str], None] | None = None) -> None:
         """The per-request rows (exporters/request_rows.py) from every stored event: a store made before them."""
-        for table in request_rows.row_tables():
+        for table, statement in zip(request_rows.row_tables(), request_rows.rebuild_statements(), strict=True):
             self.con.execute(f"DELETE FROM {event_schema.quoted(table)}")
-        for statement in request_rows.rebuild_statements():
             self.con.execute(statement)
+            if rebuilt is not None:
+                rebuilt(table)
 
     def _migrate_v1(self, progress: Callable[[int, int], None] | None, rows: int) -> int:
         con = self.con
