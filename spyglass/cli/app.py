@@ -310,8 +310,8 @@ app.add_typer(store_app, name="store")
 def store_migrate(config: ConfigOption,
                   batch: Annotated[int, typer.Option(min=1, help="Events read, typed and written per step.")] = 50_000
                   ) -> None:
-    """Bring the store to the typed schema (a table per event kind) in one transaction; a kill leaves the old
-    store whole. The agent does it at start; this does it without starting one (no agent may hold the file)."""
+    """Bring the store to the current schema (a table per event kind, the per-request rows) in one transaction; a
+    kill leaves the old store whole. The agent does it at start; this does it without starting one (no agent may hold the file)."""
     import duckdb
 
     from spyglass.exporters.event_schema import SCHEMA_VERSION

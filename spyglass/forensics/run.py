@@ -56,8 +56,8 @@ class Query:
     sql: str
     params: dict[str, Any] = field(default_factory=dict)
 
-    def text(self, config: Config, json_events: bool = False) -> str:
-        return render(with_views(self.sql, config.sources, json_events), self.params)
+    def text(self, config: Config, json_events: bool = False, from_events: bool = False) -> str:
+        return render(with_views(self.sql, config.sources, json_events, from_events), self.params)
 
 
 @dataclass(frozen=True)
@@ -169,19 +169,35 @@ def query(config: Config, q: Query, parquet: str | None = None) -> Result:
         current.config, current.parquet = config, parquet  # a command's session adopts its first query's store
     opened = current if current is not None and current.config is config and current.parquet == parquet else None
     if parquet is None:
-        text = q.text(config)
-        answer = opened.store(text) if opened else run_readonly(config.store_path(), text, agent_api(config),
-                                                                config.forensics.limits())
+        answer = _ask_store(config, q, opened)
         if answer.truncated:  # a forensic table must be whole or say it is not
             raise QueryError(f"the answer was cut ({answer.truncated}); narrow the window")
         return answer.columns, [tuple(row) for row in answer.rows]
-    text = q.text(config)  # the segments have the store's typed columns: over_parquet gives its views
+    text = q.text(config, from_events=True)  # the segments have the store's typed columns: over_parquet gives its views
     start, end = q.params.get("from"), q.params.get("to")
     if opened is None:
         return run_parquet(parquet, text, start, end)
     if opened.parquet_con is None:
         opened.parquet_con = parquet_connection(parquet)
     return execute(opened.parquet_con, over_parquet(text, absolute(parquet), start, end))
+
+
+NO_ROWS = re.compile(r"Table with name requests_\w+ does not exist")
+
+
+def _ask_store(config: Config, q: Query, opened: _Open | None) -> Any:
+    """`q` on the store; on a store from before the per-request rows (schema 2, not yet migrated by an
+    agent: opened read-only, nothing may migrate it), with the rows computed from the window's events."""
+    def ask(text: str) -> Any:
+        if opened:
+            return opened.store(text)
+        return run_readonly(config.store_path(), text, agent_api(config), config.forensics.limits())
+    try:
+        return ask(q.text(config))
+    except QueryError as exc:
+        if not NO_ROWS.search(str(exc)):
+            raise
+    return ask(q.text(config, from_events=True))
 
 
 GLOB_CHARS = re.compile(r"[*?\[{]")
