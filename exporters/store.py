@@ -26,6 +26,7 @@ from loguru import logger
 from spyglass.collectors.event import Event
 from spyglass.collectors.received import RECEIVED
 from spyglass.exporters import event_schema, request_rows
+from spyglass.exporters.duckdb_open import StoreUnusable, connect, foreign_format
 from spyglass.exporters.statefile import SavedState
 
 SCHEMA = """
@@ -34,6 +35,8 @@ CREATE TABLE IF NOT EXISTS agent_state (name VARCHAR PRIMARY KEY, state JSON NOT
 CREATE TABLE IF NOT EXISTS store_schema (version INTEGER NOT NULL, migrated TIMESTAMPTZ);
 """
 MIGRATION_ROWS = 50_000  # events read, typed and written per step of a migration
+SET_ASIDE = "migration_set_aside"  # rows of an old store a migration could not convert, kept as they were
+UNCONVERTIBLE = (TypeError, ValueError, OverflowError, AttributeError, pa.ArrowException, orjson.JSONDecodeError)
 
 
 class StoreNeedsMigration(Exception):
@@ -81,8 +84,8 @@ class DuckDBStore:
     last finished commit wrote; timestamps are stored as UTC; each event lands in its kind's typed
     table (exporters/event_schema.py), and is folded into its request's row in the same transaction
     (exporters/request_rows.py); a store of the JSON schema (version 1), or of the typed schema before
-    the rows (version 2), is migrated once, in one transaction, losing nothing (`migrate`); the connection
-    analysts query through cannot read or write other files nor change its settings.
+    the rows (version 2), is migrated once, in one transaction, losing nothing (`migrate`); the
+    connection analysts query through cannot read or write other files nor change its settings.
 
     `sources` maps each configured source name to its source kind (the kind tables are per source
     kind); the pipeline gives it (`bind_sources`) before its first commit."""
@@ -91,18 +94,24 @@ class DuckDBStore:
 
     def __init__(self, path: Path, sources: Mapping[str, str] | None = None, *, memory_limit: str | None = None,
                  threads: int | None = None) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnusable(f"cannot make the store's folder {path.parent}: {exc.strerror or exc}") from None
+        _probe_writable(path.parent)
         self.path = path
-        self.settings = {k: v for k, v in (("memory_limit", memory_limit), ("threads", threads)) if v is not None}
+        self.settings: dict[str, Any] = {k: v for k, v in (("memory_limit", memory_limit), ("threads", threads)) if v is not None}
         self.sources: dict[str, str] = {**RECEIVED, **(sources or {})}
         self.invalidated: str | None = None  # why DuckDB invalidated the connection, until it is reopened
+        self.set_aside = 0  # rows the migration could not convert (kept in SET_ASIDE)
         self._open()
         if sources is not None:
             self.migrate()
 
     def _open(self) -> None:
-        self.con = duckdb.connect(str(self.path), config={k: str(v) for k, v in self.settings.items()})
+        self.con = self._connect()
         self.con.execute("SET TimeZone = 'UTC'")
+        self._refuse_newer()
         self.con.execute(SCHEMA)
         if self.schema_version() == event_schema.SCHEMA_VERSION:
             self.con.begin()
@@ -118,6 +127,34 @@ class DuckDBStore:
         self.con.execute("SET lock_configuration = true")
         self._written: dict[str, str] = {}  # checkpoint JSON per source as committed: unchanged ones are not rewritten
         self._has_metrics = False
+        self._typed = False  # the schema is known to be the typed one (checked at the first commit)
+
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        """The connection, or StoreUnusable in one line: not a DuckDB file, or one this process cannot
+        write (a read-only file or folder). A lock held by another process is raised as it is."""
+        foreign = foreign_format(self.path)
+        if foreign is not None:
+            raise StoreUnusable(f"{self.path} is {foreign}, not a spyglass store; point agent.state_dir elsewhere")
+        try:
+            return connect(self.path, **self.settings)
+        except duckdb.IOException as exc:
+            text = str(exc)
+            if "lock" in text.lower() and "Permission denied" not in text and "Read-only" not in text:
+                raise
+            raise StoreUnusable(f"cannot open the store {self.path} for writing: {_first_line(text)}") from None
+        except duckdb.Error as exc:
+            raise StoreUnusable(f"cannot open the store {self.path}: {_first_line(str(exc))}") from None
+
+    def _refuse_newer(self) -> None:
+        """A store written by a newer spyglass is never written to: StoreUnusable naming both versions."""
+        has = self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'store_schema'"
+                               " AND table_schema = 'main'").fetchall()[0][0]
+        version = self.schema_version() if has else 0
+        if version > event_schema.SCHEMA_VERSION:
+            self.con.close()
+            raise StoreUnusable(f"the store {self.path} has schema version {version}, newer than the"
+                                f" {event_schema.SCHEMA_VERSION} this spyglass writes; it is left untouched:"
+                                f" run a spyglass as new as the one that wrote it")
 
     def schema_version(self) -> int:
         """3 for the typed schema with the per-request rows; 2 for the typed schema before them; 1 for a store
@@ -213,15 +250,43 @@ class DuckDBStore:
                                 " FROM events_v1 WHERE seq > ? ORDER BY seq LIMIT ?", [after, rows]).fetchall()
             if not batch:
                 break
-            for first, events in _runs(batch):
-                for name, table in event_schema.split(events, first, self.sources).items():
-                    con.from_arrow(table).insert_into(name)
+            self._migrate_rows(batch)
             done += len(batch)
             after = batch[-1][0]
             if progress is not None:
                 progress(done, total)
         con.execute("DROP TABLE events_v1")
+        if self.set_aside:
+            logger.warning("the migration of {} set aside {} event(s) it cannot convert (fields not an object, an"
+                           " integer past 2^63, ...): they are kept, as they were, in the table {}", self.path,
+                           self.set_aside, SET_ASIDE)
         return done
+
+    def _migrate_rows(self, batch: list[tuple[Any, ...]]) -> None:
+        """Write one step's rows to their kind tables; a row that cannot be converted is set aside in
+        SET_ASIDE with the reason (and counted in `set_aside`), never failing the migration."""
+        try:
+            converted = [(first, event_schema.split(events, first, self.sources)) for first, events in _runs(batch)]
+        except UNCONVERTIBLE:
+            good = []
+            for row in batch:
+                try:
+                    [(_, [event])] = _runs([row])
+                    event_schema.split([event], 0, self.sources)
+                    good.append(row)
+                except UNCONVERTIBLE as exc:
+                    self._set_aside(row, exc)
+            converted = [(first, event_schema.split(events, first, self.sources)) for first, events in _runs(good)]
+        for _, tables in converted:
+            for name, table in tables.items():
+                self.con.from_arrow(table).insert_into(name)
+
+    def _set_aside(self, row: tuple[Any, ...], exc: BaseException) -> None:
+        self.con.execute(f"CREATE TABLE IF NOT EXISTS {SET_ASIDE} (seq BIGINT, ts_us BIGINT, source VARCHAR, kind VARCHAR,"
+                         " instance VARCHAR, host VARCHAR, request_id VARCHAR, fields VARCHAR, reason VARCHAR)")
+        self.con.execute(f"INSERT INTO {SET_ASIDE} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         [*row, f"{type(exc).__name__}: {exc}"[:300]])
+        self.set_aside += 1
 
     def _reopen(self) -> bool:
         """Reopen the file after DuckDB invalidated the connection (a checkpoint that failed, on a
@@ -257,8 +322,9 @@ class DuckDBStore:
         unstorable (`storable_table`); the rest are committed."""
         if self.invalidated is not None and self._reopen():
             return []  # the batch landed before the checkpoint that failed: nothing to write twice
-        if self.schema_version() != event_schema.SCHEMA_VERSION:
+        if not self._typed:  # asked once per connection: the agent is the only writer
             self.migrate()
+            self._typed = True
         now = time.time()
         tables, refused = storable_tables(events, self.next_seq, self.sources) if events else ({}, [])
         stored = sum(t.num_rows for t in tables.values())
@@ -363,12 +429,34 @@ def _runs(rows: list[tuple[Any, ...]]) -> list[tuple[int, list[Event]]]:
     of consecutive seqs (each run is numbered from its first seq, as `split` numbers)."""
     runs: list[tuple[int, list[Event]]] = []
     for seq, us, source, kind, instance, host, request_id, fields in rows:
-        event = Event(us / 1e6, source, kind, instance, orjson.loads(fields) if fields else {}, request_id, host or "")
+        parsed = orjson.loads(fields) if fields else {}
+        if not isinstance(parsed, dict):
+            raise TypeError(f"fields is a JSON {type(parsed).__name__}, not an object")
+        event = Event(us / 1e6, source, kind, instance, parsed, request_id, host or "")
         if runs and runs[-1][0] + len(runs[-1][1]) == seq:
             runs[-1][1].append(event)
         else:
             runs.append((seq, [event]))
     return runs
+
+
+def _probe_writable(folder: Path) -> None:
+    """StoreUnusable unless a file can be made in `folder`: DuckDB writes its WAL there at the first
+    commit, which would otherwise fail only then, with a traceback."""
+    import os
+    import tempfile
+
+    try:
+        fd, name = tempfile.mkstemp(prefix=".spyglass-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        raise StoreUnusable(f"the store's folder {folder} is not writable ({exc.strerror or exc}); give"
+                            f" agent.state_dir a writable folder") from None
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:300] if text.strip() else "no reason given"
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:
