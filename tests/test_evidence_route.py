@@ -134,8 +134,8 @@ def test_the_cli_prints_the_same_page(served, tmp_path) -> None:
 
 def test_with_a_token_no_page_without_it(tmp_path) -> None:
     """Off loopback a token guards every page: the same route table, with a token configured."""
-    from spyglass.agent.server import AgentServer, ServerLimits
     from spyglass import signals
+    from spyglass.agent.server import AgentServer, ServerLimits
     from spyglass.signals.state import MetricState
 
     hits: list[str] = []

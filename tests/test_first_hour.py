@@ -135,8 +135,11 @@ def test_a_timeline_line_shows_span_times_as_times_and_is_cut_to_the_width():
     assert ('req=20261202-235230-0e0d73 name="POST /v1/messages" start=2026-12-02T15:52:30.626Z'
             ' end=2026-12-02T15:52:30.724Z status=error status_message="upstream 400\\u001b[2J"') in line
     assert "e+09" not in line and "\x1b" not in line
-    _, cut = event_lines([record], width=80)
-    assert len(cut) == 80 and cut.endswith("…") and cut.startswith("2026-12-02 15:52:30.626  23:52:30.626  otlp")
+    head, *wrapped = event_lines([record], width=80)  # narrower: Beijing time to the header, the fields wrap
+    assert head.startswith("utc 2026-12-02") and "Beijing time is UTC+8" in head
+    assert all(len(line) <= 80 for line in wrapped) and "…" not in "".join(wrapped)
+    assert wrapped[0].startswith("15:52:30.626") and wrapped[0].endswith("otlp    rag-proxy  span  req=20261202-235230-0e0d73")
+    assert 'name="POST /v1/messages"' in "\n".join(wrapped)
 
 
 def test_ingest_after_the_stack_stopped_stores_no_poll_that_stretches_the_window(tmp_path, spawns):

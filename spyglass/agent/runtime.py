@@ -96,7 +96,8 @@ class Agent:
                                           self._receive_traces if config.exporters.traces.accept else None,
                                           limits, self._receive_alerts,
                                           self._receive_smoke if self.pipeline.store.keeps_events else None,
-                                          metrics_listen=server.metrics_listen, pages=self._pages(query))
+                                          metrics_listen=server.metrics_listen, problems=self.pipeline.problems,
+                                          pages=self._pages(query))
             except Exception:  # e.g. ListenError: the store was opened, and nobody else closes it
                 self.close_unstarted()
                 raise

@@ -9,6 +9,20 @@ import sys
 from typing import Any, TextIO
 
 
+def command() -> str:
+    """How to call `spyglass` from here, as a hint prints it: the script beside this interpreter (relative when it
+    can be: `.venv/bin/spyglass` in a clone), or `spyglass` when there is none."""
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "spyglass"
+    if not script.exists():
+        return "spyglass"
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
 def natural_width(console: Any, renderable: Any) -> int:
     """The columns `renderable` takes when nothing limits it."""
     return int(console.measure(renderable, options=console.options.update(max_width=100_000)).maximum)

@@ -16,7 +16,6 @@ import os
 import shlex
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -33,6 +32,7 @@ from rich.table import Table
 
 from spyglass.agent.runtime import Agent
 from spyglass.alerting.heuristics import Deployment, Heuristic, by_id
+from spyglass.cli.console import command
 from spyglass.config import parse_config, toml_text
 from spyglass.engine.emulator.ports import free_port_base
 from spyglass.engine.emulator.scenarios import SCENARIOS, run_scenario
@@ -374,17 +374,6 @@ def clock_note(time_scale: float) -> str:
     return (f"the emulated engines run {1 / time_scale:g}x faster than the model they imitate: the durations"
             f" they and the gateway log (ttft_ms, dur_ms, prompt read ms, load s) are model time, {1 / time_scale:g}"
             " times the wall clock their timestamps and spans keep")
-
-
-def command() -> str:
-    """How to call `spyglass` from here: the script beside this interpreter, relative when it can be."""
-    script = Path(sys.executable).parent / "spyglass"
-    if not script.exists():
-        return "spyglass"
-    try:
-        return str(script.relative_to(Path.cwd()))
-    except ValueError:
-        return str(script)
 
 
 STORM = "EngineEvictionStorm"  # the mix's own incident: strata-b's cache is too small for its snapshots

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from spyglass.collectors.engine_log import EngineLogOptions
+from spyglass.collectors.serve_status import ServeStatusOptions
 from spyglass.config import AlertsConfig, Config, LaneObjective
 
 Severity = Literal["critical", "warning", "info"]
@@ -151,10 +153,9 @@ class Deployment:
         lanes = {lane: config.alerts.lanes.get(lane, DEFAULT_LANE) for lane in config.lanes().values()}
         lanes.update(config.alerts.lanes)
         lanes = lanes or {"": DEFAULT_LANE}  # no lanes: one objective for every series, whose lane label is ""
-        engines = {name: o.instance for name, o in config.sources.items()
-                   if getattr(o, "kind", "") == "engine_log" and o.instance}
-        status = {name: (o.instance or name, max(o.interval_seconds, o.max_backoff_seconds) + o.timeout_seconds)
-                  for name, o in config.sources.items() if getattr(o, "kind", "") == "serve_status" and o.url}
+        engines = {name: o.instance for name, o in config.sources_of(EngineLogOptions).items() if o.instance}
+        status = {name: (o.instance or name, o.next_poll_within())
+                  for name, o in config.sources_of(ServeStatusOptions).items() if o.url}
         evidence = config.alerts.evidence_base_url or config.exporters.prometheus.client_url()
         return cls(settings=config.alerts, lanes=dict(sorted(lanes.items())), engine_sources=engines,
                    status_sources=status, evidence_base_url=evidence)
