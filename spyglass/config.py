@@ -239,6 +239,10 @@ class AlertsConfig(Strict):
         None, description="runbook_url is this, a slash and <AlertName>.md: an absolute URL (https://... where the"
                           " runbooks are published, or file:///... where they lie), so the link works from Alertmanager"
                           " and Grafana. Unset: the file:// URL of the runbooks `spyglass rules --out` writes.")
+    evidence_base_url: str | None = Field(
+        None, description="evidence_url is this, /evidence/<AlertName>? and the alert's labels: an absolute http(s) URL"
+                          " where the agent's evidence pages are reached (a proxy in front of it, say). Unset: the"
+                          " agent's own address (exporters.prometheus.listen; all interfaces as this host's loopback).")
     evaluation_interval_seconds: int = Field(30, gt=0, le=300, description="Rule group evaluation interval.")
     time_scale: float = Field(
         1.0, gt=0, le=1, description="Every range window, offset, for: and keep_firing_for: of the generated rules is"
@@ -265,6 +269,14 @@ class AlertsConfig(Strict):
     store_webhook_url: str | None = Field("http://127.0.0.1:9464/api/alerts",
                                           description="Alertmanager also sends pages and tickets here (spyglass"
                                                       " stores them as events); unset to not.")
+
+    @field_validator("evidence_base_url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        """The link is opened from Alertmanager's notification: only an absolute http(s) URL is taken."""
+        if value is not None and not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", value):
+            raise ValueError(f"must be an absolute http(s) URL without a query (http://host:port/...), got {value!r}")
+        return value
 
     @field_validator("runbook_base_url")
     @classmethod

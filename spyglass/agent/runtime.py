@@ -101,13 +101,15 @@ class Agent:
             server = config.exporters.prometheus
             limits = ServerLimits(server.workers, server.request_timeout_seconds, server.max_body_bytes,
                                   server.bearer_token(), tuple(server.open_paths))
+            query = self._query_function()
             try:
                 self.server = AgentServer(server.listen, self.pipeline.exposed, self.pipeline.debug_sources,
-                                          self._query_function(),
+                                          query,
                                           self._receive_traces if config.exporters.traces.accept else None,
                                           limits, self._receive_alerts,
                                           self._receive_smoke if self.pipeline.store.keeps_events else None,
-                                          metrics_listen=server.metrics_listen, problems=self.pipeline.problems)
+                                          metrics_listen=server.metrics_listen, problems=self.pipeline.problems,
+                                          pages=self._pages(query))
             except Exception:  # e.g. ListenError: the store was opened, and nobody else closes it
                 self.close_unstarted()
                 raise
@@ -217,6 +219,22 @@ class Agent:
             if not commit.wait(max(0.0, deadline - time.monotonic())):
                 raise NotYetStored(f"not committed within {wait:g} s (the store is failing?); held in memory and"
                                    f" stored when the store recovers; {retry}", taken=True)
+
+    def _pages(self, query):
+        """GET /evidence/... and /trace/...: pages read from the store through `query` (/api/sql's bounded path)."""
+        if query is None:
+            return None
+        from functools import partial
+
+        from spyglass.agent import evidence_route
+        from spyglass.agent.query import Answer
+
+        def ask(text: str) -> Answer:
+            got = query(text)
+            return Answer(got["columns"], got["rows"], got.get("truncated"), got.get("as_of"))
+
+        return {("GET", evidence_route.EVIDENCE): partial(evidence_route.evidence, self.config, ask),
+                ("GET", evidence_route.TRACE): partial(evidence_route.trace, self.config, ask)}
 
     def _query_function(self):
         """/api/sql: a bounded query on a read-only copy of the store, a few at a time."""

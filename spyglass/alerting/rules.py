@@ -71,6 +71,17 @@ def runbook_url(d: Deployment, name: str) -> str:
     return f"{base.rstrip('/')}/{name}.md"
 
 
+# The alert's labels (as the rule's expression gives them: alertname, severity and heuristic are not among
+# them) as a query string; Go's text/template ranges over a map in the order of its keys.
+LABELS_QUERY = "{{ range $name, $value := $labels }}{{ $name }}={{ $value | urlquery }}&{{ end }}"
+
+
+def evidence_url(d: Deployment, name: str) -> str:
+    """An absolute link to the alert's evidence page on the agent (spyglass.agent.evidence_route), for the
+    labels it fires with: GET /evidence/NAME?LABEL=VALUE&..."""
+    return f"{d.evidence_base_url.rstrip('/')}/evidence/{name}?{LABELS_QUERY}"
+
+
 def _description(h: Heuristic, a: Alert) -> str:
     guess = "" if h.wrong_guess == "-" else f" Usually not {h.wrong_guess}."
     return f"{a.description}{guess} Check: {h.check.text}"
@@ -84,7 +95,7 @@ def _alert_rule(d: Deployment, h: Heuristic, a: Alert) -> dict[str, Any]:
         rule["keep_firing_for"] = scaled(d, a.keep_firing_for)
     rule["labels"] = {"severity": a.severity, "heuristic": h.id}
     rule["annotations"] = {"summary": a.summary, "description": _description(h, a),
-                           "runbook_url": runbook_url(d, a.name)}
+                           "runbook_url": runbook_url(d, a.name), "evidence_url": evidence_url(d, a.name)}
     return rule
 
 

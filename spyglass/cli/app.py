@@ -283,6 +283,9 @@ app.command("views")(one_connection(forensics.views))
 from spyglass.forensics import diagnose_cli  # noqa: E402
 
 app.command("diagnose")(one_connection(diagnose_cli.diagnose))
+from spyglass.forensics import evidence_cli  # noqa: E402
+
+app.command("evidence")(one_connection(evidence_cli.evidence))
 
 from spyglass.upgrades import commands as upgrades  # noqa: E402
 
