@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES
+from conftest import FIXTURES, wait_until
 
 from spyglass.cli.timeinput import parse_since, parse_time
 from spyglass.config import engine_log_config, toml_text
@@ -366,3 +366,21 @@ def test_requests_labels_the_clocks_when_a_logged_ttft_is_longer_than_its_engine
     rows = [json.loads(x) for x in as_json.stdout.splitlines()]  # stdout stays data
     assert [(r["ttft_ms_engine"], r["dur_ms_engine"]) for r in rows if r["request_id"] == req] == [(195426, 1121)]
     assert "clock: " in as_json.stderr
+
+
+def test_ctrl_c_in_ingest_commits_says_what_it_read_and_exits_130(tmp_path, spawns):
+    """It once printed `Exception ignored in: <module 'threading'> ... KeyboardInterrupt`, exited 0 and said nothing."""
+    import signal
+
+    config = engine_config(tmp_path, free_port())
+    (tmp_path / "engine.log").write_bytes(FIXTURE.read_bytes() * 3000)  # long enough to be read when the signal comes
+    with subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "ingest", "-c", str(config)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as ingest:
+        wait_until(lambda: (tmp_path / "state" / "spyglass.duckdb").exists(), timeout=120, what="the store")
+        ingest.send_signal(signal.SIGINT)
+        out, err = ingest.communicate(timeout=120)
+    assert ingest.returncode == 130, (out, err)
+    assert out.startswith("interrupted: read ") and "the next ingest goes on" in out, out
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    again = spyglass("ingest", "-c", str(config))  # the next run reads the rest
+    assert again.returncode == 0 and "events stored" in again.stdout, again.stderr
