@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import io
 
-import pytest
-
 from spyglass.forensics.output import emit
 
 LINE = "[load] model=/models/[blue]x[/blue] [bold red]ok"

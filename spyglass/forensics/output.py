@@ -14,7 +14,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, TextIO
 
-from spyglass.cli.console import console_for, csv_cell, json_line, plain
+from spyglass.cli.console import csv_cell, json_line, plain
 from spyglass.forensics.times import beijing_text, utc_text
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([+-]\d\d:?\d\d|Z)?$")
