@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from spyglass.collectors import LineSourceBase, SourceOptions, register
+from spyglass.collectors import LineSourceBase, SourceOptions, register, register_preset
 from spyglass.collectors.dated_log import DatedLogParser
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import ERROR_KIND, declare, from_patterns, merge
@@ -212,14 +212,6 @@ class EngineLogParser(DatedLogParser):
 class EngineLogSource(LineSourceBase):
     """Engine log lines in, events out; joins `task N` to the request id its `queued` line named."""
 
-    def __new__(cls, name: str, options: EngineLogOptions, host: str = "", max_tasks: int = 4096) -> Any:
-        """The llama_server preset is another grammar and clock (collectors/llama_log.py)."""
-        if getattr(options, "preset", "strata") == "llama_server":
-            from spyglass.collectors.llama_log import LlamaLogSource
-
-            return LlamaLogSource(name, options, host=host)
-        return super().__new__(cls)
-
     def __init__(self, name: str, options: EngineLogOptions, host: str = "", max_tasks: int = 4096) -> None:
         self.name, self.options = name, options
         self.parser = EngineLogParser(options, name, host)
@@ -339,3 +331,13 @@ class EngineLogSource(LineSourceBase):
             if event.kind in ("done", "rejected"):
                 self._requests.pop(task, None)
         return event
+
+
+def _llama_preset() -> None:
+    """The llama_server preset: its own line source (collectors/llama_log.py), registered with the kind."""
+    from spyglass.collectors.llama_log import LlamaLogSource
+
+    register_preset("engine_log", "llama_server")(LlamaLogSource)
+
+
+_llama_preset()

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from loguru import logger
 from pydantic import Field, model_validator
 
-from spyglass.collectors import LineBatch, LineSourceBase, PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
+from spyglass.collectors import LineBatch, LineSourceBase, PolledOptions, PolledSourceBase, PollPolicy, PollResult, register
 from spyglass.collectors.dated_log import handle_lines
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import POLL_ERROR, declare
@@ -39,7 +39,7 @@ declare("serve_status", {"status": {"engine": "text", "build": "text", "serve_ve
 LAST_TS = 4_102_444_800  # 2100-01-01: a recorded stamp beyond it is not a time
 
 
-class ServeStatusOptions(SourceOptions):
+class ServeStatusOptions(PolledOptions):
     kind: Literal["serve_status"] = "serve_status"
     url: str | None = Field(None, description="e.g. http://127.0.0.1:8081/v1/status; or `path` for replay.")
     interval_seconds: float = Field(5.0, gt=0, description="Seconds between polls while the endpoint answers.")
@@ -48,6 +48,13 @@ class ServeStatusOptions(SourceOptions):
     max_backoff_seconds: float = Field(60.0, gt=0, description="Longest wait between polls while it fails.")
     instances: dict[str, str] = Field(default_factory=dict,
                                       description="Replay: instance per recorded url; other urls take `instance`.")
+
+    def instances_named(self) -> set[str]:
+        return super().instances_named() | set(self.instances.values())
+
+    def next_poll_within(self) -> float:
+        """Seconds within which the next poll is due, even while the endpoint fails (the longest backoff)."""
+        return max(self.interval_seconds, self.max_backoff_seconds) + self.timeout_seconds
 
     @model_validator(mode="after")
     def _url_or_path(self) -> ServeStatusOptions:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,12 +34,44 @@ class TailStats:
     lost_bytes: int = 0  # proven lost: seen in a file (its size observed) and destroyed before they were read
     rotations: dict[str, int] = field(default_factory=dict)
     possibly_lost: dict[str, int] = field(default_factory=dict)  # by reason: loss that cannot be proven
+    refused: dict[str, int] = field(default_factory=dict)  # files found at the path and not opened, by kind
 
     def rotated(self, kind: str) -> None:
         self.rotations[kind] = self.rotations.get(kind, 0) + 1
 
     def maybe_lost(self, reason: str) -> None:
         self.possibly_lost[reason] = self.possibly_lost.get(reason, 0) + 1
+
+
+KINDS = ((stat.S_ISFIFO, "fifo"), (stat.S_ISCHR, "device"), (stat.S_ISBLK, "device"),
+         (stat.S_ISDIR, "directory"), (stat.S_ISSOCK, "socket"))
+
+
+class NotRegularFile(OSError):
+    """The path names a FIFO, a device, a directory or a socket: never read, since reading one can
+    block the pipeline forever (a FIFO's open waits for a writer, its read for a line)."""
+
+    def __init__(self, path: str, st: os.stat_result) -> None:
+        self.kind = next((name for test, name in KINDS if test(st.st_mode)), "special")
+        self.identity = (st.st_dev, st.st_ino)
+        super().__init__(f"{path} is a {self.kind}, not a regular file")
+
+
+def open_regular(path: str) -> int:
+    """A descriptor of the regular file at `path`; NotRegularFile for anything else.
+
+    The open itself is non-blocking (a FIFO's would wait for a writer), and the type is checked on
+    the descriptor, so a file swapped in between a stat and the open is refused as well."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(path, st)
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class TailFile:
@@ -61,7 +94,7 @@ class TailFile:
 
     @classmethod
     def open(cls, path: str, offset: int = 0, max_line: int = 1 << 20) -> TailFile:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_regular(path)
         try:
             return cls(fd, path, offset, max_line)
         except BaseException:

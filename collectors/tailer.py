@@ -19,7 +19,7 @@ from typing import Any
 from loguru import logger
 
 from spyglass.collectors.clock import Clock
-from spyglass.collectors.tail_file import TailFile, TailStats
+from spyglass.collectors.tail_file import NotRegularFile, TailFile, TailStats
 
 COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip")
 
@@ -49,6 +49,7 @@ class Tailer:
         self.behind = False  # the last poll stopped at its budget: there is more to read
         self._predecessor: tuple[int, int, int] | None = None  # dev, ino, mtime of the last live file
         self._finished: dict[tuple[int, int], tuple[int, str]] = {}  # closed files: identity -> head
+        self._refused_last: tuple[int, int] | None = None  # the last file refused (see _refuse)
 
     def poll(self, budget: int = 8 << 20) -> list[bytes]:
         """Complete lines that appeared since the last poll, at most about `budget` bytes of them."""
@@ -98,11 +99,26 @@ class Tailer:
         except PermissionError:
             self.error = "permission"
             return None
+        except NotRegularFile as exc:
+            self._refuse(exc.kind, exc.identity)
+            return None
         except OSError as exc:
-            self.error = errno.errorcode.get(exc.errno or 0, "oserror").lower()
+            if exc.errno == errno.ELOOP:
+                self._refuse("symlink_loop", (0, hash(path)))
+            else:
+                self.error = errno.errorcode.get(exc.errno or 0, "oserror").lower()
             return None
         self.error = None
         return f
+
+    def _refuse(self, kind: str, identity: tuple[int, int]) -> None:
+        """A path that is no regular file is this source's problem (`error`), counted once per file
+        found there, and looked at again at every poll: it is never read."""
+        self.error = f"not a regular file: {kind}" if kind != "symlink_loop" else "a symlink loop"
+        if identity != self._refused_last:
+            self._refused_last = identity
+            self.stats.refused[kind] = self.stats.refused.get(kind, 0) + 1
+            logger.error("{}: refused, {}; the source is unread until a regular file is there", self.path, self.error)
 
     def _resume(self) -> None:
         """Find each checkpointed file again, wherever it now is; count what is gone."""
@@ -200,7 +216,10 @@ class Tailer:
             self._find_skipped_generations()
             return
         except OSError as exc:
-            self.error = errno.errorcode.get(exc.errno or 0, "oserror").lower()
+            if exc.errno == errno.ELOOP:
+                self._refuse("symlink_loop", (0, hash(self.path)))
+            else:
+                self.error = errno.errorcode.get(exc.errno or 0, "oserror").lower()
             return
         identity = (st.st_dev, st.st_ino)
         if self.live is not None and (self.live.dev, self.live.ino) == identity:
@@ -404,7 +423,8 @@ def _valid_checkpoint(path: str, checkpoint: dict[str, Any] | None) -> tuple[Tai
     try:
         stats = TailStats(**checkpoint.get("stats", {}))
         counters = [stats.lines, stats.bytes, stats.long_lines, stats.nul_bytes, stats.lost_files,
-                    stats.lost_bytes, *stats.rotations.values(), *stats.possibly_lost.values()]
+                    stats.lost_bytes, *stats.rotations.values(), *stats.possibly_lost.values(),
+                    *stats.refused.values()]
         if not all(isinstance(n, int) for n in counters):
             raise TypeError(f"counters {counters!r}")
         records = list(checkpoint.get("files", []))

@@ -25,7 +25,8 @@ from loguru import logger
 
 from spyglass.collectors.event import Event
 from spyglass.collectors.received import RECEIVED
-from spyglass.exporters import event_schema
+from spyglass.exporters import event_schema, request_rows
+from spyglass.exporters.duckdb_open import StoreUnusable, connect, foreign_format
 from spyglass.exporters.statefile import SavedState
 
 SCHEMA = """
@@ -34,6 +35,8 @@ CREATE TABLE IF NOT EXISTS agent_state (name VARCHAR PRIMARY KEY, state JSON NOT
 CREATE TABLE IF NOT EXISTS store_schema (version INTEGER NOT NULL, migrated TIMESTAMPTZ);
 """
 MIGRATION_ROWS = 50_000  # events read, typed and written per step of a migration
+SET_ASIDE = "migration_set_aside"  # rows of an old store a migration could not convert, kept as they were
+UNCONVERTIBLE = (TypeError, ValueError, OverflowError, AttributeError, pa.ArrowException, orjson.JSONDecodeError)
 
 
 class StoreNeedsMigration(Exception):
@@ -79,9 +82,10 @@ class DuckDBStore:
     """Events, checkpoints and the metric state in one DuckDB file. Guarantees: a `commit` is one
     transaction (all of its events, checkpoints and metric state, or none); `load` returns what the
     last finished commit wrote; timestamps are stored as UTC; each event lands in its kind's typed
-    table (exporters/event_schema.py); a store of the JSON schema (version 1) is migrated once, in one
-    transaction, losing nothing (`migrate`); the connection analysts query through cannot read or
-    write other files nor change its settings.
+    table (exporters/event_schema.py), and is folded into its request's row in the same transaction
+    (exporters/request_rows.py); a store of the JSON schema (version 1), or of the typed schema before
+    the rows (version 2), is migrated once, in one transaction, losing nothing (`migrate`); the
+    connection analysts query through cannot read or write other files nor change its settings.
 
     `sources` maps each configured source name to its source kind (the kind tables are per source
     kind); the pipeline gives it (`bind_sources`) before its first commit."""
@@ -90,18 +94,24 @@ class DuckDBStore:
 
     def __init__(self, path: Path, sources: Mapping[str, str] | None = None, *, memory_limit: str | None = None,
                  threads: int | None = None) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnusable(f"cannot make the store's folder {path.parent}: {exc.strerror or exc}") from None
+        _probe_writable(path.parent)
         self.path = path
-        self.settings = {k: v for k, v in (("memory_limit", memory_limit), ("threads", threads)) if v is not None}
+        self.settings: dict[str, Any] = {k: v for k, v in (("memory_limit", memory_limit), ("threads", threads)) if v is not None}
         self.sources: dict[str, str] = {**RECEIVED, **(sources or {})}
         self.invalidated: str | None = None  # why DuckDB invalidated the connection, until it is reopened
+        self.set_aside = 0  # rows the migration could not convert (kept in SET_ASIDE)
         self._open()
         if sources is not None:
             self.migrate()
 
     def _open(self) -> None:
-        self.con = duckdb.connect(str(self.path), config={k: str(v) for k, v in self.settings.items()})
+        self.con = self._connect()
         self.con.execute("SET TimeZone = 'UTC'")
+        self._refuse_newer()
         self.con.execute(SCHEMA)
         if self.schema_version() == event_schema.SCHEMA_VERSION:
             self.con.begin()
@@ -118,8 +128,36 @@ class DuckDBStore:
         self._written: dict[str, str] = {}  # checkpoint JSON per source as committed: unchanged ones are not rewritten
         self._has_metrics = False
 
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        """The connection, or StoreUnusable in one line: not a DuckDB file, or one this process cannot
+        write (a read-only file or folder). A lock held by another process is raised as it is."""
+        foreign = foreign_format(self.path)
+        if foreign is not None:
+            raise StoreUnusable(f"{self.path} is {foreign}, not a spyglass store; point agent.state_dir elsewhere")
+        try:
+            return connect(self.path, **self.settings)
+        except duckdb.IOException as exc:
+            text = str(exc)
+            if "lock" in text.lower() and "Permission denied" not in text and "Read-only" not in text:
+                raise
+            raise StoreUnusable(f"cannot open the store {self.path} for writing: {_first_line(text)}") from None
+        except duckdb.Error as exc:
+            raise StoreUnusable(f"cannot open the store {self.path}: {_first_line(str(exc))}") from None
+
+    def _refuse_newer(self) -> None:
+        """A store written by a newer spyglass is never written to: StoreUnusable naming both versions."""
+        has = self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'store_schema'"
+                               " AND table_schema = 'main'").fetchall()[0][0]
+        version = self.schema_version() if has else 0
+        if version > event_schema.SCHEMA_VERSION:
+            self.con.close()
+            raise StoreUnusable(f"the store {self.path} has schema version {version}, newer than the"
+                                f" {event_schema.SCHEMA_VERSION} this spyglass writes; it is left untouched:"
+                                f" run a spyglass as new as the one that wrote it")
+
     def schema_version(self) -> int:
-        """2 for the typed schema; 1 for a store of one JSON `events` table; 0 for a new file."""
+        """3 for the typed schema with the per-request rows; 2 for the typed schema before them; 1 for a store
+        of one JSON `events` table; 0 for a new file."""
         rows = self.con.execute("SELECT max(version) FROM store_schema").fetchall()
         if rows[0][0] is not None:
             return int(rows[0][0])
@@ -149,6 +187,8 @@ class DuckDBStore:
         if event_schema.OTHER not in have:
             con.execute(event_schema.other_create_sql())
             changed = True
+        for statement in request_rows.create_statements():
+            con.execute(statement)
         views = ["events", *map(event_schema.source_view, event_schema.source_kinds())]
         if changed or not all(view in have for view in views):
             for statement in event_schema.view_statements():
@@ -163,7 +203,8 @@ class DuckDBStore:
         """Bring the store to the typed schema in one transaction: a new file gets its tables; a store of
         version 1 has every event read back in seq order and written to its kind table as a commit would
         (a field that is not declared or not of its type kept in `extra`), its `events` table replaced by
-        the view, and the version recorded. A kill at any point leaves version 1 whole: the transaction
+        the view, and the version recorded; the per-request rows are then built from every event (all a
+        store of version 2 needs). A kill at any point leaves the old version whole: the transaction
         never committed. `progress(done, total)` is called after each step of `rows` events. Returns how
         many events were migrated (0 when nothing was to do)."""
         version = self.schema_version()
@@ -174,6 +215,7 @@ class DuckDBStore:
         try:
             moved = self._migrate_v1(progress, rows) if version == 1 else 0
             self._ensure_typed()
+            self._rebuild_rows()
             con.execute("INSERT INTO store_schema VALUES (?, now())", [event_schema.SCHEMA_VERSION])
             con.commit()
         except BaseException:
@@ -182,6 +224,13 @@ class DuckDBStore:
         if moved:
             logger.info("the store {} was migrated to schema {}: {} events", self.path, event_schema.SCHEMA_VERSION, moved)
         return moved
+
+    def _rebuild_rows(self) -> None:
+        """The per-request rows (exporters/request_rows.py) from every stored event: a store made before them."""
+        for table in request_rows.row_tables():
+            self.con.execute(f"DELETE FROM {event_schema.quoted(table)}")
+        for statement in request_rows.rebuild_statements():
+            self.con.execute(statement)
 
     def _migrate_v1(self, progress: Callable[[int, int], None] | None, rows: int) -> int:
         con = self.con
@@ -197,15 +246,43 @@ class DuckDBStore:
                                 " FROM events_v1 WHERE seq > ? ORDER BY seq LIMIT ?", [after, rows]).fetchall()
             if not batch:
                 break
-            for first, events in _runs(batch):
-                for name, table in event_schema.split(events, first, self.sources).items():
-                    con.from_arrow(table).insert_into(name)
+            self._migrate_rows(batch)
             done += len(batch)
             after = batch[-1][0]
             if progress is not None:
                 progress(done, total)
         con.execute("DROP TABLE events_v1")
+        if self.set_aside:
+            logger.warning("the migration of {} set aside {} event(s) it cannot convert (fields not an object, an"
+                           " integer past 2^63, ...): they are kept, as they were, in the table {}", self.path,
+                           self.set_aside, SET_ASIDE)
         return done
+
+    def _migrate_rows(self, batch: list[tuple[Any, ...]]) -> None:
+        """Write one step's rows to their kind tables; a row that cannot be converted is set aside in
+        SET_ASIDE with the reason (and counted in `set_aside`), never failing the migration."""
+        try:
+            converted = [(first, event_schema.split(events, first, self.sources)) for first, events in _runs(batch)]
+        except UNCONVERTIBLE:
+            good = []
+            for row in batch:
+                try:
+                    [(_, [event])] = _runs([row])
+                    event_schema.split([event], 0, self.sources)
+                    good.append(row)
+                except UNCONVERTIBLE as exc:
+                    self._set_aside(row, exc)
+            converted = [(first, event_schema.split(events, first, self.sources)) for first, events in _runs(good)]
+        for _, tables in converted:
+            for name, table in tables.items():
+                self.con.from_arrow(table).insert_into(name)
+
+    def _set_aside(self, row: tuple[Any, ...], exc: BaseException) -> None:
+        self.con.execute(f"CREATE TABLE IF NOT EXISTS {SET_ASIDE} (seq BIGINT, ts_us BIGINT, source VARCHAR, kind VARCHAR,"
+                         " instance VARCHAR, host VARCHAR, request_id VARCHAR, fields VARCHAR, reason VARCHAR)")
+        self.con.execute(f"INSERT INTO {SET_ASIDE} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         [*row, f"{type(exc).__name__}: {exc}"[:300]])
+        self.set_aside += 1
 
     def _reopen(self) -> bool:
         """Reopen the file after DuckDB invalidated the connection (a checkpoint that failed, on a
@@ -253,6 +330,8 @@ class DuckDBStore:
         try:
             for name, table in tables.items():
                 con.from_arrow(table).insert_into(name)
+            if stored:
+                request_rows.maintain(con, tables, self.next_seq, self.next_seq + stored - 1)
             self._write_checkpoints(changed, now)
             if self._has_metrics:
                 con.execute("UPDATE agent_state SET state = ?, updated = to_timestamp(?) WHERE name = 'metrics'",
@@ -345,12 +424,34 @@ def _runs(rows: list[tuple[Any, ...]]) -> list[tuple[int, list[Event]]]:
     of consecutive seqs (each run is numbered from its first seq, as `split` numbers)."""
     runs: list[tuple[int, list[Event]]] = []
     for seq, us, source, kind, instance, host, request_id, fields in rows:
-        event = Event(us / 1e6, source, kind, instance, orjson.loads(fields) if fields else {}, request_id, host or "")
+        parsed = orjson.loads(fields) if fields else {}
+        if not isinstance(parsed, dict):
+            raise TypeError(f"fields is a JSON {type(parsed).__name__}, not an object")
+        event = Event(us / 1e6, source, kind, instance, parsed, request_id, host or "")
         if runs and runs[-1][0] + len(runs[-1][1]) == seq:
             runs[-1][1].append(event)
         else:
             runs.append((seq, [event]))
     return runs
+
+
+def _probe_writable(folder: Path) -> None:
+    """StoreUnusable unless a file can be made in `folder`: DuckDB writes its WAL there at the first
+    commit, which would otherwise fail only then, with a traceback."""
+    import os
+    import tempfile
+
+    try:
+        fd, name = tempfile.mkstemp(prefix=".spyglass-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        raise StoreUnusable(f"the store's folder {folder} is not writable ({exc.strerror or exc}); give"
+                            f" agent.state_dir a writable folder") from None
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:300] if text.strip() else "no reason given"
 
 
 def _rollback(con: duckdb.DuckDBPyConnection) -> None:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import os
 import re
 import socket
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import tomli_w
@@ -22,6 +23,9 @@ from spyglass.collectors.clock import zone
 
 if TYPE_CHECKING:  # spyglass.agent.query imports httpx: not for every config load
     from spyglass.agent.query import Limits
+
+
+Options = TypeVar("Options", bound=collectors.SourceOptions)
 
 
 class ConfigError(Exception):
@@ -270,6 +274,10 @@ class Config(Strict):
         """Source name -> its collector kind: the store files each event under its source's kind."""
         return {name: options.kind for name, options in self.sources.items()}
 
+    def sources_of(self, options: type[Options]) -> dict[str, Options]:
+        """The sources of one kind, by its options class (typed, where a kind's name would be a string)."""
+        return {name: o for name, o in self.sources.items() if isinstance(o, options)}
+
     def lanes(self) -> dict[str, str]:
         """Instance -> lane, from the sources that declare one (engine logs)."""
         return {o.instance: o.lane for o in self.sources.values() if o.instance and getattr(o, "lane", "")}
@@ -328,24 +336,9 @@ def parse_config(data: dict[str, Any], file: str = "<config>") -> Config:
     _check_places(config, file)
     _check_urls(config, file)
     _check_parquet(config, file)
-    _switch_log_instances(config)
+    for name, options in config.sources.items():  # what a source takes from the others (its kind's options say)
+        options.complete([o for other, o in config.sources.items() if other != name])
     return config
-
-
-def _instances_named(options: Any) -> set[str]:
-    """The instances a source's options name: its `instance`, a replay's url map, a host's processes."""
-    named = {options.instance} if options.instance else set()
-    by_url, processes = getattr(options, "instances", None), getattr(options, "processes", None)
-    named |= set(by_url.values()) if isinstance(by_url, dict) else set()
-    return named | (set(processes) if isinstance(processes, dict) else set())
-
-
-def _switch_log_instances(config: Config) -> None:
-    """A switch log that lists no instances may name those the config's other sources name."""
-    named = sorted(set().union(*(_instances_named(o) for o in config.sources.values() if o.kind != "switch_log")))
-    for options in config.sources.values():
-        if options.kind == "switch_log" and not options.instances:
-            options.instances = named
 
 
 def _check_parquet(config: Config, file: str) -> None:
@@ -414,7 +407,7 @@ def _check_unique_paths(config: Config, file: str) -> None:
     for name, options in config.sources.items():
         if options.path is None or kinds[options.kind].is_polled(options):
             continue
-        real = str(options.path.expanduser().resolve())
+        real = os.path.realpath(options.path.expanduser())  # a symlink loop is the source's problem, at run time
         if real in seen:
             raise ConfigError(f"{file}: sources.{name}.path: the same file as sources.{seen[real]}.path;"
                               " a file is tailed once")

@@ -445,9 +445,16 @@ class Pipeline:
             s.set("spyglass_source_possibly_lost_total", key + (reason,), count)
         for kind, count in stats.rotations.items():
             s.set("spyglass_source_rotations_total", key + (kind,), count)
+        for kind, count in stats.refused.items():
+            s.set("spyglass_source_refused_files_total", key + (kind,), count)
         if rt.last_event_ts:
             s.set("spyglass_source_last_event_timestamp_seconds", key, rt.last_event_ts)
         s.set("spyglass_source_lag_bytes", key, tailer.lag_bytes())
+
+    def problems(self) -> list[str]:
+        """What /health names: each file source whose path holds something it refuses to read."""
+        return [f"source {rt.name}: {rt.tailer.path} is {rt.tailer.error}" for rt in self.tailed_sources()
+                if rt.tailer.error is not None and rt.tailer.error.startswith(("not a regular", "a symlink loop"))]
 
     def debug_sources(self) -> dict[str, Any]:
         """Per-source state for /debug/sources: error, outcomes, the last line no pattern matched,

@@ -95,7 +95,7 @@ class Agent:
                                           self._receive_traces if config.exporters.traces.accept else None,
                                           limits, self._receive_alerts,
                                           self._receive_smoke if self.pipeline.store.keeps_events else None,
-                                          metrics_listen=server.metrics_listen)
+                                          metrics_listen=server.metrics_listen, problems=self.pipeline.problems)
             except Exception:  # e.g. ListenError: the store was opened, and nobody else closes it
                 self.close_unstarted()
                 raise

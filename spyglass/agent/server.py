@@ -296,8 +296,12 @@ def metrics(registry: CollectorRegistry, with_exemplars: CollectorRegistry, requ
         request.answer(200, CONTENT_TYPE_TEXT, generate_latest(registry))
 
 
-def health(request: AgentHandler, body: bytes) -> None:
-    request.answer(200, "text/plain", b"ok\n")
+def health(problems: Callable[[], list[str]], request: AgentHandler, body: bytes) -> None:
+    """200 `ok` while every source can be read; 200 `degraded` and a line per problem (a source whose
+    path holds a FIFO, say) otherwise: the agent is alive either way, and says what it cannot read."""
+    found = problems()
+    request.answer(200, "text/plain", "".join(f"{line}\n" for line in ["degraded", *found]).encode()
+                   if found else b"ok\n")
 
 
 def debug_sources(debug: Callable[[], dict[str, Any]], request: AgentHandler, body: bytes) -> None:
@@ -352,7 +356,8 @@ def store_and_answer(committing: threading.BoundedSemaphore, store: Callable[[by
 def route_table(state: MetricState, debug: Callable[[], dict[str, Any]], limits: ServerLimits,
                 query: Callable[[str], dict[str, Any]] | None = None, traces: Callable[[bytes], None] | None = None,
                 alerts: Callable[[bytes], str | None] | None = None,
-                smoke: Callable[[bytes], str | None] | None = None) -> dict[tuple[str, str], Route]:
+                smoke: Callable[[bytes], str | None] | None = None,
+                problems: Callable[[], list[str]] = list) -> dict[tuple[str, str], Route]:
     """(method, path) -> route: the GETs always, each POST when its callable is given."""
     # A POST that stores holds its worker until the commit (up to a commit interval): at most half
     # the workers wait so, and the rest stay free for /metrics, however many senders retry at once.
@@ -362,7 +367,7 @@ def route_table(state: MetricState, debug: Callable[[], dict[str, Any]], limits:
         "/api/alerts": alerts and partial(store_and_answer, committing, alerts),
         "/api/smoke": smoke and partial(store_and_answer, committing, smoke)}
     return {("GET", "/metrics"): partial(metrics, registry_for(state), registry_for(state, exemplars=True)),
-            ("GET", "/health"): health, ("GET", "/debug/sources"): partial(debug_sources, debug),
+            ("GET", "/health"): partial(health, problems), ("GET", "/debug/sources"): partial(debug_sources, debug),
             **{("POST", path): route for path, route in posts.items() if route}}
 
 
@@ -378,8 +383,9 @@ class AgentServer:
                  query: Callable[[str], dict[str, Any]] | None = None,
                  traces: Callable[[bytes], None] | None = None, limits: ServerLimits = ServerLimits(),
                  alerts: Callable[[bytes], str | None] | None = None,
-                 smoke: Callable[[bytes], str | None] | None = None, metrics_listen: str | None = None) -> None:
-        routes = route_table(state, debug, limits, query, traces, alerts, smoke)
+                 smoke: Callable[[bytes], str | None] | None = None, metrics_listen: str | None = None,
+                 problems: Callable[[], list[str]] = list) -> None:
+        routes = route_table(state, debug, limits, query, traces, alerts, smoke, problems)
         site = Site(routes, limits)
         self.httpd = bind(listen, site, limits.workers, "")
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="spyglass-http", daemon=True)

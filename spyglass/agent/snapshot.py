@@ -21,9 +21,14 @@ from pathlib import Path
 import duckdb
 
 from spyglass.exporters import event_schema
+from spyglass.exporters.duckdb_open import connect
 from spyglass.exporters.store import SCHEMA
 
 BATCH_ROWS = 20_000
+
+
+class CopyFailed(Exception):
+    """A copy could not be written whole (the disk filled?): refused, never served in part."""
 
 
 def copy_exclusive(source: Path, target: Path) -> None:
@@ -140,7 +145,7 @@ class Snapshots:
             if end < start:  # events were removed: start over
                 partial.unlink(missing_ok=True)
                 start = 0
-            out = duckdb.connect(str(partial))
+            out = connect(partial)
             try:
                 if start == 0:  # a new file: the schema first, in one transaction (a copy's copy has it)
                     out.begin()
@@ -155,13 +160,28 @@ class Snapshots:
                     out.register("batch", cursor.sql(f"SELECT * FROM {table} {where}").to_arrow_reader(BATCH_ROWS))
                     out.execute(f"INSERT INTO {table} SELECT * FROM batch")
                     out.unregister("batch")
+                self._finish(out)
             finally:
                 out.close()
             cursor.execute("ROLLBACK")
         finally:
             cursor.close()
+        wal = partial.with_name(partial.name + ".wal")
+        if wal.exists() and wal.stat().st_size > 0:  # its data is in the WAL only: the file alone is empty
+            raise CopyFailed("no SQL copy of the store could be written whole (its checkpoint did not finish:"
+                             " is the disk full?); retry later")
         partial.rename(path)
         return Copy(path, as_of, end)
+
+    @staticmethod
+    def _finish(out: duckdb.DuckDBPyConnection) -> None:
+        """Write the copy's WAL into its file now, where a failure raises: DuckDB's checkpoint at close
+        fails silently, and would leave a file that looks like an empty database."""
+        try:
+            out.execute("CHECKPOINT")
+        except duckdb.Error as exc:
+            raise CopyFailed(f"no SQL copy of the store could be written ({str(exc).splitlines()[0][:200]});"
+                             " retry later") from None
 
     def close(self) -> None:
         for work in self.folder.glob(".partial-*"):

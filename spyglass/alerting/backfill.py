@@ -32,6 +32,7 @@ from spyglass.alerting.replay_state import ReplayState
 from spyglass.cli import timeinput
 from spyglass.collectors.event import Event
 from spyglass.config import Config
+from spyglass.exporters.duckdb_open import connect
 from spyglass.signals.buckets import le_label
 from spyglass.signals.state import MetricState
 
@@ -81,7 +82,7 @@ def open_store(config: Config) -> duckdb.DuckDBPyConnection:
     if not path.exists():
         raise BackfillError(f"no store at {path}: run `spyglass ingest` or `spyglass run` first")
     try:
-        con = duckdb.connect(str(path), read_only=True)
+        con = connect(path, read_only=True)
     except duckdb.IOException as exc:
         raise BackfillError(f"cannot open {path} read-only ({str(exc).splitlines()[0]}); a running agent holds"
                             " it: replay a copy of the file, or stop the agent") from None

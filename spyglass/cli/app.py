@@ -60,6 +60,7 @@ def run(config: ConfigOption) -> None:
     """Run the agent until SIGTERM or Ctrl-C."""
     from spyglass.agent.runtime import Agent, StoreBusy
     from spyglass.agent.server import ListenError
+    from spyglass.exporters.duckdb_open import StoreUnusable
 
     cfg = _config(config)
     try:
@@ -71,6 +72,9 @@ def run(config: ConfigOption) -> None:
     except StoreBusy as exc:
         typer.echo(f"error: {exc}; one agent a store: stop it first, or give this one its own"
                    f" agent.state_dir", err=True)
+        raise typer.Exit(1) from None
+    except StoreUnusable as exc:
+        typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     agent.stop_on_signals()
     agent.serve()
@@ -96,10 +100,12 @@ SettledOption = Annotated[float | None, typer.Option(
 
 def with_settle(config: Config, seconds: float | None) -> Config:
     """`config` with every infer_store source's settle_seconds set to `seconds` (unchanged for None)."""
+    from spyglass.collectors.infer_store import InferStoreOptions
+
     if seconds is None:
         return config
-    sources = {name: o.model_copy(update={"settle_seconds": seconds}) if o.kind == "infer_store" else o
-               for name, o in config.sources.items()}
+    sources = {**config.sources, **{name: o.model_copy(update={"settle_seconds": seconds})
+                                    for name, o in config.sources_of(InferStoreOptions).items()}}
     return config.model_copy(update={"sources": sources})
 
 
@@ -151,6 +157,7 @@ def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
     from spyglass.agent.pipeline import Pipeline
     from spyglass.agent.runtime import StoreBusy, open_store
     from spyglass.collectors.clock import SystemClock
+    from spyglass.exporters.duckdb_open import StoreUnusable
 
     cfg = with_settle(_config(config), settled_seconds)
     missing = missing_files(cfg)
@@ -167,7 +174,14 @@ def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
         typer.echo(f"error: {exc}. A running agent already reads these sources into the store: nothing to"
                    " ingest while it runs (query it with `spyglass sql`); stop it first to ingest here", err=True)
         raise typer.Exit(1) from None
-    pipeline = Pipeline(cfg, SystemClock(), store)
+    except StoreUnusable as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    try:
+        pipeline = Pipeline(cfg, SystemClock(), store)
+    except BaseException:
+        store.close()
+        raise
     tailers = [rt.tailer for rt in pipeline.tailed_sources()]
     before = sum(tailer.stats.lines for tailer in tailers)
     # Events counted from the sources' outcomes, not by a commit hook: with a hook the committer

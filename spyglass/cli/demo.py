@@ -16,7 +16,6 @@ import os
 import shlex
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time

@@ -79,10 +79,11 @@ def fetch(config: Config, q, parquet: str | None = None) -> tuple[list[str], lis
 def load_deploys(cfg: Config, instance: str | None, until: datetime | None = None, parquet: str | None = None) -> list[Deploy]:
     """The deploy records (engine starts, with what each said) up to `until`, of one instance or all;
     exit 1 on a query error. `timeline` merges them as changes; `changes` lists them."""
+    from spyglass.collectors.serve_status import ServeStatusOptions
     from spyglass.forensics.run import Window
     from spyglass.upgrades import changes as ch
 
-    serve = frozenset(o.instance for o in cfg.sources.values() if getattr(o, "kind", "") == "serve_status" and o.instance)
+    serve = frozenset(o.instance for o in cfg.sources_of(ServeStatusOptions).values() if o.instance)
     columns, rows = fetch(cfg, ch.deploys_query(Window(None, until), instance), parquet)
     return ch.deploys(ch.as_rows(columns, rows), cfg.alerts.probe_budget_seconds, serve)
 

@@ -86,9 +86,10 @@ def on(sql: str, root: str) -> str:
 
 def duckdb_rows(sql: str) -> list[tuple[Any, ...]]:
     """The rows of `sql` on a fresh in-memory DuckDB in UTC (how the docs' DuckDB queries are run)."""
-    import duckdb
 
-    con = duckdb.connect()
+    from spyglass.exporters.duckdb_open import connect
+
+    con = connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
         return con.execute(sql).fetchall()

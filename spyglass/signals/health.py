@@ -15,7 +15,8 @@ SPECS = [
                "1 when the source could be read (file) or answered (endpoint) at the last poll, else 0.", SOURCE),
     MetricSpec("spyglass_source_lines_total", "counter",
                "Lines read, by outcome: event, ignored (skipped level), unmatched (prefix but no pattern:"
-               " format drift), unprefixed (continuation lines), invalid (matched but unusable).",
+               " format drift), unprefixed (no known shape: another format, a continuation line), invalid (matched but"
+               " unusable), joined (became part of another line's event: llama.cpp's timing lines).",
                SOURCE + ("outcome",)),
     MetricSpec("spyglass_source_invalid_fields_total", "counter",
                "Values refused where they were parsed, by field: a malformed number (1.2.3) or one beyond"
@@ -48,6 +49,10 @@ SPECS = [
                " gives: generations renamed away between two polls go unseen), relinked (the path, a symlink, was"
                " pointed at another file: a target linked and replaced between two polls goes unseen).",
                SOURCE + ("reason",)),
+    MetricSpec("spyglass_source_refused_files_total", "counter",
+               "Files found at a source's path (or a rotated name) and never read, by kind: fifo, device,"
+               " directory, socket, symlink_loop. Reading one could block the agent; each file is counted"
+               " once, and /health names the source while its path holds one.", SOURCE + ("kind",)),
     MetricSpec("spyglass_source_last_event_timestamp_seconds", "gauge",
                "Timestamp (from the line itself) of the newest event of the source.", SOURCE, "seconds"),
     MetricSpec("spyglass_source_lag_bytes", "gauge", "Bytes written to the source not yet read as lines.", SOURCE,

@@ -96,14 +96,15 @@ def instance_for(config: Config, url: str) -> str | None:
     """The instance of the serve_status source that polls the serve at `url` (same scheme, host and port)."""
     from urllib.parse import urlsplit
 
+    from spyglass.collectors.serve_status import ServeStatusOptions
+
     def origin(text: str) -> tuple[str, str | None, int | None]:
         parts = urlsplit(text)
         return parts.scheme, parts.hostname, parts.port
 
     wanted = origin(url)
-    found = {o.instance for o in config.sources.values()
-             if getattr(o, "kind", "") == "serve_status" and getattr(o, "url", None) and o.instance
-             and origin(o.url) == wanted}
+    found = {o.instance for o in config.sources_of(ServeStatusOptions).values()
+             if o.url and o.instance and origin(o.url) == wanted}
     return found.pop() if len(found) == 1 else None
 
 

@@ -9,6 +9,7 @@ from spyglass.alerting.heuristics.model import (
     Alert,
     Check,
     Deployment,
+    Evidence,
     Heuristic,
     Probe,
     Threshold,
@@ -32,6 +33,13 @@ def build(d: Deployment) -> Heuristic:
         figures=("evictions", "evictions_per_minute_peak", "largest_snapshot_bytes", "budget_bytes", "slots",
          "snapshot_share_of_budget", "snapshot_in_slot_shares"))
     return Heuristic(
+        evidence=Evidence(
+            control="hour before",
+            text="Evictions and the largest parked snapshot against the hour before.",
+            this="{evictions:,} evictions, up to {evictions_per_minute_peak:g} a minute;"
+            " the largest snapshot {snapshot_share_of_budget:.0%} of the budget",
+            series="evictions",
+            threshold=floor),
         id="H3", title="Eviction storm", incident="2 (eight-way TTFT ~2 min, 2026-10-07 evening)",
         symptom=f"Conversation snapshots evicted over {num(floor)} a minute, at over {num(spike)}x the baseline over"
         f" {spoken(HOURLY)}, or"

@@ -1,7 +1,19 @@
 """H4: Long prompts restored only from a checkpoint. Incident 2 (123 of 194 prompts >= 200k reused only 16384)."""
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import INSTANCE, LANE, PERCENT, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
+from spyglass.alerting.heuristics.model import (
+    INSTANCE,
+    LANE,
+    PERCENT,
+    Alert,
+    Check,
+    Deployment,
+    Evidence,
+    Heuristic,
+    Probe,
+    Threshold,
+    probe_sql,
+)
 from spyglass.alerting.heuristics.promql import CHECKPOINT_ONLY, HOURLY, LONG_PROMPTS, last, num, spoken
 
 
@@ -14,6 +26,11 @@ def build(d: Deployment) -> Heuristic:
         figures=("long_prompts", "checkpoint_only", "checkpoint_only_share", "prompt_cache_every",
          "most_long_prompts_in_an_hour"))
     return Heuristic(
+        evidence=Evidence(
+            control="hour before",
+            text="Long prompts restored only from a checkpoint against the hour before.",
+            this="{checkpoint_only} of {long_prompts} long prompts reused only a checkpoint",
+            series="ttft"),
         id="H4", title="Long prompts restored only from a checkpoint", incident="2 (123 of 194 prompts >= 200k reused only 16384)",
         symptom="Long prompts (>= signals.long_prompt_tokens) whose reuse is a positive multiple of --prompt-cache-every:"
         " their parked snapshot was evicted and a checkpoint saved only a fraction.",

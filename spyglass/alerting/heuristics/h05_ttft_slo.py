@@ -9,6 +9,7 @@ from spyglass.alerting.heuristics.model import (
     Alert,
     Check,
     Deployment,
+    Evidence,
     Heuristic,
     Probe,
     Threshold,
@@ -48,6 +49,12 @@ def build(d: Deployment) -> Heuristic:
     lanes += tuple(Threshold(name=f"objective.{lane}", value=o.objective, unit="ratio", meaning=f"share of lane {lane} within it",
                              setting=f"alerts.lanes.{lane}.objective") for lane, o in d.lanes.items())
     return Heuristic(
+        evidence=Evidence(
+            control="hour before",
+            text="Late first tokens on this lane against the hour before.",
+            this="p95 {p95_ttft_seconds:g} s; {over_objective} of {requests} requests later than {objective_seconds:g} s",
+            series="ttft",
+            threshold="objective_seconds"),
         id="H5", title="TTFT SLO burn and TTFT spike, per lane", incident="2",
         symptom="The share of first tokens later than the lane's objective burns the error budget (SRE workbook pairs:"
         f" {fast[1]} and {fast[2]} over {num(fast[0])}x, {slow[1]} and {slow[2]} over {num(slow[0])}x page;"

@@ -1,7 +1,19 @@
 """H16: Recompile storm. Incident upgrade (p99 20 ms -> 800 ms, CPU busy, GPU idle)."""
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import INSTANCE, LANE, VALUE, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
+from spyglass.alerting.heuristics.model import (
+    INSTANCE,
+    LANE,
+    VALUE,
+    Alert,
+    Check,
+    Deployment,
+    Evidence,
+    Heuristic,
+    Probe,
+    Threshold,
+    probe_sql,
+)
 from spyglass.alerting.heuristics.promql import num
 
 
@@ -11,6 +23,10 @@ def build(d: Deployment) -> Heuristic:
         summary="{instance} rebuilt {rebuilds} compute graphs, up to {rebuilds_per_minute_peak:g} a minute.",
         figures=("rebuilds", "rebuilds_per_minute_peak"))
     return Heuristic(
+        evidence=Evidence(
+            control="hour before",
+            text="Compute-graph rebuilds against the hour before.",
+            this="{rebuilds} rebuilds, up to {rebuilds_per_minute_peak:g} a minute"),
         id="H16", title="Recompile storm", incident="upgrade (p99 20 ms -> 800 ms, CPU busy, GPU idle)",
         symptom="Compute-graph rebuilds every minute, with the CPU busy and the accelerator idle.",
         wrong_guess="the new model is slower",

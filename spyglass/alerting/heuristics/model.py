@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from spyglass.collectors.engine_log import EngineLogOptions
+from spyglass.collectors.serve_status import ServeStatusOptions
 from spyglass.config import AlertsConfig, Config, LaneObjective
 
 Severity = Literal["critical", "warning", "info"]
@@ -87,6 +89,28 @@ class Probe:
     needs: tuple[str, ...] = ()
 
 
+Control = Literal["control group", "other lane", "other instance", "hour before"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence:
+    """What an alert's evidence page (spyglass.forensics.evidence) shows beside the probe's figures.
+
+    The runbook's discriminating comparison, computed for the page's window: `this` and `other` are
+    str.format templates over the probe's row (the finding against its control, both measured by the
+    probe); with `control` "hour before" and no `other`, the control is the probe's own finding over the
+    hour before the window (or none). `series` names the chart's series (evidence.SERIES: a store query a
+    bucket) and `threshold` the line drawn on it: a number, or the name of a column of the probe's row."""
+
+    control: Control
+    text: str
+    this: str
+    other: str = ""
+    series: str = "events"
+    threshold: float | str | None = None
+    threshold_factor: float = 1.0  # the line is at this times `threshold` (H1: a share of the baseline)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Heuristic:
     id: str
@@ -101,6 +125,7 @@ class Heuristic:
     diagnosis: str = ""  # what this heuristic needs beyond metrics (bodies, history): the diagnosis does it
     history: str = ""  # what the seeds measured then: the runbook's history, never an alert's description
     probe: Probe | None = None  # the diagnosis's SQL check over the store; None: metrics only
+    evidence: Evidence | None = None  # the evidence page's comparison and chart; None: metrics only
 
     def threshold(self, name: str) -> float:
         return next(t.value for t in self.thresholds if t.name == name)
@@ -126,10 +151,9 @@ class Deployment:
         lanes = {lane: config.alerts.lanes.get(lane, DEFAULT_LANE) for lane in config.lanes().values()}
         lanes.update(config.alerts.lanes)
         lanes = lanes or {"": DEFAULT_LANE}  # no lanes: one objective for every series, whose lane label is ""
-        engines = {name: o.instance for name, o in config.sources.items()
-                   if getattr(o, "kind", "") == "engine_log" and o.instance}
-        status = {name: (o.instance or name, max(o.interval_seconds, o.max_backoff_seconds) + o.timeout_seconds)
-                  for name, o in config.sources.items() if getattr(o, "kind", "") == "serve_status" and o.url}
+        engines = {name: o.instance for name, o in config.sources_of(EngineLogOptions).items() if o.instance}
+        status = {name: (o.instance or name, o.next_poll_within())
+                  for name, o in config.sources_of(ServeStatusOptions).items() if o.url}
         return cls(settings=config.alerts, lanes=dict(sorted(lanes.items())), engine_sources=engines,
                    status_sources=status)
 
