@@ -251,9 +251,9 @@ class Board:
         for (row, value, abnormal), where in zip(self.rows(), self.wheres):
             history = self.history[self.signals.index(row)]
             now_text = row.rule.measured(history) if row.rule is not None else ""
-            shown = "" if now_text == f"{value:,.0f}" else f"{value:,.0f}"  # a level: its value once
-            table.add_row(row.label, where, shown, f"[bold red]{now_text or f'{value:,.0f}'}[/]" if abnormal
-                          else now_text or f"{value:,.0f}", str(row.rule or "-"), "[bold red]abnormal[/]" if abnormal else "")
+            shown = "" if now_text == f"{value:,.0f}" else f"{value:,.0f}"  # a level: its value once, under "now"
+            table.add_row(row.label, where, shown, f"[bold red]{now_text}[/]" if abnormal else now_text,
+                          str(row.rule or "-"), "[bold red]abnormal[/]" if abnormal else "")
         return table
 
 
