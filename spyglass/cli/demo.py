@@ -16,6 +16,7 @@ import os
 import shlex
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
