@@ -56,6 +56,25 @@ class AgentConfig(Strict):
     rotated_generations: int = Field(
         8, ge=1, le=1000, description="How many numbered generations a '{n}' in a source's `rotated`"
         " patterns stands for ('{path}.{n}': .1 to .8).")
+    cpus: str | None = Field(
+        None, description="CPUs the agent and all its threads may run on, a Linux cpu list such as \"62-63\""
+        " (sched_setaffinity at start): the host's housekeeping CPUs, never an engine's (docs/deploy.md)."
+        " Unset: the CPUs it was started on.")
+    nice: int = Field(0, ge=0, le=19, description="Niceness the agent adds to its own at start (0: none);"
+                      " with `cpus`, how little it weighs against whatever else shares them.")
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpu_list(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not re.fullmatch(r"\s*\d+(-\d+)?(\s*,\s*\d+(-\d+)?)*\s*", value):
+            raise ValueError(f"not a cpu list such as \"62-63\" or \"0,2,4-7\": {value!r}")
+        for part in value.split(","):
+            low, _, high = part.strip().partition("-")
+            if high and int(high) < int(low):
+                raise ValueError(f"the range {part.strip()!r} runs backwards")
+        return value
 
 
 TOKEN_PATTERN = r"^[A-Za-z0-9._~+/-]+=*$"  # RFC 6750's b64token: no spaces, no control characters
@@ -220,6 +239,10 @@ class AlertsConfig(Strict):
         None, description="runbook_url is this, a slash and <AlertName>.md: an absolute URL (https://... where the"
                           " runbooks are published, or file:///... where they lie), so the link works from Alertmanager"
                           " and Grafana. Unset: the file:// URL of the runbooks `spyglass rules --out` writes.")
+    evidence_base_url: str | None = Field(
+        None, description="evidence_url is this, /evidence/<AlertName>? and the alert's labels: an absolute http(s) URL"
+                          " where the agent's evidence pages are reached (a proxy in front of it, say). Unset: the"
+                          " agent's own address (exporters.prometheus.listen; all interfaces as this host's loopback).")
     evaluation_interval_seconds: int = Field(30, gt=0, le=300, description="Rule group evaluation interval.")
     time_scale: float = Field(
         1.0, gt=0, le=1, description="Every range window, offset, for: and keep_firing_for: of the generated rules is"
@@ -246,6 +269,14 @@ class AlertsConfig(Strict):
     store_webhook_url: str | None = Field("http://127.0.0.1:9464/api/alerts",
                                           description="Alertmanager also sends pages and tickets here (spyglass"
                                                       " stores them as events); unset to not.")
+
+    @field_validator("evidence_base_url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        """The link is opened from Alertmanager's notification: only an absolute http(s) URL is taken."""
+        if value is not None and not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", value):
+            raise ValueError(f"must be an absolute http(s) URL without a query (http://host:port/...), got {value!r}")
+        return value
 
     @field_validator("runbook_base_url")
     @classmethod

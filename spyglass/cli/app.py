@@ -1,7 +1,9 @@
 """The `spyglass` command: run, ingest, sql, trace, the forensic commands, rules, backfill, backtest, demo."""
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -56,6 +58,7 @@ def _config(path: Path):
 @app.command()
 def run(config: ConfigOption) -> None:
     """Run the agent until SIGTERM or Ctrl-C."""
+    from spyglass.agent.affinity import CpusUnavailable
     from spyglass.agent.runtime import Agent, StoreBusy
     from spyglass.agent.server import ListenError
     from spyglass.exporters.duckdb_open import StoreUnusable
@@ -63,6 +66,9 @@ def run(config: ConfigOption) -> None:
     cfg = _config(config)
     try:
         agent = Agent(cfg)
+    except CpusUnavailable as exc:
+        typer.echo(f"error: {exc}; set agent.cpus in {config} to CPUs of this host", err=True)
+        raise typer.Exit(2) from None
     except ListenError as exc:
         typer.echo(f"error: {exc}; set exporters.prometheus.listen in {config} to a free port,"
                    " or stop what listens there", err=True)
@@ -118,6 +124,34 @@ def unsettled_segments(pipeline: Any) -> dict[str, list[str]]:
             if rt.kind == "infer_store" and getattr(rt.source, "unsettled", None)}
 
 
+class CtrlC:
+    """SIGINT while a command reads: raised as KeyboardInterrupt only inside `interrupts()`; before, it is kept
+    (and raised on entering), after, it is only counted. A Ctrl-C at the very end of ingest once printed
+    `Exception ignored in: <module 'threading'>`, exited 0 and printed no summary."""
+
+    def __init__(self) -> None:
+        import signal
+
+        self.pressed, self.armed = False, False
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, _signum: int, _frame: object) -> None:
+        self.pressed = True
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def interrupts(self) -> Iterator[None]:
+        if self.pressed:
+            raise KeyboardInterrupt
+        self.armed = True
+        try:
+            yield
+        finally:
+            self.armed = False
+
+
 @app.command()
 def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
            poll: Annotated[bool, typer.Option("--poll", help="Also poll the sources that sample the present"
@@ -142,6 +176,7 @@ def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
     if files and len(missing) == files:
         typer.echo(f"error: {config}: none of the {files} configured files exists", err=True)
         raise typer.Exit(1)
+    ctrl_c = CtrlC()  # a Ctrl-C before the reading starts is kept until it does; none interrupts the commit
     try:
         store = open_store(cfg)
     except StoreBusy as exc:
@@ -163,14 +198,19 @@ def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
     before_events = sum(rt.outcomes.get("event", 0) for rt in pipeline.sources)
     before_outcomes = {rt.name: (dict(rt.outcomes), rt.tailer.stats.lines) for rt in pipeline.tailed_sources()}
     try:
-        pipeline.run_until_idle(poll=poll)
+        with ctrl_c.interrupts():
+            pipeline.run_until_idle(poll=poll)
+    except KeyboardInterrupt:  # Ctrl-C: close (what was committed stays), say what was read, exit 130
+        pass
     finally:
         pipeline.close()
+    interrupted = ctrl_c.pressed
     events = [sum(rt.outcomes.get("event", 0) for rt in pipeline.sources) - before_events]
     lines = sum(tailer.stats.lines for tailer in tailers) - before
     stored = "stored" if cfg.exporters.store.enabled else "counted (store off)"
-    typer.echo(f"read {lines:,} lines from {files - len(missing)} of {files} files;"
-               f" {events[0]:,} events {stored}; {len(cfg.sources)} sources")
+    typer.echo(f"{'interrupted: ' if interrupted else ''}read {lines:,} lines from {files - len(missing)} of {files}"
+               f" files; {events[0]:,} events {stored}; {len(cfg.sources)} sources"
+               f"{'; the next ingest goes on from the last commit' if interrupted else ''}")
     from spyglass.cli.checklog import unread_summary
 
     said = unread_summary(pipeline, before_outcomes)
@@ -181,6 +221,8 @@ def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
         typer.echo(f"skipped {len(segments)} unsettled segment{'s' * (len(segments) != 1)} of sources.{name}"
                    f" (changed within settle_seconds {settle:g} s; run again later, or --settled-seconds 0 for a"
                    f" copy): {', '.join(segments[:5])}{' ...' if len(segments) > 5 else ''}", err=True)
+    if interrupted:
+        raise typer.Exit(130)
 
 
 class Preset(str, Enum):
@@ -279,6 +321,9 @@ app.command("views")(one_connection(forensics.views))
 from spyglass.forensics import diagnose_cli  # noqa: E402
 
 app.command("diagnose")(one_connection(diagnose_cli.diagnose))
+from spyglass.forensics import evidence_cli  # noqa: E402
+
+app.command("evidence")(one_connection(evidence_cli.evidence))
 
 from spyglass.upgrades import commands as upgrades  # noqa: E402
 
@@ -306,8 +351,8 @@ app.add_typer(store_app, name="store")
 def store_migrate(config: ConfigOption,
                   batch: Annotated[int, typer.Option(min=1, help="Events read, typed and written per step.")] = 50_000
                   ) -> None:
-    """Bring the store to the typed schema (a table per event kind) in one transaction; a kill leaves the old
-    store whole. The agent does it at start; this does it without starting one (no agent may hold the file)."""
+    """Bring the store to the current schema (a table per event kind, the per-request rows) in one transaction; a
+    kill leaves the old store whole. The agent does it at start; this does it without starting one (no agent may hold the file)."""
     import duckdb
 
     from spyglass.exporters.event_schema import SCHEMA_VERSION

@@ -121,7 +121,8 @@ class EvidencePage:
 
 
 def checked_labels(alertname: str, labels: dict[str, str]) -> dict[str, str]:
-    """The alert's name and labels as given, or a QueryError saying which one is refused."""
+    """The alert's name and labels as given (an empty value is no label, as in Prometheus), or a QueryError
+    saying which one is refused."""
     if not ALERT_NAME.match(alertname):
         raise QueryError(f"not an alert name: {alertname[:80]!r}")
     if len(labels) > MAX_LABELS:
@@ -131,7 +132,7 @@ def checked_labels(alertname: str, labels: dict[str, str]) -> dict[str, str]:
             raise QueryError(f"not a label name: {name[:80]!r}")
         if len(value) > MAX_LABEL_CHARS or any(ord(c) < 32 for c in value):
             raise QueryError(f"label {name}: a value of at most {MAX_LABEL_CHARS} printable characters")
-    return dict(sorted(labels.items()))
+    return dict(sorted((k, v) for k, v in labels.items() if v))
 
 
 def rule_of(d: Deployment, alertname: str) -> tuple[Heuristic, Alert]:

@@ -86,6 +86,9 @@ SPECS = [
                "Stored rows no Parquet partition can name (a timestamp before 1970 or past 9999), written"
                " to <parquet_dir>/.set-aside/ instead, so the rest is published."),
     MetricSpec("spyglass_agent_info", "info", "spyglass version, value 1.", ("version",)),
+    MetricSpec("spyglass_agent_allowed_cpus_info", "info",
+               "The CPUs the agent and its threads may run on (agent.cpus, or as started), value 1: compare with"
+               " the engines' (H2).", ("cpus",)),
 ]
 
 declare_only("agent", SPECS)
