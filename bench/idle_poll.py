@@ -81,7 +81,7 @@ def main() -> None:
     url = f"http://127.0.0.1:{server.server_address[1]}"
     agents = [(str(tree), *agent(Path(tree).resolve(), folder / f"agent-{i}", url)) for i, tree in enumerate(ARGS.trees)]
     try:
-        for _, proc, health in agents:
+        for _, _proc, health in agents:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 try:

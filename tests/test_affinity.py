@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from spyglass.agent.affinity import cpu_list
 from spyglass.collectors.host import HostOptions, HostSource, ProcessRef
 from spyglass.config import ConfigError, parse_config
