@@ -43,6 +43,20 @@ class SourceOptions(BaseModel):
                                description="Where rotated generations of the file may be found; '{path}' expands, '{n}'"
                                            " counts 1..agent.rotated_generations (logrotate's x.log.1, x.log.2...).")
 
+    def instances_named(self) -> set[str]:
+        """The instances these options name: its `instance` (a kind whose options name more adds them)."""
+        return {self.instance} if self.instance else set()
+
+    def complete(self, others: list[SourceOptions]) -> None:
+        """Fill in, once every source of the config is valid, what this one takes from the others (the
+        config's other sources' options); nothing unless the kind says."""
+
+
+class PolledOptions(SourceOptions):
+    """Keys every polled source has: @register refuses a polled class whose options are not these."""
+
+    interval_seconds: float = Field(5.0, gt=0, description="Seconds between polls.")
+
 
 LineBatch = tuple[list[Event], dict[str, int], bytes]  # events, miss counts by outcome, last unmatched line
 
@@ -148,6 +162,7 @@ class Registration:
     options: type[SourceOptions]
     tailed: Callable[..., LineSource] | None = None  # constructed as cls(name, options, host=...)
     polled: Callable[..., PolledSource] | None = None
+    presets: dict[str, Callable[..., LineSource]] = field(default_factory=dict)  # options.preset -> its line source
 
     @property
     def cls(self) -> type:
@@ -155,6 +170,12 @@ class Registration:
         main = self.polled or self.tailed
         assert isinstance(main, type), "a registration holds at least one class"
         return main
+
+    @property
+    def polls_the_present(self) -> bool:
+        """The kind is polled and a poll describes the moment of the poll (not history it imports): its
+        series count as current only while its polls keep coming (the replay lets them go stale)."""
+        return self.polled is not None and getattr(self.polled, "samples_present", True) is True
 
     def is_polled(self, options: SourceOptions) -> bool:
         """Whether a source with these options is polled; a kind with both classes is tailed when
@@ -167,9 +188,10 @@ class Registration:
 
     def build_tailed(self, name: str, options: SourceOptions, host: str = "") -> LineSource:
         """The kind's line source for these options; ValueError if the kind has none."""
-        if self.tailed is None:
+        tailed = self.presets.get(getattr(options, "preset", ""), self.tailed)
+        if tailed is None:
             raise ValueError(f"source kind {self.kind!r} is not read from a file")
-        return self.tailed(name, options, host=host)
+        return tailed(name, options, host=host)
 
     def build_polled(self, name: str, options: SourceOptions, host: str = "") -> PolledSource:
         """The kind's polled source for these options; ValueError if the kind has none."""
@@ -211,6 +233,9 @@ def register(kind: str, options: type[SourceOptions]) -> Callable[[SourceClass],
 
     def decorate(cls: SourceClass) -> SourceClass:
         slot = check_source_class(kind, cls)
+        if slot == "polled" and not issubclass(options, PolledOptions):
+            raise ValueError(f"source kind {kind!r}: the options of a polled source subclass PolledOptions"
+                             f" (interval_seconds); {options.__qualname__} does not")
         current = REGISTRY.get(kind) or Registration(kind, options)
         if current.options is not options:
             raise ValueError(f"source kind {kind!r} registered with two options models")
@@ -218,6 +243,24 @@ def register(kind: str, options: type[SourceOptions]) -> Callable[[SourceClass],
         if taken not in (None, cls):
             raise ValueError(f"source kind {kind!r} registered twice")
         REGISTRY[kind] = replace(current, polled=cls) if slot == "polled" else replace(current, tailed=cls)
+        return cls
+
+    return decorate
+
+
+def register_preset(kind: str, preset: str) -> Callable[[SourceClass], SourceClass]:
+    """Register the line source of one preset of `kind` (options.preset == `preset`): another grammar and
+    clock for the same events, options and signals (the engine log's llama_server preset)."""
+
+    def decorate(cls: SourceClass) -> SourceClass:
+        if check_source_class(kind, cls) != "tailed":
+            raise ValueError(f"source kind {kind!r}: preset {preset!r} must be a line source")
+        current = REGISTRY.get(kind)
+        if current is None:
+            raise ValueError(f"source kind {kind!r}: register the kind before its preset {preset!r}")
+        if current.presets.get(preset) not in (None, cls):
+            raise ValueError(f"source kind {kind!r}: preset {preset!r} registered twice")
+        REGISTRY[kind] = replace(current, presets={**current.presets, preset: cls})
         return cls
 
     return decorate

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from spyglass.collectors import LineSourceBase, SourceOptions, register
+from spyglass.collectors import LineSourceBase, SourceOptions, register, register_preset
 from spyglass.collectors.dated_log import DatedLogParser
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import ERROR_KIND, declare, from_patterns, merge
@@ -111,8 +111,9 @@ class EngineLogOptions(SourceOptions):
     kind: Literal["engine_log"] = "engine_log"
     preset: Literal["strata", "llama_server"] = Field(
         "strata", description="Which engine writes the log: strata (dated lines, this module's patterns) or"
-                              " llama_server (llama.cpp's llama-server with --log-prefix --log-timestamps; its stamps"
-                              " count from the process start, see collectors/llama_log.py and docs/llama-server.md).")
+                              " llama_server (llama.cpp's llama-server, any build since 2024, plain or through journald, syslog,"
+                              " docker or router mode; its stamps count from the process start, see collectors/llama_log.py"
+                              " and docs/llama-server.md; `spyglass check-log FILE` shows what it reads).")
     tz: str = "UTC"
     lane: str = Field("", description="Lane label of this instance (fast, normal); empty = unknown.")
     prefix: str = Field(PREFIX, description="Regex of the line prefix; groups ts, ms, level, component.")
@@ -211,14 +212,6 @@ class EngineLogParser(DatedLogParser):
 @register("engine_log", EngineLogOptions)
 class EngineLogSource(LineSourceBase):
     """Engine log lines in, events out; joins `task N` to the request id its `queued` line named."""
-
-    def __new__(cls, name: str, options: EngineLogOptions, host: str = "", max_tasks: int = 4096) -> Any:
-        """The llama_server preset is another grammar and clock (collectors/llama_log.py)."""
-        if getattr(options, "preset", "strata") == "llama_server":
-            from spyglass.collectors.llama_log import LlamaLogSource
-
-            return LlamaLogSource(name, options, host=host)
-        return super().__new__(cls)
 
     def __init__(self, name: str, options: EngineLogOptions, host: str = "", max_tasks: int = 4096) -> None:
         self.name, self.options = name, options
@@ -339,3 +332,13 @@ class EngineLogSource(LineSourceBase):
             if event.kind in ("done", "rejected"):
                 self._requests.pop(task, None)
         return event
+
+
+def _llama_preset() -> None:
+    """The llama_server preset: its own line source (collectors/llama_log.py), registered with the kind."""
+    from spyglass.collectors.llama_log import LlamaLogSource
+
+    register_preset("engine_log", "llama_server")(LlamaLogSource)
+
+
+_llama_preset()

@@ -30,20 +30,35 @@ POLL_ERROR: SourceFields = {"poll_error": {"error": "text"}}
 
 _DECLARED: dict[str, SourceFields] = {}
 _GROUP = re.compile(r"\(\?P<(\w+)>((?:[^()\\]|\\.)*)\)")
-_INT_BODY = re.compile(r"(?:-\?)?\\d(?:\+|\{[\d,]+\})|\\d")
-_FLOAT_BODY = re.compile(r"\[\\d\.\]\+|\[\.\\d\]\+|\\d\+\\\.\\d\+")
+# The bodies of a number group: digits (\d, \d+, \d{1,3}), digits with a point ([\d.]+, \d+\.\d+), each
+# maybe signed (-?). One table for the parser (collectors/grammar.py), the store's columns and the
+# columnar path, so a value arrives as the type its column has (`room=(?P<room>-?\d+)`: -5000 is an int).
+_INT_BODY = re.compile(r"(?:-\?)?\\d(?:\+|\{[\d,]+\})?")
+_FLOAT_BODY = re.compile(r"\[\\d\.\]\+|\[\.\\d\]\+|(?:-\?)?\\d\+\\\.\\d\+")
 
 
-def group_type(name: str, body: str, text_fields: frozenset[str]) -> FieldType:
-    """The type of one named group, as the parser converts it: text when the source names it text,
-    int for a run of digits, float for digits with a point, text for anything else."""
-    if name in text_fields:
-        return "text"
+def group_bodies(regex: str) -> dict[str, str]:
+    """Each named group's body (the first one, for a name repeated in alternatives); a group with
+    a group inside it is not listed (its shape is no number)."""
+    return dict(reversed(_GROUP.findall(regex)))
+
+
+def capture_type(body: str) -> Literal["int", "float"] | None:
+    """The number type a group's body says its values are, or None for any other shape."""
     if _INT_BODY.fullmatch(body):
         return "int"
     if _FLOAT_BODY.fullmatch(body):
         return "float"
-    return "text"
+    return None
+
+
+def group_type(name: str, body: str, text_fields: frozenset[str]) -> FieldType:
+    """The type of one named group, as the parser converts it: text when the source names it text,
+    int or float as its body says (capture_type), text for anything else (the parser types a value of
+    such a group by its look, and the store keeps it as text)."""
+    if name in text_fields:
+        return "text"
+    return capture_type(body) or "text"
 
 
 def from_patterns(patterns: Mapping[str, tuple[str, ...]], text_fields: frozenset[str] | tuple[str, ...],
@@ -53,7 +68,7 @@ def from_patterns(patterns: Mapping[str, tuple[str, ...]], text_fields: frozense
     texts = frozenset(text_fields)
     out: SourceFields = {}
     for kind, spec in patterns.items():
-        bodies = dict(reversed(_GROUP.findall(spec[-1])))  # the first body of a name repeated in alternatives
+        bodies = group_bodies(spec[-1])
         found: KindFields = {name: group_type(name, bodies.get(name, ""), texts)
                              for name in re.compile(spec[-1]).groupindex}
         found.update((overrides or {}).get(kind, {}))

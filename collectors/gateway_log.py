@@ -58,7 +58,7 @@ MAX_UNLISTED = 120  # characters kept of a label value outside its list
 
 def _declared() -> SourceFields:
     """The kinds' own fields, then those carried from the request line to the later lines of a request."""
-    own = from_patterns(PATTERNS, TEXT_FIELDS, {"precheck": {"room": "int"}, "request": {"unlisted": "json"}})
+    own = from_patterns(PATTERNS, TEXT_FIELDS, {"request": {"unlisted": "json"}})
     carried: dict[str, FieldType] = {name: own["request"][name] for name in CARRIED}
     return {kind: {**carried, **found} if "req" in found and kind != "request" else found for kind, found in own.items()}
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from spyglass.collectors.fields import capture_type, group_bodies
+
 
 class Miss:
     """Why a line produced no event (plain strings: they are counted per line on the hot path)."""
@@ -50,7 +52,7 @@ def number_ok(value: object) -> bool:
 
 def _int(raw: bytes) -> int:
     value = int(raw)
-    if value > MAX_NUMBER:  # a \d+ group is never negative
+    if not -MAX_NUMBER <= value <= MAX_NUMBER:
         raise ValueError("out of range")
     return value
 
@@ -62,24 +64,21 @@ def _float(raw: bytes) -> float:
     return value
 
 
-# A named group whose body is one of these always converts the same way.
-_INT_BODY = re.compile(r"\\d(?:\+|\{[\d,]+\})")
-_FLOAT_BODY = re.compile(r"\[\\d\.\]\+|\[\.\\d\]\+")
-_GROUP = re.compile(r"\(\?P<(\w+)>((?:[^()\\]|\\.)*)\)")
+_NUMBERS = {"int": _int, "float": _float}
 
 
 def converters(regex: str, text_fields: frozenset[str]) -> dict[str, Callable[[bytes], Any]]:
-    """Per named group: int, float or text, read off the group's regex once instead of per value.
+    """Per named group: int, float or text, read off the group's regex once instead of per value, by
+    the same rule the store's columns are typed by (collectors/fields.capture_type).
 
     Groups of another shape are typed by their value (see _auto)."""
     found: dict[str, Callable[[bytes], Any]] = {}
-    for name, body in _GROUP.findall(regex):
+    for name, body in group_bodies(regex).items():
+        number = capture_type(body)
         if name in text_fields:
             found[name] = _text
-        elif _INT_BODY.fullmatch(body):
-            found[name] = _int
-        elif _FLOAT_BODY.fullmatch(body):
-            found[name] = _float
+        elif number is not None:
+            found[name] = _NUMBERS[number]
     return found
 
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from spyglass.collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
+from spyglass.collectors import PolledOptions, PolledSourceBase, PollPolicy, PollResult, register
 from spyglass.collectors.clock import BEIJING_ZONE_NAME, local_to_epoch, zone
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import POLL_ERROR, declare
@@ -35,7 +35,7 @@ CONTROL_LITERALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref
                     "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]
 
 
-class InferStoreOptions(SourceOptions):
+class InferStoreOptions(PolledOptions):
     kind: Literal["infer_store"] = "infer_store"
     tz: str = BEIJING_ZONE_NAME
     segments: Path | None = Field(None, description="Folder of YYYYMMDD/seg-*.jsonl.gz; default infer-segs beside path.")

@@ -1,49 +1,43 @@
-"""llama.cpp's `llama-server` log (`--log-file F --log-prefix --log-timestamps`), the `llama_server` preset
-of the engine log: events shaped as the Strata engine's wherever the meaning is the same.
+"""llama.cpp's `llama-server` log, the `llama_server` preset of the engine log: every format since 2024
+(collectors/llama_grammar.py), in every capture (journald, syslog, docker, router mode, runners:
+collectors/llama_wrap.py), as events shaped as the Strata engine's wherever the meaning is the same.
 
-A line is `M.SS.mmm.uuu L message`: the time since the process started (minutes, seconds, milliseconds,
-microseconds), a level letter, then `slot FUNC: id N | task T | ...`, `srv  FUNC: ...` or `main: ...`.
-Parsing a line (`LlamaLineParser.parse`) is pure; turning its relative stamp into UTC needs the start
-instant of the process that wrote it, which `LlamaLogSource` (the I/O edge) finds. Rules:
+Parsing a line is pure; this source (the I/O edge) adds time and the state a line cannot carry. Time:
 
-- A *segment* is what one process wrote: it begins at the file's first line, at `srv llama_server:
-  initializing ...` (the first line llama-server writes), or at a stamp smaller than the line before it
-  (the process was restarted and appends to the same file).
-- The start instant of a segment, first choice (`anchor = "process"`): the start time (/proc/PID/stat) of
-  the running llama-server whose command line names this log file, if its lines fit it (start + the
-  segment's last stamp is no later than the file's mtime, and the start no earlier than the previous
-  segment's last line). Else (`"mtime"`): the file's mtime minus the last stamp read, for the last
-  segment of a read (its last line is the file's latest write). A segment followed by another in the
-  same read (its writer is gone: a crash loop read after the fact) is placed to end where the next
-  begins (`"next"`). Never before the previous segment's last line.
-- A line with a level but no stamp (llama-server run without --log-timestamps) takes the time it was
-  read (the file's mtime). A line without even a level (a raw print, a continuation) is counted
-  unprefixed, never an event.
+- A line's own absolute time, when it has one, is its time: the wrapper's (journald, syslog, docker),
+  else the 2024 formats' `timestamp`.
+- llama-server's `--log-timestamps` stamp counts from its process's start (`M.SS.mmm.uuu`). A *segment*
+  is what one process wrote: it begins at the file's first line, at a start-up line (`srv llama_server:
+  initializing ...`, `build: N (commit) ...`, `log_info: verbosity = N`, 2024's `build info`) once the
+  segment has seen more than start-up lines, or where the stamps go back by more than a second and the
+  line after agrees (a restart that appends to the same file; one line out of order is no restart).
+- The start instant of a segment, first choice (`anchor = "wrapper"`): a line's absolute time minus its
+  stamp. Else (`"process"`): the start time (/proc/PID/stat) of the running llama-server whose command
+  line names this log file, if its lines fit it. Else (`"mtime"`): the file's mtime minus the last stamp
+  read, for the last segment of a read. A segment followed by another in the same read is placed to end
+  where the next begins (`"next"`). Never before the previous segment's last line, nor after the file's mtime.
+- A stamp that would put its line after the file's last write (or far past its wrapper's time), or a
+  lone stamp far ahead of the lines around it, is refused (`invalid:stamp`): one bad stamp never moves
+  the segment. A line with no time at all takes the time it was read (the file's mtime).
 - `--cache-ram`, `-np`, `-c` and the model path come from the writer's command line (/proc/PID/cmdline),
   as an `args` event after `start`; when the writer is not running, no budget is reported.
 
-Events (kinds as the Strata engine log's, so signals, views and heuristics apply unchanged): `start`
-(build_name llama.cpp; the build is not logged, the poller reads it from /props), `args`, `model`, `ready`
-(at `listening on`, seconds since start), `queued` at
-`launch_slot_` (prefill_depth 0: llama.cpp has no serial prefill queue; waiting for a slot is the
-/metrics `requests_deferred`), `prompt` (prompt = reused + read, at launch + prompt eval time) and
-`done` (ttft_ms = prompt eval time, decode_tps, completion) at `release`, `evict` (bytes, reason budget,
-evictions = evict lines of this process so far), `error` (E lines); llama.cpp's own: `slot_select`
-(LRU or LCP similarity), `reprocess` (forcing full prompt re-processing), `checkpoint`, `cache_state`,
-`reasoning_budget`, and the start-up lines (`slots_config`, `model_loaded`, `verbosity`, `threadpool`,
-`security`, `exiting`). A task's request id is made from the instance, the segment's start and the task
-number (`YYYYMMDD-HHMMSS-hex`), so `requests` and `trace` show llama.cpp's tasks.
-Fixture: tests/fixtures/llama_server/llama-server.log (a real log of the real build).
+Tasks: `launch_slot_` is `queued` (prefill_depth 0: llama.cpp has no serial prefill queue); the timing
+lines (with their task, or continuation lines joined to the `print_timing` header before them) and the
+release line, in either order (builds of 2025 release first), make `prompt` (prompt = reused + read) and
+`done` (ttft_ms = prompt eval time, decode_tps, completion); a release with no timings is `release`.
+Other events: `start` (build_name llama.cpp; the build where the log names it), `args`, `model`, `ready`,
+`evict` (bytes, reason budget, evictions = evict lines of this process so far), `error` (E lines and a
+crash's raw output), and llama.cpp's own (`slot_select`, `reprocess`, `checkpoint`, `cache_state`, ...).
+A task's request id is made from the instance, the segment's start and the task number.
+Fixtures: tests/fixtures/llama_server/ (the real build's log), tests/fixtures/llama_users/ (users' logs).
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import re
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -51,125 +45,32 @@ from spyglass.collectors import LineSourceBase
 from spyglass.collectors.clock import Clock, SystemClock
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import ERROR_KIND, FieldType, SourceFields, from_patterns
-from spyglass.collectors.grammar import LineKind, Miss, PatternOverride, build_kinds
+from spyglass.collectors.grammar import Miss
+from spyglass.collectors.llama_grammar import PATTERNS, START_MARKERS, TEXT_FIELDS, Line, LlamaLineParser
+from spyglass.collectors.llama_process import ARG_FLAGS, Writer, find_writer, parse_args, process_start, request_id
+from spyglass.collectors.llama_wrap import unwrap
 
-PREFIX = re.compile(rb"(?:(?P<min>\d{1,9})\.(?P<sec>\d\d)\.(?P<ms>\d{3})\.(?P<us>\d{3}) )?(?P<level>[DIWE]) ")
-SLOT = r"slot +(?P<func>\w+): id +(?P<slot>\d+) \| task (?P<task>-?\d+) \| "
-SRV = r"srv +(?P<func>\w+): +"
-MIB = r"(?P<mib>\d+\.\d+) MiB"
+__all__ = ["LLAMA_FIELDS", "Line", "LlamaLineParser", "LlamaLogSource", "Writer", "find_writer", "parse_args",
+           "process_start", "request_id"]
 
-# kind: (literal prefilter, message regex); every one overridable from `patterns`.
-PATTERNS: dict[str, tuple[str, str, str]] = {
-    "start": ("", "initializing ...", SRV + r"initializing \.\.\."),
-    "model": ("", "loading model '", SRV + r"loading model '(?P<path>.+)'"),
-    "slots_config": ("", "n_slots = ", SRV + r"initializing, n_slots = (?P<slots>\d+), n_ctx_slot = (?P<ctx_slot>\d+),"
-                     r" kv_unified = '(?P<kv_unified>\w+)'"),
-    "model_loaded": ("", "model loaded", SRV + r"model loaded"),
-    "ready": ("", "listening on ", SRV + r"listening on (?P<address>\S+)"),
-    "exiting": ("", "cleaning up before exit", r"srv +[\w():, ]{0,60}cleaning up before exit\.\.\."),
-    "verbosity": ("", "verbosity = ", r"cmn +\w+: common_params_print_info: verbosity = (?P<verbosity>\d+) .*"),
-    "threadpool": ("", "threadpool init", r"cmn +\w+: llama threadpool init, n_threads = (?P<threads>\d+)"),
-    "security": ("", "security: ", SRV + r"security: (?P<message>.{1,200})"),
-    "slot_select": ("", "selected slot by ",
-                    SLOT + r"selected slot by (?P<by>LRU|LCP similarity|id)(?:, t_last = (?P<t_last>-?\d+)"
-                    r"|, f_sim_best = (?P<similarity>\d+\.\d+) \(> (?P<threshold>\d+\.\d+) thold\), f_keep = (?P<keep>-?\d+\.\d+)"
-                    r"| \((?P<id>\d+)\))"),
-    "launch": ("", "processing task", SLOT + r"processing task, is_child = (?P<child>\d)"),
-    "timing_prompt": ("", "prompt eval time =",
-                      SLOT + r"prompt eval time = +(?P<ms>\d+\.\d+) ms / +(?P<tokens>\d+) tokens \(.*\)"),
-    "timing_eval": ("", " eval time =", SLOT + r" +eval time = +(?P<ms>\d+\.\d+) ms / +(?P<tokens>\d+) tokens"
-                    r" \( *(?:\d+\.\d+|inf|nan) ms per token, +(?P<tps>\d+\.\d+|inf|nan) tokens per second\)"),
-    "timing_graphs": ("", "graphs reused =", SLOT + r" +graphs reused = +(?P<graphs_reused>\d+)"),
-    "timing_total": ("", "total time =", SLOT + r" +total time = +(?P<ms>\d+\.\d+) ms / +(?P<tokens>\d+) tokens"),
-    "decode_progress": ("", "n_gen = ",
-                        SLOT + r"n_gen = +(?P<n_gen>\d+), tg = +(?P<tps>\d+\.\d+) t/s, tg_3s = +(?P<tps_3s>\d+\.\d+) t/s"),
-    "prompt_progress": ("", "prompt processing, ",
-                        SLOT + r"prompt processing, n_tokens = +(?P<n_tokens>\d+), progress = (?P<progress>\d+\.\d+),"
-                        r" t = +(?P<seconds>\d+\.\d+) s / (?P<tps>\d+\.\d+) tokens per second"),
-    "context_shift": ("", "context shift", SLOT + r"slot context shift, n_keep = (?P<n_keep>-?\d+), n_left = (?P<n_left>-?\d+),"
-                      r" n_discard = (?P<n_discard>-?\d+)"),
-    "sleeping": ("", "sleeping state", SRV + r"server is (?P<action>entering|exiting) sleeping state"),
-    "cache_load_failed": ("", "failed to load prompt from cache", SLOT + r"failed to load prompt from cache"),
-    "release": ("", "stop processing:", SLOT + r"stop processing: n_tokens = (?P<n_tokens>\d+), truncated = (?P<truncated>\d)"),
-    "evict": ("", "removing oldest entry",
-              SRV + r"- (?:(?P<room>making room for prompt cache entry)|(?P<size>cache size limit reached)"
-              r"|cache token limit \((?P<limit_tokens>\d+), est: (?P<est_tokens>\d+)\) reached), removing oldest entry"
-              r" \(size = " + MIB + r"\)"),
-    "cache_state": ("", "- cache state:", SRV + r"- cache state: (?P<prompts>\d+) prompts, " + MIB
-                    + r" \(limits: (?P<limit_mib>\d+\.\d+) MiB, (?P<limit_tokens>\d+) tokens, (?P<est_tokens>\d+) est\)"),
-    "reprocess": ("", "forcing full prompt re-processing", SLOT + r"forcing full prompt re-processing due to (?P<cause>.{1,200})"),
-    "checkpoint": ("", "context checkpoint",
-                   SLOT + r"(?P<action>created|restored|erasing old|erased invalidated) context checkpoint.*size = " + MIB + r"\)"),
-    "reasoning_budget": ("", "reasoning budget", r"(?P<message>.{0,200}reasoning budget.{0,200})"),
-}
-TEXT_FIELDS = frozenset({"kv_unified", "path", "address", "by", "func", "cause", "action",
-                         "message", "room", "size"})
 SEGMENT_TOLERANCE = 0.5  # seconds a writer's start may miss the lines' times by (stamp granularity, clock ticks)
+STAMP_SLACK = 60.0  # seconds a stamp may run past the file's mtime or its wrapper's time (buffered writes, a slow read)
+TRUSTED = frozenset({"process", "wrapper"})  # anchors that are the writer's true start, not a guess from the mtime
+BACKSTEP = 1.0  # seconds a stamp may go back without being a restart (the logger's threads, clock reads)
+SPIKE = 60.0  # seconds a lone stamp may run ahead of the lines around it before it is refused
 MAX_TASKS = 4096
-ARG_FLAGS = {"-np": "slots", "--parallel": "slots", "-c": "ctx", "--ctx-size": "ctx", "--port": "port",
-             "--cache-ram": "cache_ram_mib", "-cram": "cache_ram_mib", "-m": "model", "--model": "model",
-             "-t": "threads", "--threads": "threads", "--ctx-checkpoints": "ctx_checkpoints",
-             "--reasoning-budget": "reasoning_budget", "--n-cpu-moe": "n_cpu_moe", "-ncmoe": "n_cpu_moe"}
+MAX_SHAPES = 64
+JOINED = "joined"  # a line that became part of another line's event (timing lines)
+STAMP = Miss.invalid("stamp")
 
-
-@dataclass(frozen=True)
-class Line:
-    """One parsed line: its stamp in seconds since its process started (None: printed without one), its
-    level, and the kind and fields of its message (kind None: a level line no pattern knows)."""
-
-    rel: float | None
-    level: str
-    kind: str | None
-    fields: dict[str, Any] = field(default_factory=dict)
-
-
-class LlamaLineParser:
-    """parse(bytes) -> Line | Miss: no I/O, no clock."""
-
-    def __init__(self, overrides: dict[str, str | PatternOverride] | None = None, where: str = "patterns") -> None:
-        self.kinds: list[LineKind] = build_kinds(PATTERNS, overrides or {}, where, TEXT_FIELDS)
-
-    def parse(self, line: bytes) -> Line | str:
-        head = PREFIX.match(line)
-        if head is None:
-            return Miss.UNPREFIXED
-        rel = None
-        if head.group("min") is not None:
-            rel = int(head.group("min")) * 60 + int(head.group("sec")) + int(head.group("ms")) / 1e3 + int(head.group("us")) / 1e6
-        level = head.group("level").decode()
-        message = line[head.end():].rstrip(b"\r\n")
-        for kind in self.kinds:
-            if kind.literal in message:
-                found = kind.pattern.match(message)
-                if found is not None:
-                    fields = kind.typed(found)
-                    if isinstance(fields, str):
-                        return fields
-                    return Line(rel, level, kind.kind, fields)
-        if level == "E":
-            return Line(rel, level, "error", {"component": error_component(message),
-                                              "message": message[:240].decode("utf-8", "replace")})
-        return Line(rel, level, None)
-
-
-def error_component(message: bytes) -> str:
-    """The engine-log component of an error line: load (a model load), slot, or main."""
-    if any(word in message[:120] for word in (b"load", b"gguf", b"model")):
-        return "load"
-    return "slot" if message.startswith(b"slot ") else "main"
-
-
-# The events the llama_server preset emits, as the engine_log source kind declares them with the
-# strata kinds (collectors/engine_log.py): its pattern kinds less `func` (timing lines make no event
-# of their own), and the strata-shaped kinds it builds from them.
 _TASKED: dict[str, FieldType] = {"task": "int", "slot": "int"}
 LLAMA_FIELDS: SourceFields = {
     **{kind: {k: v for k, v in found.items() if k != "func"} for kind, found in from_patterns(
         PATTERNS, TEXT_FIELDS, {"decode_progress": {"tps": "float"}, "prompt_progress": {"tps": "float"},
                                 "context_shift": {"n_keep": "int", "n_left": "int", "n_discard": "int"},
                                 "slot_select": {"t_last": "int", "keep": "float"}}).items()
-       if not kind.startswith("timing_") and kind not in ("launch", "model", "ready", "evict", "release")},
-    "start": {"build_name": "text", "version": "text", "build": "text", "anchor": "float", "pid": "int"},
+       if not kind.startswith("timing_") and kind not in ("launch", "model", "ready", "evict", "release", "crash", "build")},
+    "start": {"build_name": "text", "version": "text", "build": "text", "anchor": "float", "pid": "int", "capture": "text"},
     "args": {**{name: "text" if name == "model" else "int" for name in dict.fromkeys(ARG_FLAGS.values())},
              "argv": "text"},
     "model": {"path": "text", "real": "text", "bytes": "int", "md5": "text"},
@@ -178,6 +79,7 @@ LLAMA_FIELDS: SourceFields = {
     "evict": {"bytes": "int", "reason": "text", "cause": "text", "evictions": "int", "budget": "int"},
     "queued": {**_TASKED, "prefill_depth": "int"},
     "release": {**_TASKED, "n_tokens": "int", "truncated": "int"},
+    "unread": {"lines": "int", "unreadable": "int", "shape": "text"},
     "prompt": {**_TASKED, "prompt": "int", "reused": "int", "read": "int", "ms": "int"},
     "done": {**_TASKED, "finish": "text", "prompt": "int", "completion": "int", "ttft_ms": "int", "decode_tps": "float",
              "truncated": "int", "n_tokens": "int", "graphs_reused": "int"},
@@ -185,71 +87,12 @@ LLAMA_FIELDS: SourceFields = {
 }
 
 
-def parse_args(argv: list[str]) -> dict[str, Any]:
-    """The llama-server flags that matter downstream, from its command line (numbers as ints)."""
-    found: dict[str, Any] = {}
-    for flag, value in zip(argv, argv[1:]):
-        name = ARG_FLAGS.get(flag)
-        if name is not None and name not in found:
-            found[name] = int(value) if value.isascii() and value.lstrip("-").isdigit() else value
-    return found
-
-
-def request_id(instance: str, start: float, task: int, ts: float) -> str:
-    """The request id of a llama.cpp task: its launch time (UTC) and a hash of instance, process start and task."""
-    digest = hashlib.sha1(f"{instance}:{start:.3f}:{task}".encode()).hexdigest()[:16]
-    return f"{datetime.fromtimestamp(ts, tz=UTC):%Y%m%d-%H%M%S}-{digest}"
-
-
 @dataclass(frozen=True)
-class Writer:
-    """The running process that writes a log file: pid, start (epoch seconds), command line."""
+class Item:
+    """A parsed line and its absolute time (wrapper or format), if any."""
 
-    pid: int
-    start: float
-    argv: list[str]
-
-
-def process_start(pid: int, now: Callable[[], float]) -> float:
-    """Epoch seconds at which process `pid` started: /proc/PID/stat's starttime (clock ticks since boot)
-    on a boot instant of `now()` minus /proc/uptime, read together (10 ms; /proc/stat's btime is cut to
-    the second)."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    with open("/proc/uptime") as uptime:
-        since_boot = float(uptime.read().split()[0])
-    return now() - since_boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-
-
-def find_writer(log: Path, now: Callable[[], float]) -> Writer | None:
-    """The running process whose command line has `--log-file` naming `log` (the same file), if any;
-    `now` gives the wall clock's epoch seconds."""
-    try:
-        target = os.stat(log)
-    except OSError:
-        return None
-    with os.scandir("/proc") as entries:
-        for entry in entries:
-            if entry.name.isdigit():
-                writer = _writer(entry.path, target, now)
-                if writer is not None:
-                    return writer
-    return None
-
-
-def _writer(proc: str, target: os.stat_result, now: Callable[[], float]) -> Writer | None:
-    """The process at `proc` (/proc/PID) if its `--log-file` is the file `target`."""
-    try:
-        argv = Path(proc, "cmdline").read_bytes().decode("utf-8", "replace").split("\0")
-        if "--log-file" not in argv:
-            return None
-        other = os.stat(os.path.join(os.readlink(f"{proc}/cwd"), argv[argv.index("--log-file") + 1]))
-        if (other.st_dev, other.st_ino) != (target.st_dev, target.st_ino):
-            return None
-        pid = int(os.path.basename(proc))
-        return Writer(pid, process_start(pid, now), [a for a in argv if a])
-    except (OSError, IndexError, ValueError):
-        return None
+    line: Line
+    wall: float | None
 
 
 @dataclass(frozen=True)
@@ -257,7 +100,7 @@ class Start:
     """Where a new segment begins: the instant, how it was found, and its writer if running."""
 
     at: float
-    anchor: str  # process, mtime or next
+    anchor: str  # wrapper, process, mtime or next
     writer: Writer | None
 
 
@@ -270,6 +113,9 @@ class Segment:
     last_rel: float = 0.0
     evictions: int = 0
     budget_bytes: int | None = None
+    busy: bool = False  # has seen more than start-up lines
+    back: float | None = None  # an unconfirmed step back of the stamps (a restart if the next line agrees)
+    timing_owner: list[int] | None = None  # [slot, task] of the last print_timing header
     tasks: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
 
     def end(self) -> float:
@@ -278,6 +124,8 @@ class Segment:
 
 class LlamaLogSource(LineSourceBase):
     """llama-server log lines in, Strata-shaped events out (see the module's rules for time)."""
+
+    parse_note = "per line (llama_server preset)"
 
     def __init__(self, name: str, options: Any, host: str = "", clock: Clock | None = None,
                  writer_of: Callable[[Path, Callable[[], float]], Writer | None] = find_writer) -> None:
@@ -288,7 +136,12 @@ class LlamaLogSource(LineSourceBase):
         self.writer_of = writer_of
         self.mtime: float | None = None
         self.segment: Segment | None = None
-        self.parse_note = "per line (llama_server preset)"
+        self.captures: Counter[str] = Counter()  # lines per capture (check-log)
+        self.forms: Counter[str] = Counter()  # lines per llama.cpp format (check-log)
+        self.shapes: Counter[str] = Counter()  # unreadable lines by shape (check-log)
+        self.builds: list[str] = []  # the builds the log named
+        self.anchors: list[str] = []  # how each segment was placed in time
+        self.lines_read = self.lines_unread = 0  # since the source's first line (checkpointed): the `unread` event
 
     # -- the LineSource protocol ------------------------------------------------------------------
     def file_mtime(self, mtime: float) -> None:
@@ -297,14 +150,22 @@ class LlamaLogSource(LineSourceBase):
     def checkpoint(self) -> dict[str, Any] | None:
         s = self.segment
         if s is None:
-            return None
-        return {"start": s.start, "anchor": s.anchor, "last_rel": s.last_rel, "evictions": s.evictions,
-                "budget_bytes": s.budget_bytes, "tasks": {str(k): v for k, v in s.tasks.items()}}
+            return {"lines": [self.lines_read, self.lines_unread]} if self.lines_read else None
+        return {"lines": [self.lines_read, self.lines_unread], "start": s.start, "anchor": s.anchor, "last_rel": s.last_rel,
+                "evictions": s.evictions,
+                "budget_bytes": s.budget_bytes, "busy": s.busy, "back": s.back, "timing_owner": s.timing_owner,
+                "tasks": {str(k): v for k, v in s.tasks.items()}}
 
     def restore(self, saved: dict[str, Any]) -> None:
+        counts = saved.get("lines")
+        if isinstance(counts, list) and len(counts) == 2 and all(isinstance(n, int) and n >= 0 for n in counts):
+            self.lines_read, self.lines_unread = counts
         try:
+            owner = saved.get("timing_owner")
             self.segment = Segment(float(saved["start"]), str(saved["anchor"]), float(saved["last_rel"]),
-                                   int(saved["evictions"]), saved.get("budget_bytes"),
+                                   int(saved["evictions"]), saved.get("budget_bytes"), bool(saved.get("busy", True)),
+                                   None if saved.get("back") is None else float(saved["back"]),
+                                   [int(owner[0]), int(owner[1])] if isinstance(owner, list) and len(owner) == 2 else None,
                                    OrderedDict((int(k), dict(v)) for k, v in saved.get("tasks", {}).items()))
         except (KeyError, TypeError, ValueError):
             self.segment = None  # an unreadable checkpoint: the next lines start a segment afresh
@@ -313,96 +174,190 @@ class LlamaLogSource(LineSourceBase):
         pass
 
     def handle_lines(self, lines: list[bytes]) -> tuple[list[Event], dict[str, int], bytes]:
-        """Events of a batch, misses by outcome, the last unmatched line."""
-        misses = {Miss.IGNORED: 0, Miss.UNMATCHED: 0, Miss.UNPREFIXED: 0}
-        unmatched = b""
-        parsed: list[Line] = []
-        for line in lines:
-            result = self.parser.parse(line)
-            if isinstance(result, str):
-                misses[result] = misses.get(result, 0) + 1
-                continue
-            if result.level == "D":
+        """Events of a batch, misses by outcome, the last unreadable line."""
+        misses = {Miss.IGNORED: 0, Miss.UNMATCHED: 0, Miss.UNPREFIXED: 0, JOINED: 0}
+        unread = b""
+        items: list[Item] = []
+        ref = self.mtime if self.mtime is not None else self.clock.now()
+        for raw in lines:
+            wrapped = unwrap(raw.rstrip(b"\r\n"), ref, self.options.tz)
+            self.captures[wrapped.capture] += 1
+            if wrapped.foreign:
                 misses[Miss.IGNORED] += 1
                 continue
+            result = self.parser.parse(wrapped.payload)
+            if isinstance(result, str):
+                misses[result] = misses.get(result, 0) + 1
+                if result in (Miss.UNMATCHED, Miss.UNPREFIXED):
+                    unread = raw
+                    self._shape(wrapped.payload)
+                continue
+            self.forms[result.form] += 1
             if result.kind is None:
                 misses[Miss.UNMATCHED] += 1
-                unmatched = line
-            parsed.append(result)
+                unread = raw
+                self._shape(wrapped.payload)
+            items.append(Item(result, wrapped.wall if wrapped.wall is not None else result.wall))
         events: list[Event] = []
-        for begins, run in self._segments(parsed):
-            events += self._segment_events(begins, run)
-        return events, misses, unmatched[:512]
+        for begins, run in self._segments(items, misses):
+            events += self._segment_events(begins, run, misses)
+        unreadable = misses[Miss.UNMATCHED] + misses[Miss.UNPREFIXED]
+        self.lines_read += len(lines)
+        self.lines_unread += unreadable
+        if unreadable:
+            events.append(self._unread(events, items, unread))
+        return events, misses, unread[:512]
+
+    def _unread(self, events: list[Event], items: list[Item], line: bytes) -> Event:
+        """The source's running count of lines read and of those it could not read, stamped with the batch's
+        latest known time: what a backtest replays as spyglass_source_lines_total (the drift alarm)."""
+        known = [e.ts for e in events] + [item.wall for item in items if item.wall is not None]
+        shape = line.rstrip(b"\r\n")[:60].translate(DIGITS).decode("utf-8", "replace")
+        return self._event(max(known, default=self._seen()), "unread",
+                           {"lines": self.lines_read, "unreadable": self.lines_unread, "shape": shape})
+
+    def _shape(self, payload: bytes) -> None:
+        """The unreadable line's shape: digits as 9, its first 60 bytes (bounded: check-log's top shapes)."""
+        shape = payload[:60].translate(DIGITS).decode("utf-8", "replace")
+        if shape in self.shapes or len(self.shapes) < MAX_SHAPES:
+            self.shapes[shape] += 1
 
     # -- segments and their start instants --------------------------------------------------------
-    def _segments(self, parsed: list[Line]) -> list[tuple[Start | None, list[Line]]]:
+    def _segments(self, items: list[Item], misses: dict[str, int]) -> list[tuple[Start | None, list[Item]]]:
         """The batch cut into runs of one process each: (how a new segment starts, or None for the run
-        continuing the current one; its lines). Start instants follow the module's rules."""
-        runs: list[list[Line]] = [[]]
-        last = self.segment.last_rel if self.segment is not None else None
-        new = [self.segment is None]
-        for line in parsed:
-            reset = line.kind == "start" or (line.rel is not None and last is not None and line.rel < last - 1e-3)
-            if reset and (runs[-1] or not new[-1]):
-                runs.append([])
-                new.append(True)
-            elif reset:
-                new[-1] = True
-            runs[-1].append(line)
-            if line.rel is not None:
-                last = line.rel
+        continuing the current one; its lines). Refused stamps are counted and their lines dropped."""
+        runs: list[list[Item]] = [[]]
+        seg = self.segment
+        new = [seg is None]
+        last = seg.last_rel if seg is not None else None
+        busy = seg.busy if seg is not None else False
+        back = seg.back if seg is not None else None
+        stamped = [i for i, item in enumerate(items) if item.line.rel is not None]
+        after = {i: (items[j].line.rel if n + 1 < len(stamped) else None)
+                 for n, (i, j) in enumerate(zip(stamped, stamped[1:] + [-1]))}
+        seen = self._seen()
+        for i, item in enumerate(items):
+            line, rel = item.line, item.line.rel
+            went_back = rel is not None and last is not None and rel < last - BACKSTEP
+            reset = line.kind in START_MARKERS and (busy or went_back)
+            if rel is not None and last is not None and not reset:
+                if self._refused(rel, last, after.get(i), item.wall, None if new[-1] else seg, seen):
+                    misses[STAMP] = misses.get(STAMP, 0) + 1
+                    continue
+                following = after.get(i)
+                if not went_back:
+                    back = None  # the old sequence goes on: a step back before this was a line out of order
+                elif back is not None or (following is not None and following < last - BACKSTEP):
+                    reset = True  # two lines agree: a new process
+                elif following is None:
+                    back = rel  # unconfirmed until the next line
+            if reset:
+                if runs[-1] or not new[-1]:
+                    runs.append([])
+                    new.append(True)
+                else:
+                    new[-1] = True
+                busy, back, last = False, None, None
+            runs[-1].append(item)
+            if line.kind is not None and line.kind not in START_MARKERS:
+                busy = True
+            if rel is not None and (last is None or not went_back or reset):
+                last = rel if last is None else max(last, rel)
+        if seg is not None and not new[0]:
+            seg.back = back
+        return self._placed(runs, new)
+
+    @staticmethod
+    def _refused(rel: float, last: float, following: float | None, wall: float | None, seg: Segment | None,
+                 seen: float) -> bool:
+        """Whether a stamp is impossible: for a placed segment, past the wrapper's time or the file's last
+        write (when the segment's start is a guess, only as a lone jump: a read cut short by the read
+        budget goes on past the mtime it was placed by); or a spike ahead of the lines on both sides."""
+        jump = rel > last + SPIKE and (following is None or following < rel - BACKSTEP)
+        if seg is not None and seg.start + rel > (wall if wall is not None else seen) + STAMP_SLACK:
+            return seg.anchor in TRUSTED or jump
+        return jump and following is not None and following >= last - BACKSTEP
+
+    def _placed(self, runs: list[list[Item]], new: list[bool]) -> list[tuple[Start | None, list[Item]]]:
+        """Each run with the start instant of its new segment (see the module's rules)."""
         starts: list[Start | None] = [None] * len(runs)
         after: float | None = None  # the next segment's start, for the ones before it
         for i in range(len(runs) - 1, -1, -1):
             if not new[i] or not runs[i]:
                 continue
-            last_rel = max((line.rel for line in runs[i] if line.rel is not None), default=0.0)
-            starts[i] = self._anchor_last(last_rel) if after is None else Start(after - last_rel, "next", None)
+            last_rel = max((item.line.rel for item in runs[i] if item.line.rel is not None), default=0.0)
+            walled = next((item for item in runs[i] if item.wall is not None), None)
+            if walled is not None:
+                starts[i] = Start(walled.wall - (walled.line.rel or 0.0), "wrapper", None)  # type: ignore[operator]
+            elif after is None:
+                starts[i] = self._anchor_last(last_rel)
+            else:
+                starts[i] = Start(after - last_rel, "next", None)
             after = starts[i].at  # type: ignore[union-attr]
         return [(starts[i], runs[i]) for i in range(len(runs)) if runs[i]]
 
     def _anchor_last(self, last_rel: float) -> Start:
         """The start of the last new segment of a read: its running writer's start, or the file's mtime
         minus its last stamp."""
-        seen = self.mtime if self.mtime is not None else self.clock.now()
+        seen = self._seen()
         writer = self.writer_of(Path(self.options.path), self.clock.now) if self.options.path is not None else None
         if writer is not None and writer.start + last_rel <= seen + SEGMENT_TOLERANCE \
                 and (self.segment is None or writer.start >= self.segment.end() - SEGMENT_TOLERANCE):
             return Start(writer.start, "process", writer)
         return Start(seen - last_rel, "mtime", None)
 
-    def _begin(self, begins: Start) -> Segment:
+    def _seen(self) -> float:
+        return self.mtime if self.mtime is not None else self.clock.now()
+
+    def _begin(self, begins: Start, last_rel: float) -> Segment:
         previous, start = self.segment, begins.at
-        if previous is not None and start < previous.end():
-            start = previous.end()  # never before the previous process's last line
+        if previous is not None and begins.anchor != "wrapper":
+            # Never before the previous process's last line, nor so late that this one's lines pass the mtime.
+            start = max(start, min(previous.end(), self._seen() - last_rel))
         segment = Segment(start, begins.anchor)
         if begins.writer is not None:
             ram = parse_args(begins.writer.argv).get("cache_ram_mib")
             if isinstance(ram, int) and ram > 0:
                 segment.budget_bytes = ram << 20
         self.segment = segment
+        self.anchors.append(begins.anchor)
         return segment
 
-    def _segment_events(self, begins: Start | None, run: list[Line]) -> list[Event]:
+    def _segment_events(self, begins: Start | None, run: list[Item], misses: dict[str, int]) -> list[Event]:
         events: list[Event] = []
         if begins is not None:
-            events += self._start_events(self._begin(begins), run[0], begins.writer)
+            last_rel = max((item.line.rel for item in run if item.line.rel is not None), default=0.0)
+            events += self._start_events(self._begin(begins, last_rel), run, begins.writer)
         segment = self.segment
         assert segment is not None
-        for n, line in enumerate(run):
-            ts = segment.start + line.rel if line.rel is not None else (self.mtime or self.clock.now())
+        seen = self._seen()
+        for n, item in enumerate(run):
+            line = item.line
             if line.rel is not None:
+                ts = segment.start + line.rel
                 segment.last_rel = max(segment.last_rel, line.rel)
-            if line.kind is None or (n == 0 and begins is not None and line.kind == "start"):
+            else:
+                ts = item.wall if item.wall is not None else seen
+            if line.kind is None or (n == 0 and begins is not None and line.kind in START_MARKERS):
                 continue
-            events += self._events(segment, line, ts)
+            if line.kind not in START_MARKERS:
+                segment.busy = True
+            made = self._events(segment, line, ts)
+            if not made and line.kind != "verbosity":
+                misses[JOINED] += 1
+            events += made
         return events
 
-    def _start_events(self, segment: Segment, first: Line, writer: Writer | None) -> list[Event]:
-        """The process's start (its build is not in the log: the poller reads it from /props) and, when its
-        writer runs, its command line's flags."""
+    def _start_events(self, segment: Segment, run: list[Item], writer: Writer | None) -> list[Event]:
+        """The process's start, with the build its start-up lines name, and, when its writer runs, its
+        command line's flags."""
         ts = segment.start
         fields: dict[str, Any] = {"build_name": "llama.cpp", "version": "", "build": "", "anchor": segment.anchor}
+        build = next((item.line.fields for item in run[:64] if item.line.kind == "build"), None)
+        if build is not None:
+            fields["version"] = str(build.get("number", ""))
+            fields["build"] = f"b{build.get('number', '')}-{build.get('commit', '')}"
+            self.builds.append(fields["build"])
         events = []
         if writer is not None:
             fields["pid"] = writer.pid
@@ -414,10 +369,12 @@ class LlamaLogSource(LineSourceBase):
     def _events(self, segment: Segment, line: Line, ts: float) -> list[Event]:
         kind, f = line.kind, line.fields
         make = self._event
+        if kind in START_MARKERS:
+            return []  # a start-up line within a segment that has seen only start-up lines
         if kind == "model":
             return [self._model(ts, str(f["path"]))]
         if kind == "ready":
-            return [make(ts, "ready", {"seconds": round(line.rel or 0.0, 3), "address": f["address"]})]
+            return [make(ts, "ready", {"seconds": round(max(ts - segment.start, 0.0), 3), "address": f.get("address", "")})]
         if kind == "evict":
             segment.evictions += 1
             cause = "room" if f.get("room") else "size" if f.get("size") else "tokens"
@@ -425,44 +382,73 @@ class LlamaLogSource(LineSourceBase):
             if segment.budget_bytes is not None:
                 fields["budget"] = segment.budget_bytes
             return [make(ts, "evict", fields)]
+        if kind == "timing_header":
+            segment.timing_owner = [f["slot"], f["task"]]
+            return []
+        if kind is not None and kind.startswith("timing_"):
+            return self._timing(segment, kind, f, ts)
         task = f.get("task")
         if kind == "launch" and isinstance(task, int):
             req = request_id(self.instance, segment.start, task, ts)
-            segment.tasks[task] = {"ts": ts, "slot": f["slot"], "req": req}
-            if len(segment.tasks) > MAX_TASKS:
-                segment.tasks.popitem(last=False)
+            self._task(segment, task).update(ts=ts, slot=f["slot"], req=req)
             return [make(ts, "queued", {"task": task, "slot": f["slot"], "prefill_depth": 0}, req)]
-        if kind in ("timing_prompt", "timing_eval", "timing_total", "timing_graphs") and isinstance(task, int):
-            state = segment.tasks.setdefault(task, {"slot": f["slot"]})
-            state[kind] = {key: value for key, value in f.items() if key in ("ms", "tokens", "tps", "graphs_reused")}
-            return []
         if kind == "release" and isinstance(task, int):
-            return self._finished(segment, task, f, ts)
+            return self._released(segment, task, f, ts)
         fields = {key: value for key, value in f.items() if key != "func"}
         owner = segment.tasks.get(task, {}).get("req") if isinstance(task, int) else None
         return [make(ts, kind or "unknown", fields, owner)]
 
-    def _finished(self, segment: Segment, task: int, f: dict[str, Any], ts: float) -> list[Event]:
+    @staticmethod
+    def _task(segment: Segment, task: int) -> dict[str, Any]:
+        state = segment.tasks.setdefault(task, {})
+        if len(segment.tasks) > MAX_TASKS:
+            segment.tasks.popitem(last=False)
+        return state
+
+    def _timing(self, segment: Segment, kind: str, f: dict[str, Any], ts: float) -> list[Event]:
+        """A timing line, its task named or (a continuation line) the last header's: kept until the task is
+        released; after its release (builds of 2025 release first), the total line completes it."""
+        task, slot = f.get("task"), f.get("slot")
+        if not isinstance(task, int) and segment.timing_owner is not None:
+            slot, task = segment.timing_owner
+        if not isinstance(task, int):
+            return []
+        state = self._task(segment, task)
+        state.setdefault("slot", slot)
+        state[kind] = {key: value for key, value in f.items() if key in ("ms", "tokens", "tps", "graphs_reused")}
+        released = state.get("released")
+        if kind == "timing_total" and released is not None and "timing_prompt" in state and "timing_eval" in state:
+            segment.tasks.pop(task, None)
+            return self._finished(state, task, released, ts)
+        return []
+
+    def _released(self, segment: Segment, task: int, f: dict[str, Any], ts: float) -> list[Event]:
+        state = self._task(segment, task)
+        released = {"slot": f["slot"], "n_tokens": f["n_tokens"], "truncated": f["truncated"], "ts": ts}
+        if "timing_prompt" in state and "timing_eval" in state:
+            segment.tasks.pop(task, None)
+            return self._finished(state, task, released, ts)
+        state["released"] = released
+        return [self._event(ts, "release", {"task": task, "slot": f["slot"], "n_tokens": f["n_tokens"],
+                                            "truncated": f["truncated"]}, state.get("req"))]
+
+    def _finished(self, state: dict[str, Any], task: int, released: dict[str, Any], ts: float) -> list[Event]:
         """The task's prompt and done events, from its timing lines and its release line."""
-        state = segment.tasks.pop(task, {})
-        prompt_timing, eval_timing = state.get("timing_prompt"), state.get("timing_eval")
+        prompt_timing, eval_timing = state["timing_prompt"], state["timing_eval"]
         req = state.get("req")
-        if prompt_timing is None or eval_timing is None:
-            return [self._event(ts, "release", {"task": task, "slot": f["slot"], "n_tokens": f["n_tokens"],
-                                                "truncated": f["truncated"]}, req)]
-        read, generated = prompt_timing["tokens"], eval_timing["tokens"]
+        read, generated, n_tokens = prompt_timing["tokens"], eval_timing["tokens"], released["n_tokens"]
         # The slot holds the prompt and every generated token but the last (sampled, never decoded).
-        prompt = max(f["n_tokens"] - generated + 1, read) if generated > 0 else max(f["n_tokens"], read)
+        prompt = max(n_tokens - generated + 1, read) if generated > 0 else max(n_tokens, read)
         ms = round(prompt_timing["ms"])
         launched = state.get("ts", ts)
         tps = eval_timing.get("tps")
-        common = {"task": task, "slot": f["slot"]}
+        common = {"task": task, "slot": released["slot"]}
         return [
             self._event(min(launched + prompt_timing["ms"] / 1000, ts), "prompt",
                         {**common, "prompt": prompt, "reused": prompt - read, "read": read, "ms": ms}, req),
             self._event(ts, "done", {**common, "finish": "unknown", "prompt": prompt, "completion": generated,
                                      "ttft_ms": ms, "decode_tps": tps if isinstance(tps, float) else 0.0,
-                                     "truncated": f["truncated"], "n_tokens": f["n_tokens"],
+                                     "truncated": released["truncated"], "n_tokens": n_tokens,
                                      **state.get("timing_graphs", {})}, req),
         ]
 
@@ -477,3 +463,6 @@ class LlamaLogSource(LineSourceBase):
 
     def _event(self, ts: float, kind: str, fields: dict[str, Any], req: str | None = None) -> Event:
         return Event(ts, self.name, kind, self.instance, fields, req, self.host)
+
+
+DIGITS = bytes.maketrans(b"0123456789", b"9999999999")

@@ -3,36 +3,53 @@
 
 One poll is a `llama_status` event: `health` (ok, loading, or http_NNN), `metrics` (the known
 `llamacpp:` families, by name without the prefix; numbers checked), `slots` (total, busy, and the prompt
-tokens the busy slots took from cache and processed), `build` (`/props` build_info, e.g. b1-0c1e570). An
-endpoint that is switched off (`/metrics` without `--metrics` answers 501, `/slots` with `--no-slots`) is
-left out of the event, never reported as 0. A poll with no answer from /health is a `poll_error` event
-(timeout, refused, ...) and the pipeline backs off. One poll has one deadline over its requests, and each
-body a size cap. The instance label is the configured one. A stopped process answers nothing (a timeout).
+tokens the busy slots took from cache and processed), `build` (`/props` build_info, e.g. b1-0c1e570),
+`invalid` (the samples refused: negative, beyond 2**53, a ratio outside 0..1). An endpoint that is switched
+off (`/metrics` without `--metrics` answers 501, `/slots` with `--no-slots`) is left out of the event, never
+reported as 0; so is a family the build does not write (the families came and went between builds:
+`kv_cache_*` until mid-2025, `n_busy_slots_per_decode` from late 2024, `prompt_tokens_cached_total`,
+`n_tokens_max` and `spec_decode_*` in late-2025 builds; tests/fixtures/llama/ has each build's bodies).
+`/slots` has two shapes: 2024's `state` (0 idle, 1 processing), later `is_processing`.
+
+A poll with no answer from /health is a `poll_error` event (timeout, refused, ...) and the pipeline backs
+off. So is a body a decoder chokes on (`invalid_json`: not JSON, or nested deeper than Python's decoder
+goes) or one of another shape (`bad_body`): the gauges of a server answering that are not kept standing.
+One poll has one deadline over its requests, and each body a size cap. The instance label is the
+configured one. A stopped process answers nothing (a timeout). The source keeps one connection to
+llama-server (collectors/http_poll.py), and a body that did not change since the last poll is not parsed again.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Any, Literal
 
+from loguru import logger
 from pydantic import Field
 
-from spyglass.collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
+from spyglass.collectors import PolledOptions, PolledSourceBase, PollPolicy, PollResult, register
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import POLL_ERROR, declare
 from spyglass.collectors.grammar import number_ok
-from spyglass.collectors.serve_status import BodyTooLarge, error_kind
+from spyglass.collectors.http_poll import HttpPoller
+from spyglass.collectors.serve_status import error_kind
 
 METRICS = ("prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total", "tokens_predicted_total",
            "tokens_predicted_seconds_total", "n_decode_total", "n_tokens_max", "prompt_tokens_seconds",
-           "predicted_tokens_seconds", "requests_processing", "requests_deferred", "n_busy_slots_per_decode")
+           "predicted_tokens_seconds", "requests_processing", "requests_deferred", "n_busy_slots_per_decode",
+           "kv_cache_usage_ratio", "kv_cache_tokens", "spec_decode_num_draft_tokens_total",
+           "spec_decode_num_accepted_tokens_total", "spec_decode_num_drafts_total")
+RATIOS = frozenset({"kv_cache_usage_ratio"})  # a share: 0..1
 
 declare("llama_server", {"llama_status": {"health": "text", "metrics": "json", "slots": "json", "build": "text",
-                                          "poll_ms": "int"}, **POLL_ERROR})
+                                          "invalid": "json", "poll_ms": "int"}, **POLL_ERROR})
 
 
-class LlamaServerOptions(SourceOptions):
+class BadBody(ValueError):
+    """A body of the right syntax and the wrong shape (a /slots that is not a list)."""
+
+
+class LlamaServerOptions(PolledOptions):
     kind: Literal["llama_server"] = "llama_server"
     url: str = Field(description="llama-server's base URL, e.g. http://127.0.0.1:8080 (/health, /metrics, /slots).")
     interval_seconds: float = Field(5.0, gt=0, description="Seconds between polls while it answers.")
@@ -41,24 +58,44 @@ class LlamaServerOptions(SourceOptions):
     max_backoff_seconds: float = Field(60.0, gt=0, description="Longest wait between polls while it fails.")
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    """The known `llamacpp:` samples of a Prometheus text body (prometheus_client's parser), by short name."""
+def value_ok(name: str, value: object) -> bool:
+    """Every llamacpp family counts or measures something that is never negative; a ratio is at most 1."""
+    if not number_ok(value) or not isinstance(value, int | float):
+        return False
+    return value >= 0 and (name not in RATIOS or value <= 1)
+
+
+def parse_metrics(text: str, invalid: list[str] | None = None) -> dict[str, float]:
+    """The known `llamacpp:` samples of a Prometheus text body (prometheus_client's parser), by short name.
+    A sample no llama-server can write (negative, NaN, beyond 2**53) is left out and its name added to
+    `invalid`: a counter is never moved by it."""
     from prometheus_client.parser import text_string_to_metric_families
 
     found: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = sample.name.removeprefix("llamacpp:")
-            if name in METRICS and not sample.labels and number_ok(sample.value):
+            if name not in METRICS or sample.labels:
+                continue
+            if value_ok(name, sample.value):
                 found[name] = float(sample.value)
+            elif invalid is not None:
+                invalid.append(f"metrics.{name}")
     return found
+
+
+def slot_busy(slot: dict[str, Any]) -> bool:
+    """`is_processing` (late 2024 on), or 2024's `state` (0 idle, 1 processing)."""
+    if "is_processing" in slot:
+        return slot["is_processing"] is True
+    return slot.get("state") == 1
 
 
 def summarise_slots(body: Any) -> dict[str, int]:
     """Slots in total and busy, and the prompt tokens of the busy ones (from cache, processed)."""
     if not isinstance(body, list):
-        raise ValueError("/slots is not a list")
-    busy = [s for s in body if isinstance(s, dict) and s.get("is_processing") is True]
+        raise BadBody("/slots is not a list")
+    busy = [s for s in body if isinstance(s, dict) and slot_busy(s)]
     summary = {"total": len(body), "busy": len(busy)}
     for key, name in (("n_prompt_tokens_cache", "cached_tokens"), ("n_prompt_tokens_processed", "processed_tokens")):
         values = [s.get(key) for s in busy]
@@ -66,37 +103,61 @@ def summarise_slots(body: Any) -> dict[str, int]:
     return summary
 
 
-async def _get(client: Any, url: str, cap: int) -> tuple[int, bytes]:
-    async with client.stream("GET", url) as response:
-        body = bytearray()
-        async for chunk in response.aiter_raw():
-            body += chunk
-            if len(body) > cap:
-                raise BodyTooLarge
-        return response.status_code, bytes(body)
+class _Parsed:
+    """The last body of each endpoint and what it parsed to: a body that has not changed since the last
+    poll (most of them, on an idle server) is not parsed again."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[bytes, Any]] = {}
+
+    def __call__(self, path: str, body: bytes, parse: Any) -> Any:
+        seen = self.last.get(path)
+        if seen is not None and seen[0] == body:
+            return seen[1]
+        value = parse(body)
+        self.last[path] = (body, value)
+        return value
 
 
-async def _poll(base: str, deadline: float, cap: int) -> dict[str, Any]:
-    import httpx
+def decode_json(body: bytes) -> Any:
+    """A JSON body; one nested deeper than the decoder goes (RecursionError) is a ValueError like any bad one."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
+
+def _metrics(body: bytes) -> tuple[dict[str, float], list[str]]:
+    invalid: list[str] = []
+    return parse_metrics(body.decode("utf-8", "replace"), invalid), invalid
+
+
+def _poll(http: HttpPoller, base: str, cap: int, parsed: _Parsed) -> dict[str, Any]:
     fields: dict[str, Any] = {}
-    async with asyncio.timeout(deadline):
-        async with httpx.AsyncClient(timeout=deadline, headers={"accept-encoding": "identity"}) as client:
-            status, _ = await _get(client, base + "/health", cap)
-            fields["health"] = {200: "ok", 503: "loading"}.get(status, f"http_{status}")
-            if status != 200:
-                return fields
-            status, body = await _get(client, base + "/metrics", cap)
-            if status == 200:
-                fields["metrics"] = parse_metrics(body.decode("utf-8", "replace"))
-            status, body = await _get(client, base + "/slots", cap)
-            if status == 200:
-                fields["slots"] = summarise_slots(json.loads(body))
-            status, body = await _get(client, base + "/props", cap)
-            props = json.loads(body) if status == 200 else None
-            if isinstance(props, dict) and isinstance(props.get("build_info"), str):
-                fields["build"] = props["build_info"][:64]
+    invalid: list[str] = []
+    status, _ = http.get(base + "/health", cap)
+    fields["health"] = {200: "ok", 503: "loading"}.get(status, f"http_{status}")
+    if status != 200:
+        return fields
+    status, body = http.get(base + "/metrics", cap)
+    if status == 200:
+        metrics, refused = parsed("/metrics", body, _metrics)
+        fields["metrics"] = dict(metrics)  # a copy: one event's fields are never another's
+        invalid += refused
+    status, body = http.get(base + "/slots", cap)
+    if status == 200:
+        fields["slots"] = dict(parsed("/slots", body, lambda b: summarise_slots(decode_json(b))))
+    status, body = http.get(base + "/props", cap)
+    props = parsed("/props", body, decode_json) if status == 200 else None
+    if isinstance(props, dict) and isinstance(props.get("build_info"), str):
+        fields["build"] = props["build_info"][:64]
+    if invalid:
+        fields["invalid"] = invalid
     return fields
+
+
+def poll_error_kind(exc: Exception) -> str:
+    return "bad_body" if isinstance(exc, BadBody) else error_kind(exc)
 
 
 @register("llama_server", LlamaServerOptions)
@@ -107,18 +168,26 @@ class LlamaServerSource(PolledSourceBase):
         self.name, self.options, self.host = name, options, host
         self.instance = options.instance or name
         self.base = options.url.rstrip("/")
+        self.http = HttpPoller(self.base)  # one kept-alive connection for the source's life
+        self.parsed = _Parsed()
 
     def poll_policy(self) -> PollPolicy:
         return PollPolicy(self.options.interval_seconds, self.options.max_backoff_seconds)
 
     def poll(self, now: float) -> PollResult:
-        import httpx
-
         started = time.monotonic()
+        self.http.start(self.options.timeout_seconds)
         try:
-            fields = asyncio.run(_poll(self.base, self.options.timeout_seconds, self.options.max_body_bytes))
-        except (httpx.HTTPError, ValueError, TimeoutError, BodyTooLarge) as exc:
-            error = Event(now, self.name, "poll_error", self.instance, {"error": error_kind(exc)}, None, self.host)
+            fields = _poll(self.http, self.base, self.options.max_body_bytes, self.parsed)
+        except Exception as exc:  # noqa: BLE001 - whatever a body does to a decoder, up must not stay at 1
+            kind = poll_error_kind(exc)
+            if kind == "unexpected":
+                logger.opt(exception=exc).error("{}: poll of {} failed unexpectedly; counted as a failed poll",
+                                                self.name, self.base)
+            error = Event(now, self.name, "poll_error", self.instance, {"error": kind}, None, self.host)
             return PollResult([error], ok=False)
         fields["poll_ms"] = round((time.monotonic() - started) * 1000)
         return PollResult([Event(now, self.name, "llama_status", self.instance, fields, None, self.host)])
+
+    def close(self) -> None:
+        self.http.close()

@@ -17,12 +17,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from spyglass.collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
+from spyglass.collectors import PolledOptions, PolledSourceBase, PollPolicy, PollResult, register
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import declare
 
 
-class ModelPathOptions(SourceOptions):
+class ModelPathOptions(PolledOptions):
     kind: Literal["model_path"] = "model_path"
     path: Path = Field(..., description="The instance's configured model path (usually a symlink) to resolve.")
     interval_seconds: float = Field(30.0, gt=0, description="Seconds between resolutions of the path.")

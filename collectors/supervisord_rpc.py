@@ -14,7 +14,7 @@ from typing import Any, Literal, cast
 
 from pydantic import Field, model_validator
 
-from spyglass.collectors import PolledSourceBase, PollPolicy, PollResult, SourceOptions, register
+from spyglass.collectors import PolledOptions, PolledSourceBase, PollPolicy, PollResult, register
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import POLL_ERROR, declare
 
@@ -64,7 +64,7 @@ def pid_of(endpoint: str, program: str) -> int | None:
     return int(pid) or None
 
 
-class SupervisordRpcOptions(SourceOptions):
+class SupervisordRpcOptions(PolledOptions):
     kind: Literal["supervisord_rpc"] = "supervisord_rpc"
     endpoint: str = Field("unix:///var/run/supervisor.sock", description="unix:///path or http://host:port/RPC2.")
     interval_seconds: float = Field(5.0, gt=0, description="Seconds between polls.")

@@ -35,6 +35,10 @@ class SwitchLogOptions(SourceOptions):
                                  description="The instances a line may name; another name is exported as `other`"
                                  " and counted. Empty: the instances the config's other sources name.")
 
+    def complete(self, others: list[SourceOptions]) -> None:
+        if not self.instances:
+            self.instances = sorted(set().union(*(o.instances_named() for o in others)))
+
 
 @register("switch_log", SwitchLogOptions)
 class SwitchLogSource(LineSourceBase):

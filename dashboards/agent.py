@@ -23,6 +23,8 @@ from spyglass.dashboards.panels import (
 UID = "spyglass-agent"
 TITLE = "Spyglass / spyglass itself"
 
+UNREADABLE = '~"unmatched|unprefixed"'  # lines of no known shape or pattern: SpyglassSourceUnreadable
+
 
 def build(d: Deployment):
     layout = board(UID, TITLE, "The agent's own health: is what the other dashboards show complete and current?",
@@ -40,10 +42,13 @@ def build(d: Deployment):
                          thresholds=above(threshold(d, "H19", "silent_seconds")), links=[runbook(d, "SpyglassSourceSilent")]),
         timeseries_panel("Lines, by outcome", "short",
                          Q(rate("spyglass_source_lines_total", "source, outcome"), "{{source}} {{outcome}}"), width=8),
-        timeseries_panel("Unmatched share of lines (format drift)", "percentunit",
+        timeseries_panel("Unmatched and unreadable share of lines (format drift)", "percentunit",
                          Q(f'{rate("spyglass_source_lines_total", "source", outcome="unmatched")}'
-                           f' / ({rate("spyglass_source_lines_total", "source")} > 0)', "{{source}}"),
-                         width=8, thresholds=above(unmatched), links=[runbook(d, "SpyglassUnparsedLines")]),
+                           f' / ({rate("spyglass_source_lines_total", "source")} > 0)', "{{source}} unmatched"),
+                         Q(f'{rate("spyglass_source_lines_total", "source", outcome=UNREADABLE)}'
+                           f' / ({rate("spyglass_source_lines_total", "source")} > 0)', "{{source}} unreadable"),
+                         width=8, thresholds=above(unmatched),
+                         links=[runbook(d, "SpyglassUnparsedLines"), runbook(d, "SpyglassSourceUnreadable")]),
         timeseries_panel("Lag: bytes written not yet read", "bytes",
                          Q(f'max by (host, source) ({s("spyglass_source_lag_bytes")})', "{{source}}"), width=8),
         timeseries_panel("Newest event against the clock", "s",

@@ -34,7 +34,8 @@ from spyglass.collectors.fields import SQL_TYPES, FieldType, KindFields, fields
 if TYPE_CHECKING:
     import pyarrow as pa
 
-SCHEMA_VERSION = 2  # 1: one `events` table with every field in a JSON column; 2: a table per kind
+SCHEMA_VERSION = 3  # 1: one `events` table with every field in a JSON column; 2: a table per kind; 3: and the
+# per-request rows (exporters/request_rows.py)
 BASE = (("seq", "BIGINT"), ("ts", "TIMESTAMPTZ NOT NULL"), ("source", "VARCHAR NOT NULL"), ("kind", "VARCHAR NOT NULL"),
         ("instance", "VARCHAR"), ("host", "VARCHAR"), ("request_id", "VARCHAR"))
 RESERVED = frozenset({name for name, _ in BASE} | {"extra", "fields", "source_kind"})

@@ -25,7 +25,7 @@ from loguru import logger
 
 from spyglass.collectors.event import Event
 from spyglass.collectors.received import RECEIVED
-from spyglass.exporters import event_schema
+from spyglass.exporters import event_schema, request_rows
 from spyglass.exporters.duckdb_open import StoreUnusable, connect, foreign_format
 from spyglass.exporters.statefile import SavedState
 
@@ -82,9 +82,10 @@ class DuckDBStore:
     """Events, checkpoints and the metric state in one DuckDB file. Guarantees: a `commit` is one
     transaction (all of its events, checkpoints and metric state, or none); `load` returns what the
     last finished commit wrote; timestamps are stored as UTC; each event lands in its kind's typed
-    table (exporters/event_schema.py); a store of the JSON schema (version 1) is migrated once, in one
-    transaction, losing nothing (`migrate`); the connection analysts query through cannot read or
-    write other files nor change its settings.
+    table (exporters/event_schema.py), and is folded into its request's row in the same transaction
+    (exporters/request_rows.py); a store of the JSON schema (version 1), or of the typed schema before
+    the rows (version 2), is migrated once, in one transaction, losing nothing (`migrate`); the
+    connection analysts query through cannot read or write other files nor change its settings.
 
     `sources` maps each configured source name to its source kind (the kind tables are per source
     kind); the pipeline gives it (`bind_sources`) before its first commit."""
@@ -99,7 +100,7 @@ class DuckDBStore:
             raise StoreUnusable(f"cannot make the store's folder {path.parent}: {exc.strerror or exc}") from None
         _probe_writable(path.parent)
         self.path = path
-        self.settings = {k: v for k, v in (("memory_limit", memory_limit), ("threads", threads)) if v is not None}
+        self.settings: dict[str, Any] = {k: v for k, v in (("memory_limit", memory_limit), ("threads", threads)) if v is not None}
         self.sources: dict[str, str] = {**RECEIVED, **(sources or {})}
         self.invalidated: str | None = None  # why DuckDB invalidated the connection, until it is reopened
         self.set_aside = 0  # rows the migration could not convert (kept in SET_ASIDE)
@@ -126,6 +127,7 @@ class DuckDBStore:
         self.con.execute("SET lock_configuration = true")
         self._written: dict[str, str] = {}  # checkpoint JSON per source as committed: unchanged ones are not rewritten
         self._has_metrics = False
+        self._typed = False  # the schema is known to be the typed one (checked at the first commit)
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         """The connection, or StoreUnusable in one line: not a DuckDB file, or one this process cannot
@@ -155,7 +157,8 @@ class DuckDBStore:
                                 f" run a spyglass as new as the one that wrote it")
 
     def schema_version(self) -> int:
-        """2 for the typed schema; 1 for a store of one JSON `events` table; 0 for a new file."""
+        """3 for the typed schema with the per-request rows; 2 for the typed schema before them; 1 for a store
+        of one JSON `events` table; 0 for a new file."""
         rows = self.con.execute("SELECT max(version) FROM store_schema").fetchall()
         if rows[0][0] is not None:
             return int(rows[0][0])
@@ -185,6 +188,8 @@ class DuckDBStore:
         if event_schema.OTHER not in have:
             con.execute(event_schema.other_create_sql())
             changed = True
+        for statement in request_rows.create_statements():
+            con.execute(statement)
         views = ["events", *map(event_schema.source_view, event_schema.source_kinds())]
         if changed or not all(view in have for view in views):
             for statement in event_schema.view_statements():
@@ -195,12 +200,15 @@ class DuckDBStore:
         self.sources = {**RECEIVED, **sources}
         self.migrate()
 
-    def migrate(self, progress: Callable[[int, int], None] | None = None, rows: int = MIGRATION_ROWS) -> int:
+    def migrate(self, progress: Callable[[int, int], None] | None = None, rows: int = MIGRATION_ROWS,
+                rebuilt: Callable[[str], None] | None = None) -> int:
         """Bring the store to the typed schema in one transaction: a new file gets its tables; a store of
         version 1 has every event read back in seq order and written to its kind table as a commit would
         (a field that is not declared or not of its type kept in `extra`), its `events` table replaced by
-        the view, and the version recorded. A kill at any point leaves version 1 whole: the transaction
-        never committed. `progress(done, total)` is called after each step of `rows` events. Returns how
+        the view, and the version recorded; the per-request rows are then built from every event (all a
+        store of version 2 needs). A kill at any point leaves the old version whole: the transaction
+        never committed. `progress(done, total)` is called after each step of `rows` events, `rebuilt(table)`
+        after each table of rows is built. Returns how
         many events were migrated (0 when nothing was to do)."""
         version = self.schema_version()
         if version == event_schema.SCHEMA_VERSION:
@@ -210,6 +218,7 @@ class DuckDBStore:
         try:
             moved = self._migrate_v1(progress, rows) if version == 1 else 0
             self._ensure_typed()
+            self._rebuild_rows(rebuilt)
             con.execute("INSERT INTO store_schema VALUES (?, now())", [event_schema.SCHEMA_VERSION])
             con.commit()
         except BaseException:
@@ -218,6 +227,14 @@ class DuckDBStore:
         if moved:
             logger.info("the store {} was migrated to schema {}: {} events", self.path, event_schema.SCHEMA_VERSION, moved)
         return moved
+
+    def _rebuild_rows(self, rebuilt: Callable[[str], None] | None = None) -> None:
+        """The per-request rows (exporters/request_rows.py) from every stored event: a store made before them."""
+        for table, statement in zip(request_rows.row_tables(), request_rows.rebuild_statements(), strict=True):
+            self.con.execute(f"DELETE FROM {event_schema.quoted(table)}")
+            self.con.execute(statement)
+            if rebuilt is not None:
+                rebuilt(table)
 
     def _migrate_v1(self, progress: Callable[[int, int], None] | None, rows: int) -> int:
         con = self.con
@@ -305,8 +322,9 @@ class DuckDBStore:
         unstorable (`storable_table`); the rest are committed."""
         if self.invalidated is not None and self._reopen():
             return []  # the batch landed before the checkpoint that failed: nothing to write twice
-        if self.schema_version() != event_schema.SCHEMA_VERSION:
+        if not self._typed:  # asked once per connection: the agent is the only writer
             self.migrate()
+            self._typed = True
         now = time.time()
         tables, refused = storable_tables(events, self.next_seq, self.sources) if events else ({}, [])
         stored = sum(t.num_rows for t in tables.values())
@@ -317,6 +335,8 @@ class DuckDBStore:
         try:
             for name, table in tables.items():
                 con.from_arrow(table).insert_into(name)
+            if stored:
+                request_rows.maintain(con, tables, self.next_seq, self.next_seq + stored - 1)
             self._write_checkpoints(changed, now)
             if self._has_metrics:
                 con.execute("UPDATE agent_state SET state = ?, updated = to_timestamp(?) WHERE name = 'metrics'",

@@ -12,7 +12,7 @@ import re
 import socket
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import tomli_w
@@ -23,6 +23,9 @@ from spyglass.collectors.clock import zone
 
 if TYPE_CHECKING:  # spyglass.agent.query imports httpx: not for every config load
     from spyglass.agent.query import Limits
+
+
+Options = TypeVar("Options", bound=collectors.SourceOptions)
 
 
 class ConfigError(Exception):
@@ -53,6 +56,25 @@ class AgentConfig(Strict):
     rotated_generations: int = Field(
         8, ge=1, le=1000, description="How many numbered generations a '{n}' in a source's `rotated`"
         " patterns stands for ('{path}.{n}': .1 to .8).")
+    cpus: str | None = Field(
+        None, description="CPUs the agent and all its threads may run on, a Linux cpu list such as \"62-63\""
+        " (sched_setaffinity at start): the host's housekeeping CPUs, never an engine's (docs/deploy.md)."
+        " Unset: the CPUs it was started on.")
+    nice: int = Field(0, ge=0, le=19, description="Niceness the agent adds to its own at start (0: none);"
+                      " with `cpus`, how little it weighs against whatever else shares them.")
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpu_list(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not re.fullmatch(r"\s*\d+(-\d+)?(\s*,\s*\d+(-\d+)?)*\s*", value):
+            raise ValueError(f"not a cpu list such as \"62-63\" or \"0,2,4-7\": {value!r}")
+        for part in value.split(","):
+            low, _, high = part.strip().partition("-")
+            if high and int(high) < int(low):
+                raise ValueError(f"the range {part.strip()!r} runs backwards")
+        return value
 
 
 TOKEN_PATTERN = r"^[A-Za-z0-9._~+/-]+=*$"  # RFC 6750's b64token: no spaces, no control characters
@@ -223,6 +245,10 @@ class AlertsConfig(Strict):
         None, description="runbook_url is this, a slash and <AlertName>.md: an absolute URL (https://... where the"
                           " runbooks are published, or file:///... where they lie), so the link works from Alertmanager"
                           " and Grafana. Unset: the file:// URL of the runbooks `spyglass rules --out` writes.")
+    evidence_base_url: str | None = Field(
+        None, description="evidence_url is this, /evidence/<AlertName>? and the alert's labels: an absolute http(s) URL"
+                          " where the agent's evidence pages are reached (a proxy in front of it, say). Unset: the"
+                          " agent's own address (exporters.prometheus.listen; all interfaces as this host's loopback).")
     evaluation_interval_seconds: int = Field(30, gt=0, le=300, description="Rule group evaluation interval.")
     time_scale: float = Field(
         1.0, gt=0, le=1, description="Every range window, offset, for: and keep_firing_for: of the generated rules is"
@@ -250,6 +276,14 @@ class AlertsConfig(Strict):
                                           description="Alertmanager also sends pages and tickets here (spyglass"
                                                       " stores them as events); unset to not.")
 
+    @field_validator("evidence_base_url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        """The link is opened from Alertmanager's notification: only an absolute http(s) URL is taken."""
+        if value is not None and not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", value):
+            raise ValueError(f"must be an absolute http(s) URL without a query (http://host:port/...), got {value!r}")
+        return value
+
     @field_validator("runbook_base_url")
     @classmethod
     def _absolute(cls, value: str | None) -> str | None:
@@ -276,6 +310,10 @@ class Config(Strict):
     def source_kinds(self) -> dict[str, str]:
         """Source name -> its collector kind: the store files each event under its source's kind."""
         return {name: options.kind for name, options in self.sources.items()}
+
+    def sources_of(self, options: type[Options]) -> dict[str, Options]:
+        """The sources of one kind, by its options class (typed, where a kind's name would be a string)."""
+        return {name: o for name, o in self.sources.items() if isinstance(o, options)}
 
     def lanes(self) -> dict[str, str]:
         """Instance -> lane, from the sources that declare one (engine logs)."""
@@ -335,24 +373,9 @@ def parse_config(data: dict[str, Any], file: str = "<config>") -> Config:
     _check_places(config, file)
     _check_urls(config, file)
     _check_parquet(config, file)
-    _switch_log_instances(config)
+    for name, options in config.sources.items():  # what a source takes from the others (its kind's options say)
+        options.complete([o for other, o in config.sources.items() if other != name])
     return config
-
-
-def _instances_named(options: Any) -> set[str]:
-    """The instances a source's options name: its `instance`, a replay's url map, a host's processes."""
-    named = {options.instance} if options.instance else set()
-    by_url, processes = getattr(options, "instances", None), getattr(options, "processes", None)
-    named |= set(by_url.values()) if isinstance(by_url, dict) else set()
-    return named | (set(processes) if isinstance(processes, dict) else set())
-
-
-def _switch_log_instances(config: Config) -> None:
-    """A switch log that lists no instances may name those the config's other sources name."""
-    named = sorted(set().union(*(_instances_named(o) for o in config.sources.values() if o.kind != "switch_log")))
-    for options in config.sources.values():
-        if options.kind == "switch_log" and not options.instances:
-            options.instances = named
 
 
 def _check_parquet(config: Config, file: str) -> None:

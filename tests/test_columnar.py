@@ -211,3 +211,16 @@ def test_a_block_split_across_two_threads_equals_the_line_path(block):
         assert threaded._pool is not None  # the block did go through the threads
     finally:
         threaded.close()
+
+
+def test_a_signed_number_group_is_an_int_on_the_columnar_path_too():
+    """A capture's type comes from its regex (collectors/fields.capture_type) on both paths: -?\\d+ is an int."""
+    block = [b"2026-10-19 04:49:00.120 I [cache] restore conv=c%d from=parked tokens=%d" % (i, tokens)
+             for i, tokens in enumerate([-5000, 7, -1, 107348])]
+    _, block_path = run_both([block], patterns={
+        "restore": r"restore conv=(?P<conv>\S+) from=(?P<origin>\w+) tokens=(?P<tokens>-?\d+)"})
+    assert block_path.parser.block is not None
+    events, _, _ = sources(patterns={"restore": r"restore conv=(?P<conv>\S+) from=(?P<origin>\w+)"
+                                                r" tokens=(?P<tokens>-?\d+)"})[1].handle_block(block)
+    assert [(e.fields["tokens"], type(e.fields["tokens"])) for e in events] == [
+        (-5000, int), (7, int), (-1, int), (107348, int)]

@@ -19,6 +19,7 @@ from spyglass.collectors.clock import SystemClock
 from spyglass.config import load_config
 from spyglass.engine.instrument import span_id_for, trace_id_for
 from spyglass.exporters import event_schema
+from spyglass.exporters.request_rows import row_tables
 from spyglass.exporters.store import DuckDBStore
 from spyglass.forensics import reports
 from spyglass.forensics.run import Query, Window, render
@@ -179,7 +180,7 @@ def test_the_store_file_is_untouched_by_the_views(replay):
         con.execute(Query("SELECT count(*) FROM requests", Window().params()).text(replay)).fetchall()
         tables = {row[0] for row in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
         views = {row[0] for row in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
-    assert tables == {"checkpoints", "agent_state", "store_schema", *event_schema.table_names()}
+    assert tables == {"checkpoints", "agent_state", "store_schema", *event_schema.table_names(), *row_tables()}
     assert views == {"events", *map(event_schema.source_view, event_schema.source_kinds())}
     assert Path(replay.store_path()).stat().st_mtime_ns == before
 

@@ -3,11 +3,12 @@ converter loop otherwise; both must give the same fields, types and refusals for
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from spyglass.collectors import engine_log, gateway_log, supervisord_log, switch_log
-from spyglass.collectors.grammar import MAX_NUMBER, Miss, build_kinds
+from spyglass.collectors.fields import capture_type, fields
+from spyglass.collectors.grammar import MAX_NUMBER, Miss, _float, _int, build_kinds, converters
 
 GRAMMARS = {module.__name__.split(".")[-1]: build_kinds(module.PATTERNS, {}, "test", frozenset(module.TEXT_FIELDS))
             for module in (engine_log, gateway_log, supervisord_log, switch_log)}
@@ -71,3 +72,49 @@ def test_typed_fields_at_the_edges(kind, message, expected):
     found = kind.pattern.match(message.encode())
     assert found is not None
     assert kind.typed(found) == expected
+
+
+DECLARED = fields()  # the store's column types, from the same regexes
+GROUPS = [(source_kind, kind) for source_kind, kinds in GRAMMARS.items() for kind in kinds]
+NUMBER_TYPES = {"int": int, "float": float}
+
+
+@given(st.sampled_from(GROUPS), st.data())
+def test_every_field_declared_a_number_arrives_as_that_number(group, data):
+    """The parser and the store read a capture's type off the same regex (collectors/fields.capture_type)."""
+    source_kind, kind = group
+    message = data.draw(st.from_regex(kind.pattern, fullmatch=True))
+    typed = kind.typed(kind.pattern.match(message))  # from_regex matches: never None
+    assume(not isinstance(typed, str))  # a number past MAX_NUMBER refuses the line (tested above)
+    declared = DECLARED[source_kind][kind.kind]
+    for name, value in typed.items():
+        wanted = NUMBER_TYPES.get(declared.get(name, "text"))
+        assert wanted is None or value.__class__ is wanted, (source_kind, kind.kind, name, value)
+
+
+PRECHECK = next(kind for kind in GRAMMARS["gateway_log"] if kind.kind == "precheck")
+PRECHECK_LINE = "precheck req=r1 count_tokens=9 window=262144 room={}"
+
+
+@pytest.mark.parametrize(("room", "expected"), [
+    ("107348", 107348), ("-5000", -5000), ("0", 0), ("-0", 0), (f"-{MAX_NUMBER}", -MAX_NUMBER),
+    ("-" + "9" * 15, -int("9" * 15)), (f"-{MAX_NUMBER + 1}", Miss.invalid("room")),
+], ids=["positive", "negative", "zero", "minus-zero", "most-negative", "15-digits", "out-of-range"])
+def test_a_signed_group_is_an_int_whatever_its_sign(room, expected):
+    """The gateway's room=(?P<room>-?\\d+) goes negative exactly when the prompt overflows the window."""
+    assert DECLARED["gateway_log"]["precheck"]["room"] == "int"
+    found = PRECHECK.pattern.match(PRECHECK_LINE.format(room).encode())
+    typed = PRECHECK.typed(found)
+    assert (typed if isinstance(typed, str) else typed["room"]) == expected
+    assert isinstance(typed, str) or typed["room"].__class__ is int
+    assert typed_strictly(typed) == typed_strictly(PRECHECK._typed_any(found))
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    (r"\d+", "int"), (r"-?\d+", "int"), (r"\d", "int"), (r"\d{3}", "int"), (r"-?\d{1,3}", "int"),
+    (r"[\d.]+", "float"), (r"[.\d]+", "float"), (r"\d+\.\d+", "float"), (r"-?\d+\.\d+", "float"),
+    (r"\S+", None), (r"\w+", None), (r"\d+|inf", None), (r"-\d+", None), (r"\d*", None),
+])
+def test_a_capture_type_is_read_off_its_body(body, expected):
+    assert capture_type(body) == expected
+    assert converters(f"(?P<x>{body})", frozenset()).get("x") is {"int": _int, "float": _float, None: None}[expected]

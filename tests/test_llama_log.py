@@ -111,9 +111,10 @@ def test_lines_that_are_no_event_are_counted_and_never_raise(tmp_path: Path) -> 
     events, misses, last = read(src, [*banner(), "no prefix at all", "0.00.200.000 I llama_model_loader: - kv 0: x",
                                       "0.00.300.000 D slot debug line", "0.00.400.000 I slot print_timing: id  x | task y |"],
                                 START + 1)
-    assert misses["unprefixed"] == 1 and misses["ignored"] == 1 and misses["unmatched"] == 2
+    assert misses["unprefixed"] == 1 and misses["ignored"] == 2 and misses["unmatched"] == 1  # the loader dump is known
     assert last.startswith(b"0.00.400.000")
-    assert [e.kind for e in events] == ["start", "model_unreadable", "ready"]
+    assert [e.kind for e in events] == ["start", "model_unreadable", "ready", "unread"]
+    assert events[-1].fields == {"lines": 7, "unreadable": 2, "shape": "9.99.999.999 I slot print_timing: id  x | task y |"}
 
 
 FIXTURE = Path(__file__).parent / "fixtures" / "llama_server" / "llama-server.log"
@@ -126,7 +127,7 @@ def test_the_real_builds_log_is_read_whole(tmp_path: Path) -> None:
     lines = FIXTURE.read_bytes().splitlines(keepends=True)
     src.file_mtime(START)
     events, misses, last = src.handle_lines(lines)
-    assert misses == {"ignored": 0, "unmatched": 0, "unprefixed": 0}, last
+    assert misses == {"ignored": 0, "unmatched": 0, "unprefixed": 0, "joined": 28}, last  # 7 tasks of 4 timing lines
     kinds = [e.kind for e in events]
     assert kinds.count("start") == 2 and kinds.count("done") == 7 and kinds.count("evict") == 4
     assert [e.fields["anchor"] for e in events if e.kind == "start"] == ["next", "mtime"]
@@ -293,3 +294,64 @@ def test_the_writer_of_a_log_is_found_by_its_command_line(tmp_path: Path, spawns
     finally:
         child.stdin.close()  # type: ignore[union-attr]
         child.wait(timeout=20)
+
+
+# -- adversarial round 3: one bad stamp, a line out of order, an earlier-stamped error -------------------
+EVICT = "W srv         alloc:  - making room for prompt cache entry, removing oldest entry (size = 0.306 MiB)"
+
+
+def evictions(events) -> list[int]:
+    return [e.fields["evictions"] for e in events if e.kind == "evict"]
+
+
+@pytest.mark.parametrize("writer", [Writer(1, START, ARGV), None], ids=["process", "mtime"])
+def test_a_line_stamped_three_days_ahead_blinds_nothing_after_it(tmp_path: Path, writer: Writer | None) -> None:
+    """`4320.00.000.000` (+3 days): alone at the end of a read, then mid-read; refused each time, and every
+    later line, of this process, of the next one and of a new file, is placed between the process's start
+    and the file's mtime."""
+    src = source(tmp_path, [writer, Writer(2, START + 100, ARGV) if writer else None])
+    read(src, [*banner(), *task_lines(5.0, 0, 0, 10.0, 100, 4, 103)], START + 6)
+    spike = "4320.00.000.000 I slot launch_slot_: id  0 | task 99 | processing task, is_child = 0"
+    events, misses, _ = read(src, [spike], START + 7)
+    assert events == [] and misses["invalid:stamp"] == 1
+    later, misses, _ = read(src, [*task_lines(7.0, 1, 1, 10.0, 100, 4, 103), spike, f"0.08.000.000 {EVICT}"], START + 9)
+    assert misses["invalid:stamp"] == 1
+    restart, _, _ = read(src, [*banner(), f"0.01.000.000 {EVICT}"], START + 101)
+    src.restore(src.checkpoint() or {})  # an agent restart, then a new file: the same source state
+    newer, _, _ = read(src, task_lines(2.0, 0, 0, 10.0, 100, 4, 103), START + 103)
+    assert [e.kind for e in later].count("done") == 1 and "start" not in [e.kind for e in later]
+    assert all(START <= e.ts <= START + 9 for e in later)
+    assert all(START + 9 <= e.ts <= START + 101 for e in restart) and evictions(restart) == [1]
+    assert all(START + 9 <= e.ts <= START + 103 for e in newer) and [e.kind for e in newer].count("done") == 1
+
+
+def test_a_line_one_millisecond_out_of_order_is_no_restart(tmp_path: Path) -> None:
+    src = source(tmp_path, [None])
+    events, _, _ = read(src, [*banner(), f"0.10.000.000 {EVICT}", f"0.09.999.000 {EVICT}", f"0.10.001.000 {EVICT}"],
+                        START + 11)
+    assert [e.kind for e in events].count("start") == 1 and evictions(events) == [1, 2, 3]
+    alone, _, _ = read(src, [f"0.10.999.000 {EVICT}"], START + 12)  # each line its own read
+    alone += read(src, [f"0.10.998.000 {EVICT}"], START + 12)[0]
+    assert evictions(alone) == [4, 5] and "start" not in [e.kind for e in alone]
+
+
+def test_an_earlier_stamped_error_does_not_reset_the_eviction_count(tmp_path: Path) -> None:
+    src = source(tmp_path, [None])
+    events, _, _ = read(src, [*banner(), *(f"0.10.{n:02d}0.000 {EVICT}" for n in range(3))], START + 11)
+    assert evictions(events) == [1, 2, 3]
+    forged = "0.00.500.000 E srv    load_model: failed to load model, '/models/gone.gguf'"
+    events, _, _ = read(src, [forged], START + 12)
+    assert [e.kind for e in events] == ["error"]
+    events, _, _ = read(src, [f"0.11.000.000 {EVICT}"], START + 12)
+    assert evictions(events) == [4]
+    events, _, _ = read(src, [forged, f"0.11.500.000 {EVICT}"], START + 13)
+    assert [e.kind for e in events] == ["error", "evict"] and evictions(events) == [5]
+
+
+def test_a_restart_without_a_banner_is_seen_when_each_line_is_read_alone(tmp_path: Path) -> None:
+    src = source(tmp_path, [None, None])
+    read(src, [*banner(), *task_lines(30.0, 0, 0, 10.0, 100, 4, 103)], START + 31)
+    kinds = []
+    for line in task_lines(0.5, 0, 0, 10.0, 100, 4, 103):
+        kinds += [e.kind for e in read(src, [line], START + 40)[0]]
+    assert kinds.count("start") == 1 and kinds.count("done") == 1

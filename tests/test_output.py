@@ -3,17 +3,14 @@ from __future__ import annotations
 
 import io
 
-import pytest
-
 from spyglass.forensics.output import emit
 
 LINE = "[load] model=/models/[blue]x[/blue] [bold red]ok"
 
 
-@pytest.mark.parametrize("fold", [True, False])
-def test_a_bracketed_log_line_prints_as_written_in_a_table(fold):
+def test_a_bracketed_log_line_prints_as_written_in_a_table():
     out = io.StringIO()
-    emit([{"kind": "load", "line": LINE}], "table", title="1 events", out=out, fold=fold)
+    emit([{"kind": "load", "line": LINE}], "table", title="1 events", out=out)
     assert LINE in out.getvalue()
 
 
@@ -21,18 +18,16 @@ def test_a_row_too_wide_for_the_terminal_keeps_its_brackets_too(monkeypatch):
     monkeypatch.setenv("COLUMNS", "80")
     out = io.StringIO()
     emit([{f"column_{i}": LINE for i in range(12)}], "table", out=out)
-    assert "row 1" in out.getvalue()  # folded: one block a row
     assert out.getvalue().count("[load]") == 12
 
 
-@pytest.mark.parametrize("fold", [True, False])
-def test_to_a_pipe_a_wide_table_prints_whole_rows(monkeypatch, fold):
+def test_to_a_pipe_a_wide_table_prints_whole_rows(monkeypatch):
     """An analyst's `spyglass timeline ... | less` or `> incident.txt`: no column cut to "…"."""
     monkeypatch.delenv("COLUMNS", raising=False)
     out = io.StringIO()
     rows = [{"ts_utc": "2026-10-19T04:49:00.000Z", "ts_beijing": "2026-10-19T12:49:00.000+08:00", "instance": "strata-b",
              "kind": "evict", "detail": f"conv={n:016x} bytes=3541434456 reason=budget evictions={n}" * 3} for n in range(3)]
-    emit(rows, "table", out=out, fold=fold)
+    emit(rows, "table", out=out)
     text = out.getvalue()
     assert "…" not in text and "row 1" not in text
     assert all(row["detail"] in text for row in rows)
@@ -77,3 +72,41 @@ def test_a_sql_answer_and_a_trace_to_a_pipe_are_whole(monkeypatch, capsys):
     out = io.StringIO()
     console_for(out, tree).print(tree)
     assert "engine prefill " * 10 in out.getvalue()
+
+
+FIRINGS = [{"alert": "GatewayBlindRetries", "severity": "warning", "heuristic": "H9", "instance": "rag-proxy",
+            "labels": "lane=fast reason=overfit", "fired_utc": "2026-12-03T09:41:15Z", "resolved_utc": "2026-12-03T09:55:00Z"},
+           {"alert": "ThinkingOnlyWithSpecialTokens", "severity": "critical", "heuristic": "H6", "instance": "strata-b",
+            "labels": "lane=normal", "fired_utc": "2026-12-03T09:41:15Z", "resolved_utc": "(still firing)"}]
+
+
+def test_at_100_columns_a_table_keeps_its_keys_and_gives_way_in_its_labels(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    out = io.StringIO()
+    emit(FIRINGS, "table", title="alerts", out=out)
+    text = out.getvalue()
+    assert "…" not in text and "row 1" not in text  # side by side, nothing cut
+    assert all(len(line) <= 100 for line in text.splitlines())
+    for row in FIRINGS:
+        assert row["alert"] in text and row["instance"] in text and row["severity"] in text
+    assert "09:41:15" in text and "2026-12-03: the date of every fired_utc, resolved_utc" in text
+    assert "left out to fit 100 columns: heuristic, labels" in text
+
+
+def test_the_second_clock_moves_to_a_header_line_before_anything_wraps(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "70")
+    rows = [{"request_id": f"20261203-17411{n}-0e0d7{n}", "ts_utc": f"2026-12-0{n + 1}T09:41:15.000Z",
+             "ts_beijing": f"2026-12-0{n + 1}T17:41:15.000+08:00", "session": "auto:15eb3770f7f979bf", "tokens": 154_796}
+            for n in range(3)]
+    out = io.StringIO()
+    emit(rows, "table", out=out)
+    text = out.getvalue()
+    assert "ts_beijing left out: Beijing time is UTC+8" in text and "17:41:15" not in text
+    assert all(r["request_id"] in text for r in rows) and "154,796" in text and "…" not in text
+
+
+def test_a_header_breaks_after_an_underscore_to_fit_its_column():
+    from spyglass.cli.layout import header_lines
+
+    assert header_lines("tokens_engine_via_gateway", 14) == "tokens_engine_\nvia_gateway"
+    assert header_lines("instance", 3) == "instance"  # a part longer than the width stays whole

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from spyglass.cli.app import app
 from spyglass.config import engine_log_toml
 from spyglass.engine.emulator.ports import free_port
+from spyglass.exporters import event_schema
 from spyglass.exporters.duckdb_open import StoreUnusable
 from spyglass.exporters.store import SET_ASIDE, DuckDBStore
 
@@ -44,7 +45,7 @@ def test_rows_the_migration_cannot_convert_are_set_aside_and_counted(tmp_path):
     store = DuckDBStore(db, {"engine-b": "engine_log", "gateway": "gateway_log", "supervisord": "supervisord_log",
                              "switch": "switch_log", "serve-replay": "serve_status"})  # migrates
     try:
-        assert store.schema_version() == 2 and store.set_aside == len(BAD_FIELDS)
+        assert store.schema_version() == event_schema.SCHEMA_VERSION and store.set_aside == len(BAD_FIELDS)
         [(kept,)] = store.con.execute("SELECT count(*) FROM events").fetchall()
         assert kept == total - len(BAD_FIELDS)
         aside = store.con.execute(f"SELECT seq, fields, reason FROM {SET_ASIDE} ORDER BY seq").fetchall()
@@ -58,10 +59,11 @@ def test_a_store_of_a_newer_schema_is_refused_and_never_written(tmp_path):
     db = tmp_path / "spyglass.duckdb"
     DuckDBStore(db, SOURCES).close()
     con = duckdb.connect(str(db))
-    con.execute("INSERT INTO store_schema VALUES (3, now())")
+    newer = event_schema.SCHEMA_VERSION + 1
+    con.execute("INSERT INTO store_schema VALUES (?, now())", [newer])
     con.close()
     before = hashlib.sha256(db.read_bytes()).hexdigest()
-    with pytest.raises(StoreUnusable, match="schema version 3, newer than the 2 this spyglass writes"):
+    with pytest.raises(StoreUnusable, match=f"schema version {newer}, newer than the {newer - 1} this spyglass writes"):
         DuckDBStore(db, SOURCES)
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
     assert not db.with_name(db.name + ".wal").exists()

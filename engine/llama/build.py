@@ -27,22 +27,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+from spyglass.engine.llama.versions import PINNED, LlamaVersion
+from spyglass.engine.llama.versions import version as version_row
+
+LLAMA_CPP_PYTHON_VERSION = PINNED
 """The pinned llama-cpp-python release whose ``vendor/llama.cpp`` is built."""
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "spyglass" / "llama.cpp"
 VOCAB_NAME = "ggml-vocab-llama-spm.gguf"
 
-CMAKE_FLAGS = (
-    "-DLLAMA_BUILD_SERVER=ON",
-    "-DLLAMA_CURL=OFF",
-    "-DLLAMA_OPENSSL=OFF",
-    "-DGGML_NATIVE=OFF",
-    "-DLLAMA_BUILD_TESTS=OFF",
-    "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DCMAKE_BUILD_TYPE=Release",
-)
 
 
 class BuildError(RuntimeError):
@@ -84,7 +78,8 @@ class LlamaBuild:
         return info
 
     def is_complete(self) -> bool:
-        return self.stamp.is_file() and self.server.is_file() and self.vocab.is_file()
+        """Stamped and its binary there (the vocabulary too where the sdist has one: 2024's have none)."""
+        return self.stamp.is_file() and self.server.is_file()
 
 
 def missing_tools() -> list[str]:
@@ -139,28 +134,36 @@ def _extract_vendor(sdist: Path, src: Path) -> Path:
     return found[0]
 
 
-def _compile(llama_src: Path, build_dir: Path, log: Path) -> None:
+def _compile(llama_src: Path, build_dir: Path, row: LlamaVersion, log: Path) -> None:
     nice = ["nice", "-n", "19"] if shutil.which("nice") else []
-    _run([*nice, "cmake", "-S", str(llama_src), "-B", str(build_dir), *CMAKE_FLAGS], llama_src, log)
-    _run([*nice, "cmake", "--build", str(build_dir), "--target", "llama-server", "-j", "2"], llama_src, log)
+    _run([*nice, "cmake", "-S", str(llama_src), "-B", str(build_dir), *row.cmake_flags()], llama_src, log)
+    _run([*nice, "cmake", "--build", str(build_dir), "--target", row.target, "-j", "2"], llama_src, log)
 
 
-def _install(llama_src: Path, build_dir: Path, target: LlamaBuild) -> None:
+def _install(llama_src: Path, build_dir: Path, row: LlamaVersion, target: LlamaBuild) -> None:
+    """The server binary (as ``llama-server`` whatever its target was called) and its shared libraries."""
     if target.bin_dir.exists():
         shutil.rmtree(target.bin_dir)
     target.bin_dir.mkdir(parents=True)
-    for item in (build_dir / "bin").iterdir():
-        if item.name == "llama-server" or ".so" in item.name:
+    shutil.copy2(build_dir / "bin" / row.target, target.server)
+    for item in build_dir.rglob("*.so*"):  # 2024's libllama.so is in src/, later ones in bin/
+        if item.is_file() and not (target.bin_dir / item.name).exists():
             shutil.copy2(item, target.bin_dir / item.name, follow_symlinks=True)
-    shutil.copy2(llama_src / "models" / VOCAB_NAME, target.vocab)
+    vocab = llama_src / "models" / VOCAB_NAME
+    if vocab.is_file():
+        shutil.copy2(vocab, target.vocab)
 
 
 def _version_text(target: LlamaBuild) -> str:
-    result = subprocess.run([str(target.server), "--version"], env=target.env(), capture_output=True, text=True, timeout=60, check=False)
-    text = (result.stdout + result.stderr).strip()
-    if result.returncode != 0 or "version" not in text:
-        raise BuildError(f"the built llama-server does not run ({result.returncode}): {text[-500:]}")
-    return text
+    """The binary's ``--version`` text; a 2024 server that has no ``--version`` must at least print its usage."""
+    text = ""
+    for flag, expected in (("--version", "version"), ("--help", "usage")):
+        result = subprocess.run([str(target.server), flag], env=target.env(), capture_output=True, text=True,
+                                timeout=60, check=False)
+        text = (result.stdout + result.stderr).strip()
+        if result.returncode == 0 and expected in text.lower():
+            return text if expected == "version" else "(no --version in this build)"
+    raise BuildError(f"the built llama-server does not run ({result.returncode}): {text[-500:]}")
 
 
 def ensure_built(version: str = LLAMA_CPP_PYTHON_VERSION, cache_root: Path = CACHE_ROOT, progress: bool = False) -> LlamaBuild:
@@ -188,10 +191,13 @@ def ensure_built(version: str = LLAMA_CPP_PYTHON_VERSION, cache_root: Path = CAC
         sdist = _download_sdist(version, target.root / "sdist", log)
         llama_src = _extract_vendor(sdist, target.root / "src")
         build_dir = target.root / "cmake-build"
-        _compile(llama_src, build_dir, log)
-        _install(llama_src, build_dir, target)
-        version_text = _version_text(target)
+        row = version_row(version)
+        _compile(llama_src, build_dir, row, log)
+        _install(llama_src, build_dir, row, target)
         cpu_after = os.times()
+        shutil.rmtree(target.root / "src", ignore_errors=True)
+        shutil.rmtree(build_dir, ignore_errors=True)
+        version_text = _version_text(target)  # after the build tree is gone: its RPATH must not be what runs
         info = {
             "llama_cpp_python": version,
             "version_text": version_text,
@@ -199,17 +205,16 @@ def ensure_built(version: str = LLAMA_CPP_PYTHON_VERSION, cache_root: Path = CAC
             "cpu_seconds": round(cpu_after.children_user - cpu_before.children_user
                                  + cpu_after.children_system - cpu_before.children_system, 1),
         }
-        shutil.rmtree(target.root / "src", ignore_errors=True)
-        shutil.rmtree(build_dir, ignore_errors=True)
         tmp = target.stamp.with_suffix(".tmp")
         tmp.write_text(json.dumps(info, indent=1))
         tmp.replace(target.stamp)
     return target
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
     try:
-        build = ensure_built(progress=True)
+        build = ensure_built(args[0] if args else LLAMA_CPP_PYTHON_VERSION, progress=True)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

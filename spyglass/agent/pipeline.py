@@ -7,6 +7,7 @@ metric state in one store transaction by time and size, and publishes the commit
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from typing import Any, cast
 from loguru import logger
 
 from spyglass import __version__, collectors, signals
+from spyglass.agent.affinity import cpu_list
 from spyglass.agent.commit import Committer
 from spyglass.collectors import LineSource, NotesItsParser, PolledSource, PollPolicy, SaysWhatItSamples, timebounds
 from spyglass.collectors.clock import Clock
@@ -154,6 +156,7 @@ class Pipeline:
         self.sources = [self._build_source(name, options, saved.checkpoints.get(name))
                         for name, options in config.sources.items()]
         self.state.set_info("spyglass_agent_info", (__version__,), 0)
+        self.state.set_info("spyglass_agent_allowed_cpus_info", (cpu_list(os.sched_getaffinity(0)),), 0)
         self._polled: queue.Queue[tuple[PolledRuntime, list[Event], bool, Any]] = queue.Queue()
         self.event_hooks: list[Callable[[list[Event]], None]] = []  # after each commit, e.g. span export
         self._submitted: queue.Queue[tuple[list[Event], threading.Event]] = queue.Queue()  # from outside: spans received by OTLP
@@ -256,15 +259,16 @@ class Pipeline:
     def polled_sources(self) -> list[PolledRuntime]:
         return [rt for rt in self.sources if isinstance(rt, PolledRuntime)]
 
-    def poll(self, rt: PolledRuntime) -> float:
-        """One poll of a polled source if it is due, queued for the next step; returns the seconds
-        until it is due again. Safe from any thread, one thread per source.
+    def poll(self, rt: PolledRuntime, early: float = 0.0) -> float:
+        """One poll of a polled source if it is due (or due within `early` seconds: the polls of one
+        host share a round), queued for the next step; returns the seconds until it is due again.
+        Safe from any thread, one thread per source.
 
         A source that raises is a bug or a surprise of the host, never a dead agent: it is logged,
         counted as an error poll with up = 0, and retried on the failure schedule."""
         schedule = rt.schedule
         now = self.clock.now()
-        if not schedule.due(now):
+        if not schedule.due(now + early):
             return schedule.next_due - now
         try:
             result = schedule.source.poll(now)

@@ -213,13 +213,6 @@ def show(columns: list[str], rows: list[list[Any]] | list[tuple[Any, ...]], fmt:
         for row in rows:
             print(json_line({c: nested(v) for c, v in zip(columns, row)}, default=jsonable))
     else:
-        from rich.table import Table
+        from spyglass.cli.layout import show as show_table
 
-        from spyglass.cli.console import console_for
-
-        table = Table()
-        for column in columns:
-            table.add_column(plain(column))
-        for row in rows:
-            table.add_row(*(plain("" if v is None else v) for v in row))
-        console_for(None, table).print(table)
+        show_table(list(columns), rows, [[plain("" if v is None else v) for v in row] for row in rows])

@@ -12,10 +12,12 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from loguru import logger
 
 from spyglass import __version__
+from spyglass.agent.affinity import settle
 from spyglass.agent.pipeline import Pipeline, PolledRuntime
 from spyglass.agent.wake import Wake
 from spyglass.collectors.clock import Clock, SystemClock
@@ -25,6 +27,9 @@ from spyglass.exporters.statefile import StateFile, Store
 if TYPE_CHECKING:
     from spyglass.agent.server import AgentServer
     from spyglass.agent.snapshot import Snapshots
+
+
+SHARED_ROUND_SECONDS = 0.05  # polls of one host due this close together are made in one round
 
 
 class StoreBusy(Exception):
@@ -51,6 +56,12 @@ def open_store(config: Config) -> Store:
     return StateFile(config.state_dir() / "state.json")
 
 
+def polled_host(options: object) -> str:
+    """The host a polled source asks (its url's), or "local" for one that reads this host (/proc, a socket)."""
+    url = getattr(options, "url", None)
+    return (urlsplit(str(url)).hostname or "local") if url else "local"
+
+
 def source_folders(config: Config) -> set[Path]:
     """The folders of the file sources: where inotify watches."""
     return {Path(o.path).expanduser().parent for o in config.sources.values() if o.path}
@@ -60,6 +71,7 @@ class Agent:
     """The pipeline plus its server and watcher; `serve()` runs until `stop` is set."""
 
     def __init__(self, config: Config, clock: Clock | None = None) -> None:
+        settle(config.agent.cpus, config.agent.nice)  # before the store's and the server's threads start
         self.config = config
         self.stop = threading.Event()
         self.wake = Wake()
@@ -96,15 +108,17 @@ class Agent:
             server = config.exporters.prometheus
             limits = ServerLimits(server.workers, server.request_timeout_seconds, server.max_body_bytes,
                                   server.bearer_token(), tuple(server.open_paths))
+            query = self._query_function()
             try:
                 self.server = AgentServer(server.listen, self.pipeline.exposed, self.pipeline.debug_sources,
-                                          self._query_function(),
+                                          query,
                                           self._counted("/v1/traces", self._receive_traces)
                                           if config.exporters.traces.accept else None,
                                           limits, self._counted("/api/alerts", self._receive_alerts),
                                           self._counted("/api/smoke", self._receive_smoke)
                                           if self.pipeline.store.keeps_events else None,
-                                          metrics_listen=server.metrics_listen, problems=self.pipeline.problems)
+                                          metrics_listen=server.metrics_listen, problems=self.pipeline.problems,
+                                          pages=self._pages(query))
             except Exception:  # e.g. ListenError: the store was opened, and nobody else closes it
                 self.close_unstarted()
                 raise
@@ -246,6 +260,22 @@ class Agent:
                 raise NotYetStored(f"not committed within {wait:g} s (the store is failing?); held in memory and"
                                    f" stored when the store recovers; {retry}", taken=True)
 
+    def _pages(self, query):
+        """GET /evidence/... and /trace/...: pages read from the store through `query` (/api/sql's bounded path)."""
+        if query is None:
+            return None
+        from functools import partial
+
+        from spyglass.agent import evidence_route
+        from spyglass.agent.query import Answer
+
+        def ask(text: str) -> Answer:
+            got = query(text)
+            return Answer(got["columns"], got["rows"], got.get("truncated"), got.get("as_of"))
+
+        return {("GET", evidence_route.EVIDENCE): partial(evidence_route.evidence, self.config, ask),
+                ("GET", evidence_route.TRACE): partial(evidence_route.trace, self.config, ask)}
+
     def _query_function(self):
         """/api/sql: a bounded query on a read-only copy of the store, a few at a time."""
         store = self.pipeline.store
@@ -278,16 +308,21 @@ class Agent:
         return query
 
     def _pollers(self) -> list[threading.Thread]:
-        """One thread per polled source: a slow endpoint delays only itself, never the tailing."""
+        """One thread per host polled (polled_host): the polls of one host's sources share a schedule,
+        one wake of the loop for them all; a slow host delays only its own polls, never the tailing."""
 
-        def loop(rt: PolledRuntime) -> None:
+        def loop(group: list[PolledRuntime]) -> None:
             while not self.stop.is_set():
-                wait = self.pipeline.poll(rt)  # the pipeline keeps the schedule: interval, or backoff
+                # the pipeline keeps each schedule; a poll due within SHARED_ROUND joins this round
+                wait = min([self.pipeline.poll(rt, early=SHARED_ROUND_SECONDS) for rt in group])
                 self.wake.set()
                 self.stop.wait(max(0.05, wait))
 
-        return [threading.Thread(target=loop, args=(rt,), name=f"poll-{rt.name}", daemon=True)
-                for rt in self.pipeline.polled_sources()]
+        groups: dict[str, list[PolledRuntime]] = {}
+        for rt in self.pipeline.polled_sources():
+            groups.setdefault(polled_host(self.config.sources[rt.name]), []).append(rt)
+        return [threading.Thread(target=loop, args=(group,), name=f"poll-{host}", daemon=True)
+                for host, group in groups.items()]
 
     def serve(self) -> None:
         self.wake.watch(source_folders(self.config))

@@ -1,5 +1,6 @@
 """The agent's HTTP server on one port: /metrics, /health, /debug/sources, /api/sql, /v1/traces,
-/api/alerts (Alertmanager's webhook), /api/smoke (the smoke gate's results).
+/api/alerts (Alertmanager's webhook), /api/smoke (the smoke gate's results), and the pages under
+/evidence/ and /trace/ (spyglass.agent.evidence_route; a route keyed `/name/` serves every path under it).
 
 Every request is bounded: at most `workers` are served at once (past that a connection gets
 503 at once, never a queue), its headers and body must arrive within `request_timeout_seconds` in
@@ -189,6 +190,12 @@ def cross_site_refusal(path: str, headers: Any, loopback: int | None) -> tuple[i
 Route = Callable[["AgentHandler", bytes], None]  # answers one request; a GET route is given b""
 
 
+def prefix(path: str) -> str:
+    """`/evidence/` of `/evidence/NAME`: the key of a route that serves every path under it."""
+    cut = path.find("/", 1)
+    return path[:cut + 1] if cut > 0 else ""
+
+
 @dataclass
 class Site:
     """What one listening port serves: its route table, (method, path) -> route, and its limits.
@@ -235,7 +242,7 @@ class AgentHandler(BaseHTTPRequestHandler):
             self.answer(503, "text/plain", b"busy: the last worker is kept for /metrics and /health\n",
                         {"Retry-After": "1"})
             return
-        route = site.routes.get((method, path))
+        route = site.routes.get((method, path)) or site.routes.get((method, prefix(path)))
         if route is None and site.only is not None:
             if method == "POST":
                 self.close_connection = True
@@ -417,8 +424,9 @@ class AgentServer:
                  traces: Callable[[bytes], None] | None = None, limits: ServerLimits = ServerLimits(),
                  alerts: Callable[[bytes], str | None] | None = None,
                  smoke: Callable[[bytes], str | None] | None = None, metrics_listen: str | None = None,
-                 problems: Callable[[], list[str]] = list) -> None:
-        routes = route_table(state, debug, limits, query, traces, alerts, smoke, problems)
+                 problems: Callable[[], list[str]] = list,
+                 pages: dict[tuple[str, str], Route] | None = None) -> None:
+        routes = {**route_table(state, debug, limits, query, traces, alerts, smoke, problems), **(pages or {})}
         site = Site(routes, limits)
         self.httpd = bind(listen, site, limits.workers, "")
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="spyglass-http", daemon=True)

@@ -476,32 +476,26 @@ def _rest(labels: dict[str, str]) -> str:
 
 
 def show(result: BacktestResult, start: float, end: float, out: Any = None) -> None:
-    """The firings, then the alerts that were pending but never fired, then a summary; to a pipe at full width."""
-    from rich.table import Table
+    """The firings, then the alerts that were pending but never fired, then a summary; laid out as every table
+    (spyglass.cli.layout: the alert, instance and times whole), to a pipe at full width."""
     from rich.text import Text
 
-    from spyglass.cli.console import console_for, plain  # labels are data: a `[/x]` in one prints as written
+    from spyglass.cli.console import console_for
+    from spyglass.forensics.output import print_table  # labels are data: a `[/x]` in one prints as written
 
-    table = Table("alert", "severity", "heuristic", "instance", "labels", "fired", "resolved",
-                  title=f"alerts that would have fired between {iso(start)} and {iso(end)}")
-    for a in result.alerts:
-        table.add_row(*(plain(x) for x in (a.alert, a.severity or "", a.heuristic or "", a.labels.get("instance", ""),
-                                           _rest(a.labels), a.start, a.end or "(still firing)")))
-    parts: list[Any] = [table]
+    print_table(["alert", "severity", "heuristic", "instance", "labels", "fired_utc", "resolved_utc"],
+                [[a.alert, a.severity or "", a.heuristic or "", a.labels.get("instance", ""), _rest(a.labels),
+                  a.start, a.end or "(still firing)"] for a in result.alerts],
+                Text(f"alerts that would have fired between {iso(start)} and {iso(end)}"), out)
     if result.pending:
-        held = Table("alert", "heuristic", "instance", "labels", "pending since", "held",
-                     title="pending in the window, never fired there")
-        for p in result.pending:
-            held.add_row(*(plain(x) for x in (p.alert, p.heuristic or "", p.labels.get("instance", ""),
-                                              _rest(p.labels), p.since, p.text())))
-        parts.append(held)
+        print_table(["alert", "heuristic", "instance", "labels", "pending_since_utc", "held"],
+                    [[p.alert, p.heuristic or "", p.labels.get("instance", ""), _rest(p.labels), p.since, p.text()]
+                     for p in result.pending], Text("pending in the window, never fired there"), out)
     b = result.backfill
-    parts.append(Text(f"{len(result.alerts)} firings of {result.rules} alert rules ({result.rules_from}); replayed"
-                      f" {b.events} events ({b.events_in_window} in the window) into {b.samples} samples at"
-                      f" {b.times} times; " + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items())))
-    console = console_for(out, *parts[:-1])
-    for part in parts:
-        console.print(part)
+    summary = Text(f"{len(result.alerts)} firings of {result.rules} alert rules ({result.rules_from}); replayed"
+                   f" {b.events} events ({b.events_in_window} in the window) into {b.samples} samples at"
+                   f" {b.times} times; " + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items()))
+    console_for(out).print(summary, soft_wrap=True)
 
 
 def dumps(result: BacktestResult) -> str:

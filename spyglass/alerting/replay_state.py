@@ -6,8 +6,9 @@
   FATAL or stop (STARTING, RUNNING, STOPPING), else 0. The program of an instance is its `host`
   source's `program`, else the instance's own name. What cannot be derived: a process that hangs
   or dies unseen by supervisord (not managed by it), and the host facts (CPUs, RSS, throttling).
-- Staleness: a polled source's series (serve status, host, model path, supervisord RPC) count as
-  current for two poll intervals after the poll that set them, as the live agent drops a serve's
+- Staleness: the series of a source whose kind polls the present (its registration says so: serve
+  status, llama-server, host, model path, supervisord RPC; not the infer store, whose polls import
+  history) count as current for two poll intervals after the poll that set them, as the live agent drops a serve's
   gauges when its polls fail; after that the replay stops writing them and Prometheus lets them go
   stale (its 5-minute lookback: OpenMetrics text cannot carry a staleness marker).
 """
@@ -15,13 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from spyglass import collectors
+from spyglass.collectors.engine_log import EngineLogOptions
 from spyglass.collectors.event import Event
 from spyglass.config import Config
 from spyglass.signals.state import MetricState
 
 PROCESS_UP = "spyglass_host_process_up"
-POLLED = {"serve_status": "interval_seconds", "host": "interval_seconds", "model_path": "interval_seconds",
-          "supervisord_rpc": "interval_seconds"}
 ALIVE_LOG = {"spawned": 1.0, "running": 1.0, "stopping": 1.0, "exited": 0.0, "fatal": 0.0, "stopped": 0.0}
 ALIVE_RPC = {"STARTING", "RUNNING", "STOPPING"}
 MISSED_POLLS = 2
@@ -41,10 +42,8 @@ class ReplayState:
     @classmethod
     def of(cls, config: Config) -> ReplayState:
         kinds = {name: o.kind for name, o in config.sources.items()}
-        intervals = {name: float(getattr(o, POLLED[o.kind], 15.0)) for name, o in config.sources.items()
-                     if o.kind in POLLED}
-        programs = {o.instance: o.instance for o in config.sources.values()
-                    if o.kind == "engine_log" and getattr(o, "instance", None)}
+        intervals = polled_intervals(config.sources)
+        programs = {o.instance: o.instance for o in config.sources_of(EngineLogOptions).values() if o.instance}
         for o in config.sources.values():
             for instance, ref in (getattr(o, "processes", None) or {}).items():
                 if ref.program and ref.program != instance:
@@ -54,9 +53,8 @@ class ReplayState:
 
     def apply(self, e: Event, state: MetricState) -> None:
         kind = self.kinds.get(e.source, "")
-        if kind in POLLED and e.instance:
-            key = (kind, e.instance)
-            self.horizon[key] = e.ts + MISSED_POLLS * self.intervals[e.source]
+        if e.source in self.intervals and e.instance:
+            self.horizon[(kind, e.instance)] = e.ts + MISSED_POLLS * self.intervals[e.source]
         if kind == "host" and e.kind in ("process", "process_missing"):
             self.sampled.add(e.instance)
         elif kind == "supervisord_log" and e.kind in ALIVE_LOG:
@@ -73,3 +71,10 @@ class ReplayState:
     def stale(self, now: float) -> set[tuple[str, str]]:
         """(kind, instance) pairs whose last poll is too old to count at `now`."""
         return {key for key, until in self.horizon.items() if now > until}
+
+
+def polled_intervals(sources: dict[str, collectors.SourceOptions]) -> dict[str, float]:
+    """Source -> its poll interval, for the sources whose kind polls the present (collectors.Registration)."""
+    registry = collectors.load_all()
+    return {name: o.interval_seconds for name, o in sources.items()
+            if registry[o.kind].polls_the_present and isinstance(o, collectors.PolledOptions)}

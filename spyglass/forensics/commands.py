@@ -79,10 +79,11 @@ def fetch(config: Config, q, parquet: str | None = None) -> tuple[list[str], lis
 def load_deploys(cfg: Config, instance: str | None, until: datetime | None = None, parquet: str | None = None) -> list[Deploy]:
     """The deploy records (engine starts, with what each said) up to `until`, of one instance or all;
     exit 1 on a query error. `timeline` merges them as changes; `changes` lists them."""
+    from spyglass.collectors.serve_status import ServeStatusOptions
     from spyglass.forensics.run import Window
     from spyglass.upgrades import changes as ch
 
-    serve = frozenset(o.instance for o in cfg.sources.values() if getattr(o, "kind", "") == "serve_status" and o.instance)
+    serve = frozenset(o.instance for o in cfg.sources_of(ServeStatusOptions).values() if o.instance)
     columns, rows = fetch(cfg, ch.deploys_query(Window(None, until), instance), parquet)
     return ch.deploys(ch.as_rows(columns, rows), cfg.alerts.probe_budget_seconds, serve)
 
@@ -168,6 +169,7 @@ def print_timeline(records: list[dict], total: int, w) -> None:
     """One line an event, cut to the terminal's width; to a pipe or a file, whole."""
     import os
     import sys
+    import textwrap
 
     from spyglass.cli.console import console_for
     from spyglass.forensics.timeline import event_lines
@@ -176,7 +178,8 @@ def print_timeline(records: list[dict], total: int, w) -> None:
     console = console_for(sys.stdout)
     width = console.width if console.is_terminal or "COLUMNS" in os.environ else None
     shown = f"the first {len(records):,} of {total:,}" if total > len(records) else f"{total:,}"
-    sys.stdout.write(f"{shown} event{'' if total == 1 else 's'} {describe(w)}\n")
+    title = f"{shown} event{'' if total == 1 else 's'} {describe(w)}"
+    sys.stdout.write((textwrap.fill(title, width) if width else title) + "\n")
     for line in event_lines(records, width):
         sys.stdout.write(line + "\n")
 
@@ -215,12 +218,24 @@ def requests(config: ConfigOption, start: From = None, end: To = None, since: Si
     columns, rows = fetch(cfg, q, parquet)
     if not rows:
         raise nothing(cfg, w, "no request matches", parquet)
+    matched = rows[0][-1]
+    columns, rows = columns[:-1], [row[:-1] for row in rows]
     records = output.records(columns, rows)
     title = f"{output.counted(len(rows), 'request')} {describe(w)}"
     note = clock_note(records)
     if note and fmt != "table":
         typer.echo(note, err=True)  # json and csv stay data on stdout
     output.emit(records, fmt, title=(f"{title}\n{note}" if note else title) if fmt == "table" else None)
+    if matched > len(rows) and not slowest:
+        more(matched - len(rows), "request")
+
+
+def more(n: int, noun: str) -> None:
+    """The line under a list cut at its limit (on stderr: json and csv stay data)."""
+    from spyglass.forensics.output import counted
+
+    typer.echo(f"... {counted(n, 'more ' + noun)} match: raise --limit, or narrow the window or the filters",
+               err=True)
 
 
 def report(name: Annotated[str | None, typer.Argument(help="The report; none (or an unknown name) lists them.")]
@@ -231,7 +246,9 @@ def report(name: Annotated[str | None, typer.Argument(help="The report; none (or
            sql: Annotated[bool, typer.Option("--sql", help="Print the SQL that would run, and stop.")] = False,
            parquet: Parquet = None,
            html: Annotated[Path | None, typer.Option("--html", help="Also write a self-contained HTML page here.")]
-           = None) -> None:
+           = None,
+           limit: Annotated[int, typer.Option(min=1, max=1_000_000, help="At most this many rows (the page has"
+                                              " them all).")] = 200) -> None:
     """A canned report over a window (default: everything stored)."""
     from spyglass.forensics import output, reports
     from spyglass.forensics.times import describe
@@ -267,10 +284,15 @@ def report(name: Annotated[str | None, typer.Argument(help="The report; none (or
 
         html.write_text(report_page(cfg, chosen.title, chosen.doc, w, columns, rows, parquet), encoding="utf-8")
         typer.echo(f"wrote {html.resolve()}", err=True)
-    output.emit(output.records(columns, rows), fmt, title=f"{chosen.title}\n{describe(w)}" if fmt == "table" else None)
+    output.emit(output.records(columns, rows[:limit]), fmt,
+                title=f"{chosen.title}\n{describe(w)}" if fmt == "table" else None)
+    if len(rows) > limit:
+        more(len(rows) - limit, "row")
 
 
-def views(sql: Annotated[str | None, typer.Argument(help="A SELECT over the views.")] = None,
+def views(sql: Annotated[str | None, typer.Argument(help="A SELECT over the views; - reads it from stdin"
+                                                      " (a query that starts with a -- comment, as diagnose prints it).")]
+          = None,
           config: Annotated[Path | None, typer.Option("--config", "-c", help="The agent's TOML config file.")] = None,
           start: From = None, end: To = None, since: Since = None, tz: Tz = "UTC", fmt: Format = "table",
           parquet: Parquet = None) -> None:
@@ -289,6 +311,10 @@ def views(sql: Annotated[str | None, typer.Argument(help="A SELECT over the view
     check_format(fmt)
     cfg = load(config)
     w = the_window(start, end, tz, since)
+    if sql == "-":
+        import sys
+
+        sql = sys.stdin.read()
     columns, rows = fetch(cfg, Query(sql, w.params()), parquet)
     if not rows:
         raise nothing(cfg, w, "the query returned no rows", parquet)

@@ -31,13 +31,13 @@ def when(start, end) -> str:
     return "\n".join(lines)
 
 
-def print_table(diagnosis, out=None) -> None:
+def print_table(diagnosis, out=None, config: Path | None = None) -> None:
     """The findings as tables. Every value is data (spyglass.cli.console.plain): a `[/x]` or an escape
     sequence in a log line, an instance name or a figure prints as written and is never obeyed."""
     from rich.table import Table
     from rich.text import Text
 
-    from spyglass.cli.console import console_for, plain
+    from spyglass.cli.console import console_for, plain, terminal_width
     from spyglass.forensics.output import number
     from spyglass.forensics.times import describe
 
@@ -69,11 +69,25 @@ def print_table(diagnosis, out=None) -> None:
         detail.add_row("not", plain(f.wrong_guess))
         detail.add_row("check", plain(f.check))
         detail.add_row("knobs", plain("; ".join(f.knobs)))
-        parts += [detail, Text('evidence: spyglass views "<the query below>" --from ... --to ...', style="dim"),
-                  Text("\n").join(plain(line) for line in f.evidence.splitlines())]
-    console = console_for(out, *parts)  # to a pipe: as wide as the widest part, no summary a word a line
-    for part in parts:
-        console.print(part)
+        parts += [detail, Text("evidence (runs as printed; the SQL is read from stdin):", style="dim"),
+                  plain(evidence_command(diagnosis.window, config, terminal_width(out))),
+                  Text("\n").join(plain(line) for line in f.evidence.splitlines()), Text("SQL")]
+    console = console_for(out, *(p for p in parts if not isinstance(p, Text)))  # to a pipe: as wide as the tables
+    for part in parts:  # a text is never broken by rich (a terminal wraps it, and copies it whole)
+        console.print(part, soft_wrap=isinstance(part, Text))
+
+
+def evidence_command(w, config: Path | None, width: int | None = None) -> str:
+    """`spyglass views -c CONFIG --from ... --to ... - <<'SQL'`: the evidence query (the lines after it, then
+    `SQL`) over the diagnosis's window, as a shell runs it pasted whole (continued with ` \\` past `width`)."""
+    import shlex
+
+    from spyglass.cli.console import command, shell_lines
+    from spyglass.forensics.times import utc_text
+
+    words = [command(), "views", f"-c {shlex.quote(str(config)) if config else 'CONFIG'}",
+             *(f"--{name} {utc_text(t)}" for name, t in (("from", w.start), ("to", w.end)) if t), "- <<'SQL'"]
+    return shell_lines(words, width, indent="")
 
 
 def stored_span(cfg, w, parquet: str | None = None):
@@ -112,6 +126,8 @@ def diagnose(config: ConfigOption, start: From = None, end: To = None, since: Si
         result = run_diagnosis(cfg, w, parquet)
     except QueryError as exc:
         raise fail(str(exc), 1) from None
+    if not result.events:  # one message, not "0 findings ... checked H1, ..." over nothing
+        raise fail(f"no events are stored {describe(w)}: nothing to diagnose", 1)
     status = result.exit_status()  # decided by the findings, before and whatever the printing does
     if html:
         write_page(cfg, result, html)
@@ -119,12 +135,10 @@ def diagnose(config: ConfigOption, start: From = None, end: To = None, since: Si
         if as_json:
             typer.echo(json_line(result.as_json()))
         else:
-            print_table(result)
+            print_table(result, config=config)
     except Exception as exc:  # noqa: BLE001 - a deploy gate must still see a critical finding's 2
         typer.echo(f"error: printing the diagnosis failed ({type(exc).__name__}: {shown(exc)}); the exit status"
                    f" is still the findings' ({status})", err=True)
-    if not result.events:
-        raise fail(f"no events are stored {describe(w)}: nothing to diagnose", 1)
     raise typer.Exit(status)
 
 

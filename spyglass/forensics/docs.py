@@ -42,10 +42,10 @@ How they run:
 
 | command | what |
 |---|---|
-| `spyglass timeline --config F [--from T] [--to T \\| --since D] [--source S] [--instance I] [--kind K] [--exclude-kind K] [--contains TEXT] [--request ID] [--tz Z] [--format table\\|json\\|csv]` | every event of the window (default: everything stored), all sources merged in time order, UTC and Beijing, and a `build_changed` / `model_changed` row at each start whose build or model differs from the instance's start before (fields: the deploy number, each changed key's before and after); `--request` alone takes the window from the id and adds the cache lines of the request's conversation. `--exclude-kind` leaves kinds out (`--exclude-kind span`); `--contains` keeps the events whose source, instance, kind, request id or fields hold the text (case-sensitive, like LogQL's `\\|=`; repeated, all must). A table is one line an event, `req=ID` and the fields as `key=value` (a span's `start` and `end` as times), cut to the terminal's width, under a header that says how many it shows of how many (`the first 1,000 of 11,894 events`) |
-| `spyglass requests --config F [--from T --to T \\| --since D] [--slowest N] [--status 4xx] [--session S] [--lane L] [--instance I] [--mode M] [--finish F]` | request ids (for `spyglass trace ID` and `timeline --request ID`) with their status, tokens and timings |
-| `spyglass report NAME --config F [--from T --to T \\| --since D] [--request ID] [--sql]` | a canned report (below); `--sql` prints the query it runs |
-| `spyglass views "SELECT ... FROM requests" --config F [--from T --to T \\| --since D]` | any SELECT over the views; without a query, lists them |
+| `spyglass timeline --config F [--from T] [--to T \\| --since D] [--source S] [--instance I] [--kind K] [--exclude-kind K] [--contains TEXT] [--request ID] [--tz Z] [--format table\\|json\\|csv]` | every event of the window (default: everything stored), all sources merged in time order, UTC and Beijing, and a `build_changed` / `model_changed` row at each start whose build or model differs from the instance's start before (fields: the deploy number, each changed key's before and after); `--request` alone takes the window from the id and adds the cache lines of the request's conversation. `--exclude-kind` leaves kinds out (`--exclude-kind span`); `--contains` keeps the events whose source, instance, kind, request id or fields hold the text (case-sensitive, like LogQL's `\\|=`; repeated, all must). A table is one line an event, `req=ID` and the fields as `key=value` (a span's `start` and `end` as times), under a header that says how many it shows of how many (`the first 1,000 of 11,894 events`); wider than the terminal, Beijing time (and a date all rows share) moves to the header and the fields wrap under themselves, a `key=value` never cut (a request id copies whole into `trace`) |
+| `spyglass requests --config F [--from T --to T \\| --since D] [--slowest N] [--status 4xx] [--session S] [--lane L] [--instance I] [--mode M] [--finish F] [--limit N]` | request ids (for `spyglass trace ID` and `timeline --request ID`) with their status, tokens and timings; at most `--limit` (200), and a `... N more requests match` line on stderr when more do |
+| `spyglass report NAME --config F [--from T --to T \\| --since D] [--request ID] [--sql] [--limit N]` | a canned report (below); `--sql` prints the query it runs; at most `--limit` rows (200; the `--html` page has them all), and a `... N more rows match` line on stderr |
+| `spyglass views "SELECT ... FROM requests" --config F [--from T --to T \\| --since D]`, or `spyglass views -c F ... - <<'SQL'` (the query on stdin) | any SELECT over the views; without a query, lists them. A query that starts with a `--` comment goes on stdin (as `diagnose` prints its evidence: pasted whole, it runs) |
 | `spyglass diagnose --config F [--from T] [--to T \\| --since D] [--json] [--html FILE]` | every heuristic's SQL check over the window (an open end: the first or last stored event, so by default everything stored) (below): findings with severity, where, when, summary, figures, the evidence query, the usual wrong guess, the check and the knobs; exit 0 none, 1 warnings, 2 critical, decided by the findings whatever the printing does (a broken pipe or a full disk is said on stderr) |
 | `spyglass report NAME ... --html FILE`, `spyglass diagnose ... --html FILE` | also write one self-contained HTML page: the findings or the report's table, and charts of TTFT, evictions and parked bytes against the budget, restarts and deploys as markers, UTC and Beijing |
 
@@ -57,6 +57,15 @@ is the window from 15 minutes ago to now (`--since` also takes a time). Times wi
 everything stored. `--from` after `--to`, or `--from` with `--since`, is a usage
 error (exit 2); a window with nothing in it is said on stderr, with whether any event is stored there at
 all (exit 1). `--format json` writes one object a line with `fields` nested.
+
+Exit status, every forensic command: 0 with rows; 1 when there is nothing to show, said on stderr (an empty
+window; `crashes` with no crash, failed start or latency avalanche in it; `changes` with no engine start
+stored; an empty `diagnose` says `nothing to diagnose` once); 2 for a usage error; `diagnose` 0/1/2 by its
+findings (below). A table wider than the terminal keeps the columns a user acts on whole (alert, instance,
+request and trace ids, UTC times, figures): Beijing time beside UTC, a date every row shares and columns
+with one value in every row move to a line above it, text and labels wrap, then labels are left out (said
+under it; `--format json` has them all), and only a row of keys wider than the terminal prints a block a
+row (`spyglass/cli/layout.py`). To a pipe or a file a table is as wide as it is: nothing is cut.
 
 Data prints as data: a table cell, a trace or a finding is text, never rich markup (a log line's `[/x]` or
 `[link=...]` prints as written), and control characters are shown escaped (`\\x1b[2J`, `\\n`; in JSON as
@@ -97,9 +106,9 @@ and query them together; each host writes only its own `host=` folder, so host n
 **spyglass** (every forensic command, the same views and answers as on the store):
 
 ```bash
-spyglass timeline -c strata.toml --from '2026-10-19 04:45' --to '2026-10-19 05:00' \\
+.venv/bin/spyglass timeline -c strata.toml --from '2026-10-19 04:45' --to '2026-10-19 05:00' \\
     --parquet '/srv/spyglass/pq/host=*/date=*/hour=*/*.parquet'
-spyglass report cache -c strata.toml --from 2026-10-19 --to 2026-10-20 --parquet '/srv/spyglass/pq/host=*/date=*/hour=*/*.parquet'
+.venv/bin/spyglass report cache -c strata.toml --from 2026-10-19 --to 2026-10-20 --parquet '/srv/spyglass/pq/host=*/date=*/hour=*/*.parquet'
 ```
 
 `events` then comes from `read_parquet(GLOB, hive_partitioning = true)` in an in-memory DuckDB that may

@@ -54,7 +54,9 @@ def requests_query(window: Window, filters: Filters) -> Query:
         where.append("coalesce(dur_ms_gateway, dur_ms_engine) IS NOT NULL")
     params["limit"] = filters.slowest or filters.limit
     condition = f"\nWHERE {' AND '.join(where)}" if where else ""
-    return Query(f"SELECT {COLUMNS}\nFROM requests{condition}\nORDER BY {order}\nLIMIT $limit", params)
+    # `matched`: how many rows match before the limit, for the "N more" line (the command drops the column)
+    return Query(f"SELECT {COLUMNS}, count(*) OVER () AS matched\nFROM requests{condition}\nORDER BY {order}"
+                 "\nLIMIT $limit", params)
 
 
 def clock_note(records: list[dict[str, Any]]) -> str | None:

@@ -14,7 +14,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, TextIO
 
-from spyglass.cli.console import console_for, csv_cell, json_line, natural_width, plain
+from spyglass.cli.console import csv_cell, json_line, plain
 from spyglass.forensics.times import beijing_text, utc_text
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([+-]\d\d:?\d\d|Z)?$")
@@ -92,10 +92,10 @@ def table_cell(value: Any, column: str = "") -> Any:
     return plain(cell(value, column))
 
 
-def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | None = None, fold: bool = True) -> None:
-    """Print records as `table` (rich), `json` (one object a line, nested) or `csv`. A table too wide
-    for the terminal prints one block a row instead, unless `fold` is off (a timeline stays a table).
-    To a pipe or a file (no terminal, no COLUMNS) a table is as wide as its longest row: nothing cut."""
+def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | None = None) -> None:
+    """Print records as `table` (rich), `json` (one object a line, nested) or `csv`. A table wider than the
+    terminal keeps its key columns whole and gives way in its others (spyglass.cli.layout). To a pipe or a
+    file (no terminal, no COLUMNS) a table is as wide as its longest row: nothing cut."""
     out = out or sys.stdout
     if fmt == "json":
         for record in rows:
@@ -106,25 +106,15 @@ def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | Non
             writer.writerow([csv_cell(c) for c in rows[0]])
             writer.writerows([[csv_cell(json.dumps(v) if isinstance(v, (dict, list)) else v) for v in r.values()]
                               for r in rows])
-    else:
-        from rich.table import Table
+    elif rows:
         from rich.text import Text
 
-        heading = Text(title) if title else None  # ours, but it may quote a name: no markup either
-        table = Table(title=heading, title_justify="left")
-        for column in rows[0] if rows else ():
-            table.add_column(plain(column), no_wrap=column.endswith(("_utc", "_beijing", "request_id")))
-        for record in rows:
-            table.add_row(*(table_cell(v, c) for c, v in record.items()))
-        console = console_for(out, table)
-        if not fold or natural_width(console, table) <= console.width:
-            console.print(table)
-            return
-        if heading:  # too wide for the terminal: one block a row, like psql's \x
-            console.print(heading)
-        for n, record in enumerate(rows, 1):
-            block = Table("column", f"row {n}", show_header=True, title_justify="left")
-            for column, value in record.items():
-                block.add_row(plain(column), table_cell(value, column))
-            console.print(block)
+        print_table(list(rows[0]), [list(r.values()) for r in rows], Text(title) if title else None, out)
 
+
+def print_table(names: list[str], values: list[list[Any]], title: Any = None, out: TextIO | None = None) -> None:
+    """A table of `values` (rows, in `names`' order) on a terminal or a pipe, as spyglass.cli.layout lays it out;
+    every cell is data (table_cell)."""
+    from spyglass.cli.layout import show
+
+    show(names, values, [[table_cell(v, c) for c, v in zip(names, row)] for row in values], title, out)

@@ -155,33 +155,77 @@ def value_text(key: str, value: Any) -> str:
     return text if PLAIN_VALUE.match(text) else json.dumps(text, ensure_ascii=False)
 
 
-def fields_text(fields: Any, request_id: str | None) -> str:
-    """`req=ID key=value ...`: an event's fields on one line, in their stored order (a field that only
-    repeats the request id left out)."""
+def field_parts(fields: Any, request_id: str | None) -> list[str]:
+    """`req=ID`, `key=value`, ...: an event's fields in their stored order (a field that only repeats the
+    request id left out)."""
     parts = [f"req={request_id}"] if request_id else []
     if isinstance(fields, dict):
         parts += [f"{k}={value_text(k, v)}" for k, v in fields.items()
                   if v is not None and not (request_id and v == request_id and k in ("req", "id", "request_id"))]
     elif fields is not None:
         parts.append(str(fields))
-    return " ".join(parts)
+    return parts
+
+
+def fields_text(fields: Any, request_id: str | None) -> str:
+    """`req=ID key=value ...`: an event's fields on one line."""
+    return " ".join(field_parts(fields, request_id))
+
+
+def wrapped(parts: list[str], first: int, indent: int, width: int) -> list[str]:
+    """`parts` joined by spaces into lines: the first `first` cells wide, the others `width - indent`; a part
+    is never split unless it alone is wider than a line (then it is folded, never cut)."""
+    from rich.cells import cell_len, chop_cells
+
+    lines, room = [""], first
+    for part in parts:
+        if lines[-1] and cell_len(lines[-1]) + 1 + cell_len(part) > room:
+            lines.append("")
+            room = width - indent
+        if cell_len(part) > room:
+            pieces = chop_cells(part, room)
+            lines[-1] += (" " if lines[-1] else "") + pieces[0]
+            lines += pieces[1:]
+            continue
+        lines[-1] += (" " if lines[-1] else "") + part
+    return lines
 
 
 def event_lines(records: Sequence[dict[str, Any]], width: int | None = None) -> list[str]:
     """The header and one line an event: UTC date and time, Beijing time of day, source, instance, kind
-    padded to their widest, then the fields as key=value; each line cut to `width` with "…" (None: whole).
-    Control characters in the data are shown escaped (spyglass.cli.console.shown)."""
-    from rich.cells import cell_len, set_cell_size
+    padded to their widest, then the fields as key=value. Wider than `width` (None: any width, a pipe), the
+    Beijing column moves to the header and the fields wrap under themselves, a key=value never cut: a request
+    id stays whole to copy into `spyglass trace`. Control characters in the data are shown escaped
+    (spyglass.cli.console.shown)."""
+    from rich.cells import cell_len
 
     from spyglass.cli.console import shown
 
     rows = [(r["ts_utc"].replace("T", " ").removesuffix("Z"), r["ts_beijing"][11:23], shown(r["source"] or ""),
-             shown(r["instance"] or ""), shown(r["kind"]), shown(fields_text(r["fields"], r["request_id"])))
+             shown(r["instance"] or ""), shown(r["kind"]), [shown(p) for p in field_parts(r["fields"], r["request_id"])])
             for r in records]
-    head = ("utc", "beijing", "source", "instance", "kind", "fields")
+    head = ("utc", "beijing", "source", "instance", "kind", ["fields"])
     widths = [max(len(x) for x in column) for column in zip(head, *rows)][:5]
-    lines = []
-    for row in [head, *rows]:
-        line = "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[5]
-        lines.append(line if width is None or cell_len(line) <= width else set_cell_size(line, max(1, width - 1)) + "…")
+    whole = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + " ".join(row[5]) for row in [head, *rows]]
+    if width is None or all(cell_len(line) <= width for line in whole):
+        return whole
+    dates = {row[0][:10] for row in rows}
+    if len(dates) == 1:  # one day: it moves to the header, the rows keep the time
+        rows = [(row[0][11:], *row[1:]) for row in rows]
+        head = (f"utc {next(iter(dates))}", *head[1:])
+        widths[0] = max(len(head[0]), *(len(row[0]) for row in rows))
+    del widths[1]
+    indent = sum(widths) + 2 * len(widths)
+    beside = width - indent >= 24  # else too narrow beside the columns: the fields go under them, indented 4
+    indent = indent if beside else 4
+    lines = ["  ".join(c.ljust(w) for c, w in zip((head[0], *head[2:5]), widths)) + "  fields (Beijing time is UTC+8)"]
+    for row in rows:
+        prefix = "  ".join(cell.ljust(w) for cell, w in zip((row[0], *row[2:5]), widths)) + "  "
+        parts = wrapped(row[5], width - indent, indent, width) if row[5] else [""]
+        if beside:
+            lines.append(prefix + parts[0])
+            parts = parts[1:]
+        else:
+            lines.append(prefix.rstrip())
+        lines += [" " * indent + p for p in parts]
     return lines

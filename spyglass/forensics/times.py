@@ -54,6 +54,12 @@ def beijing_text(value: datetime) -> str:
 
 
 def describe(w: Window) -> str:
-    def one(t: datetime | None, open_end: str) -> str:
-        return f"{utc_text(t)} ({beijing_text(t)} Beijing)" if t else open_end
-    return f"between {one(w.start, 'the beginning')} and {one(w.end, 'the end')}"
+    """`between 2026-12-03 09:00:00Z (17:00:00 Beijing) and 09:20:00Z (17:20:00 Beijing)`: the end's date
+    only where it differs from the start's."""
+    from spyglass.collectors.clock import format_both
+
+    start = format_both(w.start.timestamp()) if w.start else "the beginning"
+    end = format_both(w.end.timestamp()) if w.end else "the end"
+    if w.start and w.end and w.start.astimezone(UTC).date() == w.end.astimezone(UTC).date():
+        end = end[11:]
+    return f"between {start} and {end}"

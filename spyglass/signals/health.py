@@ -15,7 +15,8 @@ SPECS = [
                "1 when the source could be read (file) or answered (endpoint) at the last poll, else 0.", SOURCE),
     MetricSpec("spyglass_source_lines_total", "counter",
                "Lines read, by outcome: event, ignored (skipped level), unmatched (prefix but no pattern:"
-               " format drift), unprefixed (continuation lines), invalid (matched but unusable).",
+               " format drift), unprefixed (no known shape: another format, a continuation line), invalid (matched but"
+               " unusable), joined (became part of another line's event: llama.cpp's timing lines).",
                SOURCE + ("outcome",)),
     MetricSpec("spyglass_source_invalid_fields_total", "counter",
                "Values refused where they were parsed, by field: a malformed number (1.2.3) or one beyond"
@@ -93,6 +94,9 @@ SPECS = [
                "Stored rows deleted before Parquet had them: past retain_hours while no publication had"
                " succeeded for retain_hours (stuck), so that the store does not grow without bound."),
     MetricSpec("spyglass_agent_info", "info", "spyglass version, value 1.", ("version",)),
+    MetricSpec("spyglass_agent_allowed_cpus_info", "info",
+               "The CPUs the agent and its threads may run on (agent.cpus, or as started), value 1: compare with"
+               " the engines' (H2).", ("cpus",)),
 ]
 
 declare_only("agent", SPECS)

@@ -5,9 +5,12 @@ busy and total slots (`/slots`), the engine-wide decode rate (`llamacpp:predicte
 The rest is llama.cpp's own and named `spyglass_llama_*`: deferred requests (waiting for a slot), prompt
 tokens processed against taken from its cache, and its time and decode counters. Its counters reset with
 the process; they are exported as increments since the last poll (a new process's whole count after a
-reset), so they never go down, and `spyglass_llama_restarts_total` counts the resets seen. While a poll
-fails, the gauges are dropped (no stale value is shown as current). The log's events (evictions, TTFT,
-prompt reuse, starts) go through the engine log's signals (signals/engine.py).
+reset), so they never go down, and `spyglass_llama_restarts_total` counts the resets seen; a sample no
+llama-server writes (negative, beyond 2**53, a ratio above 1) moves nothing and is counted in
+`spyglass_source_invalid_fields_total`. While a poll fails (no answer, or a body that is not what
+llama-server answers), the gauges are dropped (no stale value is shown as current). A family the build does
+not write is not exported (no invented zero): kv_cache_* exist only on builds of 2024 to mid-2025. The log's events (evictions, TTFT,
+prompt reuse, starts) go through the engine log's signals (signals/engine_log.py).
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from spyglass.collectors.event import Event
 from spyglass.collectors.grammar import number_ok
+from spyglass.collectors.llama_server import value_ok
 from spyglass.signals import SavedNumber, SignalsBase, signals_for
 from spyglass.signals.catalogue import spec_maker
 from spyglass.signals.engine_log import SPECS as ENGINE_SPECS
@@ -30,11 +34,17 @@ COUNTERS = {  # llamacpp name -> (metric, extra label values)
     "tokens_predicted_total": ("spyglass_llama_generated_tokens_total", ()),
     "tokens_predicted_seconds_total": ("spyglass_llama_generation_seconds_total", ()),
     "n_decode_total": ("spyglass_llama_decode_calls_total", ()),
+    "spec_decode_num_draft_tokens_total": ("spyglass_llama_draft_tokens_total", ("drafted",)),
+    "spec_decode_num_accepted_tokens_total": ("spyglass_llama_draft_tokens_total", ("accepted",)),
+    "spec_decode_num_drafts_total": ("spyglass_llama_draft_verifications_total", ()),
 }
 GAUGES = {"requests_deferred": "spyglass_llama_requests_deferred",
-          "predicted_tokens_seconds": "spyglass_engine_decode_tokens_per_second"}
-DROPPED_ON_ERROR = ("spyglass_llama_ready", "spyglass_llama_requests_deferred", "spyglass_engine_slots",
-                    "spyglass_engine_slots_busy", "spyglass_engine_decode_tokens_per_second")
+          "predicted_tokens_seconds": "spyglass_engine_decode_tokens_per_second",
+          "kv_cache_usage_ratio": "spyglass_llama_kv_cache_usage_ratio",
+          "kv_cache_tokens": "spyglass_llama_kv_cache_tokens",
+          "n_busy_slots_per_decode": "spyglass_llama_busy_slots_per_decode"}
+DROPPED_ON_ERROR = ("spyglass_llama_ready", "spyglass_engine_slots", "spyglass_engine_slots_busy",
+                    *GAUGES.values())
 
 spec = spec_maker("llama_server", INSTANCE_LANE)
 
@@ -43,7 +53,8 @@ SPECS = [
     SHARED["spyglass_engine_decode_tokens_per_second"],
     spec("spyglass_llama_up", "gauge", "1 when the last poll of llama-server's /health answered, else 0."),
     spec("spyglass_llama_poll_errors_total", "counter",
-         "Polls of llama-server with no answer from /health, by kind: timeout, refused, http_NNN, ...", ("error",)),
+         "Failed polls of llama-server, by kind: timeout, refused, http_NNN (no answer from /health),"
+         " invalid_json (a body not JSON, or nested too deeply), bad_body (JSON of another shape).", ("error",)),
     spec("spyglass_llama_ready", "gauge", "1 when llama-server's /health says ok, 0 while it loads (503)."),
     spec("spyglass_llama_requests_deferred", "gauge",
          "Requests waiting for a free slot (llamacpp:requests_deferred): the llama.cpp queue."),
@@ -56,6 +67,18 @@ SPECS = [
     spec("spyglass_llama_generation_seconds_total", "counter", "Time llama-server spent generating tokens.",
          unit="seconds"),
     spec("spyglass_llama_decode_calls_total", "counter", "llama_decode() calls of llama-server."),
+    spec("spyglass_llama_kv_cache_usage_ratio", "gauge",
+         "Share of the KV cache in use (llamacpp:kv_cache_usage_ratio: builds of 2024 to mid-2025 only).",
+         unit="ratio"),
+    spec("spyglass_llama_kv_cache_tokens", "gauge",
+         "Tokens in the KV cache (llamacpp:kv_cache_tokens: builds of 2024 to mid-2025 only).", unit="tokens"),
+    spec("spyglass_llama_busy_slots_per_decode", "gauge",
+         "Average busy slots per llama_decode() call (llamacpp:n_busy_slots_per_decode, from late 2024)."),
+    spec("spyglass_llama_draft_tokens_total", "counter",
+         "Speculative decoding's draft tokens, by outcome: drafted or accepted (llamacpp:spec_decode_*, late 2025"
+         " on, with a draft model).", ("outcome",), unit="tokens"),
+    spec("spyglass_llama_draft_verifications_total", "counter",
+         "Speculative decoding's verification steps (llamacpp:spec_decode_num_drafts_total)."),
     spec("spyglass_llama_build_info", "info", "llama-server's build (/props build_info, e.g. b1-0c1e570), value 1.",
          ("build",)),
     spec("spyglass_llama_restarts_total", "counter", "llama-server restarts seen: a counter of /metrics went backwards."),
@@ -98,6 +121,8 @@ class LlamaServerSignals(SignalsBase):
         if e.kind != "llama_status":
             return
         f = e.fields
+        for name in f.get("invalid") or ():
+            s.inc("spyglass_source_invalid_fields_total", (e.source, str(name)[:64]))
         s.set("spyglass_llama_up", key, 1.0)
         s.set("spyglass_llama_ready", key, 1.0 if f.get("health") == "ok" else 0.0)
         if isinstance(f.get("build"), str):
@@ -111,8 +136,10 @@ class LlamaServerSignals(SignalsBase):
         if not isinstance(metrics, dict):
             return
         for name, metric in GAUGES.items():
-            if number_ok(metrics.get(name)):
+            if value_ok(name, metrics.get(name)):
                 s.set(metric, key, metrics[name])
+            else:  # not written by this build, or refused: not shown at an old value
+                s.drop(metric, key)
         if "slots" not in f and number_ok(metrics.get("requests_processing")):
             s.set("spyglass_engine_slots_busy", key, metrics["requests_processing"])
         self._counters(e.instance, key, metrics)
@@ -121,7 +148,7 @@ class LlamaServerSignals(SignalsBase):
         """Each llamacpp counter as increments since the last poll; a counter that went backwards means a
         new process: its whole count is added, and the restart counted once."""
         last = self.last.get(instance, {})
-        raw = {name: float(metrics[name]) for name in COUNTERS if number_ok(metrics.get(name))}
+        raw = {name: float(metrics[name]) for name in COUNTERS if value_ok(name, metrics.get(name))}
         restarted = any(value < last[name] for name, value in raw.items() if number_ok(last.get(name)))
         if restarted:
             self.state.inc("spyglass_llama_restarts_total", key)

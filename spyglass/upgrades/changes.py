@@ -152,9 +152,13 @@ def deploys(rows: list[dict[str, Any]], probe_budget: float, serve_instances: fr
     """Rows of DEPLOYS_SQL (ordered by instance, time) as records numbered per instance."""
     out: list[Any] = []
     count: dict[Any, int] = {}
+    # A serve that reported its version at some start of the instance does report it: a start without one
+    # ended before a status poll reached it (a crash loop's), which is no finding of its own.
+    reported = {row["instance"] for row in rows if row.get("serve_version") is not None}
     for row in rows:
         count[row["instance"]] = count.get(row["instance"], 0) + 1
-        out.append(deploy_of(row, count[row["instance"]], probe_budget, row["instance"] in serve_instances))
+        expect = row["instance"] in serve_instances and row["instance"] not in reported
+        out.append(deploy_of(row, count[row["instance"]], probe_budget, expect))
     return out
 
 
@@ -168,18 +172,21 @@ class Change:
     after: Any
 
 
-def changes(before: Deploy | None, now: Deploy) -> list[Change]:
-    """What `now` differs in from the previous start of its instance, then its own findings."""
+def changes(before: Deploy | None, now: Deploy, known: dict[str, Any] | None = None) -> list[Change]:
+    """What `now` differs in from the previous start of its instance, then its own findings. A compared value
+    is compared with the last one `known` of the instance's earlier starts: one that a start did not report
+    (its serve crashed before a status poll, the gateway started later) and the next one did is no change."""
     def row(what: str, old: Any, new: Any) -> Change:
         return Change(now.instance, now.n, now.at, what, old, new)
 
+    known = known if known is not None else {k: before.get(k) for k in COMPARED} if before else {}
     out = []
     if before is None:
         out.append(row("first start stored", None, now.get("build")))
     else:
         for key in COMPARED:
-            if before.get(key) != now.get(key) and now.get(key) is not None:
-                out.append(row(key, before.get(key), now.get(key)))
+            if known.get(key) is not None and known.get(key) != now.get(key) and now.get(key) is not None:
+                out.append(row(key, known.get(key), now.get(key)))
         for flag in dict.fromkeys([*before.args, *now.args]):
             old, new = before.args.get(flag), now.args.get(flag)
             if old != new:  # a bare flag shows as itself
@@ -214,9 +221,12 @@ def change_list(records: list[Deploy], since: datetime | None = None) -> list[Ch
     """The changes of every start at or after `since`, each against the previous start of its instance."""
     out: list[Any] = []
     last: dict[Any, Any] = {}
+    known: dict[Any, dict[str, Any]] = {}  # instance -> the last value each compared key had
     for d in records:
+        seen = known.setdefault(d.instance, {})
         if since is None or d.at >= since:
-            out += changes(last.get(d.instance), d)
+            out += changes(last.get(d.instance), d, dict(seen))
+        seen.update({k: d.get(k) for k in COMPARED if d.get(k) is not None})
         last[d.instance] = d
     return out
 

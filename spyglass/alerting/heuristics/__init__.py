@@ -30,6 +30,7 @@ from spyglass.alerting.heuristics.model import (
     Alert,
     Check,
     Deployment,
+    Evidence,
     Heuristic,
     Probe,
     Recording,
@@ -60,7 +61,7 @@ __all__ = [
     "BURN_WINDOWS", "BYTES", "CHECKPOINT_ONLY", "DECODE", "DECODE_BASELINE", "DECODE_MEAN", "DEFAULT_LANE",
     "ESTIMATE_RATIO", "EVICTIONS", "EVICTIONS_BASELINE", "IL", "INSTANCE", "LANE", "LOG_SILENCE", "LONG_PROMPTS",
     "PERCENT", "SECONDS", "SLO_ERRORS", "SNAPSHOT_SHARE", "STOPS_REASONING", "THINKING_ONLY", "TTFT", "VALUE",
-    "Alert", "Check", "Deployment", "Heuristic", "Probe", "Recording", "Severity", "Threshold",
+    "Alert", "Check", "Deployment", "Evidence", "Heuristic", "Probe", "Recording", "Severity", "Threshold",
     "BUILDERS", "by_id", "catalogue", "per_lane", "ratio", "recording_rules",
 ]
 

@@ -1,19 +1,51 @@
 """H1: Throughput collapse against the instance's own baseline. Incident 1 (solo 9.3 tok/s, 2026-10-07)."""
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import INSTANCE, LANE, VALUE, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
-from spyglass.alerting.heuristics.promql import DECODE_BASELINE, DECODE_BASELINE_OFFSETS, DECODE_MEAN, RECENT, num, spoken
+from spyglass.alerting.heuristics.model import (
+    INSTANCE,
+    LANE,
+    VALUE,
+    Alert,
+    Check,
+    Deployment,
+    Evidence,
+    Heuristic,
+    Probe,
+    Threshold,
+    probe_sql,
+)
+from spyglass.alerting.heuristics.promql import (
+    DECODE_BASELINE,
+    DECODE_BASELINE_OFFSETS,
+    DECODE_MEAN,
+    HOURLY,
+    RECENT,
+    num,
+    spoken,
+    sql_interval,
+)
 
 
 def build(d: Deployment) -> Heuristic:
     drop = 0.25
     before = " or ".join(spoken(off) for off in DECODE_BASELINE_OFFSETS)  # an hour or a day
-    probe = Probe(needs=("engine_log",), alert="EngineThroughputCollapse", sql=probe_sql(__file__, drop=num(drop)),
+    probe = Probe(needs=("engine_log",), alert="EngineThroughputCollapse", sql=probe_sql(
+                  __file__, drop=num(drop), recent=sql_interval(RECENT),
+                  baseline_from=sql_interval(HOURLY, DECODE_BASELINE_OFFSETS[0]),
+                  baseline_to=sql_interval(DECODE_BASELINE_OFFSETS[0])),
                   summary=f"{{instance}} decoded {{decode_tps:g}} tok/s per request over {spoken(RECENT)} against"
                   f" {{baseline_decode_tps:g}} {spoken(DECODE_BASELINE_OFFSETS[0])} before ({{requests}} requests under"
                   f" {num(drop)}x their baseline).",
                   figures=("decode_tps", "baseline_decode_tps", "requests"))
     return Heuristic(
+        evidence=Evidence(
+            control="hour before",
+            text="Decode rate per request now against the same instance's an hour before (the rule's baseline).",
+            this="{decode_tps:g} tok/s per request",
+            other="{baseline_decode_tps:g} tok/s an hour before",
+            series="decode",
+            threshold="baseline_decode_tps",
+            threshold_factor=drop),
         id="H1", title="Throughput collapse against the instance's own baseline", incident="1 (solo 9.3 tok/s, 2026-10-07)",
         symptom=f"Decode throughput per request fell under {num(drop)}x the same instance's {before} before.",
         history="Incident 1 (2026-10-07): strata-a decoded 76.8 tok/s alone and 9.3 tok/s with both engines on CPUs"

@@ -1,7 +1,19 @@
 """H2: Engine processes share CPUs, or a cgroup is throttled. Incident 1."""
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import INSTANCE, PERCENT, VALUE, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
+from spyglass.alerting.heuristics.model import (
+    INSTANCE,
+    PERCENT,
+    VALUE,
+    Alert,
+    Check,
+    Deployment,
+    Evidence,
+    Heuristic,
+    Probe,
+    Threshold,
+    probe_sql,
+)
 from spyglass.alerting.heuristics.promql import num, ratio, spoken
 
 
@@ -13,6 +25,12 @@ def build(d: Deployment) -> Heuristic:
                   " request {instance} decoded {decode_tps:g} tok/s and {other} {other_decode_tps:g} in the window.",
                   figures=("shared_cpus", "decode_tps", "other_decode_tps", "requests"))
     return Heuristic(
+        evidence=Evidence(
+            control="other instance",
+            text="Each engine's decode rate and CPU list: the instance against the one it shares CPUs with.",
+            this="{instance}: {decode_tps:g} tok/s per request on CPUs {cpus}",
+            other="{other}: {other_decode_tps:g} tok/s per request on CPUs {other_cpus}",
+            series="decode"),
         id="H2", title="Engine processes share CPUs, or a cgroup is throttled", incident="1",
         symptom="Two engine processes' allowed CPU sets overlap, or the cgroup of one is throttled by CFS.",
         wrong_guess="-", check=Check(text="The overlap itself, per pair of processes.",
@@ -25,7 +43,8 @@ def build(d: Deployment) -> Heuristic:
                expr="(max by (host, instance) (spyglass_host_shared_cpus) > 0)"
                     " or (max by (host, instance) (spyglass_engine_shared_cpus) > 0)",
                for_="5m", summary=f"{INSTANCE} shares CPUs with another engine.",
-               description=f"{INSTANCE} may run on {VALUE} CPUs that another engine instance may also run on."),
+               description=f"{INSTANCE} may run on {VALUE} CPUs that another engine instance (or the spyglass agent"
+                           " itself, other=\"spyglass-agent\": set agent.cpus) may also run on."),
          Alert(name="EngineCPUThrottled", severity="warning",
                expr=ratio(f"rate(spyglass_host_cgroup_throttled_periods_total[{window}])",
                      f"rate(spyglass_host_cgroup_periods_total[{window}])", "host, instance") + f" > {num(throttled)}",

@@ -1,26 +1,44 @@
 """H4: Long prompts restored only from a checkpoint. Incident 2 (123 of 194 prompts >= 200k reused only 16384)."""
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import INSTANCE, LANE, PERCENT, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
-from spyglass.alerting.heuristics.promql import CHECKPOINT_ONLY, HOURLY, LONG_PROMPTS, last, num, spoken
+from spyglass.alerting.heuristics.model import (
+    INSTANCE,
+    LANE,
+    PERCENT,
+    Alert,
+    Check,
+    Deployment,
+    Evidence,
+    Heuristic,
+    Probe,
+    Threshold,
+    probe_sql,
+)
+from spyglass.alerting.heuristics.promql import CHECKPOINT_ONLY, HOURLY, LONG_PROMPTS, last, num, spoken, sql_interval
 
 
 def build(d: Deployment) -> Heuristic:
     share, least = 0.5, 10.0
     probe = Probe(needs=("engine_log",), alert="EngineLongPromptsCheckpointOnly", sql=probe_sql(__file__, share=num(share),
-                                                                                                least=num(least)),
+                                                                                                least=num(least),
+                                                                                                hourly=sql_interval(HOURLY)),
         summary="{checkpoint_only} of {instance}'s {long_prompts} long prompts reused only a checkpoint (a multiple of"
         " --prompt-cache-every {prompt_cache_every}): their parked snapshots had been evicted.",
         figures=("long_prompts", "checkpoint_only", "checkpoint_only_share", "prompt_cache_every",
          "most_long_prompts_in_an_hour"))
     return Heuristic(
+        evidence=Evidence(
+            control="hour before",
+            text="Long prompts restored only from a checkpoint against the hour before.",
+            this="{checkpoint_only} of {long_prompts} long prompts reused only a checkpoint",
+            series="ttft"),
         id="H4", title="Long prompts restored only from a checkpoint", incident="2 (123 of 194 prompts >= 200k reused only 16384)",
         symptom="Long prompts (>= signals.long_prompt_tokens) whose reuse is a positive multiple of --prompt-cache-every:"
         " their parked snapshot was evicted and a checkpoint saved only a fraction.",
         wrong_guess="-", check=Check(text="Share of long prompts with checkpoint-only reuse, and the reuse values themselves.",
                    promql=CHECKPOINT_ONLY,
                    sql="SELECT instance, reused, count(*) AS prompts FROM events_engine_log"
-                       " WHERE kind = 'prompt' AND prompt >= 200000 GROUP BY ALL ORDER BY prompts DESC"),
+                       f" WHERE kind = 'prompt' AND prompt >= {d.signals.long_prompt_tokens} GROUP BY ALL ORDER BY prompts DESC"),
         knobs=("--prompt-cache-every", "--conversation-cache-mib"),
         thresholds=(Threshold(name="checkpoint_only_share", value=share, unit="ratio",
                               meaning="share of long prompts restored only from a checkpoint"),

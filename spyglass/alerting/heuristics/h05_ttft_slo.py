@@ -9,12 +9,13 @@ from spyglass.alerting.heuristics.model import (
     Alert,
     Check,
     Deployment,
+    Evidence,
     Heuristic,
     Probe,
     Threshold,
     probe_sql,
 )
-from spyglass.alerting.heuristics.promql import SLO_ERRORS, TTFT, last, num, per_lane, spoken
+from spyglass.alerting.heuristics.promql import SLO_ERRORS, TTFT, last, num, per_lane, spoken, sql_interval
 from spyglass.config import LaneObjective
 
 
@@ -37,7 +38,9 @@ def build(d: Deployment) -> Heuristic:
     # page). Not the same test on few requests: p95 of 21 s and 40.5 s is 39.5 s, under a 40 s objective,
     # yet half of them are late.
     probe = Probe(needs=("engine_log",), alert="EngineTTFTSpike",
-        sql=probe_sql(__file__, objectives=objectives, fast_burn=num(fast[0]), slow_burn=num(slow[0])),
+        sql=probe_sql(__file__, objectives=objectives, fast_burn=num(fast[0]), slow_burn=num(slow[0]),
+                      fast_long=sql_interval(fast[1]), fast_short=sql_interval(fast[2]),
+                      slow_long=sql_interval(slow[1]), slow_short=sql_interval(slow[2])),
         summary="p95 time to first token on {instance} (lane {lane}) was {p95_ttft_seconds:g} s against the lane's"
         " {objective_seconds:g} s objective; {over_objective} of {requests} requests were later, the slowest"
         " {slowest_ttft_seconds:g} s; at worst {worst_hour_late_percent:g}% of a trailing hour's first tokens were late.",
@@ -48,6 +51,12 @@ def build(d: Deployment) -> Heuristic:
     lanes += tuple(Threshold(name=f"objective.{lane}", value=o.objective, unit="ratio", meaning=f"share of lane {lane} within it",
                              setting=f"alerts.lanes.{lane}.objective") for lane, o in d.lanes.items())
     return Heuristic(
+        evidence=Evidence(
+            control="hour before",
+            text="Late first tokens on this lane against the hour before.",
+            this="p95 {p95_ttft_seconds:g} s; {over_objective} of {requests} requests later than {objective_seconds:g} s",
+            series="ttft",
+            threshold="objective_seconds"),
         id="H5", title="TTFT SLO burn and TTFT spike, per lane", incident="2",
         symptom="The share of first tokens later than the lane's objective burns the error budget (SRE workbook pairs:"
         f" {fast[1]} and {fast[2]} over {num(fast[0])}x, {slow[1]} and {slow[2]} over {num(slow[0])}x page;"

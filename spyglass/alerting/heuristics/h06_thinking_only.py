@@ -1,7 +1,19 @@
 """H6: Responses that stop inside reasoning or are thinking-only. Incident 3 (special-token early stop, 2026-10-17)."""
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import INSTANCE, LANE, PERCENT, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
+from spyglass.alerting.heuristics.model import (
+    INSTANCE,
+    LANE,
+    PERCENT,
+    Alert,
+    Check,
+    Deployment,
+    Evidence,
+    Heuristic,
+    Probe,
+    Threshold,
+    probe_sql,
+)
 from spyglass.alerting.heuristics.promql import HOURLY, STOPS_REASONING, THINKING_ONLY, last, num, ratio, spoken
 
 # Incident 3's decisive comparison, per lane over an hour: thinking-only among the prompts with special-token
@@ -44,6 +56,12 @@ def build(d: Deployment) -> Heuristic:
               for c in ("requests", "thinking_only", "broken_tool_json", "visible_content"))
         + ("thinking_only", "requests"))
     return Heuristic(
+        evidence=Evidence(
+            control="control group",
+            text="Same lane, same window: thinking-only among prompts with special-token literals against among those without.",
+            this="{with_literals_thinking_only} of {with_literals_requests} with literals thinking-only",
+            other="{without_literals_thinking_only} of {without_literals_requests} without literals",
+            series="thinking_only"),
         id="H6", title="Responses that stop inside reasoning or are thinking-only", incident="3 (special-token early stop, 2026-10-17)",
         symptom="A share of responses have reasoning but no visible text and no tool call, or stopped while reasoning.",
         wrong_guess="long context breaks it",

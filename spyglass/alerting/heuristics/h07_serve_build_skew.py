@@ -1,7 +1,7 @@
 """H7: Serve build skew between lanes. Incident 3 (the normal lane got the fix only at 10-19 18:58)."""
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import INSTANCE, Alert, Check, Deployment, Heuristic, Probe, probe_sql
+from spyglass.alerting.heuristics.model import INSTANCE, Alert, Check, Deployment, Evidence, Heuristic, Probe, probe_sql
 
 
 def build(d: Deployment) -> Heuristic:
@@ -12,6 +12,11 @@ def build(d: Deployment) -> Heuristic:
                   " without the special-token escape fix.",
                   figures=("polls_without_fix", "minutes_without_fix"))
     return Heuristic(
+        evidence=Evidence(
+            control="other instance",
+            text="The serve build without the escape fix against the instance that reports it.",
+            this="{instance}: serve {serve_version}, no prompt_escapes for {minutes_without_fix:g} minutes",
+            other="{fixed_instance}: serve {fixed_version}"),
         id="H7", title="Serve build skew between lanes", incident="3 (the normal lane got the fix only at 10-19 18:58)",
         symptom="One lane runs a serve build without the escape fix (no prompt_escapes in its status) while another has it.",
         wrong_guess="-", check=Check(text="Build and version per lane, side by side.",

@@ -1,13 +1,13 @@
 """H8: Plan, then end of turn. Incident 4, 5 (session bd7e62ed)."""
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import LANE, VALUE, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
-from spyglass.alerting.heuristics.promql import HOURLY, last, num, spoken
+from spyglass.alerting.heuristics.model import LANE, VALUE, Alert, Check, Deployment, Evidence, Heuristic, Probe, Threshold, probe_sql
+from spyglass.alerting.heuristics.promql import HOURLY, last, num, spoken, sql_interval
 
 
 def build(d: Deployment) -> Heuristic:
     least = 3.0
-    probe = Probe(needs=("infer_store",), alert="PlanThenStop", sql=probe_sql(__file__, least=num(least)),
+    probe = Probe(needs=("infer_store",), alert="PlanThenStop", sql=probe_sql(__file__, least=num(least), hourly=sql_interval(HOURLY)),
         summary="{plan_then_stop} responses on lane {lane} ({sessions} sessions) ended the turn after a short plan, tools"
         " offered and none called (up to {most_in_an_hour} in an hour); the first, {trace_request_id}, with"
         " {content_chars} characters of text. Completions of {least_completion} to {most_completion} tokens against"
@@ -15,6 +15,11 @@ def build(d: Deployment) -> Heuristic:
         figures=("plan_then_stop", "sessions", "most_in_an_hour", "content_chars", "least_completion", "most_completion",
                  "max_tokens"))
     return Heuristic(
+        evidence=Evidence(
+            control="hour before",
+            text="Turns ended after a plan against the hour before.",
+            this="{plan_then_stop} responses in {sessions} sessions ended after a plan",
+            series="requests"),
         id="H8", title="Plan, then end of turn", incident="4, 5 (session bd7e62ed)",
         symptom="Responses with finish=stop, no tool call and a short visible text, on requests that offered tools.",
         wrong_guess="truncation / max_tokens",

@@ -1,7 +1,7 @@
 """H9: Assembly dropped the task anchor. Incident 5."""
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import LANE, VALUE, Alert, Check, Deployment, Heuristic, Probe, probe_sql
+from spyglass.alerting.heuristics.model import LANE, VALUE, Alert, Check, Deployment, Evidence, Heuristic, Probe, probe_sql
 from spyglass.alerting.heuristics.promql import HOURLY, last
 
 
@@ -11,6 +11,12 @@ def build(d: Deployment) -> Heuristic:
         " message; the worst sent {sent_msgs} of the client's {client_msgs} messages.",
         figures=("anchor_lost", "sessions", "sent_msgs", "client_msgs", "most_dropped_msgs"))
     return Heuristic(
+        evidence=Evidence(
+            control="control group",
+            text="The messages the client sent against those the assembly sent on.",
+            this="{sent_msgs} messages sent to the model",
+            other="{client_msgs} messages from the client",
+            series="requests"),
         id="H9", title="Assembly dropped the task anchor", incident="5",
         symptom="RAG assembly dropped most client messages, and the client's first user message is gone from the sent request.",
         wrong_guess="the tool schema got lost",

@@ -1,7 +1,7 @@
 """H10: Gateway token estimate far from the engine's count. Incident 6 (four counts: 516,561 estimated, 154,796 counted)."""
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import LANE, VALUE, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
+from spyglass.alerting.heuristics.model import LANE, VALUE, Alert, Check, Deployment, Evidence, Heuristic, Probe, Threshold, probe_sql
 from spyglass.alerting.heuristics.promql import ESTIMATE_RATIO, num
 
 
@@ -14,6 +14,12 @@ def build(d: Deployment) -> Heuristic:
         figures=("requests", "characters", "engine_tokens", "estimated_tokens", "ratio", "worst_characters",
                  "worst_engine_tokens", "worst_estimated_tokens", "worst_ratio"))
     return Heuristic(
+        evidence=Evidence(
+            control="control group",
+            text="The gateway's estimate against the engine's count of the same requests.",
+            this="{estimated_tokens:,} tokens estimated by the gateway",
+            other="{engine_tokens:,} tokens counted by the engine",
+            series="requests"),
         id="H10", title="Gateway token estimate far from the engine's count",
             incident="6 (four counts: 516,561 estimated, 154,796 counted)",
         symptom="Gateway estimate / engine count of the same prompts far from 1 (English runs about 3.3x).",

@@ -1,7 +1,7 @@
 """H11: Blind retry after an overfit 400. Incident 6 (three 400s at 14:14:58, 14:15:04, 14:15:10)."""
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import LANE, VALUE, Alert, Check, Deployment, Heuristic, Probe, probe_sql
+from spyglass.alerting.heuristics.model import LANE, VALUE, Alert, Check, Deployment, Evidence, Heuristic, Probe, probe_sql
 from spyglass.alerting.heuristics.promql import spoken
 
 
@@ -13,6 +13,12 @@ def build(d: Deployment) -> Heuristic:
         " {engine_window:,}.",
         figures=("blind_retries", "overfits", "relayed_prompt_tokens", "relayed_window", "engine_prompt_tokens", "engine_window"))
     return Heuristic(
+        evidence=Evidence(
+            control="other instance",
+            text="What the gateway relayed against what the engine answered for the same requests.",
+            this="the gateway relayed {relayed_prompt_tokens} prompt tokens for a window of {relayed_window}",
+            other="the engine counted {engine_prompt_tokens} against its window of {engine_window}",
+            series="rejected"),
         id="H11", title="Blind retry after an overfit 400", incident="6 (three 400s at 14:14:58, 14:15:04, 14:15:10)",
         symptom="A retry after a 400 that only clamps max_tokens; bursts of 400 overfit.",
         wrong_guess="-", check=Check(text="The 400's own text and the precheck.",

@@ -1,7 +1,19 @@
 """H12: Model concurrency full (429). Incident 5."""
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import INSTANCE, PERCENT, VALUE, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
+from spyglass.alerting.heuristics.model import (
+    INSTANCE,
+    PERCENT,
+    VALUE,
+    Alert,
+    Check,
+    Deployment,
+    Evidence,
+    Heuristic,
+    Probe,
+    Threshold,
+    probe_sql,
+)
 from spyglass.alerting.heuristics.promql import num, spoken
 
 
@@ -13,6 +25,11 @@ def build(d: Deployment) -> Heuristic:
         summary="{rejected} of {requests} requests (lane {lane}) were answered 429: the model's concurrency was full.",
         figures=("requests", "rejected", "share"))
     return Heuristic(
+        evidence=Evidence(
+            control="hour before",
+            text="Requests turned away with a 429 against the hour before.",
+            this="{rejected} of {requests} requests answered 429",
+            series="rejected"),
         id="H12", title="Model concurrency full (429)", incident="5",
         symptom="Requests rejected with 429 because the model's concurrency limit is full.",
         wrong_guess="-", check=Check(text="Concurrency limit against demand per lane (the gateway's reject line names no lane: the store's"

@@ -1,7 +1,19 @@
 """H13: Restart loop. Incident upgrade (crashes within minutes; rolling back seemed to fix it)."""
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import INSTANCE, SECONDS, VALUE, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
+from spyglass.alerting.heuristics.model import (
+    INSTANCE,
+    SECONDS,
+    VALUE,
+    Alert,
+    Check,
+    Deployment,
+    Evidence,
+    Heuristic,
+    Probe,
+    Threshold,
+    probe_sql,
+)
 
 
 def build(d: Deployment) -> Heuristic:
@@ -17,6 +29,11 @@ def build(d: Deployment) -> Heuristic:
     spawns = (f"max_over_time(spyglass_supervisord_spawns_total[{window}]) - min_over_time(spyglass_supervisord_spawns_total[{window}])"
               )
     return Heuristic(
+        evidence=Evidence(
+            control="hour before",
+            text="Spawns of the program against the hour before.",
+            this="{spawns} spawns, {restarts} restarts; exits {exit_causes}",
+            series="spawns"),
         id="H13", title="Restart loop", incident="upgrade (crashes within minutes; rolling back seemed to fix it)",
         symptom=f"A program is spawned {s.crash_loop_spawns}+ times in {window}, or enters FATAL.",
         wrong_guess="the new model is broken",

@@ -9,6 +9,7 @@ from spyglass.alerting.heuristics.model import (
     Alert,
     Check,
     Deployment,
+    Evidence,
     Heuristic,
     Probe,
     Threshold,
@@ -41,6 +42,11 @@ def build(d: Deployment) -> Heuristic:
         " none crashing on its own.",
         figures=("slow_loads", "ready_seconds", "killed_while_loading", "killed_after_seconds", "probe_budget_seconds"))
     return Heuristic(
+        evidence=Evidence(
+            control="hour before",
+            text="Loads longer than the probe budget against the hour before.",
+            this="{slow_loads} loads over the {probe_budget_seconds:g} s budget, the longest {ready_seconds:g} s",
+            series="spawns"),
         id="H14", title="Engine not ready past its probe budget", incident="upgrade (a 40 s load against a 10 s probe)",
         symptom="The engine is still loading when its probe budget is spent, or its last load took longer than the budget.",
         wrong_guess="the model is broken",

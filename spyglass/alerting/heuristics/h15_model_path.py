@@ -1,7 +1,19 @@
 """H15: Dangling model link. Incident upgrade (md5 matched, the link pointed at a deleted file)."""
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import INSTANCE, LANE, SECONDS, VALUE, Alert, Check, Deployment, Heuristic, Probe, probe_sql
+from spyglass.alerting.heuristics.model import (
+    INSTANCE,
+    LANE,
+    SECONDS,
+    VALUE,
+    Alert,
+    Check,
+    Deployment,
+    Evidence,
+    Heuristic,
+    Probe,
+    probe_sql,
+)
 from spyglass.alerting.heuristics.promql import since_path_change
 
 
@@ -9,6 +21,10 @@ def build(d: Deployment) -> Heuristic:
     probe = Probe(needs=("engine_log",), alert="EngineModelChecksumMismatch", sql=probe_sql(__file__),
         summary="{instance} logged {checksum_mismatches} model checksum mismatches.", figures=("checksum_mismatches",))
     return Heuristic(
+        evidence=Evidence(
+            control="hour before",
+            text="Model checksum mismatches against the hour before.",
+            this="{checksum_mismatches} checksum mismatches"),
         id="H15", title="Dangling model link", incident="upgrade (md5 matched, the link pointed at a deleted file)",
         symptom="The configured model path no longer resolves, or resolves elsewhere than at start; a checksum mismatch.",
         wrong_guess="the weights are corrupted",

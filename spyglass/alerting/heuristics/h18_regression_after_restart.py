@@ -9,7 +9,20 @@ is the baseline. Only where no hour before the start served enough does it fall 
 day before."""
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import IL, INSTANCE, LANE, SECONDS, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
+from spyglass.alerting.heuristics.model import (
+    IL,
+    INSTANCE,
+    LANE,
+    SECONDS,
+    Alert,
+    Check,
+    Deployment,
+    Evidence,
+    Heuristic,
+    Probe,
+    Threshold,
+    probe_sql,
+)
 from spyglass.alerting.heuristics.promql import TTFT, last, num, spoken, ttft_quantile
 
 START = "spyglass_engine_start_time_seconds"
@@ -56,6 +69,12 @@ def build(d: Deployment) -> Heuristic:
         figures=("before_p50_ms", "after_p50_ms", "before_p99_ms", "after_p99_ms", "ratio", "before_requests",
                  "after_requests"))
     return Heuristic(
+        evidence=Evidence(
+            control="hour before",
+            text="The same instance and lane before its restart and after.",
+            this="median TTFT {after_p50_ms:g} ms after the restart ({after_requests} requests)",
+            other="{before_p50_ms:g} ms before it ({before_requests} requests)",
+            series="ttft"),
         id="H18", title="Regression against the baseline after a change", incident="upgrade (no errors, so fine)",
         symptom=f"Within {spoken(f'{watch_hours}h')} of an engine start (a build or model change), the median TTFT over"
         f" {spoken(current)} is over {num(factor)}x the steady state before the start: the last hour with at least {least}"

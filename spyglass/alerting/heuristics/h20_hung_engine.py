@@ -1,7 +1,7 @@
 """H20: Engine hung while /health answers. Incident vLLM 39863: a proxy kept a hung backend in rotation for 85 minutes."""
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import INSTANCE, SECONDS, Alert, Check, Deployment, Heuristic, Probe, Threshold, probe_sql
+from spyglass.alerting.heuristics.model import INSTANCE, SECONDS, Alert, Check, Deployment, Evidence, Heuristic, Probe, Threshold, probe_sql
 from spyglass.alerting.heuristics.promql import PROGRESS_SILENCE, busy
 
 
@@ -12,6 +12,11 @@ def build(d: Deployment) -> Heuristic:
         " serve said ready with {queued} queued and {busy} slots busy; it logged {queued_lines} requests queued"
         " meanwhile.", figures=("silent_minutes", "queued", "busy", "queued_lines"))
     return Heuristic(
+        evidence=Evidence(
+            control="hour before",
+            text="Time without a finished request while work waited, against the hour before.",
+            this="{silent_minutes:g} minutes with nothing finished and {queued} queued",
+            series="decode"),
         id="H20", title="Engine hung while /health answers", incident="vLLM 39863: a proxy kept a hung backend in rotation for 85 minutes",
         symptom=f"Requests queued or slots busy, but no request finished and no [stats] line for {minutes} minutes, while the"
         " process runs and the serve says ready.",

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from spyglass.config import AlertsConfig, Config, LaneObjective
+from spyglass.collectors.engine_log import EngineLogOptions
+from spyglass.collectors.serve_status import ServeStatusOptions
+from spyglass.config import AlertsConfig, Config, LaneObjective, SignalsConfig
 
 Severity = Literal["critical", "warning", "info"]
 
@@ -87,6 +89,28 @@ class Probe:
     needs: tuple[str, ...] = ()
 
 
+Control = Literal["control group", "other lane", "other instance", "hour before"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence:
+    """What an alert's evidence page (spyglass.forensics.evidence) shows beside the probe's figures.
+
+    The runbook's discriminating comparison, computed for the page's window: `this` and `other` are
+    str.format templates over the probe's row (the finding against its control, both measured by the
+    probe); with `control` "hour before" and no `other`, the control is the probe's own finding over the
+    hour before the window (or none). `series` names the chart's series (evidence.SERIES: a store query a
+    bucket) and `threshold` the line drawn on it: a number, or the name of a column of the probe's row."""
+
+    control: Control
+    text: str
+    this: str
+    other: str = ""
+    series: str = "events"
+    threshold: float | str | None = None
+    threshold_factor: float = 1.0  # the line is at this times `threshold` (H1: a share of the baseline)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Heuristic:
     id: str
@@ -101,6 +125,7 @@ class Heuristic:
     diagnosis: str = ""  # what this heuristic needs beyond metrics (bodies, history): the diagnosis does it
     history: str = ""  # what the seeds measured then: the runbook's history, never an alert's description
     probe: Probe | None = None  # the diagnosis's SQL check over the store; None: metrics only
+    evidence: Evidence | None = None  # the evidence page's comparison and chart; None: metrics only
 
     def threshold(self, name: str) -> float:
         return next(t.value for t in self.thresholds if t.name == name)
@@ -113,10 +138,13 @@ class Deployment:
     for which instance, with the time within which its next poll is due."""
 
     settings: AlertsConfig = field(default_factory=AlertsConfig)
+    signals: SignalsConfig = field(default_factory=SignalsConfig)  # what the metrics count (a long prompt's size)
     lanes: dict[str, LaneObjective] = field(default_factory=lambda: {"fast": DEFAULT_LANE, "normal": DEFAULT_LANE})
     engine_sources: dict[str, str] = field(default_factory=lambda: {"engine-a": "strata-a", "engine-b": "strata-b"})
     # where the runbooks lie when alerts.runbook_base_url is unset: the file:// URL of the folder written
     runbooks_url: str = ""
+    # where the agent's evidence pages are: alerts.evidence_base_url, else the agent's listen address
+    evidence_base_url: str = "http://127.0.0.1:9464"
     # status endpoints: source -> (instance, seconds within which a poll is due even while it fails)
     status_sources: dict[str, tuple[str, float]] = field(
         default_factory=lambda: {"serve-a": ("strata-a", 67.0), "serve-b": ("strata-b", 67.0)})
@@ -126,12 +154,12 @@ class Deployment:
         lanes = {lane: config.alerts.lanes.get(lane, DEFAULT_LANE) for lane in config.lanes().values()}
         lanes.update(config.alerts.lanes)
         lanes = lanes or {"": DEFAULT_LANE}  # no lanes: one objective for every series, whose lane label is ""
-        engines = {name: o.instance for name, o in config.sources.items()
-                   if getattr(o, "kind", "") == "engine_log" and o.instance}
-        status = {name: (o.instance or name, max(o.interval_seconds, o.max_backoff_seconds) + o.timeout_seconds)
-                  for name, o in config.sources.items() if getattr(o, "kind", "") == "serve_status" and o.url}
-        return cls(settings=config.alerts, lanes=dict(sorted(lanes.items())), engine_sources=engines,
-                   status_sources=status)
+        engines = {name: o.instance for name, o in config.sources_of(EngineLogOptions).items() if o.instance}
+        status = {name: (o.instance or name, o.next_poll_within())
+                  for name, o in config.sources_of(ServeStatusOptions).items() if o.url}
+        evidence = config.alerts.evidence_base_url or config.exporters.prometheus.client_url()
+        return cls(settings=config.alerts, signals=config.signals, lanes=dict(sorted(lanes.items())), engine_sources=engines,
+                   status_sources=status, evidence_base_url=evidence)
 
 
 

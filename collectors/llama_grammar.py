@@ -1,0 +1,296 @@
+"""One grammar for llama.cpp's server log, every format it has had since 2024 (pure: bytes in, a Line or a
+Miss out; the wrappers around a line are collectors/llama_wrap.py's, the clock and the task join the
+source's, collectors/llama_log.py).
+
+Formats, as llama.cpp's own format strings wrote them (tools/server, examples/server, common/log.cpp):
+- 2024 JSON (`server_log` with `--log-format json`, the default until mid 2024): `{"tid": ..., "timestamp":
+  1717067386, "level": "INFO", "function": "print_timings", "line": 321, "msg": "prompt eval time = ...",
+  "id_slot": 0, "id_task": 19, ...}` (`message` for `msg` in its first months);
+- 2024 text (`--log-format text`; still the ik_llama.cpp fork's): `INFO [           print_timings] prompt
+  eval time     = ... | tid="..." timestamp=1723569622 id_slot=0 id_task=0 ...`;
+- common/log.cpp's, from late 2024: `[M.SS.mmm.uuu ][L ]message`, the stamp with `--log-timestamps`, the
+  level letter with `--log-prefix` (both by default from 2026); the message `slot FUNC: id N | task T |
+  ...`, `srv  FUNC: ...`, `main: ...`. Until 2026 `print_timing` wrote its three lines as one message
+  whose continuation lines carry no prefix (`slot print_timing: id  0 | task 42 | ` then `prompt eval
+  time = ...`, `       eval time = ...`, `      total time = ...`): such a line is a Line with no task,
+  which the source joins to the header before it;
+- the wording of each period: `stop processing: n_past =` (2024-2025) or `n_tokens =`; `sim_best` or
+  `f_sim_best`; `main: server is listening on` or `srv llama_server: listening on`; the first line
+  `build: 4205 (c6bc7395) with cc ... for ...`, `log_info: verbosity = 3` or `srv llama_server:
+  initializing ...`;
+- raw stderr of a crash: `.../ggml.c:1554: GGML_ASSERT(...) failed`, `terminate called after ...`,
+  `Assertion '...' failed.`
+
+Besides events, a line is `ignored` when it is known to carry no signal (the model loader's dump, the
+request log, a debug line), `unmatched` when it has the shape of a llama.cpp line but no pattern knows
+its message (wording drift), and `unprefixed` when it has no shape spyglass knows (another format).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from spyglass.collectors.grammar import Miss, PatternOverride, build_kinds
+
+STAMP = re.compile(rb"(?P<min>\d{1,9})\.(?P<sec>\d\d)\.(?P<ms>\d{3})\.(?P<us>\d{3}) ")
+LEVEL = re.compile(rb"(?P<level>[DIWE]) ")
+SLOT = r"slot +(?P<func>[\w()~]+): id +(?P<slot>\d+) \| task (?P<task>-?\d+) \| "
+SRV = r"srv +(?P<func>[\w()~]+): +"
+MIB = r"(?P<mib>\d+\.\d+) MiB"
+OPT_SLOT = f"(?:{SLOT})? *"  # a timing line: with its slot prefix (2026), or a continuation line without
+
+# kind: (component: none in this format, literal prefilter, message regex); every one overridable from `patterns`.
+PATTERNS: dict[str, tuple[str, str, str]] = {
+    "start": ("", "initializing ...", SRV + r"initializing \.\.\."),
+    "build": ("", "build", r"(?:cmn +\w+: +)?(?:build: |common_params_print_info: build )(?P<number>\d+) \((?P<commit>\w+)\)"
+              r" with (?P<compiler>.{1,200}) for (?P<target>.{1,200})"),
+    "model": ("", "loading model '", SRV + r"loading model '(?P<path>.+)'"),
+    "slots_config": ("", "n_slots = ", SRV + r"initializing(?: slots)?, n_slots = (?P<slots>\d+)(?:, n_ctx_slot = (?P<ctx_slot>\d+),"
+                     r" kv_unified = '(?P<kv_unified>\w+)')?"),
+    "model_loaded": ("", "model loaded", r"(?:srv +\w+: +|main: )model loaded"),
+    "ready": ("", "listening on ", r"(?:srv +\w+: +|main: )(?:server is )?listening on (?P<address>\S+)(?: - starting the main loop)?"),
+    "exiting": ("", "cleaning up before exit", r"srv +[\w():, ]{0,60}cleaning up before exit\.\.\."),
+    "verbosity": ("", "verbosity = ", r"(?:cmn +\w+: +)?(?:common_params_print_info|log_info): verbosity = (?P<verbosity>\d+).*"),
+    "threadpool": ("", "threadpool init", r"cmn +\w+: llama threadpool init, n_threads = (?P<threads>\d+)"),
+    "security": ("", "security: ", SRV + r"security: (?P<message>.{1,200})"),
+    "slot_select": ("", "selected slot by ",
+                    SLOT + r"selected slot by (?P<by>LRU|LCP similarity|id|lru|lcs similarity)(?:, t_last = (?P<t_last>-?\d+)"
+                    r"|, (?:f_)?sim_best = (?P<similarity>\d+\.\d+) \(> (?P<threshold>\d+\.\d+) thold\), f_keep = (?P<keep>-?\d+\.\d+)"
+                    r"|, lcs_len = \d+, similarity = (?P<lcs_similarity>\d+\.\d+)| \((?P<id>\d+)\))"),
+    "launch": ("", "processing task", SLOT + r"processing task(?:, is_child = (?P<child>\d))?"),
+    "timing_header": ("", "print_timing", r"slot +(?P<func>print_timing): id +(?P<slot>\d+) \| task (?P<task>-?\d+) \| ?"),
+    "timing_prompt": ("", "prompt eval time =",
+                      OPT_SLOT + r"prompt eval time = +(?P<ms>\d+\.\d+) ms / +(?P<tokens>\d+) tokens \(.*\)"),
+    "timing_eval": ("", "eval time =", OPT_SLOT + r"eval time = +(?P<ms>\d+\.\d+) ms / +(?P<tokens>\d+) tokens"
+                    r" \( *(?:\d+\.\d+|inf|nan|-nan) ms per token, +(?P<tps>\d+\.\d+|inf|nan|-nan) tokens per second\)"),
+    "timing_graphs": ("", "graphs reused =", OPT_SLOT + r"graphs reused = +(?P<graphs_reused>\d+)"),
+    "timing_total": ("", "total time =", OPT_SLOT + r"total time = +(?P<ms>\d+\.\d+) ms / +(?P<tokens>\d+) tokens"),
+    "decode_progress": ("", ", tg = ",
+                        SLOT + r"n_(?:gen|decoded) = +(?P<n_gen>\d+), tg = +(?P<tps>\d+\.\d+) t/s(?:, tg_3s = +(?P<tps_3s>\d+\.\d+) t/s)?"),
+    "prompt_progress": ("", "prompt processing, ",
+                        SLOT + r"prompt processing, n_tokens = +(?P<n_tokens>\d+), progress = (?P<progress>\d+\.\d+),"
+                        r" t = +(?P<seconds>\d+\.\d+) s / (?P<tps>\d+\.\d+) tokens per second"),
+    "context_shift": ("", "context shift", SLOT + r"slot context shift, n_keep = (?P<n_keep>-?\d+), n_left = (?P<n_left>-?\d+),"
+                      r" n_discard = (?P<n_discard>-?\d+)"),
+    "sleeping": ("", "sleeping state", SRV + r"server is (?P<action>entering|exiting) sleeping state"),
+    "cache_load_failed": ("", "failed to load prompt from cache", SLOT + r"failed to load prompt from cache"),
+    "release": ("", "stop processing:",
+                SLOT + r"stop processing: n_(?:tokens|past) = (?P<n_tokens>\d+), truncated = (?P<truncated>\d)"),
+    "evict": ("", "removing oldest entry",
+              SRV + r"- (?:(?P<room>making room for prompt cache entry)|(?P<size>cache size limit reached)"
+              r"|cache token limit \((?P<limit_tokens>\d+), est: (?P<est_tokens>\d+)\) reached), removing oldest entry"
+              r" \(size = " + MIB + r"\)"),
+    "cache_state": ("", "- cache state:", SRV + r"- cache state: (?P<prompts>\d+) prompts, " + MIB
+                    + r" \(limits: (?P<limit_mib>\d+\.\d+) MiB, (?P<limit_tokens>\d+) tokens, (?P<est_tokens>\d+) est\)"),
+    "reprocess": ("", "forcing full prompt re-processing", SLOT + r"forcing full prompt re-processing due to (?P<cause>.{1,200})"),
+    "checkpoint": ("", "context checkpoint",
+                   SLOT + r"(?P<action>created|restored|erasing old|erased invalidated) context checkpoint.*size = " + MIB + r"\)"),
+    "reasoning_budget": ("", "reasoning budget", r"(?P<message>.{0,200}reasoning budget.{0,200})"),
+    "crash": ("", "", r"(?P<message>(?:.{0,300}: )?GGML_ASSERT\(.{1,400}\) failed|terminate called .{1,300}"
+              r"|.{0,300}Assertion .{1,400} failed\.?|Segmentation fault.{0,100}|Aborted.{0,100}|  what\(\):  .{1,400}"
+              r"|\S{0,200}\(ggml_abort\+0x[0-9a-f]{1,16}\)\[0x[0-9a-f]{1,16}\])"),
+}
+TEXT_FIELDS = frozenset({"kv_unified", "path", "address", "by", "func", "cause", "action", "message", "room", "size",
+                         "commit", "compiler", "target"})
+# Start-up lines: one of them begins a segment (what one process wrote) unless the segment has seen only start-up lines.
+START_MARKERS = frozenset({"start", "build", "verbosity"})
+# llama.cpp's lines that carry no signal: what a server prints at the default verbosity besides the
+# patterns, in every period; and the prefixes of its libraries' start-up dumps.
+KNOWN = re.compile(
+    rb"(?:slot +[\w()~]+: +id +\d+ \| task -?\d+ \| (?:new prompt|kv cache rm|n_past = |n_tokens = |cached n_tokens|prompt processing"
+    rb"|prompt done|sampler |init sampler|need to evaluate|reusing chunk|input truncated|n_gen|n_decoded|draft acceptance"
+    rb"|memory_seq_rm|restored context checkpoint|saved context checkpoint|new slot|id_slot|stop processing|slot is not"
+    rb"|released|generation|empty prompt|erased|created context|update_slots|\d)"
+    rb"|srv +[\w()~]+: +(?:all slots are idle|request: |done request|Chat format|chat format|updating prompt cache|prompt cache update"
+    rb"| *- (?:looking|found|saving|cache state|prompt)|initializing slots|loaded|loading|init:|thinking|the draft|spawning"
+    rb"|  |\S+ = |model |load_model|cancel task|params_from_|No tokens|clearing|idle slots|chat template|for more info"
+    rb"|context checkpoints|slot|HTTP|setting|cleaning|update_slots|logging|cache|n_|--|/|router )"
+    rb"|que +\w+: |main: |cmn +\w+: |build: |system[ _]info: |system info|log_info: |common_\w+: |llama_\w+: |llm_\w+: "
+    rb"|llama\w*: |load\w*: |print_info: |ggml_\w+: |gguf_\w+: |clip_\w+: |mtmd_\w+: |sched_\w+: |graph_\w+: |\w+_init\w*: "
+    rb"|set_\w+: |init: |statistics |begin: |reasoning-budget: |  Device \d+: |\.+$| +- |\s+\w+ = |lib\w[\w.-]*\.so"
+    rb"|/\S*\(\+0x|\S+\(\+0x|\[New |\[Thread |\[Inferior |warning: |Available slots|  -> Slot|all slots are idle"
+    rb"|slot \d+ |print_timings: |srv +\w+: *$|\S+\.(?:cpp|c|h):\d+: |$)")
+
+# 2024's server_log: levels, the message of each kind (by `msg`, or its start), the extras' keys.
+TEXT_2024 = re.compile(rb"(?P<level>INFO|WARN| ERR|ERR|VERB|ERROR|WARNING|DEBUG) \[ *(?P<function>[\w:~<>]{1,48})\] (?P<msg>.*?)"
+                       rb"(?: \| (?P<extras>\w+=.*))?")
+EXTRA = re.compile(rb'(\w+)=("(?:[^"\\]|\\.)*"|\{.*?\}|\[.*?\]|\S+)')
+TIMING_2024 = re.compile(r"(?P<which>prompt eval|generation eval|eval|total) time +=\s+(?P<ms>\d+\.\d+) ms"
+                         r"(?: / +(?P<tokens>\d+) (?:tokens|runs))?"
+                         r"(?: +\( *[\d.naif-]+ ms per token, +(?P<tps>[\d.naif-]+) tokens per second\))?")
+NOISE_2024 = frozenset({"all slots are idle", "request", "slot data", "kv cache rm [p0, end)", "new slot", "system info",
+                        "loading model", "HTTP server listening", "chat template", "Running without SSL", "Running with SSL",
+                        "initializing slots", "model loaded", "slot self-extend", "empty prompt - releasing slot",
+                        "we have to evaluate at least 1 token to generate logits", "waiting for new tasks", "update_multitasks",
+                        "slot progression", "slot unavailable", "slot context shift", "build info", "starting the main loop"})
+
+
+@dataclass(frozen=True)
+class Line:
+    """One parsed line: its stamp in seconds since its process started (None: printed without one), its
+    level ("" for a format without), its kind and fields (kind None: a llama.cpp line no pattern knows),
+    its absolute time when the line (or its wrapper) has one, and its format."""
+
+    rel: float | None
+    level: str
+    kind: str | None
+    fields: dict[str, Any] = field(default_factory=dict)
+    wall: float | None = None
+    form: str = "common"  # common (common/log.cpp), text (2024 text), json (2024 JSON)
+
+
+class LlamaLineParser:
+    """parse(bytes) -> Line | Miss for a payload without its wrappers: no I/O, no clock."""
+
+    def __init__(self, overrides: dict[str, str | PatternOverride] | None = None, where: str = "patterns") -> None:
+        kinds = build_kinds(PATTERNS, overrides or {}, where, TEXT_FIELDS)
+        self.kinds = [kind for kind in kinds if kind.kind != "crash"] + [kind for kind in kinds if kind.kind == "crash"]
+
+    def parse(self, line: bytes) -> Line | str:
+        line = line.rstrip(b"\r\n")
+        if line.startswith(b"{"):
+            return self._json(line)
+        if line[:1] in b"IWEVD " and line[:1]:
+            found = TEXT_2024.fullmatch(line)
+            if found is not None:
+                return from_2024(found.group("level").strip().decode(), found.group("function").decode(),
+                                 found.group("msg").decode("utf-8", "replace"), extras(found.group("extras") or b""), "text")
+        rel, level, at = None, "", 0
+        stamp = STAMP.match(line)
+        if stamp is not None:
+            rel = (int(stamp.group("min")) * 60 + int(stamp.group("sec")) + int(stamp.group("ms")) / 1e3
+                   + int(stamp.group("us")) / 1e6)
+            at = stamp.end()
+        head = LEVEL.match(line, at)
+        if head is not None:
+            level, at = head.group("level").decode(), head.end()
+        return self._message(line[at:].lstrip(b"\r"), rel, level)
+
+    def _message(self, message: bytes, rel: float | None, level: str) -> Line | str:
+        for kind in self.kinds:
+            if kind.literal in message:
+                found = kind.pattern.match(message)
+                if found is not None:
+                    fields = kind.typed(found)
+                    if isinstance(fields, str):
+                        return fields
+                    if kind.kind == "crash":
+                        return Line(rel, level or "E", "error", {"component": "main", "message": fields.get("message", "")[:240]})
+                    return Line(rel, level, kind.kind, fields)
+        if level == "E":
+            return Line(rel, level, "error", {"component": error_component(message),
+                                              "message": message[:240].decode("utf-8", "replace")})
+        if level == "D":
+            return Miss.IGNORED
+        if KNOWN.match(message) is not None and not _drifted(message):
+            return Miss.IGNORED
+        if rel is None and not level and not _llama_shaped(message):
+            return Miss.UNPREFIXED
+        return Line(rel, level, None)
+
+    def _json(self, line: bytes) -> Line | str:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return Miss.UNPREFIXED
+        if not isinstance(record, dict) or not isinstance(record.get("level"), str):
+            return Miss.UNPREFIXED
+        message = record.get("msg", record.get("message"))
+        function = record.get("function")
+        if not isinstance(message, str) or not isinstance(function, str):
+            return Miss.UNPREFIXED
+        return from_2024(record["level"], function, message, record, "json")
+
+
+def _llama_shaped(message: bytes) -> bool:
+    """Whether a line with no stamp nor level still has a llama.cpp server line's shape."""
+    return message.startswith((b"slot ", b"srv ", b"que ", b"main: ", b"cmn "))
+
+
+def _drifted(message: bytes) -> bool:
+    """A slot or server line whose message was a pattern's once: known noise must not hide its drift."""
+    return any(word in message for word in (b"processing task", b"stop processing", b"eval time", b"removing oldest"))
+
+
+def error_component(message: bytes) -> str:
+    """The engine-log component of an error line: load (a model load), slot, or main."""
+    if any(word in message[:120] for word in (b"load", b"gguf", b"model")):
+        return "load"
+    return "slot" if message.startswith(b"slot ") else "main"
+
+
+def extras(text: bytes) -> dict[str, Any]:
+    """The ` | key=value ...` tail of a 2024 text line, each value as its JSON."""
+    out: dict[str, Any] = {}
+    for key, raw in EXTRA.findall(text):
+        try:
+            out[key.decode()] = json.loads(raw)
+        except ValueError:
+            out[key.decode()] = raw.decode("utf-8", "replace")
+    return out
+
+
+def _int(record: dict[str, Any], key: str) -> int | None:
+    value = record.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and abs(value) <= 2**53 else None
+
+
+def _num(record: dict[str, Any], key: str) -> float | None:
+    value = record.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= 2**53 else None
+
+
+def from_2024(level: str, function: str, msg: str, record: dict[str, Any], form: str) -> Line | str:
+    """A 2024 server_log record (JSON, or text with its extras) as a Line of the same kinds as the later formats."""
+    letter = {"INFO": "I", "WARN": "W", "WARNING": "W", "ERR": "E", "ERROR": "E", "VERB": "D", "DEBUG": "D"}.get(level.strip(), "")
+    stamp = _num(record, "timestamp")
+    wall = stamp if stamp is not None and stamp > 0 else None
+    slot, task = _int(record, "id_slot"), _int(record, "id_task")
+    tasked = {"slot": slot, "task": task} if slot is not None and task is not None else None
+
+    def line(kind: str | None, fields: dict[str, Any] | None = None) -> Line:
+        return Line(None, letter, kind, fields or {}, wall, form)
+
+    if letter == "D":
+        return Miss.IGNORED
+    if msg == "slot is processing task" and tasked:
+        return line("launch", tasked)
+    if msg == "slot released" and tasked and _int(record, "n_past") is not None:
+        return line("release", {**tasked, "n_tokens": record["n_past"], "truncated": int(bool(record.get("truncated")))})
+    timing = TIMING_2024.match(msg.strip())
+    if timing is not None and tasked:
+        return _timing_2024(timing, record, tasked, line)
+    if msg == "build info" and _int(record, "build") is not None:
+        return line("build", {"number": record["build"], "commit": str(record.get("commit", ""))[:40]})
+    if msg == "model loaded":
+        return line("ready", {"address": ""})
+    if msg == "initializing slots" and _int(record, "n_slots") is not None:
+        return line("slots_config", {"slots": record["n_slots"]})
+    if msg == "slot context shift" and tasked:
+        return line("context_shift", {**tasked, **{k: record[k] for k in ("n_keep", "n_left", "n_discard") if _int(record, k) is not None}})
+    if letter == "E":
+        return line("error", {"component": error_component(msg.encode()), "message": msg[:240]})
+    if msg in NOISE_2024 or letter == "W":
+        return Miss.IGNORED
+    return line(None)
+
+
+def _timing_2024(found: re.Match[str], record: dict[str, Any], tasked: dict[str, Any], line: Any) -> Line:
+    """A 2024 print_timings record: the extras' exact numbers where present, the message's otherwise."""
+    which = found.group("which")
+    ms = float(found.group("ms"))
+    tokens = int(found.group("tokens")) if found.group("tokens") else None
+    if which == "prompt eval":
+        ms = _num(record, "t_prompt_processing") or ms
+        tokens = _int(record, "n_prompt_tokens_processed") if _int(record, "n_prompt_tokens_processed") is not None else tokens
+        return line("timing_prompt", {**tasked, "ms": ms, "tokens": tokens or 0})
+    if which == "total":
+        return line("timing_total", {**tasked, "ms": _num(record, "t_total") or ms, "tokens": tokens or 0})
+    tps = _num(record, "n_tokens_second")
+    if tps is None and found.group("tps") and found.group("tps")[0].isdigit():
+        tps = float(found.group("tps"))
+    tokens = _int(record, "n_decoded") if _int(record, "n_decoded") is not None else tokens
+    return line("timing_eval", {**tasked, "ms": _num(record, "t_token_generation") or ms, "tokens": tokens or 0,
+                                "tps": tps if tps is not None else 0.0})
