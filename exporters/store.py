@@ -136,7 +136,7 @@ class DuckDBStore:
         if foreign is not None:
             raise StoreUnusable(f"{self.path} is {foreign}, not a spyglass store; point agent.state_dir elsewhere")
         try:
-            return connect(self.path, **self.settings)
+            return connect(self.path, settings=self.settings)
         except duckdb.IOException as exc:
             text = str(exc)
             if "lock" in text.lower() and "Permission denied" not in text and "Read-only" not in text:
@@ -417,6 +417,15 @@ class DuckDBStore:
         for name in event_schema.table_names():
             [(n,)] = self.con.execute(f"DELETE FROM {event_schema.quoted(name)} WHERE seq <= ? AND ts < to_timestamp(?)",
                                       [upto_seq, before]).fetchall()
+            deleted += n
+        return int(deleted)
+
+    def delete_unpublished(self, before: float, published: int) -> int:
+        """Delete the events older than `before` whose seq is past `published` (never published); how many."""
+        deleted = 0
+        for name in event_schema.table_names():
+            [(n,)] = self.con.execute(f"DELETE FROM {event_schema.quoted(name)} WHERE seq > ? AND ts < to_timestamp(?)",
+                                      [published, before]).fetchall()
             deleted += n
         return int(deleted)
 

@@ -193,6 +193,12 @@ class TracesConfig(Strict):
     max_spans_per_export: int = Field(5000, ge=1, description="A larger export is refused (400).")
     max_attributes: int = Field(64, ge=1, description="Attributes kept per span; the rest are dropped and counted.")
     max_value_chars: int = Field(1024, ge=16, description="A longer attribute value or span name is truncated.")
+    max_spans_per_second: float = Field(1000.0, gt=0, description="Spans taken per second past the burst; an"
+                                        " export past it is refused whole with 429 and Retry-After.")
+    burst_spans: int = Field(20_000, ge=1, description="Spans taken at once before the rate applies.")
+    max_bytes_per_second: int = Field(1 << 20, ge=1024, description="Export bytes taken per second past the burst"
+                                      " (429 and Retry-After past it).")
+    burst_bytes: int = Field(16 << 20, ge=1024, description="Export bytes taken at once before the rate applies.")
 
 
 class ExportersConfig(Strict):
