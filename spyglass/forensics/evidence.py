@@ -31,7 +31,7 @@ MAX_LABEL_CHARS = 256
 MAX_REQUESTS = 10  # request ids listed a page
 BUCKETS = 60
 HOUR = timedelta(hours=1)
-SHORTEST = timedelta(minutes=10)  # a window shorter than this is widened at its start
+SHORTEST = timedelta(minutes=1)  # a window shorter than this is widened at its start
 LONGEST = timedelta(days=2)  # the longest window a page reads (an alert firing for a week shows its last two days)
 
 
@@ -59,7 +59,9 @@ SERIES = {
                    "engine_requests", "ttft_ms IS NOT NULL ORDER BY ttft_ms DESC"),
     "evictions": Signal("Evictions a minute", "1/min", "instance",
                         f"SELECT {BUCKET} AS t, instance AS name, count(*) * 60 / $bucket AS v FROM cache_events"
-                        " WHERE event = 'evict' GROUP BY ALL ORDER BY t"),
+                        " WHERE event = 'evict' GROUP BY ALL ORDER BY t",
+                        "engine_requests", "conv IN (SELECT conv FROM cache_events WHERE event = 'evict')"
+                        " ORDER BY ttft_ms DESC NULLS LAST"),
     "thinking_only": Signal("Thinking-only responses a bucket", "responses", "lane",
                             f"SELECT {BUCKET} AS t, lane AS name, count(*) FILTER (WHERE thinking_only) AS v"
                             " FROM infer_requests WHERE has_body GROUP BY ALL ORDER BY t",
@@ -266,7 +268,7 @@ def compare(config: Config, page: EvidencePage, rows: list[dict[str, Any]]) -> N
         page.not_checked.append(f"the comparison ({e.control}): the probe found nothing here to compare")
         return
     for row in rows:
-        page.comparison.append((f"this window ({e.control} is the control)", filled(e.this, row)))
+        page.comparison.append(("this window", filled(e.this, row)))
         if e.other:
             page.comparison.append((e.control, filled(e.other, row)))
     if not e.other:
