@@ -103,9 +103,13 @@ def test_no_key_column_is_cut_at_any_width(replay, name, table, as_json):
 
 
 def test_small_tables_stay_side_by_side_at_100_columns(replay):
-    for args in (["report", "special-tokens"], ["report", "restarts"], ["sql", "SELECT kind, count(*) FROM events GROUP BY ALL"]):
+    """A few rows are compared side by side: a table, or (too many columns) turned, a column a row, never a block a
+    row; `report special-tokens` (4 rows of 7 short columns) went a block a row."""
+    for args in (["report", "special-tokens"], ["sql", "SELECT kind, count(*) FROM events GROUP BY ALL"]):
         shown = invoke(replay, args, "terminal", 100)
-        assert "row 1" not in shown, shown  # no block a row
+        assert shown.count("┏") == 1 and "row 1" not in shown, shown  # one table, not turned
+    restarts = invoke(replay, ["report", "restarts"], "terminal", 100)  # 14 columns of figures: turned, rows side by side
+    assert any("row 1" in line and "row 2" in line for line in restarts.splitlines()), restarts
 
 
 def test_the_diagnose_evidence_runs_as_printed(replay, tmp_path):

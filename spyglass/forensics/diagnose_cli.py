@@ -70,7 +70,8 @@ def print_table(diagnosis, out=None, config: Path | None = None) -> None:
         detail.add_row("check", plain(f.check))
         detail.add_row("knobs", plain("; ".join(f.knobs)))
         parts += [detail, Text("evidence (runs as printed; the SQL is read from stdin):", style="dim"),
-                  plain(evidence_command(diagnosis.window, config, terminal_width(out))),
+                  Text("\n").join(plain(line) for line in
+                                   evidence_command(diagnosis.window, config, terminal_width(out)).splitlines()),
                   Text("\n").join(plain(line) for line in f.evidence.splitlines()), Text("SQL")]
     console = console_for(out, *(p for p in parts if not isinstance(p, Text)))  # to a pipe: as wide as the tables
     for part in parts:  # a text is never broken by rich (a terminal wraps it, and copies it whole)

@@ -218,7 +218,9 @@ def event_lines(records: Sequence[dict[str, Any]], width: int | None = None) -> 
     indent = sum(widths) + 2 * len(widths)
     beside = width - indent >= 24  # else too narrow beside the columns: the fields go under them, indented 4
     indent = indent if beside else 4
-    lines = ["  ".join(c.ljust(w) for c, w in zip((head[0], *head[2:5]), widths)) + "  fields (Beijing time is UTC+8)"]
+    header = "  ".join(c.ljust(w) for c, w in zip((head[0], *head[2:5]), widths)) + "  fields"
+    note = "(Beijing time is UTC+8)"
+    lines = [f"{header} {note}"] if cell_len(header) + 1 + len(note) <= width else [note, header]
     for row in rows:
         prefix = "  ".join(cell.ljust(w) for cell, w in zip((row[0], *row[2:5]), widths)) + "  "
         parts = wrapped(row[5], width - indent, indent, width) if row[5] else [""]
