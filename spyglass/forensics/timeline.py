@@ -178,6 +178,9 @@ def wrapped(parts: list[str], first: int, indent: int, width: int) -> list[str]:
     from rich.cells import cell_len, chop_cells
 
     lines, room = [""], first
+    # a value too long for a line (a quoted message) breaks at its own spaces first; only a word longer
+    # than a line is folded
+    parts = [word for part in parts for word in (part.split(" ") if cell_len(part) > width - indent else [part])]
     for part in parts:
         if lines[-1] and cell_len(lines[-1]) + 1 + cell_len(part) > room:
             lines.append("")
