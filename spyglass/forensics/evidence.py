@@ -19,7 +19,7 @@ from spyglass.agent.query import QueryError
 from spyglass.alerting.heuristics import Alert, Deployment, Heuristic
 from spyglass.config import Config
 from spyglass.forensics.charts import Chart, Series
-from spyglass.forensics.diagnose import Finding, _Summary, count_events, findings_of, missing, probe_query, source_kinds
+from spyglass.forensics.diagnose import Finding, _Summary, census, findings_of, missing, probe_query
 from spyglass.forensics.output import records
 from spyglass.forensics.page import BUCKET, instant
 from spyglass.forensics.run import EARLIEST, LATEST, Query, Window, query, render, session
@@ -233,7 +233,7 @@ def build(config: Config, alertname: str, labels: dict[str, str], at: datetime |
 
 def fill(config: Config, page: EvidencePage) -> None:
     h, w = page.heuristic, page.window
-    page.events = count_events(config, w)
+    page.events, present = census(config, w)
     if h.probe is None or h.evidence is None:
         page.not_checked.append(f"{h.id} has no probe over the store (metrics only): its evidence is the alert's"
                                 f" own PromQL in Prometheus{': ' + h.diagnosis if h.diagnosis else ''}")
@@ -241,7 +241,7 @@ def fill(config: Config, page: EvidencePage) -> None:
     if not page.events:
         page.not_checked.append("nothing is stored in this window: no figure, comparison or chart can be computed")
         return
-    if why := missing(h.probe.needs, source_kinds(config, w)):
+    if why := missing(h.probe.needs, present):
         page.not_checked.append(f"{h.id}'s probe: {why}")
     else:
         found, page.others, page.evidence_sql = probe_rows(config, h, w, page.labels)
