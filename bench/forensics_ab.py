@@ -1,14 +1,16 @@
-"""The forensic benchmark (bench/forensics_bench.py) of two versions of the code on the same store, in one run:
-the ratios of before to after, for a store too big to build twice in the time a run has.
+"""The forensic queries of two versions of the code on the same store, in one run: the ratios of before to
+after, for a store too big to build twice in the time a run has.
 
-    git worktree add --detach /tmp/spyglass-before COMMIT && ln -s "$PWD/bench/out" /tmp/spyglass-before/bench/out
     nice .venv/bin/python bench/forensics_bench.py --events 20000000 --build-only
-    nice .venv/bin/python bench/forensics_ab.py --before /tmp/spyglass-before [--runs 3] [--parquet-days 3]
+    git worktree add --detach /tmp/spyglass-before COMMIT && ln -s "$PWD/bench/out" /tmp/spyglass-before/bench/out
+    nice .venv/bin/python bench/forensics_ab.py --before /tmp/spyglass-before [--runs 3]
 
-Both versions read the same files (the store, migrated first to this version's schema: a version that
-predates the per-request rows ignores their tables; and the same Parquet segments), each from its own
-tree, the older first. The store's migration (the rows built from every event) is timed here too.
-Results into bench/out/forensics_ab.json.
+Both versions read the same store (bench/out/forensics/, migrated first to this version's schema: a version
+that predates the per-request rows ignores their tables), each from its own tree (its imports and its
+`spyglass diagnose` process), the older first: the commands' queries as bench/forensics_bench.py measures
+them (end to end through spyglass.forensics.run.query, the median of `--runs` warm runs; `diagnose` of a
+day in process once after a warm run, and as a command once after a warm run). The store's migration (the
+rows built from every event) is timed too. Results into bench/out/forensics_ab.json.
 """
 from __future__ import annotations
 
@@ -22,6 +24,34 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+
+# Run in each tree (PYTHONPATH = that tree): its own functions on the shared store.
+MEASURE = """
+import json, sys
+from datetime import timedelta
+from functools import partial
+from bench.forensics_bench import OUT, START, bench_config, diagnose_command, findings, median_ms
+from spyglass.forensics import reports
+from spyglass.forensics.finder import Filters, requests_query
+from spyglass.forensics.run import Window, query
+from spyglass.forensics.timeline import timeline_query
+runs, days = int(sys.argv[1]), int(sys.argv[2])
+cfg = bench_config(OUT)
+config = OUT / "spyglass.toml"
+config.write_text(__import__("bench.forensics_bench", fromlist=["bench_toml"]).bench_toml(OUT))
+day = START + timedelta(days=days // 2)
+window = Window(day + timedelta(hours=14, minutes=45), day + timedelta(hours=15))
+one_day = Window(day, day + timedelta(days=1))
+out = {}
+for name, q in (("timeline, 15 min", timeline_query(window)), ("requests, 15 min", requests_query(window, Filters())),
+                ("report cache, 1 day", reports.get("cache").query(cfg, one_day))):
+    out[name] = median_ms(partial(query, cfg, q), runs)
+    print(name, out[name], flush=True)
+out["diagnose, 1 day (in process)"] = median_ms(partial(findings, cfg, one_day, None), 1)
+print(out["diagnose, 1 day (in process)"], flush=True)
+out["spyglass diagnose, 1 day (process)"] = [diagnose_command(config, day)["median_ms"], 0]
+print(json.dumps(out))
+"""
 
 
 def migrate() -> dict:
@@ -37,41 +67,29 @@ def migrate() -> dict:
     return {"migrate_s": round(time.perf_counter() - started, 1), "engine_rows": rows}
 
 
-def run(tree: Path, args: argparse.Namespace) -> dict:
-    """The benchmark as that tree has it, its imports from that tree (its commands too)."""
+def measure(tree: Path, runs: int, days: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    subprocess.run([sys.executable, str(tree / "bench" / "forensics_bench.py"), "--reuse", "--runs", str(args.runs),
-                    "--parquet-days", str(args.parquet_days)], cwd=tree, env=env, check=True)
-    return json.loads((HERE / "out" / "forensics.json").read_text())
-
-
-def ratios(before: dict, after: dict) -> list[dict]:
-    old = {(q["query"], q["on"]): q for q in before["queries"] if "median_ms" in q}
-    out = []
-    for q in after["queries"]:
-        was = old.get((q["query"], q["on"]))
-        if was and "median_ms" in q:
-            out.append({"query": q["query"], "on": q["on"], "before_ms": was["median_ms"], "after_ms": q["median_ms"],
-                        "speedup": round(was["median_ms"] / max(q["median_ms"], 0.1), 2), "target_ms": q.get("target_ms")})
-    return out
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(runs), str(days)], cwd=tree, env=env, check=True,
+                          capture_output=True, text=True)
+    return {name: ms for name, (ms, _) in json.loads(done.stdout.strip().splitlines()[-1]).items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--before", type=Path, required=True, help="a checkout of the older version")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--parquet-days", type=int, default=3)
     args = parser.parse_args()
+    built = json.loads((HERE / "out" / "forensics" / "stages.json").read_text())["built"]
     migrated = migrate()
-    print("migrated", migrated, flush=True)
-    before = run(args.before.resolve(), args)
-    after = run(HERE.parent, args)
-    found = ratios(before, after)
-    for r in found:
-        print(f"{r['query'][:40]:<40} {r['on']:<20} {r['before_ms']:>10.1f} {r['after_ms']:>10.1f} ms  x{r['speedup']}")
+    print("store", built["events"], "events,", built["days"], "days; migrated", migrated, flush=True)
+    before = measure(args.before.resolve(), args.runs, built["days"])
+    after = measure(HERE.parent, args.runs, built["days"])
+    rows = [{"query": name, "before_ms": before[name], "after_ms": after[name],
+             "speedup": round(before[name] / max(after[name], 0.1), 2)} for name in after]
+    for r in rows:
+        print(f"{r['query']:<36} {r['before_ms']:>10.1f} {r['after_ms']:>10.1f} ms  x{r['speedup']}", flush=True)
     (HERE / "out" / "forensics_ab.json").write_text(json.dumps(
-        {"migrated": migrated, "built": after["built"], "load_average": os.getloadavg(), "ratios": found,
-         "before": before, "after": after}, indent=2))
+        {"built": built, "migrated": migrated, "load_average": os.getloadavg(), "queries": rows}, indent=2))
 
 
 if __name__ == "__main__":
