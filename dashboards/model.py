@@ -90,6 +90,14 @@ UNSHOWN: dict[str, str] = {
     "spyglass_engine_last_progress_timestamp_seconds":
         "an instant, read by EngineHung through instance:spyglass_engine_progress_silence:seconds",
     "spyglass_llama_build_info": LLAMA_OWN,
+    "spyglass_llama_busy_slots_per_decode": LLAMA_OWN,
+    "spyglass_llama_draft_tokens_total": LLAMA_OWN,
+    "spyglass_llama_draft_verifications_total": LLAMA_OWN,
+    "spyglass_llama_kv_cache_tokens": LLAMA_OWN,
+    "spyglass_llama_kv_cache_usage_ratio": LLAMA_OWN,
+    "spyglass_source_refused_files_total":
+        "a file at a source's path that could block the agent (a fifo, a device), counted once; /health names the"
+        " source while its path holds one",
     "spyglass_llama_decode_calls_total": LLAMA_OWN,
     "spyglass_llama_generated_tokens_total": LLAMA_OWN,
     "spyglass_llama_generation_seconds_total": LLAMA_OWN,

@@ -55,3 +55,22 @@ def test_a_2024_build_installs_its_server_target_under_the_one_name(tmp_path: Pa
     _install(tmp_path / "src", tmp_path / "build", row, target)
     assert sorted(p.name for p in target.bin_dir.iterdir()) == ["libggml.so", "llama-server"]
     assert target.server.read_text() == "server" and not target.vocab.exists()
+
+
+def test_the_recorder_runs_each_build_in_the_logging_modes_it_has(tmp_path: Path) -> None:
+    from spyglass.engine.llama.record import modes, server_argv
+    from spyglass.engine.llama.versions import PINNED, version
+
+    assert [m.name for m in modes(version("0.2.56"))] == ["default", "text", "verbose"]
+    assert [m.name for m in modes(version("0.3.1"))] == ["default", "prefix", "verbose"]
+    pinned = {m.name: m for m in modes(version(PINNED))}
+    assert list(pinned) == ["default", "prefix", "verbose", "router"]
+    build, model = LlamaBuild(PINNED, tmp_path), tmp_path / "m" / "tiny.gguf"
+    argv = server_argv(build, version(PINNED), pinned["prefix"], model, 8081, tmp_path / "x.log", "--slots, --no-slots")
+    assert argv[argv.index("--cache-ram") + 1] == "1" and "--slots" in argv
+    assert argv[-3:] == ["--log-timestamps", "--log-file", str(tmp_path / "x.log")]
+    router = server_argv(build, version(PINNED), pinned["router"], model, 8081, tmp_path / "x.log", "")
+    assert router[1:3] == ["--models-dir", str(model.parent)] and "-m" not in router and "--log-file" not in router
+    old = server_argv(build, version("0.2.56"), modes(version("0.2.56"))[1], model, 8081, tmp_path / "x.log",
+                      "--slots-endpoint-disable")
+    assert "--cache-ram" not in old and "--slots" not in old and old[-2:] == ["--log-format", "text"]

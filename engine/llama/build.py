@@ -145,10 +145,10 @@ def _install(llama_src: Path, build_dir: Path, row: LlamaVersion, target: LlamaB
     if target.bin_dir.exists():
         shutil.rmtree(target.bin_dir)
     target.bin_dir.mkdir(parents=True)
-    for item in (build_dir / "bin").iterdir():
-        if item.name == row.target or ".so" in item.name:
-            name = "llama-server" if item.name == row.target else item.name
-            shutil.copy2(item, target.bin_dir / name, follow_symlinks=True)
+    shutil.copy2(build_dir / "bin" / row.target, target.server)
+    for item in build_dir.rglob("*.so*"):  # 2024's libllama.so is in src/, later ones in bin/
+        if item.is_file() and not (target.bin_dir / item.name).exists():
+            shutil.copy2(item, target.bin_dir / item.name, follow_symlinks=True)
     vocab = llama_src / "models" / VOCAB_NAME
     if vocab.is_file():
         shutil.copy2(vocab, target.vocab)
@@ -194,8 +194,10 @@ def ensure_built(version: str = LLAMA_CPP_PYTHON_VERSION, cache_root: Path = CAC
         row = version_row(version)
         _compile(llama_src, build_dir, row, log)
         _install(llama_src, build_dir, row, target)
-        version_text = _version_text(target)
         cpu_after = os.times()
+        shutil.rmtree(target.root / "src", ignore_errors=True)
+        shutil.rmtree(build_dir, ignore_errors=True)
+        version_text = _version_text(target)  # after the build tree is gone: its RPATH must not be what runs
         info = {
             "llama_cpp_python": version,
             "version_text": version_text,
@@ -203,8 +205,6 @@ def ensure_built(version: str = LLAMA_CPP_PYTHON_VERSION, cache_root: Path = CAC
             "cpu_seconds": round(cpu_after.children_user - cpu_before.children_user
                                  + cpu_after.children_system - cpu_before.children_system, 1),
         }
-        shutil.rmtree(target.root / "src", ignore_errors=True)
-        shutil.rmtree(build_dir, ignore_errors=True)
         tmp = target.stamp.with_suffix(".tmp")
         tmp.write_text(json.dumps(info, indent=1))
         tmp.replace(target.stamp)

@@ -29,6 +29,8 @@ N_EXPERT = 4
 N_EXPERT_USED = 2
 SEED = 19
 MODEL_NAME = "tiny-moe-f32.gguf"
+SPLIT_MODEL_NAME = "tiny-moe-f32-split-experts.gguf"
+"""The same model with one tensor per expert (`blk.N.ffn_gate.E`): llama.cpp before April 2024 reads no other."""
 
 
 def _vocab(vocab_path: Path) -> dict[str, Any]:
@@ -51,8 +53,9 @@ def _vocab(vocab_path: Path) -> dict[str, Any]:
     }
 
 
-def _tensors(n_vocab: int) -> dict[str, np.ndarray[Any, Any]]:
-    """Every tensor llama.cpp's llama architecture with experts asks for, numpy shapes (GGUF's reversed)."""
+def _tensors(n_vocab: int, split_experts: bool = False) -> dict[str, np.ndarray[Any, Any]]:
+    """Every tensor llama.cpp's llama architecture with experts asks for, numpy shapes (GGUF's reversed);
+    with `split_experts`, each expert's FFN as tensors of its own, as 2024's llama.cpp wants them."""
     rng = np.random.default_rng(SEED)
 
     def weight(*shape: int) -> np.ndarray[Any, Any]:
@@ -76,10 +79,14 @@ def _tensors(n_vocab: int) -> dict[str, np.ndarray[Any, Any]]:
             prefix + "ffn_up_exps.weight": weight(N_EXPERT, N_FF, N_EMBD),
             prefix + "ffn_down_exps.weight": weight(N_EXPERT, N_EMBD, N_FF),
         }
+        if split_experts:
+            for part in ("gate", "up", "down"):
+                merged = tensors.pop(prefix + f"ffn_{part}_exps.weight")
+                tensors |= {prefix + f"ffn_{part}.{e}.weight": np.ascontiguousarray(merged[e]) for e in range(N_EXPERT)}
     return tensors
 
 
-def write_model(path: Path, vocab_path: Path) -> Path:
+def write_model(path: Path, vocab_path: Path, split_experts: bool = False) -> Path:
     """Write the tiny MoE model to ``path`` (through a temporary name) and return ``path``."""
     import gguf
 
@@ -104,7 +111,7 @@ def write_model(path: Path, vocab_path: Path) -> Path:
     writer.add_token_types(vocab["types"])
     writer.add_bos_token_id(vocab["bos"])
     writer.add_eos_token_id(vocab["eos"])
-    for name, tensor in _tensors(len(vocab["tokens"])).items():
+    for name, tensor in _tensors(len(vocab["tokens"]), split_experts).items():
         writer.add_tensor(name, tensor)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -114,13 +121,13 @@ def write_model(path: Path, vocab_path: Path) -> Path:
     return path
 
 
-def ensure_model(cache_root: Path = CACHE_ROOT) -> Path:
-    """The tiny model's path, written first if absent (the build supplies the vocabulary)."""
-    path = cache_root / "models" / MODEL_NAME
+def ensure_model(cache_root: Path = CACHE_ROOT, split_experts: bool = False) -> Path:
+    """The tiny model's path, written first if absent (the pinned build supplies the vocabulary)."""
+    path = cache_root / "models" / (SPLIT_MODEL_NAME if split_experts else MODEL_NAME)
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    return write_model(path, ensure_built(cache_root=cache_root).vocab)
+    return write_model(path, ensure_built(cache_root=cache_root).vocab, split_experts)
 
 
 def main() -> int:

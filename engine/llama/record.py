@@ -17,7 +17,6 @@ Run `scripts/record-llama VERSION` (builds the version first if it is not cached
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import socket
@@ -220,7 +219,7 @@ def record_mode(build: LlamaBuild, row: LlamaVersion, mode: Mode, model: Path, o
         if mode.router:
             (work / "models").mkdir()
             run_model = work / "models" / model.name
-            os.symlink(model, run_model)
+            shutil.copy(model, run_model)  # a real file: the router lists regular .gguf files
         log_file = work / "server.log"
         argv = server_argv(build, row, mode, run_model, port, log_file, flags_known)
         server = Server(build, argv, work / "console.log")
@@ -254,7 +253,7 @@ def record_load_failure(build: LlamaBuild, out: Path) -> dict:
 
 def record(name: str) -> Path:
     row = version(name)
-    build, model = ensure_built(name, progress=True), ensure_model()
+    build, model = ensure_built(name, progress=True), ensure_model(split_experts=row.split_experts)
     out = FIXTURES / name
     if out.exists():
         shutil.rmtree(out)
@@ -265,7 +264,7 @@ def record(name: str) -> Path:
         print(f"recording {name} {mode.name}", file=sys.stderr)
         logs[mode.name] = record_mode(build, row, mode, model, out, flags_known)
     logs["load-failure"] = record_load_failure(build, out)
-    expected = {"llama_cpp_python": name, "vendored": row.vendored, "log_era": row.log_era,
+    expected = {"llama_cpp_python": name, "vendored": row.vendored, "llama_cpp_commit": row.commit, "log_era": row.log_era,
                 "version_text": build.info().get("version_text", ""), "features": sorted(row.features),
                 "logs": logs}
     (out / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
