@@ -64,8 +64,8 @@ VERSIONS: dict[str, LlamaVersion] = {v.version: v for v in (
                  features=frozenset({LOG_PREFIX, VERBOSE, SLOTS, PROPS}),
                  metrics="n_decode_total, n_busy_slots_per_decode (kv_cache_* gone)",
                  slots="`is_processing`; needs `--slots`",
-                 unbuilt="not built yet: its build did not fit the session after 0.3.1's (a build is 15-30 minutes on"
-                         " the shared two-core machine); `scripts/record-llama 0.3.16` is the next step"),
+                 unbuilt="not built yet: its build did not finish in the session (15-30 minutes on the shared"
+                         " two-core machine); `scripts/record-llama 0.3.16` is the next step"),
     LlamaVersion("0.3.20", "2025-12", "f49e9178", "late-2025 wording: `n_tokens`, `sim_best`, `server is listening on`",
                  features=LATE_2025, metrics="n_decode_total, n_tokens_max, n_busy_slots_per_decode",
                  slots="`is_processing`; on by default",
