@@ -20,7 +20,7 @@ from any relation of typed events (Parquet segments), for a query that has no ta
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
@@ -266,41 +266,33 @@ UPDATE {ENGINE_TABLE} t SET reuse_origin = p.origin FROM (
 ) p WHERE {_match(table, 't', 'p')} AND t.ts >= $lo AND t.reuse_origin IS DISTINCT FROM p.origin"""
 
 
-def maintain(con: Any, written: Iterable[str], first: int, last: int) -> None:
-    """Fold the events just stored (seqs `first`..`last`, in the kind tables `written`) into the rows,
-    on `con`, inside the caller's transaction."""
-    written = set(written)
-    restored = None
-    if _restore_table() in written:
-        [(restored,)] = con.execute(f"SELECT min(ts) FROM {quoted(_restore_table())} WHERE seq BETWEEN ? AND ?",
-                                    [first, last]).fetchall()
+def maintain(con: Any, written: Mapping[str, Any], first: int, last: int) -> None:
+    """Fold the events just stored (seqs `first`..`last`; `written`: the Arrow tables by kind table, as the
+    commit inserted them) into the rows, on `con`, inside the caller's transaction: per row table one MERGE
+    of the batch's aggregate (and for the engine one UPDATE of the origins), nothing fetched into Python."""
+    restores = written.get(_restore_table())
     for table in row_tables().values():
         names = [name for name in table.tables() if name in written]
-        batch = None
+        origins = table.name == ENGINE_TABLE and (bool(names) or restores is not None)
+        if not names and not origins:
+            continue
+        earliest = [_earliest(written[name]) for name in names]
+        if origins and restores is not None:
+            earliest.append(_earliest(restores))
+        found = [x for x in earliest if x is not None]
+        if not found:
+            continue
+        params = {"lo": min(found) - SPAN}
+        batch = f"(SELECT * FROM {ENGINE_TABLE} WHERE false)"
         if names:
             parts = table.events_sql(f"seq BETWEEN {int(first)} AND {int(last)}", names)
-            batch = con.sql(aggregate_sql(table, f"({parts})")).to_arrow_table()
-            batch = batch if batch.num_rows else None
-        origins = table.name == ENGINE_TABLE and (batch is not None or restored is not None)
-        if batch is None and not origins:
-            continue
-        earliest = [x for x in (_earliest(batch), restored if origins else None) if x is not None]
-        params = {"lo": min(earliest) - SPAN}
-        name = f"request_batch_{table.name}"
-        if batch is not None:
-            con.register(name, batch)
-        try:
-            if batch is not None:
-                con.execute(merge_sql(table, name), params)
-            if origins:
-                source = name if batch is not None else f"(SELECT * FROM {ENGINE_TABLE} WHERE false)"
-                con.execute(origin_sql(source), {**params, "first": first, "last": last})
-        finally:
-            if batch is not None:
-                con.unregister(name)
+            batch = f"({aggregate_sql(table, f'({parts})')})"
+            con.execute(merge_sql(table, batch), params)
+        if origins:
+            con.execute(origin_sql(batch), {**params, "first": first, "last": last})
 
 
-def _earliest(batch: Any) -> Any:
+def _earliest(arrow: Any) -> Any:
     import pyarrow.compute as pc
 
-    return None if batch is None else pc.min(batch["ts"]).as_py()
+    return pc.min(arrow["ts"]).as_py() if arrow.num_rows else None
