@@ -338,12 +338,12 @@ class LlamaLogSource(LineSourceBase):
                 segment.last_rel = max(segment.last_rel, line.rel)
             else:
                 ts = item.wall if item.wall is not None else seen
-            if line.kind is None or (n == 0 and begins is not None and line.kind in START_MARKERS):
-                continue
+            if line.kind is None or (n == 0 and begins is not None and line.kind in ("start", "build")):
+                continue  # the start line is the segment's `start` event
             if line.kind not in START_MARKERS:
                 segment.busy = True
             made = self._events(segment, line, ts)
-            if not made and line.kind != "verbosity":
+            if not made:
                 misses[JOINED] += 1
             events += made
         return events
@@ -369,8 +369,8 @@ class LlamaLogSource(LineSourceBase):
     def _events(self, segment: Segment, line: Line, ts: float) -> list[Event]:
         kind, f = line.kind, line.fields
         make = self._event
-        if kind in START_MARKERS:
-            return []  # a start-up line within a segment that has seen only start-up lines
+        if kind in ("start", "build"):
+            return []  # a start-up line within a segment that has seen only start-up lines: part of its `start`
         if kind == "model":
             return [self._model(ts, str(f["path"]))]
         if kind == "ready":

@@ -9,7 +9,7 @@ off (`/metrics` without `--metrics` answers 501, `/slots` with `--no-slots`) is 
 reported as 0; so is a family the build does not write (the families came and went between builds:
 `kv_cache_*` until mid-2025, `n_busy_slots_per_decode` from late 2024, `prompt_tokens_cached_total`,
 `n_tokens_max` and `spec_decode_*` in late-2025 builds; tests/fixtures/llama/ has each build's bodies).
-`/slots` has two shapes: 2024's `state` (0 idle, 1 processing), later `is_processing`.
+`/slots` has two shapes: `state` until early 2025 (0 idle, else busy), later `is_processing`.
 
 A poll with no answer from /health is a `poll_error` event (timeout, refused, ...) and the pipeline backs
 off. So is a body a decoder chokes on (`invalid_json`: not JSON, or nested deeper than Python's decoder
@@ -65,6 +65,15 @@ def value_ok(name: str, value: object) -> bool:
     return value >= 0 and (name not in RATIOS or value <= 1)
 
 
+def short_name(sample: str) -> str:
+    """The family's llamacpp name: prometheus_client names the sample of a counter typed without `_total`
+    (llama-server's `n_busy_slots_per_decode` in late-2024 builds, `n_tokens_max`) with `_total` added."""
+    name = sample.removeprefix("llamacpp:")
+    if name not in METRICS and name.endswith("_total") and name.removesuffix("_total") in METRICS:
+        return name.removesuffix("_total")
+    return name
+
+
 def parse_metrics(text: str, invalid: list[str] | None = None) -> dict[str, float]:
     """The known `llamacpp:` samples of a Prometheus text body (prometheus_client's parser), by short name.
     A sample no llama-server can write (negative, NaN, beyond 2**53) is left out and its name added to
@@ -74,7 +83,7 @@ def parse_metrics(text: str, invalid: list[str] | None = None) -> dict[str, floa
     found: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            name = sample.name.removeprefix("llamacpp:")
+            name = short_name(sample.name)
             if name not in METRICS or sample.labels:
                 continue
             if value_ok(name, sample.value):
@@ -85,10 +94,12 @@ def parse_metrics(text: str, invalid: list[str] | None = None) -> dict[str, floa
 
 
 def slot_busy(slot: dict[str, Any]) -> bool:
-    """`is_processing` (late 2024 on), or 2024's `state` (0 idle, 1 processing)."""
+    """`is_processing` (2025 on), or `state`: 0 idle, else busy (2024's 1 processing; late 2024's 1-3,
+    processing the prompt, done with it, generating)."""
     if "is_processing" in slot:
         return slot["is_processing"] is True
-    return slot.get("state") == 1
+    state = slot.get("state")
+    return state.__class__ is int and state != 0
 
 
 def summarise_slots(body: Any) -> dict[str, int]:

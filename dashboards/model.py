@@ -85,6 +85,8 @@ def write(out: Path = GENERATED, d: Deployment | None = None) -> list[Path]:
 LLAMA_OWN = ("llama-server's own /metrics family (llama_server source): its slots and decode rate are on the"
              " wall through the shared engine metrics; the rest waits for a llama.cpp dashboard")
 UNSHOWN: dict[str, str] = {
+    "spyglass_agent_allowed_cpus_info":
+        "where the agent may run, for a look at deploy time; H2 alerts on the host source's shared_cpus pair instead",
     "spyglass_engine_last_progress_timestamp_seconds":
         "an instant, read by EngineHung through instance:spyglass_engine_progress_silence:seconds",
     "spyglass_llama_build_info": LLAMA_OWN,

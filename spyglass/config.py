@@ -46,6 +46,10 @@ class AgentConfig(Strict):
     commit_interval_seconds: float = Field(
         1.0, ge=0, le=60, description="Events, checkpoints and metric state are committed at most this often;"
         " /metrics shows what is committed, and a crash re-reads at most this much.")
+    quiet_commit_seconds: float = Field(
+        10.0, ge=0, le=600, description="A poll that says what the source's last poll said (an idle llama-server)"
+        " is stored, but alone waits up to this long for a commit instead of commit_interval_seconds: an idle"
+        " agent does not write its store every second. Anything new commits them at the next interval.")
     commit_max_events: int = Field(
         20_000, ge=1, description="A commit comes sooner once this many events wait; while the store"
         " cannot commit, reading pauses at this many (memory stays bounded, nothing is lost).")

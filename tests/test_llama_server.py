@@ -67,3 +67,15 @@ def test_counters_continue_across_a_restart_and_gauges_drop_while_it_is_down(app
     assert state.series("spyglass_llama_restarts_total")[key] == 1
     signals.apply(status(5, health="loading"))
     assert state.series("spyglass_llama_ready")[key] == 0
+
+
+def test_a_family_typed_counter_without_total_keeps_its_name() -> None:
+    """Late-2024 builds type n_busy_slots_per_decode a counter; prometheus_client names its sample with _total."""
+    text = ("# TYPE llamacpp:n_busy_slots_per_decode counter\nllamacpp:n_busy_slots_per_decode 1.5\n"
+            "# TYPE llamacpp:n_tokens_max counter\nllamacpp:n_tokens_max 900\n")
+    assert parse_metrics(text) == {"n_busy_slots_per_decode": 1.5, "n_tokens_max": 900}
+
+
+def test_slots_of_late_2024_say_state_not_is_processing() -> None:
+    body = [{"id": 0, "state": 3, "n_ctx": 2048}, {"id": 1, "state": 0}, {"id": 2, "state": "1"}]
+    assert summarise_slots(body)["busy"] == 1  # 3: generating; "1" is no state llama-server writes

@@ -58,17 +58,20 @@ VERSIONS: dict[str, LlamaVersion] = {v.version: v for v in (
     LlamaVersion("0.3.1", "2024-09", "c919d5db",
                  "common log: `slot launch_slot_: id  0 \\| task 42 \\| ...`, timings on continuation lines, `n_past`",
                  under_examples=True, features=frozenset({LOG_PREFIX, VERBOSE, SLOTS, PROPS}),
-                 metrics="kv_cache_*, n_decode_total, n_busy_slots_per_decode", slots="`is_processing`; on by default"),
+                 metrics="kv_cache_*, n_decode_total, n_busy_slots_per_decode (typed a counter)",
+                 slots="`state` 0 idle, 1-3 busy; on by default"),
     LlamaVersion("0.3.16", "2025-08", "4227c9be", "as 0.3.1; `new prompt`, `forcing full prompt re-processing` (SWA)",
                  features=frozenset({LOG_PREFIX, VERBOSE, SLOTS, PROPS}),
                  metrics="n_decode_total, n_busy_slots_per_decode (kv_cache_* gone)",
-                 slots="`is_processing`; needs `--slots`"),
+                 slots="`is_processing`; needs `--slots`",
+                 unbuilt="not built yet: its build did not finish in the session (15-30 minutes on the shared"
+                         " two-core machine); `scripts/record-llama 0.3.16` is the next step"),
     LlamaVersion("0.3.20", "2025-12", "f49e9178", "late-2025 wording: `n_tokens`, `sim_best`, `server is listening on`",
                  features=LATE_2025, metrics="n_decode_total, n_tokens_max, n_busy_slots_per_decode",
                  slots="`is_processing`; on by default",
-                 unbuilt="not built yet: a build is 15-30 minutes on the shared two-core machine and four fitted"
-                         " the session; its wording, flags and router mode are the pinned build's (read in its"
-                         " sources), so `scripts/record-llama 0.3.20` is the next step"),
+                 unbuilt="not built yet: a build is 15-30 minutes on the shared two-core machine; its wording,"
+                         " flags and router mode are the pinned build's (read in its sources);"
+                         " `scripts/record-llama 0.3.20` is the next step"),
     LlamaVersion(PINNED, "2026-10", "0c1e5709", "late-2025 wording; `cache state`, checkpoints at `-lv 4`",
                  features=LATE_2025,
                  metrics="prompt_tokens_cached_total, n_decode_total, n_tokens_max, n_busy_slots_per_decode, spec_decode_*",

@@ -113,6 +113,14 @@ class PolledRuntime(SourceRuntime):
     source: PolledSource
     schedule: PollSchedule
     saved: dict[str, Any] | None = None
+    last_poll: list[tuple[str, str, dict[str, Any]]] | None = None  # what the last poll said, poll_ms aside
+
+    def repeats(self, events: list[Event], ok: bool) -> bool:
+        """Whether this poll says what the last one said (an idle server): its events are stored, but
+        need not be committed at once (`agent.quiet_commit_seconds`)."""
+        said = [(e.kind, e.instance, {k: v for k, v in e.fields.items() if k != "poll_ms"}) for e in events]
+        same, self.last_poll = ok and said == self.last_poll, said
+        return same
 
     @property
     def samples_present(self) -> bool:
@@ -163,7 +171,8 @@ class Pipeline:
         agent = config.agent
         self.committer = Committer(store, self.state, clock, interval=agent.commit_interval_seconds,
                                    max_events=agent.commit_max_events, checkpoints=self._checkpoints,
-                                   saved_checkpoints=saved.checkpoints, hooks=self.event_hooks)
+                                   saved_checkpoints=saved.checkpoints, hooks=self.event_hooks,
+                                   quiet_interval=agent.quiet_commit_seconds)
         self.exposed = self.committer.exposed
         self.publisher = self._build_publisher()
 
@@ -229,14 +238,16 @@ class Pipeline:
                 self._apply(rt, events)
                 self._update_health(rt)
                 stored += events
+            quiet = 0  # polled events that only repeat their source's last poll
             for poller, events, ok in polled:
                 events = self._within_time_bounds(poller, events, now)
                 self._apply(poller, events)
                 self.state.inc("spyglass_source_polls_total", (poller.name, "ok" if ok else "error"))
                 self.state.set("spyglass_source_up", (poller.name,), 1.0 if ok else 0.0)
+                quiet += len(events) if poller.repeats(events, ok) else 0
                 stored += events
             lines_read = sum(len(lines) for _, lines in batches) + len(stored)
-            self.committer.add(stored, lines_read, waiters)
+            self.committer.add(stored, lines_read, waiters, quiet=quiet)
         return lines_read
 
     def commit_if_due(self) -> None:

@@ -404,7 +404,8 @@ SQL_KINDS = "SELECT kind, count(*) FROM events GROUP BY ALL"
 
 def sql_words(config: Path, query: str) -> list[str]:
     """`spyglass sql -c CONFIG "QUERY"` as words for shell_lines (the option and its value one word)."""
-    return [command(), "sql", f"-c {shlex.quote(str(config))}", shlex.quote(query)]
+    plain_double = not any(c in query for c in '"$`\\!')  # a query with 'evict' reads best in "..."
+    return [command(), "sql", f"-c {shlex.quote(str(config))}", f'"{query}"' if plain_double else shlex.quote(query)]
 
 
 def banner(mix: tuple[str, ...], listen: str, config: Path, store: Path, logs: Path, kept: bool,

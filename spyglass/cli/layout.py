@@ -209,6 +209,19 @@ def undated(cell: Any, text: Any, column: str, layout: Layout) -> Any:
     return cell
 
 
+def row_groups(widths: Sequence[int], room: int) -> list[list[int]]:
+    """Consecutive row numbers in groups whose widths add up to at most `room` (a wider row alone)."""
+    groups: list[list[int]] = []
+    used = room + 1
+    for n, w in enumerate(widths):
+        if used + w > room:
+            groups.append([])
+            used = 0
+        groups[-1].append(n)
+        used += w
+    return groups
+
+
 def render(names: Sequence[str], rows: Sequence[Sequence[Any]], cells: Sequence[Sequence[Any]], console: Any,
            title: Any = None) -> list[Any]:
     """The renderables that show a table of `names` (`rows` the values, `cells` as printed) on `console`: the
@@ -226,12 +239,18 @@ def render(names: Sequence[str], rows: Sequence[Sequence[Any]], cells: Sequence[
         return [table]
     parts: list[Any] = [title] if title else []
     parts += [Text(line, style="dim") for line in layout.header]
-    if layout.cards:  # like psql's \x
-        for n, row in enumerate(cells, 1):
-            block = Table("column", f"row {n}")
-            block.columns[1].overflow = "fold"
-            for c in layout.shown:
-                block.add_row(Text(c.name), row[names.index(c.name)])
+    if layout.cards:  # turned: a column a row, as many rows side by side as fit (psql's \x, grouped)
+        shown = [names.index(c.name) for c in layout.shown]
+        label = max(text_width(names[i]) for i in shown) + BORDER + 1
+        keys = {names.index(c.name) for c in layout.shown if c.role == "key"}
+        widths = [max(text_width(t[i]) if i in keys else min(text_width(t[i]), 3 * WRAP_FLOOR) for i in shown) + BORDER
+                  for t in texts]  # a key whole; a text folds past three times the wrap floor
+        for group in row_groups(widths, console.width - label):
+            block = Table("column", *(f"row {n + 1}" for n in group))
+            for column, n in zip(block.columns[1:], group):
+                column.overflow, column.width = "fold", max(widths[n] - BORDER, len(f"row {n + 1}"))
+            for i in shown:
+                block.add_row(Text(names[i]), *(cells[n][i] for n in group))
             parts.append(block)
         return parts
     parts.append(table_of(layout, names, cells, texts, None, wrap=True))

@@ -42,6 +42,7 @@ def print_table(diagnosis, out=None, config: Path | None = None) -> None:
     from spyglass.forensics.times import describe
 
     count = len(diagnosis.findings)
+    copied: set[int] = set()  # the parts printed as they are, never wrapped by rich: the evidence SQL
     parts: list = [plain(f"{count} finding{'' if count == 1 else 's'} {describe(diagnosis.window)}"
                          f" ({diagnosis.events:,} events; checked {', '.join(diagnosis.checked)})")]
     if diagnosis.not_checked:
@@ -69,12 +70,15 @@ def print_table(diagnosis, out=None, config: Path | None = None) -> None:
         detail.add_row("not", plain(f.wrong_guess))
         detail.add_row("check", plain(f.check))
         detail.add_row("knobs", plain("; ".join(f.knobs)))
+        sql = Text("\n").join(plain(line) for line in f.evidence.splitlines())
+        copied.add(id(sql))
         parts += [detail, Text("evidence (runs as printed; the SQL is read from stdin):", style="dim"),
-                  plain(evidence_command(diagnosis.window, config, terminal_width(out))),
-                  Text("\n").join(plain(line) for line in f.evidence.splitlines()), Text("SQL")]
+                  Text("\n").join(plain(line) for line in
+                                   evidence_command(diagnosis.window, config, terminal_width(out)).splitlines()),
+                  sql, Text("SQL")]
     console = console_for(out, *(p for p in parts if not isinstance(p, Text)))  # to a pipe: as wide as the tables
-    for part in parts:  # a text is never broken by rich (a terminal wraps it, and copies it whole)
-        console.print(part, soft_wrap=isinstance(part, Text))
+    for part in parts:  # the SQL to copy is never broken by rich (a terminal wraps it, and copies it whole)
+        console.print(part, soft_wrap=id(part) in copied)
 
 
 def evidence_command(w, config: Path | None, width: int | None = None) -> str:
