@@ -159,7 +159,8 @@ def abort_one(client: httpx.Client, url: str, tally: Tally, model: str | None) -
         tally.statuses.append(response.status_code)
         for n, _ in enumerate(response.iter_lines()):
             if n == 2:
-                busy = client.get(url + "/slots", timeout=30).content
+                answer = client.get(url + "/slots", params={"model": model} if model else None, timeout=30)
+                busy = answer.content if answer.status_code == 200 else b""
             if n >= 4:
                 break
     tally.aborted += 1
