@@ -14,6 +14,7 @@ its lines (so it includes up to 50 ms of scrape spacing). Results go to bench/ou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -32,11 +33,20 @@ OUT = HERE / "out"
 sys.path.insert(0, str(HERE.parent))
 
 from bench.gen_log import generate  # noqa: E402
+from bench.pyspy import Profile  # noqa: E402
 from spyglass.config import engine_log_toml  # noqa: E402
 from spyglass.engine.emulator.ports import free_port  # noqa: E402
 
 LINES_SERIES = re.compile(rb'^spyglass_source_lines_total\{[^}]*source="engine-b"[^}]*\} (\S+)$', re.M)
 TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def max_rss_mib(pid: int) -> float:
+    """VmHWM: the process's peak resident set so far."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def cpu_seconds(pid: int) -> float:
@@ -171,6 +181,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--latency-seconds", type=float, default=15)
     parser.add_argument("--idle-seconds", type=float, default=10)
+    parser.add_argument("--events-only", action="store_true",
+                        help="write only the log's event lines (no debug lines): every line an event")
+    parser.add_argument("--no-metrics-only", action="store_true", help="leave out the metrics-only agent")
+    parser.add_argument("--py-spy", action="store_true", help="profile the agent with the store in the CPU window")
     parser.add_argument("--coalesce-seconds", type=float, default=None,
                         help="agent.coalesce_seconds of both agents (default: the config's default)")
     args = parser.parse_args()
@@ -181,10 +195,14 @@ def main() -> None:
     if not source_log.exists():
         generate(source_log, 200_000)
     source = source_log.read_bytes().splitlines(keepends=True)
+    if args.events_only:
+        source = [line for line in source if line[23:26] != b" D "]
     log = folder / "engine.log"
     log.write_bytes(b"")
 
-    ours = [spyglass(folder, log, True, args.coalesce_seconds), spyglass(folder, log, False, args.coalesce_seconds)]
+    ours = [spyglass(folder, log, True, args.coalesce_seconds)]
+    if not args.no_metrics_only:
+        ours.append(spyglass(folder, log, False, args.coalesce_seconds))
     theirs = mtail(log)
     everyone = ours + ([theirs] if theirs else [])
     try:
@@ -194,13 +212,19 @@ def main() -> None:
             time.sleep(2)  # start-up is not what is measured
             idle = idle_phase(everyone, args.idle_seconds)
             loaded = Writer(log, source, args.rate, args.seconds)
-            cpu = cpu_phase(everyone, client, loaded)
+            profile = Profile(ours[0].proc.pid, OUT / "live.pyspy") if args.py_spy else contextlib.nullcontext()
+            with profile:
+                cpu = cpu_phase(everyone, client, loaded)
+            if isinstance(profile, Profile):
+                print(profile.summary())
+            rss = {p.name: max_rss_mib(p.proc.pid) for p in everyone}
             latencies = latency_phase(ours, client, Writer(log, source, args.rate, args.latency_seconds),
                                       loaded.written)
     finally:
         for p in everyone:
             p.stop()
     report(args, cpu, latencies, theirs.name if theirs else None, idle)
+    print(f"load average {os.getloadavg()[0]:.1f}; peak RSS MiB: " + ", ".join(f"{k} {v:.0f}" for k, v in rss.items()))
 
 
 def report(args, cpu: dict[str, float], latencies: dict[str, list[float]], base: str | None,

@@ -4,11 +4,15 @@ tiny model, `-np 2 --cache-ram 1`), the spyglass agent reading its log (llama_se
 are read from /proc before and after the load, in the same run.
 
     .venv/bin/python -m bench.llama_serve --seconds 60
+    .venv/bin/python -m bench.llama_serve --seconds 0 --idle-seconds 60 --py-spy   # idle only, profiled
+
+With `--py-spy`, the idle window is also sampled by py-spy (bench/pyspy.py) and its summary printed.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,11 +24,20 @@ from pathlib import Path
 import httpx
 import tomli_w
 
+from bench.pyspy import Profile
 from spyglass.engine.emulator.ports import free_port
 from spyglass.engine.llama.build import ensure_built
 from spyglass.engine.llama.load import LlamaDriver
 from spyglass.engine.llama.model import ensure_model
 from spyglass.engine.llama.stack import Instance
+
+OUT = Path(__file__).resolve().parent / "out"
+
+
+def report_idle(args: argparse.Namespace, idle: tuple[float, float]) -> None:
+    print(f"idle {args.idle_seconds:.0f} s, poll every {args.interval:g} s, store {'off' if args.no_store else 'on'},"
+          f" load average {os.getloadavg()[0]:.1f}: llama-server {100 * idle[0] / args.idle_seconds:.2f}% of a core,"
+          f" agent {100 * idle[1] / args.idle_seconds:.2f}% of a core")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -59,6 +72,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--idle-seconds", type=float, default=30.0, help="first, the same with no load")
+    parser.add_argument("--interval", type=float, default=1.0, help="the agent's poll interval of llama-server")
+    parser.add_argument("--no-store", action="store_true", help="the agent with its store off")
+    parser.add_argument("--py-spy", action="store_true", help="profile the agent during the idle window")
     args = parser.parse_args()
     build, model = ensure_built(), ensure_model()
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,19 +87,26 @@ def main() -> None:
         config = folder / "spyglass.toml"
         config.write_text(tomli_w.dumps({
             "agent": {"state_dir": str(folder / "state")},
-            "exporters": {"prometheus": {"listen": listen}, "store": {"enabled": True}},
+            "exporters": {"prometheus": {"listen": listen}, "store": {"enabled": not args.no_store}},
             "sources": {"engine": {"kind": "engine_log", "preset": "llama_server", "path": str(log), "instance": "llama-bench"},
                         "metrics": {"kind": "llama_server", "url": f"http://127.0.0.1:{inst.port}", "instance": "llama-bench",
-                                    "interval_seconds": 1.0}}}))
+                                    "interval_seconds": args.interval}}}))
         try:
             wait(f"http://127.0.0.1:{inst.port}/health")
             agent = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 wait(f"http://{listen}/health")
-                idle_before = cpu_seconds(server.pid), cpu_seconds(agent.pid)
-                time.sleep(args.idle_seconds)  # the idle cost: polls, commits, nothing to read
-                idle = cpu_seconds(server.pid) - idle_before[0], cpu_seconds(agent.pid) - idle_before[1]
+                time.sleep(2.0)  # start-up is not what is measured
+                profile = Profile(agent.pid, OUT / "llama_idle.pyspy") if args.py_spy else contextlib.nullcontext()
+                with profile:
+                    idle_before = cpu_seconds(server.pid), cpu_seconds(agent.pid)
+                    time.sleep(args.idle_seconds)  # the idle cost: polls, commits, nothing to read
+                    idle = cpu_seconds(server.pid) - idle_before[0], cpu_seconds(agent.pid) - idle_before[1]
+                if isinstance(profile, Profile):
+                    print(profile.summary())
+                if args.seconds <= 0:
+                    return report_idle(args, idle)
                 before = cpu_seconds(server.pid), cpu_seconds(agent.pid)
                 started = time.monotonic()
                 requests = asyncio.run(load(f"http://127.0.0.1:{inst.port}", args.seconds))

@@ -271,9 +271,14 @@ def register_preset(kind: str, preset: str) -> Callable[[SourceClass], SourceCla
 ON_DEMAND = frozenset({"columnar"})
 
 
+_LOADED: list[bool] = []  # set once every module is imported: a config of 10,000 sources lists the package once
+
+
 def load_all() -> dict[str, Registration]:
     """Import every module in this package (but the ON_DEMAND ones) so that its @register call runs."""
-    for module in pkgutil.iter_modules(__path__):
-        if module.name not in ON_DEMAND:
-            importlib.import_module(f"{__name__}.{module.name}")
+    if not _LOADED:
+        for module in pkgutil.iter_modules(__path__):
+            if module.name not in ON_DEMAND:
+                importlib.import_module(f"{__name__}.{module.name}")
+        _LOADED.append(True)
     return REGISTRY

@@ -44,6 +44,7 @@ class NotRe2(ValueError):
     """A pattern RE2 cannot run with Python `re`'s meaning: the reason, for /debug/sources."""
 
 
+@functools.lru_cache(maxsize=1024)  # every source of a kind translates the same patterns
 def to_re2(regex: str, *, message: bool) -> str:
     """`regex` (Python syntax) in RE2 syntax with the same meaning on bytes, or NotRe2."""
     out: list[str] = []
@@ -437,6 +438,7 @@ def _typed_columns(plan: tuple, raw: list[list[bytes]], empty_is_absent: list[bo
         return None
 
 
+@functools.lru_cache(maxsize=1024)  # 10,000 sources of one kind compile their builders once, not 10,000 times
 def _builders(names: tuple[str, ...]) -> tuple[Callable, Callable]:
     """Two functions generated for one kind's group names: the fields dicts of typed columns, and
     its Events (`Event(ts, source, kind, fields.get("instance") or instance, fields, fields.get("req"),

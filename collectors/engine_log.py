@@ -111,8 +111,9 @@ class EngineLogOptions(SourceOptions):
     kind: Literal["engine_log"] = "engine_log"
     preset: Literal["strata", "llama_server"] = Field(
         "strata", description="Which engine writes the log: strata (dated lines, this module's patterns) or"
-                              " llama_server (llama.cpp's llama-server with --log-prefix --log-timestamps; its stamps"
-                              " count from the process start, see collectors/llama_log.py and docs/llama-server.md).")
+                              " llama_server (llama.cpp's llama-server, any build since 2024, plain or through journald, syslog,"
+                              " docker or router mode; its stamps count from the process start, see collectors/llama_log.py"
+                              " and docs/llama-server.md; `spyglass check-log FILE` shows what it reads).")
     tz: str = "UTC"
     lane: str = Field("", description="Lane label of this instance (fast, normal); empty = unknown.")
     prefix: str = Field(PREFIX, description="Regex of the line prefix; groups ts, ms, level, component.")

@@ -37,6 +37,9 @@ class HostOptions(PolledOptions):
     proc_root: Path = Field(Path("/proc"), description="Where /proc is (a fixture tree in tests).")
     cgroup_root: Path = Field(Path("/sys/fs/cgroup"), description="Where the cgroup hierarchy is mounted.")
     supervisord: str | None = Field(None, description="supervisord endpoint (unix:///path) for `program` lookups.")
+    agent_name: str = Field("spyglass-agent", description="Name (`other`) under which the agent's own CPUs (its"
+                            " affinity, agent.cpus) are compared with each process's: a shared_cpus pair of an engine"
+                            " and the agent is the agent taking the engine's CPUs (H2). Empty: not compared.")
 
     def instances_named(self) -> set[str]:
         return super().instances_named() | set(self.processes)
@@ -196,4 +199,9 @@ class HostSource(PolledSourceBase):
         for a, b in itertools.combinations(sorted(cpus), 2):
             events.append(Event(now, self.name, "shared_cpus", a, {"other": b, "shared": len(cpus[a] & cpus[b])},
                                 None, self.host))
+        if self.options.agent_name and self.options.proc_root == Path("/proc"):  # the agent runs on this /proc's host
+            mine = os.sched_getaffinity(0)
+            events += [Event(now, self.name, "shared_cpus", instance, {"other": self.options.agent_name,
+                                                                        "shared": len(found & mine)}, None, self.host)
+                       for instance, found in sorted(cpus.items())]
         return PollResult(events, ok=bool(cpus) or not self.options.processes)

@@ -106,7 +106,7 @@ KNOWN = re.compile(
     rb"|srv +[\w()~]+: +(?:all slots are idle|request: |done request|Chat format|chat format|updating prompt cache|prompt cache update"
     rb"| *- (?:looking|found|saving|cache state|prompt)|initializing slots|loaded|loading|init:|thinking|the draft|spawning"
     rb"|  |\S+ = |model |load_model|cancel task|params_from_|No tokens|clearing|idle slots|chat template|for more info"
-    rb"|context checkpoints|slot|HTTP|setting|cleaning|update_slots|logging|cache|n_|--|/)"
+    rb"|context checkpoints|slot|HTTP|setting|cleaning|update_slots|logging|cache|n_|--|/|router )"
     rb"|que +\w+: |main: |cmn +\w+: |build: |system[ _]info: |system info|log_info: |common_\w+: |llama_\w+: |llm_\w+: "
     rb"|llama\w*: |load\w*: |print_info: |ggml_\w+: |gguf_\w+: |clip_\w+: |mtmd_\w+: |sched_\w+: |graph_\w+: |\w+_init\w*: "
     rb"|set_\w+: |init: |statistics |begin: |reasoning-budget: |  Device \d+: |\.+$| +- |\s+\w+ = |lib\w[\w.-]*\.so"

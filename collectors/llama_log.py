@@ -79,6 +79,7 @@ LLAMA_FIELDS: SourceFields = {
     "evict": {"bytes": "int", "reason": "text", "cause": "text", "evictions": "int", "budget": "int"},
     "queued": {**_TASKED, "prefill_depth": "int"},
     "release": {**_TASKED, "n_tokens": "int", "truncated": "int"},
+    "unread": {"lines": "int", "unreadable": "int", "shape": "text"},
     "prompt": {**_TASKED, "prompt": "int", "reused": "int", "read": "int", "ms": "int"},
     "done": {**_TASKED, "finish": "text", "prompt": "int", "completion": "int", "ttft_ms": "int", "decode_tps": "float",
              "truncated": "int", "n_tokens": "int", "graphs_reused": "int"},
@@ -140,6 +141,7 @@ class LlamaLogSource(LineSourceBase):
         self.shapes: Counter[str] = Counter()  # unreadable lines by shape (check-log)
         self.builds: list[str] = []  # the builds the log named
         self.anchors: list[str] = []  # how each segment was placed in time
+        self.lines_read = self.lines_unread = 0  # since the source's first line (checkpointed): the `unread` event
 
     # -- the LineSource protocol ------------------------------------------------------------------
     def file_mtime(self, mtime: float) -> None:
@@ -148,12 +150,16 @@ class LlamaLogSource(LineSourceBase):
     def checkpoint(self) -> dict[str, Any] | None:
         s = self.segment
         if s is None:
-            return None
-        return {"start": s.start, "anchor": s.anchor, "last_rel": s.last_rel, "evictions": s.evictions,
+            return {"lines": [self.lines_read, self.lines_unread]} if self.lines_read else None
+        return {"lines": [self.lines_read, self.lines_unread], "start": s.start, "anchor": s.anchor, "last_rel": s.last_rel,
+                "evictions": s.evictions,
                 "budget_bytes": s.budget_bytes, "busy": s.busy, "back": s.back, "timing_owner": s.timing_owner,
                 "tasks": {str(k): v for k, v in s.tasks.items()}}
 
     def restore(self, saved: dict[str, Any]) -> None:
+        counts = saved.get("lines")
+        if isinstance(counts, list) and len(counts) == 2 and all(isinstance(n, int) and n >= 0 for n in counts):
+            self.lines_read, self.lines_unread = counts
         try:
             owner = saved.get("timing_owner")
             self.segment = Segment(float(saved["start"]), str(saved["anchor"]), float(saved["last_rel"]),
@@ -195,7 +201,20 @@ class LlamaLogSource(LineSourceBase):
         events: list[Event] = []
         for begins, run in self._segments(items, misses):
             events += self._segment_events(begins, run, misses)
+        unreadable = misses[Miss.UNMATCHED] + misses[Miss.UNPREFIXED]
+        self.lines_read += len(lines)
+        self.lines_unread += unreadable
+        if unreadable:
+            events.append(self._unread(events, items, unread))
         return events, misses, unread[:512]
+
+    def _unread(self, events: list[Event], items: list[Item], line: bytes) -> Event:
+        """The source's running count of lines read and of those it could not read, stamped with the batch's
+        latest known time: what a backtest replays as spyglass_source_lines_total (the drift alarm)."""
+        known = [e.ts for e in events] + [item.wall for item in items if item.wall is not None]
+        shape = line.rstrip(b"\r\n")[:60].translate(DIGITS).decode("utf-8", "replace")
+        return self._event(max(known, default=self._seen()), "unread",
+                           {"lines": self.lines_read, "unreadable": self.lines_unread, "shape": shape})
 
     def _shape(self, payload: bytes) -> None:
         """The unreadable line's shape: digits as 9, its first 60 bytes (bounded: check-log's top shapes)."""
@@ -319,12 +338,12 @@ class LlamaLogSource(LineSourceBase):
                 segment.last_rel = max(segment.last_rel, line.rel)
             else:
                 ts = item.wall if item.wall is not None else seen
-            if line.kind is None or (n == 0 and begins is not None and line.kind in START_MARKERS):
-                continue
+            if line.kind is None or (n == 0 and begins is not None and line.kind in ("start", "build")):
+                continue  # the start line is the segment's `start` event
             if line.kind not in START_MARKERS:
                 segment.busy = True
             made = self._events(segment, line, ts)
-            if not made and line.kind != "verbosity":
+            if not made:
                 misses[JOINED] += 1
             events += made
         return events
@@ -350,8 +369,8 @@ class LlamaLogSource(LineSourceBase):
     def _events(self, segment: Segment, line: Line, ts: float) -> list[Event]:
         kind, f = line.kind, line.fields
         make = self._event
-        if kind in START_MARKERS:
-            return []  # a start-up line within a segment that has seen only start-up lines
+        if kind in ("start", "build"):
+            return []  # a start-up line within a segment that has seen only start-up lines: part of its `start`
         if kind == "model":
             return [self._model(ts, str(f["path"]))]
         if kind == "ready":

@@ -15,11 +15,11 @@ A poll with no answer from /health is a `poll_error` event (timeout, refused, ..
 off. So is a body a decoder chokes on (`invalid_json`: not JSON, or nested deeper than Python's decoder
 goes) or one of another shape (`bad_body`): the gauges of a server answering that are not kept standing.
 One poll has one deadline over its requests, and each body a size cap. The instance label is the
-configured one. A stopped process answers nothing (a timeout).
+configured one. A stopped process answers nothing (a timeout). The source keeps one connection to
+llama-server (collectors/http_poll.py), and a body that did not change since the last poll is not parsed again.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Any, Literal
@@ -31,7 +31,8 @@ from spyglass.collectors import PolledOptions, PolledSourceBase, PollPolicy, Pol
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import POLL_ERROR, declare
 from spyglass.collectors.grammar import number_ok
-from spyglass.collectors.serve_status import BodyTooLarge, error_kind
+from spyglass.collectors.http_poll import HttpPoller
+from spyglass.collectors.serve_status import error_kind
 
 METRICS = ("prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total", "tokens_predicted_total",
            "tokens_predicted_seconds_total", "n_decode_total", "n_tokens_max", "prompt_tokens_seconds",
@@ -113,14 +114,20 @@ def summarise_slots(body: Any) -> dict[str, int]:
     return summary
 
 
-async def _get(client: Any, url: str, cap: int) -> tuple[int, bytes]:
-    async with client.stream("GET", url) as response:
-        body = bytearray()
-        async for chunk in response.aiter_raw():
-            body += chunk
-            if len(body) > cap:
-                raise BodyTooLarge
-        return response.status_code, bytes(body)
+class _Parsed:
+    """The last body of each endpoint and what it parsed to: a body that has not changed since the last
+    poll (most of them, on an idle server) is not parsed again."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[bytes, Any]] = {}
+
+    def __call__(self, path: str, body: bytes, parse: Any) -> Any:
+        seen = self.last.get(path)
+        if seen is not None and seen[0] == body:
+            return seen[1]
+        value = parse(body)
+        self.last[path] = (body, value)
+        return value
 
 
 def decode_json(body: bytes) -> Any:
@@ -131,27 +138,30 @@ def decode_json(body: bytes) -> Any:
         raise ValueError("nested too deeply") from None
 
 
-async def _poll(base: str, deadline: float, cap: int) -> dict[str, Any]:
-    import httpx
+def _metrics(body: bytes) -> tuple[dict[str, float], list[str]]:
+    invalid: list[str] = []
+    return parse_metrics(body.decode("utf-8", "replace"), invalid), invalid
 
+
+def _poll(http: HttpPoller, base: str, cap: int, parsed: _Parsed) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     invalid: list[str] = []
-    async with asyncio.timeout(deadline):
-        async with httpx.AsyncClient(timeout=deadline, headers={"accept-encoding": "identity"}) as client:
-            status, _ = await _get(client, base + "/health", cap)
-            fields["health"] = {200: "ok", 503: "loading"}.get(status, f"http_{status}")
-            if status != 200:
-                return fields
-            status, body = await _get(client, base + "/metrics", cap)
-            if status == 200:
-                fields["metrics"] = parse_metrics(body.decode("utf-8", "replace"), invalid)
-            status, body = await _get(client, base + "/slots", cap)
-            if status == 200:
-                fields["slots"] = summarise_slots(decode_json(body))
-            status, body = await _get(client, base + "/props", cap)
-            props = decode_json(body) if status == 200 else None
-            if isinstance(props, dict) and isinstance(props.get("build_info"), str):
-                fields["build"] = props["build_info"][:64]
+    status, _ = http.get(base + "/health", cap)
+    fields["health"] = {200: "ok", 503: "loading"}.get(status, f"http_{status}")
+    if status != 200:
+        return fields
+    status, body = http.get(base + "/metrics", cap)
+    if status == 200:
+        metrics, refused = parsed("/metrics", body, _metrics)
+        fields["metrics"] = dict(metrics)  # a copy: one event's fields are never another's
+        invalid += refused
+    status, body = http.get(base + "/slots", cap)
+    if status == 200:
+        fields["slots"] = dict(parsed("/slots", body, lambda b: summarise_slots(decode_json(b))))
+    status, body = http.get(base + "/props", cap)
+    props = parsed("/props", body, decode_json) if status == 200 else None
+    if isinstance(props, dict) and isinstance(props.get("build_info"), str):
+        fields["build"] = props["build_info"][:64]
     if invalid:
         fields["invalid"] = invalid
     return fields
@@ -169,14 +179,17 @@ class LlamaServerSource(PolledSourceBase):
         self.name, self.options, self.host = name, options, host
         self.instance = options.instance or name
         self.base = options.url.rstrip("/")
+        self.http = HttpPoller(self.base)  # one kept-alive connection for the source's life
+        self.parsed = _Parsed()
 
     def poll_policy(self) -> PollPolicy:
         return PollPolicy(self.options.interval_seconds, self.options.max_backoff_seconds)
 
     def poll(self, now: float) -> PollResult:
         started = time.monotonic()
+        self.http.start(self.options.timeout_seconds)
         try:
-            fields = asyncio.run(_poll(self.base, self.options.timeout_seconds, self.options.max_body_bytes))
+            fields = _poll(self.http, self.base, self.options.max_body_bytes, self.parsed)
         except Exception as exc:  # noqa: BLE001 - whatever a body does to a decoder, up must not stay at 1
             kind = poll_error_kind(exc)
             if kind == "unexpected":
@@ -186,3 +199,6 @@ class LlamaServerSource(PolledSourceBase):
             return PollResult([error], ok=False)
         fields["poll_ms"] = round((time.monotonic() - started) * 1000)
         return PollResult([Event(now, self.name, "llama_status", self.instance, fields, None, self.host)])
+
+    def close(self) -> None:
+        self.http.close()

@@ -1,4 +1,5 @@
-"""Serve status (sources.md §2): `GET /v1/status` of each engine's serve layer, polled with httpx.
+"""Serve status (sources.md §2): `GET /v1/status` of each engine's serve layer, polled over one kept-alive
+connection (collectors/http_poll.py).
 
 A successful poll is a `status` event holding a bounded snapshot of the body (`snapshot`: the
 known keys, numbers checked, strings cut, at most MAX_STATUSES status codes); a failed one is a
@@ -13,9 +14,10 @@ Fixture: tests/fixtures/serve_status/snapshots.jsonl
 """
 from __future__ import annotations
 
-import asyncio
 import json
+import socket
 from datetime import UTC, datetime
+from http.client import HTTPException
 from typing import Any, Literal
 
 from loguru import logger
@@ -26,6 +28,9 @@ from spyglass.collectors.dated_log import handle_lines
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import POLL_ERROR, declare
 from spyglass.collectors.grammar import Miss, number_ok
+from spyglass.collectors.http_poll import BodyTooLarge, HttpPoller, HttpStatusError
+
+__all__ = ["BodyTooLarge", "ServeStatusReplay", "ServeStatusSource", "error_kind", "fetch", "snapshot"]
 
 MAX_TEXT = 120  # characters kept of a text value of the body
 MAX_STATUSES = 64  # entries of requests.by_status kept
@@ -61,10 +66,6 @@ class ServeStatusOptions(PolledOptions):
         if (self.url is None) == (self.path is None):
             raise ValueError("give exactly one of url (poll) or path (replay a JSONL file)")
         return self
-
-
-class BodyTooLarge(Exception):
-    """The status body passed max_body_bytes."""
 
 
 def snapshot(body: dict[str, Any]) -> dict[str, Any]:
@@ -130,44 +131,26 @@ def snapshot_event(ts: float, body: Any, source: str, instance: str, host: str) 
     return Event(ts, source, "status", instance, snapshot(body), None, host)
 
 
-async def _fetch(url: str, deadline: float, cap: int) -> Any:
-    """The JSON body of `url`, with everything (connect, headers, body) inside `deadline`."""
-    import httpx  # here: every agent imports the collectors, few poll a serve (httpx is 0.15 s to import)
-
-    async with asyncio.timeout(deadline):
-        async with httpx.AsyncClient(timeout=deadline, headers={"accept-encoding": "identity"}) as client:
-            async with client.stream("GET", url) as response:
-                response.raise_for_status()
-                length = response.headers.get("content-length", "")
-                if length.isdigit() and int(length) > cap:
-                    raise BodyTooLarge
-                body = bytearray()
-                async for chunk in response.aiter_raw():
-                    body += chunk
-                    if len(body) > cap:
-                        raise BodyTooLarge
+def fetch(http: HttpPoller, url: str, deadline: float, cap: int) -> Any:
+    """The JSON body of `url`, with everything (connect, headers, body) inside `deadline`, over the
+    source's kept-alive connection."""
+    http.start(deadline)
+    _, body = http.get(url, cap, ok_only=True)
     return json.loads(body)
 
 
-def fetch(url: str, deadline: float, cap: int) -> Any:
-    """_fetch on an event loop of its own: a poll leaves nothing behind when it ends."""
-    return asyncio.run(_fetch(url, deadline, cap))
-
-
 def error_kind(exc: Exception) -> str:
-    import httpx
-
-    if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
+    if isinstance(exc, TimeoutError):  # socket.timeout is TimeoutError
         return "timeout"
     if isinstance(exc, BodyTooLarge):
         return "too_large"
-    if isinstance(exc, httpx.ConnectError):
+    if isinstance(exc, ConnectionRefusedError | socket.gaierror):
         return "refused"
-    if isinstance(exc, httpx.HTTPStatusError):
-        return f"http_{exc.response.status_code}"
+    if isinstance(exc, HttpStatusError):
+        return f"http_{exc.status}"
     if isinstance(exc, ValueError | RecursionError):  # RecursionError: nested deeper than the decoder goes
         return "invalid_json"
-    if isinstance(exc, httpx.TransportError):
+    if isinstance(exc, OSError | HTTPException):
         return "transport"
     return "unexpected"
 
@@ -179,6 +162,7 @@ class ServeStatusSource(PolledSourceBase):
     def __init__(self, name: str, options: ServeStatusOptions, host: str = "") -> None:
         self.name, self.options, self.host = name, options, host
         self.instance = options.instance or name
+        self.http = HttpPoller(str(options.url))  # one kept-alive connection for the source's life
 
     def poll_policy(self) -> PollPolicy:
         return PollPolicy(self.options.interval_seconds, self.options.max_backoff_seconds)
@@ -189,7 +173,10 @@ class ServeStatusSource(PolledSourceBase):
         up goes to 0 and its gauges are dropped, never left standing at their last values."""
         options = self.options
         try:
-            body = fetch(str(options.url), options.timeout_seconds, options.max_body_bytes)
+            if self.http.url != options.url:  # options replaced (a test does): a connection to the new URL
+                self.http.close()
+                self.http = HttpPoller(str(options.url))
+            body = fetch(self.http, str(options.url), options.timeout_seconds, options.max_body_bytes)
             event = snapshot_event(now, body, self.name, self.instance, self.host)
         except Exception as exc:  # noqa: BLE001 - a body a decoder chokes on must not keep up at 1
             kind = error_kind(exc)
@@ -198,6 +185,9 @@ class ServeStatusSource(PolledSourceBase):
                                                 self.name, options.url)
             event = Event(now, self.name, "poll_error", self.instance, {"error": kind}, None, self.host)
         return PollResult([event], ok=event.kind == "status")
+
+    def close(self) -> None:
+        self.http.close()
 
 
 @register("serve_status", ServeStatusOptions)

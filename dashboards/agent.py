@@ -23,6 +23,8 @@ from spyglass.dashboards.panels import (
 UID = "spyglass-agent"
 TITLE = "Spyglass / spyglass itself"
 
+UNREADABLE = '~"unmatched|unprefixed"'  # lines of no known shape or pattern: SpyglassSourceUnreadable
+
 
 def build(d: Deployment):
     layout = board(UID, TITLE, "The agent's own health: is what the other dashboards show complete and current?",
@@ -40,10 +42,13 @@ def build(d: Deployment):
                          thresholds=above(threshold(d, "H19", "silent_seconds")), links=[runbook(d, "SpyglassSourceSilent")]),
         timeseries_panel("Lines, by outcome", "short",
                          Q(rate("spyglass_source_lines_total", "source, outcome"), "{{source}} {{outcome}}"), width=8),
-        timeseries_panel("Unmatched share of lines (format drift)", "percentunit",
+        timeseries_panel("Unmatched and unreadable share of lines (format drift)", "percentunit",
                          Q(f'{rate("spyglass_source_lines_total", "source", outcome="unmatched")}'
-                           f' / ({rate("spyglass_source_lines_total", "source")} > 0)', "{{source}}"),
-                         width=8, thresholds=above(unmatched), links=[runbook(d, "SpyglassUnparsedLines")]),
+                           f' / ({rate("spyglass_source_lines_total", "source")} > 0)', "{{source}} unmatched"),
+                         Q(f'{rate("spyglass_source_lines_total", "source", outcome=UNREADABLE)}'
+                           f' / ({rate("spyglass_source_lines_total", "source")} > 0)', "{{source}} unreadable"),
+                         width=8, thresholds=above(unmatched),
+                         links=[runbook(d, "SpyglassUnparsedLines"), runbook(d, "SpyglassSourceUnreadable")]),
         timeseries_panel("Lag: bytes written not yet read", "bytes",
                          Q(f'max by (host, source) ({s("spyglass_source_lag_bytes")})', "{{source}}"), width=8),
         timeseries_panel("Newest event against the clock", "s",
@@ -80,7 +85,9 @@ def build(d: Deployment):
                          Q(rate("spyglass_agent_spans_received_total"), "spans received"),
                          Q(rate("spyglass_state_dropped_series_total", "metric"), "{{metric}} series dropped"),
                          Q(rate("spyglass_alerts_dropped_total", "reason"), "alerts dropped ({{reason}})"),
-                         Q(rate("spyglass_alerts_deferred_total"), "alerts deferred (503, retried)"), width=12),
+                         Q(rate("spyglass_alerts_deferred_total"), "alerts deferred (503, retried)"),
+                         Q(rate("spyglass_received_refused_total", "receiver, reason"),
+                           "{{receiver}} refused ({{reason}})"), width=12),
         stat_panel("Store commits", "none", Q(f'min({s("spyglass_store_healthy")})', "store"), width=6,
                    thresholds=steps((1, GREEN), base=RED), mappings={"1": ("healthy", GREEN), "0": ("FAILING", RED)}),
         timeseries_panel("Failed commits (retried, nothing dropped)", "short",
@@ -88,6 +95,8 @@ def build(d: Deployment):
                          Q(rate("spyglass_store_events_refused_total", fn="increase"), "events set aside"),
                          Q(rate("spyglass_parquet_publish_failures_total", fn="increase"), "failed Parquet publications"),
                          Q(rate("spyglass_parquet_rows_set_aside_total", fn="increase"), "Parquet rows set aside"),
+                         Q(rate("spyglass_parquet_rows_dropped_unpublished_total", fn="increase"),
+                           "rows dropped unpublished"),
                          width=6),
         table_panel("Version", "none", Q(f'max by (host, version) ({s("spyglass_agent_info")})'), width=12),
     )

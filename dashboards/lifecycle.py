@@ -13,7 +13,6 @@ from spyglass.dashboards.panels import (
     RED,
     Q,
     above,
-    annotations,
     board,
     change_annotation_queries,
     rate,
@@ -24,6 +23,7 @@ from spyglass.dashboards.panels import (
     table_panel,
     threshold,
     timeseries_panel,
+    with_annotations,
 )
 
 UID = "spyglass-lifecycle"
@@ -34,7 +34,7 @@ def build(d: Deployment):
     window = f'{threshold(d, "H13", "window_minutes"):g}m'
     layout = board(UID, TITLE, "Restarts, exits, loads, builds and models of every supervised program.",
                    links_to=links("wall", "cpu"))
-    layout.board = annotations(layout.board, change_annotation_queries())  # besides every dashboard's
+    layout.board = with_annotations(layout.board, change_annotation_queries())  # besides every dashboard's
     layout.row("Restarts and exits")
     layout.add(
         timeseries_panel(f"Spawns in {window}", "short",

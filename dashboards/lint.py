@@ -144,7 +144,7 @@ def expr_problems(e: Expr, types: Mapping[str, str], rules: set[str]) -> list[st
 def problems(dashboards: Mapping[str, Mapping[str, Any]], types: Mapping[str, str], rules: set[str]) -> list[str]:
     """Every lint rule broken, over all dashboards."""
     out: list[str] = []
-    seen_uids: dict[str, str] = {}
+    seen_uids: dict[str, str | None] = {}
     for uid, d in dashboards.items():
         if not _UID.match(uid) or d.get("uid") != uid:
             out.append(f"{uid}: uid must be lowercase a-z0-9- and at most 40 characters, and match the file")

@@ -85,6 +85,8 @@ def write(out: Path = GENERATED, d: Deployment | None = None) -> list[Path]:
 LLAMA_OWN = ("llama-server's own /metrics family (llama_server source): its slots and decode rate are on the"
              " wall through the shared engine metrics; the rest waits for a llama.cpp dashboard")
 UNSHOWN: dict[str, str] = {
+    "spyglass_agent_allowed_cpus_info":
+        "where the agent may run, for a look at deploy time; H2 alerts on the host source's shared_cpus pair instead",
     "spyglass_engine_last_progress_timestamp_seconds":
         "an instant, read by EngineHung through instance:spyglass_engine_progress_silence:seconds",
     "spyglass_llama_build_info": LLAMA_OWN,
@@ -93,6 +95,9 @@ UNSHOWN: dict[str, str] = {
     "spyglass_llama_draft_verifications_total": LLAMA_OWN,
     "spyglass_llama_kv_cache_tokens": LLAMA_OWN,
     "spyglass_llama_kv_cache_usage_ratio": LLAMA_OWN,
+    "spyglass_source_refused_files_total":
+        "a file at a source's path that could block the agent (a fifo, a device), counted once; /health names the"
+        " source while its path holds one",
     "spyglass_llama_decode_calls_total": LLAMA_OWN,
     "spyglass_llama_generated_tokens_total": LLAMA_OWN,
     "spyglass_llama_generation_seconds_total": LLAMA_OWN,

@@ -299,8 +299,8 @@ def table_panel(title: str, unit: str, *queries: Q | str, width: int = 12, heigh
     data_links = list(data_links)
     if data_links:
         panel = panel.data_links(data_links)
-    queries = [Q(q.expr if isinstance(q, Q) else q, q.legend if isinstance(q, Q) else "", instant=True) for q in queries]
-    return _common(panel, title, unit, queries, width, height, description, None, links)
+    instant = [Q(q.expr if isinstance(q, Q) else q, q.legend if isinstance(q, Q) else "", instant=True) for q in queries]
+    return _common(panel, title, unit, instant, width, height, description, None, links)
 
 
 def special_no_data(text: str, color: str):
@@ -373,7 +373,7 @@ def title_formats() -> dict[str, str]:
     return {name: title for name, _, title, _ in [*annotation_queries(), *change_annotation_queries()]}
 
 
-def annotations(board: dashboard.Dashboard, queries: Sequence[tuple[str, str, str, str]] | None = None
+def with_annotations(board: dashboard.Dashboard, queries: Sequence[tuple[str, str, str, str]] | None = None
                 ) -> dashboard.Dashboard:
     for name, expr, _, color in annotation_queries() if queries is None else queries:
         board = board.annotation(dashboard.AnnotationQuery().name(name).datasource(DS).expr(expr).enable(True)
@@ -413,7 +413,7 @@ def board(uid: str, title: str, description: str, *, refresh: str = "30s", time_
     for target_uid, target_title in links_to:
         b = b.link(dashboard.DashboardLink(target_title).type(DashboardLinkType.LINK).url(f"/d/{target_uid}")
                    .include_vars(True).keep_time(True).icon("dashboard"))
-    return Layout(annotations(variables(b)))
+    return Layout(with_annotations(variables(b)))
 
 
 __all__ = ["BLUE", "DS", "GREEN", "GREY", "ORANGE", "PROMETHEUS_SERIES", "Q", "RATE", "RED", "Layout", "MappingType",

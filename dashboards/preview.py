@@ -313,7 +313,7 @@ def _nice_step(span: float, unit: str, ticks: int = 4) -> float:
 
 def _timeseries(panel: dict[str, Any], results: list[Result], box: tuple[int, int], start: float, end: float) -> str:
     unit = _field(panel).get("unit", "")
-    lines = []
+    lines: list[tuple[str, Series, str, bool]] = []
     for r in results:
         config = _field(panel, r.ref)
         fixed = (config.get("color") or {}).get("fixedColor")
@@ -389,7 +389,7 @@ def _heatmap(panel: dict[str, Any], results: list[Result], box: tuple[int, int],
     return f'<svg class="chart" width="{width}" height="{height}">{"".join(rects)}</svg>'
 
 
-def _columns(panel: dict[str, Any], rows: list[dict[str, str]]) -> list[tuple[str, str]]:
+def _columns(panel: dict[str, Any], rows: list[dict[str, str | float]]) -> list[tuple[str, str]]:
     """(label, header) of each column the table shows, after its `organize` transformation."""
     names = sorted({k for row in rows for k in row if k not in ("__name__", "Value")}) + ["Value"]
     renamed: dict[str, str] = {}
@@ -407,7 +407,7 @@ def _columns(panel: dict[str, Any], rows: list[dict[str, str]]) -> list[tuple[st
 
 
 def _table(panel: dict[str, Any], results: list[Result], box: tuple[int, int], end: float) -> str:
-    rows = [{**s.labels, "Value": _last(s)} for r in results for s in r.series]
+    rows: list[dict[str, str | float]] = [{**s.labels, "Value": _last(s)} for r in results for s in r.series]
     if not rows:
         text = _field(panel).get("noValue") or "No data"
         return f'<div class="nodata" data-text="{_esc(text)}" style="font-size:28px">{_esc(text)}</div>'

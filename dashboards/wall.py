@@ -59,8 +59,8 @@ SEVERITY_COLORS = {"critical": ("CRITICAL", RED), "warning": ("WARNING", ORANGE)
 PROCESS_STATES = {"0": ("RUNNING", GREEN), "1": ("STARTING", GREY), "2": ("STOPPED", GREY), "3": ("FATAL", RED)}
 # Source state per source, from the alerts about it: both are warnings.
 SOURCE_STATES = {"0": ("OK", GREEN), "1": ("SILENT", ORANGE), "2": ("DOWN", ORANGE)}
-LIST_COLUMNS = {"severity": "severity", "alertname": "alert", "instance": "instance", "Value": "active since",
-                "summary": "summary"}
+LIST_COLUMNS = {"severity": "severity", "alertname": "alert", "instance": "instance", "lane": "lane",
+                "Value": "active since", "summary": "summary"}
 
 
 def instances(d: Deployment) -> list[str]:
@@ -127,9 +127,10 @@ def alert_band(d: Deployment) -> list:
         columns_by_name={"severity": [value_colors({k: v for k, v in SEVERITY_COLORS.items()}),
                                       DynamicConfigValue(id_val="custom.cellOptions", value={"type": "color-background"})],
                          "summary": [DynamicConfigValue(id_val="custom.cellOptions", value={"type": "auto", "wrapText": True})]},
-        data_links=[runbook_link(d)],
-        description="Every alert firing (the Watchdog left out): severity, alert, instance, when its condition became"
-                    " true (the `for:` wait included) and the rule's summary; each row links to its runbook.")
+        data_links=[evidence_link(d), runbook_link(d)],
+        description="Every alert firing (the Watchdog left out): severity, alert, instance, lane, when its condition"
+                    " became true (the `for:` wait included) and the rule's summary; each row links to its evidence page"
+                    " on the agent (the figures, the comparison, the requests) and to its runbook.")
     return [count, fires]
 
 
@@ -274,6 +275,15 @@ def build(d: Deployment):
         layout.add(*cache_panels(d, instance, width))
     layout.add(*bottom_band(d))
     return layout.board
+
+
+def evidence_link(d: Deployment):
+    """The row's alert's evidence page on the agent (an empty label is no label there)."""
+    from grafana_foundation_sdk.builders import dashboard
+
+    fields = "&".join(f"{name}=${{__data.fields.{name}}}" for name in ("instance", "lane"))
+    url = f"{d.evidence_base_url.rstrip('/')}/evidence/${{__data.fields.alertname}}?{fields}"
+    return dashboard.DashboardLink("Evidence").url(url).target_blank(True)
 
 
 def runbook_link(d: Deployment):

@@ -3,6 +3,7 @@ installed behind our back (DuckDB would otherwise fetch `sqlite_scanner` from th
 open a SQLite file given as the store), and a file that is not a store is refused in one line."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,10 @@ class StoreUnusable(Exception):
     that cannot be written, a file that cannot be read."""
 
 
-def connect(path: str | Path = ":memory:", *, read_only: bool = False, **settings: Any) -> duckdb.DuckDBPyConnection:
+def connect(path: str | Path = ":memory:", *, read_only: bool = False,
+            settings: Mapping[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with extension autoloading and autoinstall off, and `settings` (as strings)."""
-    config: dict[str, Any] = {**SAFE, **{k: str(v) for k, v in settings.items()}}
+    config: dict[str, Any] = {**SAFE, **{k: str(v) for k, v in (settings or {}).items()}}
     return duckdb.connect(str(path), read_only=read_only, config=config)
 
 

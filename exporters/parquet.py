@@ -43,8 +43,19 @@ rows are published. (A query whose glob listed the parts just before the swap ca
 one after it: DuckDB lists before it opens. It fails loudly and is re-run; it never reads a
 mix.) On a filesystem without RENAME_EXCHANGE hours are left uncompacted, with a warning.
 
+Why a publication cannot get stuck. A batch that fails (a burst of wide rows past the store
+connection's memory limit, say) is abandoned: every file named by its range is removed (only that
+attempt, or a killed one, wrote them: compaction never runs while a range is pending), `pending`
+is cleared, and the next attempt takes half as many rows, down to MIN_ROWS; each success lets the
+batch grow back, by at most double, and never past what about a quarter of the memory limit holds
+at the bytes per row last seen. A redo after a kill keeps its range while it succeeds.
+
 Retention: rows older than `retain_hours` are deleted from the store only at or below
-`published`, so they are in Parquet first.
+`published`, so they are in Parquet first. If no publication has succeeded for `retain_hours`
+(publication is stuck: a full disk under the Parquet folder, say), rows past the horizon are
+deleted unpublished too, so the store never grows without bound, and counted
+(`spyglass_parquet_rows_dropped_unpublished_total`) and logged: never silently. A pending range is
+never touched.
 
 One bad row never stops publication: a row whose timestamp no partition can name (before 1970 or
 past the year 9999: a store written before the edges bounded timestamps) is set aside in
@@ -80,6 +91,7 @@ JSON_SEGMENT_SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("seq", p
 GLOB = "host=*/date=*/hour=*/*.parquet"
 ROW_GROUP = 122_880  # DuckDB's own row group: a 15-minute window reads a few, not the hour
 SORT = [("ts", "ascending"), ("seq", "ascending")]
+MIN_ROWS = 1_000  # the smallest batch a failing publication shrinks to
 RENAME_EXCHANGE = 2
 AT_FDCWD = -100
 
@@ -149,6 +161,17 @@ def segment_rows(store: DuckDBStore, first: int, last: int) -> pa.Table:
     return conform(store.con.sql(rows_sql(list(kind_tables().values())), params=[first, last]).to_arrow_table())
 
 
+def memory_bytes(store: DuckDBStore) -> int | None:
+    """The store connection's memory limit in bytes, if DuckDB says."""
+    try:
+        [(limit,)] = store.con.execute("SELECT current_setting('memory_limit')").fetchall()
+        number, unit = str(limit).split()
+        return int(float(number) * {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+                                    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}[unit])
+    except Exception:  # noqa: BLE001 - an unknown format: batches are sized by failures alone
+        return None
+
+
 class ParquetPublisher:
     """Publishes the store's events as hive-partitioned Parquet, exactly once (see the module's
     argument), compacts closed hours and applies retention. Runs on the thread that commits
@@ -168,6 +191,9 @@ class ParquetPublisher:
         self.legacy = {hour for hour in self.touched if not all(is_typed(f) for f in hour.glob("*.parquet"))}
         self.can_exchange = True
         self._due = clock.monotonic()  # at once: a pending publication is redone first
+        self.batch_rows = max_rows  # shrinks after a failure, grows back after successes (see the module)
+        self.memory_bytes = memory_bytes(store)
+        self._published_at = clock.monotonic()  # the last publication that succeeded (or found nothing to do)
 
     def tick(self) -> None:
         """Publish, compact and retain if the interval passed; a failure is logged and retried."""
@@ -179,7 +205,9 @@ class ParquetPublisher:
             self.run_once()
         except Exception as exc:  # noqa: BLE001 - disk full, a bug: the agent lives on, retried
             self._count("spyglass_parquet_publish_failures_total", 1)
-            logger.error("parquet publication failed ({}); retried in {:.0f} s, nothing is lost", exc, self.interval)
+            logger.error("parquet publication failed ({}); retried in {:.0f} s with batches of at most {:,} rows,"
+                         " nothing is lost", str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__,
+                         self.interval, self.batch_rows)
 
     def flush(self) -> None:
         """Publish everything committed, compact what is closed, apply retention; raises."""
@@ -193,11 +221,16 @@ class ParquetPublisher:
             logger.error("the last parquet publication failed ({}); the next start publishes it", exc)
 
     def run_once(self, everything: bool = False) -> int:
-        published = self.publish()
-        while everything and self.store.publication().published < self.store.last_seq():
-            published += self.publish()
-        self.compact_closed()
-        self.retain()
+        try:
+            published = self.publish()
+            while everything and self.store.publication().published < self.store.last_seq():
+                published += self.publish()
+            self.compact_closed()
+        except Exception:
+            self._shrink()  # before retention, which never touches a pending range
+            raise
+        finally:
+            self.retain()  # also while publication fails: see the module on a stuck publication
         return published
 
     def publish(self) -> int:
@@ -207,8 +240,9 @@ class ParquetPublisher:
         if done.pending:
             first, last = done.pending
         else:
-            first, last = done.published + 1, min(store.last_seq(), done.published + self.max_rows)
+            first, last = done.published + 1, min(store.last_seq(), done.published + self.batch_rows)
             if last < first:
+                self._published_at = self.clock.monotonic()
                 return 0
             store.record_publication(Publication(done.published, (first, last)))
         rows = self._publishable(segment_rows(store, first, last), first, last)
@@ -217,7 +251,30 @@ class ParquetPublisher:
             write_atomically(part, hour_dir / part_name(first, last))
             self.touched.add(hour_dir)
         store.record_publication(Publication(last, None))
+        self._published_at = self.clock.monotonic()
+        self._grow(rows)
         return rows.num_rows
+
+    def _grow(self, rows: pa.Table) -> None:
+        """After a success: at most double the batch, and no more rows than a quarter of the memory
+        limit holds at this batch's bytes per row."""
+        fits = self.max_rows
+        if self.memory_bytes and rows.num_rows:
+            fits = max(MIN_ROWS, self.memory_bytes // 4 // max(1, rows.nbytes // rows.num_rows))
+        self.batch_rows = max(MIN_ROWS, min(self.max_rows, fits, 2 * self.batch_rows))
+
+    def _shrink(self) -> None:
+        """After a failure: abandon the pending range (remove what it wrote) and halve the batch."""
+        try:
+            done = self.store.publication()
+            if done.pending:
+                name = part_name(*done.pending)
+                for written in [*self.folder.glob(f"host=*/date=*/hour=*/{name}"), self.set_aside / name]:
+                    written.unlink(missing_ok=True)
+                self.store.record_publication(Publication(done.published, None))
+                self.batch_rows = max(MIN_ROWS, min(self.batch_rows, (done.pending[1] - done.pending[0] + 1) // 2))
+        except Exception as exc:  # noqa: BLE001 - the store itself fails: the range is kept, and redone
+            logger.error("the failed parquet publication's range could not be abandoned ({}); it is redone", exc)
 
     def _publishable(self, rows: pa.Table, first: int, last: int) -> pa.Table:
         """The rows a partition can name; the others written aside, counted and logged."""
@@ -294,4 +351,15 @@ class ParquetPublisher:
         if self.retain_hours is None:
             return 0
         cutoff = self.clock.now() - self.retain_hours * 3600
-        return self.store.delete_published(cutoff, self.store.publication().published)
+        done = self.store.publication()
+        deleted = self.store.delete_published(cutoff, done.published)
+        stuck = self.clock.monotonic() - self._published_at > self.retain_hours * 3600
+        if stuck and done.pending is None:
+            dropped = self.store.delete_unpublished(cutoff, done.published)
+            if dropped:
+                self._count("spyglass_parquet_rows_dropped_unpublished_total", dropped)
+                logger.error("no Parquet publication has succeeded for retain_hours ({:g} h): {:,} stored row(s)"
+                             " past the horizon were deleted unpublished, so that the store does not grow without"
+                             " bound (counted in spyglass_parquet_rows_dropped_unpublished_total)",
+                             self.retain_hours, dropped)
+        return deleted

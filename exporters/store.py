@@ -127,6 +127,7 @@ class DuckDBStore:
         self.con.execute("SET lock_configuration = true")
         self._written: dict[str, str] = {}  # checkpoint JSON per source as committed: unchanged ones are not rewritten
         self._has_metrics = False
+        self._typed = False  # the schema is known to be the typed one (checked at the first commit)
 
     def _connect(self) -> duckdb.DuckDBPyConnection:
         """The connection, or StoreUnusable in one line: not a DuckDB file, or one this process cannot
@@ -135,7 +136,7 @@ class DuckDBStore:
         if foreign is not None:
             raise StoreUnusable(f"{self.path} is {foreign}, not a spyglass store; point agent.state_dir elsewhere")
         try:
-            return connect(self.path, **self.settings)
+            return connect(self.path, settings=self.settings)
         except duckdb.IOException as exc:
             text = str(exc)
             if "lock" in text.lower() and "Permission denied" not in text and "Read-only" not in text:
@@ -199,13 +200,15 @@ class DuckDBStore:
         self.sources = {**RECEIVED, **sources}
         self.migrate()
 
-    def migrate(self, progress: Callable[[int, int], None] | None = None, rows: int = MIGRATION_ROWS) -> int:
+    def migrate(self, progress: Callable[[int, int], None] | None = None, rows: int = MIGRATION_ROWS,
+                rebuilt: Callable[[str], None] | None = None) -> int:
         """Bring the store to the typed schema in one transaction: a new file gets its tables; a store of
         version 1 has every event read back in seq order and written to its kind table as a commit would
         (a field that is not declared or not of its type kept in `extra`), its `events` table replaced by
         the view, and the version recorded; the per-request rows are then built from every event (all a
         store of version 2 needs). A kill at any point leaves the old version whole: the transaction
-        never committed. `progress(done, total)` is called after each step of `rows` events. Returns how
+        never committed. `progress(done, total)` is called after each step of `rows` events, `rebuilt(table)`
+        after each table of rows is built. Returns how
         many events were migrated (0 when nothing was to do)."""
         version = self.schema_version()
         if version == event_schema.SCHEMA_VERSION:
@@ -215,7 +218,7 @@ class DuckDBStore:
         try:
             moved = self._migrate_v1(progress, rows) if version == 1 else 0
             self._ensure_typed()
-            self._rebuild_rows()
+            self._rebuild_rows(rebuilt)
             con.execute("INSERT INTO store_schema VALUES (?, now())", [event_schema.SCHEMA_VERSION])
             con.commit()
         except BaseException:
@@ -225,12 +228,13 @@ class DuckDBStore:
             logger.info("the store {} was migrated to schema {}: {} events", self.path, event_schema.SCHEMA_VERSION, moved)
         return moved
 
-    def _rebuild_rows(self) -> None:
+    def _rebuild_rows(self, rebuilt: Callable[[str], None] | None = None) -> None:
         """The per-request rows (exporters/request_rows.py) from every stored event: a store made before them."""
-        for table in request_rows.row_tables():
+        for table, statement in zip(request_rows.row_tables(), request_rows.rebuild_statements(), strict=True):
             self.con.execute(f"DELETE FROM {event_schema.quoted(table)}")
-        for statement in request_rows.rebuild_statements():
             self.con.execute(statement)
+            if rebuilt is not None:
+                rebuilt(table)
 
     def _migrate_v1(self, progress: Callable[[int, int], None] | None, rows: int) -> int:
         con = self.con
@@ -318,8 +322,9 @@ class DuckDBStore:
         unstorable (`storable_table`); the rest are committed."""
         if self.invalidated is not None and self._reopen():
             return []  # the batch landed before the checkpoint that failed: nothing to write twice
-        if self.schema_version() != event_schema.SCHEMA_VERSION:
+        if not self._typed:  # asked once per connection: the agent is the only writer
             self.migrate()
+            self._typed = True
         now = time.time()
         tables, refused = storable_tables(events, self.next_seq, self.sources) if events else ({}, [])
         stored = sum(t.num_rows for t in tables.values())
@@ -412,6 +417,15 @@ class DuckDBStore:
         for name in event_schema.table_names():
             [(n,)] = self.con.execute(f"DELETE FROM {event_schema.quoted(name)} WHERE seq <= ? AND ts < to_timestamp(?)",
                                       [upto_seq, before]).fetchall()
+            deleted += n
+        return int(deleted)
+
+    def delete_unpublished(self, before: float, published: int) -> int:
+        """Delete the events older than `before` whose seq is past `published` (never published); how many."""
+        deleted = 0
+        for name in event_schema.table_names():
+            [(n,)] = self.con.execute(f"DELETE FROM {event_schema.quoted(name)} WHERE seq > ? AND ts < to_timestamp(?)",
+                                      [published, before]).fetchall()
             deleted += n
         return int(deleted)
 

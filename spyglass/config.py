@@ -46,6 +46,10 @@ class AgentConfig(Strict):
     commit_interval_seconds: float = Field(
         1.0, ge=0, le=60, description="Events, checkpoints and metric state are committed at most this often;"
         " /metrics shows what is committed, and a crash re-reads at most this much.")
+    quiet_commit_seconds: float = Field(
+        10.0, ge=0, le=600, description="A poll that says what the source's last poll said (an idle llama-server)"
+        " is stored, but alone waits up to this long for a commit instead of commit_interval_seconds: an idle"
+        " agent does not write its store every second. Anything new commits them at the next interval.")
     commit_max_events: int = Field(
         20_000, ge=1, description="A commit comes sooner once this many events wait; while the store"
         " cannot commit, reading pauses at this many (memory stays bounded, nothing is lost).")
@@ -56,6 +60,25 @@ class AgentConfig(Strict):
     rotated_generations: int = Field(
         8, ge=1, le=1000, description="How many numbered generations a '{n}' in a source's `rotated`"
         " patterns stands for ('{path}.{n}': .1 to .8).")
+    cpus: str | None = Field(
+        None, description="CPUs the agent and all its threads may run on, a Linux cpu list such as \"62-63\""
+        " (sched_setaffinity at start): the host's housekeeping CPUs, never an engine's (docs/deploy.md)."
+        " Unset: the CPUs it was started on.")
+    nice: int = Field(0, ge=0, le=19, description="Niceness the agent adds to its own at start (0: none);"
+                      " with `cpus`, how little it weighs against whatever else shares them.")
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpu_list(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not re.fullmatch(r"\s*\d+(-\d+)?(\s*,\s*\d+(-\d+)?)*\s*", value):
+            raise ValueError(f"not a cpu list such as \"62-63\" or \"0,2,4-7\": {value!r}")
+        for part in value.split(","):
+            low, _, high = part.strip().partition("-")
+            if high and int(high) < int(low):
+                raise ValueError(f"the range {part.strip()!r} runs backwards")
+        return value
 
 
 TOKEN_PATTERN = r"^[A-Za-z0-9._~+/-]+=*$"  # RFC 6750's b64token: no spaces, no control characters
@@ -170,6 +193,12 @@ class TracesConfig(Strict):
     max_spans_per_export: int = Field(5000, ge=1, description="A larger export is refused (400).")
     max_attributes: int = Field(64, ge=1, description="Attributes kept per span; the rest are dropped and counted.")
     max_value_chars: int = Field(1024, ge=16, description="A longer attribute value or span name is truncated.")
+    max_spans_per_second: float = Field(1000.0, gt=0, description="Spans taken per second past the burst; an"
+                                        " export past it is refused whole with 429 and Retry-After.")
+    burst_spans: int = Field(20_000, ge=1, description="Spans taken at once before the rate applies.")
+    max_bytes_per_second: int = Field(1 << 20, ge=1024, description="Export bytes taken per second past the burst"
+                                      " (429 and Retry-After past it).")
+    burst_bytes: int = Field(16 << 20, ge=1024, description="Export bytes taken at once before the rate applies.")
 
 
 class ExportersConfig(Strict):
@@ -220,6 +249,10 @@ class AlertsConfig(Strict):
         None, description="runbook_url is this, a slash and <AlertName>.md: an absolute URL (https://... where the"
                           " runbooks are published, or file:///... where they lie), so the link works from Alertmanager"
                           " and Grafana. Unset: the file:// URL of the runbooks `spyglass rules --out` writes.")
+    evidence_base_url: str | None = Field(
+        None, description="evidence_url is this, /evidence/<AlertName>? and the alert's labels: an absolute http(s) URL"
+                          " where the agent's evidence pages are reached (a proxy in front of it, say). Unset: the"
+                          " agent's own address (exporters.prometheus.listen; all interfaces as this host's loopback).")
     evaluation_interval_seconds: int = Field(30, gt=0, le=300, description="Rule group evaluation interval.")
     time_scale: float = Field(
         1.0, gt=0, le=1, description="Every range window, offset, for: and keep_firing_for: of the generated rules is"
@@ -246,6 +279,14 @@ class AlertsConfig(Strict):
     store_webhook_url: str | None = Field("http://127.0.0.1:9464/api/alerts",
                                           description="Alertmanager also sends pages and tickets here (spyglass"
                                                       " stores them as events); unset to not.")
+
+    @field_validator("evidence_base_url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        """The link is opened from Alertmanager's notification: only an absolute http(s) URL is taken."""
+        if value is not None and not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", value):
+            raise ValueError(f"must be an absolute http(s) URL without a query (http://host:port/...), got {value!r}")
+        return value
 
     @field_validator("runbook_base_url")
     @classmethod

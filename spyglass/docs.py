@@ -5,6 +5,7 @@ docs/forensics.md (from the forensic views and reports).
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -113,11 +114,36 @@ def config_markdown() -> str:
     return "\n".join(out)
 
 
+COUNT = re.compile(r"<!-- count:(\w+) -->[\d,]*<!-- /count -->")
+
+
+def counts() -> dict[str, int]:
+    """The counts hand-written docs quote, from the tables they count: `<!-- count:alerts -->38<!-- /count -->`."""
+    from spyglass.alerting.heuristics import catalogue
+    from spyglass.forensics.reports import load_all
+    from spyglass.forensics.views import VIEWS
+
+    heuristics = catalogue()
+    return {"alerts": sum(len(h.alerts) for h in heuristics), "heuristics": len(heuristics), "views": len(VIEWS),
+            "reports": len(load_all())}
+
+
+def counted_docs() -> dict[Path, str]:
+    """Every hand-written doc that quotes a count, with the count as the code has it now."""
+    known = counts()
+    out = {}
+    for path in [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = path.read_text() if path.exists() else ""
+        if COUNT.search(text):
+            out[path] = COUNT.sub(lambda m: f"<!-- count:{m[1]} -->{known[m[1]]:,}<!-- /count -->", text)
+    return out
+
+
 def generated() -> dict[Path, str]:
     from spyglass.forensics.docs import markdown as forensics_markdown
 
     return {ROOT / "docs" / "metrics.md": metrics_markdown(), ROOT / "docs" / "config.md": config_markdown(),
-            ROOT / "docs" / "forensics.md": forensics_markdown()}
+            ROOT / "docs" / "forensics.md": forensics_markdown(), **counted_docs()}
 
 
 def main() -> None:

@@ -271,6 +271,12 @@ def scenarios() -> list[Scenario]:
         Scenario("H19 format drift", N, {
             'spyglass_source_lines_total{source="engine-b", outcome="unmatched"}': counter((T0, 0), (rest, 20)),
         }, {125: [], 140: [("SpyglassUnparsedLines", {"source": "engine-b"})]}),
+        # A llama-server upgraded to a format no preset reads (or a log behind an unknown wrapper): it writes
+        # as many lines as before, none recognized. Lines without a level letter count as much as others.
+        Scenario("H19 a log in a format spyglass cannot read", N, {
+            'spyglass_source_lines_total{source="engine-b", outcome="event"}': counter((T0, 100), (rest, 0)),
+            'spyglass_source_lines_total{source="engine-b", outcome="unprefixed"}': counter((T0, 0), (rest, 100)),
+        }, {125: [], 140: [("SpyglassSourceUnreadable", {"source": "engine-b"})]}),
         Scenario("H19 a source's clock 8 h ahead", N, {
             'spyglass_source_last_event_timestamp_seconds{source="switch"}': clock(N, 8 * 3600),
         }, {3: [], 30: [("SpyglassSourceClockAhead", {"source": "switch"})]}),

@@ -327,6 +327,14 @@ def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
         load_rules(huge, 30)
 
 
+def test_a_deeply_nested_rule_file_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """Issue 29 item 10: 200 KB of `[` crashed backtest with a RecursionError traceback."""
+    deep = tmp_path / "deep.yml"
+    deep.write_bytes(b"[" * 200_000)
+    with pytest.raises(BacktestError, match="nested too deeply"):
+        load_rules(deep, 30)
+
+
 OUT_OF_RANGE = r"out of range|not a time"  # past the year range, or beyond what a time can be
 
 

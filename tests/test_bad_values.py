@@ -150,6 +150,31 @@ def test_the_metric_state_refuses_what_is_not_a_finite_number():
     render(state)
 
 
+@pytest.mark.parametrize(("metric", "key"), [
+    ("spyglass_engine_slots", ("strata-b",)),  # gauge of (instance, lane): one value
+    ("spyglass_engine_evicted_snapshots_total", ("strata-b", "normal", "budget", "extra")),  # 3 labels, 4 values
+    ("spyglass_engine_ttft_seconds", ("strata-b",)),
+    ("spyglass_engine_cpus_info", ("strata-b", "normal")),
+])
+def test_a_series_of_the_wrong_label_count_is_refused_naming_its_metric(metric, key):
+    """A short key would render a partial label set and a long one be cut: like client_python's labels(), it raises."""
+    state = MetricState(full_catalogue())
+    labels = state.catalogue[metric].labels
+    arity = rf"{metric}: {len(key)} label values .* for its {len(labels)} labels {', '.join(labels)}"
+    spec = state.catalogue[metric]
+    with pytest.raises(ValueError, match=arity):
+        if spec.type == "histogram":
+            state.observe(metric, key, 1.0)
+        elif spec.type == "info":
+            state.set_info(metric, key, 2)
+        else:
+            state.inc(metric, key) if spec.type == "counter" else state.set(metric, key, 1.0)
+    assert not (state.values.get(metric) or state.hists.get(metric))
+    right = key[:len(labels)] + ("x",) * (len(labels) - len(key))
+    state.observe(metric, right, 1.0) if spec.type == "histogram" else state.set(metric, right, 1.0)
+    render(state)
+
+
 def _kinds_of(source) -> dict:
     kinds = source.kinds if hasattr(source, "kinds") else [k for ks in source.parser.grammar.by_component.values()
                                                            for k in ks]

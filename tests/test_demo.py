@@ -35,11 +35,13 @@ def spyglass(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def row(stdout: str, label: str) -> tuple[int, bool]:
-    """(value, marked abnormal) of one signal in the last table printed."""
+    """(total, marked abnormal) of one signal in the last table printed: signal, where, total, now (the total
+    when it is what the rule compares), abnormal when, abnormal."""
     table = stdout[stdout.rindex(TITLE):]
-    match = re.search(re.escape(label) + r".*?│\s*([\d,]+)\s*│[^│]*│\s*(abnormal)?\s*│", table, re.S)
-    assert match, table
-    return int(match.group(1).replace(",", "")), match.group(2) is not None
+    line = next((line for line in table.splitlines() if line.startswith(f"│ {label}")), None)
+    assert line, table
+    _, _, total, now, _, mark = (cell.strip() for cell in line.split("│")[1:-1])
+    return int((total or now).replace(",", "")), mark == "abnormal"
 
 
 def series(*points: tuple[float, float]) -> deque:

@@ -23,6 +23,7 @@ from spyglass.config import engine_log_toml
 from spyglass.engine.emulator.logsynth import EngineModel
 from spyglass.engine.emulator.ports import free_port
 from spyglass.exporters.prometheus import render
+from spyglass.exporters.request_rows import row_tables
 from spyglass.signals.state import MetricState
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
@@ -51,14 +52,16 @@ def write_config(folder: Path, log: Path) -> Path:
     return path
 
 
-def stored(db: Path) -> tuple[list[tuple], str]:
+def stored(db: Path) -> tuple[list[tuple], str, list[list[tuple]]]:
+    """The events, the metric state and the per-request rows (exporters/request_rows.py) of a store."""
     con = duckdb.connect(str(db), read_only=True)
     try:
         events = con.execute(f"SELECT {EVENT_COLUMNS} FROM events ORDER BY ALL").fetchall()
         metrics = con.execute("SELECT state FROM agent_state WHERE name = 'metrics'").fetchone()[0]
+        rows = [con.execute(f"SELECT * FROM {table} ORDER BY ALL").fetchall() for table in row_tables()]
     finally:
         con.close()
-    return events, metrics
+    return events, metrics, rows
 
 
 def as_exposition(metrics_json: str) -> str:
@@ -87,10 +90,11 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(tmp_path):
     kills = kill_at_random_until_done(ingest_command(write_config(killed, log)), duration, 20261019, (0.05, 0.25))
     assert kills >= 3, f"only {kills} kills landed before ingest finished"
 
-    expected_events, expected_metrics = stored(clean / "state" / "spyglass.duckdb")
-    actual_events, actual_metrics = stored(killed / "state" / "spyglass.duckdb")
+    expected_events, expected_metrics, expected_rows = stored(clean / "state" / "spyglass.duckdb")
+    actual_events, actual_metrics, actual_rows = stored(killed / "state" / "spyglass.duckdb")
     assert len(actual_events) == len(expected_events) > 80_000
     assert actual_events == expected_events
+    assert len(actual_rows[0]) > 1_000 and actual_rows == expected_rows
     assert as_exposition(actual_metrics) == as_exposition(expected_metrics)
 
 
@@ -168,8 +172,9 @@ def test_sigkill_of_the_live_agent_while_a_writer_appends(tmp_path):
     clean = tmp_path / "clean"
     clean.mkdir()
     subprocess.run(ingest_command(write_config(clean, log)), check=True, capture_output=True)
-    expected_events, expected_metrics = stored(clean / "state" / "spyglass.duckdb")
-    actual_events, actual_metrics = stored(tmp_path / "state" / "spyglass.duckdb")
+    expected_events, expected_metrics, expected_rows = stored(clean / "state" / "spyglass.duckdb")
+    actual_events, actual_metrics, actual_rows = stored(tmp_path / "state" / "spyglass.duckdb")
     assert len(actual_events) == len(expected_events) > 10_000
     assert actual_events == expected_events
+    assert len(actual_rows[0]) > 100 and actual_rows == expected_rows
     assert as_exposition(actual_metrics) == as_exposition(expected_metrics)

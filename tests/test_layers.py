@@ -122,3 +122,42 @@ def test_loading_the_sources_imports_no_pyarrow_and_skips_no_registration(spawns
             "assert collectors.REGISTRY == before, 'an ON_DEMAND module registered a source'\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
+
+
+def misnamed_signals(registrations, source_kinds: set[str], modules: set[str]) -> list[str]:
+    """What breaks the rule that a signals module is named for the registered source kind it serves: a class
+    registered for a kind no source registers, or living in a module of another name, and a module named like
+    a source kind that does not serve it."""
+    out = []
+    for kind, registration in registrations.items():
+        if registration.cls is None:  # declare_only: rows with no event-driven class (the agent's own health)
+            continue
+        if kind not in source_kinds:
+            out.append(f"{kind}: no source kind of that name is registered")
+        if registration.cls.__module__ != f"spyglass.signals.{kind}":
+            out.append(f"{kind}: served from {registration.cls.__module__}, not spyglass.signals.{kind}")
+    served = {kind for kind, registration in registrations.items() if registration.cls is not None}
+    return out + [f"spyglass.signals.{name}: named for {name} but does not serve it"
+                  for name in sorted(modules & source_kinds - served)]
+
+
+def test_each_signals_module_is_named_for_the_source_kind_it_serves():
+    from spyglass import collectors, signals
+
+    modules = {path.stem for path in (ROOT / "spyglass" / "signals").glob("*.py")}
+    assert misnamed_signals(signals.load_all(), set(collectors.load_all()), modules) == []
+
+
+def test_the_naming_rule_sees_a_misnamed_module():
+    from spyglass.signals import SignalsRegistration
+
+    class Gateway:  # a class serving gateway_log from spyglass.signals.gateway (the name before the rule)
+        __module__ = "spyglass.signals.gateway"
+
+    found = misnamed_signals({"gateway_log": SignalsRegistration("gateway_log", Gateway, ()),
+                              "llama": SignalsRegistration("llama", Gateway, ())},
+                             {"gateway_log", "host"}, {"host"})
+    assert found == ["gateway_log: served from spyglass.signals.gateway, not spyglass.signals.gateway_log",
+                     "llama: no source kind of that name is registered",
+                     "llama: served from spyglass.signals.gateway, not spyglass.signals.llama",
+                     "spyglass.signals.host: named for host but does not serve it"]

@@ -113,7 +113,8 @@ def test_lines_that_are_no_event_are_counted_and_never_raise(tmp_path: Path) -> 
                                 START + 1)
     assert misses["unprefixed"] == 1 and misses["ignored"] == 2 and misses["unmatched"] == 1  # the loader dump is known
     assert last.startswith(b"0.00.400.000")
-    assert [e.kind for e in events] == ["start", "model_unreadable", "ready"]
+    assert [e.kind for e in events] == ["start", "model_unreadable", "ready", "unread"]
+    assert events[-1].fields == {"lines": 7, "unreadable": 2, "shape": "9.99.999.999 I slot print_timing: id  x | task y |"}
 
 
 FIXTURE = Path(__file__).parent / "fixtures" / "llama_server" / "llama-server.log"

@@ -6,6 +6,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spyglass import collectors
 from spyglass.collectors.engine_log import EngineLogOptions
@@ -26,7 +28,7 @@ EXPECTED: dict[str, dict[str, int]] = {
     "json-2024-llama.cpp-7742.log": {"start": 1, "release": 1, "queued": 1},
     "text-2024-llama.cpp-9013.log": {"start": 1},
     "text-2025-ik_llama.cpp-257.log": {"start": 1},
-    "text-2024-crash-llama.cpp-9170.log": {"start": 1, "error": 1},
+    "text-2024-crash-llama.cpp-9170.log": {"start": 1, "error": 1, "unread": 1},
     "plain-2025-llama.cpp-13688.log": {"start": 1, "release": 3, "queued": 3},
     "plain-2025-llama.cpp-14201.log": {"start": 1, "ready": 1, "queued": 1},
     "plain-2025-llama.cpp-14363.log": {"start": 1, "model_unreadable": 1},
@@ -42,7 +44,7 @@ EXPECTED: dict[str, dict[str, int]] = {
     "level-2026-llama.cpp-23162-23613.log": {"start": 1},
     "router-2026-llama.cpp-pr23269.log": {"start": 1, "decode_progress": 3, "prompt": 2, "done": 2, "slot_select": 2},
     "journald-2026-llama.cpp-pr22929.log": {"start": 2, "checkpoint": 1, "decode_progress": 1, "prompt": 1, "done": 1},
-    "journald-2023-ollama-1365.log": {},
+    "journald-2023-ollama-1365.log": {"unread": 1},  # Ollama's own "llama server listening at", a cut JSON line
     "compose-2024-ollama-4131.log": {},
     "dated-2024-ollama-fork-tc-mb-10.log": {},
     "llama-swap-2025-155.log": {},
@@ -102,3 +104,19 @@ def recognized_share(paths: list[Path]) -> tuple[int, int]:
 def test_nine_in_ten_signal_lines_of_users_logs_are_recognized() -> None:
     found, seen = recognized_share(sorted(USERS.glob("*.log")))
     assert seen >= 70 and found / seen >= 0.9, (found, seen)
+
+
+FRAGMENTS = [line for path in sorted(USERS.glob("*.log")) for line in path.read_bytes().splitlines()[:6]]
+
+
+@given(st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.binary(max_size=120),
+                          st.builds(lambda a, b, n: a[:n] + b, st.sampled_from(FRAGMENTS), st.sampled_from(FRAGMENTS),
+                                    st.integers(0, 120))), max_size=30))
+@settings(max_examples=300, deadline=None)
+def test_any_mix_of_real_lines_cut_and_joined_never_raises(lines: list[bytes]) -> None:
+    """Real lines of every format and capture, cut and spliced into each other or replaced by noise: every
+    line is counted once (an outcome, or part of an event), and every event has a number for a time."""
+    src = source(USERS / "fuzz.log")
+    events, misses, _ = src.handle_lines([line + b"\n" for line in lines])
+    assert all(isinstance(e.ts, float) and e.ts == e.ts for e in events)
+    assert src.lines_read == len(lines) and src.lines_unread == misses["unmatched"] + misses["unprefixed"]

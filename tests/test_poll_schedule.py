@@ -144,3 +144,32 @@ def test_a_polled_source_keeps_its_state_across_restarts_without_a_poll(tmp_path
     last = pipeline(tmp_path, sources, clock)
     assert last.run_until_idle() == 0  # nothing imported twice
     last.close()
+
+
+def test_polls_that_repeat_the_last_one_are_committed_at_the_quiet_interval(tmp_path, status_server):
+    """An idle endpoint says the same thing every poll: stored, but the store is not written every second."""
+    clock = ManualClock(start=1_793_000_000.0)
+    Status.failing, Status.clock = False, clock
+    config = parse_config(tomllib.loads(
+        f'[agent]\nstate_dir = "{tmp_path}"\nquiet_commit_seconds = 5\n[exporters.prometheus]\nenabled = false\n'
+        f'[sources.serve]\nkind = "serve_status"\nurl = "{status_server}"\ninterval_seconds = 1\n'), "t")
+    from spyglass.exporters.store import DuckDBStore
+
+    p = Pipeline(config, clock, DuckDBStore(config.store_path(), config.source_kinds()))
+    commits = []
+    for second in range(12):
+        p.poll_all()
+        p.step()
+        before = p.store.next_seq
+        p.commit_if_due()
+        if p.store.next_seq > before:
+            commits.append(second)
+        if second == 8:
+            Status.failing = True  # news: a failed poll commits at the next interval
+        clock.advance(1.0)
+    p.committer.flush()
+    stored = p.store.next_seq
+    p.close()
+    # the first poll, one after 5 quiet seconds, the news; a failed poll (backed off to 11) is never quiet;
+    # every poll stored: 0-9 and 11
+    assert (commits, stored) == ([0, 5, 9, 11], 11)

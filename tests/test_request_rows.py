@@ -93,7 +93,7 @@ def streams(draw: st.DrawFn) -> tuple[list[Event], list[int]]:
     not in order (requests overlap; a layer's lines come late), cut into commits."""
     at = [T0 + i * 0.5 for i in draw(st.permutations(range(120)))]
     events: list[Event] = []
-    for _ in range(draw(st.integers(1, 6))):
+    for _request in range(draw(st.integers(1, 6))):
         request_id = f"r{draw(st.integers(0, 3))}"
         for _ in range(draw(st.integers(1, 2))):
             events += engine_task(draw, at, request_id)

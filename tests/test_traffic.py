@@ -1,4 +1,4 @@
-"""300 requests through the traced gateway and both serves under uvicorn, the way real clients
+"""150 requests through the traced gateway and both serves under uvicorn, the way real clients
 send them: one keep-alive client in a row, then 20 clients at once, half of them streamed, some
 with a `traceparent` of their own, prompts on both sides of uvicorn's 64 KiB read buffer. Every
 request must get exactly its own trace, in memory and as stored by the agent from OTLP:
@@ -34,7 +34,7 @@ from spyglass.engine.emulator.serve import create_app as serve_app
 from spyglass.engine.instrument import instrument, otlp_tracing, span_id_for, trace_id_for
 from spyglass.exporters.otel_spans import EngineSpanExporter
 
-IN_A_ROW, CONCURRENT, CLIENTS = 150, 150, 20
+IN_A_ROW, CONCURRENT, CLIENTS = 60, 90, 20  # the concurrent part still keeps 20 clients in flight
 FILLER = "the expert pool reads the arena and the cache parks the snapshot "
 CLIENT_TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 PHASES = ["queue", "prefill", "thinking", "decode"]

@@ -105,3 +105,18 @@ def test_the_documented_samples_file_passes_on_a_healthy_serve(tmp_path):
     with Serve(tmp_path, "warm", load_seconds=10.0) as warm:
         out = gate(warm.url, examples, "--budget", "20", code=0)
     assert f"smoke passed: {len(load_samples(examples))} samples passed" in out.stdout
+
+
+def test_each_run_sends_its_own_request_ids_that_trace_takes(tmp_path, samples):
+    """`smoke-short-answer` was every run's id: runs merged in `spyglass requests` and `trace` refused it."""
+    from spyglass.forensics.trace import REQUEST_ID
+    from spyglass.upgrades.smoke import load_samples, smoke
+
+    loaded = load_samples(samples)
+    with Serve(tmp_path, "ids", load_seconds=1.0) as serve:
+        runs = [smoke(serve.url, loaded, budget=20) for _ in range(2)]
+    ids = [o.request_id for run in runs for o in run.outcomes]
+    assert len(ids) == 2 * len(SIZES) and len(set(ids)) == len(ids)
+    assert all(REQUEST_ID.match(i) for i in ids), ids
+    log = (tmp_path / "ids.log").read_text()
+    assert all(i in log for i in ids)  # the serve logged each under the id it was sent with

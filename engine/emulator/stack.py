@@ -93,7 +93,7 @@ class Stack:
                 "serve-b": {"kind": "serve_status", "url": f"http://127.0.0.1:{b.port}/v1/status", "instance": "strata-b"},
                 "infer": {"kind": "infer_store", "path": f"{self.gateway.infer}/infer.db", "settle_seconds": 0},
                 "supervisord-api": {"kind": "supervisord_rpc", "endpoint": rpc},
-                "host": {"kind": "host", "supervisord": rpc,
+                "host": {"kind": "host", "supervisord": rpc, "agent_name": "",  # one small box: the agent shares by necessity
                          "processes": {"strata-a": {"program": "strata-a"}, "strata-b": {"program": "strata-b"}}},
             }}
 

@@ -83,7 +83,8 @@ class LlamaStack:
         sources: dict[str, Any] = {
             "supervisord": {"kind": "supervisord_log", "path": f"{self.folder}/supervisord.log"},
             "supervisord-api": {"kind": "supervisord_rpc", "endpoint": rpc},
-            "host": {"kind": "host", "supervisord": rpc, "processes": {n: {"program": n} for n in self.instances}},
+            "host": {"kind": "host", "supervisord": rpc, "agent_name": "",  # one small box: the agent shares by necessity
+                     "processes": {n: {"program": n} for n in self.instances}},
         }
         for name, inst in self.instances.items():
             sources[f"engine-{name}"] = {"kind": "engine_log", "preset": "llama_server", "path": str(self.log(name)),

@@ -50,13 +50,16 @@ class Committer:
     def __init__(self, store: Store, state: MetricState, clock: Clock, *, interval: float,
                  max_events: int, checkpoints: Callable[[], dict[str, Any]],
                  saved_checkpoints: dict[str, Any],
-                 hooks: list[Callable[[list[Event]], None]]) -> None:
+                 hooks: list[Callable[[list[Event]], None]], quiet_interval: float = 0.0) -> None:
         self.store, self.state, self.clock = store, state, clock
         self.interval, self.max_events = interval, max_events
         self.checkpoints, self.hooks = checkpoints, hooks
         self.pending: list[Event] = []
         self.waiters: list[threading.Event] = []  # set once the pending events are committed
         self.dirty = False  # lines or events applied since the last commit
+        self.quiet = False  # only repeated polls applied since the last commit
+        self.quiet_interval = max(interval, quiet_interval)
+        self._committed_at = clock.monotonic()
         self.failures = 0  # consecutive failed commits
         self._last_checkpoints = saved_checkpoints
         self._due = clock.monotonic()  # the next commit (or retry) may not start before this
@@ -70,12 +73,18 @@ class Committer:
     def healthy(self) -> bool:
         return self.failures == 0
 
-    def add(self, events: list[Event], lines: int, waiters: list[threading.Event] | None = None) -> None:
+    def add(self, events: list[Event], lines: int, waiters: list[threading.Event] | None = None,
+            quiet: int = 0) -> None:
         """Events (and lines) applied to the live state, to go into the next commit; each of
-        `waiters` is set when the commit holding them succeeded (at once if no store keeps events)."""
+        `waiters` is set when the commit holding them succeeded (at once if no store keeps events).
+        `quiet` of the events (and as many of the lines) only repeat what their source said at its
+        last poll: alone, they wait up to `quiet_interval` for a commit, not `interval`."""
         if self.store.keeps_events or self.hooks:  # else nothing would ever read them
             self.pending += events
-        self.dirty = self.dirty or bool(events) or lines > 0
+        if len(events) > quiet or lines > quiet:
+            self.dirty = True
+        elif events:
+            self.quiet = True
         if waiters and not self.store.keeps_events:
             for waiter in waiters:
                 waiter.set()
@@ -84,8 +93,8 @@ class Committer:
 
     @property
     def waiting(self) -> bool:
-        """Whether anything applied waits for a commit."""
-        return self.dirty or bool(self.pending)
+        """Whether anything applied waits for a commit due at the interval (repeated polls alone wait longer)."""
+        return self.dirty or bool(self.pending) and not self.quiet
 
     def next_commit(self) -> float | None:
         """When the next commit may come (clock.monotonic(); in the past once the interval has
@@ -104,6 +113,9 @@ class Committer:
             if not self.healthy and now - self._published_at >= self.interval:
                 self._publish_live()
             return
+        if self.healthy and self.quiet and not self.dirty and not self.waiters \
+                and now < self._committed_at + self.quiet_interval and len(self.pending) < self.max_events:
+            return  # repeated polls alone: committed with the next news, or after quiet_interval
         try:
             self.commit()
         except Exception as exc:  # noqa: BLE001 - disk full, a remount, a bug: the agent lives on
@@ -133,7 +145,8 @@ class Committer:
             raise
         if self.failures:
             logger.info("store commits again after {} failed attempts; nothing was lost", self.failures)
-        self.failures, self.dirty = 0, False
+        self.failures, self.dirty, self.quiet = 0, False, False
+        self._committed_at = now
         self.pending, self.waiters = [], []
         for waiter in waiters:
             waiter.set()

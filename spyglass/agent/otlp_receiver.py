@@ -35,6 +35,7 @@ KEPT_KEYS = frozenset({
     "gen_ai.request.temperature", "gen_ai.request.top_p", "gen_ai.conversation.id"})
 KEPT_PREFIXES = ("spyglass.", "gen_ai.usage.", "llm.token_count.")
 MAX_EVENTS = 64
+MESSAGES_PER_SPAN = 40  # protobuf messages an export may hold, per span it may hold (see count_messages)
 MAX_DEPTH = 3
 
 
@@ -112,6 +113,76 @@ def _fields(data: memoryview) -> Any:
             raise ValueError(f"not an OTLP trace export: wire type {wire}")
 
 
+# The message fields of an export, by message: (message, field number) -> the field's message. What
+# the wire walk counts before protobuf builds anything (spans, their attributes, events, links, and
+# the values nested in attributes: each costs an object, 2 bytes of body can make one).
+MESSAGES = {("export", 1): "resource_spans", ("resource_spans", 1): "resource", ("resource_spans", 2): "scope_spans",
+            ("resource", 1): "key_value", ("scope_spans", 1): "scope", ("scope_spans", 2): "span",
+            ("scope", 3): "key_value", ("span", 9): "key_value", ("span", 11): "event", ("span", 13): "link",
+            ("event", 3): "key_value", ("link", 4): "key_value", ("key_value", 2): "any_value",
+            ("any_value", 5): "array", ("any_value", 6): "kv_list", ("array", 1): "any_value",
+            ("kv_list", 1): "key_value"}
+MAX_NESTING = 24  # messages within messages: an export is 7 deep, an attribute value a few more
+
+
+def count_messages(body: bytes, limit: int) -> int:
+    """The messages an ExportTraceServiceRequest would build (spans, attributes, span events, links,
+    values), counted on the wire; stops counting past `limit`. Each takes 2 bytes or more, so a body
+    under 2 x `limit` bytes is not walked. ValueError for a body that is no export, or nested deeper
+    than MAX_NESTING."""
+    if len(body) <= 2 * limit:
+        return len(body) // 2
+    try:
+        return _walk(body, limit)
+    except IndexError:
+        raise ValueError("not an OTLP trace export: a field runs past the body") from None
+
+
+def _varint_at(body: bytes, at: int) -> tuple[int, int]:
+    value = body[at]
+    at += 1
+    if value < 0x80:
+        return value, at
+    value, shift = value & 0x7F, 7
+    while shift < 64:
+        byte = body[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+    raise ValueError("not an OTLP trace export: an overlong varint")
+
+
+def _walk(body: bytes, limit: int) -> int:
+    count, stack, inner_of = 0, [("export", 0, len(body), 0)], MESSAGES.get
+    while stack:
+        message, at, end, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise ValueError(f"not an OTLP trace export one can take: nested over {MAX_NESTING} deep")
+        while at < end:
+            tag, at = _varint_at(body, at)
+            wire = tag & 7
+            if wire == 2:
+                size, at = _varint_at(body, at)
+                if at + size > end:
+                    raise ValueError("not an OTLP trace export: a field runs past its message")
+                inner = inner_of((message, tag >> 3))
+                if inner is not None:
+                    count += 1
+                    if count > limit:
+                        return count
+                    stack.append((inner, at, at + size, depth + 1))
+                at += size
+            elif wire == 0:
+                _, at = _varint_at(body, at)
+            elif wire in (1, 5):
+                at += 8 if wire == 1 else 4
+            else:
+                raise ValueError(f"not an OTLP trace export: wire type {wire}")
+    return count
+
+
 def count_spans(body: bytes, limit: int) -> int:
     """The spans of an ExportTraceServiceRequest, counted on the wire without building any (parsing
     1 MiB of empty spans builds about 86 MB of objects); stops counting past `limit`."""
@@ -134,6 +205,10 @@ def decode_spans(body: bytes, host: str = "", limits: SpanLimits = SpanLimits(),
     or a span's start or end lies outside 2000 to a day past `now` (collectors/timebounds.py)."""
     if count_spans(body, limits.max_spans) > limits.max_spans:  # before a single span is built
         raise ValueError(f"over {limits.max_spans} spans in one export; at most {limits.max_spans} are accepted")
+    most = limits.max_spans * MESSAGES_PER_SPAN
+    if count_messages(body, most) > most:  # 500,000 empty span events in 1 MiB built 500,000 objects
+        raise ValueError(f"over {most} parts (spans, attributes, span events, links, values) in one export;"
+                         f" at most {MESSAGES_PER_SPAN} per span accepted")
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(body)

@@ -7,6 +7,7 @@ metric state in one store transaction by time and size, and publishes the commit
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from typing import Any, cast
 from loguru import logger
 
 from spyglass import __version__, collectors, signals
+from spyglass.agent.affinity import cpu_list
 from spyglass.agent.commit import Committer
 from spyglass.collectors import LineSource, NotesItsParser, PolledSource, PollPolicy, SaysWhatItSamples, timebounds
 from spyglass.collectors.clock import Clock
@@ -111,6 +113,14 @@ class PolledRuntime(SourceRuntime):
     source: PolledSource
     schedule: PollSchedule
     saved: dict[str, Any] | None = None
+    last_poll: list[tuple[str, str, dict[str, Any]]] | None = None  # what the last poll said, poll_ms aside
+
+    def repeats(self, events: list[Event], ok: bool) -> bool:
+        """Whether this poll says what the last one said (an idle server): its events are stored, but
+        need not be committed at once (`agent.quiet_commit_seconds`)."""
+        said = [(e.kind, e.instance, {k: v for k, v in e.fields.items() if k != "poll_ms"}) for e in events]
+        same, self.last_poll = ok and said == self.last_poll, said
+        return same
 
     @property
     def samples_present(self) -> bool:
@@ -154,13 +164,15 @@ class Pipeline:
         self.sources = [self._build_source(name, options, saved.checkpoints.get(name))
                         for name, options in config.sources.items()]
         self.state.set_info("spyglass_agent_info", (__version__,), 0)
+        self.state.set_info("spyglass_agent_allowed_cpus_info", (cpu_list(os.sched_getaffinity(0)),), 0)
         self._polled: queue.Queue[tuple[PolledRuntime, list[Event], bool, Any]] = queue.Queue()
         self.event_hooks: list[Callable[[list[Event]], None]] = []  # after each commit, e.g. span export
         self._submitted: queue.Queue[tuple[list[Event], threading.Event]] = queue.Queue()  # from outside: spans received by OTLP
         agent = config.agent
         self.committer = Committer(store, self.state, clock, interval=agent.commit_interval_seconds,
                                    max_events=agent.commit_max_events, checkpoints=self._checkpoints,
-                                   saved_checkpoints=saved.checkpoints, hooks=self.event_hooks)
+                                   saved_checkpoints=saved.checkpoints, hooks=self.event_hooks,
+                                   quiet_interval=agent.quiet_commit_seconds)
         self.exposed = self.committer.exposed
         self.publisher = self._build_publisher()
 
@@ -226,14 +238,16 @@ class Pipeline:
                 self._apply(rt, events)
                 self._update_health(rt)
                 stored += events
+            quiet = 0  # polled events that only repeat their source's last poll
             for poller, events, ok in polled:
                 events = self._within_time_bounds(poller, events, now)
                 self._apply(poller, events)
                 self.state.inc("spyglass_source_polls_total", (poller.name, "ok" if ok else "error"))
                 self.state.set("spyglass_source_up", (poller.name,), 1.0 if ok else 0.0)
+                quiet += len(events) if poller.repeats(events, ok) else 0
                 stored += events
             lines_read = sum(len(lines) for _, lines in batches) + len(stored)
-            self.committer.add(stored, lines_read, waiters)
+            self.committer.add(stored, lines_read, waiters, quiet=quiet)
         return lines_read
 
     def commit_if_due(self) -> None:
@@ -256,15 +270,16 @@ class Pipeline:
     def polled_sources(self) -> list[PolledRuntime]:
         return [rt for rt in self.sources if isinstance(rt, PolledRuntime)]
 
-    def poll(self, rt: PolledRuntime) -> float:
-        """One poll of a polled source if it is due, queued for the next step; returns the seconds
-        until it is due again. Safe from any thread, one thread per source.
+    def poll(self, rt: PolledRuntime, early: float = 0.0) -> float:
+        """One poll of a polled source if it is due (or due within `early` seconds: the polls of one
+        host share a round), queued for the next step; returns the seconds until it is due again.
+        Safe from any thread, one thread per source.
 
         A source that raises is a bug or a surprise of the host, never a dead agent: it is logged,
         counted as an error poll with up = 0, and retried on the failure schedule."""
         schedule = rt.schedule
         now = self.clock.now()
-        if not schedule.due(now):
+        if not schedule.due(now + early):
             return schedule.next_due - now
         try:
             result = schedule.source.poll(now)

@@ -9,12 +9,15 @@ from __future__ import annotations
 import re
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from loguru import logger
 
 from spyglass import __version__
+from spyglass.agent.affinity import settle
 from spyglass.agent.pipeline import Pipeline, PolledRuntime
 from spyglass.agent.wake import Wake
 from spyglass.collectors.clock import Clock, SystemClock
@@ -24,6 +27,9 @@ from spyglass.exporters.statefile import StateFile, Store
 if TYPE_CHECKING:
     from spyglass.agent.server import AgentServer
     from spyglass.agent.snapshot import Snapshots
+
+
+SHARED_ROUND_SECONDS = 0.05  # polls of one host due this close together are made in one round
 
 
 class StoreBusy(Exception):
@@ -50,6 +56,12 @@ def open_store(config: Config) -> Store:
     return StateFile(config.state_dir() / "state.json")
 
 
+def polled_host(options: object) -> str:
+    """The host a polled source asks (its url's), or "local" for one that reads this host (/proc, a socket)."""
+    url = getattr(options, "url", None)
+    return (urlsplit(str(url)).hostname or "local") if url else "local"
+
+
 def source_folders(config: Config) -> set[Path]:
     """The folders of the file sources: where inotify watches."""
     return {Path(o.path).expanduser().parent for o in config.sources.values() if o.path}
@@ -59,6 +71,7 @@ class Agent:
     """The pipeline plus its server and watcher; `serve()` runs until `stop` is set."""
 
     def __init__(self, config: Config, clock: Clock | None = None) -> None:
+        settle(config.agent.cpus, config.agent.nice)  # before the store's and the server's threads start
         self.config = config
         self.stop = threading.Event()
         self.wake = Wake()
@@ -83,19 +96,29 @@ class Agent:
 
         self._alert_replays = Replays()
         self._alert_budget = AlertBudget()
+        from spyglass.agent.budgets import smoke_budget, spans_budget
+
+        traces = config.exporters.traces
+        self._span_budget = spans_budget(traces.max_spans_per_second, traces.burst_spans, traces.max_bytes_per_second,
+                                         traces.burst_bytes)
+        self._smoke_budget = smoke_budget()
         if config.exporters.prometheus.enabled:
             from spyglass.agent.server import AgentServer, ServerLimits  # here: `spyglass ingest` serves nothing
 
             server = config.exporters.prometheus
             limits = ServerLimits(server.workers, server.request_timeout_seconds, server.max_body_bytes,
                                   server.bearer_token(), tuple(server.open_paths))
+            query = self._query_function()
             try:
                 self.server = AgentServer(server.listen, self.pipeline.exposed, self.pipeline.debug_sources,
-                                          self._query_function(),
-                                          self._receive_traces if config.exporters.traces.accept else None,
-                                          limits, self._receive_alerts,
-                                          self._receive_smoke if self.pipeline.store.keeps_events else None,
-                                          metrics_listen=server.metrics_listen, problems=self.pipeline.problems)
+                                          query,
+                                          self._counted("/v1/traces", self._receive_traces)
+                                          if config.exporters.traces.accept else None,
+                                          limits, self._counted("/api/alerts", self._receive_alerts),
+                                          self._counted("/api/smoke", self._receive_smoke)
+                                          if self.pipeline.store.keeps_events else None,
+                                          metrics_listen=server.metrics_listen, problems=self.pipeline.problems,
+                                          pages=self._pages(query))
             except Exception:  # e.g. ListenError: the store was opened, and nobody else closes it
                 self.close_unstarted()
                 raise
@@ -106,14 +129,33 @@ class Agent:
         if self.snapshots is not None:
             self.snapshots.close()
 
+    def _counted(self, receiver: str, receive: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+        """`receive`, with each body a budget refuses counted in spyglass_received_refused_total."""
+        from spyglass.agent.budgets import Refused
+
+        def counted(body: bytes) -> Any:
+            try:
+                return receive(body)
+            except Refused as exc:
+                with self.pipeline.state.lock:
+                    self.pipeline.state.inc("spyglass_received_refused_total", (receiver, exc.reason))
+                    self.pipeline.committer.dirty = True  # shown at the next commit, even if nothing is stored
+                raise
+
+        return counted
+
     def _receive_traces(self, body: bytes) -> None:
+        """Spans stored at the next step; refused whole (Refused) while the store cannot commit or past
+        the spans' budget (spyglass.agent.budgets): nothing is buffered that the store cannot take."""
         from spyglass.agent.otlp_receiver import SpanLimits, decode_spans
 
+        self._refuse_while_failing()
         traces = self.config.exporters.traces
         limits = SpanLimits(traces.keep_content, traces.max_spans_per_export, traces.max_attributes,
                             traces.max_value_chars)
         with self._decoding:  # one export decoded at a time: its memory is bounded by the body limit
             events = decode_spans(body, self.config.agent.host, limits, now=self.pipeline.clock.now())
+        self._span_budget.admit({"spans": len(events), "bytes": len(body)}, self.pipeline.clock.monotonic())
         self.pipeline.submit(events)
         self.wake.set()
 
@@ -172,9 +214,14 @@ class Agent:
         self.wake.set()
 
     def _receive_smoke(self, body: bytes) -> None:
+        import orjson
+
         from spyglass.upgrades.smoke_event import decode_result
 
-        self._store_now([decode_result(body, self.config.agent.host, now=self.pipeline.clock.now())])
+        event = decode_result(body, self.config.agent.host, now=self.pipeline.clock.now())
+        self._refuse_while_failing()
+        self._smoke_budget.admit({"bytes": len(orjson.dumps(event.fields))}, self.pipeline.clock.monotonic())
+        self._store_now([event])
 
     def _store_now(self, events: list) -> None:
         """Submit `events` and wait for their commit, so a 200 means stored: a kill -9 after it loses
@@ -187,10 +234,17 @@ class Agent:
         self._wait_committed([stored], retry="a retry may store it twice")
 
     def _refuse_while_failing(self) -> None:
-        from spyglass.agent.server import NotYetStored
+        """Refused (503) while the store cannot commit, or while a full batch waits for its commit:
+        back-pressure, so that what the store cannot take yet waits at the sender, not in memory."""
+        from spyglass.agent.budgets import Refused
 
-        if not self.pipeline.committer.healthy:
-            raise NotYetStored("the store is failing (see spyglass_store_healthy); nothing was taken, retry later")
+        committer = self.pipeline.committer
+        if not committer.healthy:
+            raise Refused(503, "store_failing", "the store is failing (see spyglass_store_healthy); nothing was"
+                          " taken, retry later", retry_after=5)
+        if len(committer.pending) >= committer.max_events:
+            raise Refused(503, "backlog", f"{len(committer.pending):,} events wait for the next commit; nothing was"
+                          " taken, retry", retry_after=1)
 
     def _wait_committed(self, commits: list[threading.Event], retry: str = "a retry is answered once it is") -> None:
         """Return once every one of `commits` is set; NotYetStored (taken) if that takes over half the
@@ -205,6 +259,22 @@ class Agent:
             if not commit.wait(max(0.0, deadline - time.monotonic())):
                 raise NotYetStored(f"not committed within {wait:g} s (the store is failing?); held in memory and"
                                    f" stored when the store recovers; {retry}", taken=True)
+
+    def _pages(self, query):
+        """GET /evidence/... and /trace/...: pages read from the store through `query` (/api/sql's bounded path)."""
+        if query is None:
+            return None
+        from functools import partial
+
+        from spyglass.agent import evidence_route
+        from spyglass.agent.query import Answer
+
+        def ask(text: str) -> Answer:
+            got = query(text)
+            return Answer(got["columns"], got["rows"], got.get("truncated"), got.get("as_of"))
+
+        return {("GET", evidence_route.EVIDENCE): partial(evidence_route.evidence, self.config, ask),
+                ("GET", evidence_route.TRACE): partial(evidence_route.trace, self.config, ask)}
 
     def _query_function(self):
         """/api/sql: a bounded query on a read-only copy of the store, a few at a time."""
@@ -238,16 +308,21 @@ class Agent:
         return query
 
     def _pollers(self) -> list[threading.Thread]:
-        """One thread per polled source: a slow endpoint delays only itself, never the tailing."""
+        """One thread per host polled (polled_host): the polls of one host's sources share a schedule,
+        one wake of the loop for them all; a slow host delays only its own polls, never the tailing."""
 
-        def loop(rt: PolledRuntime) -> None:
+        def loop(group: list[PolledRuntime]) -> None:
             while not self.stop.is_set():
-                wait = self.pipeline.poll(rt)  # the pipeline keeps the schedule: interval, or backoff
+                # the pipeline keeps each schedule; a poll due within SHARED_ROUND joins this round
+                wait = min([self.pipeline.poll(rt, early=SHARED_ROUND_SECONDS) for rt in group])
                 self.wake.set()
                 self.stop.wait(max(0.05, wait))
 
-        return [threading.Thread(target=loop, args=(rt,), name=f"poll-{rt.name}", daemon=True)
-                for rt in self.pipeline.polled_sources()]
+        groups: dict[str, list[PolledRuntime]] = {}
+        for rt in self.pipeline.polled_sources():
+            groups.setdefault(polled_host(self.config.sources[rt.name]), []).append(rt)
+        return [threading.Thread(target=loop, args=(group,), name=f"poll-{host}", daemon=True)
+                for host, group in groups.items()]
 
     def serve(self) -> None:
         self.wake.watch(source_folders(self.config))

@@ -1,5 +1,6 @@
 """The agent's HTTP server on one port: /metrics, /health, /debug/sources, /api/sql, /v1/traces,
-/api/alerts (Alertmanager's webhook), /api/smoke (the smoke gate's results).
+/api/alerts (Alertmanager's webhook), /api/smoke (the smoke gate's results), and the pages under
+/evidence/ and /trace/ (spyglass.agent.evidence_route; a route keyed `/name/` serves every path under it).
 
 Every request is bounded: at most `workers` are served at once (past that a connection gets
 503 at once, never a queue), its headers and body must arrive within `request_timeout_seconds` in
@@ -32,6 +33,7 @@ from loguru import logger
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
+from spyglass.agent.budgets import Refused
 from spyglass.exporters.prometheus import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, registry_for, wants_openmetrics
 from spyglass.signals.state import MetricState
 
@@ -56,6 +58,7 @@ class ServerLimits:
     max_body_bytes: int = 1 << 20
     token: str | None = None
     open_paths: tuple[str, ...] = ("/metrics", "/health")
+    scrape_read_seconds: float = 2.0  # on the metrics port: how long a request may take to arrive
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -75,23 +78,35 @@ class _DeadlineReader(io.RawIOBase):
         return self.sock.recv_into(buffer)
 
 
-class _BoundedServer(HTTPServer):
-    """HTTPServer with a fixed pool of workers instead of a thread per connection.
+SCRAPE_READ_SECONDS = 1.0  # a scrape sends its whole request at once: the kept worker waits no longer
+_connection = threading.local()  # the worker's current connection: its read budget, and whether it is the kept one
 
-    While every worker is busy a new connection gets 503 at once: waiting for a worker would
-    hold the accept loop, so a flood of half-sent requests would delay every other client."""
+
+class _BoundedServer(HTTPServer):
+    """HTTPServer with a fixed pool of workers instead of a thread per connection, plus one worker
+    kept for scrapes.
+
+    While every worker is busy a new connection gets the kept worker, which serves only GET /metrics
+    and /health and waits at most SCRAPE_READ_SECONDS for the request (a dripping client cannot hold
+    it); while that one is busy too, 503 at once: waiting for a worker would hold the accept loop, so
+    a flood of half-sent requests would delay every other client."""
 
     request_queue_size = 64
 
     def __init__(self, address: tuple[str, int], site: Site, workers: int, family: int) -> None:
         self.address_family, self.site = family, site
         # Before the bind: a failed bind calls server_close, which shuts the pool down.
-        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="spyglass-http")
+        self.pool = ThreadPoolExecutor(workers + 1, thread_name_prefix="spyglass-http")
         self.slots = threading.BoundedSemaphore(workers)
+        self.kept = threading.BoundedSemaphore(1)
         super().__init__(address, AgentHandler)
 
     def process_request(self, request: Any, client_address: Any) -> None:  # a socket, for TCP
-        if not self.slots.acquire(blocking=False):
+        if self.slots.acquire(blocking=False):
+            self.pool.submit(self._serve, request, client_address, self.slots, None)
+        elif self.kept.acquire(blocking=False):
+            self.pool.submit(self._serve, request, client_address, self.kept, SCRAPE_READ_SECONDS)
+        else:
             try:
                 request.settimeout(1.0)
                 request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 5\r\n"
@@ -99,17 +114,18 @@ class _BoundedServer(HTTPServer):
             except OSError:
                 pass
             self.shutdown_request(request)
-            return
-        self.pool.submit(self._serve, request, client_address)
 
-    def _serve(self, request: socket.socket, client_address: Any) -> None:
+    def _serve(self, request: socket.socket, client_address: Any, slot: threading.BoundedSemaphore,
+               scrape_only: float | None) -> None:
+        _connection.scrape_only = scrape_only
         try:
             self.finish_request(request, client_address)
         except Exception:  # noqa: BLE001 - a broken connection costs itself, never the server
             pass
         finally:
+            _connection.scrape_only = None
             self.shutdown_request(request)
-            self.slots.release()
+            slot.release()
 
     def server_close(self) -> None:
         super().server_close()
@@ -174,6 +190,12 @@ def cross_site_refusal(path: str, headers: Any, loopback: int | None) -> tuple[i
 Route = Callable[["AgentHandler", bytes], None]  # answers one request; a GET route is given b""
 
 
+def prefix(path: str) -> str:
+    """`/evidence/` of `/evidence/NAME`: the key of a route that serves every path under it."""
+    cut = path.find("/", 1)
+    return path[:cut + 1] if cut > 0 else ""
+
+
 @dataclass
 class Site:
     """What one listening port serves: its route table, (method, path) -> route, and its limits.
@@ -198,8 +220,13 @@ class AgentHandler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         self.connection = self.request
-        self.rfile = io.BufferedReader(_DeadlineReader(
-            self.connection, time.monotonic() + self.server.site.limits.request_timeout_seconds))
+        self.scrape_only = getattr(_connection, "scrape_only", None)
+        read = self.server.site.limits.request_timeout_seconds
+        if self.scrape_only is not None:
+            read = min(read, self.scrape_only)
+        elif self.server.site.only is not None:  # the metrics port: a GET, its request sent at once
+            read = min(read, self.server.site.limits.scrape_read_seconds)
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, time.monotonic() + read))
         self.wfile = _SocketWriter(self.connection)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
@@ -210,7 +237,12 @@ class AgentHandler(BaseHTTPRequestHandler):
 
     def route(self, method: str) -> None:
         site, path = self.server.site, self.path.split("?", 1)[0]
-        route = site.routes.get((method, path))
+        if self.scrape_only is not None and (method, path) not in METRICS_ONLY:
+            self.close_connection = True
+            self.answer(503, "text/plain", b"busy: the last worker is kept for /metrics and /health\n",
+                        {"Retry-After": "1"})
+            return
+        route = site.routes.get((method, path)) or site.routes.get((method, prefix(path)))
         if route is None and site.only is not None:
             if method == "POST":
                 self.close_connection = True
@@ -322,10 +354,15 @@ def sql(query: Callable[[str], dict[str, Any]], request: AgentHandler, body: byt
 
 
 def otlp_traces(receive: Callable[[bytes], None], request: AgentHandler, body: bytes) -> None:
+    """200 once taken (stored at the next commit); 400 for a body that is no export; 413, 429 or 503
+    (with Retry-After) past a budget or while the store cannot commit (spyglass.agent.budgets)."""
     try:
         receive(body)
     except ValueError as exc:
         request.answer(400, "text/plain", str(exc).encode())
+        return
+    except Refused as exc:
+        request.answer(exc.status, "text/plain", f"{exc}\n".encode(), exc.headers())
         return
     request.answer(200, "application/x-protobuf", b"")  # an empty ExportTraceServiceResponse
 
@@ -347,6 +384,9 @@ def store_and_answer(committing: threading.BoundedSemaphore, store: Callable[[by
         return
     except NotYetStored as exc:
         request.answer(503, "text/plain", f"{exc}\n".encode(), {"Retry-After": "5"})
+        return
+    except Refused as exc:
+        request.answer(exc.status, "text/plain", f"{exc}\n".encode(), exc.headers())
         return
     finally:
         committing.release()
@@ -384,8 +424,9 @@ class AgentServer:
                  traces: Callable[[bytes], None] | None = None, limits: ServerLimits = ServerLimits(),
                  alerts: Callable[[bytes], str | None] | None = None,
                  smoke: Callable[[bytes], str | None] | None = None, metrics_listen: str | None = None,
-                 problems: Callable[[], list[str]] = list) -> None:
-        routes = route_table(state, debug, limits, query, traces, alerts, smoke, problems)
+                 problems: Callable[[], list[str]] = list,
+                 pages: dict[tuple[str, str], Route] | None = None) -> None:
+        routes = {**route_table(state, debug, limits, query, traces, alerts, smoke, problems), **(pages or {})}
         site = Site(routes, limits)
         self.httpd = bind(listen, site, limits.workers, "")
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="spyglass-http", daemon=True)

@@ -8,7 +8,8 @@ one block with its `# TYPE`, its samples in time order, `# EOF` last.
 
 What a replay cannot know is not invented: the tailer's own health (lines by outcome, bytes,
 lag, up) is not in the events, so of spyglass's health only each source's newest event time is
-replayed. Every series gets `job` (the `[alerts] job`), and `up` is 1 at every sample, as the
+replayed, and the lines a llama log could not read (its `unread` events: the drift alarm). Every series
+gets `job` (the `[alerts] job`), and `up` is 1 at every sample, as the
 scrape of a running agent gives. A series the live state dropped stays visible to queries for
 Prometheus's 5-minute lookback (OpenMetrics text cannot carry a staleness marker). Process state
 is derived from supervisord's events and polled series go stale: see spyglass.alerting.replay_state.
@@ -39,6 +40,7 @@ from spyglass.signals.state import MetricState
 OPENMETRICS_FILE = "spyglass.om"
 BATCH = 20_000
 EVENT_SECONDS = "spyglass_source_last_event_timestamp_seconds"
+LINES = "spyglass_source_lines_total"
 
 
 class BackfillError(Exception):
@@ -227,6 +229,10 @@ def replay(config: Config, start: float, end: float, step: float, out: Path,
             raise BackfillError(f"no events of {', '.join(sorted(kinds))} between {iso(first)} and {iso(last)}"
                                 f" in {config.store_path()}: nothing to replay")
         state = metric_state(config)
+        for name, options in config.sources.items():  # counted from 0, so that the first `unread` is an increase
+            if getattr(options, "preset", "") == "llama_server":
+                state.set(LINES, (name, "event"), 0)
+                state.set(LINES, (name, "unprefixed"), 0)
         signals = build_signals(config, state)
         applies = {name: signals[kind].apply for name, kind in kinds.items() if kind in signals}
         derived = ReplayState.of(config)
@@ -239,6 +245,15 @@ def replay(config: Config, start: float, end: float, step: float, out: Path,
     finally:
         con.close()
     return BackfillResult(out, applied, in_window, writer.samples, times)
+
+
+def lines_read(event: Event, state: MetricState) -> None:
+    """A source's running count of lines read and unreadable (the llama log's `unread` event), as the
+    outcomes of spyglass_source_lines_total that the drift alarm (SpyglassSourceUnreadable) reads."""
+    read, unread = event.fields.get("lines"), event.fields.get("unreadable")
+    if isinstance(read, int) and isinstance(unread, int) and 0 <= unread <= read:
+        state.set(LINES, (event.source, "event"), read - unread)
+        state.set(LINES, (event.source, "unprefixed"), unread)
 
 
 def _run(state: MetricState, applies: dict, events: Iterator[Event], start: float, end: float, step: float,
@@ -256,6 +271,8 @@ def _run(state: MetricState, applies: dict, events: Iterator[Event], start: floa
                 if apply is not None:
                     apply(pending)
                 derived.apply(pending, state)
+                if pending.kind == "unread":
+                    lines_read(pending, state)
                 last_seen[pending.source] = max(last_seen.get(pending.source, 0.0), pending.ts)
                 applied += 1
             except Exception:  # noqa: BLE001 - the pipeline counts such an event invalid and goes on

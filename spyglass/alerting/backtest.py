@@ -98,6 +98,8 @@ def read_rule_file(file: Path) -> Any:
         return yaml.load(text, Loader=NoAliasLoader) or {}  # noqa: S506 - a SafeLoader that also refuses aliases
     except (OSError, yaml.YAMLError) as exc:
         raise BacktestError(f"{file}: not a readable rule file: {exc}") from None
+    except RecursionError:  # `[[[[...`: the YAML composer recurses once per level
+        raise BacktestError(f"{file}: not a rule file: nested too deeply") from None
 
 
 def load_rules(path: Path, default_interval: float) -> tuple[dict[str, str], list[AlertRule]]:

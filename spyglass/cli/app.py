@@ -1,7 +1,9 @@
 """The `spyglass` command: run, ingest, sql, trace, the forensic commands, rules, backfill, backtest, demo."""
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -56,6 +58,7 @@ def _config(path: Path):
 @app.command()
 def run(config: ConfigOption) -> None:
     """Run the agent until SIGTERM or Ctrl-C."""
+    from spyglass.agent.affinity import CpusUnavailable
     from spyglass.agent.runtime import Agent, StoreBusy
     from spyglass.agent.server import ListenError
     from spyglass.exporters.duckdb_open import StoreUnusable
@@ -63,6 +66,9 @@ def run(config: ConfigOption) -> None:
     cfg = _config(config)
     try:
         agent = Agent(cfg)
+    except CpusUnavailable as exc:
+        typer.echo(f"error: {exc}; set agent.cpus in {config} to CPUs of this host", err=True)
+        raise typer.Exit(2) from None
     except ListenError as exc:
         typer.echo(f"error: {exc}; set exporters.prometheus.listen in {config} to a free port,"
                    " or stop what listens there", err=True)
@@ -74,6 +80,11 @@ def run(config: ConfigOption) -> None:
     except StoreUnusable as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+    from spyglass.cli.checklog import unread_summary
+
+    said = unread_summary(agent.pipeline)  # the outcomes restored from the state file: what earlier runs read
+    if said:
+        typer.echo(f"warning: {said}", err=True)
     agent.stop_on_signals()
     agent.serve()
 
@@ -113,6 +124,34 @@ def unsettled_segments(pipeline: Any) -> dict[str, list[str]]:
             if rt.kind == "infer_store" and getattr(rt.source, "unsettled", None)}
 
 
+class CtrlC:
+    """SIGINT while a command reads: raised as KeyboardInterrupt only inside `interrupts()`; before, it is kept
+    (and raised on entering), after, it is only counted. A Ctrl-C at the very end of ingest once printed
+    `Exception ignored in: <module 'threading'>`, exited 0 and printed no summary."""
+
+    def __init__(self) -> None:
+        import signal
+
+        self.pressed, self.armed = False, False
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, _signum: int, _frame: object) -> None:
+        self.pressed = True
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def interrupts(self) -> Iterator[None]:
+        if self.pressed:
+            raise KeyboardInterrupt
+        self.armed = True
+        try:
+            yield
+        finally:
+            self.armed = False
+
+
 @app.command()
 def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
            poll: Annotated[bool, typer.Option("--poll", help="Also poll the sources that sample the present"
@@ -137,6 +176,7 @@ def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
     if files and len(missing) == files:
         typer.echo(f"error: {config}: none of the {files} configured files exists", err=True)
         raise typer.Exit(1)
+    ctrl_c = CtrlC()  # a Ctrl-C before the reading starts is kept until it does; none interrupts the commit
     try:
         store = open_store(cfg)
     except StoreBusy as exc:
@@ -156,20 +196,55 @@ def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
     # Events counted from the sources' outcomes, not by a commit hook: with a hook the committer
     # would keep every event of a commit interval in memory even with the store off.
     before_events = sum(rt.outcomes.get("event", 0) for rt in pipeline.sources)
+    before_outcomes = {rt.name: (dict(rt.outcomes), rt.tailer.stats.lines) for rt in pipeline.tailed_sources()}
     try:
-        pipeline.run_until_idle(poll=poll)
+        with ctrl_c.interrupts():
+            pipeline.run_until_idle(poll=poll)
+    except KeyboardInterrupt:  # Ctrl-C: close (what was committed stays), say what was read, exit 130
+        pass
     finally:
         pipeline.close()
+    interrupted = ctrl_c.pressed
     events = [sum(rt.outcomes.get("event", 0) for rt in pipeline.sources) - before_events]
     lines = sum(tailer.stats.lines for tailer in tailers) - before
     stored = "stored" if cfg.exporters.store.enabled else "counted (store off)"
-    typer.echo(f"read {lines:,} lines from {files - len(missing)} of {files} files;"
-               f" {events[0]:,} events {stored}; {len(cfg.sources)} sources")
+    typer.echo(f"{'interrupted: ' if interrupted else ''}read {lines:,} lines from {files - len(missing)} of {files}"
+               f" files; {events[0]:,} events {stored}; {len(cfg.sources)} sources"
+               f"{'; the next ingest goes on from the last commit' if interrupted else ''}")
+    from spyglass.cli.checklog import unread_summary
+
+    said = unread_summary(pipeline, before_outcomes)
+    if said:
+        typer.echo(said)
     for name, segments in unsettled_segments(pipeline).items():
         settle = cfg.sources[name].settle_seconds
         typer.echo(f"skipped {len(segments)} unsettled segment{'s' * (len(segments) != 1)} of sources.{name}"
                    f" (changed within settle_seconds {settle:g} s; run again later, or --settled-seconds 0 for a"
                    f" copy): {', '.join(segments[:5])}{' ...' if len(segments) > 5 else ''}", err=True)
+    if interrupted:
+        raise typer.Exit(130)
+
+
+class Preset(str, Enum):
+    llama_server = "llama_server"
+    strata = "strata"
+
+
+@app.command("check-log")
+def check_log(file: Annotated[Path, typer.Argument(help="A log file: llama-server's (any build since 2024, plain or as"
+                                                       " journald, syslog, docker or router mode captured it) or Strata's.")],
+              preset: Annotated[Preset | None, typer.Option(help="The engine log's preset; default: the one that reads"
+                                                              " more of the file's first lines.")] = None,
+              tz: Annotated[str, typer.Option(help="IANA zone of stamps that name none.")] = "UTC") -> None:
+    """Read a log without a store or a config: the events it yields by kind, the build and capture found, the
+    time anchor used, and the shapes of the lines it could not read. Run it first on your own log."""
+    from spyglass.cli.checklog import report
+
+    if not file.is_file():
+        typer.echo(f"error: no file at {file}", err=True)
+        raise typer.Exit(2)
+    text, _ = report(file, preset.value if preset else None, tz)
+    typer.echo(text)
 
 
 @app.command()
@@ -246,6 +321,9 @@ app.command("views")(one_connection(forensics.views))
 from spyglass.forensics import diagnose_cli  # noqa: E402
 
 app.command("diagnose")(one_connection(diagnose_cli.diagnose))
+from spyglass.forensics import evidence_cli  # noqa: E402
+
+app.command("evidence")(one_connection(evidence_cli.evidence))
 
 from spyglass.upgrades import commands as upgrades  # noqa: E402
 
@@ -273,8 +351,8 @@ app.add_typer(store_app, name="store")
 def store_migrate(config: ConfigOption,
                   batch: Annotated[int, typer.Option(min=1, help="Events read, typed and written per step.")] = 50_000
                   ) -> None:
-    """Bring the store to the typed schema (a table per event kind) in one transaction; a kill leaves the old
-    store whole. The agent does it at start; this does it without starting one (no agent may hold the file)."""
+    """Bring the store to the current schema (a table per event kind, the per-request rows) in one transaction; a
+    kill leaves the old store whole. The agent does it at start; this does it without starting one (no agent may hold the file)."""
     import duckdb
 
     from spyglass.exporters.event_schema import SCHEMA_VERSION

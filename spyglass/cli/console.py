@@ -23,6 +23,27 @@ def command() -> str:
         return str(script)
 
 
+def terminal_width(out: TextIO | None = None) -> int | None:
+    """The width a text printed on `out` is wrapped at: a terminal's (or COLUMNS'); None for a pipe or a file."""
+    from rich.console import Console
+
+    console = Console(file=out or sys.stdout)
+    return console.width if console.is_terminal or "COLUMNS" in os.environ else None
+
+
+def shell_lines(words: list[str], width: int | None = None, indent: str = "  ") -> str:
+    """A command as a shell reads it pasted whole: `words` (quoted already) joined by spaces, and where a line
+    would pass `width`, continued with ` \\` on the next line (never broken inside a word, nor by the terminal
+    in the middle of a path or a query)."""
+    lines = [indent]
+    for word in words:
+        if width and lines[-1].strip() and len(lines[-1]) + 1 + len(word) + 2 > width:
+            lines[-1] += " \\"
+            lines.append(indent + "    ")
+        lines[-1] += ("" if not lines[-1].strip() else " ") + word
+    return "\n".join(lines)
+
+
 def natural_width(console: Any, renderable: Any) -> int:
     """The columns `renderable` takes when nothing limits it."""
     return int(console.measure(renderable, options=console.options.update(max_width=100_000)).maximum)

@@ -16,10 +16,12 @@ import os
 import shlex
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,7 +34,7 @@ from rich.table import Table
 
 from spyglass.agent.runtime import Agent
 from spyglass.alerting.heuristics import Deployment, Heuristic, by_id
-from spyglass.cli.console import command
+from spyglass.cli.console import command, shell_lines
 from spyglass.config import parse_config, toml_text
 from spyglass.engine.emulator.ports import free_port_base
 from spyglass.engine.emulator.scenarios import SCENARIOS, run_scenario
@@ -49,6 +51,10 @@ History = deque[tuple[float, float]]  # (monotonic seconds, value), oldest first
 class Rule(Protocol):
     def abnormal(self, history: History) -> bool: ...
 
+    def measured(self, history: History) -> str:
+        """The value in the terms the rule compares: a rate for a rate threshold, never a running total."""
+        ...
+
 
 @dataclass(frozen=True)
 class Above:
@@ -58,6 +64,9 @@ class Above:
 
     def abnormal(self, history: History) -> bool:
         return history[-1][1] > self.limit
+
+    def measured(self, history: History) -> str:
+        return f"{history[-1][1]:,.0f}"
 
     def __str__(self) -> str:
         return f"> {self.limit:g}"
@@ -78,6 +87,9 @@ class Increase:
             return False
         return growth(history, self.seconds) >= self.by
 
+    def measured(self, history: History) -> str:
+        return f"+{growth(history, self.seconds):,.0f} in {self.seconds / 60:g} min"
+
     def __str__(self) -> str:
         return f"+{self.by:g} in {self.seconds / 60:g} min" + (f", after {self.settle / 60:g} min" if self.settle else "")
 
@@ -91,6 +103,9 @@ class Faster:
 
     def abnormal(self, history: History) -> bool:
         return growth(history, 60.0) > self.per_minute
+
+    def measured(self, history: History) -> str:
+        return f"{growth(history, 60.0):,.0f} a minute"
 
     def __str__(self) -> str:
         return f"> {self.per_minute:g} a minute"
@@ -117,6 +132,9 @@ class Held:
             return False
         return all(v > self.limit for t, v in history if t >= now - self.seconds)
 
+    def measured(self, history: History) -> str:
+        return f"{history[-1][1]:,.0f}"
+
     def __str__(self) -> str:
         return f"> {self.limit:g} for {self.seconds:g} s"
 
@@ -134,6 +152,24 @@ class Signal:
 
     def value(self, state: MetricState) -> float:
         return max([state.total(self.metric, **self.labels), *(state.total(m, **labels) for m, labels in self.also)])
+
+    def where(self, state: MetricState) -> str:
+        """Which instance, program or lane the value comes from: `strata-b, lane normal`, `strata-b 38, strata-a 2`."""
+        names = state.catalogue[self.metric].labels
+        fixed = self.labels.get("instance", "")
+        label = next((n for n in ("instance", "program", "lane") if n in names and n not in self.labels), None)
+        if label is None:
+            return fixed
+        parts: dict[str, float] = {}
+        for key, value in state.series(self.metric).items():
+            labels = dict(zip(names, key))
+            if value and all(labels.get(k) == v for k, v in self.labels.items()):
+                name = f"lane {labels[label]}" if label == "lane" else labels[label]
+                parts[name] = parts.get(name, 0.0) + value
+        ranked = sorted(parts.items(), key=lambda kv: -kv[1])
+        spread = ranked[0][0] if len(ranked) == 1 else ", ".join(f"{n} {v:,.0f}" for n, v in ranked[:3]) + (
+            " ..." if len(ranked) > 3 else "")
+        return ", ".join(p for p in (fixed, spread) if p)
 
 
 def incident_signals(heuristics: dict[str, Heuristic]) -> list[Signal]:
@@ -177,10 +213,14 @@ class Board:
     def __init__(self, signals: list[Signal] = SIGNALS, keep_seconds: float = 1800.0) -> None:
         self.signals, self.keep = signals, keep_seconds
         self.history: list[History] = [deque() for _ in signals]
+        self.wheres: list[str] = ["" for _ in signals]
+        self.began: float | None = None
 
     def sample(self, state: MetricState, now: float) -> None:
         with state.lock:
             values = [s.value(state) for s in self.signals]
+            self.wheres = [s.where(state) for s in self.signals]
+        self.began = now if self.began is None else self.began
         for history, value in zip(self.history, values):
             history.append((now, value))
             while history[0][0] < now - self.keep:
@@ -196,18 +236,24 @@ class Board:
         return f"{elapsed:4.0f}s  " + "  ".join(f"{s.short} {value:.0f}{'!' if abnormal else ''}"
                                                 for s, value, abnormal in self.rows())
 
-    def elapsed(self) -> float:
-        """Seconds between the first sample and the last."""
+    def elapsed(self, now: float | None = None) -> float:
+        """Seconds since the first sample (to `now`, else to the last sample)."""
         times = next((h for h in self.history if h), None)
-        return times[-1][0] - times[0][0] if times else 0.0
+        if self.began is None or times is None:
+            return 0.0
+        return (times[-1][0] if now is None else now) - self.began
 
-    def table(self) -> Table:
-        minutes, seconds = divmod(int(self.elapsed()), 60)
-        table = Table("signal", "value", "abnormal when", "",
+    def table(self, now: float | None = None) -> Table:
+        """The signals: each one's total, what its rule compares now (a rate for a rate: never a running total
+        against "a minute"), where it comes from (instance, program or lane), and whether it is abnormal."""
+        minutes, seconds = divmod(int(self.elapsed(now)), 60)
+        table = Table("signal", "where", "total", "now", "abnormal when", "",
                       title=f"spyglass demo: incident signals after {minutes} min {seconds:02d} s")
-        for row, value, abnormal in self.rows():
-            shown = f"{value:,.0f}"
-            table.add_row(row.label, f"[bold red]{shown}[/]" if abnormal else shown,
+        for (row, value, abnormal), where in zip(self.rows(), self.wheres):
+            history = self.history[self.signals.index(row)]
+            now_text = row.rule.measured(history) if row.rule is not None else ""
+            shown = "" if now_text == f"{value:,.0f}" else f"{value:,.0f}"  # a level: its value once, under "now"
+            table.add_row(row.label, where, shown, f"[bold red]{now_text}[/]" if abnormal else now_text,
                           str(row.rule or "-"), "[bold red]abnormal[/]" if abnormal else "")
         return table
 
@@ -326,9 +372,10 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str
         runner.start()
         threading.Thread(target=drive_mix, args=(stack.url, stop_driver, mix), name="load-driver",
                          daemon=True).start()
+        width = console.width if console.is_terminal else None
         console.print(banner(mix, listen, config_file, agent.config.store_path(), stack.folder, keep is not None,
-                             stack.engines["strata-a"].time_scale),
-                      soft_wrap=True)
+                             stack.engines["strata-a"].time_scale, width),
+                      soft_wrap=width is None, highlight=False)
         _watch(agent, runner, board, console, seconds, config_file, stopping)
     finally:
         stop_driver.set()
@@ -352,16 +399,26 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str
             shutil.rmtree(folder, ignore_errors=True)
 
 
+SQL_KINDS = "SELECT kind, count(*) FROM events GROUP BY ALL"
+
+
+def sql_words(config: Path, query: str) -> list[str]:
+    """`spyglass sql -c CONFIG "QUERY"` as words for shell_lines (the option and its value one word)."""
+    plain_double = not any(c in query for c in '"$`\\!')  # a query with 'evict' reads best in "..."
+    return [command(), "sql", f"-c {shlex.quote(str(config))}", f'"{query}"' if plain_double else shlex.quote(query)]
+
+
 def banner(mix: tuple[str, ...], listen: str, config: Path, store: Path, logs: Path, kept: bool,
-           time_scale: float = 1.0) -> Any:
-    """The demo's first lines (a rich Text: a path with brackets in it prints as written)."""
+           time_scale: float = 1.0, width: int | None = None) -> Any:
+    """The demo's first lines (a rich Text: a path with brackets in it prints as written); the command in
+    them continued with ` \\` past `width`, never broken by the terminal."""
     from rich.text import Text
 
     ending = f"keeps {config.parent}" if kept else "removes it all (--keep DIR keeps it)"
     return Text.assemble(("spyglass demo", "bold"), (
         f": the emulated Strata stack under supervisord, driven by {', '.join(mix)}\n"
         f"  metrics     http://{listen}/metrics\n  sources     http://{listen}/debug/sources\n"
-        f"  SQL         {command()} sql -c {config} \"SELECT kind, count(*) FROM events GROUP BY ALL\"\n"
+        f"  SQL (runs as printed):\n{shell_lines(sql_words(config, SQL_KINDS), width, '    ')}\n"
         f"  store       {store}\n  stack logs  {logs}\n  clock       {clock_note(time_scale)}\n"
         f"  Ctrl-C stops it and {ending}."))
 
@@ -382,7 +439,7 @@ STORM_RATE_SECONDS = 600.0  # its expression's rate window: evictions a minute o
 
 def storm_needs() -> float:
     """Seconds of evictions before EngineEvictionStorm can fire: its rate window, then its `for:`. A backtest
-    of a shorter demo can fire nothing but Watchdog."""
+    of a shorter demo cannot fire it (the other alerts the mix causes it may)."""
     from spyglass.alerting.heuristics import catalogue
     from spyglass.cli.timeinput import parse_duration
 
@@ -390,39 +447,44 @@ def storm_needs() -> float:
     return STORM_RATE_SECONDS + parse_duration(alert.for_)
 
 
-def window_commands(config: Path, start: datetime, end: datetime) -> list[str]:
+def window_commands(config: Path, start: datetime, end: datetime, width: int | None = None) -> list[str]:
     """The diagnose, timeline and backtest commands for the demo's own window [start, end)."""
-    spyglass, c = command(), shlex.quote(str(config))
+    spyglass, c = command(), f"-c {shlex.quote(str(config))}"
     first, last = f"{start:%Y-%m-%dT%H:%M:%SZ}", f"{end:%Y-%m-%dT%H:%M:%SZ}"
     rules = Path(__file__).resolve().parents[2] / "alerts"
     with contextlib.suppress(ValueError):
         rules = rules.relative_to(Path.cwd())
+    span = [f"--from {first}", f"--to {last}"]
     lines = [f"its window, {first} to {last} (UTC):",
-             f"  {spyglass} diagnose -c {c} --from {first} --to {last}",
-             f"  {spyglass} timeline -c {c} --from {first} --to {last} --exclude-kind span",
-             f"  {spyglass} backtest -c {c} --from {first} --to {last} --lookback 30m --rules {rules}"]
+             shell_lines([spyglass, "diagnose", c, *span], width),
+             shell_lines([spyglass, "timeline", c, *span, "--exclude-kind span"], width),
+             shell_lines([spyglass, "backtest", c, *span, "--lookback 30m", f"--rules {rules}"], width)]
     need = storm_needs()
     if (end - start).total_seconds() < need + 120:
-        lines.append(f"  ({STORM} fires once strata-b evicted for {need / 60:g} min, its rate window and its for:;"
-                     f" this demo ran {(end - start).total_seconds() / 60:.0f} min, so its backtest fires only"
-                     f" Watchdog: --seconds {int(need) + 300} gives it time)")
+        lines.append(f"  ({STORM} needs strata-b evicting for {need / 60:g} min, its rate window and its for:;"
+                     f" this demo ran {(end - start).total_seconds() / 60:.0f} min, so its backtest cannot show it"
+                     f" (the other alerts the mix caused, it shows): --seconds {int(need) + 300} gives it time)")
     return lines
 
 
 def print_kept(console: Console, folder: Path, config: Path, agent: Agent, request: str | None,
                window: tuple[datetime, datetime] | None = None, time_scale: float = 1.0) -> None:
-    spyglass, c = command(), shlex.quote(str(config))
+    spyglass, c = command(), f"-c {shlex.quote(str(config))}"
+    width = console.width if console.is_terminal else None
     logs = ", ".join(sorted(p.name for p in (folder / "stack").iterdir() if p.suffix == ".log" or p.name == "infer"))
     lines = [f"kept in {folder}:", f"  config      {config}", f"  store       {agent.config.store_path()}",
              f"  stack logs  {folder / 'stack'} ({logs})", "query them:",
-             f"  {spyglass} sql -c {c} \"SELECT source, kind, count(*) AS n FROM events GROUP BY ALL ORDER BY n DESC\"",
-             f"  {spyglass} sql -c {c} \"SELECT reason, count(*) AS n FROM events_engine_log"
-             f" WHERE kind = 'evict' GROUP BY ALL\"",
-             f"  {spyglass} trace -c {c} {request or 'REQUEST_ID'}"]
+             shell_lines(sql_words(config, "SELECT source, kind, count(*) AS n FROM events GROUP BY ALL ORDER BY n DESC"),
+                         width),
+             shell_lines(sql_words(config, "SELECT reason, count(*) AS n FROM events_engine_log WHERE kind = 'evict'"
+                                           " GROUP BY ALL"), width),
+             shell_lines([spyglass, "trace", c, request or "REQUEST_ID"], width)]
     if window:
-        lines += window_commands(config, *window)
+        lines += window_commands(config, *window, width=width)
     lines.append(f"clock: {clock_note(time_scale)}")
-    console.print("\n".join(lines), soft_wrap=True, highlight=False, markup=False)
+    # the commands are broken where a shell reads them whole; the prose wraps at words (no soft wrap for a
+    # terminal, which would break a word); to a pipe, nothing is broken
+    console.print("\n".join(lines), soft_wrap=width is None, highlight=False, markup=False)
 
 
 def finished_request(agent: Agent, settled_seconds: float = 6.0) -> str | None:
@@ -465,7 +527,8 @@ def _watch(agent: Agent, runner: threading.Thread, board: Board, console: Consol
            config: Path, stopping: threading.Event) -> None:
     deadline = time.monotonic() + seconds if seconds else None
     hint: list[str] = []  # the trace hint, once a request finished: under the live table, or printed to a pipe
-    threading.Thread(target=_hint_trace, args=(agent, console, config, hint, not console.is_terminal),
+    threading.Thread(target=_hint_trace, args=(agent, console, config, hint, not console.is_terminal,
+                                               console.width if console.is_terminal else None),
                      name="trace-hint", daemon=True).start()
     running = lambda: (runner.is_alive() and not stopping.is_set()  # noqa: E731
                        and (deadline is None or time.monotonic() < deadline))
@@ -476,8 +539,8 @@ def _watch(agent: Agent, runner: threading.Thread, board: Board, console: Consol
 
         # transient: the final table is printed once, after the stack stopped, with its last numbers. Nothing
         # else prints while it is live (a print from another thread left a stray header): the hint is part of it.
-        live_view = lambda: Group(board.table(), *(Text(h) for h in hint))  # noqa: E731
-        with Live(live_view(), console=console, refresh_per_second=1, transient=True) as live:
+        live_view = lambda: Group(board.table(time.monotonic()), *(Text(h) for h in hint))  # noqa: E731
+        with Live(live_view(), console=console, refresh_per_second=1, transient=True) as live, logs_above(console):
             while running():
                 stopping.wait(1.0)
                 board.sample(agent.pipeline.state, time.monotonic())
@@ -493,13 +556,31 @@ def _watch(agent: Agent, runner: threading.Thread, board: Board, console: Consol
             console.print(board.status_line(time.monotonic() - started), soft_wrap=True, highlight=False)
 
 
-def _hint_trace(agent: Agent, console: Console, config: Path, hint: list[str], printed: bool) -> None:
+@contextlib.contextmanager
+def logs_above(console: Console) -> Iterator[None]:
+    """While the live table shows: log lines go through its console, which prints them above the table (a
+    line written to stderr was drawn over it), then back to stderr."""
+    from rich.text import Text
+
+    logger.remove()
+    sink = logger.add(lambda message: console.print(Text(str(message).rstrip("\n")), highlight=False), level="INFO",
+                      format="{time:HH:mm:ss} {level} {message}")
+    try:
+        yield
+    finally:
+        logger.remove(sink)
+        logger.add(sys.stderr, level="INFO")
+
+
+def _hint_trace(agent: Agent, console: Console, config: Path, hint: list[str], printed: bool,
+                width: int | None = None) -> None:
     """Once a request has finished and settled, the command that shows its trace: added to `hint`, and
     printed when `printed` (to a pipe; a terminal's live table shows the hint itself)."""
     while not agent.stop.wait(5.0):
         request = finished_request(agent)
         if request:
-            hint.append(f"  one request's trace: {command()} trace -c {config} {request}")
+            words = [command(), "trace", f"-c {shlex.quote(str(config))}", request]
+            hint.append(f"  one request's trace:\n{shell_lines(words, width, '    ')}")
             if printed:
                 console.print(hint[-1], soft_wrap=True, highlight=False, markup=False)
             return

@@ -30,10 +30,11 @@ class Column:
     role: str  # key, clock, label or text
 
 
-def role(name: str, values: Sequence[Any]) -> str:
-    """What a column is to its reader: `key` (never cut), `clock` (the second clock), `label` or `text`."""
+def role(name: str, values: Sequence[Any], names: Sequence[str] = ()) -> str:
+    """What a column is to its reader: `key` (never cut), `clock` (Beijing time beside its UTC column in `names`),
+    `label` or `text`. A Beijing column with no UTC beside it (a report's `day_beijing`) is a key."""
     if SECOND_CLOCK.search(name):
-        return "clock"
+        return "clock" if SECOND_CLOCK.sub(lambda m: f"{m[1]}utc", name) in names else "key"
     if KEY_NAME.search(name):
         return "key"
     if LABEL_NAME.search(name):
@@ -74,6 +75,7 @@ class Layout:
     header: list[str]
     dropped: list[str]
     cards: bool = False
+    whole: bool = False  # as it is: it fits
     undated: tuple[str, ...] = ()  # time columns shown without their date: every row's is the header's
     widths: dict[str, int] = field(default_factory=dict)  # a key column's width, its header broken to fit
 
@@ -90,9 +92,9 @@ def one_date(cells: Sequence[str]) -> str | None:
 def plan(names: Sequence[str], rows: Sequence[Sequence[Any]], texts: Sequence[Sequence[str]], width: int | None,
          natural: int) -> Layout:
     """The layout of a table whose natural width is `natural` at `width` (None: any width, a pipe)."""
-    columns = [Column(n, role(n, [r[i] for r in rows])) for i, n in enumerate(names)]
+    columns = [Column(n, role(n, [r[i] for r in rows], names)) for i, n in enumerate(names)]
     if width is None or natural <= width:
-        return Layout(columns, [], [])
+        return Layout(columns, [], [], whole=True)
     header: list[str] = []
     kept = []
     undated: dict[str, str] = {}
@@ -134,27 +136,42 @@ def shown_text(text: str, column: str, layout: Layout) -> str:
     return text[11:] if column in layout.undated and DATED.match(text) else text
 
 
+def floor(column: Column, cells: list[str]) -> int:
+    """The narrowest a column gets: a key its widest cell (or header part); another its widest word, at most
+    WRAP_FLOOR wider words fold), and never less than it needs whole if that is narrower."""
+    if column.role == "key":
+        return key_width(column.name, cells)
+    words = max((text_width(w) for t in cells for w in t.split()), default=0)
+    return min(key_width(column.name, cells), max(WRAP_FLOOR, header_floor(column.name), min(words, 2 * WRAP_FLOOR)))
+
+
 def widened(layout: Layout, names: Sequence[str], texts: Sequence[Sequence[str]], width: int) -> Layout:
-    """`layout` with the room it leaves at `width` given to its key columns, narrowest first, up to their
-    header's length: a header breaks only where the table needs it to."""
+    """`layout` with every column's width at `width`: each at its floor, then the room left given to the
+    wrapped columns in turn (up to their whole width), then to the keys' headers (narrowest first, up to the
+    header's length: a header breaks after an underscore only where the table needs it to)."""
+    cells = {c.name: [shown_text(t[names.index(c.name)], c.name, layout) for t in texts] for c in layout.shown}
     spare = width - needed(layout, names, texts)
+    for c in layout.shown:
+        layout.widths[c.name] = floor(c, cells[c.name])
+    others = [c for c in layout.shown if c.role != "key"]
+    while spare > 0 and others:  # the wrapped columns first, in turn, up to their whole width
+        for c in list(others):
+            if spare <= 0:
+                break
+            if layout.widths[c.name] >= max(key_width(c.name, cells[c.name]), text_width(c.name)):
+                others.remove(c)
+                continue
+            layout.widths[c.name], spare = layout.widths[c.name] + 1, spare - 1
     for c in sorted((c for c in layout.shown if c.role == "key"), key=lambda c: len(c.name)):
-        i = names.index(c.name)
-        least = key_width(c.name, [shown_text(t[i], c.name, layout) for t in texts])
-        grow = max(0, min(spare, text_width(c.name) - least))
-        layout.widths[c.name], spare = least + grow, spare - grow
+        grow = max(0, min(spare, text_width(c.name) - layout.widths[c.name]))
+        layout.widths[c.name], spare = layout.widths[c.name] + grow, spare - grow
     return layout
 
 
 def needed(layout: Layout, names: Sequence[str], texts: Sequence[Sequence[str]]) -> int:
-    """The narrowest table of `layout` that cuts no key: keys whole, other columns at the wrap floor."""
-    total = 1
-    for c in layout.shown:
-        i = names.index(c.name)
-        cells = [shown_text(t[i], c.name, layout) for t in texts]
-        total += BORDER + (key_width(c.name, cells) if c.role == "key"
-                           else min(WRAP_FLOOR, key_width(c.name, cells)))
-    return total
+    """The narrowest table of `layout` that cuts no key: keys whole, other columns at their floor."""
+    return 1 + sum(BORDER + floor(c, [shown_text(t[names.index(c.name)], c.name, layout) for t in texts])
+                   for c in layout.shown)
 
 
 def whole(names: Sequence[str]) -> Layout:
@@ -174,11 +191,11 @@ def table_of(layout: Layout, names: Sequence[str], cells: Sequence[Sequence[Any]
         if not wrap:
             table.add_column(Text(c.name), no_wrap=c.role in ("key", "clock"))
             continue
+        w = layout.widths.get(c.name) or floor(c, [shown_text(t[i], c.name, layout) for t in texts])
         if c.role == "key":
-            w = layout.widths.get(c.name) or key_width(c.name, [shown_text(t[i], c.name, layout) for t in texts])
-            table.add_column(Text(header_lines(c.name, w)), no_wrap=True, min_width=w)
+            table.add_column(Text(header_lines(c.name, w)), no_wrap=True, width=w)
         else:
-            table.add_column(Text(header_lines(c.name, 16)), overflow="fold")
+            table.add_column(Text(header_lines(c.name, w)), overflow="fold", width=w)
     for row, text in zip(cells, texts or cells):
         table.add_row(*(undated(row[names.index(c.name)], text[names.index(c.name)], c.name, layout)
                         for c in layout.shown))
@@ -190,6 +207,19 @@ def undated(cell: Any, text: Any, column: str, layout: Layout) -> Any:
     if column in layout.undated and isinstance(text, str) and DATED.match(text):
         return cell[11:]
     return cell
+
+
+def row_groups(widths: Sequence[int], room: int) -> list[list[int]]:
+    """Consecutive row numbers in groups whose widths add up to at most `room` (a wider row alone)."""
+    groups: list[list[int]] = []
+    used = room + 1
+    for n, w in enumerate(widths):
+        if used + w > room:
+            groups.append([])
+            used = 0
+        groups[-1].append(n)
+        used += w
+    return groups
 
 
 def render(names: Sequence[str], rows: Sequence[Sequence[Any]], cells: Sequence[Sequence[Any]], console: Any,
@@ -205,16 +235,22 @@ def render(names: Sequence[str], rows: Sequence[Sequence[Any]], cells: Sequence[
     texts = [[c.plain if isinstance(c, Text) else str(c) for c in row] for row in cells]
     table = table_of(whole(names), names, cells, texts, title)
     layout = plan(names, rows, texts, console.width, natural_width(console, table))
-    if not (layout.header or layout.dropped or layout.cards):
+    if layout.whole:
         return [table]
     parts: list[Any] = [title] if title else []
     parts += [Text(line, style="dim") for line in layout.header]
-    if layout.cards:  # like psql's \x
-        for n, row in enumerate(cells, 1):
-            block = Table("column", f"row {n}")
-            block.columns[1].overflow = "fold"
-            for c in layout.shown:
-                block.add_row(Text(c.name), row[names.index(c.name)])
+    if layout.cards:  # turned: a column a row, as many rows side by side as fit (psql's \x, grouped)
+        shown = [names.index(c.name) for c in layout.shown]
+        label = max(text_width(names[i]) for i in shown) + BORDER + 1
+        keys = {names.index(c.name) for c in layout.shown if c.role == "key"}
+        widths = [max(text_width(t[i]) if i in keys else min(text_width(t[i]), 3 * WRAP_FLOOR) for i in shown) + BORDER
+                  for t in texts]  # a key whole; a text folds past three times the wrap floor
+        for group in row_groups(widths, console.width - label):
+            block = Table("column", *(f"row {n + 1}" for n in group))
+            for column, n in zip(block.columns[1:], group):
+                column.overflow, column.width = "fold", max(widths[n] - BORDER, len(f"row {n + 1}"))
+            for i in shown:
+                block.add_row(Text(names[i]), *(cells[n][i] for n in group))
             parts.append(block)
         return parts
     parts.append(table_of(layout, names, cells, texts, None, wrap=True))

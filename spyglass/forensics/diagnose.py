@@ -150,16 +150,14 @@ def probe_query(h: Heuristic, config: Config, w: Window) -> Query:
     return Query(h.probe.sql.strip(), {**w.params(), **settings_params(config)})
 
 
-def count_events(config: Config, w: Window, parquet: str | None = None) -> int:
-    _, rows = query(config, Query("SELECT count(*) FROM ev WHERE ts >= $from AND ts < $to", w.params()), parquet)
-    return int(rows[0][0]) if rows else 0
-
-
-def source_kinds(config: Config, w: Window, parquet: str | None = None) -> set[str]:
-    """The collector kinds with at least one event in the window."""
-    _, rows = query(config, Query("SELECT DISTINCT source_kind FROM timeline WHERE source_kind IS NOT NULL",
-                                  w.params()), parquet)
-    return {str(r[0]) for r in rows}
+def census(config: Config, w: Window, parquet: str | None = None) -> tuple[int, set[str]]:
+    """The events of the window, and the collector kinds with at least one of them: one read of the window."""
+    _, rows = query(config, Query("SELECT count(*), list(DISTINCT source_kind) FILTER (WHERE source_kind IS NOT NULL)"
+                                  " FROM timeline", w.params()), parquet)
+    if not rows:
+        return 0, set()
+    count, kinds = rows[0]
+    return int(count), {str(kind) for kind in kinds or ()}
 
 
 def missing(needs: tuple[str, ...], present: set[str]) -> str:
@@ -178,8 +176,8 @@ def diagnose(config: Config, w: Window, parquet: str | None = None) -> Diagnosis
 
 
 def _diagnose(config: Config, w: Window, parquet: str | None) -> Diagnosis:
-    result = Diagnosis(w, count_events(config, w, parquet), parquet=parquet)
-    present = source_kinds(config, w, parquet) if result.events else set()
+    events, present = census(config, w, parquet)
+    result = Diagnosis(w, events, parquet=parquet)
     for h in catalogue(Deployment.of(config)):
         if h.probe is None:
             result.unchecked.append(h.id)

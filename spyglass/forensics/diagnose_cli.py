@@ -37,11 +37,12 @@ def print_table(diagnosis, out=None, config: Path | None = None) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from spyglass.cli.console import console_for, plain
+    from spyglass.cli.console import console_for, plain, terminal_width
     from spyglass.forensics.output import number
     from spyglass.forensics.times import describe
 
     count = len(diagnosis.findings)
+    copied: set[int] = set()  # the parts printed as they are, never wrapped by rich: the evidence SQL
     parts: list = [plain(f"{count} finding{'' if count == 1 else 's'} {describe(diagnosis.window)}"
                          f" ({diagnosis.events:,} events; checked {', '.join(diagnosis.checked)})")]
     if diagnosis.not_checked:
@@ -69,24 +70,28 @@ def print_table(diagnosis, out=None, config: Path | None = None) -> None:
         detail.add_row("not", plain(f.wrong_guess))
         detail.add_row("check", plain(f.check))
         detail.add_row("knobs", plain("; ".join(f.knobs)))
+        sql = Text("\n").join(plain(line) for line in f.evidence.splitlines())
+        copied.add(id(sql))
         parts += [detail, Text("evidence (runs as printed; the SQL is read from stdin):", style="dim"),
-                  plain(evidence_command(diagnosis.window, config)),
-                  Text("\n").join(plain(line) for line in f.evidence.splitlines()), Text("SQL")]
+                  Text("\n").join(plain(line) for line in
+                                   evidence_command(diagnosis.window, config, terminal_width(out)).splitlines()),
+                  sql, Text("SQL")]
     console = console_for(out, *(p for p in parts if not isinstance(p, Text)))  # to a pipe: as wide as the tables
-    for part in parts:  # a text is never broken by rich (a terminal wraps it, and copies it whole)
-        console.print(part, soft_wrap=isinstance(part, Text))
+    for part in parts:  # the SQL to copy is never broken by rich (a terminal wraps it, and copies it whole)
+        console.print(part, soft_wrap=id(part) in copied)
 
 
-def evidence_command(w, config: Path | None) -> str:
+def evidence_command(w, config: Path | None, width: int | None = None) -> str:
     """`spyglass views -c CONFIG --from ... --to ... - <<'SQL'`: the evidence query (the lines after it, then
-    `SQL`) over the diagnosis's window, as a shell runs it pasted whole."""
+    `SQL`) over the diagnosis's window, as a shell runs it pasted whole (continued with ` \\` past `width`)."""
     import shlex
 
-    from spyglass.cli.console import command
+    from spyglass.cli.console import command, shell_lines
     from spyglass.forensics.times import utc_text
 
-    window = "".join(f" --{name} {utc_text(t)}" for name, t in (("from", w.start), ("to", w.end)) if t)
-    return f"{command()} views -c {shlex.quote(str(config)) if config else 'CONFIG'}{window} - <<'SQL'"
+    words = [command(), "views", f"-c {shlex.quote(str(config)) if config else 'CONFIG'}",
+             *(f"--{name} {utc_text(t)}" for name, t in (("from", w.start), ("to", w.end)) if t), "- <<'SQL'"]
+    return shell_lines(words, width, indent="")
 
 
 def stored_span(cfg, w, parquet: str | None = None):

@@ -19,7 +19,7 @@ from spyglass.agent.query import QueryError
 from spyglass.alerting.heuristics import Alert, Deployment, Heuristic
 from spyglass.config import Config
 from spyglass.forensics.charts import Chart, Series
-from spyglass.forensics.diagnose import Finding, _Summary, count_events, findings_of, missing, probe_query, source_kinds
+from spyglass.forensics.diagnose import Finding, _Summary, census, findings_of, missing, probe_query
 from spyglass.forensics.output import records
 from spyglass.forensics.page import BUCKET, instant
 from spyglass.forensics.run import EARLIEST, LATEST, Query, Window, query, render, session
@@ -31,7 +31,7 @@ MAX_LABEL_CHARS = 256
 MAX_REQUESTS = 10  # request ids listed a page
 BUCKETS = 60
 HOUR = timedelta(hours=1)
-SHORTEST = timedelta(minutes=10)  # a window shorter than this is widened at its start
+SHORTEST = timedelta(minutes=1)  # a window shorter than this is widened at its start
 LONGEST = timedelta(days=2)  # the longest window a page reads (an alert firing for a week shows its last two days)
 
 
@@ -59,7 +59,9 @@ SERIES = {
                    "engine_requests", "ttft_ms IS NOT NULL ORDER BY ttft_ms DESC"),
     "evictions": Signal("Evictions a minute", "1/min", "instance",
                         f"SELECT {BUCKET} AS t, instance AS name, count(*) * 60 / $bucket AS v FROM cache_events"
-                        " WHERE event = 'evict' GROUP BY ALL ORDER BY t"),
+                        " WHERE event = 'evict' GROUP BY ALL ORDER BY t",
+                        "engine_requests", "conv IN (SELECT conv FROM cache_events WHERE event = 'evict')"
+                        " ORDER BY ttft_ms DESC NULLS LAST"),
     "thinking_only": Signal("Thinking-only responses a bucket", "responses", "lane",
                             f"SELECT {BUCKET} AS t, lane AS name, count(*) FILTER (WHERE thinking_only) AS v"
                             " FROM infer_requests WHERE has_body GROUP BY ALL ORDER BY t",
@@ -121,7 +123,8 @@ class EvidencePage:
 
 
 def checked_labels(alertname: str, labels: dict[str, str]) -> dict[str, str]:
-    """The alert's name and labels as given, or a QueryError saying which one is refused."""
+    """The alert's name and labels as given (an empty value is no label, as in Prometheus), or a QueryError
+    saying which one is refused."""
     if not ALERT_NAME.match(alertname):
         raise QueryError(f"not an alert name: {alertname[:80]!r}")
     if len(labels) > MAX_LABELS:
@@ -131,7 +134,7 @@ def checked_labels(alertname: str, labels: dict[str, str]) -> dict[str, str]:
             raise QueryError(f"not a label name: {name[:80]!r}")
         if len(value) > MAX_LABEL_CHARS or any(ord(c) < 32 for c in value):
             raise QueryError(f"label {name}: a value of at most {MAX_LABEL_CHARS} printable characters")
-    return dict(sorted(labels.items()))
+    return dict(sorted((k, v) for k, v in labels.items() if v))
 
 
 def rule_of(d: Deployment, alertname: str) -> tuple[Heuristic, Alert]:
@@ -230,7 +233,7 @@ def build(config: Config, alertname: str, labels: dict[str, str], at: datetime |
 
 def fill(config: Config, page: EvidencePage) -> None:
     h, w = page.heuristic, page.window
-    page.events = count_events(config, w)
+    page.events, present = census(config, w)
     if h.probe is None or h.evidence is None:
         page.not_checked.append(f"{h.id} has no probe over the store (metrics only): its evidence is the alert's"
                                 f" own PromQL in Prometheus{': ' + h.diagnosis if h.diagnosis else ''}")
@@ -238,7 +241,7 @@ def fill(config: Config, page: EvidencePage) -> None:
     if not page.events:
         page.not_checked.append("nothing is stored in this window: no figure, comparison or chart can be computed")
         return
-    if why := missing(h.probe.needs, source_kinds(config, w)):
+    if why := missing(h.probe.needs, present):
         page.not_checked.append(f"{h.id}'s probe: {why}")
     else:
         found, page.others, page.evidence_sql = probe_rows(config, h, w, page.labels)
@@ -265,7 +268,7 @@ def compare(config: Config, page: EvidencePage, rows: list[dict[str, Any]]) -> N
         page.not_checked.append(f"the comparison ({e.control}): the probe found nothing here to compare")
         return
     for row in rows:
-        page.comparison.append((f"this window ({e.control} is the control)", filled(e.this, row)))
+        page.comparison.append(("this window", filled(e.this, row)))
         if e.other:
             page.comparison.append((e.control, filled(e.other, row)))
     if not e.other:

@@ -2,6 +2,7 @@
 value escaped, inline SVG, nothing fetched), and as text for the terminal. Pure: no I/O."""
 from __future__ import annotations
 
+import re
 from html import escape
 from urllib.parse import quote, urlencode
 
@@ -23,6 +24,21 @@ def both(t) -> str:
     return f"{utc_text(t)[:19].replace('T', ' ')} UTC ({beijing_text(t)[:19].replace('T', ' ')} BJT)"
 
 
+def notified(page: EvidencePage) -> str:
+    note = page.notification
+    if note is None:
+        return ""
+    if note.status == "resolved" and note.ends:
+        return f"fired {both(note.starts)}, resolved {both(note.ends)}"
+    return f"firing since {both(note.starts)}"
+
+
+def summary(page: EvidencePage) -> str:
+    """The rule's summary with its `{{ $labels.X }}` filled from the page's labels (other templates dropped)."""
+    filled = re.sub(r"\{\{\s*\$labels\.(\w+)\s*\}\}", lambda m: page.labels.get(m.group(1), "?"), page.alert.summary)
+    return re.sub(r"\{\{[^}]*\}\}", "…", filled)
+
+
 def verdict(page: EvidencePage) -> str:
     if page.findings:
         return f"{len(page.findings)} finding{'s' if len(page.findings) > 1 else ''} of {page.heuristic.id} in the window"
@@ -39,8 +55,7 @@ def html(page: EvidencePage, trace_base: str = "") -> str:
     a, h = page.alert, page.heuristic
     labels = ", ".join(f"{k}={v}" for k, v in page.labels.items()) or "no labels"
     note = page.notification
-    fired = (f"<dt>notification</dt><dd>{escape(note.status)} since {escape(both(note.starts))}"
-             f"{', resolved ' + escape(both(note.ends)) if note.ends else ''}</dd>") if note else ""
+    fired = f"<dt>notification</dt><dd>{escape(notified(page))}</dd>" if note else ""
     figures = "".join(
         f"<h3>{escape(f.instance or (f'lane {f.lane}' if f.lane else 'window'))}</h3><p>{escape(f.summary)}</p>"
         "<table><tr><th>figure</th><th>value</th></tr>" + "".join(
@@ -64,7 +79,7 @@ def html(page: EvidencePage, trace_base: str = "") -> str:
             f'<dl><dt>heuristic</dt><dd>{h.id} {escape(h.title)}</dd><dt>severity</dt><dd class="sev {a.severity}">'
             f"{a.severity}</dd><dt>window (UTC)</dt><dd>{escape(utc_text(page.start))} to {escape(utc_text(page.end))}</dd>"
             f"<dt>window (Beijing)</dt><dd>{escape(beijing_text(page.start))} to {escape(beijing_text(page.end))}</dd>"
-            f"{fired}<dt>summary</dt><dd>{escape(a.summary)}</dd></dl>"
+            f"{fired}<dt>summary</dt><dd>{escape(summary(page))}</dd></dl>"
             f'<p class="verdict {klass}">{escape(verdict(page))}</p>\n'
             f"<h2>The figures</h2>{figures or '<p>No figures: see below what could not be checked.</p>'}\n"
             f"{comparison}\n<h2>The signal</h2>{drawn}\n"
@@ -83,7 +98,8 @@ def text(page: EvidencePage) -> list[str]:
              f"window {utc_text(page.start)} to {utc_text(page.end)} (UTC)",
              f"       {beijing_text(page.start)} to {beijing_text(page.end)} (Beijing)"]
     if page.notification:
-        lines.append(f"notification: {page.notification.status} since {both(page.notification.starts)}")
+        lines.append(f"notification: {notified(page)}")
+    lines.append(f"summary: {summary(page)}")
     lines += ["", verdict(page)]
     for f in page.findings:
         lines += ["", f"{f.instance or f.lane or 'window'}: {f.summary}"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from spyglass.agent.query import QueryError, Session, agent_api, run_readonly
+from spyglass.agent.query import Answer, QueryError, Session, agent_api, run_readonly
 from spyglass.collectors.checkpoint_reuse import checkpoint_only_sql
 from spyglass.config import Config
 from spyglass.exporters.event_schema import source_kinds, source_view
@@ -32,6 +32,7 @@ from spyglass.exporters.segment_schema import events_view_sql, source_view_sql
 from spyglass.forensics.views import PAD, literal, with_views
 
 Result = tuple[list[str], list[tuple[Any, ...]]]
+Asker = Callable[[str], Answer]  # one read-only query, as the agent answers its own pages (no process of its own)
 
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 _, _count, _unit = PAD.split()  # "INTERVAL 1 HOUR"
@@ -56,8 +57,8 @@ class Query:
     sql: str
     params: dict[str, Any] = field(default_factory=dict)
 
-    def text(self, config: Config, json_events: bool = False) -> str:
-        return render(with_views(self.sql, config.sources, json_events), self.params)
+    def text(self, config: Config, json_events: bool = False, from_events: bool = False) -> str:
+        return render(with_views(self.sql, config.sources, json_events, from_events), self.params)
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,8 @@ class _Open:
     the agent's API when an agent holds the file, or one in-memory DuckDB over Parquet segments.
     A session opened with no config takes the config and segments of its first query."""
 
-    def __init__(self, config: Config | None, parquet: str | None) -> None:
-        self.config, self.parquet = config, parquet
+    def __init__(self, config: Config | None, parquet: str | None, ask: Asker | None = None) -> None:
+        self.config, self.parquet, self.ask = config, parquet, ask
         self.worker: Session | None = None
         self.via_agent = False
         self.parquet_con: Any = None
@@ -109,6 +110,8 @@ class _Open:
     def store(self, text: str) -> Any:
         config = self.config
         assert config is not None  # adopted at the first query
+        if self.ask is not None:
+            return self.ask(text)
         if self.worker is None and not self.via_agent:
             if not config.store_path().exists():
                 raise QueryError(f"no store at {config.store_path()}: run `spyglass ingest` or `spyglass run` first")
@@ -133,23 +136,31 @@ _SESSION: ContextVar[_Open | None] = ContextVar("forensic_session", default=None
 
 
 @contextlib.contextmanager
-def session(config: Config | None = None, parquet: str | None = None) -> Iterator[None]:
+def session(config: Config | None = None, parquet: str | None = None, ask: Asker | None = None) -> Iterator[None]:
     """Every `query` in the block (for this config and `parquet`; with no config, those of the first
     query) on one connection: one query process on the store file, opened read-only once, instead of
-    one per query. Nested sessions share the outer."""
+    one per query; with `ask` (the agent serving a page), each through it. Nested sessions share the outer."""
     current = _SESSION.get()
     if current is not None and current.config is None and config is not None:
         current.config, current.parquet = config, parquet  # the command's session, not yet used: this store
     if current is not None and (config is None or current.config is config and current.parquet == parquet):
         yield
         return
-    opened = _Open(config, parquet)
+    opened = _Open(config, parquet, ask)
     token = _SESSION.set(opened)
     try:
         yield
     finally:
         _SESSION.reset(token)
         opened.close()
+
+
+def ask_store(config: Config, text: str) -> Answer:
+    """One read-only query of raw SQL (no views): on the current session's connection, else as run_readonly."""
+    current = _SESSION.get()
+    if current is not None and current.config is config and current.parquet is None:
+        return current.store(text)
+    return run_readonly(config.store_path(), text, agent_api(config), config.forensics.limits())
 
 
 def one_connection(command: Callable[..., None]) -> Callable[..., None]:
@@ -169,19 +180,35 @@ def query(config: Config, q: Query, parquet: str | None = None) -> Result:
         current.config, current.parquet = config, parquet  # a command's session adopts its first query's store
     opened = current if current is not None and current.config is config and current.parquet == parquet else None
     if parquet is None:
-        text = q.text(config)
-        answer = opened.store(text) if opened else run_readonly(config.store_path(), text, agent_api(config),
-                                                                config.forensics.limits())
+        answer = _ask_store(config, q, opened)
         if answer.truncated:  # a forensic table must be whole or say it is not
             raise QueryError(f"the answer was cut ({answer.truncated}); narrow the window")
         return answer.columns, [tuple(row) for row in answer.rows]
-    text = q.text(config)  # the segments have the store's typed columns: over_parquet gives its views
+    text = q.text(config, from_events=True)  # the segments have the store's typed columns: over_parquet gives its views
     start, end = q.params.get("from"), q.params.get("to")
     if opened is None:
         return run_parquet(parquet, text, start, end)
     if opened.parquet_con is None:
         opened.parquet_con = parquet_connection(parquet)
     return execute(opened.parquet_con, over_parquet(text, absolute(parquet), start, end))
+
+
+NO_ROWS = re.compile(r"Table with name requests_\w+ does not exist")
+
+
+def _ask_store(config: Config, q: Query, opened: _Open | None) -> Any:
+    """`q` on the store; on a store from before the per-request rows (schema 2, not yet migrated by an
+    agent: opened read-only, nothing may migrate it), with the rows computed from the window's events."""
+    def ask(text: str) -> Any:
+        if opened:
+            return opened.store(text)
+        return run_readonly(config.store_path(), text, agent_api(config), config.forensics.limits())
+    try:
+        return ask(q.text(config))
+    except QueryError as exc:
+        if not NO_ROWS.search(str(exc)):
+            raise
+    return ask(q.text(config, from_events=True))
 
 
 GLOB_CHARS = re.compile(r"[*?\[{]")

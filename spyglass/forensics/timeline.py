@@ -178,6 +178,9 @@ def wrapped(parts: list[str], first: int, indent: int, width: int) -> list[str]:
     from rich.cells import cell_len, chop_cells
 
     lines, room = [""], first
+    # a value too long for a line (a quoted message) breaks at its own spaces first; only a word longer
+    # than a line is folded
+    parts = [word for part in parts for word in (part.split(" ") if cell_len(part) > width - indent else [part])]
     for part in parts:
         if lines[-1] and cell_len(lines[-1]) + 1 + cell_len(part) > room:
             lines.append("")
@@ -218,7 +221,9 @@ def event_lines(records: Sequence[dict[str, Any]], width: int | None = None) -> 
     indent = sum(widths) + 2 * len(widths)
     beside = width - indent >= 24  # else too narrow beside the columns: the fields go under them, indented 4
     indent = indent if beside else 4
-    lines = ["  ".join(c.ljust(w) for c, w in zip((head[0], *head[2:5]), widths)) + "  fields (Beijing time is UTC+8)"]
+    header = "  ".join(c.ljust(w) for c, w in zip((head[0], *head[2:5]), widths)) + "  fields"
+    note = "(Beijing time is UTC+8)"
+    lines = [f"{header} {note}"] if cell_len(header) + 1 + len(note) <= width else [note, header]
     for row in rows:
         prefix = "  ".join(cell.ljust(w) for cell, w in zip((row[0], *row[2:5]), widths)) + "  "
         parts = wrapped(row[5], width - indent, indent, width) if row[5] else [""]

@@ -13,12 +13,13 @@ import re
 from rich.text import Text
 from rich.tree import Tree
 
-from spyglass.agent.query import QueryError, agent_api, run_readonly
+from spyglass.agent.query import QueryError
 from spyglass.cli.console import console_for, plain
 from spyglass.collectors.clock import format_both
 from spyglass.collectors.event import Event
 from spyglass.collectors.trace_ids import span_id_for, trace_id_for
 from spyglass.config import Config
+from spyglass.forensics.run import ask_store
 from spyglass.signals.spans import PhaseSpan, engine_span, request_tree
 
 REQUEST_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{2,32}$")
@@ -27,11 +28,11 @@ TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 
 def request_of(config: Config, trace_hex: str) -> str:
     """The request id of a trace id (32 lowercase hex digits, already checked)."""
-    answer = run_readonly(config.store_path(),
-                          "SELECT request_id FROM (SELECT DISTINCT request_id FROM events WHERE request_id IS NOT NULL)"
+    answer = ask_store(config,
+                       "SELECT request_id FROM (SELECT DISTINCT request_id FROM events WHERE request_id IS NOT NULL)"
                           f" WHERE substr(sha256('spyglass-trace:' || request_id), 1, 32) = '{trace_hex}'"
                           " UNION ALL (SELECT request_id FROM events_otlp WHERE kind = 'span' AND request_id IS NOT NULL"
-                          f" AND trace_id = '{trace_hex}' LIMIT 1) LIMIT 1", agent_api(config))
+                          f" AND trace_id = '{trace_hex}' LIMIT 1) LIMIT 1")
     if not answer.rows:
         raise QueryError(f"no request of trace {trace_hex} in the store")
     return str(answer.rows[0][0])
@@ -51,9 +52,9 @@ def events_of(config: Config, request_id: str) -> list[Event]:
     if not REQUEST_ID.match(request_id):
         raise QueryError(f"not a request id: {request_id!r} (expected YYYYMMDD-HHMMSS-hex)")
     trace_hex = format(trace_id_for(request_id), "032x")  # client spans carry no request id, only the trace
-    answer = run_readonly(config.store_path(), "SELECT epoch(ts), source, kind, instance, fields::VARCHAR"
+    answer = ask_store(config, "SELECT epoch(ts), source, kind, instance, fields::VARCHAR"
                                  f" FROM events WHERE request_id = '{request_id}' OR seq IN (SELECT seq FROM events_otlp"
-                                 f" WHERE trace_id = '{trace_hex}') ORDER BY ts", agent_api(config))
+                                 f" WHERE trace_id = '{trace_hex}') ORDER BY ts")
     return [Event(float(ts), source, kind, instance, json.loads(fields), request_id)
             for ts, source, kind, instance, fields in answer.rows]
 

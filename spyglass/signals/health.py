@@ -59,6 +59,10 @@ SPECS = [
                "bytes"),
     MetricSpec("spyglass_source_polls_total", "counter", "Polls of a polled source, by result: ok or error.",
                SOURCE + ("result",)),
+    MetricSpec("spyglass_received_refused_total", "counter",
+               "Bodies POSTed to a receiver (/v1/traces, /api/smoke, /api/alerts) refused whole, nothing taken, by"
+               " reason: too_large (413), rate (429, over its budget), store_failing and backlog (503: the store"
+               " cannot commit, or a full batch waits). See docs/guarantees.md.", ("receiver", "reason")),
     MetricSpec("spyglass_agent_spans_received_total", "counter",
                "Spans received over OTLP/HTTP at the agent's /v1/traces (stored as span events)."),
     MetricSpec("spyglass_alerts_dropped_total", "counter",
@@ -81,11 +85,18 @@ SPECS = [
     MetricSpec("spyglass_store_commit_failures_total", "counter",
                "Failed commits (disk full, read-only, ...); each is retried with back-off, nothing dropped."),
     MetricSpec("spyglass_parquet_publish_failures_total", "counter",
-               "Parquet publications that failed (disk full, a bug); each is retried the next interval."),
+               "Parquet publications that failed (disk full, a batch past the memory limit, a bug); each is"
+               " retried the next interval, with half the batch."),
     MetricSpec("spyglass_parquet_rows_set_aside_total", "counter",
                "Stored rows no Parquet partition can name (a timestamp before 1970 or past 9999), written"
                " to <parquet_dir>/.set-aside/ instead, so the rest is published."),
+    MetricSpec("spyglass_parquet_rows_dropped_unpublished_total", "counter",
+               "Stored rows deleted before Parquet had them: past retain_hours while no publication had"
+               " succeeded for retain_hours (stuck), so that the store does not grow without bound."),
     MetricSpec("spyglass_agent_info", "info", "spyglass version, value 1.", ("version",)),
+    MetricSpec("spyglass_agent_allowed_cpus_info", "info",
+               "The CPUs the agent and its threads may run on (agent.cpus, or as started), value 1: compare with"
+               " the engines' (H2).", ("cpus",)),
 ]
 
 declare_only("agent", SPECS)

@@ -10,7 +10,7 @@ llama-server writes (negative, beyond 2**53, a ratio above 1) moves nothing and 
 `spyglass_source_invalid_fields_total`. While a poll fails (no answer, or a body that is not what
 llama-server answers), the gauges are dropped (no stale value is shown as current). A family the build does
 not write is not exported (no invented zero): kv_cache_* exist only on builds of 2024 to mid-2025. The log's events (evictions, TTFT,
-prompt reuse, starts) go through the engine log's signals (signals/engine.py).
+prompt reuse, starts) go through the engine log's signals (signals/engine_log.py).
 """
 from __future__ import annotations
 

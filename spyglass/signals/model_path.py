@@ -1,7 +1,7 @@
 """Model-path watch events turned into metrics (H15): does the path resolve, when did it last change,
 and does it still name the file the running engine loaded.
 
-The engine's loaded file comes from its last `model` banner line, which signals/engine.py
+The engine's loaded file comes from its last `model` banner line, which signals/engine_log.py
 records in the links every signals object is given (`SignalsLinks.loaded_models`: instance ->
 LoadedModel). A mismatch is left unset while that is unknown: not measured is not 0.
 """

@@ -48,9 +48,11 @@ class MetricState:
     series), and a histogram observation lands in exactly one bucket of the catalogue's bounds.
     Only finite numbers of magnitude at most MAX_VALUE are ever held: `inc`, `set` and `observe`
     raise ValueError naming the metric for anything else (a str, NaN, inf, None), and change
-    nothing. No metric holds more than `max_series` series: a new series past the cap is dropped
-    and counted in spyglass_state_dropped_series_total{metric}. `to_json`/`load_json` round-trip
-    every series, so a restarted agent continues its counters; `load_json` restores only what
+    nothing. A new series must have one value per label of its metric (ValueError naming the
+    metric otherwise; checked when the series is made, not on each update). No metric holds more
+    than `max_series` series: a new series past the cap is dropped and counted in
+    spyglass_state_dropped_series_total{metric}. `to_json`/`load_json` round-trip every series, so
+    a restarted agent continues its counters; `load_json` restores only what
     passes the same checks. It never locks by itself (hold `lock` to change or copy it from more
     than one thread).
     """
@@ -62,6 +64,7 @@ class MetricState:
         self.values: dict[str, dict[Key, float]] = {}
         self.hists: dict[str, dict[Key, list[Any]]] = {}  # key -> [per-bucket counts (+Inf last), sum]
         self.bounds: dict[str, tuple[float, ...]] = {}
+        self.arity = {spec.name: len(spec.labels) for spec in catalogue}
         for spec in catalogue:
             if spec.type == "histogram":
                 self.hists[spec.name] = {}
@@ -100,7 +103,7 @@ class MetricState:
         values = self.values[name]
         old = values.get(key)
         if old is None:
-            if len(values) >= self.max_series and self._full(name):
+            if not self._admit(name, key, values):
                 return
             old = 0.0
         values[key] = old + amount
@@ -109,7 +112,7 @@ class MetricState:
         if value.__class__ not in NUMBER or not -MAX_VALUE <= value <= MAX_VALUE:
             raise ValueError(f"{name}: not a finite number: {value!r:.40}")
         values = self.values[name]
-        if key not in values and len(values) >= self.max_series and self._full(name):
+        if key not in values and not self._admit(name, key, values):
             return
         values[key] = value
 
@@ -118,6 +121,14 @@ class MetricState:
         values = self.values[name]
         for key in [k for k in values if k[:len(prefix)] == prefix]:
             del values[key]
+
+    def _admit(self, name: str, key: Key, series: dict[Key, Any]) -> bool:
+        """Whether a new series `key` of `name` may be made: ValueError for a key that is not one value
+        per label (a short key would render a partial label set, a long one be cut); False past the cap."""
+        if len(key) != self.arity[name]:
+            raise ValueError(f"{name}: {len(key)} label values {key!r:.80} for its {self.arity[name]} labels"
+                             f" {', '.join(self.catalogue[name].labels) or '(none)'}")
+        return len(series) < self.max_series or not self._full(name)
 
     def _full(self, name: str) -> bool:
         """Count a series refused by the cap (the counter itself is bounded by the catalogue)."""
@@ -135,7 +146,7 @@ class MetricState:
         values = self.values[name]
         for old in [k for k in values if k[:identity] == key[:identity] and k != key]:
             del values[old]
-        if key not in values and len(values) >= self.max_series and self._full(name):
+        if key not in values and not self._admit(name, key, values):
             return
         values[key] = 1.0
 
@@ -145,7 +156,7 @@ class MetricState:
         for state in dict.fromkeys((*states, current)):
             if state:
                 full = key + (state,)
-                if full not in values and len(values) >= self.max_series and self._full(name):
+                if full not in values and not self._admit(name, full, values):
                     continue
                 values[full] = 1.0 if state == current else 0.0
 
@@ -163,7 +174,7 @@ class MetricState:
         series = self.hists[name]
         bucket = series.get(key)
         if bucket is None:
-            if len(series) >= self.max_series and self._full(name):
+            if not self._admit(name, key, series):
                 return
             bucket = series[key] = [[0] * (len(self.bounds[name]) + 1), 0.0]
         index = bisect_left(self.bounds[name], value)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,7 @@ class Outcome:
     ttft_ms: float | None = None
     finish: str | None = None
     problem: str | None = None
+    request_id: str | None = None  # the id it was sent with: `spyglass trace ID` shows it
 
 
 @dataclass
@@ -139,7 +140,13 @@ def wait_ready(get: Callable[[str], httpx.Response], url: str, budget: float, cl
 
 def smoke(url: str, samples: list[Sample], baseline: dict[str, Any] | None = None, budget: float = 600.0,
           factor: float = 2.0, slack_ms: float = 50.0, timeout: float = 120.0,
-          clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> Verdict:
+          clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+          request_id: Callable[[], str] | None = None) -> Verdict:
+    """Wait for /health, then send each sample with a request id of its own (a run's ids never merge with
+    another run's in `spyglass requests`, and `spyglass trace` takes them), and judge the answers."""
+    from spyglass.engine.instrument import new_request_id
+
+    request_id = request_id or new_request_id
     url = url.rstrip("/")
     with httpx.Client(timeout=timeout, trust_env=False) as client:
         ready, waited, state = wait_ready(client.get, url, budget, clock, sleep)
@@ -147,11 +154,11 @@ def smoke(url: str, samples: list[Sample], baseline: dict[str, Any] | None = Non
             return Verdict(False, f"{url} is not ready after {waited:.0f} s (probe budget {budget:g} s): {state}", waited)
         outcomes = []
         for sample in samples:
-            began = clock()
+            began, rid = clock(), request_id()
             try:
-                r = client.post(f"{url}/v1/messages", json=sample.body(), headers={"x-request-id": f"smoke-{sample.name}"})
+                r = client.post(f"{url}/v1/messages", json=sample.body(), headers={"x-request-id": rid})
             except httpx.HTTPError as exc:
-                outcomes.append(Outcome(sample.name, 0, problem=f"no answer ({type(exc).__name__})"))
+                outcomes.append(Outcome(sample.name, 0, problem=f"no answer ({type(exc).__name__})", request_id=rid))
                 break
             wall_ms = (clock() - began) * 1000
             try:
@@ -162,7 +169,7 @@ def smoke(url: str, samples: list[Sample], baseline: dict[str, Any] | None = Non
                 body = r.json()
             except ValueError:
                 body = None
-            outcomes.append(check(sample, r.status_code, body, ttft, baseline, factor, slack_ms))
+            outcomes.append(replace(check(sample, r.status_code, body, ttft, baseline, factor, slack_ms), request_id=rid))
             if outcomes[-1].problem:
                 break
     bad = next((o for o in outcomes if o.problem), None)

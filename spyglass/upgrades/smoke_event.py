@@ -38,6 +38,8 @@ class SampleResult(BaseModel):
     ttft_ms: float | None = Field(None, ge=0)
     finish: str | None = Field(None, max_length=40)
     problem: str | None = Field(None, max_length=500)
+    request_id: str | None = Field(None, pattern=r"^\d{8}-\d{6}-[0-9a-f]{2,32}$", description="The id the sample"
+                                   " was sent with (spyglass trace ID).")
 
 
 class SmokeResult(BaseModel):
@@ -85,7 +87,8 @@ def result_of(verdict: Verdict, instance: str, url: str, samples: Path, at: floa
     return SmokeResult(instance=instance, url=url, passed=verdict.ok, reason=verdict.reason[:1000], at=at,
                        waited_seconds=verdict.waited_seconds, samples_file=str(samples)[:500], samples_sha256=digest,
                        samples=[SampleResult(name=o.name, status=o.status, ttft_ms=o.ttft_ms, finish=o.finish,
-                                             problem=o.problem[:500] if o.problem else None)
+                                             problem=o.problem[:500] if o.problem else None,
+                                             request_id=o.request_id)
                                 for o in verdict.outcomes[:MAX_SAMPLES]])
 
 

@@ -14,13 +14,25 @@ from spyglass.alerting.heuristics.model import (
     Threshold,
     probe_sql,
 )
-from spyglass.alerting.heuristics.promql import DECODE_BASELINE, DECODE_BASELINE_OFFSETS, DECODE_MEAN, RECENT, num, spoken
+from spyglass.alerting.heuristics.promql import (
+    DECODE_BASELINE,
+    DECODE_BASELINE_OFFSETS,
+    DECODE_MEAN,
+    HOURLY,
+    RECENT,
+    num,
+    spoken,
+    sql_interval,
+)
 
 
 def build(d: Deployment) -> Heuristic:
     drop = 0.25
     before = " or ".join(spoken(off) for off in DECODE_BASELINE_OFFSETS)  # an hour or a day
-    probe = Probe(needs=("engine_log",), alert="EngineThroughputCollapse", sql=probe_sql(__file__, drop=num(drop)),
+    probe = Probe(needs=("engine_log",), alert="EngineThroughputCollapse", sql=probe_sql(
+                  __file__, drop=num(drop), recent=sql_interval(RECENT),
+                  baseline_from=sql_interval(HOURLY, DECODE_BASELINE_OFFSETS[0]),
+                  baseline_to=sql_interval(DECODE_BASELINE_OFFSETS[0])),
                   summary=f"{{instance}} decoded {{decode_tps:g}} tok/s per request over {spoken(RECENT)} against"
                   f" {{baseline_decode_tps:g}} {spoken(DECODE_BASELINE_OFFSETS[0])} before ({{requests}} requests under"
                   f" {num(drop)}x their baseline).",

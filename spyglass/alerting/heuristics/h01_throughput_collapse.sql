@@ -1,12 +1,12 @@
--- Per engine request: the mean decode rate of the 10 minutes before it against the same instance's mean of
--- the hour before an hour ago (as the rule's 10-minute mean against its 1h-offset baseline). A finding where
+-- Per engine request: the mean decode rate over the window before it ({recent}) against the same instance's mean of
+-- the hour before an hour ago (as the rule's recent mean against its 1h-offset baseline). A finding where
 -- the current mean fell under the drop ratio of the baseline (incident 1: 76.8 -> 9.3 tok/s).
 WITH rates AS (
   SELECT instance, lane, ts_utc, request_id, decode_tps,
     avg(decode_tps) OVER (PARTITION BY instance ORDER BY ts_utc
-                          RANGE BETWEEN INTERVAL 10 MINUTE PRECEDING AND CURRENT ROW) AS current_tps,
+                          RANGE BETWEEN {recent} PRECEDING AND CURRENT ROW) AS current_tps,
     avg(decode_tps) OVER (PARTITION BY instance ORDER BY ts_utc
-                          RANGE BETWEEN INTERVAL 2 HOUR PRECEDING AND INTERVAL 1 HOUR PRECEDING) AS baseline_tps
+                          RANGE BETWEEN {baseline_from} PRECEDING AND {baseline_to} PRECEDING) AS baseline_tps
   FROM engine_requests__all WHERE decode_tps IS NOT NULL AND ts_utc < $to
 ), collapsed AS (
   SELECT * FROM rates WHERE ts_utc >= $from AND current_tps < {drop} * baseline_tps

@@ -43,7 +43,8 @@ def build(d: Deployment) -> Heuristic:
                expr="(max by (host, instance) (spyglass_host_shared_cpus) > 0)"
                     " or (max by (host, instance) (spyglass_engine_shared_cpus) > 0)",
                for_="5m", summary=f"{INSTANCE} shares CPUs with another engine.",
-               description=f"{INSTANCE} may run on {VALUE} CPUs that another engine instance may also run on."),
+               description=f"{INSTANCE} may run on {VALUE} CPUs that another engine instance (or the spyglass agent"
+                           " itself, other=\"spyglass-agent\": set agent.cpus) may also run on."),
          Alert(name="EngineCPUThrottled", severity="warning",
                expr=ratio(f"rate(spyglass_host_cgroup_throttled_periods_total[{window}])",
                      f"rate(spyglass_host_cgroup_periods_total[{window}])", "host, instance") + f" > {num(throttled)}",

@@ -15,7 +15,18 @@ from spyglass.alerting.heuristics.model import (
     Threshold,
     probe_sql,
 )
-from spyglass.alerting.heuristics.promql import EVICTIONS, EVICTIONS_BASELINE, HOURLY, RECENT, SNAPSHOT_SHARE, num, spoken
+from spyglass.alerting.heuristics.promql import (
+    EVICTIONS,
+    EVICTIONS_BASELINE,
+    HOURLY,
+    PEAK,
+    RECENT,
+    SNAPSHOT_SHARE,
+    minutes,
+    num,
+    spoken,
+    sql_interval,
+)
 
 
 def build(d: Deployment) -> Heuristic:
@@ -25,8 +36,10 @@ def build(d: Deployment) -> Heuristic:
     # Per eviction: the rate over the 10 minutes before it and over the hour before those (the
     # views read an hour beyond the window, so the first 10 minutes see a shorter baseline), and
     # the mean parked snapshot's share of the budget at that moment, as the rule computes them.
-    probe = Probe(needs=("engine_log",), alert="EngineEvictionStorm", sql=probe_sql(__file__, floor=num(floor), spike=num(spike),
-                                                                                    share=num(share)),
+    probe = Probe(needs=("engine_log",), alert="EngineEvictionStorm", sql=probe_sql(
+        __file__, floor=num(floor), spike=num(spike), share=num(share), recent=sql_interval(RECENT),
+        recent_minutes=minutes(RECENT), baseline_from=sql_interval(HOURLY, RECENT), baseline_to=sql_interval(RECENT),
+        hourly_minutes=minutes(HOURLY), peak=sql_interval(PEAK)),
         summary="{instance} evicted {evictions:,} conversation snapshots (up to {evictions_per_minute_peak:g} a minute); the"
         " largest parked snapshot, {largest_snapshot_bytes:,} bytes, is {snapshot_share_of_budget:.0%} of the"
         " {budget_bytes:,}-byte budget, {snapshot_in_slot_shares:g} times the share of one of {slots} slots.",

@@ -1,5 +1,5 @@
--- Per eviction: the rate over the 10 minutes before it and over the hour before those (as the rule computes
--- them; the views read an hour beyond the window, so its first 10 minutes see a shorter baseline), and the mean
+-- Per eviction: the rate over the window before it ({recent}) and over the hour before that (as the rule computes
+-- them; the views read an hour beyond the window, so its first minutes see a shorter baseline), and the mean
 -- parked snapshot's share of the budget then. The peak is the most evictions in one real minute; the largest
 -- snapshot is the largest parked in the window (incident 2: 4,716,362,992 bytes against 8 GiB).
 WITH cache AS (
@@ -8,11 +8,11 @@ WITH cache AS (
 ), rate AS (
   SELECT instance, ts_utc,
     count(*) OVER (PARTITION BY instance ORDER BY ts_utc
-                   RANGE BETWEEN INTERVAL 10 MINUTE PRECEDING AND CURRENT ROW) / 10 AS per_minute,
+                   RANGE BETWEEN {recent} PRECEDING AND CURRENT ROW) / {recent_minutes} AS per_minute,
     count(*) OVER (PARTITION BY instance ORDER BY ts_utc
-                   RANGE BETWEEN INTERVAL 70 MINUTE PRECEDING AND INTERVAL 10 MINUTE PRECEDING) / 60 AS baseline,
+                   RANGE BETWEEN {baseline_from} PRECEDING AND {baseline_to} PRECEDING) / {hourly_minutes} AS baseline,
     count(*) OVER (PARTITION BY instance ORDER BY ts_utc
-                   RANGE BETWEEN INTERVAL 1 MINUTE PRECEDING AND CURRENT ROW) AS in_a_minute
+                   RANGE BETWEEN {peak} PRECEDING AND CURRENT ROW) AS in_a_minute
   FROM cache WHERE event = 'evict'
 ), share AS (
   SELECT instance, ts_utc, used_bytes / greatest(parked, 1) / budget_bytes AS snapshot_share

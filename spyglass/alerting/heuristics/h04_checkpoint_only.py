@@ -14,13 +14,14 @@ from spyglass.alerting.heuristics.model import (
     Threshold,
     probe_sql,
 )
-from spyglass.alerting.heuristics.promql import CHECKPOINT_ONLY, HOURLY, LONG_PROMPTS, last, num, spoken
+from spyglass.alerting.heuristics.promql import CHECKPOINT_ONLY, HOURLY, LONG_PROMPTS, last, num, spoken, sql_interval
 
 
 def build(d: Deployment) -> Heuristic:
     share, least = 0.5, 10.0
     probe = Probe(needs=("engine_log",), alert="EngineLongPromptsCheckpointOnly", sql=probe_sql(__file__, share=num(share),
-                                                                                                least=num(least)),
+                                                                                                least=num(least),
+                                                                                                hourly=sql_interval(HOURLY)),
         summary="{checkpoint_only} of {instance}'s {long_prompts} long prompts reused only a checkpoint (a multiple of"
         " --prompt-cache-every {prompt_cache_every}): their parked snapshots had been evicted.",
         figures=("long_prompts", "checkpoint_only", "checkpoint_only_share", "prompt_cache_every",
@@ -37,7 +38,7 @@ def build(d: Deployment) -> Heuristic:
         wrong_guess="-", check=Check(text="Share of long prompts with checkpoint-only reuse, and the reuse values themselves.",
                    promql=CHECKPOINT_ONLY,
                    sql="SELECT instance, reused, count(*) AS prompts FROM events_engine_log"
-                       " WHERE kind = 'prompt' AND prompt >= 200000 GROUP BY ALL ORDER BY prompts DESC"),
+                       f" WHERE kind = 'prompt' AND prompt >= {d.signals.long_prompt_tokens} GROUP BY ALL ORDER BY prompts DESC"),
         knobs=("--prompt-cache-every", "--conversation-cache-mib"),
         thresholds=(Threshold(name="checkpoint_only_share", value=share, unit="ratio",
                               meaning="share of long prompts restored only from a checkpoint"),

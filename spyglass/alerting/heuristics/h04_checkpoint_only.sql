@@ -8,7 +8,7 @@ WITH banners AS (
 ), marked AS (
   SELECT *, $checkpoint_only AS checkpoint,  -- the rule: collectors/checkpoint_reuse.py
     count(*) OVER (PARTITION BY instance ORDER BY ts_utc
-                   RANGE BETWEEN INTERVAL 1 HOUR PRECEDING AND CURRENT ROW) AS in_the_hour
+                   RANGE BETWEEN {hourly} PRECEDING AND CURRENT ROW) AS in_the_hour
   FROM prompts
 )
 SELECT instance, any_value(lane) AS lane, min(ts_utc) FILTER (WHERE checkpoint) AS start_utc,

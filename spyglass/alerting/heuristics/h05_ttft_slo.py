@@ -15,7 +15,7 @@ from spyglass.alerting.heuristics.model import (
     Threshold,
     probe_sql,
 )
-from spyglass.alerting.heuristics.promql import SLO_ERRORS, TTFT, last, num, per_lane, spoken
+from spyglass.alerting.heuristics.promql import SLO_ERRORS, TTFT, last, num, per_lane, spoken, sql_interval
 from spyglass.config import LaneObjective
 
 
@@ -38,7 +38,9 @@ def build(d: Deployment) -> Heuristic:
     # page). Not the same test on few requests: p95 of 21 s and 40.5 s is 39.5 s, under a 40 s objective,
     # yet half of them are late.
     probe = Probe(needs=("engine_log",), alert="EngineTTFTSpike",
-        sql=probe_sql(__file__, objectives=objectives, fast_burn=num(fast[0]), slow_burn=num(slow[0])),
+        sql=probe_sql(__file__, objectives=objectives, fast_burn=num(fast[0]), slow_burn=num(slow[0]),
+                      fast_long=sql_interval(fast[1]), fast_short=sql_interval(fast[2]),
+                      slow_long=sql_interval(slow[1]), slow_short=sql_interval(slow[2])),
         summary="p95 time to first token on {instance} (lane {lane}) was {p95_ttft_seconds:g} s against the lane's"
         " {objective_seconds:g} s objective; {over_objective} of {requests} requests were later, the slowest"
         " {slowest_ttft_seconds:g} s; at worst {worst_hour_late_percent:g}% of a trailing hour's first tokens were late.",

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 from spyglass.alerting.heuristics.model import LANE, VALUE, Alert, Check, Deployment, Evidence, Heuristic, Probe, Threshold, probe_sql
-from spyglass.alerting.heuristics.promql import HOURLY, last, num, spoken
+from spyglass.alerting.heuristics.promql import HOURLY, last, num, spoken, sql_interval
 
 
 def build(d: Deployment) -> Heuristic:
     least = 3.0
-    probe = Probe(needs=("infer_store",), alert="PlanThenStop", sql=probe_sql(__file__, least=num(least)),
+    probe = Probe(needs=("infer_store",), alert="PlanThenStop", sql=probe_sql(__file__, least=num(least), hourly=sql_interval(HOURLY)),
         summary="{plan_then_stop} responses on lane {lane} ({sessions} sessions) ended the turn after a short plan, tools"
         " offered and none called (up to {most_in_an_hour} in an hour); the first, {trace_request_id}, with"
         " {content_chars} characters of text. Completions of {least_completion} to {most_completion} tokens against"

@@ -3,7 +3,7 @@
 -- The completion range against max_tokens rules out truncation, as the seeds did (740 of 32000; 3,240 / 267).
 WITH stops AS (
   SELECT lane, session, request_id, ts_utc, content_chars, completion_tokens, max_tokens,
-    count(*) OVER (PARTITION BY lane ORDER BY ts_utc RANGE BETWEEN INTERVAL 1 HOUR PRECEDING AND CURRENT ROW)
+    count(*) OVER (PARTITION BY lane ORDER BY ts_utc RANGE BETWEEN {hourly} PRECEDING AND CURRENT ROW)
       AS in_the_hour
   FROM requests WHERE plan_then_stop
 )

@@ -14,12 +14,14 @@ from spyglass.alerting.heuristics.model import (
     Threshold,
     probe_sql,
 )
-from spyglass.alerting.heuristics.promql import num
+from spyglass.alerting.heuristics.promql import PEAK, RECENT, minutes, num, sql_interval
 
 
 def build(d: Deployment) -> Heuristic:
     per_minute = 2.0
-    probe = Probe(needs=("engine_log",), alert="EngineRecompileStorm", sql=probe_sql(__file__, per_minute=num(per_minute)),
+    probe = Probe(needs=("engine_log",), alert="EngineRecompileStorm", sql=probe_sql(
+        __file__, per_minute=num(per_minute), recent=sql_interval(RECENT), recent_minutes=minutes(RECENT),
+        peak=sql_interval(PEAK)),
         summary="{instance} rebuilt {rebuilds} compute graphs, up to {rebuilds_per_minute_peak:g} a minute.",
         figures=("rebuilds", "rebuilds_per_minute_peak"))
     return Heuristic(
@@ -36,6 +38,6 @@ def build(d: Deployment) -> Heuristic:
         knobs=("bounded request shapes (batch, sequence length)", "a warm-up of the known shapes at start"),
         thresholds=(Threshold(name="rebuilds_per_minute", value=per_minute, unit="1/min", meaning="graph rebuilds a minute"),),
         alerts=(Alert(name="EngineRecompileStorm", severity="warning",
-               expr=f"sum by (host, instance, lane) (rate(spyglass_engine_graph_rebuilds_total[10m])) * 60 > {num(per_minute)}",
+               expr=f"sum by (host, instance, lane) (rate(spyglass_engine_graph_rebuilds_total[{RECENT}])) * 60 > {num(per_minute)}",
                for_="10m", summary=f"{INSTANCE} rebuilds compute graphs every minute.",
                description=f"{INSTANCE} ({LANE}) rebuilds {VALUE} compute graphs a minute.", latency=True),), probe=probe)

@@ -1,11 +1,11 @@
--- Graph rebuilds a minute over 10 minutes (the rule's rate) above the threshold; the peak is the most in one real
--- minute, not a 10-minute count divided by 10.
+-- Graph rebuilds a minute over the rule's window ({recent}) above the threshold; the peak is the most in one real
+-- minute, not that count divided by {recent_minutes}.
 WITH rebuilds AS (
   SELECT instance, ts_utc,
     count(*) OVER (PARTITION BY instance ORDER BY ts_utc
-                   RANGE BETWEEN INTERVAL 10 MINUTE PRECEDING AND CURRENT ROW) / 10 AS per_minute,
+                   RANGE BETWEEN {recent} PRECEDING AND CURRENT ROW) / {recent_minutes} AS per_minute,
     count(*) OVER (PARTITION BY instance ORDER BY ts_utc
-                   RANGE BETWEEN INTERVAL 1 MINUTE PRECEDING AND CURRENT ROW) AS in_a_minute
+                   RANGE BETWEEN {peak} PRECEDING AND CURRENT ROW) AS in_a_minute
   FROM timeline WHERE kind = 'graph_rebuild' AND source_kind = 'engine_log'
 )
 SELECT instance, NULL AS lane, min(ts_utc) FILTER (WHERE per_minute > {per_minute}) AS start_utc,

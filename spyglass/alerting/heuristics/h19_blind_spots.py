@@ -28,11 +28,13 @@ def _silent(d: Deployment, silent: float, polls_missed: float) -> str:
 def build(d: Deployment) -> Heuristic:
     s = d.settings
     silent, unmatched, ahead, polls_missed = s.source_silent_minutes * 60, 0.05, 300, 3.0
+    unreadable, unreadable_lines = 0.5, 20
     lines = "spyglass_source_lines_total"
-    scrape_hold, down_hold, parse_window = "2m", "5m", "15m"
+    scrape_hold, down_hold, parse_window, read_window, read_hold = "2m", "5m", "15m", "15m", "10m"
     return Heuristic(
         id="H19", title="spyglass's own blind spots", incident="§6.2 of the seed: evictions= were only in the engine log",
         symptom="spyglass's target is down; a source went silent while its process runs; lines stop parsing (format drift);"
+        " a source writes lines but spyglass can read few of them (an unknown format, a wrong preset, a wrapper);"
         " a status endpoint is down; a source's clock runs ahead.",
         wrong_guess="-", check=Check(text="spyglass's own per-source health.",
                    promql="spyglass_source_up or spyglass_source_last_event_timestamp_seconds",
@@ -43,6 +45,10 @@ def build(d: Deployment) -> Heuristic:
          Threshold(name="polls_missed", value=polls_missed, unit="polls",
                    meaning="status endpoint without an event for this many times its next poll's due time"),
          Threshold(name="unmatched_share", value=unmatched, unit="ratio", meaning="share of lines no pattern matched"),
+         Threshold(name="unreadable_share", value=unreadable, unit="ratio",
+                   meaning="share of a source's lines of no known shape or pattern, with or without a level letter"),
+         Threshold(name="unreadable_lines", value=unreadable_lines, unit="lines",
+                   meaning="fewest lines in the window for the unreadable share to count"),
          Threshold(name="ahead_seconds", value=ahead, unit="s", meaning="newest event this far in the future")),
         alerts=(Alert(name="SpyglassTargetDown", severity="critical",
                expr=f'up{{job="{s.job}"}} == 0 or absent(up{{job="{s.job}"}})', for_=scrape_hold,
@@ -62,6 +68,14 @@ def build(d: Deployment) -> Heuristic:
                for_=parse_window, summary="Lines of a source stopped parsing: format drift.",
                description="{{ $value | humanizePercentage }} of source {{ $labels.source }}'s lines matched no pattern over "
                + spoken(parse_window) + "."),
+         Alert(name="SpyglassSourceUnreadable", severity="warning",
+               expr=ratio(f'increase({lines}{{outcome=~"unmatched|unprefixed"}}[{read_window}])',
+                          f"increase({lines}[{read_window}])", "host, source") + f" > {num(unreadable)}\n"
+               f"  and on (host, source) sum by (host, source) (increase({lines}[{read_window}])) >= {unreadable_lines}",
+               for_=read_hold, summary="A source writes lines spyglass cannot read: {{ $labels.source }}.",
+               description="{{ $value | humanizePercentage }} of source {{ $labels.source }}'s lines over " + spoken(read_window)
+               + " have no shape or pattern spyglass knows: a new build's format, a wrong preset or an unknown wrapper."
+               " Run `spyglass check-log` on the file to see what it reads and the shapes it cannot."),
          Alert(name="SpyglassSourceClockAhead", severity="warning",
                expr=f"spyglass_source_last_event_timestamp_seconds - time() > {ahead}", for_="5m",
                summary="A source's timestamps are in the future: its time zone is wrong.",

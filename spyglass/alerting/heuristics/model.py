@@ -9,7 +9,7 @@ from typing import Literal
 
 from spyglass.collectors.engine_log import EngineLogOptions
 from spyglass.collectors.serve_status import ServeStatusOptions
-from spyglass.config import AlertsConfig, Config, LaneObjective
+from spyglass.config import AlertsConfig, Config, LaneObjective, SignalsConfig
 
 Severity = Literal["critical", "warning", "info"]
 
@@ -138,10 +138,13 @@ class Deployment:
     for which instance, with the time within which its next poll is due."""
 
     settings: AlertsConfig = field(default_factory=AlertsConfig)
+    signals: SignalsConfig = field(default_factory=SignalsConfig)  # what the metrics count (a long prompt's size)
     lanes: dict[str, LaneObjective] = field(default_factory=lambda: {"fast": DEFAULT_LANE, "normal": DEFAULT_LANE})
     engine_sources: dict[str, str] = field(default_factory=lambda: {"engine-a": "strata-a", "engine-b": "strata-b"})
     # where the runbooks lie when alerts.runbook_base_url is unset: the file:// URL of the folder written
     runbooks_url: str = ""
+    # where the agent's evidence pages are: alerts.evidence_base_url, else the agent's listen address
+    evidence_base_url: str = "http://127.0.0.1:9464"
     # status endpoints: source -> (instance, seconds within which a poll is due even while it fails)
     status_sources: dict[str, tuple[str, float]] = field(
         default_factory=lambda: {"serve-a": ("strata-a", 67.0), "serve-b": ("strata-b", 67.0)})
@@ -154,8 +157,9 @@ class Deployment:
         engines = {name: o.instance for name, o in config.sources_of(EngineLogOptions).items() if o.instance}
         status = {name: (o.instance or name, o.next_poll_within())
                   for name, o in config.sources_of(ServeStatusOptions).items() if o.url}
-        return cls(settings=config.alerts, lanes=dict(sorted(lanes.items())), engine_sources=engines,
-                   status_sources=status)
+        evidence = config.alerts.evidence_base_url or config.exporters.prometheus.client_url()
+        return cls(settings=config.alerts, signals=config.signals, lanes=dict(sorted(lanes.items())), engine_sources=engines,
+                   status_sources=status, evidence_base_url=evidence)
 
 
 

@@ -15,6 +15,25 @@ def num(x: float) -> str:
 
 
 UNIT_WORDS = {"s": "second", "m": "minute", "h": "hour", "d": "day"}
+UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def seconds(duration: str) -> int:
+    """A simple Prometheus duration in seconds: "10m" -> 600."""
+    return int(duration[:-1]) * UNIT_SECONDS[duration[-1]]
+
+
+def sql_interval(*durations: str) -> str:
+    """The sum of Prometheus durations as a DuckDB interval, for the probes' window frames:
+    ("1h", "10m") -> "INTERVAL 70 MINUTE", as `[1h] offset 10m` reaches back 70 minutes."""
+    total = sum(map(seconds, durations))
+    unit = next(u for u, size in UNIT_SECONDS.items() if total % size == 0)
+    return f"INTERVAL {total // UNIT_SECONDS[unit]} {UNIT_WORDS[unit].upper()}"
+
+
+def minutes(duration: str) -> str:
+    """A duration in minutes, as a probe divides a count by it to get a rate a minute: "10m" -> "10"."""
+    return num(seconds(duration) / 60)
 
 
 def spoken(duration: str) -> str:
@@ -49,6 +68,7 @@ RECENT = "10m"  # the decode and eviction rates now
 HOURLY = "1h"  # their baselines, and the hourly shares
 DECODE_BASELINE_OFFSETS = ("1h", "1d")  # the decode rate's baseline: an hour or a day before
 TTFT_QUANTILES = ((0.5, "5m"), (0.95, "5m"), (0.99, "5m"), (0.95, "30m"), (0.5, "1h"))
+PEAK = "1m"  # a probe's peak figure: the most in one real minute (a figure, not an alert's window)
 
 TTFT = "spyglass_engine_ttft_seconds"
 DECODE = "spyglass_engine_request_decode_tokens_per_second"

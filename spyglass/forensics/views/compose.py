@@ -7,6 +7,7 @@ from typing import Any
 from spyglass.collectors.fields import columns as declared_fields_of
 from spyglass.collectors.received import RECEIVED
 from spyglass.exporters.event_schema import json_typed_select, source_kinds, source_view
+from spyglass.exporters.request_rows import from_events_sql, row_tables
 from spyglass.forensics.views.registry import VIEWS
 from spyglass.forensics.views.schema import PAD
 
@@ -26,6 +27,16 @@ EV = f"""SELECT e.seq, e.ts, e.source, coalesce(e.source_kind, k.source_kind) AS
   FROM events e LEFT JOIN source_kinds k ON k.source = e.source
   WHERE {WINDOW}"""
 SOURCE_EV = re.compile(r"\bev_(\w+)\b")
+ROWS = re.compile(r"\brows_(requests_\w+)\b")
+
+
+def rows_source(table: str, from_events: bool) -> str:
+    """`rows_<table>`: the per-request rows of the window (widened by PAD), read from the store's table,
+    or with `from_events` computed from the window's events (Parquet, or a store from before the rows)."""
+    found = row_tables()[table]
+    if from_events:
+        return f"rows_{table} AS ({from_events_sql(found, f'ev_{found.source_kind}')})"
+    return f"rows_{table} AS (SELECT * FROM {table} WHERE ts >= $from - {PAD} AND ts < $to + {PAD})"
 
 
 def ev_source(source_kind: str) -> str:
@@ -80,34 +91,45 @@ def needed(sql: str) -> list[str]:
     return [name for name in VIEWS if name in found]
 
 
-def needed_sources(sql: str, views: list[str]) -> list[str]:
-    """The source kinds whose `ev_<source kind>` the views (or `sql` itself) read."""
+def needed_rows(sql: str, views: list[str]) -> list[str]:
+    """The row tables whose `rows_<table>` the views (or `sql` itself) read."""
+    text = strip_comments_and_literals(sql) + "".join(VIEWS[name].sql for name in views)
+    return sorted({t for t in ROWS.findall(text) if t in row_tables()})
+
+
+def needed_sources(sql: str, views: list[str], from_events: bool = False) -> list[str]:
+    """The source kinds whose `ev_<source kind>` the views (or `sql` itself) read (with `from_events`,
+    those the rows are computed from too)."""
     text = strip_comments_and_literals(sql) + "".join(VIEWS[name].sql for name in views)
     known = set(source_kinds())
-    return sorted({sk for sk in SOURCE_EV.findall(text) if sk in known})
+    rows = {row_tables()[t].source_kind for t in needed_rows(sql, views)} if from_events else set()
+    return sorted({sk for sk in SOURCE_EV.findall(text) if sk in known} | rows)
 
 
-def ctes(sql: str, sources: dict[str, Any], json_events: bool = False) -> list[str]:
+def ctes(sql: str, sources: dict[str, Any], json_events: bool = False, from_events: bool = False) -> list[str]:
     """The CTEs in front of `sql`. With `json_events` (Parquet segments of the JSON layout), each
     source kind's typed events are extracted from `events`' JSON fields instead of read from the
-    store's `events_<source kind>` view."""
+    store's `events_<source kind>` view; with it or `from_events` (segments, which hold no rows), the
+    per-request rows are computed from the window's events instead of read from the store's tables."""
     views = needed(sql)
-    kinds = needed_sources(sql, views)
+    from_events = from_events or json_events
+    kinds = needed_sources(sql, views, from_events)
     out = [f"source_kinds AS ({source_kinds_sql(sources)})", f"ev AS ({EV})"]
     if json_events:
         out += [f"{source_view(sk)} AS ({json_typed_select(sk, 'events', 'source_kinds')})" for sk in kinds]
     out += [ev_source(sk) for sk in kinds]
+    out += [rows_source(table, from_events) for table in needed_rows(sql, views)]
     for name in views:
         out.append(f"{name}__all AS ({VIEWS[name].sql.strip()})")
         out.append(f"{name} AS (SELECT * FROM {name}__all WHERE ts_utc >= $from AND ts_utc < $to)")
     return out
 
 
-def with_views(sql: str, sources: dict[str, Any], json_events: bool = False) -> str:
+def with_views(sql: str, sources: dict[str, Any], json_events: bool = False, from_events: bool = False) -> str:
     """`sql` (one SELECT, which may start with comments and its own WITH) with the views it names in front."""
     text = sql.strip().rstrip(";")
     comments = re.match(r"(?:[ \t]*--[^\n]*\n)*", text).group(0)  # type: ignore[union-attr] # * matches always
     body = text[len(comments):].lstrip()
-    head = ",\n".join(ctes(body, sources, json_events))
+    head = ",\n".join(ctes(body, sources, json_events, from_events))
     own = re.match(r"(?is)^with\s+(?!recursive\b)", body)
     return f"{comments}WITH {head},\n{body[own.end():]}" if own else f"{comments}WITH {head}\n{body}"

@@ -1,37 +1,19 @@
 """What happened to a request, layer by layer: the engine's task, the gateway's lines, the infer store's row and
-raw record, their join by request id, and the trace spans."""
+raw record, their join by request id, and the trace spans. The three layers' views read the per-request rows
+the store maintains at ingest (`rows_<table>`: exporters/request_rows.py), not the events."""
 from __future__ import annotations
 
-from spyglass.forensics.views.schema import ENGINE, GATEWAY, INFER, SPAN, TS, View, clock_columns, clocks, cols
+from spyglass.forensics.views.schema import SPAN, TS, View, clock_columns, clocks, cols
 
 ENGINE_REQUESTS = View("engine_requests", "One row per engine task, from the engine log: queued, prompt reused/read,"
                        " thinking, tool call, done, or the engine's own 400.", f"""
-SELECT {clocks('t.ts')}, t.source, t.instance, t.lane, t.request_id, t.task, t.conv, t.prefill_depth,
-  t.prompt_tokens, t.reused_tokens, t.read_tokens, t.prefill_ms,
-  CASE WHEN r.ts >= t.ts THEN r.origin END AS reuse_origin,
+SELECT {clocks('t.ts')}, t.source, t.instance, k.lane, t.request_id, t.task, t.conv, t.prefill_depth,
+  t.prompt_tokens, t.reused_tokens, t.read_tokens, t.prefill_ms, t.reuse_origin,
   t.thinking_tokens, t.thinking_max, t.thinking_cause, t.wrote_tool_call, t.finish, t.completion_tokens,
   t.ttft_ms, t.decode_tps, {clocks('t.done_ts', 'done')},
   round(epoch(t.done_ts - t.ts) * 1000)::BIGINT AS duration_ms,
-  t.rejected_status, t.rejected_code, t.rejected_prompt, t.rejected_window
-FROM (
-  SELECT source, any_value(instance) AS instance, any_value(lane) AS lane, request_id, {ENGINE('task')} AS task,
-    min(ts) AS ts, {ENGINE('conv', 'queued')} AS conv, {ENGINE('prefill_depth', 'queued')} AS prefill_depth,
-    {ENGINE('prompt', 'prompt')} AS prompt_tokens, {ENGINE('reused', 'prompt')} AS reused_tokens,
-    {ENGINE('read', 'prompt')} AS read_tokens, {ENGINE('ms', 'prompt')} AS prefill_ms,
-    {ENGINE('tokens', 'thinking')} AS thinking_tokens, {ENGINE('max', 'thinking')} AS thinking_max,
-    {ENGINE('cause', 'thinking')} AS thinking_cause, bool_or(kind = 'tool_call') AS wrote_tool_call,
-    {ENGINE('finish', 'done')} AS finish, {ENGINE('completion', 'done')} AS completion_tokens,
-    {ENGINE('ttft_ms', 'done')} AS ttft_ms, {ENGINE('decode_tps', 'done')} AS decode_tps,
-    max(ts) FILTER (WHERE kind = 'done') AS done_ts, max(ts) FILTER (WHERE kind = 'prompt') AS prompt_ts,
-    {ENGINE('status', 'rejected')} AS rejected_status, {ENGINE('code', 'rejected')}::VARCHAR AS rejected_code,
-    {ENGINE('prompt', 'rejected')} AS rejected_prompt, {ENGINE('window', 'rejected')} AS rejected_window
-  FROM ev_engine_log
-  WHERE kind IN ('queued', 'prompt', 'thinking', 'tool_call', 'done', 'rejected')
-  GROUP BY source, request_id, {ENGINE('task')}, CASE WHEN request_id IS NULL THEN seq END
-) t
-ASOF LEFT JOIN (SELECT source, ts, {ENGINE('conv')} AS conv, {ENGINE('origin')} AS origin FROM ev_engine_log
-                WHERE kind = 'restore') r
-  ON r.source = t.source AND r.conv = t.conv AND coalesce(t.prompt_ts, t.ts) >= r.ts""", (*TS, *cols("""
+  t.rejected_status, t.rejected_code::VARCHAR AS rejected_code, t.rejected_prompt, t.rejected_window
+FROM rows_requests_engine t LEFT JOIN source_kinds k ON k.source = t.source""", (*TS, *cols("""
     source text: Engine-log source
     instance text: Engine instance
     lane text: Lane of the instance (its source's `lane`)
@@ -69,25 +51,7 @@ SELECT {clocks('ts')}, request_id, instance, session, lane, mode, client_msgs, s
   TRY_CAST(regexp_extract(overfit_upstream, ': (\\d+) > (\\d+)', 1) AS BIGINT) AS upstream_prompt,
   TRY_CAST(regexp_extract(overfit_upstream, ': (\\d+) > (\\d+)', 2) AS BIGINT) AS upstream_window,
   retried, reject_reason
-FROM (
-  SELECT request_id, min(ts) AS ts, any_value(instance) AS instance, {GATEWAY('session', 'request')} AS session,
-    max({GATEWAY('lane')}) AS lane, max({GATEWAY('mode')}) AS mode, max({GATEWAY('client_msgs')}) AS client_msgs,
-    max({GATEWAY('sent_msgs')}) AS sent_msgs, {GATEWAY('chars', 'request')} AS chars,
-    {GATEWAY('cjk', 'request')} AS cjk, max({GATEWAY('est_tokens')}) AS est_tokens,
-    {GATEWAY('max_tokens', 'request')} AS max_tokens, {GATEWAY('count_tokens', 'precheck')} AS precheck_tokens,
-    {GATEWAY('window', 'precheck')} AS precheck_window, {GATEWAY('room', 'precheck')} AS precheck_room,
-    {GATEWAY('max_to', 'clamp')} AS clamped_max_tokens, {GATEWAY('thinking_budget', 'clamp')} AS thinking_budget,
-    {GATEWAY('status', 'done')} AS done_status, {GATEWAY('status', 'overfit')} AS overfit_status,
-    {GATEWAY('status', 'reject')} AS reject_status, {GATEWAY('engine_prompt', 'done')} AS engine_prompt,
-    {GATEWAY('completion', 'done')} AS completion_tokens, {GATEWAY('finish', 'done')} AS finish,
-    {GATEWAY('tool_calls', 'done')} AS tool_calls, {GATEWAY('content_chars', 'done')} AS content_chars,
-    {GATEWAY('ttft_ms', 'done')} AS ttft_ms, {GATEWAY('dur_ms', 'done')} AS dur_ms,
-    count(*) FILTER (WHERE kind = 'overfit') AS overfits, {GATEWAY('prompt', 'overfit')} AS overfit_prompt,
-    {GATEWAY('max', 'overfit')} AS overfit_max, {GATEWAY('upstream', 'overfit')} AS overfit_upstream,
-    bool_or(kind = 'retry_on_overfit') AS retried, {GATEWAY('reason', 'reject')} AS reject_reason
-  FROM ev_gateway_log WHERE request_id IS NOT NULL
-  GROUP BY request_id
-)""", (*TS, *cols("""
+FROM rows_requests_gateway""", (*TS, *cols("""
     request_id text: The gateway's request id (Beijing time of arrival inside)
     instance text: The gateway instance
     session text: Conversation session (auto:<hash of the first user message>)
@@ -129,28 +93,7 @@ SELECT {clocks('ts')}, request_id, session, lane, upstream, mode, client_msgs, s
   prompt_tokens, completion_tokens, max_tokens, status, finish, tool_calls, content_chars, reasoning_chars, ttft_ms,
   dur_ms, segment, has_body, special_literals, thinking_only, invalid_tool_json, anchor_survived, offered_tools,
   plan_then_stop, body_finish, body_tool_calls, body_content_chars
-FROM (
-  SELECT request_id, coalesce(min(ts) FILTER (WHERE kind = 'request'), min(ts)) AS ts,
-    {INFER('session', 'request')} AS session, max({INFER('lane')}) AS lane, {INFER('upstream', 'request')} AS upstream,
-    {INFER('mode', 'request')} AS mode, {INFER('client_msgs', 'request')} AS client_msgs,
-    {INFER('sent_msgs', 'request')} AS sent_msgs, {INFER('chars', 'request')} AS chars,
-    {INFER('est_tokens', 'request')} AS est_tokens, {INFER('prompt_tokens', 'request')} AS prompt_tokens,
-    {INFER('completion_tokens', 'request')} AS completion_tokens, {INFER('max_tokens', 'request')} AS max_tokens,
-    {INFER('status', 'request')} AS status, {INFER('finish', 'request')} AS finish,
-    {INFER('tool_calls', 'request')} AS tool_calls, {INFER('content_chars', 'request')} AS content_chars,
-    {INFER('reasoning_chars', 'request')} AS reasoning_chars, {INFER('ttft_ms', 'request')} AS ttft_ms,
-    {INFER('dur_ms', 'request')} AS dur_ms, coalesce({INFER('seg', 'request')}, {INFER('segment', 'request_body')}) AS segment,
-    bool_or(kind = 'request_body') AS has_body, {INFER('special_literals', 'request_body')} AS special_literals,
-    bool_or({INFER('thinking_only')}) FILTER (WHERE kind = 'request_body') AS thinking_only,
-    {INFER('invalid_tool_json', 'request_body')} AS invalid_tool_json,
-    bool_or({INFER('anchor_survived')}) FILTER (WHERE kind = 'request_body') AS anchor_survived,
-    bool_or({INFER('offered_tools')}) FILTER (WHERE kind = 'request_body') AS offered_tools,
-    bool_or({INFER('plan_then_stop')}) FILTER (WHERE kind = 'request_body') AS plan_then_stop,
-    {INFER('finish', 'request_body')} AS body_finish, {INFER('tool_calls', 'request_body')} AS body_tool_calls,
-    {INFER('content_chars', 'request_body')} AS body_content_chars
-  FROM ev_infer_store WHERE kind IN ('request', 'request_body') AND request_id IS NOT NULL
-  GROUP BY request_id
-)""", (*clock_columns("ts", "Arrival (the row's ts, Beijing time in the file)"), *cols("""
+FROM (SELECT * REPLACE (coalesce(seg, segment) AS segment) FROM rows_requests_infer)""", (*clock_columns("ts", "Arrival (the row's ts, Beijing time in the file)"), *cols("""
     request_id text: Request id
     session text: Session
     lane text: Lane

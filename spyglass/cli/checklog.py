@@ -1,0 +1,149 @@
+"""`spyglass check-log FILE`: what spyglass reads in a log, without a store or a config. The first thing to run
+on one's own log: the events it recognizes by kind, the build and capture it detected, how it placed the
+lines in time, and the shapes of the lines it could not read. And the one line `ingest` and `run` say about
+the lines a source could not read."""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spyglass import collectors
+from spyglass.collectors.grammar import Miss
+
+PRESETS = ("llama_server", "strata")
+CHUNK = 4096  # lines per batch, as a tailer hands them over
+SAMPLE = 2000  # lines each preset reads when none is given
+ANCHORS = {"wrapper": "the capture's own clock (journald, syslog, docker) or the 2024 formats' own timestamp",
+           "process": "the start time of the running llama-server that writes the file",
+           "mtime": "the file's mtime minus the last stamp read (the stamps count from the process start)",
+           "next": "placed to end where the next process's lines begin"}
+UNREADABLE = (Miss.UNMATCHED, Miss.UNPREFIXED)
+
+
+@dataclass
+class Reading:
+    """What one read of a log found."""
+
+    preset: str
+    lines: int = 0
+    events: Counter[str] = field(default_factory=Counter)
+    misses: Counter[str] = field(default_factory=Counter)
+    source: Any = None
+
+    @property
+    def unreadable(self) -> int:
+        return sum(self.misses[m] for m in UNREADABLE)
+
+
+def read_log(path: Path, preset: str, tz: str = "UTC", limit: int | None = None) -> Reading:
+    """`path` read whole (or its first `limit` lines) by the engine log's `preset`, as the agent would."""
+    from spyglass.collectors.engine_log import EngineLogOptions
+
+    options = EngineLogOptions(path=path, preset=preset, tz=tz, instance="check-log", columnar="never")
+    source: Any = collectors.load_all()["engine_log"].build_tailed("check-log", options)
+    if hasattr(source, "writer_of"):
+        source.writer_of = lambda log, now: None  # a file, not a running process: placed by its own times
+    reading = Reading(preset, source=source)
+    mtime = os.stat(path).st_mtime
+    batch: list[bytes] = []
+    with open(path, "rb") as file:
+        for line in file:
+            batch.append(line)
+            reading.lines += 1
+            if len(batch) == CHUNK or reading.lines == limit:
+                _feed(reading, batch, mtime)
+                batch = []
+                if reading.lines == limit:
+                    break
+    if batch:
+        _feed(reading, batch, mtime)
+    return reading
+
+
+def _feed(reading: Reading, batch: list[bytes], mtime: float) -> None:
+    reading.source.file_mtime(mtime)
+    events, misses, _ = reading.source.handle_lines(batch)
+    reading.events.update(e.kind for e in events if e.kind != "unread")
+    reading.misses.update({k: v for k, v in misses.items() if v})
+
+
+def choose_preset(path: Path, tz: str) -> tuple[str, str]:
+    """The preset that reads more of the file's first lines, and why."""
+    shares = {}
+    for preset in PRESETS:
+        sample = read_log(path, preset, tz, SAMPLE)
+        shares[preset] = 1 - sample.unreadable / sample.lines if sample.lines else 0.0
+    best = max(PRESETS, key=lambda p: shares[p])
+    return best, ", ".join(f"{p} reads {shares[p]:.0%}" for p in PRESETS) + f" of the first {SAMPLE:,} lines"
+
+
+def report(path: Path, preset: str | None, tz: str = "UTC", top: int = 8) -> tuple[str, Reading]:
+    """The check-log report of `path`, and the reading it describes."""
+    why = "as given"
+    if preset is None:
+        preset, why = choose_preset(path, tz)
+    reading = read_log(path, preset, tz)
+    src = reading.source
+    out = [f"{path}: {reading.lines:,} lines, read with preset {preset} ({why})"]
+    captures: Counter[str] = Counter(getattr(src, "captures", None) or {})
+    if captures:
+        out.append("capture:     " + ", ".join(f"{name} ({n:,} lines)" for name, n in captures.most_common()))
+    forms: Counter[str] = Counter(getattr(src, "forms", None) or {})
+    if forms:
+        names = {"common": "common/log.cpp's (late 2024 on)", "text": "2024 text", "json": "2024 JSON"}
+        out.append("format:      " + ", ".join(f"{names.get(f, f)} ({n:,} lines)" for f, n in forms.most_common()))
+    if preset == "llama_server":
+        builds = sorted(set(getattr(src, "builds", [])))
+        out.append("build:       " + (", ".join(builds) if builds else "not named in the log (the poller reads it from /props)"))
+        anchors = Counter(getattr(src, "anchors", []))
+        out.append("time anchor: " + ("; ".join(f"{a}: {ANCHORS.get(a, a)} ({n} process{'es' * (n > 1)})"
+                                                 for a, n in anchors.most_common()) or "none: no line of llama-server's"))
+    kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(reading.events.items(), key=lambda kv: (-kv[1], kv[0])))
+    out.append(f"events:      {kinds or 'none'}")
+    share = reading.unreadable / reading.lines if reading.lines else 0.0
+    known = reading.misses[Miss.IGNORED] + reading.misses["joined"]
+    out.append(f"lines:       {reading.unreadable:,} unreadable ({share:.0%}); {known:,} known (no event of their own);"
+               f" {sum(v for k, v in reading.misses.items() if k.startswith('invalid')):,} invalid")
+    shapes: Counter[str] = Counter(getattr(src, "shapes", None) or {})
+    if shapes:
+        out.append("unreadable shapes (digits as 9):")
+        out += [f"  {n:>7,}  {shape}" for shape, n in shapes.most_common(top)]
+    out.append("next:        " + advice(preset, share, reading))
+    return "\n".join(out), reading
+
+
+def advice(preset: str, share: float, reading: Reading) -> str:
+    if reading.lines == 0:
+        return "the file is empty: point llama-server's --log-file (or the capture) at it and run again"
+    if share > 0.5:
+        return ("most lines have no shape spyglass knows: try the other --preset, check the capture, or add"
+                " [sources.NAME.patterns] for them (docs/config.md); the drift alarm SpyglassSourceUnreadable"
+                " would fire on this log")
+    if not reading.events:
+        return "no event: is this the server's log (not its stdout of another program)?"
+    return (f"configure it as [sources.NAME] kind = \"engine_log\", preset = \"{preset}\", path = ... and run"
+            " `spyglass ingest --config FILE` (docs/llama-server.md)")
+
+
+def unread_summary(pipeline: Any, before: dict[str, tuple[dict[str, int], int]] | None = None) -> str | None:
+    """One line naming the sources with lines they could not read (since `before`: each source's outcomes
+    and lines read then; else as restored from the state file), the most first, and what to run next; None
+    when every line was read."""
+    found: list[tuple[int, int | None, Any]] = []
+    for rt in pipeline.tailed_sources():
+        then, lines = (before or {}).get(rt.name, ({}, 0))
+        unread = sum(rt.outcomes.get(m, 0) - then.get(m, 0) for m in UNREADABLE)
+        total = rt.tailer.stats.lines - lines if before is not None else None  # restored: events, not lines
+        if unread > 0:
+            found.append((unread, total, rt))
+    if not found:
+        return None
+    found.sort(key=lambda item: -item[0])
+    parts = [f"{unread:,} {'' if total is None else f'of {total:,} '}lines of sources.{rt.name}" for unread, total, rt in found]
+    options = pipeline.config.sources[found[0][2].name]
+    preset = getattr(options, "preset", None)
+    hint = f"spyglass check-log {options.path}" + (f" --preset {preset}" if preset else "")
+    return f"could not read {'; '.join(parts)}: run `{hint}` to see their shapes"

@@ -1,0 +1,86 @@
+"""The drift alarm on a llama-server log spyglass cannot read (here the Strata engine's real log behind the
+llama_server preset: a wrong preset, as a new build's format or an unknown wrapper would look): `check-log`
+says so and shows the shapes, `ingest` names the source in one line, and SpyglassSourceUnreadable fires in a
+backtest of the stored log; the real llama-server log fires nothing of it. (Live, through promtool:
+tests/alert_scenarios.py, "H19 a log in a format spyglass cannot read".)"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from spyglass.cli.app import app
+
+FIXTURES = Path(__file__).parent / "fixtures"
+UNKNOWN = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"  # 2026-10-19 04:30 to 04:4x UTC
+LLAMA = FIXTURES / "llama_server" / "llama-server.log"
+ROOT = Path(__file__).resolve().parents[1]
+END = 1_792_400_000.0  # 2026-10-19T08:53:20Z: the llama log's file is dated here
+
+
+def config(folder: Path, log: Path) -> Path:
+    shutil.copy(log, folder / "llama.log")
+    os.utime(folder / "llama.log", (END, END))
+    text = (f'[agent]\nstate_dir = "{folder}"\n[exporters.prometheus]\nenabled = false\n[exporters.store]\nenabled = true\n'
+            f'[sources.llama-a]\nkind = "engine_log"\npreset = "llama_server"\npath = "{folder / "llama.log"}"\n'
+            'instance = "llama-a"\nlane = "normal"\n')
+    (folder / "spyglass.toml").write_text(text)
+    return folder / "spyglass.toml"
+
+
+def backtest(cfg: Path, start: float, end: float) -> list[dict]:
+    result = CliRunner().invoke(app, ["backtest", "--config", str(cfg), "--from", str(start), "--to", str(end),
+                                      "--rules", str(ROOT / "alerts"), "--json", "--step", "30s"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)["alerts"]
+
+
+def test_check_log_shows_what_it_cannot_read() -> None:
+    result = CliRunner().invoke(app, ["check-log", str(UNKNOWN), "--preset", "llama_server"])
+    assert result.exit_code == 0, result.output
+    assert "37 unreadable (90%)" in result.output and "I [main] Strata 9.9.9 (build 9f9c9e9)" in result.output
+    assert "SpyglassSourceUnreadable" in result.output
+    auto = CliRunner().invoke(app, ["check-log", str(UNKNOWN)])
+    assert "read with preset strata (llama_server reads 10%, strata reads 90%" in auto.output
+
+
+def test_ingest_names_the_lines_it_could_not_read_and_the_backtest_fires(tmp_path: Path, spawns: None) -> None:
+    cfg = config(tmp_path, UNKNOWN)
+    result = CliRunner().invoke(app, ["ingest", "--config", str(cfg)])
+    assert result.exit_code == 0, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last == (f"could not read 37 of 41 lines of sources.llama-a: run `spyglass check-log {tmp_path / 'llama.log'}"
+                    " --preset llama_server` to see their shapes"), result.output
+    start = 1_792_384_200.0  # 2026-10-19T04:30:00Z
+    alerts = backtest(cfg, start - 1800, start + 7200)
+    fired = [a for a in alerts if a["alert"] == "SpyglassSourceUnreadable"]
+    assert len(fired) == 1 and fired[0]["labels"]["source"] == "llama-a", alerts
+
+
+def test_the_real_llama_log_fires_no_drift_alarm(tmp_path: Path, spawns: None) -> None:
+    cfg = config(tmp_path, LLAMA)
+    result = CliRunner().invoke(app, ["ingest", "--config", str(cfg)])
+    assert result.exit_code == 0 and "could not read" not in result.output, result.output
+    alerts = backtest(cfg, END - 3600, END + 3600)
+    assert "SpyglassSourceUnreadable" not in {a["alert"] for a in alerts}, alerts
+
+
+def test_run_says_at_start_up_what_earlier_runs_could_not_read(tmp_path: Path) -> None:
+    """`spyglass run` prints this line before serving: the outcomes it restores from the state file."""
+    from spyglass.agent.pipeline import Pipeline
+    from spyglass.agent.runtime import open_store
+    from spyglass.cli.checklog import unread_summary
+    from spyglass.collectors.clock import SystemClock
+    from spyglass.config import load_config
+
+    cfg = config(tmp_path, UNKNOWN)
+    assert CliRunner().invoke(app, ["ingest", "--config", str(cfg)]).exit_code == 0
+    pipeline = Pipeline(load_config(cfg), SystemClock(), open_store(load_config(cfg)))
+    try:
+        assert unread_summary(pipeline) == (f"could not read 37 lines of sources.llama-a: run `spyglass check-log"
+                                            f" {tmp_path / 'llama.log'} --preset llama_server` to see their shapes")
+    finally:
+        pipeline.close()
