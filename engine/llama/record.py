@@ -159,7 +159,8 @@ def abort_one(client: httpx.Client, url: str, tally: Tally, model: str | None) -
         tally.statuses.append(response.status_code)
         for n, _ in enumerate(response.iter_lines()):
             if n == 2:
-                busy = client.get(url + "/slots", timeout=30).content
+                answer = client.get(url + "/slots", params={"model": model} if model else None, timeout=30)
+                busy = answer.content if answer.status_code == 200 else b""
             if n >= 4:
                 break
     tally.aborted += 1
@@ -230,11 +231,12 @@ def record_mode(build: LlamaBuild, row: LlamaVersion, mode: Mode, model: Path, o
             code = server.stop()
         shutil.copy(log_file if mode.log_file else work / "console.log", folder / "server.log")
     evictions = count_lines(folder / "server.log", EVICTION_WORDING)
+    processes = 2 if mode.router else 1  # a router starts, then one child for the model on the first request
     return {"log": f"{mode.name}/server.log", "flags": list(mode.flags) + (["--log-file"] if mode.log_file else []),
             "argv": [Path(a).name if a.startswith("/") else a for a in argv[1:]],
             "workload": {"sent": tally.sent, "completed": tally.completed, "aborted": tally.aborted,
                          "statuses": tally.statuses, "exit_code": code},
-            "events": {"start": 1, "ready": 1, "queued": tally.sent, "done": tally.completed,
+            "events": {"start": processes, "ready": processes, "queued": tally.sent, "done": tally.completed,
                        "prompt": tally.completed, "evict": evictions}}
 
 
