@@ -113,6 +113,9 @@ KNOWN = re.compile(
     rb"|/\S*\(\+0x|\S+\(\+0x|\[New |\[Thread |\[Inferior |warning: |Available slots|  -> Slot|all slots are idle"
     rb"|slot \d+ |print_timings: |srv +\w+: *$|\S+\.(?:cpp|c|h):\d+: |$)")
 
+# Builds of late 2024 print their errors with no level letter: a failed load is known by its words.
+UNLEVELLED_ERROR = re.compile(rb"(?:srv +load_model|main): .{0,40}?(?:failed to load model|exiting due to model loading error)")
+
 # 2024's server_log: levels, the message of each kind (by `msg`, or its start), the extras' keys.
 TEXT_2024 = re.compile(rb"(?P<level>INFO|WARN| ERR|ERR|VERB|ERROR|WARNING|DEBUG) \[ *(?P<function>[\w:~<>]{1,48})\] (?P<msg>.*?)"
                        rb"(?: \| (?P<extras>\w+=.*))?")
@@ -184,6 +187,9 @@ class LlamaLineParser:
                                               "message": message[:240].decode("utf-8", "replace")})
         if level == "D":
             return Miss.IGNORED
+        if not level and UNLEVELLED_ERROR.match(message) is not None:
+            return Line(rel, "E", "error", {"component": error_component(message),
+                                            "message": message[:240].decode("utf-8", "replace")})
         if KNOWN.match(message) is not None and not _drifted(message):
             return Miss.IGNORED
         if rel is None and not level and not _llama_shaped(message):
