@@ -9,6 +9,7 @@ supervisord's start. It is ingested by the real pipeline into DuckDB (not timed 
 target), then a child process replays it and backtests it; the child reports wall time per phase
 and peak RSS of itself and of its largest child (promtool or prometheus).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,18 +49,27 @@ def engine_day(model: EngineModel, cpus: str, storm: tuple[float, float] | None)
 def write_day(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     a = engine_day(EngineModel(instance_port=8081, budget_bytes=64 << 30, seed=1), "22-37", None)
-    b = engine_day(EngineModel(instance_port=8082, budget_bytes=8192 << 20, seed=2), "38-53", (DAY + 15 * H, DAY + 19 * H))
+    b = engine_day(
+        EngineModel(instance_port=8082, budget_bytes=8192 << 20, seed=2), "38-53", (DAY + 15 * H, DAY + 19 * H)
+    )
     (folder / "engine-a.log").write_bytes(b"\n".join(a) + b"\n")
     (folder / "engine-b.log").write_bytes(b"\n".join(b) + b"\n")
     stamp = datetime.fromtimestamp(DAY, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
     (folder / "supervisord.log").write_text(
         f"{stamp},100 INFO supervisord started with pid 3426001\n"
-        + "".join(f"{stamp},{200 + n} INFO spawned: '{p}' with pid {3426010 + n}\n"
-                  for n, p in enumerate(("rag-proxy", "strata-a", "strata-b"))))
-    text = f'[agent]\nstate_dir = "{folder}"\n[exporters.prometheus]\nenabled = false\n[exporters.store]\nenabled = true\n'
+        + "".join(
+            f"{stamp},{200 + n} INFO spawned: '{p}' with pid {3426010 + n}\n"
+            for n, p in enumerate(("rag-proxy", "strata-a", "strata-b"))
+        )
+    )
+    text = (
+        f'[agent]\nstate_dir = "{folder}"\n[exporters.prometheus]\nenabled = false\n[exporters.store]\nenabled = true\n'
+    )
     for name, instance, lane in (("engine-a", "strata-a", "fast"), ("engine-b", "strata-b", "normal")):
-        text += (f'[sources.{name}]\nkind = "engine_log"\npath = "{folder / name}.log"\ninstance = "{instance}"\n'
-                 f'lane = "{lane}"\n')
+        text += (
+            f'[sources.{name}]\nkind = "engine_log"\npath = "{folder / name}.log"\ninstance = "{instance}"\n'
+            f'lane = "{lane}"\n'
+        )
     text += f'[sources.supervisord]\nkind = "supervisord_log"\npath = "{folder / "supervisord.log"}"\ntz = "UTC"\n'
     (folder / "spyglass.toml").write_text(text)
     return folder / "spyglass.toml"
@@ -78,13 +88,21 @@ def measure(config: Path, step: float) -> dict:
     started = time.perf_counter()
     result = backtest(cfg, DAY + 2 * H, DAY + 24 * H, HERE.parent / "alerts", step=step, lookback=2 * H)
     backtest_s = time.perf_counter() - started
-    return {"events": filled.events, "samples": filled.samples, "times": filled.times,
-            "om_bytes": filled.path.stat().st_size, "backfill_seconds": round(backfill_s, 2),
-            "backtest_seconds": round(backtest_s, 2), "phases": {k: round(v, 2) for k, v in result.seconds.items()},
-            "firings": sorted({f.alert for f in result.alerts}),
-            "cpu_seconds": round(sum(sum(resource.getrusage(who)[:2]) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)), 1),
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
-            "peak_child_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024}
+    return {
+        "events": filled.events,
+        "samples": filled.samples,
+        "times": filled.times,
+        "om_bytes": filled.path.stat().st_size,
+        "backfill_seconds": round(backfill_s, 2),
+        "backtest_seconds": round(backtest_s, 2),
+        "phases": {k: round(v, 2) for k, v in result.seconds.items()},
+        "firings": sorted({f.alert for f in result.alerts}),
+        "cpu_seconds": round(
+            sum(sum(resource.getrusage(who)[:2]) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)), 1
+        ),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+        "peak_child_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024,
+    }
 
 
 def main() -> None:
@@ -105,13 +123,21 @@ def main() -> None:
     config = write_day(args.out)
     generated = time.perf_counter() - started
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "spyglass.cli.app", "ingest", "--config", str(config)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", "ingest", "--config", str(config)], check=True, capture_output=True
+    )
     ingested = time.perf_counter() - started
-    child = subprocess.run([sys.executable, __file__, "--measure", str(config), "--step", args.step],
-                           check=True, capture_output=True, text=True)
-    result = {"generate_seconds": round(generated, 2), "ingest_seconds": round(ingested, 2),
-              **json.loads(child.stdout.splitlines()[-1])}
+    child = subprocess.run(
+        [sys.executable, __file__, "--measure", str(config), "--step", args.step],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result = {
+        "generate_seconds": round(generated, 2),
+        "ingest_seconds": round(ingested, 2),
+        **json.loads(child.stdout.splitlines()[-1]),
+    }
     (args.out / "results.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
 

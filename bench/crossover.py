@@ -5,6 +5,7 @@ by block size, on the benchmark's generated log (one line in four an event).
 
 Sizes are measured interleaved (line path, block path, line path, ...) so load drifts hit both.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,7 @@ from spyglass.collectors.engine_log import EngineLogOptions, EngineLogSource  # 
 def per_line_us(lines: list[bytes], size: int, block: bool, rounds: int) -> float:
     source = EngineLogSource("engine-b", EngineLogOptions(path="x", instance="strata-b", lane="normal"))
     handle = source.handle_block if block else source.handle_each
-    blocks = [lines[i:i + size] for i in range(0, len(lines) - size + 1, size)][:rounds]
+    blocks = [lines[i : i + size] for i in range(0, len(lines) - size + 1, size)][:rounds]
     started = time.process_time()
     for chunk in blocks:
         handle(chunk)

@@ -12,6 +12,7 @@ them (end to end through spyglass.forensics.run.query, the median of `--runs` wa
 day in process once after a warm run, and as a command once after a warm run). The store's migration (the
 rows built from every event) is timed too. Results into bench/out/forensics_ab.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,8 +70,14 @@ def migrate() -> dict:
 
 def measure(tree: Path, runs: int, days: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run([sys.executable, "-c", MEASURE, str(runs), str(days)], cwd=tree, env=env, check=True,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(runs), str(days)],
+        cwd=tree,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return {name: ms for name, (ms, _) in json.loads(done.stdout.strip().splitlines()[-1]).items()}
 
 
@@ -84,12 +91,20 @@ def main() -> None:
     print("store", built["events"], "events,", built["days"], "days; migrated", migrated, flush=True)
     before = measure(args.before.resolve(), args.runs, built["days"])
     after = measure(HERE.parent, args.runs, built["days"])
-    rows = [{"query": name, "before_ms": before[name], "after_ms": after[name],
-             "speedup": round(before[name] / max(after[name], 0.1), 2)} for name in after]
+    rows = [
+        {
+            "query": name,
+            "before_ms": before[name],
+            "after_ms": after[name],
+            "speedup": round(before[name] / max(after[name], 0.1), 2),
+        }
+        for name in after
+    ]
     for r in rows:
         print(f"{r['query']:<36} {r['before_ms']:>10.1f} {r['after_ms']:>10.1f} ms  x{r['speedup']}", flush=True)
-    (HERE / "out" / "forensics_ab.json").write_text(json.dumps(
-        {"built": built, "migrated": migrated, "load_average": os.getloadavg(), "queries": rows}, indent=2))
+    (HERE / "out" / "forensics_ab.json").write_text(
+        json.dumps({"built": built, "migrated": migrated, "load_average": os.getloadavg(), "queries": rows}, indent=2)
+    )
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ partitioned COPY), then measures:
 Ingest rate is measured by bench/run.py (10M log lines against mtail). `--reuse` keeps the data of
 the last run. Results into bench/out/forensics.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,8 +88,12 @@ def bench_toml(folder: Path, state: str = "state") -> str:
     """The config of both engines' logs in `folder`, the store in `folder / state`."""
     document = engine_log_config(folder / "engine-b.log", folder / state, host="h1")
     for source, (instance, _, _) in ENGINES.items():
-        document["sources"][source] = {"kind": "engine_log", "path": folder / f"{source}.log", "instance": instance,
-                                       "lane": "normal"}
+        document["sources"][source] = {
+            "kind": "engine_log",
+            "path": folder / f"{source}.log",
+            "instance": instance,
+            "lane": "normal",
+        }
     return toml_text(document)
 
 
@@ -113,9 +118,12 @@ def template(folder: Path) -> Path:
 
 def copy_sql(table: str, columns: list[str], per_copy: int) -> str:
     """One day's copy of a template table, `$c` days later, with distinct request ids and conversations."""
-    replace = {"ts": "ts + to_days($c)", "seq": f"seq + $c * {per_copy}",
-               "request_id": "CASE WHEN request_id IS NULL THEN NULL ELSE request_id || '-' || $c END",
-               "conv": "CASE WHEN conv IS NULL THEN NULL ELSE conv || '-' || $c END"}
+    replace = {
+        "ts": "ts + to_days($c)",
+        "seq": f"seq + $c * {per_copy}",
+        "request_id": "CASE WHEN request_id IS NULL THEN NULL ELSE request_id || '-' || $c END",
+        "conv": "CASE WHEN conv IS NULL THEN NULL ELSE conv || '-' || $c END",
+    }
     select = ", ".join(f"{replace[c]} AS {quoted(c)}" if c in replace else quoted(c) for c in columns)
     return f"INSERT INTO {quoted(table)} SELECT {select} FROM t.{quoted(table)} ORDER BY seq"
 
@@ -140,9 +148,14 @@ def build(folder: Path, events: int) -> tuple[Path, dict]:
     for name in table_names():
         [(n,)] = con.execute(f"SELECT count(*) FROM t.{quoted(name)}").fetchall()
         if n:
-            tables[name] = [r[0] for r in con.execute(
-                "SELECT column_name FROM duckdb_columns() WHERE database_name = 't' AND table_name = ?"
-                " ORDER BY column_index", [name]).fetchall()]
+            tables[name] = [
+                r[0]
+                for r in con.execute(
+                    "SELECT column_name FROM duckdb_columns() WHERE database_name = 't' AND table_name = ?"
+                    " ORDER BY column_index",
+                    [name],
+                ).fetchall()
+            ]
     days = -(-events // per_copy)  # whole days, at least `events`: each copy is a day of traffic
     for c in range(days):
         for name, columns in tables.items():
@@ -153,9 +166,16 @@ def build(folder: Path, events: int) -> tuple[Path, dict]:
     assert row is not None  # an aggregate has a row
     n, first, last = row
     con.close()
-    return db, {"events": n, "days": days, "template_events": per_copy, "from": first.isoformat(),
-                "to": last.isoformat(), "template_s": round(templated, 1), "tables": len(tables),
-                "build_s": round(time.perf_counter() - started, 1)}
+    return db, {
+        "events": n,
+        "days": days,
+        "template_events": per_copy,
+        "from": first.isoformat(),
+        "to": last.isoformat(),
+        "template_s": round(templated, 1),
+        "tables": len(tables),
+        "build_s": round(time.perf_counter() - started, 1),
+    }
 
 
 def publish(db: Path, folder: Path, days: int) -> dict:
@@ -178,26 +198,39 @@ def bulk_segments(db: Path, folder: Path, first: datetime, days: int) -> dict:
     import duckdb
 
     started = time.perf_counter()
-    sql = rows_sql(list(kind_tables().values())).replace("seq BETWEEN $1 AND $2",
-                                                          f"ts >= '{first:%Y-%m-%d}' AND ts < '{first + timedelta(days=days):%Y-%m-%d}'")
+    sql = rows_sql(list(kind_tables().values())).replace(
+        "seq BETWEEN $1 AND $2", f"ts >= '{first:%Y-%m-%d}' AND ts < '{first + timedelta(days=days):%Y-%m-%d}'"
+    )
     con = duckdb.connect(str(db), read_only=True)
     try:
         con.execute("SET TimeZone = 'UTC'")
-        con.execute(f"COPY (SELECT *, strftime(ts, '%Y-%m-%d') AS date, strftime(ts, '%H') AS hour FROM ({sql.rsplit(' ORDER BY', 1)[0]}))"
-                    f" TO '{folder}' (FORMAT parquet, PARTITION_BY (host, date, hour), WRITE_PARTITION_COLUMNS true,"
-                    " COMPRESSION zstd, ROW_GROUP_SIZE 122880)")
-        [(n,)] = con.execute(f"SELECT count(*) FROM events WHERE ts >= '{first:%Y-%m-%d}'"
-                             f" AND ts < '{first + timedelta(days=days):%Y-%m-%d}'").fetchall()
+        con.execute(
+            f"COPY (SELECT *, strftime(ts, '%Y-%m-%d') AS date, strftime(ts, '%H') AS hour FROM ({sql.rsplit(' ORDER BY', 1)[0]}))"
+            f" TO '{folder}' (FORMAT parquet, PARTITION_BY (host, date, hour), WRITE_PARTITION_COLUMNS true,"
+            " COMPRESSION zstd, ROW_GROUP_SIZE 122880)"
+        )
+        [(n,)] = con.execute(
+            f"SELECT count(*) FROM events WHERE ts >= '{first:%Y-%m-%d}'"
+            f" AND ts < '{first + timedelta(days=days):%Y-%m-%d}'"
+        ).fetchall()
     finally:
         con.close()
-    return {"published": n, "days": days, "from": f"{first:%Y-%m-%d}", "bulk_copy_s": round(time.perf_counter() - started, 1),
-            **on_disk(db, folder)}
+    return {
+        "published": n,
+        "days": days,
+        "from": f"{first:%Y-%m-%d}",
+        "bulk_copy_s": round(time.perf_counter() - started, 1),
+        **on_disk(db, folder),
+    }
 
 
 def on_disk(db: Path, folder: Path) -> dict:
     files = list(folder.glob("host=*/date=*/hour=*/*.parquet"))
-    return {"files": len(files), "bytes": sum(f.stat().st_size for f in files),
-            "store_bytes": db.stat().st_size + sum(f.stat().st_size for f in db.parent.glob("*.wal"))}
+    return {
+        "files": len(files),
+        "bytes": sum(f.stat().st_size for f in files),
+        "store_bytes": db.stat().st_size + sum(f.stat().st_size for f in db.parent.glob("*.wal")),
+    }
 
 
 def median_ms(run: Callable[[], Any], runs: int) -> tuple[float, int]:
@@ -212,8 +245,15 @@ def median_ms(run: Callable[[], Any], runs: int) -> tuple[float, int]:
     return round(statistics.median(times), 1), rows
 
 
-def record(results: list[dict], name: str, on: str, run: Callable[[], Any], runs: int, target: float | None,
-           sql: Callable[[], Any] | None = None) -> None:
+def record(
+    results: list[dict],
+    name: str,
+    on: str,
+    run: Callable[[], Any],
+    runs: int,
+    target: float | None,
+    sql: Callable[[], Any] | None = None,
+) -> None:
     try:
         ms, rows = median_ms(run, runs)
         sql_ms = median_ms(sql, runs)[0] if sql else None
@@ -222,10 +262,14 @@ def record(results: list[dict], name: str, on: str, run: Callable[[], Any], runs
         print(f"{name:<34} {on:<16} refused: {exc}", flush=True)
         return
     met = None if target is None else ms < target
-    results.append({"query": name, "on": on, "median_ms": ms, "sql_ms": sql_ms, "rows": rows, "target_ms": target,
-                    "met": met})
-    print(f"{name:<34} {on:<16} {ms:>9.1f} ms  sql {sql_ms or 0:>8.1f} ms  {rows:>6} rows"
-          f"  {'' if met is None else 'met' if met else 'MISSED'}", flush=True)
+    results.append(
+        {"query": name, "on": on, "median_ms": ms, "sql_ms": sql_ms, "rows": rows, "target_ms": target, "met": met}
+    )
+    print(
+        f"{name:<34} {on:<16} {ms:>9.1f} ms  sql {sql_ms or 0:>8.1f} ms  {rows:>6} rows"
+        f"  {'' if met is None else 'met' if met else 'MISSED'}",
+        flush=True,
+    )
 
 
 def forensic_commands(cfg: Config, segments: str, day: datetime, runs: int) -> list[dict]:
@@ -242,7 +286,15 @@ def forensic_commands(cfg: Config, segments: str, day: datetime, runs: int) -> l
     for where, parquet in (("store", None), ("parquet (DuckDB)", segments)):
         for name, (q, target) in queries.items():
             counted = Query(f"SELECT count(*) FROM (\n{q.sql}\n)", q.params)
-            record(results, name, where, partial(query, cfg, q, parquet), runs, target, partial(query, cfg, counted, parquet))
+            record(
+                results,
+                name,
+                where,
+                partial(query, cfg, q, parquet),
+                runs,
+                target,
+                partial(query, cfg, counted, parquet),
+            )
         record(results, "diagnose, 1 day", where, partial(findings, cfg, one_day, parquet), max(1, runs // 2), 5000)
     return results
 
@@ -253,21 +305,41 @@ def findings(cfg: Config, window: Window, parquet: str | None) -> list:
 
 def diagnose_command(config: Path, day: datetime) -> dict:
     """`spyglass diagnose` of a day as a process, Python's start-up included (the second of two runs)."""
-    cmd = [sys.executable, "-m", "spyglass.cli.app", "diagnose", "-c", str(config), "--from", f"{day:%Y-%m-%d}",
-           "--to", f"{day + timedelta(days=1):%Y-%m-%d}", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "spyglass.cli.app",
+        "diagnose",
+        "-c",
+        str(config),
+        "--from",
+        f"{day:%Y-%m-%d}",
+        "--to",
+        f"{day + timedelta(days=1):%Y-%m-%d}",
+        "--json",
+    ]
     seconds = 0.0
     for _ in range(2):
         started = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True)
         seconds = time.perf_counter() - started
-    findings = [f["heuristic"] for f in json.loads(done.stdout)["findings"]] if done.stdout.startswith("{") else done.stderr[-500:]
-    print(f"spyglass diagnose, 1 day (process) {seconds:.2f} s, exit {done.returncode}, findings {findings}", flush=True)
-    return {"query": "spyglass diagnose, 1 day (process)", "on": "store", "median_ms": round(seconds * 1000, 1),
-            "exit": done.returncode, "findings": findings, "target_ms": 5000, "met": seconds < 5}
-
-
-
-
+    findings = (
+        [f["heuristic"] for f in json.loads(done.stdout)["findings"]]
+        if done.stdout.startswith("{")
+        else done.stderr[-500:]
+    )
+    print(
+        f"spyglass diagnose, 1 day (process) {seconds:.2f} s, exit {done.returncode}, findings {findings}", flush=True
+    )
+    return {
+        "query": "spyglass diagnose, 1 day (process)",
+        "on": "store",
+        "median_ms": round(seconds * 1000, 1),
+        "exit": done.returncode,
+        "findings": findings,
+        "target_ms": 5000,
+        "met": seconds < 5,
+    }
 
 
 def on_day(sql: str, root: Path, day: datetime) -> str:
@@ -278,19 +350,24 @@ def on_day(sql: str, root: Path, day: datetime) -> str:
 def segment_questions(root: Path, day: datetime, runs: int) -> list[dict]:
     """The docs' queries and a 15-minute window of events over the segments: DuckDB against ClickHouse."""
     start, hours = day + timedelta(hours=14, minutes=45), "{14,15}"
-    window = (f"SELECT ts, seq, kind, instance, request_id FROM read_parquet('{root}/host=*/date={day:%Y-%m-%d}/hour=*/*.parquet',"
-              f" hive_partitioning = true) WHERE hour IN ('14', '15') AND ts >= TIMESTAMPTZ '{start:%Y-%m-%d %H:%M}:00+00'"
-              f" AND ts < TIMESTAMPTZ '{start + timedelta(minutes=15):%Y-%m-%d %H:%M}:00+00' ORDER BY ts, seq LIMIT 1001",
-              f"SELECT ts, seq, kind, instance, request_id FROM file('{root}/host=*/date={day:%Y-%m-%d}/hour={hours}/*.parquet',"
-              f" Parquet) WHERE ts >= '{start:%Y-%m-%d %H:%M}:00' AND ts < '{start + timedelta(minutes=15):%Y-%m-%d %H:%M}:00'"
-              " ORDER BY ts, seq LIMIT 1001")
-    pairs = [("events of 15 min (timeline)", *window)] + [(q.question.rstrip(":"), on_day(q.duckdb, root, day),
-                                                            on_day(q.clickhouse, root, day)) for q in QUERIES]
+    window = (
+        f"SELECT ts, seq, kind, instance, request_id FROM read_parquet('{root}/host=*/date={day:%Y-%m-%d}/hour=*/*.parquet',"
+        f" hive_partitioning = true) WHERE hour IN ('14', '15') AND ts >= TIMESTAMPTZ '{start:%Y-%m-%d %H:%M}:00+00'"
+        f" AND ts < TIMESTAMPTZ '{start + timedelta(minutes=15):%Y-%m-%d %H:%M}:00+00' ORDER BY ts, seq LIMIT 1001",
+        f"SELECT ts, seq, kind, instance, request_id FROM file('{root}/host=*/date={day:%Y-%m-%d}/hour={hours}/*.parquet',"
+        f" Parquet) WHERE ts >= '{start:%Y-%m-%d %H:%M}:00' AND ts < '{start + timedelta(minutes=15):%Y-%m-%d %H:%M}:00'"
+        " ORDER BY ts, seq LIMIT 1001",
+    )
+    pairs = [("events of 15 min (timeline)", *window)] + [
+        (q.question.rstrip(":"), on_day(q.duckdb, root, day), on_day(q.clickhouse, root, day)) for q in QUERIES
+    ]
     results: list[dict] = []
     for name, duck, click in pairs:
         same = duckdb_rows(duck) == clickhouse_rows(click)
-        for where, run in (("parquet (DuckDB)", lambda sql=duck: duckdb_rows(sql)),
-                           ("parquet (ClickHouse)", lambda sql=click: clickhouse_rows(sql))):
+        for where, run in (
+            ("parquet (DuckDB)", lambda sql=duck: duckdb_rows(sql)),
+            ("parquet (ClickHouse)", lambda sql=click: clickhouse_rows(sql)),
+        ):
             record(results, name[:60], where, run, runs, None)
             results[-1]["same_answer"] = same
     return results
@@ -302,8 +379,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--reuse", action="store_true", help="keep the store and segments of the last run")
     parser.add_argument("--build-only", action="store_true", help="build the store, then stop (--reuse goes on)")
-    parser.add_argument("--parquet-days", type=int, default=0,
-                        help="segments of only these days around the measured one, written in bulk (0: publish all)")
+    parser.add_argument(
+        "--parquet-days",
+        type=int,
+        default=0,
+        help="segments of only these days around the measured one, written in bulk (0: publish all)",
+    )
     args = parser.parse_args()
     saved, stages = HERE / "out" / "forensics.json", OUT / "stages.json"
     done = json.loads(stages.read_text()) if args.reuse and stages.exists() else {}
@@ -320,14 +401,19 @@ def main() -> None:
         shutil.rmtree(OUT / "pq", ignore_errors=True)
         db = OUT / "state" / "spyglass.duckdb"
         first = START + timedelta(days=built["days"] // 2 - args.parquet_days // 2)
-        done["published"] = bulk_segments(db, OUT / "pq", first, args.parquet_days) if args.parquet_days else \
-            publish(db, OUT / "pq", built["days"])
+        done["published"] = (
+            bulk_segments(db, OUT / "pq", first, args.parquet_days)
+            if args.parquet_days
+            else publish(db, OUT / "pq", built["days"])
+        )
         print("published", done["published"], flush=True)
         stages.write_text(json.dumps(done))
     published = done["published"]
     n = built["events"]
-    sizes = {"store_bytes_per_event": round(published["store_bytes"] / n, 1),
-             "parquet_bytes_per_event": round(published["bytes"] / published["published"], 1)}
+    sizes = {
+        "store_bytes_per_event": round(published["store_bytes"] / n, 1),
+        "parquet_bytes_per_event": round(published["bytes"] / published["published"], 1),
+    }
     print("disk", sizes, flush=True)
 
     cfg = bench_config(OUT)
@@ -338,8 +424,19 @@ def main() -> None:
     results = forensic_commands(cfg, segments, day, args.runs)
     results.append(diagnose_command(config, day))
     results += segment_questions(OUT / "pq", day, args.runs)
-    saved.write_text(json.dumps({"built": built, "published": published, "disk": sizes, "day": day.isoformat(),
-                                 "load_average": os.getloadavg(), "queries": results}, indent=2))
+    saved.write_text(
+        json.dumps(
+            {
+                "built": built,
+                "published": published,
+                "disk": sizes,
+                "day": day.isoformat(),
+                "load_average": os.getloadavg(),
+                "queries": results,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Events come from engine.emulator.logsynth's model (requests, cache park/evict/restore, stats), so the
 mix of kinds and field values is the one the parsers see in production.
 """
+
 from __future__ import annotations
 
 import sys

@@ -6,6 +6,7 @@ with bodies of its shape); each tree's agent at the same time, CPU from /proc ov
 
 For the real llama-server (the project's own build), bench/llama_serve.py --seconds 0 measures the same.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,18 +30,45 @@ from bench.live import cpu_seconds  # noqa: E402
 from bench.pyspy import Profile  # noqa: E402
 from spyglass.engine.emulator.ports import free_port  # noqa: E402
 
-FAMILIES = ("prompt_tokens_total", "prompt_seconds_total", "tokens_predicted_total", "tokens_predicted_seconds_total",
-            "n_decode_total", "n_busy_slots_per_decode", "prompt_tokens_seconds", "predicted_tokens_seconds",
-            "requests_processing", "requests_deferred", "n_tokens_max")
+FAMILIES = (
+    "prompt_tokens_total",
+    "prompt_seconds_total",
+    "tokens_predicted_total",
+    "tokens_predicted_seconds_total",
+    "n_decode_total",
+    "n_busy_slots_per_decode",
+    "prompt_tokens_seconds",
+    "predicted_tokens_seconds",
+    "requests_processing",
+    "requests_deferred",
+    "n_tokens_max",
+)
 BODIES = {
     "/health": b'{"status":"ok"}',
-    "/metrics": "".join(f"# HELP llamacpp:{n} {n}\n# TYPE llamacpp:{n} counter\nllamacpp:{n} {i * 7}\n"
-                        for i, n in enumerate(FAMILIES)).encode(),
-    "/slots": json.dumps([{"id": i, "id_task": -1, "n_ctx": 4096, "is_processing": False, "speculative": False,
-                           "params": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "n_predict": -1}}
-                          for i in range(2)]).encode(),
-    "/props": json.dumps({"default_generation_settings": {"n_ctx": 4096}, "total_slots": 2,
-                          "model_path": "tiny.gguf", "build_info": "b1-0c1e570"}).encode(),
+    "/metrics": "".join(
+        f"# HELP llamacpp:{n} {n}\n# TYPE llamacpp:{n} counter\nllamacpp:{n} {i * 7}\n" for i, n in enumerate(FAMILIES)
+    ).encode(),
+    "/slots": json.dumps(
+        [
+            {
+                "id": i,
+                "id_task": -1,
+                "n_ctx": 4096,
+                "is_processing": False,
+                "speculative": False,
+                "params": {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "n_predict": -1},
+            }
+            for i in range(2)
+        ]
+    ).encode(),
+    "/props": json.dumps(
+        {
+            "default_generation_settings": {"n_ctx": 4096},
+            "total_slots": 2,
+            "model_path": "tiny.gguf",
+            "build_info": "b1-0c1e570",
+        }
+    ).encode(),
 }
 
 
@@ -63,14 +91,34 @@ def agent(tree: Path, folder: Path, url: str) -> tuple[subprocess.Popen, str]:
     (folder / "llama.log").write_bytes(b"")
     listen = f"127.0.0.1:{free_port()}"
     config = folder / "spyglass.toml"
-    config.write_text(tomli_w.dumps({
-        "agent": {"state_dir": str(folder / "state")},
-        "exporters": {"prometheus": {"listen": listen}, "store": {"enabled": True}},
-        "sources": {"engine": {"kind": "engine_log", "preset": "llama_server", "path": str(folder / "llama.log"),
-                               "instance": "llama-bench"},
-                    "metrics": {"kind": "llama_server", "url": url, "instance": "llama-bench", "interval_seconds": ARGS.interval}}}))
-    proc = subprocess.Popen([str(tree / ".venv/bin/python"), "-m", "spyglass.cli.app", "run", "-c", str(config)],
-                            cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    config.write_text(
+        tomli_w.dumps(
+            {
+                "agent": {"state_dir": str(folder / "state")},
+                "exporters": {"prometheus": {"listen": listen}, "store": {"enabled": True}},
+                "sources": {
+                    "engine": {
+                        "kind": "engine_log",
+                        "preset": "llama_server",
+                        "path": str(folder / "llama.log"),
+                        "instance": "llama-bench",
+                    },
+                    "metrics": {
+                        "kind": "llama_server",
+                        "url": url,
+                        "instance": "llama-bench",
+                        "interval_seconds": ARGS.interval,
+                    },
+                },
+            }
+        )
+    )
+    proc = subprocess.Popen(
+        [str(tree / ".venv/bin/python"), "-m", "spyglass.cli.app", "run", "-c", str(config)],
+        cwd=tree,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return proc, f"http://{listen}/health"
 
 
@@ -79,7 +127,9 @@ def main() -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
-    agents = [(str(tree), *agent(Path(tree).resolve(), folder / f"agent-{i}", url)) for i, tree in enumerate(ARGS.trees)]
+    agents = [
+        (str(tree), *agent(Path(tree).resolve(), folder / f"agent-{i}", url)) for i, tree in enumerate(ARGS.trees)
+    ]
     try:
         for _, _proc, health in agents:
             deadline = time.monotonic() + 60
@@ -104,7 +154,9 @@ def main() -> None:
             proc.terminate()
             proc.wait(30)
         server.shutdown()
-    print(f"idle {ARGS.seconds:.0f} s, a poll every {ARGS.interval:g} s, store on, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"idle {ARGS.seconds:.0f} s, a poll every {ARGS.interval:g} s, store on, load average {os.getloadavg()[0]:.1f}"
+    )
     print("| tree | agent CPU % of a core |\n|---|---|")
     for (tree, _, _), cpu in zip(agents, spent):
         print(f"| {tree} | {100 * cpu / ARGS.seconds:.2f} |")

@@ -4,6 +4,7 @@ least of the rounds kept, and the ratio columnar / per line.
 
     .venv/bin/python bench/ingest_paths.py [--lines 400000] [--rounds 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,8 +56,10 @@ def main() -> None:
     base = min(spent["never"])
     print(f"| parse | CPU s per M lines (least of {args.rounds}) | / per line |\n|---|---|---|")
     for way, times in spent.items():
-        print(f"| {'columnar' if way == 'always' else 'per line'} | {min(times) / args.lines * 1e6:.2f} |"
-              f" {min(times) / base:.2f} |")
+        print(
+            f"| {'columnar' if way == 'always' else 'per line'} | {min(times) / args.lines * 1e6:.2f} |"
+            f" {min(times) / base:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ is a fresh app served by uvicorn on 127.0.0.1; the three run at once and are mea
 alternating batches by keep-alive http.client loops (which make no spans of their own); spans go through a BatchSpanProcessor to an
 exporter that drops them, so span creation and queueing are counted but no network is.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,9 @@ def trivial_app() -> FastAPI:
 
 
 def serve_app(port: int) -> FastAPI:
-    settings = EngineSettings(instance="strata-a", port=port, log=Path("/dev/null"), load_seconds=0.1,
-                              time_scale=0.01, decode_tps=90.0)
+    settings = EngineSettings(
+        instance="strata-a", port=port, log=Path("/dev/null"), load_seconds=0.1, time_scale=0.01, decode_tps=90.0
+    )
     return create_app(settings)
 
 
@@ -82,8 +84,12 @@ class Running:
             time.sleep(0.01)
 
     def call(self) -> int:
-        self.connection.request("POST", "/v1/messages", self.payload,
-                                {"content-type": "application/json", "x-request-id": "20261019-124900-7aa82c"})
+        self.connection.request(
+            "POST",
+            "/v1/messages",
+            self.payload,
+            {"content-type": "application/json", "x-request-id": "20261019-124900-7aa82c"},
+        )
         response = self.connection.getresponse()
         response.read()
         return response.status
@@ -122,19 +128,30 @@ def main() -> None:
     parser.add_argument("--trivial", type=int, default=3000)
     parser.add_argument("--streamed", type=int, default=150)
     args = parser.parse_args()
-    streamed = {"model": "m", "max_tokens": 210, "stream": True,
-                "thinking": {"budget_tokens": 1}, "messages": [{"role": "user", "content": "2+2?"}]}
+    streamed = {
+        "model": "m",
+        "max_tokens": 210,
+        "stream": True,
+        "thinking": {"budget_tokens": 1},
+        "messages": [{"role": "user", "content": "2+2?"}],
+    }
     results = {}
-    for case, make, body, count, batch in (("trivial", lambda port: trivial_app(), {"x": 1}, args.trivial, 100),
-                                           ("streamed completion", serve_app, streamed, args.streamed, 10)):
+    for case, make, body, count, batch in (
+        ("trivial", lambda port: trivial_app(), {"x": 1}, args.trivial, 100),
+        ("streamed completion", serve_app, streamed, args.streamed, 10),
+    ):
         for how, mean in interleaved(make, body, count, batch).items():
             results[(case, how)] = mean
     print("| case | variant | mean latency ms | requests/s | added vs bare |\n|---|---|---|---|---|")
     for (case, how), mean in results.items():
         bare = results[(case, "bare")]
         print(f"| {case} | {how} | {mean * 1000:.3f} | {1 / mean:,.0f} | {(mean - bare) / bare * 100:+.1f}% |")
-    added = {how: results[("trivial", how)] - results[("trivial", "bare")] for how in ("plain OTel", "spyglass instrument()")}
-    print(f"\ntrivial: spyglass overhead / plain OTel overhead = {added['spyglass instrument()'] / added['plain OTel']:.2f}")
+    added = {
+        how: results[("trivial", how)] - results[("trivial", "bare")] for how in ("plain OTel", "spyglass instrument()")
+    }
+    print(
+        f"\ntrivial: spyglass overhead / plain OTel overhead = {added['spyglass instrument()'] / added['plain OTel']:.2f}"
+    )
     s = results[("streamed completion", "spyglass instrument()")] / results[("streamed completion", "bare")] - 1
     print(f"streamed: spyglass adds {s * 100:.1f}% latency")
 

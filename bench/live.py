@@ -11,6 +11,7 @@ every 5 s, as Prometheus would; CPU is user + system time from /proc over the wi
 times a second; the latency of a write is the time until `spyglass_source_lines_total` counts
 its lines (so it includes up to 50 ms of scrape spacing). Results go to bench/out/live.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,17 +88,33 @@ def spyglass(folder: Path, log: Path, store: bool, coalesce_seconds: float | Non
     if coalesce_seconds is not None:  # agent.coalesce_seconds instead of its default
         text = text.replace("[agent]\n", f"[agent]\ncoalesce_seconds = {coalesce_seconds}\n", 1)
     config.write_text(text)
-    return Process(f"spyglass run, {'with the store' if store else 'metrics only'}",
-                   [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)], f"http://127.0.0.1:{port}/metrics")
+    return Process(
+        f"spyglass run, {'with the store' if store else 'metrics only'}",
+        [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
+        f"http://127.0.0.1:{port}/metrics",
+    )
 
 
 def mtail(log: Path) -> Process | None:
     if not shutil.which("mtail"):
         return None
     port = free_port()
-    return Process("mtail (Debian 3.0.0~rc50)",
-                   ["mtail", "--progs", str(HERE / "mtail"), "--logs", str(log), "--address", "127.0.0.1",
-                    "--port", str(port), "--logtostderr"], f"http://127.0.0.1:{port}/metrics")
+    return Process(
+        "mtail (Debian 3.0.0~rc50)",
+        [
+            "mtail",
+            "--progs",
+            str(HERE / "mtail"),
+            "--logs",
+            str(log),
+            "--address",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--logtostderr",
+        ],
+        f"http://127.0.0.1:{port}/metrics",
+    )
 
 
 class Writer(threading.Thread):
@@ -116,7 +133,7 @@ class Writer(threading.Thread):
         with open(self.log, "ab", buffering=0) as out:
             while time.monotonic() < started + self.seconds:
                 i = self.written % (len(self.source) - per_write)
-                out.write(b"".join(self.source[i:i + per_write]))
+                out.write(b"".join(self.source[i : i + per_write]))
                 self.written += per_write
                 self.writes.append((time.monotonic(), self.written))
                 next_at = started + len(self.writes) * period
@@ -154,8 +171,9 @@ def caught_up(processes: list[Process], client: httpx.Client, lines: int, deadli
         time.sleep(0.1)
 
 
-def latency_phase(processes: list[Process], client: httpx.Client, writer: Writer,
-                  before: int) -> dict[str, list[float]]:
+def latency_phase(
+    processes: list[Process], client: httpx.Client, writer: Writer, before: int
+) -> dict[str, list[float]]:
     seen: dict[str, list[tuple[float, int]]] = {p.name: [] for p in processes}
     caught_up(processes, client, before, time.monotonic() + 60)
     base = {p.name: before for p in processes}
@@ -181,12 +199,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--latency-seconds", type=float, default=15)
     parser.add_argument("--idle-seconds", type=float, default=10)
-    parser.add_argument("--events-only", action="store_true",
-                        help="write only the log's event lines (no debug lines): every line an event")
+    parser.add_argument(
+        "--events-only",
+        action="store_true",
+        help="write only the log's event lines (no debug lines): every line an event",
+    )
     parser.add_argument("--no-metrics-only", action="store_true", help="leave out the metrics-only agent")
     parser.add_argument("--py-spy", action="store_true", help="profile the agent with the store in the CPU window")
-    parser.add_argument("--coalesce-seconds", type=float, default=None,
-                        help="agent.coalesce_seconds of both agents (default: the config's default)")
+    parser.add_argument(
+        "--coalesce-seconds",
+        type=float,
+        default=None,
+        help="agent.coalesce_seconds of both agents (default: the config's default)",
+    )
     args = parser.parse_args()
     folder = OUT / "live-run"
     shutil.rmtree(folder, ignore_errors=True)
@@ -218,8 +243,9 @@ def main() -> None:
             if isinstance(profile, Profile):
                 print(profile.summary())
             rss = {p.name: max_rss_mib(p.proc.pid) for p in everyone}
-            latencies = latency_phase(ours, client, Writer(log, source, args.rate, args.latency_seconds),
-                                      loaded.written)
+            latencies = latency_phase(
+                ours, client, Writer(log, source, args.rate, args.latency_seconds), loaded.written
+            )
     finally:
         for p in everyone:
             p.stop()
@@ -227,13 +253,21 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f}; peak RSS MiB: " + ", ".join(f"{k} {v:.0f}" for k, v in rss.items()))
 
 
-def report(args, cpu: dict[str, float], latencies: dict[str, list[float]], base: str | None,
-           idle: dict[str, float]) -> None:
-    results = {"rate": args.rate, "seconds": args.seconds, "cpu_percent": cpu, "idle_cpu_percent": idle,
-               "latency_ms": {}}
+def report(
+    args, cpu: dict[str, float], latencies: dict[str, list[float]], base: str | None, idle: dict[str, float]
+) -> None:
+    results = {
+        "rate": args.rate,
+        "seconds": args.seconds,
+        "cpu_percent": cpu,
+        "idle_cpu_percent": idle,
+        "latency_ms": {},
+    }
     print(f"{args.rate} lines/s for {args.seconds:.0f} s\n")
-    print("| process | CPU % of a core | x mtail | idle CPU % | append -> /metrics p50 ms | p99 ms |\n"
-          "|---|---|---|---|---|---|")
+    print(
+        "| process | CPU % of a core | x mtail | idle CPU % | append -> /metrics p50 ms | p99 ms |\n"
+        "|---|---|---|---|---|---|"
+    )
     for name, percent in cpu.items():
         ratio = f"{percent / cpu[base]:.1f}" if base and cpu[base] else "n/a"
         lat = latencies.get(name)

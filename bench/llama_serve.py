@@ -8,6 +8,7 @@ are read from /proc before and after the load, in the same run.
 
 With `--py-spy`, the idle window is also sampled by py-spy (bench/pyspy.py) and its summary printed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,9 +36,11 @@ OUT = Path(__file__).resolve().parent / "out"
 
 
 def report_idle(args: argparse.Namespace, idle: tuple[float, float]) -> None:
-    print(f"idle {args.idle_seconds:.0f} s, poll every {args.interval:g} s, store {'off' if args.no_store else 'on'},"
-          f" load average {os.getloadavg()[0]:.1f}: llama-server {100 * idle[0] / args.idle_seconds:.2f}% of a core,"
-          f" agent {100 * idle[1] / args.idle_seconds:.2f}% of a core")
+    print(
+        f"idle {args.idle_seconds:.0f} s, poll every {args.interval:g} s, store {'off' if args.no_store else 'on'},"
+        f" load average {os.getloadavg()[0]:.1f}: llama-server {100 * idle[0] / args.idle_seconds:.2f}% of a core,"
+        f" agent {100 * idle[1] / args.idle_seconds:.2f}% of a core"
+    )
 
 
 def cpu_seconds(pid: int) -> float:
@@ -81,20 +84,40 @@ def main() -> None:
         folder = Path(tmp)
         log = folder / "llama.log"
         inst = Instance("llama-bench", free_port(), model, slots=2, cache_ram_mib=1)
-        server = subprocess.Popen(inst.argv(build, log), env=build.env(), stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, cwd=folder)
+        server = subprocess.Popen(
+            inst.argv(build, log), env=build.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder
+        )
         listen = f"127.0.0.1:{free_port()}"
         config = folder / "spyglass.toml"
-        config.write_text(tomli_w.dumps({
-            "agent": {"state_dir": str(folder / "state")},
-            "exporters": {"prometheus": {"listen": listen}, "store": {"enabled": not args.no_store}},
-            "sources": {"engine": {"kind": "engine_log", "preset": "llama_server", "path": str(log), "instance": "llama-bench"},
-                        "metrics": {"kind": "llama_server", "url": f"http://127.0.0.1:{inst.port}", "instance": "llama-bench",
-                                    "interval_seconds": args.interval}}}))
+        config.write_text(
+            tomli_w.dumps(
+                {
+                    "agent": {"state_dir": str(folder / "state")},
+                    "exporters": {"prometheus": {"listen": listen}, "store": {"enabled": not args.no_store}},
+                    "sources": {
+                        "engine": {
+                            "kind": "engine_log",
+                            "preset": "llama_server",
+                            "path": str(log),
+                            "instance": "llama-bench",
+                        },
+                        "metrics": {
+                            "kind": "llama_server",
+                            "url": f"http://127.0.0.1:{inst.port}",
+                            "instance": "llama-bench",
+                            "interval_seconds": args.interval,
+                        },
+                    },
+                }
+            )
+        )
         try:
             wait(f"http://127.0.0.1:{inst.port}/health")
-            agent = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            agent = subprocess.Popen(
+                [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             try:
                 wait(f"http://{listen}/health")
                 time.sleep(2.0)  # start-up is not what is measured
@@ -121,8 +144,10 @@ def main() -> None:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=60)
     print(f"idle {args.idle_seconds:.0f} s: llama-server {idle[0]:.2f} CPU-s, agent {idle[1]:.2f} CPU-s")
-    print(f"{requests} requests in {wall:.0f} s, {lines} log lines; llama-server {engine:.1f} CPU-s, "
-          f"agent {spyglass:.2f} CPU-s: agent/engine = {spyglass / engine:.3f}")
+    print(
+        f"{requests} requests in {wall:.0f} s, {lines} log lines; llama-server {engine:.1f} CPU-s, "
+        f"agent {spyglass:.2f} CPU-s: agent/engine = {spyglass / engine:.3f}"
+    )
 
 
 if __name__ == "__main__":

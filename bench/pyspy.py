@@ -5,6 +5,7 @@ summarised by function (own samples, and samples with the function anywhere on t
 
 The bench scripts take `--py-spy` to profile their agent this way (docs/benchmarks.md records it).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -28,9 +29,24 @@ class Profile:
 
     def __enter__(self) -> Profile:
         self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen([py_spy(), "record", "-p", str(self.pid), "-r", str(self.rate), "-f", "raw",
-                                      "-o", str(self.out), "--threads", "--nonblocking"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                py_spy(),
+                "record",
+                "-p",
+                str(self.pid),
+                "-r",
+                str(self.rate),
+                "-f",
+                "raw",
+                "-o",
+                str(self.out),
+                "--threads",
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:

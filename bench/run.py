@@ -6,6 +6,7 @@ Everything is measured in one run on one file, and the comparisons are ratios (t
 are noisy). Needs Debian's mtail for the mtail row (`apt-get install mtail`); without it that row
 says so. Results go to bench/out/results.json and are printed as the table in docs/benchmarks.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,14 +63,29 @@ def bare_loop(log: Path) -> tuple[float, int, str, float]:
 
 def ingest(log: Path, store: bool, source: str = "") -> tuple[float, int, str, float]:
     """`spyglass ingest`; `source` adds keys to the engine source (its section is the last)."""
-    return timed([sys.executable, "-m", "spyglass.cli.app", "ingest", "-c", str(config(OUT, log, store, source=source))])
+    return timed(
+        [sys.executable, "-m", "spyglass.cli.app", "ingest", "-c", str(config(OUT, log, store, source=source))]
+    )
 
 
 def mtail(log: Path) -> tuple[float, int, str, float] | None:
     if not shutil.which("mtail"):
         return None
-    return timed(["mtail", "--one_shot", "--address", "127.0.0.1", "--port", "0", "--progs",
-                  str(HERE / "mtail"), "--logs", str(log), "--logtostderr"])
+    return timed(
+        [
+            "mtail",
+            "--one_shot",
+            "--address",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--progs",
+            str(HERE / "mtail"),
+            "--logs",
+            str(log),
+            "--logtostderr",
+        ]
+    )
 
 
 def live_latency(samples: int) -> list[float]:
@@ -80,9 +96,12 @@ def live_latency(samples: int) -> list[float]:
     log = folder / "engine.log"
     log.write_bytes(b"")
     port = free_port()  # two benchmark runs must not collide
-    proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c",
-                             str(config(folder, log, True, f"127.0.0.1:{port}"))],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config(folder, log, True, f"127.0.0.1:{port}"))],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stderr is not None  # piped above
     for line in proc.stderr:
         if "metrics at" in line:
@@ -144,35 +163,56 @@ def main() -> None:
     load_after = os.getloadavg()
     rows = {name: min(runs, key=lambda run: run[3]) for name, runs in measured.items()}  # the least disturbed
     base = rows.get(MTAIL)
-    results = {"lines": lines, "bytes": log.stat().st_size, "rounds": args.rounds, "rows": {},
-               "load_average_before": load_before, "load_average_after": load_after,
-               "rss_kib_200k_lines_metrics_only": small_rss}
-    print(f"{lines} lines, {log.stat().st_size / lines:.0f} B/line; load average {load_before[0]:.1f} before,"
-          f" {load_after[0]:.1f} after; best of {args.rounds} interleaved rounds by CPU\n")
-    print("| run | wall s | lines/s | × mtail wall | CPU s per M lines | × mtail per CPU-second | max RSS MiB |\n"
-          "|---|---|---|---|---|---|---|")
+    results = {
+        "lines": lines,
+        "bytes": log.stat().st_size,
+        "rounds": args.rounds,
+        "rows": {},
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "rss_kib_200k_lines_metrics_only": small_rss,
+    }
+    print(
+        f"{lines} lines, {log.stat().st_size / lines:.0f} B/line; load average {load_before[0]:.1f} before,"
+        f" {load_after[0]:.1f} after; best of {args.rounds} interleaved rounds by CPU\n"
+    )
+    print(
+        "| run | wall s | lines/s | × mtail wall | CPU s per M lines | × mtail per CPU-second | max RSS MiB |\n"
+        "|---|---|---|---|---|---|---|"
+    )
     for name, (seconds, rss, _, cpu) in rows.items():
         per_m = cpu / lines * 1e6
         wall_x = f"{base[0] / seconds:.2f}" if base else "n/a"
         cpu_x = f"{base[3] / cpu:.2f}" if base else "n/a"
-        results["rows"][name] = {"seconds": seconds, "lines_per_second": lines / seconds, "rss_kib": rss,
-                                 "cpu_seconds": cpu, "cpu_seconds_per_million_lines": per_m,
-                                 "x_mtail_wall": base[0] / seconds if base else None,
-                                 "x_mtail_per_cpu_second": base[3] / cpu if base else None,
-                                 "all_runs": [{"seconds": r[0], "cpu_seconds": r[3]} for r in measured[name]]}
-        print(f"| {name} | {seconds:.2f} | {lines / seconds:,.0f} | {wall_x} | {per_m:.2f} | {cpu_x} |"
-              f" {rss / 1024:.0f} |")
+        results["rows"][name] = {
+            "seconds": seconds,
+            "lines_per_second": lines / seconds,
+            "rss_kib": rss,
+            "cpu_seconds": cpu,
+            "cpu_seconds_per_million_lines": per_m,
+            "x_mtail_wall": base[0] / seconds if base else None,
+            "x_mtail_per_cpu_second": base[3] / cpu if base else None,
+            "all_runs": [{"seconds": r[0], "cpu_seconds": r[3]} for r in measured[name]],
+        }
+        print(
+            f"| {name} | {seconds:.2f} | {lines / seconds:,.0f} | {wall_x} | {per_m:.2f} | {cpu_x} | {rss / 1024:.0f} |"
+        )
     if not base:
         print("(mtail not installed: apt-get install mtail)")
     print(f"\nmax RSS, metrics only: {small_rss / 1024:.0f} MiB at 200k lines")
     if args.samples:
         latencies = sorted(live_latency(args.samples))
-        results["latency_ms"] = {"p50": statistics.median(latencies) * 1000,
-                                 "p99": latencies[int(0.99 * (len(latencies) - 1))] * 1000,
-                                 "max": latencies[-1] * 1000, "samples": len(latencies)}
+        results["latency_ms"] = {
+            "p50": statistics.median(latencies) * 1000,
+            "p99": latencies[int(0.99 * (len(latencies) - 1))] * 1000,
+            "max": latencies[-1] * 1000,
+            "samples": len(latencies),
+        }
         lat = results["latency_ms"]
-        print(f"append -> /metrics: p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms, max {lat['max']:.1f} ms"
-              f" ({lat['samples']} samples)")
+        print(
+            f"append -> /metrics: p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms, max {lat['max']:.1f} ms"
+            f" ({lat['samples']} samples)"
+        )
     (OUT / "results.json").write_text(json.dumps(results, indent=2))
 
 

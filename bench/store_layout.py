@@ -9,6 +9,7 @@ fresh DuckDB file per layout, then times, warm, the median of 5: a 15-minute per
 (the heart of the `requests` view) and a 15-minute timeline (every event with its fields as JSON).
 Prints one JSON object; docs/benchmarks.md records the run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,14 +27,53 @@ KINDS = {  # kind: (share of events, {field: type})
     "queued": (0.12, {"task": "BIGINT", "req": "VARCHAR", "conv": "VARCHAR", "prefill_depth": "BIGINT"}),
     "prompt": (0.12, {"task": "BIGINT", "prompt": "BIGINT", "reused": "BIGINT", "read": "BIGINT", "ms": "BIGINT"}),
     "thinking": (0.12, {"task": "BIGINT", "tokens": "BIGINT", "max": "BIGINT", "cause": "VARCHAR"}),
-    "done": (0.12, {"task": "BIGINT", "finish": "VARCHAR", "prompt": "BIGINT", "completion": "BIGINT",
-                    "ttft_ms": "BIGINT", "decode_tps": "DOUBLE"}),
-    "park": (0.2, {"conv": "VARCHAR", "parked": "BIGINT", "bytes": "BIGINT", "used": "BIGINT", "budget": "BIGINT",
-                   "evictions": "BIGINT"}),
-    "evict": (0.12, {"conv": "VARCHAR", "bytes": "BIGINT", "reason": "VARCHAR", "parked": "BIGINT", "used": "BIGINT",
-                     "budget": "BIGINT", "evictions": "BIGINT"}),
-    "stats": (0.2, {"busy": "BIGINT", "slots": "BIGINT", "prefill_queue": "BIGINT", "decode_tps": "DOUBLE",
-                    "parked": "BIGINT", "used": "BIGINT", "budget": "BIGINT", "evictions": "BIGINT"}),
+    "done": (
+        0.12,
+        {
+            "task": "BIGINT",
+            "finish": "VARCHAR",
+            "prompt": "BIGINT",
+            "completion": "BIGINT",
+            "ttft_ms": "BIGINT",
+            "decode_tps": "DOUBLE",
+        },
+    ),
+    "park": (
+        0.2,
+        {
+            "conv": "VARCHAR",
+            "parked": "BIGINT",
+            "bytes": "BIGINT",
+            "used": "BIGINT",
+            "budget": "BIGINT",
+            "evictions": "BIGINT",
+        },
+    ),
+    "evict": (
+        0.12,
+        {
+            "conv": "VARCHAR",
+            "bytes": "BIGINT",
+            "reason": "VARCHAR",
+            "parked": "BIGINT",
+            "used": "BIGINT",
+            "budget": "BIGINT",
+            "evictions": "BIGINT",
+        },
+    ),
+    "stats": (
+        0.2,
+        {
+            "busy": "BIGINT",
+            "slots": "BIGINT",
+            "prefill_queue": "BIGINT",
+            "decode_tps": "DOUBLE",
+            "parked": "BIGINT",
+            "used": "BIGINT",
+            "budget": "BIGINT",
+            "evictions": "BIGINT",
+        },
+    ),
 }
 FILLER = {f"other_{i}": ("BIGINT" if i % 2 else "VARCHAR") for i in range(100)}  # the other sources' fields
 COLUMNS = {name: t for _, fields in KINDS.values() for name, t in fields.items()} | FILLER
@@ -60,9 +100,13 @@ def value(field: str, t: str, rows: np.ndarray, request: np.ndarray) -> pa.Array
 
 def base(rows, kind, ts, request, seq0):
     names = list(KINDS)
-    return {"ts": pa.array((ts[rows] * 1e6).astype(np.int64), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-            "source": pa.array(["engine-a"] * len(rows)), "kind": pa.array([names[k] for k in kind[rows]]),
-            "request_id": pa.array([f"r{r}" for r in request[rows]]), "seq": pa.array(rows + seq0, pa.int64())}
+    return {
+        "ts": pa.array((ts[rows] * 1e6).astype(np.int64), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        "source": pa.array(["engine-a"] * len(rows)),
+        "kind": pa.array([names[k] for k in kind[rows]]),
+        "request_id": pa.array([f"r{r}" for r in request[rows]]),
+        "seq": pa.array(rows + seq0, pa.int64()),
+    }
 
 
 def batches(n, size):
@@ -72,16 +116,30 @@ def batches(n, size):
 
 
 def insert_json(con, n, size):
-    con.execute("CREATE TABLE events (ts TIMESTAMPTZ, source VARCHAR, kind VARCHAR, request_id VARCHAR, seq BIGINT,"
-                " fields JSON)")
+    con.execute(
+        "CREATE TABLE events (ts TIMESTAMPTZ, source VARCHAR, kind VARCHAR, request_id VARCHAR, seq BIGINT,"
+        " fields JSON)"
+    )
     names = list(KINDS)
     for rows, kind, ts, request in batches(n, size):
         cols = base(rows, kind, ts, request, 0)
         blobs = []
         for r in rows:
             fields = KINDS[names[kind[r]]][1]
-            blobs.append(json.dumps({f: (f"{f[:2]}-{request[r]}" if t == "VARCHAR" else r * 0.5 if t == "DOUBLE"
-                                         else int(r % 100_000)) for f, t in fields.items()}))
+            blobs.append(
+                json.dumps(
+                    {
+                        f: (
+                            f"{f[:2]}-{request[r]}"
+                            if t == "VARCHAR"
+                            else r * 0.5
+                            if t == "DOUBLE"
+                            else int(r % 100_000)
+                        )
+                        for f, t in fields.items()
+                    }
+                )
+            )
         cols["fields"] = pa.array(blobs, pa.string())
         con.begin()
         con.from_arrow(pa.table(cols)).insert_into("events")
@@ -90,8 +148,9 @@ def insert_json(con, n, size):
 
 def insert_wide(con, n, size):
     typed = ", ".join(f'"{c}" {t}' for c, t in COLUMNS.items())
-    con.execute(f"CREATE TABLE events (ts TIMESTAMPTZ, source VARCHAR, kind VARCHAR, request_id VARCHAR, seq BIGINT,"
-                f" {typed})")
+    con.execute(
+        f"CREATE TABLE events (ts TIMESTAMPTZ, source VARCHAR, kind VARCHAR, request_id VARCHAR, seq BIGINT, {typed})"
+    )
     names = list(KINDS)
     for rows, kind, ts, request in batches(n, size):
         cols = base(rows, kind, ts, request, 0)
@@ -110,8 +169,10 @@ def insert_wide(con, n, size):
 def insert_per_kind(con, n, size):
     for name, (_, fields) in KINDS.items():
         typed = ", ".join(f'"{c}" {t}' for c, t in fields.items())
-        con.execute(f"CREATE TABLE ev_{name} (ts TIMESTAMPTZ, source VARCHAR, kind VARCHAR, request_id VARCHAR,"
-                    f" seq BIGINT, {typed})")
+        con.execute(
+            f"CREATE TABLE ev_{name} (ts TIMESTAMPTZ, source VARCHAR, kind VARCHAR, request_id VARCHAR,"
+            f" seq BIGINT, {typed})"
+        )
     names = list(KINDS)
     for rows, kind, ts, request in batches(n, size):
         con.begin()
@@ -141,22 +202,29 @@ def queries(layout: str) -> dict[str, str]:
     if layout == "json":
         get = lambda f, t, k: f"max(TRY_CAST(fields->>'{f}' AS {t})) FILTER (WHERE kind = '{k}')"  # noqa: E731
     else:
-        get = lambda f, t, k: f'max("{f}") FILTER (WHERE kind = \'{k}\')'  # noqa: E731
+        get = lambda f, t, k: f"max(\"{f}\") FILTER (WHERE kind = '{k}')"  # noqa: E731
     if layout == "per_kind":
-        source = (f"(SELECT * FROM ev_queued WHERE {window} UNION ALL BY NAME SELECT * FROM ev_prompt WHERE {window}"
-                  f" UNION ALL BY NAME SELECT * FROM ev_done WHERE {window})")
+        source = (
+            f"(SELECT * FROM ev_queued WHERE {window} UNION ALL BY NAME SELECT * FROM ev_prompt WHERE {window}"
+            f" UNION ALL BY NAME SELECT * FROM ev_done WHERE {window})"
+        )
     else:
         source = f"(SELECT * FROM events WHERE {window} AND kind IN ('queued', 'prompt', 'done'))"
-    requests = (f"SELECT request_id, min(ts), {get('conv', 'VARCHAR', 'queued')}, {get('prompt', 'BIGINT', 'prompt')},"
-                f" {get('reused', 'BIGINT', 'prompt')}, {get('ttft_ms', 'BIGINT', 'done')},"
-                f" {get('decode_tps', 'DOUBLE', 'done')}, {get('finish', 'VARCHAR', 'done')} FROM {source}"
-                f" GROUP BY request_id")
+    requests = (
+        f"SELECT request_id, min(ts), {get('conv', 'VARCHAR', 'queued')}, {get('prompt', 'BIGINT', 'prompt')},"
+        f" {get('reused', 'BIGINT', 'prompt')}, {get('ttft_ms', 'BIGINT', 'done')},"
+        f" {get('decode_tps', 'DOUBLE', 'done')}, {get('finish', 'VARCHAR', 'done')} FROM {source}"
+        f" GROUP BY request_id"
+    )
     timeline = f"SELECT ts, source, kind, request_id, ({json_fields(layout)})::VARCHAR FROM events WHERE {window}"
-    return {"requests_15min": requests, "timeline_15min": timeline,
-            "day_sum_bytes": f"SELECT sum({'(fields->>$$bytes$$)::BIGINT' if layout == 'json' else 'bytes'})"
-                             f" FROM {'ev_evict' if layout == 'per_kind' else 'events'}"
-                             f" WHERE ts >= to_timestamp({T0}) AND ts < to_timestamp({T0 + 86400})"
-                             f"{'' if layout == 'per_kind' else ' AND kind = $$evict$$'}"}
+    return {
+        "requests_15min": requests,
+        "timeline_15min": timeline,
+        "day_sum_bytes": f"SELECT sum({'(fields->>$$bytes$$)::BIGINT' if layout == 'json' else 'bytes'})"
+        f" FROM {'ev_evict' if layout == 'per_kind' else 'events'}"
+        f" WHERE ts >= to_timestamp({T0}) AND ts < to_timestamp({T0 + 86400})"
+        f"{'' if layout == 'per_kind' else ' AND kind = $$evict$$'}",
+    }
 
 
 def timed(con, sql, runs=5):
@@ -185,8 +253,11 @@ def main() -> None:
             insert(con, args.events, args.batch)
             con.execute("CHECKPOINT")
             wall, cpu = time.perf_counter() - t, time.process_time() - cpu
-            row = {"insert_events_per_cpu_second": round(args.events / cpu), "insert_wall_s": round(wall, 1),
-                   "bytes_per_event": round(path.stat().st_size / args.events, 1)}
+            row = {
+                "insert_events_per_cpu_second": round(args.events / cpu),
+                "insert_wall_s": round(wall, 1),
+                "bytes_per_event": round(path.stat().st_size / args.events, 1),
+            }
             row.update({name: timed(con, sql) for name, sql in queries(layout).items()})
             out[layout] = row
             con.close()

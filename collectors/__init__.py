@@ -13,6 +13,7 @@ committed with the tailer's offsets) and `close()`; the base classes give them a
 @register rejects a class that does not satisfy its protocol. A kind may register one class of
 each (serve_status polls a URL or replays a file): a source whose options name a `path` is tailed.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -37,11 +38,14 @@ class SourceOptions(BaseModel):
     path: Path | None = Field(None, description="File to tail (file sources).")
     instance: str = Field("", description="Instance label: strata-a, strata-b, rag-proxy.")
     tz: str = Field("UTC", description="IANA zone of the source's naive timestamps.")
-    start_at: str = Field("beginning", pattern="^(beginning|end)$",
-                          description="Where a first-ever read of an existing file starts.")
-    rotated: list[str] = Field(default_factory=lambda: ["{path}.1"],
-                               description="Where rotated generations of the file may be found; '{path}' expands, '{n}'"
-                                           " counts 1..agent.rotated_generations (logrotate's x.log.1, x.log.2...).")
+    start_at: str = Field(
+        "beginning", pattern="^(beginning|end)$", description="Where a first-ever read of an existing file starts."
+    )
+    rotated: list[str] = Field(
+        default_factory=lambda: ["{path}.1"],
+        description="Where rotated generations of the file may be found; '{path}' expands, '{n}'"
+        " counts 1..agent.rotated_generations (logrotate's x.log.1, x.log.2...).",
+    )
 
     def instances_named(self) -> set[str]:
         """The instances these options name: its `instance` (a kind whose options name more adds them)."""
@@ -184,7 +188,11 @@ class Registration:
 
     def build(self, name: str, options: SourceOptions, host: str = "") -> LineSource | PolledSource:
         """The source object for these options (a bad pattern raises ValueError, naming its key)."""
-        return self.build_polled(name, options, host) if self.is_polled(options) else self.build_tailed(name, options, host)
+        return (
+            self.build_polled(name, options, host)
+            if self.is_polled(options)
+            else self.build_tailed(name, options, host)
+        )
 
     def build_tailed(self, name: str, options: SourceOptions, host: str = "") -> LineSource:
         """The kind's line source for these options; ValueError if the kind has none."""
@@ -223,8 +231,10 @@ def check_source_class(kind: str, cls: type) -> str:
     if not line and not polled:
         raise ValueError(f"{where} is both a line source and a polled source; register one class of each")
     if line and polled:
-        raise ValueError(f"{where} is neither a line source (lacks {', '.join(line)}) nor a polled source "
-                         f"(lacks {', '.join(polled)}); subclass LineSourceBase or PolledSourceBase")
+        raise ValueError(
+            f"{where} is neither a line source (lacks {', '.join(line)}) nor a polled source "
+            f"(lacks {', '.join(polled)}); subclass LineSourceBase or PolledSourceBase"
+        )
     return "polled" if not polled else "tailed"
 
 
@@ -234,8 +244,10 @@ def register(kind: str, options: type[SourceOptions]) -> Callable[[SourceClass],
     def decorate(cls: SourceClass) -> SourceClass:
         slot = check_source_class(kind, cls)
         if slot == "polled" and not issubclass(options, PolledOptions):
-            raise ValueError(f"source kind {kind!r}: the options of a polled source subclass PolledOptions"
-                             f" (interval_seconds); {options.__qualname__} does not")
+            raise ValueError(
+                f"source kind {kind!r}: the options of a polled source subclass PolledOptions"
+                f" (interval_seconds); {options.__qualname__} does not"
+            )
         current = REGISTRY.get(kind) or Registration(kind, options)
         if current.options is not options:
             raise ValueError(f"source kind {kind!r} registered with two options models")

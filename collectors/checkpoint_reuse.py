@@ -8,6 +8,7 @@ probe and the cache report use as `$checkpoint_only` (spyglass.forensics.run ren
 the columns prompt_tokens, reused_tokens and cache_every. tests/test_checkpoint_reuse.py holds
 the two to the same answers.
 """
+
 from __future__ import annotations
 
 
@@ -17,6 +18,8 @@ def checkpoint_only(prompt: int, reused: int, every: int) -> bool:
     return reused > 0 and every > 0 and reused % every == 0 and reused < prompt
 
 
-def checkpoint_only_sql(prompt: str = "prompt_tokens", reused: str = "reused_tokens", every: str = "cache_every") -> str:
+def checkpoint_only_sql(
+    prompt: str = "prompt_tokens", reused: str = "reused_tokens", every: str = "cache_every"
+) -> str:
     """The same rule as an SQL condition over the named columns (NULL where one of them is NULL)."""
     return f"({reused} > 0 AND {every} > 0 AND {reused} % {every} = 0 AND {reused} < {prompt})"

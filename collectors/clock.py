@@ -5,6 +5,7 @@ them into UTC. DST is handled by zoneinfo (PEP 495, fold=0): a wall time in the 
 when clocks go back is its first occurrence; one in the skipped hour is read with the offset in
 force before the jump.
 """
+
 from __future__ import annotations
 
 import time
@@ -96,8 +97,9 @@ class ZonedParser:
         return value
 
     def _exactly(self, stamp: bytes) -> float:
-        wall = datetime(int(stamp[0:4]), int(stamp[5:7]), int(stamp[8:10]),
-                        int(stamp[11:13]), int(stamp[14:16]), int(stamp[17:19]))
+        wall = datetime(
+            int(stamp[0:4]), int(stamp[5:7]), int(stamp[8:10]), int(stamp[11:13]), int(stamp[14:16]), int(stamp[17:19])
+        )
         start = local_to_epoch(wall.replace(second=0), self.tz)
         if local_to_epoch(wall.replace(second=59), self.tz) - start == 59:
             if len(self._minutes) > 4096:
@@ -118,5 +120,16 @@ def to_iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-__all__ = ["Clock", "SystemClock", "ManualClock", "ZonedParser", "zone", "local_to_epoch",
-           "format_both", "to_iso", "UTC", "BEIJING", "BEIJING_ZONE_NAME"]
+__all__ = [
+    "Clock",
+    "SystemClock",
+    "ManualClock",
+    "ZonedParser",
+    "zone",
+    "local_to_epoch",
+    "format_both",
+    "to_iso",
+    "UTC",
+    "BEIJING",
+    "BEIJING_ZONE_NAME",
+]

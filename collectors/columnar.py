@@ -15,6 +15,7 @@ not, so a source whose patterns RE2 cannot run exactly stays on the per-line pat
 - `$` also matches before a final newline in Python: a line holding a newline (the tailer never
   returns one) is parsed per line.
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,8 +35,14 @@ from spyglass.collectors.grammar import Grammar, LineKind, Miss, _float, _int
 MESSAGE = "spyglass_message"
 FIRST_DAY = -62135596800  # 0001-01-01, the first day datetime() takes
 STAMP_SHAPE = r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$"
-STAMP_PARTS = {"year": (0, 4), "month": (5, 7), "day": (8, 10), "hour": (11, 13), "minute": (14, 16),
-               "second": (17, 19)}
+STAMP_PARTS = {
+    "year": (0, 4),
+    "month": (5, 7),
+    "day": (8, 10),
+    "hour": (11, 13),
+    "minute": (14, 16),
+    "second": (17, 19),
+}
 _QUANT = re.compile(r"\{(\d*),?(\d*)\}")
 _SPACE = r"\t\n\x0b\f\r "
 
@@ -53,10 +60,10 @@ def to_re2(regex: str, *, message: bool) -> str:
         c = regex[i]
         if c == "\\":
             out.append(_escape(regex, i, in_class, message))
-            i += 4 if regex[i + 1:i + 2] == "x" else 2
+            i += 4 if regex[i + 1 : i + 2] == "x" else 2
             continue
         if in_class:
-            if c == "[" and regex[i + 1:i + 2] in (":", "=", "."):
+            if c == "[" and regex[i + 1 : i + 2] in (":", "=", "."):
                 raise NotRe2("a POSIX class [: :] (a literal set in Python)")
             in_class = c != "]"
             out.append(c)
@@ -64,21 +71,21 @@ def to_re2(regex: str, *, message: bool) -> str:
             continue
         if c == "[":
             in_class, j = True, i + 1
-            j += regex[j:j + 1] == "^"
-            out.append(regex[i:j] + ("\\]" if regex[j:j + 1] == "]" else ""))  # a leading ] is literal
-            i = j + (regex[j:j + 1] == "]")
+            j += regex[j : j + 1] == "^"
+            out.append(regex[i:j] + ("\\]" if regex[j : j + 1] == "]" else ""))  # a leading ] is literal
+            i = j + (regex[j : j + 1] == "]")
             continue
         if c == "(":
             if regex.startswith("(?:", i) or regex.startswith("(?P<", i):
-                out.append(regex[i:i + 3])
+                out.append(regex[i : i + 3])
                 i += 3
                 continue
             if regex.startswith("(?", i):
-                raise NotRe2(f"{regex[i:i + 4]!r}: lookaround, a backreference, an atomic group or inline flags")
+                raise NotRe2(f"{regex[i : i + 4]!r}: lookaround, a backreference, an atomic group or inline flags")
             out.append("(?:")  # only named groups are read: the others need not capture
             i += 1
             continue
-        if c in "*+?}" and regex[i + 1:i + 2] == "+":
+        if c in "*+?}" and regex[i + 1 : i + 2] == "+":
             raise NotRe2("a possessive quantifier")
         if c == "{":
             found = _QUANT.match(regex, i)
@@ -92,7 +99,7 @@ def to_re2(regex: str, *, message: bool) -> str:
 
 
 def _escape(regex: str, i: int, in_class: bool, message: bool) -> str:
-    d = regex[i + 1:i + 2]
+    d = regex[i + 1 : i + 2]
     if d == "s":
         return _SPACE if in_class else f"[{_SPACE}]"
     if d == "S":
@@ -103,8 +110,8 @@ def _escape(regex: str, i: int, in_class: bool, message: bool) -> str:
         return "\\" + d
     if d in ("b", "B") and not in_class and not message:
         return "\\" + d
-    if d == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", regex[i + 2:i + 4]):
-        return regex[i:i + 4]
+    if d == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", regex[i + 2 : i + 4]):
+        return regex[i : i + 4]
     if d and not d.isalnum() and d.isascii():
         return "\\" + d
     raise NotRe2(f"'\\{d}' has no RE2 equivalent here")
@@ -186,10 +193,20 @@ class BlockGrammar:
     own method, so zones, `args` and date checks are shared); construction raises NotRe2 when a
     pattern cannot run in RE2 with Python's meaning."""
 
-    def __init__(self, grammar: Grammar, event: Callable[[bytes, str, dict, float], Event | str],
-                 parse_line: Callable[[bytes], Event | str], *, source: str, instance: str, host: str,
-                 utc: bool, special: frozenset[str] = frozenset(), fast_fraction: bool = False,
-                 ignored_prefix: str | None = None) -> None:
+    def __init__(
+        self,
+        grammar: Grammar,
+        event: Callable[[bytes, str, dict, float], Event | str],
+        parse_line: Callable[[bytes], Event | str],
+        *,
+        source: str,
+        instance: str,
+        host: str,
+        utc: bool,
+        special: frozenset[str] = frozenset(),
+        fast_fraction: bool = False,
+        ignored_prefix: str | None = None,
+    ) -> None:
         self.grammar, self.event, self.parse_line = grammar, event, parse_line
         self.source, self.instance, self.host = source, instance, host
         self.utc = utc  # stamps converted column-wise; otherwise by the parser's zone, per event
@@ -202,8 +219,7 @@ class BlockGrammar:
         prefix = to_re2(grammar.prefix.pattern.decode(), message=False)
         self.prefix = re2_checked(f"^(?:{prefix})(?P<{MESSAGE}>(?s:.*))")
         self.ignored = re2_checked(ignored_prefix) if ignored_prefix else None
-        self.kinds = {component: [_Kind(kind) for kind in kinds]
-                      for component, kinds in grammar.by_component.items()}
+        self.kinds = {component: [_Kind(kind) for kind in kinds] for component, kinds in grammar.by_component.items()}
 
     def outcomes(self, lines: list[bytes]) -> tuple[list[tuple[int, Event]], dict[str, int], int]:
         """Events with their line index, in line order; miss counts; the index of the last line no
@@ -284,8 +300,9 @@ class BlockGrammar:
                     open_rows = open_rows.filter(pc.invert(pc.is_in(open_rows, took)))
         return taken
 
-    def _emit(self, kind: _Kind, matched: pa.StructArray, positions: list[int], rows: _Rows,
-              found: list, per_line: list[int]) -> None:
+    def _emit(
+        self, kind: _Kind, matched: pa.StructArray, positions: list[int], rows: _Rows, found: list, per_line: list[int]
+    ) -> None:
         names, plan = kind.kind.names, kind.kind.plan
         raw = [matched.field(name).to_pylist() for name in names]
         redo: set[int] = set()
@@ -301,14 +318,21 @@ class BlockGrammar:
         elif times is None:  # the parser's own event(): a zone, a special kind
             values = _convert(plan, raw, kind.empty_is_absent, kind.dicts) if raw else [{} for _ in positions]
             stamps, fractions = rows.stamps, rows.fractions
-            results = [fields if isinstance(fields, str) else self.event(stamps[p], name, fields, fractions[p])
-                       for p, fields in zip(positions, values)]
+            results = [
+                fields if isinstance(fields, str) else self.event(stamps[p], name, fields, fractions[p])
+                for p, fields in zip(positions, values)
+            ]
         else:
             values = _convert(plan, raw, kind.empty_is_absent, kind.dicts) if raw else [{} for _ in positions]
             source, instance, host = self.source, self.instance, self.host
-            results = [fields if isinstance(fields, str) else
-                       Event(ts, source, name, fields.get("instance") or instance, fields, fields.get("req"), host)
-                       if (ts := times[p]) is not None else Miss.UNMATCHED for p, fields in zip(positions, values)]
+            results = [
+                fields
+                if isinstance(fields, str)
+                else Event(ts, source, name, fields.get("instance") or instance, fields, fields.get("req"), host)
+                if (ts := times[p]) is not None
+                else Miss.UNMATCHED
+                for p, fields in zip(positions, values)
+            ]
         if redo:
             per_line += [lines[positions[j]] for j in sorted(redo)]
             found += [(lines[p], result) for j, (p, result) in enumerate(zip(positions, results)) if j not in redo]
@@ -352,8 +376,9 @@ class BlockGrammar:
             stamped = pc.cast(pc.cast(pc.binary_slice(ts, start, end), pa.string()), pa.int64())
             exact = pc.and_(exact, pc.equal(getattr(pc, part)(seconds), stamped))
         epoch = pc.add(pc.cast(pc.cast(seconds, pa.int64()), pa.float64()), fractions)
-        return pc.if_else(pc.and_(exact, pc.greater_equal(pc.cast(seconds, pa.int64()), FIRST_DAY)),
-                          epoch, None).to_pylist()
+        return pc.if_else(
+            pc.and_(exact, pc.greater_equal(pc.cast(seconds, pa.int64()), FIRST_DAY)), epoch, None
+        ).to_pylist()
 
     def _fraction_list(self, heads: pa.StructArray, dots: pa.Array) -> list[float]:
         try:
@@ -398,8 +423,12 @@ class _Rows:
         return self._grammar._fraction_list(self._block.heads, self._block.dots)
 
 
-def _convert(plan: tuple, raw: list[list[bytes]], empty_is_absent: list[bool],
-             build: Callable[[list[list[Any]]], list[dict[str, Any]]] | None = None) -> list[dict[str, Any] | str]:
+def _convert(
+    plan: tuple,
+    raw: list[list[bytes]],
+    empty_is_absent: list[bool],
+    build: Callable[[list[list[Any]]], list[dict[str, Any]]] | None = None,
+) -> list[dict[str, Any] | str]:
     """Typed fields per row, converted a column at a time; a row with a malformed or out-of-range
     number is Miss.invalid(its first such field), exactly as LineKind.typed says. `build`: the
     kind's generated dict builder (_Kind.dicts), for rows with every group present."""
@@ -449,9 +478,11 @@ def _builders(names: tuple[str, ...]) -> tuple[Callable, Callable]:
     fields = "{" + ", ".join(f"{name!r}: {value}" for name, value in zip(names, values)) + "}"
     instance = f"({values[names.index('instance')]} or instance)" if "instance" in names else "instance"
     req = values[names.index("req")] if "req" in names else "None"
-    code = (f"def dicts(columns):\n    return [{fields} for {row} in zip(*columns)]\n"
-            f"def events(ts, columns, source, kind, instance, host, Event):\n"
-            f"    return [Event(t, source, kind, {instance}, {fields}, {req}, host) for t, {row} in zip(ts, *columns)]\n")
+    code = (
+        f"def dicts(columns):\n    return [{fields} for {row} in zip(*columns)]\n"
+        f"def events(ts, columns, source, kind, instance, host, Event):\n"
+        f"    return [Event(t, source, kind, {instance}, {fields}, {req}, host) for t, {row} in zip(ts, *columns)]\n"
+    )
     namespace: dict[str, Any] = {}
     exec(compile(code, f"<columnar builders {','.join(names)}>", "exec"), namespace)  # noqa: S102 - see above
     return namespace["dicts"], namespace["events"]
@@ -462,7 +493,7 @@ def _column(conv: Callable[[bytes], Any], column: list[bytes]) -> list[Any]:
         return list(map(int, column))
     if conv is _float:
         values = list(map(float, column))
-        if not max(values) <= 2 ** 53:  # inf or NaN somewhere: name the field per row
+        if not max(values) <= 2**53:  # inf or NaN somewhere: name the field per row
             raise ValueError("out of range")
         return values
     return list(map(conv, column))

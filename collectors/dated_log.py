@@ -3,6 +3,7 @@
 `DatedLogParser` turns a line into an Event with the Grammar (anchored prefix, then message
 kinds) and the source's zone; `handle_lines` is the batch loop every line source shares.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -16,8 +17,17 @@ from spyglass.collectors.grammar import Grammar, LineKind, Miss
 class DatedLogParser:
     """parse_line(bytes) -> Event | Miss, with no I/O and no clock."""
 
-    def __init__(self, prefix: str, kinds: Iterable[LineKind], tz: str, source: str, instance: str,
-                 host: str = "", ignore_levels: Iterable[str] = (), error_level: str | None = None) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        kinds: Iterable[LineKind],
+        tz: str,
+        source: str,
+        instance: str,
+        host: str = "",
+        ignore_levels: Iterable[str] = (),
+        error_level: str | None = None,
+    ) -> None:
         self.grammar = Grammar(prefix, kinds, ignore_levels=ignore_levels, error_level=error_level)
         self.clock = ZonedParser(tz)
         self.source, self.instance, self.host = source, instance, host
@@ -35,12 +45,14 @@ class DatedLogParser:
             ts = self.clock.seconds(stamp) + fraction
         except ValueError:  # e.g. month 13: the prefix shape matched, the date did not
             return Miss.UNMATCHED
-        return Event(ts, self.source, kind, fields.get("instance") or self.instance, fields,
-                     fields.get("req"), self.host)
+        return Event(
+            ts, self.source, kind, fields.get("instance") or self.instance, fields, fields.get("req"), self.host
+        )
 
 
-def handle_lines(handle: Callable[[bytes], Event | str],
-                 lines: list[bytes]) -> tuple[list[Event], dict[str, int], bytes]:
+def handle_lines(
+    handle: Callable[[bytes], Event | str], lines: list[bytes]
+) -> tuple[list[Event], dict[str, int], bytes]:
     """Events of a batch of lines, the count of each Miss (Miss.invalid(field) included), and the
     last unmatched line."""
     events: list[Event] = []

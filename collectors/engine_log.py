@@ -6,6 +6,7 @@ line cannot carry: which request a `task N` belongs to (only the `queued` line n
 line of a task never queued is marked `orphan` (the signals count it apart from requests).
 Fixture: tests/fixtures/engine_log/strata-iq3_xxs-b.log
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -25,8 +26,11 @@ def line_prefix(levels: str = "DIWE") -> str:
     """The engine line's prefix regex, with its level one of `levels` (the default: any level, as
     group `level`; a subset, for the columnar path's ignored-level pass, ungrouped)."""
     level = "(?P<level>[DIWE])" if levels == "DIWE" else "(?:" + "|".join(levels) + ")"
-    return (r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](?P<ms>\d{1,6}))? "
-            + level + r" \[(?P<component>[^\]\n]{1,40})\] ")
+    return (
+        r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,](?P<ms>\d{1,6}))? "
+        + level
+        + r" \[(?P<component>[^\]\n]{1,40})\] "
+    )
 
 
 PREFIX = line_prefix()
@@ -36,46 +40,103 @@ CACHE_STATE = r"parked=(?P<parked>\d+) used=(?P<used>\d+) budget=(?P<budget>\d+)
 
 # kind: (component, literal prefilter, message regex)
 PATTERNS: dict[str, tuple[str, str, str]] = {
-    "start": ("main", "starting pid=",
-              r"(?P<build_name>\S+) (?P<version>\S+) \(build (?P<build>\w+)\) starting pid=(?P<pid>\d+)"),
+    "start": (
+        "main",
+        "starting pid=",
+        r"(?P<build_name>\S+) (?P<version>\S+) \(build (?P<build>\w+)\) starting pid=(?P<pid>\d+)",
+    ),
     "args": ("main", "args: ", r"args: (?P<args>.*)"),
-    "model": ("main", "model path=",
-              r"model path=(?P<path>\S+) real=(?P<real>\S+) bytes=(?P<bytes>\d+) md5=(?P<md5>[0-9a-fA-F]+)"),
+    "model": (
+        "main",
+        "model path=",
+        r"model path=(?P<path>\S+) real=(?P<real>\S+) bytes=(?P<bytes>\d+) md5=(?P<md5>[0-9a-fA-F]+)",
+    ),
     "cpus": ("main", "cpus allowed=", r"cpus allowed=(?P<cpus>[0-9,\-]+) pool_workers=(?P<pool_workers>\d+)"),
     "ready": ("main", "ready in ", r"ready in (?P<seconds>[\d.]+) s"),
-    "experts_loaded": ("load", "experts resident=",
-                       r"experts resident=(?P<resident>\d+)/(?P<total>\d+) arena_mib=(?P<arena_mib>\d+)"
-                       r" loaded in (?P<seconds>[\d.]+) s"),
-    "checksum_mismatch": ("load", "checksum mismatch",
-                          r"checksum mismatch reading (?P<path>\S+): expected md5=(?P<expected>\w+)"
-                          r" got=(?P<got>\w+)"),
-    "queued": ("http", " queued",
-               TASK + r"req=(?P<req>\S+) conv=(?P<conv>\S+) queued prefill_depth=(?P<prefill_depth>\d+)"),
-    "rejected": ("http", " rejected ",
-                 TASK + r"rejected (?P<status>\d{3})(?: #(?P<code>\d+))? (?P<reason>[^:\n]*)"
-                 r"(?:: (?P<prompt>\d+) > (?P<window>\d+)|: (?P<detail>[^\n]*))?"),
-    "prompt": ("slot", " reused + ",
-               TASK + r"prompt (?P<prompt>\d+) = (?P<reused>\d+) reused \+ (?P<read>\d+) read in (?P<ms>\d+) ms"),
-    "thinking": ("slot", "thinking: ",
-                 TASK + r"thinking: (?P<tokens>\d+) of max (?P<max>\d+) (?:→|->) done \((?P<cause>\w+)\)"),
+    "experts_loaded": (
+        "load",
+        "experts resident=",
+        r"experts resident=(?P<resident>\d+)/(?P<total>\d+) arena_mib=(?P<arena_mib>\d+)"
+        r" loaded in (?P<seconds>[\d.]+) s",
+    ),
+    "checksum_mismatch": (
+        "load",
+        "checksum mismatch",
+        r"checksum mismatch reading (?P<path>\S+): expected md5=(?P<expected>\w+)"
+        r" got=(?P<got>\w+)",
+    ),
+    "queued": (
+        "http",
+        " queued",
+        TASK + r"req=(?P<req>\S+) conv=(?P<conv>\S+) queued prefill_depth=(?P<prefill_depth>\d+)",
+    ),
+    "rejected": (
+        "http",
+        " rejected ",
+        TASK + r"rejected (?P<status>\d{3})(?: #(?P<code>\d+))? (?P<reason>[^:\n]*)"
+        r"(?:: (?P<prompt>\d+) > (?P<window>\d+)|: (?P<detail>[^\n]*))?",
+    ),
+    "prompt": (
+        "slot",
+        " reused + ",
+        TASK + r"prompt (?P<prompt>\d+) = (?P<reused>\d+) reused \+ (?P<read>\d+) read in (?P<ms>\d+) ms",
+    ),
+    "thinking": (
+        "slot",
+        "thinking: ",
+        TASK + r"thinking: (?P<tokens>\d+) of max (?P<max>\d+) (?:→|->) done \((?P<cause>\w+)\)",
+    ),
     "tool_call": ("slot", "writing a tool call", TASK + r"writing a tool call"),
-    "done": ("slot", " done finish=",
-             TASK + r"done finish=(?P<finish>\w+) prompt=(?P<prompt>\d+) completion=(?P<completion>\d+)"
-             r" ttft_ms=(?P<ttft_ms>\d+) decode_tps=(?P<decode_tps>[\d.]+)"),
-    "park": ("cache", "park ",
-             r"park conv=(?P<conv>\S+) parked=(?P<parked>\d+) bytes=(?P<bytes>\d+) used=(?P<used>\d+)"
-             r" budget=(?P<budget>\d+) evictions=(?P<evictions>\d+)"),
-    "evict": ("cache", "evict ",
-              r"evict conv=(?P<conv>\S+) bytes=(?P<bytes>\d+) reason=(?P<reason>\w+) " + CACHE_STATE),
+    "done": (
+        "slot",
+        " done finish=",
+        TASK + r"done finish=(?P<finish>\w+) prompt=(?P<prompt>\d+) completion=(?P<completion>\d+)"
+        r" ttft_ms=(?P<ttft_ms>\d+) decode_tps=(?P<decode_tps>[\d.]+)",
+    ),
+    "park": (
+        "cache",
+        "park ",
+        r"park conv=(?P<conv>\S+) parked=(?P<parked>\d+) bytes=(?P<bytes>\d+) used=(?P<used>\d+)"
+        r" budget=(?P<budget>\d+) evictions=(?P<evictions>\d+)",
+    ),
+    "evict": (
+        "cache",
+        "evict ",
+        r"evict conv=(?P<conv>\S+) bytes=(?P<bytes>\d+) reason=(?P<reason>\w+) " + CACHE_STATE,
+    ),
     "restore": ("cache", "restore ", r"restore conv=(?P<conv>\S+) from=(?P<origin>\w+) tokens=(?P<tokens>\d+)"),
-    "graph_rebuild": ("graph", "rebuild ",
-                      r"rebuild shape=(?P<shape>\S+) reason=(?P<reason>\w+) took_ms=(?P<took_ms>\d+)"),
-    "stats": ("stats", "busy=",
-              r"busy=(?P<busy>\d+)/(?P<slots>\d+) prefill_queue=(?P<prefill_queue>\d+)"
-              r" decode_tps=(?P<decode_tps>[\d.]+) " + CACHE_STATE),
+    "graph_rebuild": (
+        "graph",
+        "rebuild ",
+        r"rebuild shape=(?P<shape>\S+) reason=(?P<reason>\w+) took_ms=(?P<took_ms>\d+)",
+    ),
+    "stats": (
+        "stats",
+        "busy=",
+        r"busy=(?P<busy>\d+)/(?P<slots>\d+) prefill_queue=(?P<prefill_queue>\d+)"
+        r" decode_tps=(?P<decode_tps>[\d.]+) " + CACHE_STATE,
+    ),
 }
-TEXT_FIELDS = ("build", "version", "build_name", "md5", "expected", "got", "conv", "req", "shape",
-               "path", "real", "cpus", "reason", "origin", "finish", "cause", "args", "detail")
+TEXT_FIELDS = (
+    "build",
+    "version",
+    "build_name",
+    "md5",
+    "expected",
+    "got",
+    "conv",
+    "req",
+    "shape",
+    "path",
+    "real",
+    "cpus",
+    "reason",
+    "origin",
+    "finish",
+    "cause",
+    "args",
+    "detail",
+)
 TASK_LINES = frozenset({"prompt", "thinking", "tool_call", "done"})  # written only for a queued task
 # What may follow a real `start` line: the load phase, or an error of the load phase (main, load: a
 # start that dies at once, a crash loop). A start line followed by anything else (a request's line, an
@@ -87,6 +148,8 @@ START_ERRORS = frozenset({"main", "load"})
 def follows_a_start(event: Event) -> bool:
     """Whether `event` can be the line after a real start line (see START_SEQUENCE)."""
     return event.kind in START_SEQUENCE or event.kind == "error" and event.fields.get("component") in START_ERRORS
+
+
 DIGITS_TO_9 = bytes.maketrans(b"0123456789", b"9999999999")
 STAMP_LAYOUT = b"9999-99-99 99:99:99.999"
 COLUMNAR_MIN_LINES = 4096  # the measured crossover (bench/crossover.py, docs/benchmarks.md)
@@ -110,24 +173,38 @@ _declared()
 class EngineLogOptions(SourceOptions):
     kind: Literal["engine_log"] = "engine_log"
     preset: Literal["strata", "llama_server"] = Field(
-        "strata", description="Which engine writes the log: strata (dated lines, this module's patterns) or"
-                              " llama_server (llama.cpp's llama-server, any build since 2024, plain or through journald, syslog,"
-                              " docker or router mode; its stamps count from the process start, see collectors/llama_log.py"
-                              " and docs/llama-server.md; `spyglass check-log FILE` shows what it reads).")
+        "strata",
+        description="Which engine writes the log: strata (dated lines, this module's patterns) or"
+        " llama_server (llama.cpp's llama-server, any build since 2024, plain or through journald, syslog,"
+        " docker or router mode; its stamps count from the process start, see collectors/llama_log.py"
+        " and docs/llama-server.md; `spyglass check-log FILE` shows what it reads).",
+    )
     tz: str = "UTC"
     lane: str = Field("", description="Lane label of this instance (fast, normal); empty = unknown.")
     prefix: str = Field(PREFIX, description="Regex of the line prefix; groups ts, ms, level, component.")
     patterns: dict[str, str | PatternOverride] = Field(
-        default_factory=dict, description="Per-kind message regex overrides (see docs/config.md).")
+        default_factory=dict, description="Per-kind message regex overrides (see docs/config.md)."
+    )
     ignore_levels: list[str] = Field(["D"], description="Levels whose lines are skipped, not counted unparsed.")
     columnar: Literal["auto", "never", "always"] = Field(
-        "auto", description="The columnar (RE2, pyarrow) path for blocks of lines: auto = blocks of at least"
-                            " columnar_min_lines lines; never = every line on its own; always = every block. A"
-                            " pattern RE2 cannot run as Python does keeps the source per line (see /debug/sources).")
-    columnar_threads: int = Field(1, ge=1, le=8, description="Threads a columnar block is split across (RE2 runs"
-                                  " without the GIL; the events are still built and joined in order on one).")
-    columnar_min_lines: int = Field(COLUMNAR_MIN_LINES, ge=1, description="Smallest block the auto mode parses"
-                                    " column-wise (below it, the per-line path costs less; docs/benchmarks.md).")
+        "auto",
+        description="The columnar (RE2, pyarrow) path for blocks of lines: auto = blocks of at least"
+        " columnar_min_lines lines; never = every line on its own; always = every block. A"
+        " pattern RE2 cannot run as Python does keeps the source per line (see /debug/sources).",
+    )
+    columnar_threads: int = Field(
+        1,
+        ge=1,
+        le=8,
+        description="Threads a columnar block is split across (RE2 runs"
+        " without the GIL; the events are still built and joined in order on one).",
+    )
+    columnar_min_lines: int = Field(
+        COLUMNAR_MIN_LINES,
+        ge=1,
+        description="Smallest block the auto mode parses"
+        " column-wise (below it, the per-line path costs less; docs/benchmarks.md).",
+    )
 
 
 def parse_args(text: str) -> dict[str, int | str]:
@@ -146,8 +223,9 @@ class EngineLogParser(DatedLogParser):
 
     def __init__(self, options: EngineLogOptions, source: str, host: str = "", fast_layout: bool = True) -> None:
         kinds = build_kinds(PATTERNS, options.patterns, f"sources.{source}.patterns", frozenset(TEXT_FIELDS))
-        super().__init__(options.prefix, kinds, options.tz, source, options.instance, host,
-                         options.ignore_levels, error_level="E")
+        super().__init__(
+            options.prefix, kinds, options.tz, source, options.instance, host, options.ignore_levels, error_level="E"
+        )
         # With the default prefix, a line in its common layout (milliseconds, one-letter level)
         # has its level and component at fixed offsets: it is parsed with one regex call, the
         # kind's, instead of two. Any other line takes the grammar's path; both agree exactly.
@@ -160,26 +238,44 @@ class EngineLogParser(DatedLogParser):
     def _block_grammar(self, options: EngineLogOptions) -> tuple[Any, str]:
         """The columnar form of this grammar, or None and why RE2 cannot run it as Python does."""
         from spyglass.collectors.columnar import BlockGrammar, NotRe2  # pyarrow only for sources that use it
+
         ignored = None
         levels = [level for level in options.ignore_levels if level in ("D", "I", "W", "E")]
         if self.fast and levels:  # the default prefix: its level is one byte between fixed fields
             ignored = "^" + line_prefix("".join(levels))
         try:
-            block = BlockGrammar(self.grammar, self.event, self.parse_line, source=self.source,
-                                 instance=self.instance, host=self.host, utc=options.tz == "UTC",
-                                 special=frozenset({"args"}), fast_fraction=self.fast, ignored_prefix=ignored)
+            block = BlockGrammar(
+                self.grammar,
+                self.event,
+                self.parse_line,
+                source=self.source,
+                instance=self.instance,
+                host=self.host,
+                utc=options.tz == "UTC",
+                special=frozenset({"args"}),
+                fast_fraction=self.fast,
+                ignored_prefix=ignored,
+            )
         except NotRe2 as exc:
             return None, f"per line only: {exc}"
         return block, f"columnar: {options.columnar}" + (
-            f" (blocks of {options.columnar_min_lines}+ lines)" if options.columnar == "auto" else "")
+            f" (blocks of {options.columnar_min_lines}+ lines)" if options.columnar == "auto" else ""
+        )
 
     def parse_line(self, line: bytes) -> Event | str:
         if not self.fast or line[:23].translate(DIGITS_TO_9) != STAMP_LAYOUT:
             return super().parse_line(line)
         head = line[23:27]
         close = line.find(b"]", 27, 68)  # the component is 1 to 40 bytes, and never empty
-        if head[0:1] != b" " or head[2:4] != b" [" or not head[1:2] or head[1:2] not in b"DIWE" \
-                or close <= 27 or line[close + 1:close + 2] != b" " or b"\n" in line[27:close]:
+        if (
+            head[0:1] != b" "
+            or head[2:4] != b" ["
+            or not head[1:2]
+            or head[1:2] not in b"DIWE"
+            or close <= 27
+            or line[close + 1 : close + 2] != b" "
+            or b"\n" in line[27:close]
+        ):
             return super().parse_line(line)
         if head in self.skip:
             return Miss.IGNORED
@@ -193,16 +289,18 @@ class EngineLogParser(DatedLogParser):
                         return fields
                     return self.event(line[:19], kind.kind, fields, int(line[20:23]) * 0.001)
         if head[1:2] == self.grammar.error_level:
-            return self.event(line[:19], "error", self.grammar.error_fields(component, line[start:]),
-                              int(line[20:23]) * 0.001)
+            return self.event(
+                line[:19], "error", self.grammar.error_fields(component, line[start:]), int(line[20:23]) * 0.001
+            )
         return Miss.UNMATCHED
 
     def event(self, stamp: bytes, kind: str, fields: dict, fraction: float) -> Event | str:
         if kind == "args":
             text = fields.get("args", "")
             fields = parse_args(text)
-            refused = next((name for name, value in fields.items() if value.__class__ is int and value > MAX_NUMBER),
-                           None)
+            refused = next(
+                (name for name, value in fields.items() if value.__class__ is int and value > MAX_NUMBER), None
+            )
             if refused:
                 return Miss.invalid(refused)
             fields["argv"] = text  # verbatim: a flag this parser does not know still shows in a change list
@@ -260,7 +358,7 @@ class EngineLogSource(LineSourceBase):
         if self._pool is None:
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix=f"{self.name}-columnar")
         size = -(-len(lines) // threads)
-        parts = list(self._pool.map(block.outcomes, [lines[i:i + size] for i in range(0, len(lines), size)]))
+        parts = list(self._pool.map(block.outcomes, [lines[i : i + size] for i in range(0, len(lines), size)]))
         found: list[Any] = []
         misses: dict[str, int] = {}
         last = -1
@@ -289,7 +387,7 @@ class EngineLogSource(LineSourceBase):
             # Exactly what the default prefix regex accepts, for the layout with milliseconds.
             if skip and line[23:27] in skip and line[:23].translate(DIGITS_TO_9) == STAMP_LAYOUT:
                 close = line.find(b"]", 27, 68)
-                if close > 27 and line[close + 1:close + 2] == b" " and b"\n" not in line[27:close]:
+                if close > 27 and line[close + 1 : close + 2] == b" " and b"\n" not in line[27:close]:
                     misses[Miss.IGNORED] += 1
                     continue
             result = handle(line)

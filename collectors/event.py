@@ -3,6 +3,7 @@
 A timestamp is seconds since the Unix epoch (UTC by definition): floats are cheap on the hot
 path and exact to the microsecond for the dates we see. `utc` gives the aware datetime.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -12,6 +12,7 @@ carries that its kind does not declare (a configured pattern's extra group) is k
 Types are the five below; SQL_TYPES gives the column type each is stored as (bytes and counts are
 BIGINT, timestamps are not fields: an event's own time is its `ts`).
 """
+
 from __future__ import annotations
 
 import re
@@ -61,16 +62,20 @@ def group_type(name: str, body: str, text_fields: frozenset[str]) -> FieldType:
     return capture_type(body) or "text"
 
 
-def from_patterns(patterns: Mapping[str, tuple[str, ...]], text_fields: frozenset[str] | tuple[str, ...],
-                  overrides: Mapping[str, Mapping[str, FieldType]] | None = None) -> SourceFields:
+def from_patterns(
+    patterns: Mapping[str, tuple[str, ...]],
+    text_fields: frozenset[str] | tuple[str, ...],
+    overrides: Mapping[str, Mapping[str, FieldType]] | None = None,
+) -> SourceFields:
     """Each kind's fields from its regex (the last element of its tuple), in group order; `overrides`
     give a kind's fields whose type the regex does not tell, or that its code adds after parsing."""
     texts = frozenset(text_fields)
     out: SourceFields = {}
     for kind, spec in patterns.items():
         bodies = group_bodies(spec[-1])
-        found: KindFields = {name: group_type(name, bodies.get(name, ""), texts)
-                             for name in re.compile(spec[-1]).groupindex}
+        found: KindFields = {
+            name: group_type(name, bodies.get(name, ""), texts) for name in re.compile(spec[-1]).groupindex
+        }
         found.update((overrides or {}).get(kind, {}))
         out[kind] = found
     return out

@@ -9,6 +9,7 @@ them, and lets go of it at the request's last line. A lane or mode outside the c
 `lanes` / `modes` is carried as `other` (the line's value stays in the stored event).
 Fixture: tests/fixtures/gateway_log/rag-proxy.log
 """
+
 from __future__ import annotations
 
 import re
@@ -32,21 +33,44 @@ KV = r"(?P<{0}>\S+)"
 # kind: (component, literal, regex); the gateway has no component, so all share "".
 PATTERNS: dict[str, tuple[str, str, str]] = {
     "started": ("", "rag-proxy started", r"rag-proxy started pid=(?P<pid>\d+) version=(?P<version>\S+)"),
-    "request": ("", " session=",
-                r"req=(?P<req>\S+) session=(?P<session>\S+) lane=(?P<lane>\S+) mode=(?P<mode>\S+)"
-                r" client_msgs=(?P<client_msgs>\d+) sent_msgs=(?P<sent_msgs>\d+) chars=(?P<chars>\d+)"
-                r" cjk=(?P<cjk>[\d.]+) est_tokens=(?P<est_tokens>\d+) max_tokens=(?P<max_tokens>\d+)"),
-    "precheck": ("", "precheck ", r"precheck req=(?P<req>\S+) count_tokens=(?P<count_tokens>\d+)"
-                                  r" window=(?P<window>\d+) room=(?P<room>-?\d+)"),
-    "clamp": ("", "clamp ", r"clamp req=(?P<req>\S+) max_tokens (?P<max_from>\d+) -> (?P<max_to>\d+)"
-                            r"(?: thinking_budget (?P<thinking_budget>\d+))?"),
-    "done": ("", "done ", r"done req=(?P<req>\S+) status=(?P<status>\d{3}) engine_prompt=(?P<engine_prompt>\d+)"
-                          r" completion=(?P<completion>\d+) finish=(?P<finish>\w+) tool_calls=(?P<tool_calls>\d+)"
-                          r" content_chars=(?P<content_chars>\d+) ttft_ms=(?P<ttft_ms>\d+) dur_ms=(?P<dur_ms>\d+)"),
-    "overfit": ("", "overfit ", r"overfit req=(?P<req>\S+) status=(?P<status>\d{3}) prompt=(?P<prompt>\d+)"
-                                r" max=(?P<max>\d+) upstream=\"(?P<upstream>[^\"]*)\""),
-    "retry_on_overfit": ("", "retry_on_overfit ", r"retry_on_overfit req=(?P<req>\S+) max_tokens"
-                                                  r" (?P<max_from>\d+) -> (?P<max_to>\d+)"),
+    "request": (
+        "",
+        " session=",
+        r"req=(?P<req>\S+) session=(?P<session>\S+) lane=(?P<lane>\S+) mode=(?P<mode>\S+)"
+        r" client_msgs=(?P<client_msgs>\d+) sent_msgs=(?P<sent_msgs>\d+) chars=(?P<chars>\d+)"
+        r" cjk=(?P<cjk>[\d.]+) est_tokens=(?P<est_tokens>\d+) max_tokens=(?P<max_tokens>\d+)",
+    ),
+    "precheck": (
+        "",
+        "precheck ",
+        r"precheck req=(?P<req>\S+) count_tokens=(?P<count_tokens>\d+)"
+        r" window=(?P<window>\d+) room=(?P<room>-?\d+)",
+    ),
+    "clamp": (
+        "",
+        "clamp ",
+        r"clamp req=(?P<req>\S+) max_tokens (?P<max_from>\d+) -> (?P<max_to>\d+)"
+        r"(?: thinking_budget (?P<thinking_budget>\d+))?",
+    ),
+    "done": (
+        "",
+        "done ",
+        r"done req=(?P<req>\S+) status=(?P<status>\d{3}) engine_prompt=(?P<engine_prompt>\d+)"
+        r" completion=(?P<completion>\d+) finish=(?P<finish>\w+) tool_calls=(?P<tool_calls>\d+)"
+        r" content_chars=(?P<content_chars>\d+) ttft_ms=(?P<ttft_ms>\d+) dur_ms=(?P<dur_ms>\d+)",
+    ),
+    "overfit": (
+        "",
+        "overfit ",
+        r"overfit req=(?P<req>\S+) status=(?P<status>\d{3}) prompt=(?P<prompt>\d+)"
+        r" max=(?P<max>\d+) upstream=\"(?P<upstream>[^\"]*)\"",
+    ),
+    "retry_on_overfit": (
+        "",
+        "retry_on_overfit ",
+        r"retry_on_overfit req=(?P<req>\S+) max_tokens"
+        r" (?P<max_from>\d+) -> (?P<max_to>\d+)",
+    ),
     "reject": ("", "reject ", r"reject req=(?P<req>\S+) status=(?P<status>\d{3}) reason=\"(?P<reason>[^\"]*)\""),
 }
 TEXT_FIELDS = frozenset({"req", "session", "lane", "mode", "version", "finish", "upstream", "reason"})
@@ -55,12 +79,13 @@ LAST_LINES = ("done", "reject", "retry_on_overfit")  # a request writes nothing 
 MAX_UNLISTED = 120  # characters kept of a label value outside its list
 
 
-
 def _declared() -> SourceFields:
     """The kinds' own fields, then those carried from the request line to the later lines of a request."""
     own = from_patterns(PATTERNS, TEXT_FIELDS, {"request": {"unlisted": "json"}})
     carried: dict[str, FieldType] = {name: own["request"][name] for name in CARRIED}
-    return {kind: {**carried, **found} if "req" in found and kind != "request" else found for kind, found in own.items()}
+    return {
+        kind: {**carried, **found} if "req" in found and kind != "request" else found for kind, found in own.items()
+    }
 
 
 declare("gateway_log", _declared())
@@ -70,11 +95,13 @@ class GatewayLogOptions(SourceOptions):
     kind: Literal["gateway_log"] = "gateway_log"
     tz: str = "UTC"
     request_id_tz: str = Field(BEIJING_ZONE_NAME, description="Zone of the time inside request ids.")
-    patterns: dict[str, str | PatternOverride] = Field(default_factory=dict,
-                                                       description="Per-kind message regex overrides.")
+    patterns: dict[str, str | PatternOverride] = Field(
+        default_factory=dict, description="Per-kind message regex overrides."
+    )
     lanes: list[str] = Field(["fast", "normal"], description="Lanes exported as labels; any other is `other`.")
-    modes: list[str] = Field(["assembled", "passthrough", "no_rag"],
-                             description="Modes exported as labels; any other is `other`.")
+    modes: list[str] = Field(
+        ["assembled", "passthrough", "no_rag"], description="Modes exported as labels; any other is `other`."
+    )
 
 
 class DateRecovery:
@@ -182,4 +209,3 @@ class GatewayLogSource(LineSourceBase):
     def restore(self, saved: dict[str, Any]) -> None:
         self.dates.restore(saved.get("dates", {}))
         self.requests = OrderedDict(saved.get("requests", {}))
-

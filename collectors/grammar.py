@@ -6,6 +6,7 @@ no text may follow a valid message. Every number is range-checked where it is co
 prefix, a cheap dispatch on the component and
 a literal `in` test run before any regex. Every pattern can be replaced from configuration.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,7 +41,7 @@ def split_outcome(outcome: str) -> tuple[str, str]:
 
 # The largest magnitude a parsed number may have: every value up to it is exact in the float
 # metric state and fits the store's 64-bit integers. A larger one is a forged or broken line.
-MAX_NUMBER = 2 ** 53
+MAX_NUMBER = 2**53
 
 _text = functools.partial(str, encoding="utf-8", errors="replace")  # C-level: called per text field
 
@@ -131,7 +132,11 @@ class LineKind:
                 env[f"c{i}"] = conv
                 checks.append(f"{value} is None")  # absent: _auto would fail on None in its own way
                 items.append(f"{name!r}: c{i}({value})")
-        unpack = f"({values[0]},) = (found.group(names[0]),)" if len(values) == 1 else f"{', '.join(values)} = found.group(*names)"
+        unpack = (
+            f"({values[0]},) = (found.group(names[0]),)"
+            if len(values) == 1
+            else f"{', '.join(values)} = found.group(*names)"
+        )
         check = f"    if {' or '.join(checks)}:\n        raise OverflowError\n" if checks else ""
         code = f"def typed(found):\n    {unpack}\n{check}    return {{{', '.join(items)}}}\n"
         exec(code, env)  # noqa: S102 - the text above, from this kind's group names and converters
@@ -176,8 +181,14 @@ def _auto(name: str, raw: bytes) -> Any:
 class Grammar:
     """Prefix regex (group ts; optional ms, level, component) plus message kinds."""
 
-    def __init__(self, prefix: str, kinds: Iterable[LineKind], *, ignore_levels: Iterable[str] = (),
-                 error_level: str | None = "E") -> None:
+    def __init__(
+        self,
+        prefix: str,
+        kinds: Iterable[LineKind],
+        *,
+        ignore_levels: Iterable[str] = (),
+        error_level: str | None = "E",
+    ) -> None:
         self.prefix = compile_pattern(prefix, "grammar.prefix")
         if "ts" not in self.prefix.groupindex:
             raise ValueError("grammar.prefix: needs a named group ts")
@@ -198,7 +209,7 @@ class Grammar:
         if level in self.ignore_levels:
             return Miss.IGNORED
         component = head.group("component") if self.has_component else b""
-        message = line[head.end():]
+        message = line[head.end() :]
         for kind in self.by_component.get(component.split(b" ", 1)[0], ()):
             if kind.literal in message:
                 found = kind.pattern.match(message)
@@ -223,9 +234,12 @@ class PatternOverride(BaseModel):
     literal: str = ""
 
 
-def build_kinds(defaults: Mapping[str, tuple[str, str, str]],
-                overrides: Mapping[str, str | PatternOverride], where: str,
-                text_fields: frozenset[str] = frozenset()) -> list[LineKind]:
+def build_kinds(
+    defaults: Mapping[str, tuple[str, str, str]],
+    overrides: Mapping[str, str | PatternOverride],
+    where: str,
+    text_fields: frozenset[str] = frozenset(),
+) -> list[LineKind]:
     """Default (component, literal, regex) per kind, with config overrides applied.
 
     A plain regex override keeps the kind's component and drops its literal prefilter (the old
@@ -242,10 +256,18 @@ def build_kinds(defaults: Mapping[str, tuple[str, str, str]],
             literal, regex = override.literal, override.regex
         if component is None:
             if any(c for c, _, _ in defaults.values()):
-                raise ValueError(f"{where}.{name}: a new kind needs a component, e.g."
-                                 f" {{ regex = '...', component = 'cache' }}")
+                raise ValueError(
+                    f"{where}.{name}: a new kind needs a component, e.g. {{ regex = '...', component = 'cache' }}"
+                )
             component = ""  # a format without components
         # Anchored at both ends: text after a valid message (a prompt running on) is no event.
-        kinds.append(LineKind(name, component, literal.encode(), compile_pattern(f"(?:{regex})$", f"{where}.{name}"),
-                              converters(regex, text_fields)))
+        kinds.append(
+            LineKind(
+                name,
+                component,
+                literal.encode(),
+                compile_pattern(f"(?:{regex})$", f"{where}.{name}"),
+                converters(regex, text_fields),
+            )
+        )
     return kinds

@@ -5,6 +5,7 @@ Formats: research/process-lifecycle.md §3-4. Parsers are pure; `read_process` d
 `proc_root` and `cgroup_root`, so fixture trees of both cgroup versions stand in for the host.
 Fixture: tests/fixtures/host/{v1,v2}/
 """
+
 from __future__ import annotations
 
 import itertools
@@ -37,9 +38,12 @@ class HostOptions(PolledOptions):
     proc_root: Path = Field(Path("/proc"), description="Where /proc is (a fixture tree in tests).")
     cgroup_root: Path = Field(Path("/sys/fs/cgroup"), description="Where the cgroup hierarchy is mounted.")
     supervisord: str | None = Field(None, description="supervisord endpoint (unix:///path) for `program` lookups.")
-    agent_name: str = Field("spyglass-agent", description="Name (`other`) under which the agent's own CPUs (its"
-                            " affinity, agent.cpus) are compared with each process's: a shared_cpus pair of an engine"
-                            " and the agent is the agent taking the engine's CPUs (H2). Empty: not compared.")
+    agent_name: str = Field(
+        "spyglass-agent",
+        description="Name (`other`) under which the agent's own CPUs (its"
+        " affinity, agent.cpus) are compared with each process's: a shared_cpus pair of an engine"
+        " and the agent is the agent taking the engine's CPUs (H2). Empty: not compared.",
+    )
 
     def instances_named(self) -> set[str]:
         return super().instances_named() | set(self.processes)
@@ -70,7 +74,7 @@ def parse_status(text: str) -> dict[str, Any]:
 
 def parse_stat(text: str) -> dict[str, Any]:
     """CPU seconds (all threads) from /proc/PID/stat; comm may hold spaces, so split after ')'."""
-    rest = text[text.rindex(")") + 2:].split()
+    rest = text[text.rindex(")") + 2 :].split()
     return {"cpu_seconds": (int(rest[11]) + int(rest[12])) / TICKS, "threads": int(rest[17])}
 
 
@@ -99,6 +103,7 @@ def parse_flat_keyed(text: str) -> dict[str, int]:
 
 def cgroup_facts(root: Path, version: int, cpu_path: str, memory_path: str) -> dict[str, Any]:
     """Throttling (periods, throttled periods and seconds) and memory (bytes, OOM kills)."""
+
     def read(*parts: str) -> str | None:
         try:
             return root.joinpath(*parts).read_text()
@@ -107,8 +112,11 @@ def cgroup_facts(root: Path, version: int, cpu_path: str, memory_path: str) -> d
 
     facts: dict[str, Any] = {}
     if version == 2:
-        cpu, mem, events = read(cpu_path.lstrip("/"), "cpu.stat"), read(memory_path.lstrip("/"), "memory.current"), \
-            read(memory_path.lstrip("/"), "memory.events")
+        cpu, mem, events = (
+            read(cpu_path.lstrip("/"), "cpu.stat"),
+            read(memory_path.lstrip("/"), "memory.current"),
+            read(memory_path.lstrip("/"), "memory.events"),
+        )
         throttled_key, scale = "throttled_usec", 1e-6
     else:
         cpu = read("cpu,cpuacct", cpu_path.lstrip("/"), "cpu.stat") or read("cpu", cpu_path.lstrip("/"), "cpu.stat")
@@ -118,8 +126,11 @@ def cgroup_facts(root: Path, version: int, cpu_path: str, memory_path: str) -> d
     if cpu is not None:
         stat = parse_flat_keyed(cpu)
         if "nr_periods" in stat:
-            facts.update(periods=stat["nr_periods"], throttled_periods=stat["nr_throttled"],
-                         throttled_seconds=stat.get(throttled_key, 0) * scale)
+            facts.update(
+                periods=stat["nr_periods"],
+                throttled_periods=stat["nr_throttled"],
+                throttled_seconds=stat.get(throttled_key, 0) * scale,
+            )
     if mem is not None and mem.strip().isdigit():
         facts["memory_bytes"] = int(mem)
     if events is not None:
@@ -145,12 +156,28 @@ def read_process(proc: Path, cgroup_root: Path, pid: int) -> dict[str, Any]:
     return facts
 
 
-declare("host", {"process": {"pid": "int", "cpus": "text", "rss_bytes": "int", "rss_anon_bytes": "int", "threads": "int",
-                             "cpu_seconds": "float", "runqueue_wait_seconds": "float", "cgroup_version": "int",
-                             "periods": "int", "throttled_periods": "int", "throttled_seconds": "float",
-                             "memory_bytes": "int", "oom_kills": "int"},
-                 "process_missing": {"pid": "int"},
-                 "shared_cpus": {"other": "text", "shared": "int"}})
+declare(
+    "host",
+    {
+        "process": {
+            "pid": "int",
+            "cpus": "text",
+            "rss_bytes": "int",
+            "rss_anon_bytes": "int",
+            "threads": "int",
+            "cpu_seconds": "float",
+            "runqueue_wait_seconds": "float",
+            "cgroup_version": "int",
+            "periods": "int",
+            "throttled_periods": "int",
+            "throttled_seconds": "float",
+            "memory_bytes": "int",
+            "oom_kills": "int",
+        },
+        "process_missing": {"pid": "int"},
+        "shared_cpus": {"other": "text", "shared": "int"},
+    },
+)
 
 
 @register("host", HostOptions)
@@ -176,7 +203,8 @@ class HostSource(PolledSourceBase):
             for entry in self.options.proc_root.iterdir():
                 try:
                     if entry.name.isdigit() and pattern.search(
-                            (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")):
+                        (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+                    ):
                         return int(entry.name)
                 except OSError:
                     continue
@@ -197,11 +225,21 @@ class HostSource(PolledSourceBase):
             cpus[instance] = cpu_set(facts.get("cpus", ""))
             events.append(Event(now, self.name, "process", instance, facts, None, self.host))
         for a, b in itertools.combinations(sorted(cpus), 2):
-            events.append(Event(now, self.name, "shared_cpus", a, {"other": b, "shared": len(cpus[a] & cpus[b])},
-                                None, self.host))
+            events.append(
+                Event(now, self.name, "shared_cpus", a, {"other": b, "shared": len(cpus[a] & cpus[b])}, None, self.host)
+            )
         if self.options.agent_name and self.options.proc_root == Path("/proc"):  # the agent runs on this /proc's host
             mine = os.sched_getaffinity(0)
-            events += [Event(now, self.name, "shared_cpus", instance, {"other": self.options.agent_name,
-                                                                        "shared": len(found & mine)}, None, self.host)
-                       for instance, found in sorted(cpus.items())]
+            events += [
+                Event(
+                    now,
+                    self.name,
+                    "shared_cpus",
+                    instance,
+                    {"other": self.options.agent_name, "shared": len(found & mine)},
+                    None,
+                    self.host,
+                )
+                for instance, found in sorted(cpus.items())
+            ]
         return PollResult(events, ok=bool(cpus) or not self.options.processes)

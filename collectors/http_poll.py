@@ -12,6 +12,7 @@ cannot hold a poll longer); a body past `cap` bytes raises `BodyTooLarge` withou
 any failure closes the connection, and the next request opens a new one. A connection the server
 closed while idle is retried once on a new one.
 """
+
 from __future__ import annotations
 
 import http.client

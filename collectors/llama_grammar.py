@@ -25,6 +25,7 @@ Besides events, a line is `ignored` when it is known to carry no signal (the mod
 request log, a debug line), `unmatched` when it has the shape of a llama.cpp line but no pattern knows
 its message (wording drift), and `unprefixed` when it has no shape spyglass knows (another format).
 """
+
 from __future__ import annotations
 
 import json
@@ -44,56 +45,135 @@ OPT_SLOT = f"(?:{SLOT})? *"  # a timing line: with its slot prefix (2026), or a 
 # kind: (component: none in this format, literal prefilter, message regex); every one overridable from `patterns`.
 PATTERNS: dict[str, tuple[str, str, str]] = {
     "start": ("", "initializing ...", SRV + r"initializing \.\.\."),
-    "build": ("", "build", r"(?:cmn +\w+: +)?(?:build: |common_params_print_info: build )(?P<number>\d+) \((?P<commit>\w+)\)"
-              r" with (?P<compiler>.{1,200}) for (?P<target>.{1,200})"),
+    "build": (
+        "",
+        "build",
+        r"(?:cmn +\w+: +)?(?:build: |common_params_print_info: build )(?P<number>\d+) \((?P<commit>\w+)\)"
+        r" with (?P<compiler>.{1,200}) for (?P<target>.{1,200})",
+    ),
     "model": ("", "loading model '", SRV + r"loading model '(?P<path>.+)'"),
-    "slots_config": ("", "n_slots = ", SRV + r"initializing(?: slots)?, n_slots = (?P<slots>\d+)(?:, n_ctx_slot = (?P<ctx_slot>\d+),"
-                     r" kv_unified = '(?P<kv_unified>\w+)')?"),
+    "slots_config": (
+        "",
+        "n_slots = ",
+        SRV + r"initializing(?: slots)?, n_slots = (?P<slots>\d+)(?:, n_ctx_slot = (?P<ctx_slot>\d+),"
+        r" kv_unified = '(?P<kv_unified>\w+)')?",
+    ),
     "model_loaded": ("", "model loaded", r"(?:srv +\w+: +|main: )model loaded"),
-    "ready": ("", "listening on ", r"(?:srv +\w+: +|main: )(?:server is )?listening on (?P<address>\S+)(?: - starting the main loop)?"),
+    "ready": (
+        "",
+        "listening on ",
+        r"(?:srv +\w+: +|main: )(?:server is )?listening on (?P<address>\S+)(?: - starting the main loop)?",
+    ),
     "exiting": ("", "cleaning up before exit", r"srv +[\w():, ]{0,60}cleaning up before exit\.\.\."),
-    "verbosity": ("", "verbosity = ", r"(?:cmn +\w+: +)?(?:common_params_print_info|log_info): verbosity = (?P<verbosity>\d+).*"),
+    "verbosity": (
+        "",
+        "verbosity = ",
+        r"(?:cmn +\w+: +)?(?:common_params_print_info|log_info): verbosity = (?P<verbosity>\d+).*",
+    ),
     "threadpool": ("", "threadpool init", r"cmn +\w+: llama threadpool init, n_threads = (?P<threads>\d+)"),
     "security": ("", "security: ", SRV + r"security: (?P<message>.{1,200})"),
-    "slot_select": ("", "selected slot by ",
-                    SLOT + r"selected slot by (?P<by>LRU|LCP similarity|id|lru|lcs similarity)(?:, t_last = (?P<t_last>-?\d+)"
-                    r"|, (?:f_)?sim_best = (?P<similarity>\d+\.\d+) \(> (?P<threshold>\d+\.\d+) thold\), f_keep = (?P<keep>-?\d+\.\d+)"
-                    r"|, lcs_len = \d+, similarity = (?P<lcs_similarity>\d+\.\d+)| \((?P<id>\d+)\))"),
+    "slot_select": (
+        "",
+        "selected slot by ",
+        SLOT + r"selected slot by (?P<by>LRU|LCP similarity|id|lru|lcs similarity)(?:, t_last = (?P<t_last>-?\d+)"
+        r"|, (?:f_)?sim_best = (?P<similarity>\d+\.\d+) \(> (?P<threshold>\d+\.\d+) thold\), f_keep = (?P<keep>-?\d+\.\d+)"
+        r"|, lcs_len = \d+, similarity = (?P<lcs_similarity>\d+\.\d+)| \((?P<id>\d+)\))",
+    ),
     "launch": ("", "processing task", SLOT + r"processing task(?:, is_child = (?P<child>\d))?"),
-    "timing_header": ("", "print_timing", r"slot +(?P<func>print_timing): id +(?P<slot>\d+) \| task (?P<task>-?\d+) \| ?"),
-    "timing_prompt": ("", "prompt eval time =",
-                      OPT_SLOT + r"prompt eval time = +(?P<ms>\d+\.\d+) ms / +(?P<tokens>\d+) tokens \(.*\)"),
-    "timing_eval": ("", "eval time =", OPT_SLOT + r"eval time = +(?P<ms>\d+\.\d+) ms / +(?P<tokens>\d+) tokens"
-                    r" \( *(?:\d+\.\d+|inf|nan|-nan) ms per token, +(?P<tps>\d+\.\d+|inf|nan|-nan) tokens per second\)"),
+    "timing_header": (
+        "",
+        "print_timing",
+        r"slot +(?P<func>print_timing): id +(?P<slot>\d+) \| task (?P<task>-?\d+) \| ?",
+    ),
+    "timing_prompt": (
+        "",
+        "prompt eval time =",
+        OPT_SLOT + r"prompt eval time = +(?P<ms>\d+\.\d+) ms / +(?P<tokens>\d+) tokens \(.*\)",
+    ),
+    "timing_eval": (
+        "",
+        "eval time =",
+        OPT_SLOT + r"eval time = +(?P<ms>\d+\.\d+) ms / +(?P<tokens>\d+) tokens"
+        r" \( *(?:\d+\.\d+|inf|nan|-nan) ms per token, +(?P<tps>\d+\.\d+|inf|nan|-nan) tokens per second\)",
+    ),
     "timing_graphs": ("", "graphs reused =", OPT_SLOT + r"graphs reused = +(?P<graphs_reused>\d+)"),
     "timing_total": ("", "total time =", OPT_SLOT + r"total time = +(?P<ms>\d+\.\d+) ms / +(?P<tokens>\d+) tokens"),
-    "decode_progress": ("", ", tg = ",
-                        SLOT + r"n_(?:gen|decoded) = +(?P<n_gen>\d+), tg = +(?P<tps>\d+\.\d+) t/s(?:, tg_3s = +(?P<tps_3s>\d+\.\d+) t/s)?"),
-    "prompt_progress": ("", "prompt processing, ",
-                        SLOT + r"prompt processing, n_tokens = +(?P<n_tokens>\d+), progress = (?P<progress>\d+\.\d+),"
-                        r" t = +(?P<seconds>\d+\.\d+) s / (?P<tps>\d+\.\d+) tokens per second"),
-    "context_shift": ("", "context shift", SLOT + r"slot context shift, n_keep = (?P<n_keep>-?\d+), n_left = (?P<n_left>-?\d+),"
-                      r" n_discard = (?P<n_discard>-?\d+)"),
+    "decode_progress": (
+        "",
+        ", tg = ",
+        SLOT
+        + r"n_(?:gen|decoded) = +(?P<n_gen>\d+), tg = +(?P<tps>\d+\.\d+) t/s(?:, tg_3s = +(?P<tps_3s>\d+\.\d+) t/s)?",
+    ),
+    "prompt_progress": (
+        "",
+        "prompt processing, ",
+        SLOT + r"prompt processing, n_tokens = +(?P<n_tokens>\d+), progress = (?P<progress>\d+\.\d+),"
+        r" t = +(?P<seconds>\d+\.\d+) s / (?P<tps>\d+\.\d+) tokens per second",
+    ),
+    "context_shift": (
+        "",
+        "context shift",
+        SLOT + r"slot context shift, n_keep = (?P<n_keep>-?\d+), n_left = (?P<n_left>-?\d+),"
+        r" n_discard = (?P<n_discard>-?\d+)",
+    ),
     "sleeping": ("", "sleeping state", SRV + r"server is (?P<action>entering|exiting) sleeping state"),
     "cache_load_failed": ("", "failed to load prompt from cache", SLOT + r"failed to load prompt from cache"),
-    "release": ("", "stop processing:",
-                SLOT + r"stop processing: n_(?:tokens|past) = (?P<n_tokens>\d+), truncated = (?P<truncated>\d)"),
-    "evict": ("", "removing oldest entry",
-              SRV + r"- (?:(?P<room>making room for prompt cache entry)|(?P<size>cache size limit reached)"
-              r"|cache token limit \((?P<limit_tokens>\d+), est: (?P<est_tokens>\d+)\) reached), removing oldest entry"
-              r" \(size = " + MIB + r"\)"),
-    "cache_state": ("", "- cache state:", SRV + r"- cache state: (?P<prompts>\d+) prompts, " + MIB
-                    + r" \(limits: (?P<limit_mib>\d+\.\d+) MiB, (?P<limit_tokens>\d+) tokens, (?P<est_tokens>\d+) est\)"),
-    "reprocess": ("", "forcing full prompt re-processing", SLOT + r"forcing full prompt re-processing due to (?P<cause>.{1,200})"),
-    "checkpoint": ("", "context checkpoint",
-                   SLOT + r"(?P<action>created|restored|erasing old|erased invalidated) context checkpoint.*size = " + MIB + r"\)"),
+    "release": (
+        "",
+        "stop processing:",
+        SLOT + r"stop processing: n_(?:tokens|past) = (?P<n_tokens>\d+), truncated = (?P<truncated>\d)",
+    ),
+    "evict": (
+        "",
+        "removing oldest entry",
+        SRV + r"- (?:(?P<room>making room for prompt cache entry)|(?P<size>cache size limit reached)"
+        r"|cache token limit \((?P<limit_tokens>\d+), est: (?P<est_tokens>\d+)\) reached), removing oldest entry"
+        r" \(size = " + MIB + r"\)",
+    ),
+    "cache_state": (
+        "",
+        "- cache state:",
+        SRV
+        + r"- cache state: (?P<prompts>\d+) prompts, "
+        + MIB
+        + r" \(limits: (?P<limit_mib>\d+\.\d+) MiB, (?P<limit_tokens>\d+) tokens, (?P<est_tokens>\d+) est\)",
+    ),
+    "reprocess": (
+        "",
+        "forcing full prompt re-processing",
+        SLOT + r"forcing full prompt re-processing due to (?P<cause>.{1,200})",
+    ),
+    "checkpoint": (
+        "",
+        "context checkpoint",
+        SLOT + r"(?P<action>created|restored|erasing old|erased invalidated) context checkpoint.*size = " + MIB + r"\)",
+    ),
     "reasoning_budget": ("", "reasoning budget", r"(?P<message>.{0,200}reasoning budget.{0,200})"),
-    "crash": ("", "", r"(?P<message>(?:.{0,300}: )?GGML_ASSERT\(.{1,400}\) failed|terminate called .{1,300}"
-              r"|.{0,300}Assertion .{1,400} failed\.?|Segmentation fault.{0,100}|Aborted.{0,100}|  what\(\):  .{1,400}"
-              r"|\S{0,200}\(ggml_abort\+0x[0-9a-f]{1,16}\)\[0x[0-9a-f]{1,16}\])"),
+    "crash": (
+        "",
+        "",
+        r"(?P<message>(?:.{0,300}: )?GGML_ASSERT\(.{1,400}\) failed|terminate called .{1,300}"
+        r"|.{0,300}Assertion .{1,400} failed\.?|Segmentation fault.{0,100}|Aborted.{0,100}|  what\(\):  .{1,400}"
+        r"|\S{0,200}\(ggml_abort\+0x[0-9a-f]{1,16}\)\[0x[0-9a-f]{1,16}\])",
+    ),
 }
-TEXT_FIELDS = frozenset({"kv_unified", "path", "address", "by", "func", "cause", "action", "message", "room", "size",
-                         "commit", "compiler", "target"})
+TEXT_FIELDS = frozenset(
+    {
+        "kv_unified",
+        "path",
+        "address",
+        "by",
+        "func",
+        "cause",
+        "action",
+        "message",
+        "room",
+        "size",
+        "commit",
+        "compiler",
+        "target",
+    }
+)
 # Start-up lines: one of them begins a segment (what one process wrote) unless the segment has seen only start-up lines.
 START_MARKERS = frozenset({"start", "build", "verbosity"})
 # llama.cpp's lines that carry no signal: what a server prints at the default verbosity besides the
@@ -111,23 +191,52 @@ KNOWN = re.compile(
     rb"|llama\w*: |load\w*: |print_info: |ggml_\w+: |gguf_\w+: |clip_\w+: |mtmd_\w+: |sched_\w+: |graph_\w+: |\w+_init\w*: "
     rb"|set_\w+: |init: |statistics |begin: |reasoning-budget: |  Device \d+: |\.+$| +- |\s+\w+ = |lib\w[\w.-]*\.so"
     rb"|/\S*\(\+0x|\S+\(\+0x|\[New |\[Thread |\[Inferior |warning: |Available slots|  -> Slot|all slots are idle"
-    rb"|slot \d+ |print_timings: |srv +\w+: *$|\S+\.(?:cpp|c|h):\d+: |$)")
+    rb"|slot \d+ |print_timings: |srv +\w+: *$|\S+\.(?:cpp|c|h):\d+: |$)"
+)
 
 # Builds of late 2024 print their errors with no level letter: a failed load is known by its words.
-UNLEVELLED_ERROR = re.compile(rb"(?:srv +load_model|main): .{0,40}?(?:failed to load model|exiting due to model loading error)")
+UNLEVELLED_ERROR = re.compile(
+    rb"(?:srv +load_model|main): .{0,40}?(?:failed to load model|exiting due to model loading error)"
+)
 
 # 2024's server_log: levels, the message of each kind (by `msg`, or its start), the extras' keys.
-TEXT_2024 = re.compile(rb"(?P<level>INFO|WARN| ERR|ERR|VERB|ERROR|WARNING|DEBUG) \[ *(?P<function>[\w:~<>]{1,48})\] (?P<msg>.*?)"
-                       rb"(?: \| (?P<extras>\w+=.*))?")
+TEXT_2024 = re.compile(
+    rb"(?P<level>INFO|WARN| ERR|ERR|VERB|ERROR|WARNING|DEBUG) \[ *(?P<function>[\w:~<>]{1,48})\] (?P<msg>.*?)"
+    rb"(?: \| (?P<extras>\w+=.*))?"
+)
 EXTRA = re.compile(rb'(\w+)=("(?:[^"\\]|\\.)*"|\{.*?\}|\[.*?\]|\S+)')
-TIMING_2024 = re.compile(r"(?P<which>prompt eval|generation eval|eval|total) time +=\s+(?P<ms>\d+\.\d+) ms"
-                         r"(?: / +(?P<tokens>\d+) (?:tokens|runs))?"
-                         r"(?: +\( *[\d.naif-]+ ms per token, +(?P<tps>[\d.naif-]+) tokens per second\))?")
-NOISE_2024 = frozenset({"all slots are idle", "request", "slot data", "kv cache rm [p0, end)", "new slot", "system info",
-                        "loading model", "HTTP server listening", "chat template", "Running without SSL", "Running with SSL",
-                        "initializing slots", "model loaded", "slot self-extend", "empty prompt - releasing slot",
-                        "we have to evaluate at least 1 token to generate logits", "waiting for new tasks", "update_multitasks",
-                        "slot progression", "slot unavailable", "slot context shift", "build info", "starting the main loop"})
+TIMING_2024 = re.compile(
+    r"(?P<which>prompt eval|generation eval|eval|total) time +=\s+(?P<ms>\d+\.\d+) ms"
+    r"(?: / +(?P<tokens>\d+) (?:tokens|runs))?"
+    r"(?: +\( *[\d.naif-]+ ms per token, +(?P<tps>[\d.naif-]+) tokens per second\))?"
+)
+NOISE_2024 = frozenset(
+    {
+        "all slots are idle",
+        "request",
+        "slot data",
+        "kv cache rm [p0, end)",
+        "new slot",
+        "system info",
+        "loading model",
+        "HTTP server listening",
+        "chat template",
+        "Running without SSL",
+        "Running with SSL",
+        "initializing slots",
+        "model loaded",
+        "slot self-extend",
+        "empty prompt - releasing slot",
+        "we have to evaluate at least 1 token to generate logits",
+        "waiting for new tasks",
+        "update_multitasks",
+        "slot progression",
+        "slot unavailable",
+        "slot context shift",
+        "build info",
+        "starting the main loop",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -158,13 +267,22 @@ class LlamaLineParser:
         if line[:1] in b"IWEVD " and line[:1]:
             found = TEXT_2024.fullmatch(line)
             if found is not None:
-                return from_2024(found.group("level").strip().decode(), found.group("function").decode(),
-                                 found.group("msg").decode("utf-8", "replace"), extras(found.group("extras") or b""), "text")
+                return from_2024(
+                    found.group("level").strip().decode(),
+                    found.group("function").decode(),
+                    found.group("msg").decode("utf-8", "replace"),
+                    extras(found.group("extras") or b""),
+                    "text",
+                )
         rel, level, at = None, "", 0
         stamp = STAMP.match(line)
         if stamp is not None:
-            rel = (int(stamp.group("min")) * 60 + int(stamp.group("sec")) + int(stamp.group("ms")) / 1e3
-                   + int(stamp.group("us")) / 1e6)
+            rel = (
+                int(stamp.group("min")) * 60
+                + int(stamp.group("sec"))
+                + int(stamp.group("ms")) / 1e3
+                + int(stamp.group("us")) / 1e6
+            )
             at = stamp.end()
         head = LEVEL.match(line, at)
         if head is not None:
@@ -180,16 +298,29 @@ class LlamaLineParser:
                     if isinstance(fields, str):
                         return fields
                     if kind.kind == "crash":
-                        return Line(rel, level or "E", "error", {"component": "main", "message": fields.get("message", "")[:240]})
+                        return Line(
+                            rel,
+                            level or "E",
+                            "error",
+                            {"component": "main", "message": fields.get("message", "")[:240]},
+                        )
                     return Line(rel, level, kind.kind, fields)
         if level == "E":
-            return Line(rel, level, "error", {"component": error_component(message),
-                                              "message": message[:240].decode("utf-8", "replace")})
+            return Line(
+                rel,
+                level,
+                "error",
+                {"component": error_component(message), "message": message[:240].decode("utf-8", "replace")},
+            )
         if level == "D":
             return Miss.IGNORED
         if not level and UNLEVELLED_ERROR.match(message) is not None:
-            return Line(rel, "E", "error", {"component": error_component(message),
-                                            "message": message[:240].decode("utf-8", "replace")})
+            return Line(
+                rel,
+                "E",
+                "error",
+                {"component": error_component(message), "message": message[:240].decode("utf-8", "replace")},
+            )
         if KNOWN.match(message) is not None and not _drifted(message):
             return Miss.IGNORED
         if rel is None and not level and not _llama_shaped(message):
@@ -245,12 +376,18 @@ def _int(record: dict[str, Any], key: str) -> int | None:
 
 def _num(record: dict[str, Any], key: str) -> float | None:
     value = record.get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= 2**53 else None
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= 2**53
+        else None
+    )
 
 
 def from_2024(level: str, function: str, msg: str, record: dict[str, Any], form: str) -> Line | str:
     """A 2024 server_log record (JSON, or text with its extras) as a Line of the same kinds as the later formats."""
-    letter = {"INFO": "I", "WARN": "W", "WARNING": "W", "ERR": "E", "ERROR": "E", "VERB": "D", "DEBUG": "D"}.get(level.strip(), "")
+    letter = {"INFO": "I", "WARN": "W", "WARNING": "W", "ERR": "E", "ERROR": "E", "VERB": "D", "DEBUG": "D"}.get(
+        level.strip(), ""
+    )
     stamp = _num(record, "timestamp")
     wall = stamp if stamp is not None and stamp > 0 else None
     slot, task = _int(record, "id_slot"), _int(record, "id_task")
@@ -264,7 +401,9 @@ def from_2024(level: str, function: str, msg: str, record: dict[str, Any], form:
     if msg == "slot is processing task" and tasked:
         return line("launch", tasked)
     if msg == "slot released" and tasked and _int(record, "n_past") is not None:
-        return line("release", {**tasked, "n_tokens": record["n_past"], "truncated": int(bool(record.get("truncated")))})
+        return line(
+            "release", {**tasked, "n_tokens": record["n_past"], "truncated": int(bool(record.get("truncated")))}
+        )
     timing = TIMING_2024.match(msg.strip())
     if timing is not None and tasked:
         return _timing_2024(timing, record, tasked, line)
@@ -275,7 +414,10 @@ def from_2024(level: str, function: str, msg: str, record: dict[str, Any], form:
     if msg == "initializing slots" and _int(record, "n_slots") is not None:
         return line("slots_config", {"slots": record["n_slots"]})
     if msg == "slot context shift" and tasked:
-        return line("context_shift", {**tasked, **{k: record[k] for k in ("n_keep", "n_left", "n_discard") if _int(record, k) is not None}})
+        return line(
+            "context_shift",
+            {**tasked, **{k: record[k] for k in ("n_keep", "n_left", "n_discard") if _int(record, k) is not None}},
+        )
     if letter == "E":
         return line("error", {"component": error_component(msg.encode()), "message": msg[:240]})
     if msg in NOISE_2024 or letter == "W":
@@ -290,7 +432,11 @@ def _timing_2024(found: re.Match[str], record: dict[str, Any], tasked: dict[str,
     tokens = int(found.group("tokens")) if found.group("tokens") else None
     if which == "prompt eval":
         ms = _num(record, "t_prompt_processing") or ms
-        tokens = _int(record, "n_prompt_tokens_processed") if _int(record, "n_prompt_tokens_processed") is not None else tokens
+        tokens = (
+            _int(record, "n_prompt_tokens_processed")
+            if _int(record, "n_prompt_tokens_processed") is not None
+            else tokens
+        )
         return line("timing_prompt", {**tasked, "ms": ms, "tokens": tokens or 0})
     if which == "total":
         return line("timing_total", {**tasked, "ms": _num(record, "t_total") or ms, "tokens": tokens or 0})
@@ -298,5 +444,12 @@ def _timing_2024(found: re.Match[str], record: dict[str, Any], tasked: dict[str,
     if tps is None and found.group("tps") and found.group("tps")[0].isdigit():
         tps = float(found.group("tps"))
     tokens = _int(record, "n_decoded") if _int(record, "n_decoded") is not None else tokens
-    return line("timing_eval", {**tasked, "ms": _num(record, "t_token_generation") or ms, "tokens": tokens or 0,
-                                "tps": tps if tps is not None else 0.0})
+    return line(
+        "timing_eval",
+        {
+            **tasked,
+            "ms": _num(record, "t_token_generation") or ms,
+            "tokens": tokens or 0,
+            "tps": tps if tps is not None else 0.0,
+        },
+    )

@@ -32,6 +32,7 @@ crash's raw output), and llama.cpp's own (`slot_select`, `reprocess`, `checkpoin
 A task's request id is made from the instance, the segment's start and the task number.
 Fixtures: tests/fixtures/llama_server/ (the real build's log), tests/fixtures/llama_users/ (users' logs).
 """
+
 from __future__ import annotations
 
 import os
@@ -50,8 +51,17 @@ from spyglass.collectors.llama_grammar import PATTERNS, START_MARKERS, TEXT_FIEL
 from spyglass.collectors.llama_process import ARG_FLAGS, Writer, find_writer, parse_args, process_start, request_id
 from spyglass.collectors.llama_wrap import unwrap
 
-__all__ = ["LLAMA_FIELDS", "Line", "LlamaLineParser", "LlamaLogSource", "Writer", "find_writer", "parse_args",
-           "process_start", "request_id"]
+__all__ = [
+    "LLAMA_FIELDS",
+    "Line",
+    "LlamaLineParser",
+    "LlamaLogSource",
+    "Writer",
+    "find_writer",
+    "parse_args",
+    "process_start",
+    "request_id",
+]
 
 SEGMENT_TOLERANCE = 0.5  # seconds a writer's start may miss the lines' times by (stamp granularity, clock ticks)
 STAMP_SLACK = 60.0  # seconds a stamp may run past the file's mtime or its wrapper's time (buffered writes, a slow read)
@@ -65,14 +75,33 @@ STAMP = Miss.invalid("stamp")
 
 _TASKED: dict[str, FieldType] = {"task": "int", "slot": "int"}
 LLAMA_FIELDS: SourceFields = {
-    **{kind: {k: v for k, v in found.items() if k != "func"} for kind, found in from_patterns(
-        PATTERNS, TEXT_FIELDS, {"decode_progress": {"tps": "float"}, "prompt_progress": {"tps": "float"},
-                                "context_shift": {"n_keep": "int", "n_left": "int", "n_discard": "int"},
-                                "slot_select": {"t_last": "int", "keep": "float"}}).items()
-       if not kind.startswith("timing_") and kind not in ("launch", "model", "ready", "evict", "release", "crash", "build")},
-    "start": {"build_name": "text", "version": "text", "build": "text", "anchor": "float", "pid": "int", "capture": "text"},
-    "args": {**{name: "text" if name == "model" else "int" for name in dict.fromkeys(ARG_FLAGS.values())},
-             "argv": "text"},
+    **{
+        kind: {k: v for k, v in found.items() if k != "func"}
+        for kind, found in from_patterns(
+            PATTERNS,
+            TEXT_FIELDS,
+            {
+                "decode_progress": {"tps": "float"},
+                "prompt_progress": {"tps": "float"},
+                "context_shift": {"n_keep": "int", "n_left": "int", "n_discard": "int"},
+                "slot_select": {"t_last": "int", "keep": "float"},
+            },
+        ).items()
+        if not kind.startswith("timing_")
+        and kind not in ("launch", "model", "ready", "evict", "release", "crash", "build")
+    },
+    "start": {
+        "build_name": "text",
+        "version": "text",
+        "build": "text",
+        "anchor": "float",
+        "pid": "int",
+        "capture": "text",
+    },
+    "args": {
+        **{name: "text" if name == "model" else "int" for name in dict.fromkeys(ARG_FLAGS.values())},
+        "argv": "text",
+    },
     "model": {"path": "text", "real": "text", "bytes": "int", "md5": "text"},
     "model_unreadable": {"path": "text"},
     "ready": {"seconds": "float", "address": "text"},
@@ -81,8 +110,17 @@ LLAMA_FIELDS: SourceFields = {
     "release": {**_TASKED, "n_tokens": "int", "truncated": "int"},
     "unread": {"lines": "int", "unreadable": "int", "shape": "text"},
     "prompt": {**_TASKED, "prompt": "int", "reused": "int", "read": "int", "ms": "int"},
-    "done": {**_TASKED, "finish": "text", "prompt": "int", "completion": "int", "ttft_ms": "int", "decode_tps": "float",
-             "truncated": "int", "n_tokens": "int", "graphs_reused": "int"},
+    "done": {
+        **_TASKED,
+        "finish": "text",
+        "prompt": "int",
+        "completion": "int",
+        "ttft_ms": "int",
+        "decode_tps": "float",
+        "truncated": "int",
+        "n_tokens": "int",
+        "graphs_reused": "int",
+    },
     **ERROR_KIND,
 }
 
@@ -127,8 +165,14 @@ class LlamaLogSource(LineSourceBase):
 
     parse_note = "per line (llama_server preset)"
 
-    def __init__(self, name: str, options: Any, host: str = "", clock: Clock | None = None,
-                 writer_of: Callable[[Path, Callable[[], float]], Writer | None] = find_writer) -> None:
+    def __init__(
+        self,
+        name: str,
+        options: Any,
+        host: str = "",
+        clock: Clock | None = None,
+        writer_of: Callable[[Path, Callable[[], float]], Writer | None] = find_writer,
+    ) -> None:
         self.name, self.options, self.host = name, options, host
         self.instance = options.instance or name
         self.parser = LlamaLineParser(options.patterns, f"sources.{name}.patterns")
@@ -151,10 +195,18 @@ class LlamaLogSource(LineSourceBase):
         s = self.segment
         if s is None:
             return {"lines": [self.lines_read, self.lines_unread]} if self.lines_read else None
-        return {"lines": [self.lines_read, self.lines_unread], "start": s.start, "anchor": s.anchor, "last_rel": s.last_rel,
-                "evictions": s.evictions,
-                "budget_bytes": s.budget_bytes, "busy": s.busy, "back": s.back, "timing_owner": s.timing_owner,
-                "tasks": {str(k): v for k, v in s.tasks.items()}}
+        return {
+            "lines": [self.lines_read, self.lines_unread],
+            "start": s.start,
+            "anchor": s.anchor,
+            "last_rel": s.last_rel,
+            "evictions": s.evictions,
+            "budget_bytes": s.budget_bytes,
+            "busy": s.busy,
+            "back": s.back,
+            "timing_owner": s.timing_owner,
+            "tasks": {str(k): v for k, v in s.tasks.items()},
+        }
 
     def restore(self, saved: dict[str, Any]) -> None:
         counts = saved.get("lines")
@@ -162,11 +214,17 @@ class LlamaLogSource(LineSourceBase):
             self.lines_read, self.lines_unread = counts
         try:
             owner = saved.get("timing_owner")
-            self.segment = Segment(float(saved["start"]), str(saved["anchor"]), float(saved["last_rel"]),
-                                   int(saved["evictions"]), saved.get("budget_bytes"), bool(saved.get("busy", True)),
-                                   None if saved.get("back") is None else float(saved["back"]),
-                                   [int(owner[0]), int(owner[1])] if isinstance(owner, list) and len(owner) == 2 else None,
-                                   OrderedDict((int(k), dict(v)) for k, v in saved.get("tasks", {}).items()))
+            self.segment = Segment(
+                float(saved["start"]),
+                str(saved["anchor"]),
+                float(saved["last_rel"]),
+                int(saved["evictions"]),
+                saved.get("budget_bytes"),
+                bool(saved.get("busy", True)),
+                None if saved.get("back") is None else float(saved["back"]),
+                [int(owner[0]), int(owner[1])] if isinstance(owner, list) and len(owner) == 2 else None,
+                OrderedDict((int(k), dict(v)) for k, v in saved.get("tasks", {}).items()),
+            )
         except (KeyError, TypeError, ValueError):
             self.segment = None  # an unreadable checkpoint: the next lines start a segment afresh
 
@@ -213,8 +271,11 @@ class LlamaLogSource(LineSourceBase):
         latest known time: what a backtest replays as spyglass_source_lines_total (the drift alarm)."""
         known = [e.ts for e in events] + [item.wall for item in items if item.wall is not None]
         shape = line.rstrip(b"\r\n")[:60].translate(DIGITS).decode("utf-8", "replace")
-        return self._event(max(known, default=self._seen()), "unread",
-                           {"lines": self.lines_read, "unreadable": self.lines_unread, "shape": shape})
+        return self._event(
+            max(known, default=self._seen()),
+            "unread",
+            {"lines": self.lines_read, "unreadable": self.lines_unread, "shape": shape},
+        )
 
     def _shape(self, payload: bytes) -> None:
         """The unreadable line's shape: digits as 9, its first 60 bytes (bounded: check-log's top shapes)."""
@@ -233,8 +294,10 @@ class LlamaLogSource(LineSourceBase):
         busy = seg.busy if seg is not None else False
         back = seg.back if seg is not None else None
         stamped = [i for i, item in enumerate(items) if item.line.rel is not None]
-        after = {i: (items[j].line.rel if n + 1 < len(stamped) else None)
-                 for n, (i, j) in enumerate(zip(stamped, stamped[1:] + [-1]))}
+        after = {
+            i: (items[j].line.rel if n + 1 < len(stamped) else None)
+            for n, (i, j) in enumerate(zip(stamped, stamped[1:] + [-1]))
+        }
         seen = self._seen()
         for i, item in enumerate(items):
             line, rel = item.line, item.line.rel
@@ -268,8 +331,9 @@ class LlamaLogSource(LineSourceBase):
         return self._placed(runs, new)
 
     @staticmethod
-    def _refused(rel: float, last: float, following: float | None, wall: float | None, seg: Segment | None,
-                 seen: float) -> bool:
+    def _refused(
+        rel: float, last: float, following: float | None, wall: float | None, seg: Segment | None, seen: float
+    ) -> bool:
         """Whether a stamp is impossible: for a placed segment, past the wrapper's time or the file's last
         write (when the segment's start is a guess, only as a lone jump: a read cut short by the read
         budget goes on past the mtime it was placed by); or a spike ahead of the lines on both sides."""
@@ -301,8 +365,11 @@ class LlamaLogSource(LineSourceBase):
         minus its last stamp."""
         seen = self._seen()
         writer = self.writer_of(Path(self.options.path), self.clock.now) if self.options.path is not None else None
-        if writer is not None and writer.start + last_rel <= seen + SEGMENT_TOLERANCE \
-                and (self.segment is None or writer.start >= self.segment.end() - SEGMENT_TOLERANCE):
+        if (
+            writer is not None
+            and writer.start + last_rel <= seen + SEGMENT_TOLERANCE
+            and (self.segment is None or writer.start >= self.segment.end() - SEGMENT_TOLERANCE)
+        ):
             return Start(writer.start, "process", writer)
         return Start(seen - last_rel, "mtime", None)
 
@@ -374,11 +441,18 @@ class LlamaLogSource(LineSourceBase):
         if kind == "model":
             return [self._model(ts, str(f["path"]))]
         if kind == "ready":
-            return [make(ts, "ready", {"seconds": round(max(ts - segment.start, 0.0), 3), "address": f.get("address", "")})]
+            return [
+                make(ts, "ready", {"seconds": round(max(ts - segment.start, 0.0), 3), "address": f.get("address", "")})
+            ]
         if kind == "evict":
             segment.evictions += 1
             cause = "room" if f.get("room") else "size" if f.get("size") else "tokens"
-            fields = {"bytes": round(f["mib"] * (1 << 20)), "reason": "budget", "cause": cause, "evictions": segment.evictions}
+            fields = {
+                "bytes": round(f["mib"] * (1 << 20)),
+                "reason": "budget",
+                "cause": cause,
+                "evictions": segment.evictions,
+            }
             if segment.budget_bytes is not None:
                 fields["budget"] = segment.budget_bytes
             return [make(ts, "evict", fields)]
@@ -429,8 +503,14 @@ class LlamaLogSource(LineSourceBase):
             segment.tasks.pop(task, None)
             return self._finished(state, task, released, ts)
         state["released"] = released
-        return [self._event(ts, "release", {"task": task, "slot": f["slot"], "n_tokens": f["n_tokens"],
-                                            "truncated": f["truncated"]}, state.get("req"))]
+        return [
+            self._event(
+                ts,
+                "release",
+                {"task": task, "slot": f["slot"], "n_tokens": f["n_tokens"], "truncated": f["truncated"]},
+                state.get("req"),
+            )
+        ]
 
     def _finished(self, state: dict[str, Any], task: int, released: dict[str, Any], ts: float) -> list[Event]:
         """The task's prompt and done events, from its timing lines and its release line."""
@@ -444,12 +524,28 @@ class LlamaLogSource(LineSourceBase):
         tps = eval_timing.get("tps")
         common = {"task": task, "slot": released["slot"]}
         return [
-            self._event(min(launched + prompt_timing["ms"] / 1000, ts), "prompt",
-                        {**common, "prompt": prompt, "reused": prompt - read, "read": read, "ms": ms}, req),
-            self._event(ts, "done", {**common, "finish": "unknown", "prompt": prompt, "completion": generated,
-                                     "ttft_ms": ms, "decode_tps": tps if isinstance(tps, float) else 0.0,
-                                     "truncated": released["truncated"], "n_tokens": n_tokens,
-                                     **state.get("timing_graphs", {})}, req),
+            self._event(
+                min(launched + prompt_timing["ms"] / 1000, ts),
+                "prompt",
+                {**common, "prompt": prompt, "reused": prompt - read, "read": read, "ms": ms},
+                req,
+            ),
+            self._event(
+                ts,
+                "done",
+                {
+                    **common,
+                    "finish": "unknown",
+                    "prompt": prompt,
+                    "completion": generated,
+                    "ttft_ms": ms,
+                    "decode_tps": tps if isinstance(tps, float) else 0.0,
+                    "truncated": released["truncated"],
+                    "n_tokens": n_tokens,
+                    **state.get("timing_graphs", {}),
+                },
+                req,
+            ),
         ]
 
     def _model(self, ts: float, path: str) -> Event:

@@ -1,5 +1,6 @@
 """The process that writes a llama-server log, read from /proc (I/O at the edge): its start instant, its
 command line and the flags that matter downstream; and the request id of one of its tasks."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,10 +11,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ARG_FLAGS = {"-np": "slots", "--parallel": "slots", "-c": "ctx", "--ctx-size": "ctx", "--port": "port",
-             "--cache-ram": "cache_ram_mib", "-cram": "cache_ram_mib", "-m": "model", "--model": "model",
-             "-t": "threads", "--threads": "threads", "--ctx-checkpoints": "ctx_checkpoints",
-             "--reasoning-budget": "reasoning_budget", "--n-cpu-moe": "n_cpu_moe", "-ncmoe": "n_cpu_moe"}
+ARG_FLAGS = {
+    "-np": "slots",
+    "--parallel": "slots",
+    "-c": "ctx",
+    "--ctx-size": "ctx",
+    "--port": "port",
+    "--cache-ram": "cache_ram_mib",
+    "-cram": "cache_ram_mib",
+    "-m": "model",
+    "--model": "model",
+    "-t": "threads",
+    "--threads": "threads",
+    "--ctx-checkpoints": "ctx_checkpoints",
+    "--reasoning-budget": "reasoning_budget",
+    "--n-cpu-moe": "n_cpu_moe",
+    "-ncmoe": "n_cpu_moe",
+}
 
 
 def parse_args(argv: list[str]) -> dict[str, Any]:

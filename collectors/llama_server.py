@@ -18,6 +18,7 @@ One poll has one deadline over its requests, and each body a size cap. The insta
 configured one. A stopped process answers nothing (a timeout). The source keeps one connection to
 llama-server (collectors/http_poll.py), and a body that did not change since the last poll is not parsed again.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,15 +35,41 @@ from spyglass.collectors.grammar import number_ok
 from spyglass.collectors.http_poll import HttpPoller
 from spyglass.collectors.serve_status import error_kind
 
-METRICS = ("prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total", "tokens_predicted_total",
-           "tokens_predicted_seconds_total", "n_decode_total", "n_tokens_max", "prompt_tokens_seconds",
-           "predicted_tokens_seconds", "requests_processing", "requests_deferred", "n_busy_slots_per_decode",
-           "kv_cache_usage_ratio", "kv_cache_tokens", "spec_decode_num_draft_tokens_total",
-           "spec_decode_num_accepted_tokens_total", "spec_decode_num_drafts_total")
+METRICS = (
+    "prompt_tokens_total",
+    "prompt_tokens_cached_total",
+    "prompt_seconds_total",
+    "tokens_predicted_total",
+    "tokens_predicted_seconds_total",
+    "n_decode_total",
+    "n_tokens_max",
+    "prompt_tokens_seconds",
+    "predicted_tokens_seconds",
+    "requests_processing",
+    "requests_deferred",
+    "n_busy_slots_per_decode",
+    "kv_cache_usage_ratio",
+    "kv_cache_tokens",
+    "spec_decode_num_draft_tokens_total",
+    "spec_decode_num_accepted_tokens_total",
+    "spec_decode_num_drafts_total",
+)
 RATIOS = frozenset({"kv_cache_usage_ratio"})  # a share: 0..1
 
-declare("llama_server", {"llama_status": {"health": "text", "metrics": "json", "slots": "json", "build": "text",
-                                          "invalid": "json", "poll_ms": "int"}, **POLL_ERROR})
+declare(
+    "llama_server",
+    {
+        "llama_status": {
+            "health": "text",
+            "metrics": "json",
+            "slots": "json",
+            "build": "text",
+            "invalid": "json",
+            "poll_ms": "int",
+        },
+        **POLL_ERROR,
+    },
+)
 
 
 class BadBody(ValueError):
@@ -193,8 +220,9 @@ class LlamaServerSource(PolledSourceBase):
         except Exception as exc:  # noqa: BLE001 - whatever a body does to a decoder, up must not stay at 1
             kind = poll_error_kind(exc)
             if kind == "unexpected":
-                logger.opt(exception=exc).error("{}: poll of {} failed unexpectedly; counted as a failed poll",
-                                                self.name, self.base)
+                logger.opt(exception=exc).error(
+                    "{}: poll of {} failed unexpectedly; counted as a failed poll", self.name, self.base
+                )
             error = Event(now, self.name, "poll_error", self.instance, {"error": kind}, None, self.host)
             return PollResult([error], ok=False)
         fields["poll_ms"] = round((time.monotonic() - started) * 1000)

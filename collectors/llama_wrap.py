@@ -19,6 +19,7 @@ Wrappers nest (a router child's line in journald, a compose service in docker); 
 (`--log-colors`) are dropped. Pure: the year of a year-less stamp comes from `ref` (the file's mtime),
 and a zone-less stamp is read in `tz`.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,21 +28,29 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-MONTHS = {m: n for n, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
+MONTHS = {
+    m: n for n, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)
+}
 ANSI = re.compile(rb"\x1b\[[0-9;]*m")
 ISO = rb"(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)"
 SYSLOG_TAG = rb" (?P<host>[^\s:]{1,255}) (?P<tag>[^\s\[:]{1,128})(?:\[(?P<pid>\d{1,10})\])?: ?"
-BSD = re.compile(rb"(?:<\d{1,3}>)?(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) (?P<day>[ \d]\d)"
-                 rb" (?P<hms>\d\d:\d\d:\d\d)(?P<frac>\.\d{1,9})?" + SYSLOG_TAG)
+BSD = re.compile(
+    rb"(?:<\d{1,3}>)?(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) (?P<day>[ \d]\d)"
+    rb" (?P<hms>\d\d:\d\d:\d\d)(?P<frac>\.\d{1,9})?" + SYSLOG_TAG
+)
 ISO_SYSLOG = re.compile(rb"(?:<\d{1,3}>)?" + ISO + SYSLOG_TAG)
-RFC5424 = re.compile(rb"<\d{1,3}>1 (?:-|" + ISO + rb") \S{1,255} \S{1,48} \S{1,128} \S{1,32} (?:-|(?:\[(?:[^\]\\]|\\.)*\])+) ?"
-                     rb"(?:\xef\xbb\xbf)?")
+RFC5424 = re.compile(
+    rb"<\d{1,3}>1 (?:-|" + ISO + rb") \S{1,255} \S{1,48} \S{1,128} \S{1,32} (?:-|(?:\[(?:[^\]\\]|\\.)*\])+) ?"
+    rb"(?:\xef\xbb\xbf)?"
+)
 DOCKER_T = re.compile(ISO + rb" (?=\S)")  # docker logs -t (RFC 3339), or a naive dated prefix (Docker Desktop's view)
 COMPOSE = re.compile(rb"(?P<service>[\w.-]{1,64}) +\| ")
 ROUTER = re.compile(rb"\[(?P<port>\d{1,5})\] ")
 # A runner's own lines: Ollama (slog, Go log), llama-swap (bracketed level).
-FOREIGN = re.compile(rb"time=\d{4}-\d\d-\d\dT\S+ level=[A-Z]+ source=|\d{4}/\d\d/\d\d \d\d:\d\d:\d\d \S+\.go:\d+: "
-                     rb"|\[(?:INFO|DEBUG|WARN|ERROR)\] ")
+FOREIGN = re.compile(
+    rb"time=\d{4}-\d\d-\d\dT\S+ level=[A-Z]+ source=|\d{4}/\d\d/\d\d \d\d:\d\d:\d\d \S+\.go:\d+: "
+    rb"|\[(?:INFO|DEBUG|WARN|ERROR)\] "
+)
 
 
 @dataclass(frozen=True)
@@ -80,22 +89,30 @@ def _one(line: bytes, ref: float, tz: str) -> tuple[bytes, float | None, str] | 
     if head == b"<":
         found = RFC5424.match(line)
         if found is not None:
-            return line[found.end():], iso_epoch(found.group("iso"), tz), "syslog-5424"
+            return line[found.end() :], iso_epoch(found.group("iso"), tz), "syslog-5424"
     if head == b"[":
         found = ROUTER.match(line)
-        return (line[found.end():], None, "router") if found is not None else None
+        return (line[found.end() :], None, "router") if found is not None else None
     found = BSD.match(line)
     if found is not None:
-        return line[found.end():], bsd_epoch(found, ref, tz), "journald" if found.group("frac") is None else "journald-precise"
+        return (
+            line[found.end() :],
+            bsd_epoch(found, ref, tz),
+            "journald" if found.group("frac") is None else "journald-precise",
+        )
     found = ISO_SYSLOG.match(line)
     if found is not None:
-        return line[found.end():], iso_epoch(found.group("iso"), tz), "journald-iso"
+        return line[found.end() :], iso_epoch(found.group("iso"), tz), "journald-iso"
     found = DOCKER_T.match(line)
     if found is not None:
-        return line[found.end():], iso_epoch(found.group("iso"), tz), "docker-t" if b"T" in found.group("iso") else "dated"
+        return (
+            line[found.end() :],
+            iso_epoch(found.group("iso"), tz),
+            "docker-t" if b"T" in found.group("iso") else "dated",
+        )
     found = COMPOSE.match(line)
     if found is not None:
-        return line[found.end():], None, "compose"
+        return line[found.end() :], None, "compose"
     return None
 
 
@@ -111,8 +128,11 @@ def _json(line: bytes) -> tuple[bytes, float | None, str] | None:
         return None
     if isinstance(record.get("log"), str):
         stamp = record.get("time")
-        return (record["log"].rstrip("\r\n").encode(), iso_epoch(stamp.encode(), "UTC") if isinstance(stamp, str) else None,
-                "docker-json")
+        return (
+            record["log"].rstrip("\r\n").encode(),
+            iso_epoch(stamp.encode(), "UTC") if isinstance(stamp, str) else None,
+            "docker-json",
+        )
     message, stamp = record.get("MESSAGE"), record.get("__REALTIME_TIMESTAMP")
     if isinstance(message, list):  # journald's form of a message that is not valid UTF-8: its bytes
         message = bytes(b for b in message if isinstance(b, int) and 0 <= b < 256).decode("utf-8", "replace")
@@ -153,8 +173,18 @@ def bsd_epoch(found: re.Match[bytes], ref: float, tz: str) -> float | None:
     frac = float(found.group("frac") or 0)
     for candidate in (year, year - 1):
         try:
-            moment = datetime(candidate, MONTHS[found.group("mon").decode()], int(found.group("day")), hour, minute, second,
-                              tzinfo=zone).timestamp() + frac
+            moment = (
+                datetime(
+                    candidate,
+                    MONTHS[found.group("mon").decode()],
+                    int(found.group("day")),
+                    hour,
+                    minute,
+                    second,
+                    tzinfo=zone,
+                ).timestamp()
+                + frac
+            )
         except ValueError:  # Feb 29 of a year that has none
             continue
         if moment <= ref + 86400:

@@ -8,6 +8,7 @@ before and after. Whether the file now differs from what the running process loa
 in spyglass/signals/model_path.py, which also sees the engine's `model` events.
 `resolve` does the file-system I/O; `compare` is pure.
 """
+
 from __future__ import annotations
 
 import os
@@ -54,8 +55,7 @@ def resolve(path: Path) -> Resolution:
         target = os.stat(path)
     except OSError:
         return Resolution(None, link, link_mtime=own.st_mtime if link else None)
-    return Resolution(os.path.realpath(path), link, target.st_size, target.st_ino,
-                      own.st_mtime if link else None)
+    return Resolution(os.path.realpath(path), link, target.st_size, target.st_ino, own.st_mtime if link else None)
 
 
 def compare(before: Resolution | None, now: Resolution) -> bool:
@@ -63,10 +63,22 @@ def compare(before: Resolution | None, now: Resolution) -> bool:
     return before is not None and before.identity != now.identity
 
 
-declare("model_path", {
-    "model_path": {"path": "text", "resolves": "bool", "dangling": "bool", "real": "text", "link": "bool", "bytes": "int",
-                   "inode": "int", "changed_ts": "float"},
-    "model_path_changed": {"path": "text", "before": "text", "after": "text", "resolves": "bool"}})
+declare(
+    "model_path",
+    {
+        "model_path": {
+            "path": "text",
+            "resolves": "bool",
+            "dangling": "bool",
+            "real": "text",
+            "link": "bool",
+            "bytes": "int",
+            "inode": "int",
+            "changed_ts": "float",
+        },
+        "model_path_changed": {"path": "text", "before": "text", "after": "text", "resolves": "bool"},
+    },
+)
 
 
 @register("model_path", ModelPathOptions)
@@ -89,14 +101,27 @@ class ModelPathSource(PolledSourceBase):
         if compare(self.last, res):
             self.changed_ts = now
             before = self.last
-            events.append(self._event(now, "model_path_changed", {
-                "path": path, "before": before.real if before else None, "after": res.real,
-                "resolves": res.real is not None}))
+            events.append(
+                self._event(
+                    now,
+                    "model_path_changed",
+                    {
+                        "path": path,
+                        "before": before.real if before else None,
+                        "after": res.real,
+                        "resolves": res.real is not None,
+                    },
+                )
+            )
         elif self.changed_ts is None:
             self.changed_ts = res.link_mtime  # not seen changing: the link's own mtime is its last switch
         self.last = res
-        fields: dict[str, Any] = {"path": path, "resolves": res.real is not None, "dangling": res.link and res.real is None,
-                                  **{k: v for k, v in asdict(res).items() if k != "link_mtime"}}
+        fields: dict[str, Any] = {
+            "path": path,
+            "resolves": res.real is not None,
+            "dangling": res.link and res.real is None,
+            **{k: v for k, v in asdict(res).items() if k != "link_mtime"},
+        }
         if self.changed_ts is not None:
             fields["changed_ts"] = self.changed_ts
         events.append(self._event(now, "model_path", fields))

@@ -12,6 +12,7 @@ With `path` instead of `url`, a JSONL file of recorded snapshots ({"ts", "url", 
 is tailed instead, for replay and backfill.
 Fixture: tests/fixtures/serve_status/snapshots.jsonl
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,15 @@ from typing import Any, Literal
 from loguru import logger
 from pydantic import Field, model_validator
 
-from spyglass.collectors import LineBatch, LineSourceBase, PolledOptions, PolledSourceBase, PollPolicy, PollResult, register
+from spyglass.collectors import (
+    LineBatch,
+    LineSourceBase,
+    PolledOptions,
+    PolledSourceBase,
+    PollPolicy,
+    PollResult,
+    register,
+)
 from spyglass.collectors.dated_log import handle_lines
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import POLL_ERROR, declare
@@ -34,13 +43,33 @@ __all__ = ["BodyTooLarge", "ServeStatusReplay", "ServeStatusSource", "error_kind
 
 MAX_TEXT = 120  # characters kept of a text value of the body
 MAX_STATUSES = 64  # entries of requests.by_status kept
-NUMBERS = {"uptime_s": (), "prefill_queue": (), "stops_while_reasoning": (), "slots": ("total", "busy"),
-           "prompt_escapes": ("calls", "literals")}
+NUMBERS = {
+    "uptime_s": (),
+    "prefill_queue": (),
+    "stops_while_reasoning": (),
+    "slots": ("total", "busy"),
+    "prompt_escapes": ("calls", "literals"),
+}
 TEXTS = ("engine", "build", "serve_version", "state")
-declare("serve_status", {"status": {"engine": "text", "build": "text", "serve_version": "text", "state": "text",
-                                    "uptime_s": "float", "prefill_queue": "int", "stops_while_reasoning": "int",
-                                    "slots": "json", "prompt_escapes": "json", "requests": "json", "invalid": "json"},
-                         **POLL_ERROR})
+declare(
+    "serve_status",
+    {
+        "status": {
+            "engine": "text",
+            "build": "text",
+            "serve_version": "text",
+            "state": "text",
+            "uptime_s": "float",
+            "prefill_queue": "int",
+            "stops_while_reasoning": "int",
+            "slots": "json",
+            "prompt_escapes": "json",
+            "requests": "json",
+            "invalid": "json",
+        },
+        **POLL_ERROR,
+    },
+)
 LAST_TS = 4_102_444_800  # 2100-01-01: a recorded stamp beyond it is not a time
 
 
@@ -51,8 +80,9 @@ class ServeStatusOptions(PolledOptions):
     timeout_seconds: float = Field(2.0, gt=0, description="Deadline of one whole poll: connect, headers and body.")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="A longer status body is a poll error (too_large).")
     max_backoff_seconds: float = Field(60.0, gt=0, description="Longest wait between polls while it fails.")
-    instances: dict[str, str] = Field(default_factory=dict,
-                                      description="Replay: instance per recorded url; other urls take `instance`.")
+    instances: dict[str, str] = Field(
+        default_factory=dict, description="Replay: instance per recorded url; other urls take `instance`."
+    )
 
     def instances_named(self) -> set[str]:
         return super().instances_named() | set(self.instances.values())
@@ -181,8 +211,9 @@ class ServeStatusSource(PolledSourceBase):
         except Exception as exc:  # noqa: BLE001 - a body a decoder chokes on must not keep up at 1
             kind = error_kind(exc)
             if kind == "unexpected":
-                logger.opt(exception=exc).error("{}: poll of {} failed unexpectedly; counted as a failed poll",
-                                                self.name, options.url)
+                logger.opt(exception=exc).error(
+                    "{}: poll of {} failed unexpectedly; counted as a failed poll", self.name, options.url
+                )
             event = Event(now, self.name, "poll_error", self.instance, {"error": kind}, None, self.host)
         return PollResult([event], ok=event.kind == "status")
 

@@ -4,6 +4,7 @@ Every template of supervisor 4.3.0 (research/process-lifecycle.md §1). Lines wi
 are continuations (child output copied at debug level) and are never events.
 Fixture: tests/fixtures/supervisord_log/supervisord.log
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -22,8 +23,12 @@ HOW = r"(?:exit status (?P<status>\d+)|terminated by (?P<signal>SIG\w+)(?P<core>
 PATTERNS: dict[str, tuple[str, str, str]] = {
     "supervisord_started": ("", "supervisord started", r"supervisord started with pid (?P<pid>\d+)"),
     "spawned": ("", "spawned: ", r"spawned: '(?P<program>[^']+)' with pid (?P<pid>\d+)"),
-    "running": ("", "entered RUNNING", r"success: (?P<program>\S+) entered RUNNING state, process has stayed"
-                                       r" up for > than (?P<startsecs>\d+) seconds \(startsecs\)"),
+    "running": (
+        "",
+        "entered RUNNING",
+        r"success: (?P<program>\S+) entered RUNNING state, process has stayed"
+        r" up for > than (?P<startsecs>\d+) seconds \(startsecs\)",
+    ),
     "exited": ("", "exited: ", r"exited: (?P<program>\S+) \(" + HOW + r"; (?P<expected>expected|not expected)\)"),
     "fatal": ("", "gave up: ", r"gave up: (?P<program>\S+) entered FATAL state, too many start retries too quickly"),
     "stopping": ("", " to stop", r"waiting for (?P<program>\S+) to stop$"),
@@ -32,25 +37,33 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     "spawn_error": ("", "spawnerr: ", r"spawnerr: (?P<error>.*)"),
     "signal": ("", "indicating", r"received (?P<signal>SIG\w+) indicating (?P<request>\w+) request"),
     "shutdown_wait": ("", " to die", r"waiting for (?P<programs>.+) to die"),
-    "event_overflow": ("", "overflowed", r"pool (?P<pool>\S+) event buffer overflowed, discarding event (?P<event>\d+)"),
+    "event_overflow": (
+        "",
+        "overflowed",
+        r"pool (?P<pool>\S+) event buffer overflowed, discarding event (?P<event>\d+)",
+    ),
     "reaped": ("", "reaped unknown", r"reaped unknown pid (?P<pid>\d+)"),
     # start-up notices: known, so that they never count as format drift
     "rpc_ready": ("", "RPC interface", r"RPC interface '(?P<interface>[^']+)' initialized"),
     "included": ("", "Included extra file", r"Included extra file \"(?P<file>[^\"]+)\""),
     "daemonizing": ("", "daemonizing", r"daemonizing the supervisord process"),
 }
-TEXT_FIELDS = frozenset({"program", "signal", "core", "expected", "error", "request", "programs", "pool",
-                         "interface", "file"})
+TEXT_FIELDS = frozenset(
+    {"program", "signal", "core", "expected", "error", "request", "programs", "pool", "interface", "file"}
+)
 
-declare("supervisord_log", {**from_patterns(PATTERNS, TEXT_FIELDS, {"exited": {"core": "bool"}, "stopped": {"core": "bool"}}),
-                            **ERROR_KIND})
+declare(
+    "supervisord_log",
+    {**from_patterns(PATTERNS, TEXT_FIELDS, {"exited": {"core": "bool"}, "stopped": {"core": "bool"}}), **ERROR_KIND},
+)
 
 
 class SupervisordLogOptions(SourceOptions):
     kind: Literal["supervisord_log"] = "supervisord_log"
     tz: str = "UTC"
-    patterns: dict[str, str | PatternOverride] = Field(default_factory=dict,
-                                                       description="Per-kind message regex overrides.")
+    patterns: dict[str, str | PatternOverride] = Field(
+        default_factory=dict, description="Per-kind message regex overrides."
+    )
     ignore_levels: list[str] = Field(["DEBG", "TRAC", "BLAT"], description="Levels skipped on purpose.")
 
 
@@ -60,8 +73,16 @@ class SupervisordLogSource(LineSourceBase):
 
     def __init__(self, name: str, options: SupervisordLogOptions, host: str = "") -> None:
         kinds = build_kinds(PATTERNS, options.patterns, f"sources.{name}.patterns", TEXT_FIELDS)
-        self.parser = DatedLogParser(PREFIX, kinds, options.tz, name, options.instance or "supervisord", host,
-                                     options.ignore_levels, error_level="CRIT")
+        self.parser = DatedLogParser(
+            PREFIX,
+            kinds,
+            options.tz,
+            name,
+            options.instance or "supervisord",
+            host,
+            options.ignore_levels,
+            error_level="CRIT",
+        )
 
     def handle(self, line: bytes) -> Event | str:
         event = self.parser.parse_line(line)

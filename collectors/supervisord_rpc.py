@@ -5,6 +5,7 @@ restart is counted whenever a program's (pid, start) changes, which catches rest
 between two polls. Also the pid lookup the host collector uses (`pid_of`). Standard library only.
 Fixture: the real supervisord of tests/test_supervisord_real.py.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -48,8 +49,9 @@ class UnixStreamTransport(xmlrpc.client.Transport):
 def rpc(endpoint: str, timeout: float = 2.0) -> xmlrpc.client.ServerProxy:
     """A proxy to `unix:///path/supervisor.sock` or `http://127.0.0.1:9001/RPC2`."""
     if endpoint.startswith("unix://"):
-        return xmlrpc.client.ServerProxy("http://localhost/RPC2",
-                                         transport=UnixStreamTransport(endpoint[len("unix://"):], timeout))
+        return xmlrpc.client.ServerProxy(
+            "http://localhost/RPC2", transport=UnixStreamTransport(endpoint[len("unix://") :], timeout)
+        )
     return xmlrpc.client.ServerProxy(endpoint)
 
 
@@ -77,10 +79,24 @@ class SupervisordRpcOptions(PolledOptions):
         return self
 
 
-declare("supervisord_rpc", {
-    "process_info": {"name": "text", "group": "text", "statename": "text", "pid": "int", "start": "int", "stop": "int",
-                     "exitstatus": "int", "spawnerr": "text"},
-    "restarted": {"pid": "int", "start": "int"}, **POLL_ERROR})
+declare(
+    "supervisord_rpc",
+    {
+        "process_info": {
+            "name": "text",
+            "group": "text",
+            "statename": "text",
+            "pid": "int",
+            "start": "int",
+            "stop": "int",
+            "exitstatus": "int",
+            "spawnerr": "text",
+        },
+        "restarted": {"pid": "int", "start": "int"},
+        **POLL_ERROR,
+    },
+)
+
 
 @register("supervisord_rpc", SupervisordRpcOptions)
 class SupervisordRpcSource(PolledSourceBase):
@@ -98,18 +114,26 @@ class SupervisordRpcSource(PolledSourceBase):
             with rpc(self.options.endpoint, self.options.timeout_seconds) as proxy:
                 infos = cast(list[dict[str, Any]], proxy.supervisor.getAllProcessInfo())
         except (OSError, xmlrpc.client.Error) as exc:
-            return PollResult([Event(now, self.name, "poll_error", "supervisord", {"error": type(exc).__name__},
-                                     None, self.host)], ok=False)
+            return PollResult(
+                [Event(now, self.name, "poll_error", "supervisord", {"error": type(exc).__name__}, None, self.host)],
+                ok=False,
+            )
         events = []
         for info in infos:
             program = str(info["name"])
-            fields: dict[str, Any] = {k: info[k] for k in ("name", "group", "statename", "pid", "start", "stop", "exitstatus",
-                                           "spawnerr") if k in info}
+            fields: dict[str, Any] = {
+                k: info[k]
+                for k in ("name", "group", "statename", "pid", "start", "stop", "exitstatus", "spawnerr")
+                if k in info
+            }
             events.append(Event(now, self.name, "process_info", program, fields, None, self.host))
             before, current = self.seen.get(program), [int(info["pid"]), int(info["start"])]
             if before is not None and current[0] and before != current and current[1] != before[1]:
-                events.append(Event(now, self.name, "restarted", program, {"pid": current[0], "start": current[1]},
-                                    None, self.host))
+                events.append(
+                    Event(
+                        now, self.name, "restarted", program, {"pid": current[0], "start": current[1]}, None, self.host
+                    )
+                )
             self.seen[program] = current
         return PollResult(events)
 

@@ -2,6 +2,7 @@
 
 Fixture: tests/fixtures/switch_log/switch-engine.log
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -17,8 +18,12 @@ from spyglass.collectors.grammar import PatternOverride, build_kinds
 
 PREFIX = r"(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) "
 PATTERNS: dict[str, tuple[str, str, str]] = {
-    "switch": ("", "switch ", r"switch (?P<instance>\S+) engine=(?P<from_build>\S+) -> (?P<to_build>\S+)"
-                              r" by=(?P<by>\S+)"),
+    "switch": (
+        "",
+        "switch ",
+        r"switch (?P<instance>\S+) engine=(?P<from_build>\S+) -> (?P<to_build>\S+)"
+        r" by=(?P<by>\S+)",
+    ),
     "restart": ("", "restart ", r"restart (?P<instance>\S+) reason=(?P<reason>\S+) by=(?P<by>\S+)"),
 }
 TEXT_FIELDS = frozenset({"instance", "from_build", "to_build", "by", "reason"})
@@ -29,11 +34,14 @@ declare("switch_log", from_patterns(PATTERNS, TEXT_FIELDS, {kind: {"unlisted_ins
 class SwitchLogOptions(SourceOptions):
     kind: Literal["switch_log"] = "switch_log"
     tz: str = BEIJING_ZONE_NAME
-    patterns: dict[str, str | PatternOverride] = Field(default_factory=dict,
-                                                       description="Per-kind message regex overrides.")
-    instances: list[str] = Field(default_factory=list,
-                                 description="The instances a line may name; another name is exported as `other`"
-                                 " and counted. Empty: the instances the config's other sources name.")
+    patterns: dict[str, str | PatternOverride] = Field(
+        default_factory=dict, description="Per-kind message regex overrides."
+    )
+    instances: list[str] = Field(
+        default_factory=list,
+        description="The instances a line may name; another name is exported as `other`"
+        " and counted. Empty: the instances the config's other sources name.",
+    )
 
     def complete(self, others: list[SourceOptions]) -> None:
         if not self.instances:

@@ -5,6 +5,7 @@ the bytes just before the saved offset (the tail marker), so a file truncated an
 reused inode, is never mistaken for the one we were reading (log-tailers.md F9, F10, F13).
 Offsets always point just past a newline: a partial last line is held, never emitted while live.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -43,8 +44,13 @@ class TailStats:
         self.possibly_lost[reason] = self.possibly_lost.get(reason, 0) + 1
 
 
-KINDS = ((stat.S_ISFIFO, "fifo"), (stat.S_ISCHR, "device"), (stat.S_ISBLK, "device"),
-         (stat.S_ISDIR, "directory"), (stat.S_ISSOCK, "socket"))
+KINDS = (
+    (stat.S_ISFIFO, "fifo"),
+    (stat.S_ISCHR, "device"),
+    (stat.S_ISBLK, "device"),
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISSOCK, "socket"),
+)
 
 
 class NotRegularFile(OSError):
@@ -144,9 +150,11 @@ class TailFile:
             return False
         self.mtime_ns = st.st_mtime_ns
         held = self.partial[:TAIL_BYTES]
-        gone = (self._marker(self.offset) != (self.tail_len, self.tail_hash)
-                or digest(os.pread(self.fd, self.head_len, 0)) != self.head_hash
-                or os.pread(self.fd, len(held), self.offset) != held)
+        gone = (
+            self._marker(self.offset) != (self.tail_len, self.tail_hash)
+            or digest(os.pread(self.fd, self.head_len, 0)) != self.head_hash
+            or os.pread(self.fd, len(held), self.offset) != held
+        )
         if not gone:
             self._grow_head()  # so a truncation is seen even while this file waits unread
             self._seen(st)
@@ -158,10 +166,20 @@ class TailFile:
     def record(self) -> dict[str, Any]:
         """What a checkpoint keeps of this file."""
         self._grow_head()
-        return {"dev": self.dev, "ino": self.ino, "path": self.path, "real": self.real,
-                "head_len": self.head_len, "head_hash": self.head_hash, "offset": self.offset,
-                "tail_len": self.tail_len, "tail_hash": self.tail_hash, "size": self.size(),
-                "seen": self.seen_size, "mtime_ns": os.fstat(self.fd).st_mtime_ns}
+        return {
+            "dev": self.dev,
+            "ino": self.ino,
+            "path": self.path,
+            "real": self.real,
+            "head_len": self.head_len,
+            "head_hash": self.head_hash,
+            "offset": self.offset,
+            "tail_len": self.tail_len,
+            "tail_hash": self.tail_hash,
+            "size": self.size(),
+            "seen": self.seen_size,
+            "mtime_ns": os.fstat(self.fd).st_mtime_ns,
+        }
 
     def seek(self, offset: int) -> None:
         """Continue from `offset`, which must be just past a newline (or 0)."""
@@ -210,16 +228,16 @@ class TailFile:
             self._emit(self.partial, out, stats, True)
             self.partial, self.overflow = b"", False
             self.offset = self.pos - len(chunk) + newline + 1
-            chunk = chunk[newline + 1:]
+            chunk = chunk[newline + 1 :]
         data = self.partial + chunk if self.partial else chunk
         cut = data.rfind(b"\n")
         if cut >= 0:
             self._emit(data[:cut], out, stats, False)
             self.offset = self.pos - len(data) + cut + 1
-            data = data[cut + 1:]
+            data = data[cut + 1 :]
         self.partial = data
         if len(data) > self.max_line:
-            self.partial, self.overflow = data[:self.max_line], True
+            self.partial, self.overflow = data[: self.max_line], True
 
     def _emit(self, block: bytes, out: list[bytes], stats: TailStats, long: bool) -> None:
         """Split a block of complete lines; strip one CR, leading NULs, and cap the length."""
@@ -232,7 +250,7 @@ class TailFile:
             stats.long_lines += 1
         elif len(block) > self.max_line and max(map(len, lines)) > self.max_line:
             stats.long_lines += sum(1 for line in lines if len(line) > self.max_line)
-            lines = [line[:self.max_line] for line in lines]
+            lines = [line[: self.max_line] for line in lines]
         stats.lines += len(lines)
         out.extend(lines)
 

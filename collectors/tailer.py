@@ -8,6 +8,7 @@ read retired files to their end, older content first; (5) read the live file; (6
 files that stayed at their end for the grace period, flushing a last line without a newline.
 Cases and names: ../shared/research/log-tailers.md F1-F28.
 """
+
 from __future__ import annotations
 
 import errno
@@ -34,9 +35,18 @@ class Tailer:
     a path that cannot be opened sets `error` (missing, permission, ...) and is tried again at the
     next poll, never raised."""
 
-    def __init__(self, path: str, clock: Clock, *, checkpoint: dict[str, Any] | None = None,
-                 rotated: tuple[str, ...] = ("{path}.1",), start_at: str = "beginning",
-                 max_line: int = 1 << 20, grace_seconds: float = 5.0, generations: int = 8) -> None:
+    def __init__(
+        self,
+        path: str,
+        clock: Clock,
+        *,
+        checkpoint: dict[str, Any] | None = None,
+        rotated: tuple[str, ...] = ("{path}.1",),
+        start_at: str = "beginning",
+        max_line: int = 1 << 20,
+        grace_seconds: float = 5.0,
+        generations: int = 8,
+    ) -> None:
         self.path = os.path.expanduser(path)
         self.rotated = rotated_names(self.path, rotated, generations)
         self.clock, self.max_line, self.grace = clock, max_line, grace_seconds
@@ -137,8 +147,12 @@ class Tailer:
             elif (size := max(record.get("size", record["offset"] + 1), record.get("seen", 0))) > record["offset"]:
                 self.stats.lost_files += 1
                 self.stats.lost_bytes += size - record["offset"]  # its size, seen before the restart
-                logger.warning("{}: a checkpointed file (inode {}) is gone with {} bytes unread",
-                               self.path, record["ino"], size - record["offset"])
+                logger.warning(
+                    "{}: a checkpointed file (inode {}) is gone with {} bytes unread",
+                    self.path,
+                    record["ino"],
+                    size - record["offset"],
+                )
             reborn = self._reopen_rewritten(record, paths)
             if reborn is not None:  # truncated and rewritten while we were stopped: read it from 0
                 self.stats.rotated("truncate")
@@ -160,8 +174,12 @@ class Tailer:
             return
         if os.fstat(found.fd).st_mtime_ns != record["mtime_ns"]:
             self.stats.lost_files += 1
-            logger.warning("{}: the file checkpointed empty (inode {}) changed and is empty again; a generation"
-                           " may have been rotated away unread", self.path, record["ino"])
+            logger.warning(
+                "{}: the file checkpointed empty (inode {}) changed and is empty again; a generation"
+                " may have been rotated away unread",
+                self.path,
+                record["ino"],
+            )
 
     def _keep_draining(self, f: TailFile) -> None:
         f.retired_at = self.clock.monotonic()
@@ -300,9 +318,13 @@ class Tailer:
             # every generation renamed away (or linked and unlinked) between two polls, uncountably.
             relinked = os.path.islink(self.path)
             self.stats.maybe_lost("relinked" if relinked else "renamed")
-            logger.warning("{}: the followed file is now {}, which no `rotated` pattern names ({}): generations"
-                           " between two polls go unseen", self.path, _current_name(self.live),
-                           "the symlink was pointed elsewhere" if relinked else "renamed")
+            logger.warning(
+                "{}: the followed file is now {}, which no `rotated` pattern names ({}): generations"
+                " between two polls go unseen",
+                self.path,
+                _current_name(self.live),
+                "the symlink was pointed elsewhere" if relinked else "renamed",
+            )
         self.live = None
 
     def _unwatched_name(self, f: TailFile) -> bool:
@@ -349,9 +371,14 @@ class Tailer:
             self.stats.lost_bytes += unread
             self.stats.maybe_lost("truncated")
             later = self._later_copies(live)
-            logger.warning("{}: truncated with no copy of what followed offset {}: {} bytes seen unread are lost,"
-                           " and what was written after the last poll may be; {} later copies found", self.path,
-                           live.offset, unread, len(later))
+            logger.warning(
+                "{}: truncated with no copy of what followed offset {}: {} bytes seen unread are lost,"
+                " and what was written after the last poll may be; {} later copies found",
+                self.path,
+                live.offset,
+                unread,
+                len(later),
+            )
             for f in later:
                 self._keep_draining(f)
                 self.stats.rotated("copytruncate")
@@ -412,8 +439,15 @@ def rotated_names(path: str, patterns: tuple[str, ...], generations: int) -> lis
     return list(dict.fromkeys(names))
 
 
-RECORD_KEYS = {"dev": int, "ino": int, "head_len": int, "head_hash": str, "offset": int,
-               "tail_len": int, "tail_hash": str}
+RECORD_KEYS = {
+    "dev": int,
+    "ino": int,
+    "head_len": int,
+    "head_hash": str,
+    "offset": int,
+    "tail_len": int,
+    "tail_hash": str,
+}
 
 
 def _valid_checkpoint(path: str, checkpoint: dict[str, Any] | None) -> tuple[TailStats, list[dict[str, Any]]]:
@@ -422,9 +456,17 @@ def _valid_checkpoint(path: str, checkpoint: dict[str, Any] | None) -> tuple[Tai
         return TailStats(), []
     try:
         stats = TailStats(**checkpoint.get("stats", {}))
-        counters = [stats.lines, stats.bytes, stats.long_lines, stats.nul_bytes, stats.lost_files,
-                    stats.lost_bytes, *stats.rotations.values(), *stats.possibly_lost.values(),
-                    *stats.refused.values()]
+        counters = [
+            stats.lines,
+            stats.bytes,
+            stats.long_lines,
+            stats.nul_bytes,
+            stats.lost_files,
+            stats.lost_bytes,
+            *stats.rotations.values(),
+            *stats.possibly_lost.values(),
+            *stats.refused.values(),
+        ]
         if not all(isinstance(n, int) for n in counters):
             raise TypeError(f"counters {counters!r}")
         records = list(checkpoint.get("files", []))

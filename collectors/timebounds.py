@@ -7,6 +7,7 @@ whose timestamp column (microseconds in 64 bits) and Parquet's partitions (Pytho
 9999 at most) could not take them. A day of slack forgives a clock running ahead; nothing
 observed here is legitimately from the future beyond that.
 """
+
 from __future__ import annotations
 
 import math

@@ -4,6 +4,7 @@ Every layer derives the same ids from the request id the logs carry, so a span p
 gateway or the serve, an engine phase rebuilt from the log and an exemplar on `/metrics` all name
 the same trace without any of them telling another. Pure functions; the lowest layer holds them.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -12,6 +12,7 @@ under us the way `next` does.
 when the code and the JSON drift). Every threshold comes from spyglass.alerting.heuristics, every metric from
 the catalogue in spyglass/signals/ or the recording rules (`level:metric:operations`).
 """
+
 from __future__ import annotations
 
 from spyglass.dashboards.model import DASHBOARDS, Board, build_all, generated, write

@@ -5,6 +5,7 @@ an expression reads, and the template variables substituted as Grafana would.
 Pure functions over the generated JSON; `problems(dashboards, catalogue, rules)` lists every rule
 broken, as `uid: panel: what`.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,8 +15,21 @@ from typing import Any
 
 RANGE_FUNCTIONS = {"rate", "irate", "increase"}
 INTERVAL_FUNCTIONS = {"rate", "irate"}  # increase() may count over a stated window ("spawns in 15m")
-KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
-            "offset", "inf", "nan"}
+KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "inf",
+    "nan",
+}
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _TOKEN = re.compile(r"\[[^\]]*\]|\{[^}]*\}|[A-Za-z_:][A-Za-z0-9_:]*|\(|\)|\$\w+|\S")
 _UID = re.compile(r"^[a-z0-9-]{1,40}$")
@@ -42,10 +56,16 @@ def panels(dashboard: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
 def expressions(dashboard: Mapping[str, Any]) -> list[Expr]:
     uid = dashboard["uid"]
     found = [Expr(uid, p.get("title", ""), t["expr"]) for p in panels(dashboard) for t in p.get("targets", [])]
-    found += [Expr(uid, f"annotation {a['name']}", a["expr"])
-              for a in dashboard.get("annotations", {}).get("list", []) if a.get("expr")]
-    found += [Expr(uid, f"variable {v['name']}", v["query"], promql=False)
-              for v in dashboard.get("templating", {}).get("list", []) if v.get("type") == "query"]
+    found += [
+        Expr(uid, f"annotation {a['name']}", a["expr"])
+        for a in dashboard.get("annotations", {}).get("list", [])
+        if a.get("expr")
+    ]
+    found += [
+        Expr(uid, f"variable {v['name']}", v["query"], promql=False)
+        for v in dashboard.get("templating", {}).get("list", [])
+        if v.get("type") == "query"
+    ]
     return found
 
 
@@ -57,8 +77,11 @@ def _strip_label_lists(tokens: list[str]) -> list[str]:
     """Drop `by (a, b)`-style label lists, which name labels, not series."""
     out, i = [], 0
     while i < len(tokens):
-        if tokens[i] in {"by", "without", "on", "ignoring", "group_left", "group_right"} and i + 1 < len(tokens) \
-                and tokens[i + 1] == "(":
+        if (
+            tokens[i] in {"by", "without", "on", "ignoring", "group_left", "group_right"}
+            and i + 1 < len(tokens)
+            and tokens[i + 1] == "("
+        ):
             depth, i = 0, i + 1
             while i < len(tokens):
                 depth += {"(": 1, ")": -1}.get(tokens[i], 0)
@@ -92,8 +115,11 @@ def _walk(expr: str) -> Iterator[tuple[str, str, str]]:
     for i, tok in enumerate(tokens):
         nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
         if tok == "(":
-            stack.append(tokens[i - 1] if i and re.fullmatch(r"[A-Za-z_]\w*", tokens[i - 1])
-                         and tokens[i - 1] not in KEYWORDS else "")
+            stack.append(
+                tokens[i - 1]
+                if i and re.fullmatch(r"[A-Za-z_]\w*", tokens[i - 1]) and tokens[i - 1] not in KEYWORDS
+                else ""
+            )
         elif tok == ")":
             if stack:
                 stack.pop()
@@ -178,13 +204,20 @@ def problems(dashboards: Mapping[str, Mapping[str, Any]], types: Mapping[str, st
 # Template variables, as Grafana substitutes them.
 # ---------------------------------------------------------------------------------------------
 
+
 def rate_interval(step_seconds: float, scrape_seconds: float) -> float:
     """Grafana's $__rate_interval: max($__interval + scrape interval, 4 * scrape interval)."""
     return max(step_seconds + scrape_seconds, 4 * scrape_seconds)
 
 
-def substitute(expr: str, *, step_seconds: float, scrape_seconds: float, range_seconds: float,
-               values: Mapping[str, str] | None = None) -> str:
+def substitute(
+    expr: str,
+    *,
+    step_seconds: float,
+    scrape_seconds: float,
+    range_seconds: float,
+    values: Mapping[str, str] | None = None,
+) -> str:
     """The expression as Grafana sends it: $__rate_interval, $__interval, $__range, and the
     dashboard variables (All is `.*`, as the variables' allValue says)."""
     values = {"host": ".*", "instance": ".*", "lane": ".*", **(values or {})}

@@ -1,5 +1,6 @@
 """The dashboards registry and their JSON: which modules make which dashboard, and writing
 dashboards/generated/ for the deployment of examples/strata.toml."""
+
 from __future__ import annotations
 
 import importlib
@@ -45,8 +46,7 @@ class Board:
 
 
 # The wall first: it is the home dashboard; each drill-down links back to it.
-DASHBOARDS = tuple(Board(m) for m in ("wall", "cache", "latency", "early_stops", "tokens", "lifecycle", "cpu",
-                                      "agent"))
+DASHBOARDS = tuple(Board(m) for m in ("wall", "cache", "latency", "early_stops", "tokens", "lifecycle", "cpu", "agent"))
 
 
 def deployment() -> Deployment:
@@ -63,8 +63,10 @@ def build_all(d: Deployment | None = None) -> dict[str, dict[str, Any]]:
 
 def generated(d: Deployment | None = None) -> dict[str, str]:
     """File name -> content of every file of dashboards/generated/."""
-    return {f"{uid}.json": json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-            for uid, data in build_all(d).items()}
+    return {
+        f"{uid}.json": json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        for uid, data in build_all(d).items()
+    }
 
 
 def write(out: Path = GENERATED, d: Deployment | None = None) -> list[Path]:
@@ -82,22 +84,27 @@ def write(out: Path = GENERATED, d: Deployment | None = None) -> list[Path]:
 
 # Catalogue metrics no dashboard shows, with why. A metric is shown when a panel, an annotation or
 # a variable reads it, or reads a recording rule computed from it.
-LLAMA_OWN = ("llama-server's own /metrics family (llama_server source): its slots and decode rate are on the"
-             " wall through the shared engine metrics; the rest waits for a llama.cpp dashboard")
+LLAMA_OWN = (
+    "llama-server's own /metrics family (llama_server source): its slots and decode rate are on the"
+    " wall through the shared engine metrics; the rest waits for a llama.cpp dashboard"
+)
 UNSHOWN: dict[str, str] = {
-    "spyglass_agent_allowed_cpus_info":
-        "where the agent may run, for a look at deploy time; H2 alerts on the host source's shared_cpus pair instead",
-    "spyglass_engine_last_progress_timestamp_seconds":
-        "an instant, read by EngineHung through instance:spyglass_engine_progress_silence:seconds",
+    "spyglass_agent_allowed_cpus_info": (
+        "where the agent may run, for a look at deploy time; H2 alerts on the host source's shared_cpus pair instead"
+    ),
+    "spyglass_engine_last_progress_timestamp_seconds": (
+        "an instant, read by EngineHung through instance:spyglass_engine_progress_silence:seconds"
+    ),
     "spyglass_llama_build_info": LLAMA_OWN,
     "spyglass_llama_busy_slots_per_decode": LLAMA_OWN,
     "spyglass_llama_draft_tokens_total": LLAMA_OWN,
     "spyglass_llama_draft_verifications_total": LLAMA_OWN,
     "spyglass_llama_kv_cache_tokens": LLAMA_OWN,
     "spyglass_llama_kv_cache_usage_ratio": LLAMA_OWN,
-    "spyglass_source_refused_files_total":
+    "spyglass_source_refused_files_total": (
         "a file at a source's path that could block the agent (a fifo, a device), counted once; /health names the"
-        " source while its path holds one",
+        " source while its path holds one"
+    ),
     "spyglass_llama_decode_calls_total": LLAMA_OWN,
     "spyglass_llama_generated_tokens_total": LLAMA_OWN,
     "spyglass_llama_generation_seconds_total": LLAMA_OWN,

@@ -4,6 +4,7 @@ catalogue, the panel kinds the dashboards use, variables, links and annotations.
 A panel is made with one call; its id is given by `Layout`, in the order panels are added, so
 ids (and uids, which are constants of each module) stay stable across regenerations.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -120,6 +121,7 @@ def quantile(q: float, histogram: str, by: str, **matchers: str) -> str:
 # Thresholds from the heuristics catalogue.
 # ---------------------------------------------------------------------------------------------
 
+
 def threshold(d: Deployment, heuristic: str, name: str) -> float:
     return by_id(d)[heuristic].threshold(name)
 
@@ -141,21 +143,27 @@ def below(value: float) -> list[Threshold]:
 def runbook(d: Deployment, alert: str) -> dashboard.DashboardLink:
     from spyglass.alerting.rules import runbook_url
 
-    return dashboard.DashboardLink(f"Runbook: {alert}").type(DashboardLinkType.LINK).url(
-        runbook_url(d, alert)).target_blank(True)
+    return (
+        dashboard.DashboardLink(f"Runbook: {alert}")
+        .type(DashboardLinkType.LINK)
+        .url(runbook_url(d, alert))
+        .target_blank(True)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # Field overrides: one query's (or one column's) own colour, thresholds, line style, mappings.
 # ---------------------------------------------------------------------------------------------
 
+
 def fixed_color(color: str) -> DynamicConfigValue:
     return DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": color})
 
 
 def own_thresholds(steps_: list[Threshold]) -> DynamicConfigValue:
-    return DynamicConfigValue(id_val="thresholds", value={"mode": "absolute", "steps": [
-        {"color": t.color, "value": t.value} for t in steps_]})
+    return DynamicConfigValue(
+        id_val="thresholds", value={"mode": "absolute", "steps": [{"color": t.color, "value": t.value} for t in steps_]}
+    )
 
 
 def dashed() -> DynamicConfigValue:
@@ -164,12 +172,23 @@ def dashed() -> DynamicConfigValue:
 
 def value_colors(mapping: dict[str, tuple[str, str]]) -> DynamicConfigValue:
     """Text values shown as `text` on a cell of `color` (value mappings of one column)."""
-    return DynamicConfigValue(id_val="mappings", value=[{"type": "value", "options": {
-        key: {"text": text, "color": color, "index": i} for i, (key, (text, color)) in enumerate(mapping.items())}}])
+    return DynamicConfigValue(
+        id_val="mappings",
+        value=[
+            {
+                "type": "value",
+                "options": {
+                    key: {"text": text, "color": color, "index": i}
+                    for i, (key, (text, color)) in enumerate(mapping.items())
+                },
+            }
+        ],
+    )
 
 
-def _overrides(panel, by_query: dict[str, list[DynamicConfigValue]] | None,
-               by_name: dict[str, list[DynamicConfigValue]] | None):
+def _overrides(
+    panel, by_query: dict[str, list[DynamicConfigValue]] | None, by_name: dict[str, list[DynamicConfigValue]] | None
+):
     for ref, properties in (by_query or {}).items():
         panel = panel.override_by_query(ref, properties)
     for name, properties in (by_name or {}).items():
@@ -180,6 +199,7 @@ def _overrides(panel, by_query: dict[str, list[DynamicConfigValue]] | None,
 # ---------------------------------------------------------------------------------------------
 # Panels.
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Q:
@@ -211,8 +231,17 @@ def _targets(panel, queries: Sequence[Q | str]):
     return panel
 
 
-def _common(panel, title: str, unit: str, queries, width: int, height: int, description: str,
-            thresholds: list[Threshold] | None, links: Iterable[dashboard.DashboardLink]):
+def _common(
+    panel,
+    title: str,
+    unit: str,
+    queries,
+    width: int,
+    height: int,
+    description: str,
+    thresholds: list[Threshold] | None,
+    links: Iterable[dashboard.DashboardLink],
+):
     panel = panel.title(title).datasource(DS).unit(unit).span(width).height(height)
     if description:
         panel = panel.description(description)
@@ -224,49 +253,101 @@ def _common(panel, title: str, unit: str, queries, width: int, height: int, desc
     return _targets(panel, queries)
 
 
-def timeseries_panel(title: str, unit: str, *queries: Q | str, width: int = 12, height: int = 8,
-                     description: str = "", thresholds: list[Threshold] | None = None, stack: bool = False,
-                     links: Iterable[dashboard.DashboardLink] = (), min_: float | None = 0,
-                     overrides: dict[str, list[DynamicConfigValue]] | None = None):
+def timeseries_panel(
+    title: str,
+    unit: str,
+    *queries: Q | str,
+    width: int = 12,
+    height: int = 8,
+    description: str = "",
+    thresholds: list[Threshold] | None = None,
+    stack: bool = False,
+    links: Iterable[dashboard.DashboardLink] = (),
+    min_: float | None = 0,
+    overrides: dict[str, list[DynamicConfigValue]] | None = None,
+):
     """Lines over time; `overrides` by query refId (A, B, ...): a colour, a dashed line."""
-    panel = timeseries.Panel().line_width(2).fill_opacity(10).legend(
-        common_builder.VizLegendOptions().display_mode(common.LegendDisplayMode.LIST)
-        .placement(common.LegendPlacement.BOTTOM).show_legend(True))
+    panel = (
+        timeseries.Panel()
+        .line_width(2)
+        .fill_opacity(10)
+        .legend(
+            common_builder.VizLegendOptions()
+            .display_mode(common.LegendDisplayMode.LIST)
+            .placement(common.LegendPlacement.BOTTOM)
+            .show_legend(True)
+        )
+    )
     if min_ is not None:
         panel = panel.min(min_)
     if thresholds:
-        panel = panel.thresholds_style(common_builder.GraphThresholdsStyleConfig().mode(
-            common.GraphThresholdsStyleMode.LINE_AND_AREA if len(thresholds) > 2 else common.GraphThresholdsStyleMode.LINE))
+        panel = panel.thresholds_style(
+            common_builder.GraphThresholdsStyleConfig().mode(
+                common.GraphThresholdsStyleMode.LINE_AND_AREA
+                if len(thresholds) > 2
+                else common.GraphThresholdsStyleMode.LINE
+            )
+        )
     if stack:
         panel = panel.stacking(common_builder.StackingConfig().mode(common.StackingMode.NORMAL))
     panel = _overrides(panel, overrides, None)
     return _common(panel, title, unit, queries, width, height, description, thresholds, links)
 
 
-def stat_panel(title: str, unit: str, *queries: Q | str, width: int = 6, height: int = 6, description: str = "",
-               thresholds: list[Threshold] | None = None, mappings: dict[str, tuple[str, str]] | None = None,
-               no_value: str = "", links: Iterable[dashboard.DashboardLink] = (), text_mode=None,
-               color_mode: common.BigValueColorMode = common.BigValueColorMode.BACKGROUND,
-               graph_mode: common.BigValueGraphMode = common.BigValueGraphMode.NONE,
-               overrides: dict[str, list[DynamicConfigValue]] | None = None):
+def stat_panel(
+    title: str,
+    unit: str,
+    *queries: Q | str,
+    width: int = 6,
+    height: int = 6,
+    description: str = "",
+    thresholds: list[Threshold] | None = None,
+    mappings: dict[str, tuple[str, str]] | None = None,
+    no_value: str = "",
+    links: Iterable[dashboard.DashboardLink] = (),
+    text_mode=None,
+    color_mode: common.BigValueColorMode = common.BigValueColorMode.BACKGROUND,
+    graph_mode: common.BigValueGraphMode = common.BigValueGraphMode.NONE,
+    overrides: dict[str, list[DynamicConfigValue]] | None = None,
+):
     """Big numbers, one tile per series, the background coloured by the thresholds (`color_mode`
     NONE: plain numbers, for indicators that are not alerts); `overrides` by query refId."""
-    panel = (stat.Panel().reduce_options(common_builder.ReduceDataOptions().calcs(["lastNotNull"]))
-             .color_mode(color_mode).graph_mode(graph_mode)
-             .justify_mode(common.BigValueJustifyMode.CENTER).orientation(common.VizOrientation.AUTO))
+    panel = (
+        stat.Panel()
+        .reduce_options(common_builder.ReduceDataOptions().calcs(["lastNotNull"]))
+        .color_mode(color_mode)
+        .graph_mode(graph_mode)
+        .justify_mode(common.BigValueJustifyMode.CENTER)
+        .orientation(common.VizOrientation.AUTO)
+    )
     if text_mode is not None:
         panel = panel.text_mode(text_mode)
     if mappings:
-        panel = panel.mappings([ValueMap(options={value: ValueMappingResult(text=text, color=color, index=i)
-                                                  for i, (value, (text, color)) in enumerate(mappings.items())})])
+        panel = panel.mappings(
+            [
+                ValueMap(
+                    options={
+                        value: ValueMappingResult(text=text, color=color, index=i)
+                        for i, (value, (text, color)) in enumerate(mappings.items())
+                    }
+                )
+            ]
+        )
     if no_value:
         panel = panel.no_value(no_value)
     panel = _overrides(panel, overrides, None)
     return _common(panel, title, unit, queries, width, height, description, thresholds, links)
 
 
-def heatmap_panel(title: str, unit: str, query: Q | str, width: int = 12, height: int = 8, description: str = "",
-                  links: Iterable[dashboard.DashboardLink] = ()):
+def heatmap_panel(
+    title: str,
+    unit: str,
+    query: Q | str,
+    width: int = 12,
+    height: int = 8,
+    description: str = "",
+    links: Iterable[dashboard.DashboardLink] = (),
+):
     """Buckets of a histogram over time (the query is `sum by (le) (rate(..._bucket[...]))`)."""
     q = Q(query) if isinstance(query, str) else query
     q = Q(q.expr, q.legend or "{{le}}", heatmap=True, exemplar=q.exemplar)
@@ -274,77 +355,134 @@ def heatmap_panel(title: str, unit: str, query: Q | str, width: int = 12, height
     return _common(panel, title, unit, [q], width, height, description, None, links)
 
 
-def table_panel(title: str, unit: str, *queries: Q | str, width: int = 12, height: int = 8, description: str = "",
-                no_value: str = "", links: Iterable[dashboard.DashboardLink] = (),
-                data_links: Iterable[dashboard.DashboardLink] = (), columns: dict[str, str] | None = None,
-                columns_by_name: dict[str, list[DynamicConfigValue]] | None = None, sort_by: str = "",
-                large: bool = False):
+def table_panel(
+    title: str,
+    unit: str,
+    *queries: Q | str,
+    width: int = 12,
+    height: int = 8,
+    description: str = "",
+    no_value: str = "",
+    links: Iterable[dashboard.DashboardLink] = (),
+    data_links: Iterable[dashboard.DashboardLink] = (),
+    columns: dict[str, str] | None = None,
+    columns_by_name: dict[str, list[DynamicConfigValue]] | None = None,
+    sort_by: str = "",
+    large: bool = False,
+):
     """Instant queries as a table: one row per series, its labels as columns; `columns` (label ->
     header) keeps those columns only, in that order, renamed; `columns_by_name` overrides by column."""
     panel = table.Panel().show_header(True)
     if large:
         panel = panel.cell_height(common.TableCellHeight.LG)
     if columns:
-        panel = panel.with_transformation(DataTransformerConfig(id_val="filterFieldsByName", options={
-            "include": {"names": list(columns)}}))
-        panel = panel.with_transformation(DataTransformerConfig(id_val="organize", options={
-            "indexByName": {name: i for i, name in enumerate(columns)},
-            "renameByName": {name: header for name, header in columns.items() if header != name}}))
+        panel = panel.with_transformation(
+            DataTransformerConfig(id_val="filterFieldsByName", options={"include": {"names": list(columns)}})
+        )
+        panel = panel.with_transformation(
+            DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "indexByName": {name: i for i, name in enumerate(columns)},
+                    "renameByName": {name: header for name, header in columns.items() if header != name},
+                },
+            )
+        )
     if sort_by:
-        panel = panel.with_transformation(DataTransformerConfig(id_val="sortBy", options={
-            "sort": [{"field": columns.get(sort_by, sort_by) if columns else sort_by}]}))
+        panel = panel.with_transformation(
+            DataTransformerConfig(
+                id_val="sortBy", options={"sort": [{"field": columns.get(sort_by, sort_by) if columns else sort_by}]}
+            )
+        )
     panel = _overrides(panel, None, columns_by_name)
     if no_value:
         panel = panel.no_value(no_value)
     data_links = list(data_links)
     if data_links:
         panel = panel.data_links(data_links)
-    instant = [Q(q.expr if isinstance(q, Q) else q, q.legend if isinstance(q, Q) else "", instant=True) for q in queries]
+    instant = [
+        Q(q.expr if isinstance(q, Q) else q, q.legend if isinstance(q, Q) else "", instant=True) for q in queries
+    ]
     return _common(panel, title, unit, instant, width, height, description, None, links)
 
 
 def special_no_data(text: str, color: str):
     """A mapping for 'no value' (an absent series), for tiles where absence is itself the news."""
-    return SpecialValueMap(options=DashboardSpecialValueMapOptions(
-        match=SpecialValueMatch.NULL_AND_NAN, result=ValueMappingResult(text=text, color=color)))
+    return SpecialValueMap(
+        options=DashboardSpecialValueMapOptions(
+            match=SpecialValueMatch.NULL_AND_NAN, result=ValueMappingResult(text=text, color=color)
+        )
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # The dashboard skeleton.
 # ---------------------------------------------------------------------------------------------
 
+
 def variables(board: dashboard.Dashboard) -> dashboard.Dashboard:
     """datasource, host, instance, lane: each instance-scoped query narrows by the ones before it."""
-    def query_var(name: str, label: str, query: str) -> dashboard.QueryVariable:
-        return (dashboard.QueryVariable(name).label(label).datasource(DS).query(query)
-                .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC)
-                .multi(True).include_all(True).all_value(".*")
-                .current(VariableOption(selected=True, text="All", value="$__all")))
 
-    return (board
-            .with_variable(dashboard.DatasourceVariable(DATASOURCE).label("Prometheus").type("prometheus")
-                           .current(VariableOption(selected=True, text="Prometheus", value="prometheus")))
-            .with_variable(query_var("host", "Host", "label_values(spyglass_agent_info, host)"))
-            .with_variable(query_var("instance", "Instance",
-                                     'label_values(spyglass_engine_ready{host=~"$host"}, instance)'))
-            .with_variable(query_var("lane", "Lane",
-                                     'label_values(spyglass_gateway_requests_received_total{host=~"$host"}, lane)')))
+    def query_var(name: str, label: str, query: str) -> dashboard.QueryVariable:
+        return (
+            dashboard.QueryVariable(name)
+            .label(label)
+            .datasource(DS)
+            .query(query)
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(VariableSort.ALPHABETICAL_ASC)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+            .current(VariableOption(selected=True, text="All", value="$__all"))
+        )
+
+    return (
+        board.with_variable(
+            dashboard.DatasourceVariable(DATASOURCE)
+            .label("Prometheus")
+            .type("prometheus")
+            .current(VariableOption(selected=True, text="Prometheus", value="prometheus"))
+        )
+        .with_variable(query_var("host", "Host", "label_values(spyglass_agent_info, host)"))
+        .with_variable(
+            query_var("instance", "Instance", 'label_values(spyglass_engine_ready{host=~"$host"}, instance)')
+        )
+        .with_variable(
+            query_var("lane", "Lane", 'label_values(spyglass_gateway_requests_received_total{host=~"$host"}, lane)')
+        )
+    )
 
 
 def annotation_queries() -> list[tuple[str, str, str, str]]:
     """(name, expression, title format, colour): supervisord's process events, engine (re)starts and
     build switches, and alert notifications (ALERTS firing, the Watchdog left out)."""
     return [
-        ("Process exits (supervisord)",
-         f'sum by (host, program, cause) (increase({s("spyglass_supervisord_exits_total", expected="false")}[{RATE}])) > 0',
-         "{{program}} exited: {{cause}}", RED),
-        ("Process spawns (supervisord)",
-         f'sum by (host, program) (increase({s("spyglass_supervisord_spawns_total")}[{RATE}])) > 0', "{{program}} spawned", BLUE),
-        ("Engine starts and build switches",
-         f'sum by (host, instance) (increase({s("spyglass_engine_starts_total")}[{RATE}])) > 0'
-         f' or sum by (host, instance) (increase({s("spyglass_switch_switches_total")}[{RATE}])) > 0',
-         "{{instance}} (re)started or switched build", ORANGE),
-        ("Alerts firing", s("ALERTS", alertstate="firing", alertname=exclude("Watchdog")), "{{alertname}} {{instance}}", RED),
+        (
+            "Process exits (supervisord)",
+            f"sum by (host, program, cause) (increase({s('spyglass_supervisord_exits_total', expected='false')}[{RATE}])) > 0",
+            "{{program}} exited: {{cause}}",
+            RED,
+        ),
+        (
+            "Process spawns (supervisord)",
+            f"sum by (host, program) (increase({s('spyglass_supervisord_spawns_total')}[{RATE}])) > 0",
+            "{{program}} spawned",
+            BLUE,
+        ),
+        (
+            "Engine starts and build switches",
+            f"sum by (host, instance) (increase({s('spyglass_engine_starts_total')}[{RATE}])) > 0"
+            f" or sum by (host, instance) (increase({s('spyglass_switch_switches_total')}[{RATE}])) > 0",
+            "{{instance}} (re)started or switched build",
+            ORANGE,
+        ),
+        (
+            "Alerts firing",
+            s("ALERTS", alertstate="firing", alertname=exclude("Watchdog")),
+            "{{alertname}} {{instance}}",
+            RED,
+        ),
     ]
 
 
@@ -360,10 +498,18 @@ def changed_info(metric: str, labels: str) -> str:
 def change_annotation_queries() -> list[tuple[str, str, str, str]]:
     """(name, expression, title format, colour) of build and model changes (the lifecycle dashboard's)."""
     return [
-        ("Engine build changes", changed_info("spyglass_engine_build_info", "build_name, version, build"),
-         "{{instance}} on {{host}} now runs {{build_name}} {{version}} (build {{build}})", PURPLE),
-        ("Model changes", changed_info("spyglass_engine_model_info", "model, md5"),
-         "{{instance}} on {{host}} loaded {{model}} (md5 {{md5}})", PURPLE),
+        (
+            "Engine build changes",
+            changed_info("spyglass_engine_build_info", "build_name, version, build"),
+            "{{instance}} on {{host}} now runs {{build_name}} {{version}} (build {{build}})",
+            PURPLE,
+        ),
+        (
+            "Model changes",
+            changed_info("spyglass_engine_model_info", "model, md5"),
+            "{{instance}} on {{host}} loaded {{model}} (md5 {{md5}})",
+            PURPLE,
+        ),
     ]
 
 
@@ -373,11 +519,13 @@ def title_formats() -> dict[str, str]:
     return {name: title for name, _, title, _ in [*annotation_queries(), *change_annotation_queries()]}
 
 
-def with_annotations(board: dashboard.Dashboard, queries: Sequence[tuple[str, str, str, str]] | None = None
-                ) -> dashboard.Dashboard:
+def with_annotations(
+    board: dashboard.Dashboard, queries: Sequence[tuple[str, str, str, str]] | None = None
+) -> dashboard.Dashboard:
     for name, expr, _, color in annotation_queries() if queries is None else queries:
-        board = board.annotation(dashboard.AnnotationQuery().name(name).datasource(DS).expr(expr).enable(True)
-                                 .icon_color(color).hide(False))
+        board = board.annotation(
+            dashboard.AnnotationQuery().name(name).datasource(DS).expr(expr).enable(True).icon_color(color).hide(False)
+        )
     return board
 
 
@@ -401,23 +549,83 @@ class Layout:
         return self
 
 
-def board(uid: str, title: str, description: str, *, refresh: str = "30s", time_from: str = "now-6h",
-          links_to: Sequence[tuple[str, str]] = ()) -> Layout:
+def board(
+    uid: str,
+    title: str,
+    description: str,
+    *,
+    refresh: str = "30s",
+    time_from: str = "now-6h",
+    links_to: Sequence[tuple[str, str]] = (),
+) -> Layout:
     """A dashboard with the spyglass tag, the variables, the annotations, a dropdown of every spyglass
     dashboard (keeping time and variables) and direct links to `links_to` ((uid, title) pairs)."""
-    b = (dashboard.Dashboard(title).uid(uid).description(description).tags([TAG, "generated"])
-         .editable().tooltip(DashboardCursorSync.CROSSHAIR).refresh(refresh).time(time_from, "now")
-         .timezone("browser")
-         .link(dashboard.DashboardLink("Spyglass dashboards").type(DashboardLinkType.DASHBOARDS).tags([TAG])
-               .as_dropdown(True).include_vars(True).keep_time(True)))
+    b = (
+        dashboard.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags([TAG, "generated"])
+        .editable()
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .refresh(refresh)
+        .time(time_from, "now")
+        .timezone("browser")
+        .link(
+            dashboard.DashboardLink("Spyglass dashboards")
+            .type(DashboardLinkType.DASHBOARDS)
+            .tags([TAG])
+            .as_dropdown(True)
+            .include_vars(True)
+            .keep_time(True)
+        )
+    )
     for target_uid, target_title in links_to:
-        b = b.link(dashboard.DashboardLink(target_title).type(DashboardLinkType.LINK).url(f"/d/{target_uid}")
-                   .include_vars(True).keep_time(True).icon("dashboard"))
+        b = b.link(
+            dashboard.DashboardLink(target_title)
+            .type(DashboardLinkType.LINK)
+            .url(f"/d/{target_uid}")
+            .include_vars(True)
+            .keep_time(True)
+            .icon("dashboard")
+        )
     return Layout(with_annotations(variables(b)))
 
 
-__all__ = ["BLUE", "DS", "GREEN", "GREY", "ORANGE", "PROMETHEUS_SERIES", "Q", "RATE", "RED", "Layout", "MappingType",
-           "above", "base_name", "below", "board", "catalogue", "dashed", "exclude", "fixed_color", "match",
-           "own_thresholds", "value_colors", "heatmap_panel", "labels_of", "quantile", "rate",
-           "rule_labels", "rule_names", "runbook", "s", "special_no_data", "stat_panel", "steps", "table_panel",
-           "threshold", "timeseries_panel"]
+__all__ = [
+    "BLUE",
+    "DS",
+    "GREEN",
+    "GREY",
+    "ORANGE",
+    "PROMETHEUS_SERIES",
+    "Q",
+    "RATE",
+    "RED",
+    "Layout",
+    "MappingType",
+    "above",
+    "base_name",
+    "below",
+    "board",
+    "catalogue",
+    "dashed",
+    "exclude",
+    "fixed_color",
+    "match",
+    "own_thresholds",
+    "value_colors",
+    "heatmap_panel",
+    "labels_of",
+    "quantile",
+    "rate",
+    "rule_labels",
+    "rule_names",
+    "runbook",
+    "s",
+    "special_no_data",
+    "stat_panel",
+    "steps",
+    "table_panel",
+    "threshold",
+    "timeseries_panel",
+]

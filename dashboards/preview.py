@@ -9,6 +9,7 @@ says it is a preview of the queries, not Grafana.
 Querying (`run_queries`), laying out (`page`) and photographing (`screenshot`) are separate: the
 tests check the first's results and read what the browser rendered of the second.
 """
+
 from __future__ import annotations
 
 import html
@@ -32,14 +33,29 @@ from spyglass.dashboards.model import GENERATED
 
 NOTICE = "Preview of the dashboard's queries against Prometheus, drawn by dashboards.preview; not Grafana."
 # Grafana's dark theme: its named colours, and the palette it gives series without one of their own.
-COLORS = {"green": "#56a64b", "orange": "#ff9830", "red": "#e02f44", "blue": "#3274d9", "text": "#464c54",
-          "purple": "#a352cc", "yellow": "#e0b400"}
+COLORS = {
+    "green": "#56a64b",
+    "orange": "#ff9830",
+    "red": "#e02f44",
+    "blue": "#3274d9",
+    "text": "#464c54",
+    "purple": "#a352cc",
+    "yellow": "#e0b400",
+}
 BACKGROUND, PANEL, TEXT, MUTED, BORDER = "#111217", "#181b1f", "#ccccdc", "#8e8e8e", "#2c3235"
 LINE_COLORS = ["#73bf69", "#f2cc0c", "#8ab8ff", "#ff780a", "#f2495c", "#5794f2", "#b877d9", "#fade2a"]
 UNIT_PX, HEADER_PX = 34, 44  # one grid unit (Grafana: 30 px and a gap); the page's title line
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-                  "--force-device-scale-factor=1"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
+    "--force-device-scale-factor=1",
+]
 
 
 @dataclass
@@ -87,16 +103,29 @@ def _query(client: httpx.Client, expr: str, start: float, end: float, step: floa
     return out
 
 
-def run_queries(dashboard: dict[str, Any], prometheus: str, start: float, end: float, *, scrape_seconds: float = 15.0,
-                points: int = 240, values: dict[str, str] | None = None) -> dict[int, list[Result]]:
+def run_queries(
+    dashboard: dict[str, Any],
+    prometheus: str,
+    start: float,
+    end: float,
+    *,
+    scrape_seconds: float = 15.0,
+    points: int = 240,
+    values: dict[str, str] | None = None,
+) -> dict[int, list[Result]]:
     """Panel id -> each of its queries' results, the variables substituted as Grafana would."""
     step = max(1.0, math.ceil((end - start) / points))
     results: dict[int, list[Result]] = {}
     with httpx.Client(base_url=prometheus, timeout=30) as client:
         for panel in panels(dashboard):
             for target in panel.get("targets", []):
-                expr = substitute(target["expr"], step_seconds=step, scrape_seconds=scrape_seconds,
-                                  range_seconds=end - start, values=values)
+                expr = substitute(
+                    target["expr"],
+                    step_seconds=step,
+                    scrape_seconds=scrape_seconds,
+                    range_seconds=end - start,
+                    values=values,
+                )
                 result = Result(target.get("refId", ""), expr, target.get("legendFormat", ""))
                 try:
                     result.series = _query(client, expr, start, end, step, bool(target.get("instant")))
@@ -109,6 +138,7 @@ def run_queries(dashboard: dict[str, Any], prometheus: str, start: float, end: f
 # ---------------------------------------------------------------------------------------------
 # Formatting as Grafana's units do (the few the dashboards use).
 # ---------------------------------------------------------------------------------------------
+
 
 def _si(value: float, base: float = 1000, units: tuple[str, ...] = ("", "k", "M", "G", "T", "P")) -> str:
     i = 0
@@ -171,8 +201,9 @@ def _field(panel: dict[str, Any], ref: str = "", name: str = "") -> dict[str, An
     config = dict(panel.get("fieldConfig", {}).get("defaults", {}))
     for override in panel.get("fieldConfig", {}).get("overrides", []):
         matcher = override.get("matcher", {})
-        if (matcher.get("id") == "byFrameRefID" and matcher.get("options") == ref and ref) or \
-                (matcher.get("id") == "byName" and matcher.get("options") == name and name):
+        if (matcher.get("id") == "byFrameRefID" and matcher.get("options") == ref and ref) or (
+            matcher.get("id") == "byName" and matcher.get("options") == name and name
+        ):
             for prop in override.get("properties", []):
                 config[prop["id"]] = prop.get("value")
     return config
@@ -258,9 +289,13 @@ def _sparkline(series: Series) -> str:
         return ""
     low, high = min(values), max(values)
     span = (high - low) or 1.0
-    points = " ".join(f"{i / (len(values) - 1) * 100:.2f},{100 - (v - low) / span * 90:.2f}" for i, v in enumerate(values))
-    return (f'<svg viewBox="0 0 100 100" preserveAspectRatio="none"><polyline points="{points}" fill="none" '
-            f'stroke="{LINE_COLORS[2]}" stroke-opacity=".5" stroke-width="2" vector-effect="non-scaling-stroke"/></svg>')
+    points = " ".join(
+        f"{i / (len(values) - 1) * 100:.2f},{100 - (v - low) / span * 90:.2f}" for i, v in enumerate(values)
+    )
+    return (
+        f'<svg viewBox="0 0 100 100" preserveAspectRatio="none"><polyline points="{points}" fill="none" '
+        f'stroke="{LINE_COLORS[2]}" stroke-opacity=".5" stroke-width="2" vector-effect="non-scaling-stroke"/></svg>'
+    )
 
 
 def _stat(panel: dict[str, Any], results: list[Result], box: tuple[int, int]) -> str:
@@ -271,9 +306,11 @@ def _stat(panel: dict[str, Any], results: list[Result], box: tuple[int, int]) ->
         config = _field(panel)
         text = config.get("noValue") or "No data"
         background = color_for(config, math.inf * -1) if config.get("noValue") else "transparent"
-        return (f'<div class="tiles" style="grid-template-columns: 1fr"><div class="tile" data-name="" data-value=""'
-                f' data-text="{_esc(text)}" style="background:{background}"><div class="value" style="font-size:'
-                f'{min(64, box[1] // 3)}px">{_esc(text)}</div></div></div>')
+        return (
+            f'<div class="tiles" style="grid-template-columns: 1fr"><div class="tile" data-name="" data-value=""'
+            f' data-text="{_esc(text)}" style="background:{background}"><div class="value" style="font-size:'
+            f'{min(64, box[1] // 3)}px">{_esc(text)}</div></div></div>'
+        )
     cols = len(tiles) if len(tiles) <= 4 else math.ceil(math.sqrt(len(tiles) * box[0] / max(box[1], 1)))
     cols = max(1, min(cols, len(tiles)))
     rows = math.ceil(len(tiles) / cols)
@@ -282,8 +319,15 @@ def _stat(panel: dict[str, Any], results: list[Result], box: tuple[int, int]) ->
     for ref, name, value, series in tiles:
         config = _field(panel, ref)
         hit = mapped(config, value)
-        shown.append((name, value, series, config, *(hit if hit else (fmt(value, config.get("unit", "")),
-                                                                      color_for(config, value)))))
+        shown.append(
+            (
+                name,
+                value,
+                series,
+                config,
+                *(hit if hit else (fmt(value, config.get("unit", "")), color_for(config, value))),
+            )
+        )
     # As Grafana's auto size: as large as the tile allows for the longest text, the same on every tile.
     longest = max(3, *(len(text) for *_, text, _ in shown))
     size = int(max(14, min(tile_h * 0.45, (tile_w - 16) / (0.75 * longest), 150)))
@@ -292,10 +336,12 @@ def _stat(panel: dict[str, Any], results: list[Result], box: tuple[int, int]) ->
         style = f"background:{background}" if mode != "none" else "color:" + TEXT
         show_name = options.get("textMode") == "value_and_name" or len(tiles) > 1
         spark = _sparkline(series) if options.get("graphMode") == "area" else ""
-        out.append(f'<div class="tile" data-name="{_esc(name)}" data-value="{value}" data-text="{_esc(text)}"'
-                   f' style="{style}">{spark}<div class="value" style="font-size:{size}px">{_esc(text)}</div>'
-                   + (f'<div class="name" style="font-size:{max(12, size // 3)}px">{_esc(name)}</div>' if show_name else "")
-                   + "</div>")
+        out.append(
+            f'<div class="tile" data-name="{_esc(name)}" data-value="{value}" data-text="{_esc(text)}"'
+            f' style="{style}">{spark}<div class="value" style="font-size:{size}px">{_esc(text)}</div>'
+            + (f'<div class="name" style="font-size:{max(12, size // 3)}px">{_esc(name)}</div>' if show_name else "")
+            + "</div>"
+        )
     return f'<div class="tiles" style="grid-template-columns: repeat({cols}, 1fr)">{"".join(out)}</div>'
 
 
@@ -305,8 +351,12 @@ def _nice_step(span: float, unit: str, ticks: int = 4) -> float:
     if unit in ("bytes", "Bps"):
         return float(2 ** math.ceil(math.log2(raw)))
     if unit == "s" and raw >= 60:  # whole minutes, then whole hours
-        return float(next((m for m in (60, 120, 300, 600, 900, 1800, 3600) if m >= raw),
-                          3600 * 2 ** math.ceil(math.log2(raw / 3600))))
+        return float(
+            next(
+                (m for m in (60, 120, 300, 600, 900, 1800, 3600) if m >= raw),
+                3600 * 2 ** math.ceil(math.log2(raw / 3600)),
+            )
+        )
     magnitude = 10 ** math.floor(math.log10(raw))
     return next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
 
@@ -346,24 +396,34 @@ def _timeseries(panel: dict[str, Any], results: list[Result], box: tuple[int, in
     parts = [f'<svg class="chart" width="{width}" height="{height}" aria-label="{_esc(panel.get("title", ""))}">']
     tick = low
     while tick <= high + step / 2:
-        parts.append(f'<line x1="{left}" x2="{width - right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="{BORDER}"/>'
-                     f'<text class="tick" x="{left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{_esc(fmt(tick, unit))}</text>')
+        parts.append(
+            f'<line x1="{left}" x2="{width - right}" y1="{y(tick):.1f}" y2="{y(tick):.1f}" stroke="{BORDER}"/>'
+            f'<text class="tick" x="{left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{_esc(fmt(tick, unit))}</text>'
+        )
         tick += step
     for i in range(5):
         t = start + (end - start) * i / 4
         anchor = "start" if i == 0 else "end" if i == 4 else "middle"
-        parts.append(f'<text class="tick" x="{x(t):.1f}" y="{height - 3}" text-anchor="{anchor}">'
-                     f'{datetime.fromtimestamp(t):%H:%M:%S}</text>')
+        parts.append(
+            f'<text class="tick" x="{x(t):.1f}" y="{height - 3}" text-anchor="{anchor}">'
+            f"{datetime.fromtimestamp(t):%H:%M:%S}</text>"
+        )
     for value, c in thresholds:
-        parts.append(f'<line class="threshold" data-value="{value}" x1="{left}" x2="{width - right}" y1="{y(value):.1f}"'
-                     f' y2="{y(value):.1f}" stroke="{color(c)}" stroke-opacity=".75" stroke-width="1.5" stroke-dasharray="6,5"/>')
+        parts.append(
+            f'<line class="threshold" data-value="{value}" x1="{left}" x2="{width - right}" y1="{y(value):.1f}"'
+            f' y2="{y(value):.1f}" stroke="{color(c)}" stroke-opacity=".75" stroke-width="1.5" stroke-dasharray="6,5"/>'
+        )
     for name, s, c, dash in lines:
         points = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in zip(s.times, s.values) if not math.isnan(v))
-        parts.append(f'<polyline class="series" data-name="{_esc(name)}" data-last="{_last(s)}" points="{points}"'
-                     f' fill="none" stroke="{c}" stroke-width="2"' + (' stroke-dasharray="8,6"' if dash else "") + "/>")
+        parts.append(
+            f'<polyline class="series" data-name="{_esc(name)}" data-last="{_last(s)}" points="{points}"'
+            f' fill="none" stroke="{c}" stroke-width="2"' + (' stroke-dasharray="8,6"' if dash else "") + "/>"
+        )
     parts.append("</svg>")
-    keys = "".join(f'<span class="{"dashed" if dash else ""}" style="--c:{c}">{_esc(name[:40])}</span>'
-                   for name, _, c, dash in lines)
+    keys = "".join(
+        f'<span class="{"dashed" if dash else ""}" style="--c:{c}">{_esc(name[:40])}</span>'
+        for name, _, c, dash in lines
+    )
     return "".join(parts) + f'<div class="legend">{keys}</div>'
 
 
@@ -379,13 +439,19 @@ def _heatmap(panel: dict[str, Any], results: list[Result], box: tuple[int, int],
         row = bounds.index(float(s.labels["le"]))
         for t, v in zip(s.times, s.values):
             cumulative[row][index[t]] += 0.0 if math.isnan(v) else v
-    cells = [[cumulative[b][t] - (cumulative[b - 1][t] if b else 0) for t in range(len(times))] for b in range(len(bounds))]
+    cells = [
+        [cumulative[b][t] - (cumulative[b - 1][t] if b else 0) for t in range(len(times))] for b in range(len(bounds))
+    ]
     peak = max((v for row in cells for v in row), default=0) or 1.0
     width, height = box[0], box[1]
     w, h = width / max(len(times), 1), height / len(bounds)
-    rects = [f'<rect x="{i * w:.1f}" y="{height - (b + 1) * h:.1f}" width="{w + .5:.1f}" height="{h + .5:.1f}"'
-             f' fill="#ff780a" fill-opacity="{min(1.0, v / peak):.2f}"/>'
-             for b, row in enumerate(cells) for i, v in enumerate(row) if v > 0]
+    rects = [
+        f'<rect x="{i * w:.1f}" y="{height - (b + 1) * h:.1f}" width="{w + 0.5:.1f}" height="{h + 0.5:.1f}"'
+        f' fill="#ff780a" fill-opacity="{min(1.0, v / peak):.2f}"/>'
+        for b, row in enumerate(cells)
+        for i, v in enumerate(row)
+        if v > 0
+    ]
     return f'<svg class="chart" width="{width}" height="{height}">{"".join(rects)}</svg>'
 
 
@@ -429,18 +495,22 @@ def _table(panel: dict[str, Any], results: list[Result], box: tuple[int, int], e
             text = fmt(value, config.get("unit", ""), end) if isinstance(value, float) else str(value)
             hit = mapped(config, value)
             if hit and (config.get("custom.cellOptions") or {}).get("type") == "color-background":
-                cells.append(f'<td class="coloured" data-column="{_esc(name)}" style="background:{hit[1]}">'
-                             f"{_esc(hit[0])}</td>")
+                cells.append(
+                    f'<td class="coloured" data-column="{_esc(name)}" style="background:{hit[1]}">{_esc(hit[0])}</td>'
+                )
             else:
                 wrap = ' style="white-space:normal"' if (config.get("custom.cellOptions") or {}).get("wrapText") else ""
                 cells.append(f'<td data-column="{_esc(name)}"{wrap}>{_esc(hit[0] if hit else text)}</td>')
         body.append(f'<tr class="row">{"".join(cells)}</tr>')
-    return (f'<table style="font-size:{size}px"><thead style="font-size:{max(12, size * 2 // 3)}px"><tr>{head}</tr>'
-            f'</thead><tbody>{"".join(body)}</tbody></table>')
+    return (
+        f'<table style="font-size:{size}px"><thead style="font-size:{max(12, size * 2 // 3)}px"><tr>{head}</tr>'
+        f"</thead><tbody>{''.join(body)}</tbody></table>"
+    )
 
 
-def page(dashboard: dict[str, Any], results: dict[int, list[Result]], start: float, end: float,
-         width_px: int = 1920) -> str:
+def page(
+    dashboard: dict[str, Any], results: dict[int, list[Result]], start: float, end: float, width_px: int = 1920
+) -> str:
     """The dashboard's panels as one HTML page (no script, nothing fetched), each in its grid place."""
     drawn = [p for p in panels(dashboard)]
     height_units = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in drawn)
@@ -451,8 +521,9 @@ def page(dashboard: dict[str, Any], results: dict[int, list[Result]], start: flo
         left, top = round(g["x"] * unit_w) + 3, HEADER_PX + g["y"] * UNIT_PX + 3
         w, h = round(g["w"] * unit_w) - 6, g["h"] * UNIT_PX - 6
         if p.get("type") == "row":
-            boxes.append(f'<div class="row" style="position:absolute;left:{left}px;top:{top}px">'
-                         f'{_esc(p.get("title", ""))}</div>')
+            boxes.append(
+                f'<div class="row" style="position:absolute;left:{left}px;top:{top}px">{_esc(p.get("title", ""))}</div>'
+            )
             continue
         inner = (w - 14, h - 34)
         data = results.get(p["id"], [])
@@ -468,14 +539,19 @@ def page(dashboard: dict[str, Any], results: dict[int, list[Result]], start: flo
         else:
             content = _table(p, data, inner, end)
         unit = _field(p).get("unit", "")
-        boxes.append(f'<section class="panel" data-id="{p["id"]}" data-type="{p["type"]}" data-title="{_esc(p.get("title", ""))}"'
-                     f' style="left:{left}px;top:{top}px;width:{w}px;height:{h}px">'
-                     f'<h2 title="unit: {_esc(unit)}">{_esc(p.get("title", ""))}</h2><div class="body">{content}</div></section>')
+        boxes.append(
+            f'<section class="panel" data-id="{p["id"]}" data-type="{p["type"]}" data-title="{_esc(p.get("title", ""))}"'
+            f' style="left:{left}px;top:{top}px;width:{w}px;height:{h}px">'
+            f'<h2 title="unit: {_esc(unit)}">{_esc(p.get("title", ""))}</h2><div class="body">{content}</div></section>'
+        )
     window = f"{datetime.fromtimestamp(start):%Y-%m-%d %H:%M:%S} to {datetime.fromtimestamp(end):%H:%M:%S}"
-    return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{_esc(dashboard["title"])}</title>'
-            f"<style>{CSS}</style></head><body><header><div><h1 style=\"display:inline\">{_esc(dashboard['title'])}</h1>"
-            f'<span class="window">{window}</span></div><span class="notice">{_esc(NOTICE)}</span></header>'
-            + "".join(boxes) + f'<div style="height:{height_units * UNIT_PX}px"></div></body></html>')
+    return (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{_esc(dashboard["title"])}</title>'
+        f'<style>{CSS}</style></head><body><header><div><h1 style="display:inline">{_esc(dashboard["title"])}</h1>'
+        f'<span class="window">{window}</span></div><span class="notice">{_esc(NOTICE)}</span></header>'
+        + "".join(boxes)
+        + f'<div style="height:{height_units * UNIT_PX}px"></div></body></html>'
+    )
 
 
 def size_of(dashboard: dict[str, Any], width_px: int = 1920) -> tuple[int, int]:
@@ -487,17 +563,29 @@ def size_of(dashboard: dict[str, Any], width_px: int = 1920) -> tuple[int, int]:
 def chromium() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
-        raise FileNotFoundError("chromium not found: the preview is photographed by headless Chromium "
-                                "(Debian's chromium package; scripts/setup --test installs it)")
+        raise FileNotFoundError(
+            "chromium not found: the preview is photographed by headless Chromium "
+            "(Debian's chromium package; scripts/setup --test installs it)"
+        )
     return found
 
 
 def browse(page_path: Path, size: tuple[int, int], *args: str, timeout: float = 180) -> str:
     """Run headless Chromium on a local page (a profile of its own, nothing fetched); its stdout."""
     with tempfile.TemporaryDirectory(prefix="spyglass-chromium-") as profile:
-        done = subprocess.run([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                               f"--window-size={size[0]},{size[1]}", *args, page_path.resolve().as_uri()],
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [
+                chromium(),
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={profile}",
+                f"--window-size={size[0]},{size[1]}",
+                *args,
+                page_path.resolve().as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     if done.returncode != 0:
         raise RuntimeError(f"chromium failed ({done.returncode}): {done.stderr[-2000:]}")
     return done.stdout
@@ -512,8 +600,14 @@ def screenshot(page_path: Path, out: Path, size: tuple[int, int]) -> Path:
     return out
 
 
-def draw(dashboard: dict[str, Any], results: dict[int, list[Result]], start: float, end: float, out: Path,
-         width_px: int = 1920) -> Path:
+def draw(
+    dashboard: dict[str, Any],
+    results: dict[int, list[Result]],
+    start: float,
+    end: float,
+    out: Path,
+    width_px: int = 1920,
+) -> Path:
     """The dashboard drawn from its query results: `out` as a PNG photographed by Chromium, and the
     page it shows next to it (`out` with .html)."""
     html_path = out.with_suffix(".html")
@@ -529,14 +623,15 @@ def load(dashboard: str) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def main(prometheus: Annotated[str, typer.Option(help="Prometheus base URL")],
-         out: Annotated[Path, typer.Option(help="PNG file to write (the HTML page goes next to it)")],
-         start: Annotated[str, typer.Option("--from", help="unix seconds, ISO 8601 or now-1h")] = "now-1h",
-         end: Annotated[str, typer.Option("--to", help="unix seconds, ISO 8601 or now")] = "now",
-         dashboard: Annotated[str, typer.Option(help="uid in dashboards/generated or a JSON file")] = "spyglass-wall",
-         scrape_interval: Annotated[float, typer.Option(help="seconds; for $__rate_interval")] = 15.0,
-         var: Annotated[list[str] | None, typer.Option(help="NAME=VALUE, a template variable (default All)")] = None,
-         ) -> None:
+def main(
+    prometheus: Annotated[str, typer.Option(help="Prometheus base URL")],
+    out: Annotated[Path, typer.Option(help="PNG file to write (the HTML page goes next to it)")],
+    start: Annotated[str, typer.Option("--from", help="unix seconds, ISO 8601 or now-1h")] = "now-1h",
+    end: Annotated[str, typer.Option("--to", help="unix seconds, ISO 8601 or now")] = "now",
+    dashboard: Annotated[str, typer.Option(help="uid in dashboards/generated or a JSON file")] = "spyglass-wall",
+    scrape_interval: Annotated[float, typer.Option(help="seconds; for $__rate_interval")] = 15.0,
+    var: Annotated[list[str] | None, typer.Option(help="NAME=VALUE, a template variable (default All)")] = None,
+) -> None:
     """Draw a dashboard from Prometheus data: a preview of its queries, not Grafana."""
     now = time.time()
     t0, t1 = parse_time(start, now), parse_time(end, now)

@@ -18,6 +18,7 @@ request's context (see `instrument`), and the server span would then be that req
 No prompt or response text is recorded unless `capture_content=True`; attributes are capped at
 256 characters.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -104,8 +105,7 @@ async def _async_client_span_name(span: Any, request: Any) -> None:
 
 def tracer_provider(**kwargs: Any) -> TracerProvider:
     """A TracerProvider with the request-id rule and bounded attributes."""
-    return TracerProvider(id_generator=RequestIdGenerator(), span_limits=SpanLimits(max_attribute_length=256),
-                          **kwargs)
+    return TracerProvider(id_generator=RequestIdGenerator(), span_limits=SpanLimits(max_attribute_length=256), **kwargs)
 
 
 def otlp_tracing(endpoint: str, service: str) -> TracerProvider:
@@ -116,8 +116,9 @@ def otlp_tracing(endpoint: str, service: str) -> TracerProvider:
 
     provider = tracer_provider(resource=Resource.create({"service.name": service}))
     # A request makes about ten spans: the default queue (2048) would drop some in a burst of 200.
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces"),
-                                                   max_queue_size=32_768))
+    provider.add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces"), max_queue_size=32_768)
+    )
     return provider
 
 
@@ -140,9 +141,15 @@ def request_id() -> str | None:
     return hint.request_id if hint else None
 
 
-def annotate(*, input_tokens: int | None = None, output_tokens: int | None = None,
-             reasoning_tokens: int | None = None, finish: str | None = None, model: str | None = None,
-             **counted_by: int) -> None:
+def annotate(
+    *,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    reasoning_tokens: int | None = None,
+    finish: str | None = None,
+    model: str | None = None,
+    **counted_by: int,
+) -> None:
     """GenAI attributes on the current span; token counts by the layer that counted them."""
     span, facts = trace.get_current_span(), _facts.get()
     attributes: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "strata"}
@@ -164,8 +171,14 @@ def annotate(*, input_tokens: int | None = None, output_tokens: int | None = Non
     if facts is not None:
         facts.input_tokens = input_tokens if input_tokens is not None else facts.input_tokens
         facts.output_tokens = output_tokens if output_tokens is not None else facts.output_tokens
-        facts.attributes.update({k: v for k, v in attributes.items() if k.startswith("gen_ai.")
-                                 and k in ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model")})
+        facts.attributes.update(
+            {
+                k: v
+                for k, v in attributes.items()
+                if k.startswith("gen_ai.")
+                and k in ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model")
+            }
+        )
 
 
 def event(name: str, **attributes: int | str | bool) -> None:
@@ -182,18 +195,33 @@ class _Metrics:
     def __init__(self, meter_provider: Any) -> None:
         global _events_counter
         meter = (meter_provider or metrics.get_meter_provider()).get_meter("spyglass.instrument")
-        self.duration = meter.create_histogram("gen_ai.server.request.duration", "s", "GenAI request duration.",
-                                               explicit_bucket_boundaries_advisory=DURATION_BUCKETS)
-        self.ttft = meter.create_histogram("gen_ai.server.time_to_first_token", "s",
-                                           "Time to the first streamed chunk.",
-                                           explicit_bucket_boundaries_advisory=TTFT_BUCKETS)
-        self.tpot = meter.create_histogram("gen_ai.server.time_per_output_token", "s",
-                                           "Decode time per output token after the first.",
-                                           explicit_bucket_boundaries_advisory=TPOT_BUCKETS)
-        self.tokens = meter.create_histogram("gen_ai.client.token.usage", "{token}", "Tokens used, by type.",
-                                             explicit_bucket_boundaries_advisory=TOKEN_BUCKETS)
-        _events_counter = meter.create_counter("spyglass.genai.events", "{event}",
-                                               "Assembly drops, escapes, stops while reasoning, blind retries.")
+        self.duration = meter.create_histogram(
+            "gen_ai.server.request.duration",
+            "s",
+            "GenAI request duration.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        self.ttft = meter.create_histogram(
+            "gen_ai.server.time_to_first_token",
+            "s",
+            "Time to the first streamed chunk.",
+            explicit_bucket_boundaries_advisory=TTFT_BUCKETS,
+        )
+        self.tpot = meter.create_histogram(
+            "gen_ai.server.time_per_output_token",
+            "s",
+            "Decode time per output token after the first.",
+            explicit_bucket_boundaries_advisory=TPOT_BUCKETS,
+        )
+        self.tokens = meter.create_histogram(
+            "gen_ai.client.token.usage",
+            "{token}",
+            "Tokens used, by type.",
+            explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
+        )
+        _events_counter = meter.create_counter(
+            "spyglass.genai.events", "{event}", "Assembly drops, escapes, stops while reasoning, blind retries."
+        )
 
     def record(self, role: str, facts: RequestFacts, started: float, ended: float) -> None:
         attrs = facts.attributes or {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "strata"}
@@ -218,8 +246,7 @@ def _tag_request_id(span: Any, scope: dict) -> None:
 Asgi = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
 
 
-def instrument(app: Any, role: str, tracer_provider: TracerProvider | None = None,
-               meter_provider: Any = None) -> Asgi:
+def instrument(app: Any, role: str, tracer_provider: TracerProvider | None = None, meter_provider: Any = None) -> Asgi:
     """The app, traced: returns the ASGI callable to serve.
 
     Each request runs from an empty OpenTelemetry context, so its server span is a root or the child
@@ -232,14 +259,20 @@ def instrument(app: Any, role: str, tracer_provider: TracerProvider | None = Non
     """
     # No internal span per ASGI send/receive: a streamed reply would add one per chunk and bury the
     # engine phases in the trace; the first chunk's time is measured below instead.
-    FastAPIInstrumentor.instrument_app(app, tracer_provider=tracer_provider, meter_provider=meter_provider,
-                                       excluded_urls="health,v1/status", exclude_spans=["receive", "send"],
-                                       server_request_hook=_tag_request_id)
+    FastAPIInstrumentor.instrument_app(
+        app,
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        excluded_urls="health,v1/status",
+        exclude_spans=["receive", "send"],
+        server_request_hook=_tag_request_id,
+    )
     httpx_instrumentor = HTTPXClientInstrumentor()  # process-wide: the latest provider traces every client
     if httpx_instrumentor.is_instrumented_by_opentelemetry:
         httpx_instrumentor.uninstrument()
-    httpx_instrumentor.instrument(tracer_provider=tracer_provider, request_hook=client_span_name,
-                                  async_request_hook=_async_client_span_name)
+    httpx_instrumentor.instrument(
+        tracer_provider=tracer_provider, request_hook=client_span_name, async_request_hook=_async_client_span_name
+    )
     recorder = _Metrics(meter_provider)
     derived: OrderedDict[str, None] = OrderedDict()  # a retry with the same id must not reuse the span id
 
@@ -290,10 +323,15 @@ def instrument(app: Any, role: str, tracer_provider: TracerProvider | None = Non
             if message["type"] == "http.response.start":
                 if role == "gateway" and rid:  # the client learns the id it can trace
                     message = {**message, "headers": [*message.get("headers", []), (REQUEST_ID.encode(), rid.encode())]}
-                streaming = any(k == b"content-type" and v.startswith(b"text/event-stream")
-                                for k, v in message.get("headers", []))
-            elif message["type"] == "http.response.body" and streaming and facts.first_chunk is None \
-                    and message.get("body"):
+                streaming = any(
+                    k == b"content-type" and v.startswith(b"text/event-stream") for k, v in message.get("headers", [])
+                )
+            elif (
+                message["type"] == "http.response.body"
+                and streaming
+                and facts.first_chunk is None
+                and message.get("body")
+            ):
                 facts.first_chunk = time.monotonic()  # the first streamed chunk: TTFT
             await send(message)
 

@@ -1,6 +1,7 @@
 """Every DuckDB connection spyglass opens, through one door: no extension is ever loaded or
 installed behind our back (DuckDB would otherwise fetch `sqlite_scanner` from the network to
 open a SQLite file given as the store), and a file that is not a store is refused in one line."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -9,8 +10,11 @@ from typing import Any
 
 import duckdb
 
-SAFE = {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false",
-        "allow_community_extensions": "false"}
+SAFE = {
+    "autoinstall_known_extensions": "false",
+    "autoload_known_extensions": "false",
+    "allow_community_extensions": "false",
+}
 SQLITE_MAGIC = b"SQLite format 3\0"
 
 
@@ -19,8 +23,9 @@ class StoreUnusable(Exception):
     that cannot be written, a file that cannot be read."""
 
 
-def connect(path: str | Path = ":memory:", *, read_only: bool = False,
-            settings: Mapping[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
+def connect(
+    path: str | Path = ":memory:", *, read_only: bool = False, settings: Mapping[str, Any] | None = None
+) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with extension autoloading and autoinstall off, and `settings` (as strings)."""
     config: dict[str, Any] = {**SAFE, **{k: str(v) for k, v in (settings or {}).items()}}
     return duckdb.connect(str(path), read_only=read_only, config=config)

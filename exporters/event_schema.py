@@ -18,6 +18,7 @@ A field whose name is one of BASE's (`ts`, `kind`, `instance`: an infer row's ow
 is stored as `field_<name>` (`column_name`). Everything here is pure: it builds SQL text and Arrow
 tables, and touches no connection (exporters/store.py does).
 """
+
 from __future__ import annotations
 
 import re
@@ -36,8 +37,15 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 3  # 1: one `events` table with every field in a JSON column; 2: a table per kind; 3: and the
 # per-request rows (exporters/request_rows.py)
-BASE = (("seq", "BIGINT"), ("ts", "TIMESTAMPTZ NOT NULL"), ("source", "VARCHAR NOT NULL"), ("kind", "VARCHAR NOT NULL"),
-        ("instance", "VARCHAR"), ("host", "VARCHAR"), ("request_id", "VARCHAR"))
+BASE = (
+    ("seq", "BIGINT"),
+    ("ts", "TIMESTAMPTZ NOT NULL"),
+    ("source", "VARCHAR NOT NULL"),
+    ("kind", "VARCHAR NOT NULL"),
+    ("instance", "VARCHAR"),
+    ("host", "VARCHAR"),
+    ("request_id", "VARCHAR"),
+)
 RESERVED = frozenset({name for name, _ in BASE} | {"extra", "fields", "source_kind"})
 OTHER = "ev_other"
 
@@ -54,8 +62,15 @@ def arrow_types() -> dict[str, pa.DataType]:
 def base_arrow() -> list[tuple[str, pa.DataType]]:
     import pyarrow as pa
 
-    return [("seq", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")), ("source", pa.string()), ("kind", pa.string()),
-            ("instance", pa.string()), ("host", pa.string()), ("request_id", pa.string())]
+    return [
+        ("seq", pa.int64()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("source", pa.string()),
+        ("kind", pa.string()),
+        ("instance", pa.string()),
+        ("host", pa.string()),
+        ("request_id", pa.string()),
+    ]
 
 
 def column_name(field: str) -> str:
@@ -106,8 +121,11 @@ def table_name(source_kind: str, kind: str) -> str:
 @cache
 def kind_tables() -> dict[tuple[str, str], KindTable]:
     """Every declared kind's table, by (source kind, kind)."""
-    return {(sk, kind): KindTable(sk, kind, tuple(found.items()))
-            for sk, kinds in fields().items() for kind, found in kinds.items()}
+    return {
+        (sk, kind): KindTable(sk, kind, tuple(found.items()))
+        for sk, kinds in fields().items()
+        for kind, found in kinds.items()
+    }
 
 
 def source_kinds() -> list[str]:
@@ -127,8 +145,10 @@ def _source_view_sql(source_kind: str, tables: Iterable[KindTable]) -> str:
 def events_view_sql(tables: Iterable[KindTable]) -> str:
     """`events`: every event, fields as JSON, as the JSON store had it, plus its source kind."""
     common = ", ".join(name for name, _ in BASE)
-    parts = [f"SELECT {common}, {t.fields_json_sql()} AS fields, '{t.source_kind}' AS source_kind FROM {quoted(t.name)}"
-             for t in tables]
+    parts = [
+        f"SELECT {common}, {t.fields_json_sql()} AS fields, '{t.source_kind}' AS source_kind FROM {quoted(t.name)}"
+        for t in tables
+    ]
     parts.append(f"SELECT {common}, fields, NULL AS source_kind FROM {OTHER}")
     return f"CREATE OR REPLACE VIEW events AS {' UNION ALL '.join(parts)}"
 
@@ -160,6 +180,7 @@ def table_of(event: Event, sources: Mapping[str, str]) -> KindTable | None:
 
 
 # Arrow, for the bulk insert.
+
 
 def _int(value: Any) -> int | None:
     if value.__class__ is int:
@@ -199,11 +220,15 @@ COERCE = {"int": _int, "float": _float, "text": _text, "bool": _bool, "json": _j
 def _base(events: list[Event], seqs: list[int]) -> list[pa.Array]:
     import pyarrow as pa
 
-    return [pa.array(seqs, pa.int64()),
-            pa.array([round(e.ts * 1_000_000) for e in events], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-            pa.array([e.source for e in events], pa.string()), pa.array([e.kind for e in events], pa.string()),
-            pa.array([e.instance for e in events], pa.string()), pa.array([e.host for e in events], pa.string()),
-            pa.array([e.request_id for e in events], pa.string())]
+    return [
+        pa.array(seqs, pa.int64()),
+        pa.array([round(e.ts * 1_000_000) for e in events], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array([e.source for e in events], pa.string()),
+        pa.array([e.kind for e in events], pa.string()),
+        pa.array([e.instance for e in events], pa.string()),
+        pa.array([e.host for e in events], pa.string()),
+        pa.array([e.request_id for e in events], pa.string()),
+    ]
 
 
 def kind_arrow(table: KindTable, events: list[Event], seqs: list[int]) -> pa.Table:
@@ -235,7 +260,9 @@ def kind_arrow(table: KindTable, events: list[Event], seqs: list[int]) -> pa.Tab
     for i, e in enumerate(events):
         if not e.fields.keys() <= declared:
             extras[i] = {**(extras[i] or {}), **{k: v for k, v in e.fields.items() if k not in declared}}
-    columns.append(pa.array([None if x is None else orjson.dumps(x, default=str).decode() for x in extras], pa.string()))
+    columns.append(
+        pa.array([None if x is None else orjson.dumps(x, default=str).decode() for x in extras], pa.string())
+    )
     return pa.Table.from_arrays(columns, schema=table.arrow_schema())
 
 
@@ -255,8 +282,10 @@ def split(events: list[Event], first_seq: int, sources: Mapping[str, str]) -> di
         group = groups.setdefault(table.name if table else OTHER, (table, [], []))
         group[1].append(event)
         group[2].append(seq)
-    return {name: kind_arrow(table, found, seqs) if table else other_arrow(found, seqs)
-            for name, (table, found, seqs) in groups.items()}
+    return {
+        name: kind_arrow(table, found, seqs) if table else other_arrow(found, seqs)
+        for name, (table, found, seqs) in groups.items()
+    }
 
 
 def declared_columns(source_kind: str) -> KindFields:
@@ -275,10 +304,11 @@ def json_typed_select(source_kind: str, events: str, sources: str) -> str:
     columns = [f"e.{name}" for name, _ in BASE]
     for column, type_ in declared_columns(source_kind).items():
         field = column.removeprefix("field_") if column.startswith("field_") and column[6:] in RESERVED else column
-        value = (f"(e.fields->'{field}')" if type_ == "json"
-                 else f"TRY_CAST(e.fields->>'{field}' AS {SQL_TYPES[type_]})")
+        value = f"(e.fields->'{field}')" if type_ == "json" else f"TRY_CAST(e.fields->>'{field}' AS {SQL_TYPES[type_]})"
         columns.append(f"{value} AS {quoted(column)}")
     columns.append("NULL::JSON AS extra")
     kinds = ", ".join(f"'{kind}'" for sk, kind in kind_tables() if sk == source_kind)
-    return (f"SELECT {', '.join(columns)} FROM {events} e JOIN {sources} k ON k.source = e.source"
-            f" WHERE k.source_kind = '{source_kind}' AND e.kind IN ({kinds})")
+    return (
+        f"SELECT {', '.join(columns)} FROM {events} e JOIN {sources} k ON k.source = e.source"
+        f" WHERE k.source_kind = '{source_kind}' AND e.kind IN ({kinds})"
+    )

@@ -5,6 +5,7 @@ counter the engine reports cumulatively goes out as the engine's own value. Hist
 observable form in OpenTelemetry: while OTLP is on, a state hook records each observation into a
 synchronous histogram with the catalogue's bounds (counting from the agent's start).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -29,9 +30,15 @@ class OtelInstruments:
         self.histograms = {}
         for spec in state.catalogue:
             if spec.type == "histogram":
-                self.histograms[spec.name] = (spec, meter.create_histogram(
-                    spec.otel_name, unit=spec.otel_unit, description=spec.help,
-                    explicit_bucket_boundaries_advisory=list(spec.buckets)))
+                self.histograms[spec.name] = (
+                    spec,
+                    meter.create_histogram(
+                        spec.otel_name,
+                        unit=spec.otel_unit,
+                        description=spec.help,
+                        explicit_bucket_boundaries_advisory=list(spec.buckets),
+                    ),
+                )
             elif spec.type == "counter":
                 meter.create_observable_counter(spec.otel_name, [self._observer(spec)], spec.otel_unit, spec.help)
             else:
@@ -55,8 +62,9 @@ class OtelInstruments:
         self.provider.shutdown()
 
 
-def otlp_instruments(state: MetricState, endpoint: str, interval_seconds: float, host: str,
-                     version: str = "") -> OtelInstruments:
+def otlp_instruments(
+    state: MetricState, endpoint: str, interval_seconds: float, host: str, version: str = ""
+) -> OtelInstruments:
     """Instruments pushed to `endpoint` (an OTLP/HTTP base URL) every `interval_seconds`."""
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 

@@ -4,6 +4,7 @@ The pipeline hands every engine event to `EngineSpanExporter.observe`; when a re
 rejected) its phases (signals.spans) go out with their real timestamps, in the trace and under the
 serve span whose ids collectors.trace_ids derives from the request id. Open requests are bounded.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -40,13 +41,21 @@ class EngineSpanExporter:
         span = engine_span(events)
         if span is None:
             return
-        parent = SpanContext(trace_id_for(request_id), span_id_for("serve", request_id), is_remote=True,
-                             trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        parent = SpanContext(
+            trace_id_for(request_id),
+            span_id_for("serve", request_id),
+            is_remote=True,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        )
         self._export(span, trace.set_span_in_context(NonRecordingSpan(parent)), request_id)
 
     def _export(self, span: PhaseSpan, context, request_id: str) -> None:
-        otel = self.tracer.start_span(span.name, context=context, start_time=int(span.start * 1e9),
-                                      attributes={**span.attributes, "spyglass.request.id": request_id})
+        otel = self.tracer.start_span(
+            span.name,
+            context=context,
+            start_time=int(span.start * 1e9),
+            attributes={**span.attributes, "spyglass.request.id": request_id},
+        )
         if span.error:
             otel.set_status(Status(StatusCode.ERROR, span.error))
         child_context = trace.set_span_in_context(otel)

@@ -64,6 +64,7 @@ so a redo replaces it) and counted in `spyglass_parquet_rows_set_aside_total`; t
 range is published. A publication that fails (disk full, a bug) is logged, counted in
 `spyglass_parquet_publish_failures_total` and retried the next interval.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -85,9 +86,18 @@ from spyglass.exporters.segment_schema import conform, from_json_segment, rows_s
 from spyglass.exporters.store import LAST_STORABLE_SECONDS, DuckDBStore, Publication
 from spyglass.signals.state import MetricState
 
-JSON_SEGMENT_SCHEMA = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("seq", pa.int64()), ("source", pa.string()),
-                                 ("kind", pa.string()), ("instance", pa.string()), ("host", pa.string()),
-                                 ("request_id", pa.string()), ("fields", pa.string())])  # before the typed store
+JSON_SEGMENT_SCHEMA = pa.schema(
+    [
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("seq", pa.int64()),
+        ("source", pa.string()),
+        ("kind", pa.string()),
+        ("instance", pa.string()),
+        ("host", pa.string()),
+        ("request_id", pa.string()),
+        ("fields", pa.string()),
+    ]
+)  # before the typed store
 GLOB = "host=*/date=*/hour=*/*.parquet"
 ROW_GROUP = 122_880  # DuckDB's own row group: a 15-minute window reads a few, not the hour
 SORT = [("ts", "ascending"), ("seq", "ascending")]
@@ -111,8 +121,9 @@ def partition(folder: Path, host: str, hour: datetime) -> Path:
 def hour_start(hour_dir: Path) -> float:
     """Epoch seconds of the hour a `.../date=D/hour=H` folder holds."""
     day = hour_dir.parent.name.removeprefix("date=")
-    return datetime.strptime(f"{day} {hour_dir.name.removeprefix('hour=')}", "%Y-%m-%d %H") \
-        .replace(tzinfo=UTC).timestamp()
+    return (
+        datetime.strptime(f"{day} {hour_dir.name.removeprefix('hour=')}", "%Y-%m-%d %H").replace(tzinfo=UTC).timestamp()
+    )
 
 
 def fsync_dir(path: Path) -> None:
@@ -166,8 +177,19 @@ def memory_bytes(store: DuckDBStore) -> int | None:
     try:
         [(limit,)] = store.con.execute("SELECT current_setting('memory_limit')").fetchall()
         number, unit = str(limit).split()
-        return int(float(number) * {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
-                                    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}[unit])
+        return int(
+            float(number)
+            * {
+                "KiB": 1 << 10,
+                "MiB": 1 << 20,
+                "GiB": 1 << 30,
+                "TiB": 1 << 40,
+                "KB": 10**3,
+                "MB": 10**6,
+                "GB": 10**9,
+                "TB": 10**12,
+            }[unit]
+        )
     except Exception:  # noqa: BLE001 - an unknown format: batches are sized by failures alone
         return None
 
@@ -177,8 +199,18 @@ class ParquetPublisher:
     argument), compacts closed hours and applies retention. Runs on the thread that commits
     (it reads the store's connection); `tick` never raises, `flush` does."""
 
-    def __init__(self, store: DuckDBStore, clock: Clock, folder: Path, *, host: str, interval: float,
-                 retain_hours: float | None = None, max_rows: int = 500_000, state: MetricState | None = None) -> None:
+    def __init__(
+        self,
+        store: DuckDBStore,
+        clock: Clock,
+        folder: Path,
+        *,
+        host: str,
+        interval: float,
+        retain_hours: float | None = None,
+        max_rows: int = 500_000,
+        state: MetricState | None = None,
+    ) -> None:
         self.store, self.clock, self.folder, self.state = store, clock, folder, state
         self.interval, self.retain_hours, self.max_rows = interval, retain_hours, max_rows
         self.staging = folder / ".staging" / quote(host, safe="")
@@ -205,9 +237,13 @@ class ParquetPublisher:
             self.run_once()
         except Exception as exc:  # noqa: BLE001 - disk full, a bug: the agent lives on, retried
             self._count("spyglass_parquet_publish_failures_total", 1)
-            logger.error("parquet publication failed ({}); retried in {:.0f} s with batches of at most {:,} rows,"
-                         " nothing is lost", str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__,
-                         self.interval, self.batch_rows)
+            logger.error(
+                "parquet publication failed ({}); retried in {:.0f} s with batches of at most {:,} rows,"
+                " nothing is lost",
+                str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__,
+                self.interval,
+                self.batch_rows,
+            )
 
     def flush(self) -> None:
         """Publish everything committed, compact what is closed, apply retention; raises."""
@@ -286,8 +322,15 @@ class ParquetPublisher:
         self.set_aside.mkdir(parents=True, exist_ok=True)
         write_atomically(bad, self.set_aside / part_name(first, last))
         self._count("spyglass_parquet_rows_set_aside_total", bad.num_rows)
-        logger.error("{} row(s) of seqs {}-{} have a timestamp no partition can name (e.g. seq {}); set aside"
-                     " in {}, the rest is published", bad.num_rows, first, last, bad["seq"][0].as_py(), self.set_aside)
+        logger.error(
+            "{} row(s) of seqs {}-{} have a timestamp no partition can name (e.g. seq {}); set aside"
+            " in {}, the rest is published",
+            bad.num_rows,
+            first,
+            last,
+            bad["seq"][0].as_py(),
+            self.set_aside,
+        )
         return rows.filter(good)
 
     def _count(self, name: str, n: int) -> None:
@@ -358,8 +401,11 @@ class ParquetPublisher:
             dropped = self.store.delete_unpublished(cutoff, done.published)
             if dropped:
                 self._count("spyglass_parquet_rows_dropped_unpublished_total", dropped)
-                logger.error("no Parquet publication has succeeded for retain_hours ({:g} h): {:,} stored row(s)"
-                             " past the horizon were deleted unpublished, so that the store does not grow without"
-                             " bound (counted in spyglass_parquet_rows_dropped_unpublished_total)",
-                             self.retain_hours, dropped)
+                logger.error(
+                    "no Parquet publication has succeeded for retain_hours ({:g} h): {:,} stored row(s)"
+                    " past the horizon were deleted unpublished, so that the store does not grow without"
+                    " bound (counted in spyglass_parquet_rows_dropped_unpublished_total)",
+                    self.retain_hours,
+                    dropped,
+                )
         return deleted

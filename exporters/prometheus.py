@@ -10,6 +10,7 @@ histograms) the latest observation of each bucket as an exemplar `# {trace_id="<
 timestamp`. The trace id is `trace_id_for(request id)`, the id the gateway and serve spans carry
 and `spyglass trace` resolves. Anyone else gets the classic text format, unchanged.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -18,6 +18,7 @@ kill -9, equal to the aggregate over all the request's events whatever the batch
 fills the tables from stored events (a store made before them); `from_events_sql` gives the same rows
 from any relation of typed events (Parquet segments), for a query that has no tables.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -30,8 +31,13 @@ from spyglass.collectors.fields import SQL_TYPES, fields
 from spyglass.exporters.event_schema import BASE, KindTable, column_name, kind_tables, quoted
 
 SPAN = timedelta(days=1)  # how long after a request's first event a later event still joins its row
-MIN, MAX, OR, SUM, FIRST = ("least({t}, {b})", "greatest({t}, {b})", "greatest({t}, {b})", "{t} + {b}",
-                            "coalesce({t}, {b})")  # greatest and least skip a NULL; false < true
+MIN, MAX, OR, SUM, FIRST = (
+    "least({t}, {b})",
+    "greatest({t}, {b})",
+    "greatest({t}, {b})",
+    "{t} + {b}",
+    "coalesce({t}, {b})",
+)  # greatest and least skip a NULL; false < true
 
 
 @dataclass(frozen=True)
@@ -62,8 +68,11 @@ class RowTable:
         return [t.name for t in self._kind_tables()]
 
     def _kind_tables(self) -> list[KindTable]:
-        return [t for (sk, kind), t in kind_tables().items()
-                if sk == self.source_kind and (self.kinds is None or kind in self.kinds)]
+        return [
+            t
+            for (sk, kind), t in kind_tables().items()
+            if sk == self.source_kind and (self.kinds is None or kind in self.kinds)
+        ]
 
     def events_sql(self, where: str, names: Iterable[str] | None = None) -> str:
         """The events it reads (of the kind tables `names`, default all) matching `where`, every
@@ -75,8 +84,10 @@ class RowTable:
         parts = []
         for t in tables:
             have = {name for name, _ in BASE} | {column_name(f) for f, _ in t.fields}
-            select = ", ".join(quoted(c) if c in have else f"NULL::{ty.replace(' NOT NULL', '')} AS {quoted(c)}"
-                               for c, ty in columns.items())
+            select = ", ".join(
+                quoted(c) if c in have else f"NULL::{ty.replace(' NOT NULL', '')} AS {quoted(c)}"
+                for c, ty in columns.items()
+            )
             parts.append(f"SELECT {select} FROM {quoted(t.name)} WHERE {where}")
         return " UNION ALL ".join(parts)
 
@@ -121,55 +132,136 @@ ENGINE_TABLE = "requests_engine"
 @cache
 def row_tables() -> dict[str, RowTable]:
     e, g, i = _Fields("engine_log"), _Fields("gateway_log"), _Fields("infer_store")
-    engine = RowTable(ENGINE_TABLE, "engine_log", ("queued", "prompt", "thinking", "tool_call", "done", "rejected"),
-                      "true", (("source", "VARCHAR", "source"), ("request_id", "VARCHAR", "request_id"),
-                               ("task", e.type("task"), quoted(column_name("task"))),
-                               ("lone_seq", "BIGINT", "CASE WHEN request_id IS NULL THEN seq END")), (
-        Column("instance", "VARCHAR", "any_value(instance)", FIRST), FIRST_TS,
-        e.max("conv", "conv", "queued"), e.max("prefill_depth", "prefill_depth", "queued"),
-        e.max("prompt_tokens", "prompt", "prompt"), e.max("reused_tokens", "reused", "prompt"),
-        e.max("read_tokens", "read", "prompt"), e.max("prefill_ms", "ms", "prompt"), latest("prompt_ts", "prompt"),
-        e.max("thinking_tokens", "tokens", "thinking"), e.max("thinking_max", "max", "thinking"),
-        e.max("thinking_cause", "cause", "thinking"), seen("wrote_tool_call", "tool_call"),
-        e.max("finish", "finish", "done"), e.max("completion_tokens", "completion", "done"),
-        e.max("ttft_ms", "ttft_ms", "done"), e.max("decode_tps", "decode_tps", "done"), latest("done_ts", "done"),
-        e.max("rejected_status", "status", "rejected"), e.max("rejected_code", "code", "rejected"),
-        e.max("rejected_prompt", "prompt", "rejected"), e.max("rejected_window", "window", "rejected")))
-    gateway = RowTable("requests_gateway", "gateway_log", None, "request_id IS NOT NULL",
-                       (("request_id", "VARCHAR", "request_id"),), (
-        FIRST_TS, Column("instance", "VARCHAR", "any_value(instance)", FIRST), g.max("session", "session", "request"),
-        g.max("lane", "lane"), g.max("mode", "mode"), g.max("client_msgs", "client_msgs"),
-        g.max("sent_msgs", "sent_msgs"), g.max("chars", "chars", "request"), g.max("cjk", "cjk", "request"),
-        g.max("est_tokens", "est_tokens"), g.max("max_tokens", "max_tokens", "request"),
-        g.max("precheck_tokens", "count_tokens", "precheck"), g.max("precheck_window", "window", "precheck"),
-        g.max("precheck_room", "room", "precheck"), g.max("clamped_max_tokens", "max_to", "clamp"),
-        g.max("thinking_budget", "thinking_budget", "clamp"), g.max("done_status", "status", "done"),
-        g.max("overfit_status", "status", "overfit"), g.max("reject_status", "status", "reject"),
-        g.max("engine_prompt", "engine_prompt", "done"), g.max("completion_tokens", "completion", "done"),
-        g.max("finish", "finish", "done"), g.max("tool_calls", "tool_calls", "done"),
-        g.max("content_chars", "content_chars", "done"), g.max("ttft_ms", "ttft_ms", "done"),
-        g.max("dur_ms", "dur_ms", "done"),
-        Column("overfits", "BIGINT", "count(*) FILTER (WHERE kind = 'overfit')", SUM),
-        g.max("overfit_prompt", "prompt", "overfit"), g.max("overfit_max", "max", "overfit"),
-        g.max("overfit_upstream", "upstream", "overfit"), seen("retried", "retry_on_overfit"),
-        g.max("reject_reason", "reason", "reject")))
+    engine = RowTable(
+        ENGINE_TABLE,
+        "engine_log",
+        ("queued", "prompt", "thinking", "tool_call", "done", "rejected"),
+        "true",
+        (
+            ("source", "VARCHAR", "source"),
+            ("request_id", "VARCHAR", "request_id"),
+            ("task", e.type("task"), quoted(column_name("task"))),
+            ("lone_seq", "BIGINT", "CASE WHEN request_id IS NULL THEN seq END"),
+        ),
+        (
+            Column("instance", "VARCHAR", "any_value(instance)", FIRST),
+            FIRST_TS,
+            e.max("conv", "conv", "queued"),
+            e.max("prefill_depth", "prefill_depth", "queued"),
+            e.max("prompt_tokens", "prompt", "prompt"),
+            e.max("reused_tokens", "reused", "prompt"),
+            e.max("read_tokens", "read", "prompt"),
+            e.max("prefill_ms", "ms", "prompt"),
+            latest("prompt_ts", "prompt"),
+            e.max("thinking_tokens", "tokens", "thinking"),
+            e.max("thinking_max", "max", "thinking"),
+            e.max("thinking_cause", "cause", "thinking"),
+            seen("wrote_tool_call", "tool_call"),
+            e.max("finish", "finish", "done"),
+            e.max("completion_tokens", "completion", "done"),
+            e.max("ttft_ms", "ttft_ms", "done"),
+            e.max("decode_tps", "decode_tps", "done"),
+            latest("done_ts", "done"),
+            e.max("rejected_status", "status", "rejected"),
+            e.max("rejected_code", "code", "rejected"),
+            e.max("rejected_prompt", "prompt", "rejected"),
+            e.max("rejected_window", "window", "rejected"),
+        ),
+    )
+    gateway = RowTable(
+        "requests_gateway",
+        "gateway_log",
+        None,
+        "request_id IS NOT NULL",
+        (("request_id", "VARCHAR", "request_id"),),
+        (
+            FIRST_TS,
+            Column("instance", "VARCHAR", "any_value(instance)", FIRST),
+            g.max("session", "session", "request"),
+            g.max("lane", "lane"),
+            g.max("mode", "mode"),
+            g.max("client_msgs", "client_msgs"),
+            g.max("sent_msgs", "sent_msgs"),
+            g.max("chars", "chars", "request"),
+            g.max("cjk", "cjk", "request"),
+            g.max("est_tokens", "est_tokens"),
+            g.max("max_tokens", "max_tokens", "request"),
+            g.max("precheck_tokens", "count_tokens", "precheck"),
+            g.max("precheck_window", "window", "precheck"),
+            g.max("precheck_room", "room", "precheck"),
+            g.max("clamped_max_tokens", "max_to", "clamp"),
+            g.max("thinking_budget", "thinking_budget", "clamp"),
+            g.max("done_status", "status", "done"),
+            g.max("overfit_status", "status", "overfit"),
+            g.max("reject_status", "status", "reject"),
+            g.max("engine_prompt", "engine_prompt", "done"),
+            g.max("completion_tokens", "completion", "done"),
+            g.max("finish", "finish", "done"),
+            g.max("tool_calls", "tool_calls", "done"),
+            g.max("content_chars", "content_chars", "done"),
+            g.max("ttft_ms", "ttft_ms", "done"),
+            g.max("dur_ms", "dur_ms", "done"),
+            Column("overfits", "BIGINT", "count(*) FILTER (WHERE kind = 'overfit')", SUM),
+            g.max("overfit_prompt", "prompt", "overfit"),
+            g.max("overfit_max", "max", "overfit"),
+            g.max("overfit_upstream", "upstream", "overfit"),
+            seen("retried", "retry_on_overfit"),
+            g.max("reject_reason", "reason", "reject"),
+        ),
+    )
     body = "request_body"
-    infer = RowTable("requests_infer", "infer_store", ("request", body), "request_id IS NOT NULL",
-                     (("request_id", "VARCHAR", "request_id"),), (
-        Column("ts", "TIMESTAMPTZ", "coalesce(min(ts) FILTER (WHERE kind = 'request'), min(ts))",
-               "coalesce(least({t:request_ts}, {b:request_ts}), least({t:first_ts}, {b:first_ts}))"),
-        Column("request_ts", "TIMESTAMPTZ", "min(ts) FILTER (WHERE kind = 'request')", MIN),
-        Column("first_ts", "TIMESTAMPTZ", "min(ts)", MIN),
-        *(i.max(name, name, "request") for name in ("session",)), i.max("lane", "lane"),
-        *(i.max(name, name, "request") for name in (
-            "upstream", "mode", "client_msgs", "sent_msgs", "chars", "est_tokens", "prompt_tokens",
-            "completion_tokens", "max_tokens", "status", "finish", "tool_calls", "content_chars", "reasoning_chars",
-            "ttft_ms", "dur_ms", "seg")),
-        i.max("segment", "segment", body), seen("has_body", body), i.max("special_literals", "special_literals", body),
-        i.any("thinking_only", body, "thinking_only"), i.max("invalid_tool_json", "invalid_tool_json", body),
-        i.any("anchor_survived", body, "anchor_survived"), i.any("offered_tools", body, "offered_tools"),
-        i.any("plan_then_stop", body, "plan_then_stop"), i.max("body_finish", "finish", body),
-        i.max("body_tool_calls", "tool_calls", body), i.max("body_content_chars", "content_chars", body)))
+    infer = RowTable(
+        "requests_infer",
+        "infer_store",
+        ("request", body),
+        "request_id IS NOT NULL",
+        (("request_id", "VARCHAR", "request_id"),),
+        (
+            Column(
+                "ts",
+                "TIMESTAMPTZ",
+                "coalesce(min(ts) FILTER (WHERE kind = 'request'), min(ts))",
+                "coalesce(least({t:request_ts}, {b:request_ts}), least({t:first_ts}, {b:first_ts}))",
+            ),
+            Column("request_ts", "TIMESTAMPTZ", "min(ts) FILTER (WHERE kind = 'request')", MIN),
+            Column("first_ts", "TIMESTAMPTZ", "min(ts)", MIN),
+            *(i.max(name, name, "request") for name in ("session",)),
+            i.max("lane", "lane"),
+            *(
+                i.max(name, name, "request")
+                for name in (
+                    "upstream",
+                    "mode",
+                    "client_msgs",
+                    "sent_msgs",
+                    "chars",
+                    "est_tokens",
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "max_tokens",
+                    "status",
+                    "finish",
+                    "tool_calls",
+                    "content_chars",
+                    "reasoning_chars",
+                    "ttft_ms",
+                    "dur_ms",
+                    "seg",
+                )
+            ),
+            i.max("segment", "segment", body),
+            seen("has_body", body),
+            i.max("special_literals", "special_literals", body),
+            i.any("thinking_only", body, "thinking_only"),
+            i.max("invalid_tool_json", "invalid_tool_json", body),
+            i.any("anchor_survived", body, "anchor_survived"),
+            i.any("offered_tools", body, "offered_tools"),
+            i.any("plan_then_stop", body, "plan_then_stop"),
+            i.max("body_finish", "finish", body),
+            i.max("body_tool_calls", "tool_calls", body),
+            i.max("body_content_chars", "content_chars", body),
+        ),
+    )
     return {t.name: t for t in (engine, gateway, infer)}
 
 
@@ -192,9 +284,11 @@ RESTORES = "SELECT source, ts, conv, origin FROM {events} WHERE kind = 'restore'
 def with_origin_sql(rows: str, restores: str) -> str:
     """Engine rows with `reuse_origin`: the origin of the last restore of the task's conversation at or
     before its prompt (or its queue, with no prompt), if that restore is not older than the task."""
-    return (f"SELECT t.*, CASE WHEN r.ts >= t.ts THEN r.origin END AS reuse_origin FROM ({rows}) t"
-            f" ASOF LEFT JOIN ({restores}) r ON r.source = t.source AND r.conv = t.conv"
-            f" AND coalesce(t.prompt_ts, t.ts) >= r.ts")
+    return (
+        f"SELECT t.*, CASE WHEN r.ts >= t.ts THEN r.origin END AS reuse_origin FROM ({rows}) t"
+        f" ASOF LEFT JOIN ({restores}) r ON r.source = t.source AND r.conv = t.conv"
+        f" AND coalesce(t.prompt_ts, t.ts) >= r.ts"
+    )
 
 
 def from_events_sql(table: RowTable, events: str) -> str:
@@ -231,7 +325,7 @@ def _merge_value(column: Column) -> str:
         while f"{{{side}:" in rule:
             start = rule.index(f"{{{side}:")
             end = rule.index("}", start)
-            rule = rule[:start] + f"{alias}.{quoted(rule[start + 3:end])}" + rule[end + 1:]
+            rule = rule[:start] + f"{alias}.{quoted(rule[start + 3 : end])}" + rule[end + 1 :]
     return rule
 
 
@@ -240,10 +334,12 @@ def merge_sql(table: RowTable, batch: str) -> str:
     any other inserted. `$lo` bounds the rows looked at (zonemaps on ts: the last SPAN of a big table)."""
     sets = ", ".join(f"{quoted(c.name)} = {_merge_value(c)}" for c in table.columns)
     names = [c for c, _, _ in table.key] + [c.name for c in table.columns]
-    return (f"MERGE INTO {quoted(table.name)} t USING {batch} b ON {_match(table, 't', 'b')} AND t.ts >= $lo"
-            f" WHEN MATCHED THEN UPDATE SET {sets}"
-            f" WHEN NOT MATCHED THEN INSERT ({', '.join(map(quoted, names))})"
-            f" VALUES ({', '.join('b.' + quoted(n) for n in names)})")
+    return (
+        f"MERGE INTO {quoted(table.name)} t USING {batch} b ON {_match(table, 't', 'b')} AND t.ts >= $lo"
+        f" WHEN MATCHED THEN UPDATE SET {sets}"
+        f" WHEN NOT MATCHED THEN INSERT ({', '.join(map(quoted, names))})"
+        f" VALUES ({', '.join('b.' + quoted(n) for n in names)})"
+    )
 
 
 def origin_sql(batch: str) -> str:
@@ -257,13 +353,13 @@ UPDATE {ENGINE_TABLE} t SET reuse_origin = p.origin FROM (
   SELECT a.*, arg_max(r.origin, r.ts) AS origin FROM (
     SELECT {keys}, conv, ts, coalesce(prompt_ts, ts) AS until FROM {ENGINE_TABLE} x
     WHERE ts >= $lo AND conv IS NOT NULL AND (
-      EXISTS (SELECT 1 FROM {batch} b WHERE {_match(table, 'x', 'b')})
+      EXISTS (SELECT 1 FROM {batch} b WHERE {_match(table, "x", "b")})
       OR EXISTS (SELECT 1 FROM {restore} n WHERE n.seq BETWEEN $first AND $last AND n.source = x.source
                  AND n.conv = x.conv))
   ) a LEFT JOIN (SELECT source, conv, ts, origin FROM {restore} WHERE ts >= $lo) r
     ON r.source = a.source AND r.conv = a.conv AND r.ts BETWEEN a.ts AND a.until
   GROUP BY ALL
-) p WHERE {_match(table, 't', 'p')} AND t.ts >= $lo AND t.reuse_origin IS DISTINCT FROM p.origin"""
+) p WHERE {_match(table, "t", "p")} AND t.ts >= $lo AND t.reuse_origin IS DISTINCT FROM p.origin"""
 
 
 def maintain(con: Any, written: Mapping[str, Any], first: int, last: int) -> None:

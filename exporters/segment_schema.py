@@ -12,6 +12,7 @@ another) is stored in the widest of them (`SEGMENT_TYPES`: int and float as floa
 with text as text); `source_view_sql` casts it back to the source kind's own type, so a query over
 the segments sees the same types as over the store. Everything here is pure: SQL text and Arrow.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -25,11 +26,24 @@ from spyglass.collectors.fields import SQL_TYPES, FieldType
 from spyglass.exporters import event_schema
 from spyglass.exporters.event_schema import OTHER, KindTable, column_name, kind_tables, quoted
 
-COMMON = [("ts", pa.timestamp("us", tz="UTC")), ("seq", pa.int64()), ("source", pa.string()), ("kind", pa.string()),
-          ("instance", pa.string()), ("host", pa.string()), ("request_id", pa.string()), ("source_kind", pa.string())]
+COMMON = [
+    ("ts", pa.timestamp("us", tz="UTC")),
+    ("seq", pa.int64()),
+    ("source", pa.string()),
+    ("kind", pa.string()),
+    ("instance", pa.string()),
+    ("host", pa.string()),
+    ("request_id", pa.string()),
+    ("source_kind", pa.string()),
+]
 JSON = pa.json_(pa.string())
-ARROW: dict[str, pa.DataType] = {"int": pa.int64(), "float": pa.float64(), "text": pa.string(), "bool": pa.bool_(),
-                                 "json": JSON}
+ARROW: dict[str, pa.DataType] = {
+    "int": pa.int64(),
+    "float": pa.float64(),
+    "text": pa.string(),
+    "bool": pa.bool_(),
+    "json": JSON,
+}
 
 
 def widest(types: set[FieldType]) -> FieldType:
@@ -67,19 +81,25 @@ def rows_sql(tables: list[KindTable]) -> str:
     """SELECT every stored event with $1 <= seq <= $2 in the segments' columns, ordered by (ts, seq);
     a column a kind does not have is NULL."""
     common = "ts, seq, source, kind, instance, host, request_id"
-    parts = [f"SELECT {common}, '{t.source_kind}' AS source_kind, "
-             + "".join(f"{_stored(column_name(f), ty)}, " for f, ty in t.fields)
-             + f"extra::VARCHAR AS extra FROM {quoted(t.name)} WHERE seq BETWEEN $1 AND $2" for t in tables]
-    parts.append(f"SELECT {common}, NULL::VARCHAR AS source_kind, fields::VARCHAR AS extra FROM {OTHER}"
-                 " WHERE seq BETWEEN $1 AND $2")
+    parts = [
+        f"SELECT {common}, '{t.source_kind}' AS source_kind, "
+        + "".join(f"{_stored(column_name(f), ty)}, " for f, ty in t.fields)
+        + f"extra::VARCHAR AS extra FROM {quoted(t.name)} WHERE seq BETWEEN $1 AND $2"
+        for t in tables
+    ]
+    parts.append(
+        f"SELECT {common}, NULL::VARCHAR AS source_kind, fields::VARCHAR AS extra FROM {OTHER}"
+        " WHERE seq BETWEEN $1 AND $2"
+    )
     return f"SELECT * FROM ({' UNION ALL BY NAME '.join(parts)}) ORDER BY ts, seq"
 
 
 def conform(table: pa.Table) -> pa.Table:
     """Rows with some of the segments' columns (as `rows_sql` gives them) in exactly the segments' schema."""
     schema = segment_schema()
-    arrays = [table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
-              for f in schema]
+    arrays = [
+        table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type) for f in schema
+    ]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -88,8 +108,15 @@ def from_json_segment(old: pa.Table, sources: Mapping[str, str]) -> pa.Table:
     event typed as the store types it (`event_schema.kind_arrow`): undeclared fields kept in `extra`."""
     events: dict[str, tuple[KindTable | None, list[Event], list[int]]] = {}
     for row in old.to_pylist():
-        event = Event(row["ts"].timestamp(), row["source"], row["kind"], row["instance"],
-                      orjson.loads(row["fields"]) if row["fields"] else {}, row["request_id"], row["host"] or "")
+        event = Event(
+            row["ts"].timestamp(),
+            row["source"],
+            row["kind"],
+            row["instance"],
+            orjson.loads(row["fields"]) if row["fields"] else {},
+            row["request_id"],
+            row["host"] or "",
+        )
         table = event_schema.table_of(event, sources)
         group = events.setdefault(table.name if table else OTHER, (table, [], []))
         group[1].append(event)
@@ -116,8 +143,10 @@ def source_view_sql(source_kind: str, segments: str) -> str:
     """`events_<source kind>` over the segments (a CTE body): the store's view of the same name, its
     columns typed as the source kind declares them."""
     body = "".join(f"{_typed(c, t)} AS {quoted(c)}, " for c, t in event_schema.declared_columns(source_kind).items())
-    return (f"SELECT seq, ts, source, kind, instance, host, request_id, {body}extra FROM {segments}"
-            f" WHERE source_kind = '{source_kind}'")
+    return (
+        f"SELECT seq, ts, source, kind, instance, host, request_id, {body}extra FROM {segments}"
+        f" WHERE source_kind = '{source_kind}'"
+    )
 
 
 def events_view_sql(segments: str) -> str:
@@ -128,7 +157,11 @@ def events_view_sql(segments: str) -> str:
     for table in kind_tables().values():
         declared = event_schema.declared_columns(table.source_kind)
         pairs = ", ".join(f"'{f}', {_typed(column_name(f), declared[column_name(f)])}" for f, _ in table.fields)
-        cases.append(f"WHEN '{table.source_kind}/{table.kind}' THEN"
-                     f" json_merge_patch('{{}}', json_object({pairs}), coalesce(extra, '{{}}'))")
-    return (f"SELECT seq, ts, source, kind, instance, host, request_id, CASE source_kind || '/' || kind"
-            f" {' '.join(cases)} ELSE extra END AS fields, source_kind FROM {segments}")
+        cases.append(
+            f"WHEN '{table.source_kind}/{table.kind}' THEN"
+            f" json_merge_patch('{{}}', json_object({pairs}), coalesce(extra, '{{}}'))"
+        )
+    return (
+        f"SELECT seq, ts, source, kind, instance, host, request_id, CASE source_kind || '/' || kind"
+        f" {' '.join(cases)} ELSE extra END AS fields, source_kind FROM {segments}"
+    )

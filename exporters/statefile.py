@@ -4,6 +4,7 @@ Written tmp -> fsync -> rename -> fsync(dir), so the file on disk is always a wh
 or corrupt file (an OOM kill mid-write on a filesystem that lies) is moved aside, loudly. Also
 the Store protocol every store follows.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,9 @@ class Store(Protocol):
 
     def load(self) -> SavedState: ...
 
-    def commit(self, events: list[Event], checkpoints: dict[str, dict[str, Any]],
-               metrics: dict[str, Any]) -> list[Event]:
+    def commit(
+        self, events: list[Event], checkpoints: dict[str, dict[str, Any]], metrics: dict[str, Any]
+    ) -> list[Event]:
         """Commit all in one step; returns the events set aside as unstorable (never raised for)."""
 
     def close(self) -> None: ...
@@ -58,16 +60,23 @@ class StateFile:
         except (ValueError, KeyError, TypeError) as exc:
             aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             os.replace(self.path, aside)
-            logger.error("state file {} is unreadable ({}); moved to {}; sources start over by their"
-                         " start_at policy", self.path, exc, aside)
+            logger.error(
+                "state file {} is unreadable ({}); moved to {}; sources start over by their start_at policy",
+                self.path,
+                exc,
+                aside,
+            )
             return SavedState()
 
-    def commit(self, events: list[Event], checkpoints: dict[str, dict[str, Any]],
-               metrics: dict[str, Any]) -> list[Event]:
+    def commit(
+        self, events: list[Event], checkpoints: dict[str, dict[str, Any]], metrics: dict[str, Any]
+    ) -> list[Event]:
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
             with open(tmp, "w") as f:
-                f.write(json.dumps({"checkpoints": checkpoints, "metrics": metrics}))  # dumps: C; dump to a file: Python
+                f.write(
+                    json.dumps({"checkpoints": checkpoints, "metrics": metrics})
+                )  # dumps: C; dump to a file: Python
                 f.flush()
                 os.fsync(f.fileno())
         except BaseException:

@@ -8,6 +8,7 @@ is a floor), the same on every run that reads the same lines. Parquet publicatio
 (exporters/parquet.py) keeps its watermark here and reads by seq; retention deletes only rows
 at or below the watermark.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -51,8 +52,9 @@ def storable(event: Event) -> bool:
     return 0.0 <= event.ts < LAST_STORABLE_SECONDS  # false for NaN too
 
 
-def storable_tables(events: list[Event], first_seq: int,
-                    sources: Mapping[str, str]) -> tuple[dict[str, pa.Table], list[Event]]:
+def storable_tables(
+    events: list[Event], first_seq: int, sources: Mapping[str, str]
+) -> tuple[dict[str, pa.Table], list[Event]]:
     """The events as Arrow tables by kind table (event_schema.split), less those that will not encode
     (returned): one bad record never blocks the ones behind it. Timestamps are checked before
     (`storable`, in the committer, and at the edges: collectors/timebounds.py); this is the store's
@@ -92,15 +94,23 @@ class DuckDBStore:
 
     keeps_events = True
 
-    def __init__(self, path: Path, sources: Mapping[str, str] | None = None, *, memory_limit: str | None = None,
-                 threads: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        sources: Mapping[str, str] | None = None,
+        *,
+        memory_limit: str | None = None,
+        threads: int | None = None,
+    ) -> None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreUnusable(f"cannot make the store's folder {path.parent}: {exc.strerror or exc}") from None
         _probe_writable(path.parent)
         self.path = path
-        self.settings: dict[str, Any] = {k: v for k, v in (("memory_limit", memory_limit), ("threads", threads)) if v is not None}
+        self.settings: dict[str, Any] = {
+            k: v for k, v in (("memory_limit", memory_limit), ("threads", threads)) if v is not None
+        }
         self.sources: dict[str, str] = {**RECEIVED, **(sources or {})}
         self.invalidated: str | None = None  # why DuckDB invalidated the connection, until it is reopened
         self.set_aside = 0  # rows the migration could not convert (kept in SET_ASIDE)
@@ -147,14 +157,17 @@ class DuckDBStore:
 
     def _refuse_newer(self) -> None:
         """A store written by a newer spyglass is never written to: StoreUnusable naming both versions."""
-        has = self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'store_schema'"
-                               " AND table_schema = 'main'").fetchall()[0][0]
+        has = self.con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'store_schema' AND table_schema = 'main'"
+        ).fetchall()[0][0]
         version = self.schema_version() if has else 0
         if version > event_schema.SCHEMA_VERSION:
             self.con.close()
-            raise StoreUnusable(f"the store {self.path} has schema version {version}, newer than the"
-                                f" {event_schema.SCHEMA_VERSION} this spyglass writes; it is left untouched:"
-                                f" run a spyglass as new as the one that wrote it")
+            raise StoreUnusable(
+                f"the store {self.path} has schema version {version}, newer than the"
+                f" {event_schema.SCHEMA_VERSION} this spyglass writes; it is left untouched:"
+                f" run a spyglass as new as the one that wrote it"
+            )
 
     def schema_version(self) -> int:
         """3 for the typed schema with the per-request rows; 2 for the typed schema before them; 1 for a store
@@ -162,8 +175,9 @@ class DuckDBStore:
         rows = self.con.execute("SELECT max(version) FROM store_schema").fetchall()
         if rows[0][0] is not None:
             return int(rows[0][0])
-        tables = self.con.execute("SELECT table_name FROM information_schema.tables WHERE table_name = 'events'"
-                                  " AND table_type = 'BASE TABLE'").fetchall()
+        tables = self.con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_name = 'events' AND table_type = 'BASE TABLE'"
+        ).fetchall()
         return 1 if tables else 0
 
     def _ensure_typed(self) -> None:
@@ -171,8 +185,9 @@ class DuckDBStore:
         declared since, the views when anything changed (in the caller's transaction, if any)."""
         con, quoted = self.con, event_schema.quoted
         have: dict[str, set[str]] = {}
-        for table, column in con.execute("SELECT table_name, column_name FROM information_schema.columns"
-                                         " WHERE table_schema = 'main'").fetchall():
+        for table, column in con.execute(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main'"
+        ).fetchall():
             have.setdefault(table, set()).add(column)
         changed = False
         for table in event_schema.kind_tables().values():
@@ -182,8 +197,9 @@ class DuckDBStore:
                 continue
             for column, type_ in table.columns():
                 if column not in have[table.name]:
-                    con.execute(f"ALTER TABLE {quoted(table.name)} ADD COLUMN {quoted(column)}"
-                                f" {type_.replace(' NOT NULL', '')}")
+                    con.execute(
+                        f"ALTER TABLE {quoted(table.name)} ADD COLUMN {quoted(column)} {type_.replace(' NOT NULL', '')}"
+                    )
                     changed = True
         if event_schema.OTHER not in have:
             con.execute(event_schema.other_create_sql())
@@ -200,8 +216,12 @@ class DuckDBStore:
         self.sources = {**RECEIVED, **sources}
         self.migrate()
 
-    def migrate(self, progress: Callable[[int, int], None] | None = None, rows: int = MIGRATION_ROWS,
-                rebuilt: Callable[[str], None] | None = None) -> int:
+    def migrate(
+        self,
+        progress: Callable[[int, int], None] | None = None,
+        rows: int = MIGRATION_ROWS,
+        rebuilt: Callable[[str], None] | None = None,
+    ) -> int:
         """Bring the store to the typed schema in one transaction: a new file gets its tables; a store of
         version 1 has every event read back in seq order and written to its kind table as a commit would
         (a field that is not declared or not of its type kept in `extra`), its `events` table replaced by
@@ -225,7 +245,9 @@ class DuckDBStore:
             _rollback(con)
             raise
         if moved:
-            logger.info("the store {} was migrated to schema {}: {} events", self.path, event_schema.SCHEMA_VERSION, moved)
+            logger.info(
+                "the store {} was migrated to schema {}: {} events", self.path, event_schema.SCHEMA_VERSION, moved
+            )
         return moved
 
     def _rebuild_rows(self, rebuilt: Callable[[str], None] | None = None) -> None:
@@ -241,13 +263,16 @@ class DuckDBStore:
         con.execute("ALTER TABLE events ADD COLUMN IF NOT EXISTS seq BIGINT")
         con.execute("UPDATE events SET seq = rowid WHERE seq IS NULL")  # a store from before `seq`
         con.execute("ALTER TABLE events RENAME TO events_v1")
-        for statement in event_schema.create_statements()[:-len(event_schema.view_statements())]:
+        for statement in event_schema.create_statements()[: -len(event_schema.view_statements())]:
             con.execute(statement)  # the tables; the views once the old table is gone
         [(total,)] = con.execute("SELECT count(*) FROM events_v1").fetchall()
         done, after = 0, -1
         while True:
-            batch = con.execute("SELECT seq, epoch_us(ts), source, kind, instance, host, request_id, fields::VARCHAR"
-                                " FROM events_v1 WHERE seq > ? ORDER BY seq LIMIT ?", [after, rows]).fetchall()
+            batch = con.execute(
+                "SELECT seq, epoch_us(ts), source, kind, instance, host, request_id, fields::VARCHAR"
+                " FROM events_v1 WHERE seq > ? ORDER BY seq LIMIT ?",
+                [after, rows],
+            ).fetchall()
             if not batch:
                 break
             self._migrate_rows(batch)
@@ -257,9 +282,13 @@ class DuckDBStore:
                 progress(done, total)
         con.execute("DROP TABLE events_v1")
         if self.set_aside:
-            logger.warning("the migration of {} set aside {} event(s) it cannot convert (fields not an object, an"
-                           " integer past 2^63, ...): they are kept, as they were, in the table {}", self.path,
-                           self.set_aside, SET_ASIDE)
+            logger.warning(
+                "the migration of {} set aside {} event(s) it cannot convert (fields not an object, an"
+                " integer past 2^63, ...): they are kept, as they were, in the table {}",
+                self.path,
+                self.set_aside,
+                SET_ASIDE,
+            )
         return done
 
     def _migrate_rows(self, batch: list[tuple[Any, ...]]) -> None:
@@ -282,10 +311,13 @@ class DuckDBStore:
                 self.con.from_arrow(table).insert_into(name)
 
     def _set_aside(self, row: tuple[Any, ...], exc: BaseException) -> None:
-        self.con.execute(f"CREATE TABLE IF NOT EXISTS {SET_ASIDE} (seq BIGINT, ts_us BIGINT, source VARCHAR, kind VARCHAR,"
-                         " instance VARCHAR, host VARCHAR, request_id VARCHAR, fields VARCHAR, reason VARCHAR)")
-        self.con.execute(f"INSERT INTO {SET_ASIDE} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                         [*row, f"{type(exc).__name__}: {exc}"[:300]])
+        self.con.execute(
+            f"CREATE TABLE IF NOT EXISTS {SET_ASIDE} (seq BIGINT, ts_us BIGINT, source VARCHAR, kind VARCHAR,"
+            " instance VARCHAR, host VARCHAR, request_id VARCHAR, fields VARCHAR, reason VARCHAR)"
+        )
+        self.con.execute(
+            f"INSERT INTO {SET_ASIDE} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [*row, f"{type(exc).__name__}: {exc}"[:300]]
+        )
         self.set_aside += 1
 
     def _reopen(self) -> bool:
@@ -298,8 +330,9 @@ class DuckDBStore:
         before = self.next_seq
         self._open()
         self.load()  # what was committed: unchanged checkpoints are not rewritten
-        logger.warning("the store {} is reopened after '{}'; it resumes from its last commit", self.path,
-                       self.invalidated)
+        logger.warning(
+            "the store {} is reopened after '{}'; it resumes from its last commit", self.path, self.invalidated
+        )
         self.invalidated = None
         return self.next_seq > before
 
@@ -313,8 +346,9 @@ class DuckDBStore:
         self._has_metrics = row is not None
         return saved
 
-    def commit(self, events: list[Event], checkpoints: dict[str, dict[str, Any]],
-               metrics: dict[str, Any]) -> list[Event]:
+    def commit(
+        self, events: list[Event], checkpoints: dict[str, dict[str, Any]], metrics: dict[str, Any]
+    ) -> list[Event]:
         """One transaction: the events appended from Arrow, the checkpoints that changed in one
         UPDATE (new sources in one INSERT), the metric state in one UPDATE. INSERT OR REPLACE
         cost 3-4 times an UPDATE of the same row, and register + INSERT ... SELECT 3 times
@@ -339,17 +373,25 @@ class DuckDBStore:
                 request_rows.maintain(con, tables, self.next_seq, self.next_seq + stored - 1)
             self._write_checkpoints(changed, now)
             if self._has_metrics:
-                con.execute("UPDATE agent_state SET state = ?, updated = to_timestamp(?) WHERE name = 'metrics'",
-                            [json.dumps(metrics), now])
+                con.execute(
+                    "UPDATE agent_state SET state = ?, updated = to_timestamp(?) WHERE name = 'metrics'",
+                    [json.dumps(metrics), now],
+                )
             else:
                 # the first commit of this connection: another writer (a crashed run's replay) may have saved one
-                con.execute("INSERT OR REPLACE INTO agent_state VALUES ('metrics', ?, to_timestamp(?))",
-                            [json.dumps(metrics), now])
+                con.execute(
+                    "INSERT OR REPLACE INTO agent_state VALUES ('metrics', ?, to_timestamp(?))",
+                    [json.dumps(metrics), now],
+                )
             con.commit()
         except duckdb.FatalException as exc:  # "database has been invalidated": this connection is dead
             self.invalidated = str(exc).split("\n", 1)[-1][:300]
-            logger.error("the store {} was invalidated by DuckDB ({}); it is reopened from disk at the next"
-                         " attempt, resuming from the last commit", self.path, self.invalidated)
+            logger.error(
+                "the store {} was invalidated by DuckDB ({}); it is reopened from disk at the next"
+                " attempt, resuming from the last commit",
+                self.path,
+                self.invalidated,
+            )
             raise
         except BaseException:
             _rollback(con)
@@ -364,13 +406,17 @@ class DuckDBStore:
         new = [(source, state) for source, state in changed.items() if source not in self._written]
         if old:
             values = ", ".join(["(?, ?)"] * len(old))
-            self.con.execute(f"UPDATE checkpoints SET state = v.state::JSON, updated = to_timestamp(?)"
-                             f" FROM (VALUES {values}) v(source, state) WHERE checkpoints.source = v.source",
-                             [now, *(x for pair in old for x in pair)])
+            self.con.execute(
+                f"UPDATE checkpoints SET state = v.state::JSON, updated = to_timestamp(?)"
+                f" FROM (VALUES {values}) v(source, state) WHERE checkpoints.source = v.source",
+                [now, *(x for pair in old for x in pair)],
+            )
         if new:
             values = ", ".join(["(?, ?::JSON, to_timestamp(?))"] * len(new))
-            self.con.execute(f"INSERT OR REPLACE INTO checkpoints VALUES {values}",
-                             [x for source, state in new for x in (source, state, now)])
+            self.con.execute(
+                f"INSERT OR REPLACE INTO checkpoints VALUES {values}",
+                [x for source, state in new for x in (source, state, now)],
+            )
 
     def _first_free_seq(self) -> int:
         version = self.schema_version()
@@ -380,8 +426,14 @@ class DuckDBStore:
             column = "coalesce(seq, rowid)" if version == 1 else "seq"
             [(last,)] = self.con.execute(f"SELECT max({column}) FROM events").fetchall()
         publication = self.publication()
-        return max(last if last is not None else -1, publication.published,
-                   publication.pending[1] if publication.pending else -1) + 1
+        return (
+            max(
+                last if last is not None else -1,
+                publication.published,
+                publication.pending[1] if publication.pending else -1,
+            )
+            + 1
+        )
 
     # Parquet publication (exporters/parquet.py says why this is exactly once).
 
@@ -396,10 +448,18 @@ class DuckDBStore:
         return Publication(saved["published"], tuple(saved["pending"]) if saved.get("pending") else None)
 
     def record_publication(self, publication: Publication) -> None:
-        self.con.execute("INSERT OR REPLACE INTO agent_state VALUES ('parquet', ?, to_timestamp(?))",
-                         [json.dumps({"published": publication.published,
-                                      "pending": list(publication.pending) if publication.pending else None}),
-                          time.time()])
+        self.con.execute(
+            "INSERT OR REPLACE INTO agent_state VALUES ('parquet', ?, to_timestamp(?))",
+            [
+                json.dumps(
+                    {
+                        "published": publication.published,
+                        "pending": list(publication.pending) if publication.pending else None,
+                    }
+                ),
+                time.time(),
+            ],
+        )
 
     def last_seq(self) -> int:
         """The seq of the last committed event (-1 if none was ever stored)."""
@@ -409,14 +469,17 @@ class DuckDBStore:
         """The committed events with first <= seq <= last, ordered by (ts, seq), `fields` as text."""
         return self.con.sql(
             "SELECT ts, seq, source, kind, instance, host, request_id, fields::VARCHAR AS fields"
-            " FROM events WHERE seq BETWEEN ? AND ? ORDER BY ts, seq", params=[first, last]).to_arrow_table()
+            " FROM events WHERE seq BETWEEN ? AND ? ORDER BY ts, seq",
+            params=[first, last],
+        ).to_arrow_table()
 
     def delete_published(self, before: float, upto_seq: int) -> int:
         """Delete the events older than `before` (epoch seconds) whose seq <= `upto_seq`; how many."""
         deleted = 0
         for name in event_schema.table_names():
-            [(n,)] = self.con.execute(f"DELETE FROM {event_schema.quoted(name)} WHERE seq <= ? AND ts < to_timestamp(?)",
-                                      [upto_seq, before]).fetchall()
+            [(n,)] = self.con.execute(
+                f"DELETE FROM {event_schema.quoted(name)} WHERE seq <= ? AND ts < to_timestamp(?)", [upto_seq, before]
+            ).fetchall()
             deleted += n
         return int(deleted)
 
@@ -424,8 +487,9 @@ class DuckDBStore:
         """Delete the events older than `before` whose seq is past `published` (never published); how many."""
         deleted = 0
         for name in event_schema.table_names():
-            [(n,)] = self.con.execute(f"DELETE FROM {event_schema.quoted(name)} WHERE seq > ? AND ts < to_timestamp(?)",
-                                      [published, before]).fetchall()
+            [(n,)] = self.con.execute(
+                f"DELETE FROM {event_schema.quoted(name)} WHERE seq > ? AND ts < to_timestamp(?)", [published, before]
+            ).fetchall()
             deleted += n
         return int(deleted)
 
@@ -460,8 +524,10 @@ def _probe_writable(folder: Path) -> None:
         os.close(fd)
         os.unlink(name)
     except OSError as exc:
-        raise StoreUnusable(f"the store's folder {folder} is not writable ({exc.strerror or exc}); give"
-                            f" agent.state_dir a writable folder") from None
+        raise StoreUnusable(
+            f"the store's folder {folder} is not writable ({exc.strerror or exc}); give"
+            f" agent.state_dir a writable folder"
+        ) from None
 
 
 def _first_line(text: str) -> str:

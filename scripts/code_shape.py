@@ -5,6 +5,7 @@
 Counts non-blank lines of every first-party .py file (tests apart) and of every function body,
 and prints the distribution: count, median, 90th percentile, max, and how many exceed 50 lines.
 """
+
 from __future__ import annotations
 
 import ast
@@ -22,20 +23,26 @@ def code_lines(text: str) -> int:
 def function_sizes(path: Path) -> list[tuple[int, str]]:
     tree = ast.parse(path.read_text(), str(path))
     lines = path.read_text().splitlines()
-    return [(code_lines("\n".join(lines[node.lineno - 1:node.end_lineno])), f"{path}:{node.lineno} {node.name}")
-            for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [
+        (code_lines("\n".join(lines[node.lineno - 1 : node.end_lineno])), f"{path}:{node.lineno} {node.name}")
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
 
 
 def summary(name: str, sizes: list[int]) -> str:
     ordered = sorted(sizes)
     p90 = ordered[int(0.9 * (len(ordered) - 1))]
-    return (f"{name}: {len(ordered)}, median {statistics.median(ordered):g}, p90 {p90}, max {ordered[-1]},"
-            f" over 50: {sum(size > 50 for size in ordered)}")
+    return (
+        f"{name}: {len(ordered)}, median {statistics.median(ordered):g}, p90 {p90}, max {ordered[-1]},"
+        f" over 50: {sum(size > 50 for size in ordered)}"
+    )
 
 
 def main(root: Path) -> None:
-    files = [path for package in PACKAGES for path in sorted((root / package).rglob("*.py"))
-             if ".venv" not in path.parts]
+    files = [
+        path for package in PACKAGES for path in sorted((root / package).rglob("*.py")) if ".venv" not in path.parts
+    ]
     modules = [code_lines(path.read_text()) for path in files]
     functions = [item for path in files for item in function_sizes(path)]
     print(summary("modules (non-blank lines)", modules), f"total {sum(modules)}")

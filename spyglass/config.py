@@ -3,6 +3,7 @@
 A wrong key or value stops start-up with `ConfigError: FILE: dotted.key: what was expected`.
 Each source's keys come from its collector module's options model (collectors.REGISTRY).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -44,28 +45,54 @@ class AgentConfig(Strict):
     max_line_bytes: int = Field(1 << 20, ge=256, description="Longer lines are truncated to this and counted.")
     read_budget_bytes: int = Field(8 << 20, ge=1 << 16, description="Bytes read per source per poll (fairness).")
     commit_interval_seconds: float = Field(
-        1.0, ge=0, le=60, description="Events, checkpoints and metric state are committed at most this often;"
-        " /metrics shows what is committed, and a crash re-reads at most this much.")
+        1.0,
+        ge=0,
+        le=60,
+        description="Events, checkpoints and metric state are committed at most this often;"
+        " /metrics shows what is committed, and a crash re-reads at most this much.",
+    )
     quiet_commit_seconds: float = Field(
-        10.0, ge=0, le=600, description="A poll that says what the source's last poll said (an idle llama-server)"
+        10.0,
+        ge=0,
+        le=600,
+        description="A poll that says what the source's last poll said (an idle llama-server)"
         " is stored, but alone waits up to this long for a commit instead of commit_interval_seconds: an idle"
-        " agent does not write its store every second. Anything new commits them at the next interval.")
+        " agent does not write its store every second. Anything new commits them at the next interval.",
+    )
     commit_max_events: int = Field(
-        20_000, ge=1, description="A commit comes sooner once this many events wait; while the store"
-        " cannot commit, reading pauses at this many (memory stays bounded, nothing is lost).")
+        20_000,
+        ge=1,
+        description="A commit comes sooner once this many events wait; while the store"
+        " cannot commit, reading pauses at this many (memory stays bounded, nothing is lost).",
+    )
     coalesce_seconds: float = Field(
-        0.1, ge=0, le=5, description="A step never follows the last one sooner than this: a burst of"
+        0.1,
+        ge=0,
+        le=5,
+        description="A step never follows the last one sooner than this: a burst of"
         " appends (many inotify wakes) is read in one step. Nor does a step come before the next commit"
-        " may (commit_interval_seconds): what it reads waits for that commit anyway.")
+        " may (commit_interval_seconds): what it reads waits for that commit anyway.",
+    )
     rotated_generations: int = Field(
-        8, ge=1, le=1000, description="How many numbered generations a '{n}' in a source's `rotated`"
-        " patterns stands for ('{path}.{n}': .1 to .8).")
+        8,
+        ge=1,
+        le=1000,
+        description="How many numbered generations a '{n}' in a source's `rotated`"
+        " patterns stands for ('{path}.{n}': .1 to .8).",
+    )
     cpus: str | None = Field(
-        None, description="CPUs the agent and all its threads may run on, a Linux cpu list such as \"62-63\""
+        None,
+        description='CPUs the agent and all its threads may run on, a Linux cpu list such as "62-63"'
         " (sched_setaffinity at start): the host's housekeeping CPUs, never an engine's (docs/deploy.md)."
-        " Unset: the CPUs it was started on.")
-    nice: int = Field(0, ge=0, le=19, description="Niceness the agent adds to its own at start (0: none);"
-                      " with `cpus`, how little it weighs against whatever else shares them.")
+        " Unset: the CPUs it was started on.",
+    )
+    nice: int = Field(
+        0,
+        ge=0,
+        le=19,
+        description="Niceness the agent adds to its own at start (0: none);"
+        " with `cpus`, how little it weighs against whatever else shares them.",
+    )
 
     @field_validator("cpus")
     @classmethod
@@ -73,7 +100,7 @@ class AgentConfig(Strict):
         if value is None:
             return None
         if not re.fullmatch(r"\s*\d+(-\d+)?(\s*,\s*\d+(-\d+)?)*\s*", value):
-            raise ValueError(f"not a cpu list such as \"62-63\" or \"0,2,4-7\": {value!r}")
+            raise ValueError(f'not a cpu list such as "62-63" or "0,2,4-7": {value!r}')
         for part in value.split(","):
             low, _, high = part.strip().partition("-")
             if high and int(high) < int(low):
@@ -89,28 +116,41 @@ class PrometheusConfig(Strict):
     what one request can cost the agent (docs/config.md says which)."""
 
     enabled: bool = Field(True, description="Serve /metrics, /health, /debug/sources, /api/sql and /v1/traces.")
-    token: str | None = Field(None,
-                              description="Bearer token required on every path but `open_paths`; needed to listen"
-                              " on a non-loopback address. 16 or more of A-Z a-z 0-9 - . _ ~ + / (RFC 6750).")
+    token: str | None = Field(
+        None,
+        description="Bearer token required on every path but `open_paths`; needed to listen"
+        " on a non-loopback address. 16 or more of A-Z a-z 0-9 - . _ ~ + / (RFC 6750).",
+    )
     token_file: Path | None = Field(None, description="A file holding the token (first line), instead of `token`.")
     listen: str = Field("127.0.0.1:9464", description="IP:port or [IPv6]:port; a non-loopback address needs a token.")
     open_paths: list[str] = Field(["/metrics", "/health"], description="Paths served without the token.")
-    metrics_listen: str | None = Field(None, description="A second IP:port serving only /metrics and /health, with"
-                                       " workers no other path can take: point Prometheus here so that no flood of"
-                                       " other requests can starve its scrapes.")
-    workers: int = Field(32, ge=1, le=1024, description="Requests served at once; past that a connection gets 503 at once.")
-    request_timeout_seconds: float = Field(10.0, gt=0, le=600,
-                                           description="Headers and body must arrive within this, or the connection closes.")
-    max_body_bytes: int = Field(1 << 20, ge=1024, description="A longer request body is refused with 413"
-                                " (an OTLP export of 512 spans is about 0.5 MB).")
-    sql_timeout_seconds: float = Field(30.0, gt=0, le=3600,
-                                       description="/api/sql: the whole query, fetching and encoding included.")
+    metrics_listen: str | None = Field(
+        None,
+        description="A second IP:port serving only /metrics and /health, with"
+        " workers no other path can take: point Prometheus here so that no flood of"
+        " other requests can starve its scrapes.",
+    )
+    workers: int = Field(
+        32, ge=1, le=1024, description="Requests served at once; past that a connection gets 503 at once."
+    )
+    request_timeout_seconds: float = Field(
+        10.0, gt=0, le=600, description="Headers and body must arrive within this, or the connection closes."
+    )
+    max_body_bytes: int = Field(
+        1 << 20,
+        ge=1024,
+        description="A longer request body is refused with 413 (an OTLP export of 512 spans is about 0.5 MB).",
+    )
+    sql_timeout_seconds: float = Field(
+        30.0, gt=0, le=3600, description="/api/sql: the whole query, fetching and encoding included."
+    )
     sql_memory_mb: int = Field(512, ge=64, description="/api/sql: memory of the process that runs one query.")
     sql_workers: int = Field(2, ge=1, le=64, description="/api/sql: queries run at once; others wait their turn.")
     sql_max_rows: int = Field(100_000, ge=1, description="/api/sql: rows in an answer; more is cut and said so.")
     sql_max_bytes: int = Field(16 << 20, ge=1024, description="/api/sql: bytes of an answer; more is cut and said so.")
-    sql_snapshot_seconds: float = Field(5.0, ge=0, le=3600,
-                                        description="/api/sql reads a copy of the store at most this much older than the query.")
+    sql_snapshot_seconds: float = Field(
+        5.0, ge=0, le=3600, description="/api/sql reads a copy of the store at most this much older than the query."
+    )
 
     @field_validator("token")
     @classmethod
@@ -146,8 +186,10 @@ class PrometheusConfig(Strict):
         if (":" in host) != (address.version == 6) or (address.version == 6 and not host.startswith("[")):
             raise ValueError("write an IPv6 address in brackets, e.g. [::1]:9464")
         if not address.is_loopback and not (info.data.get("token") or info.data.get("token_file")):
-            raise ValueError(f"{host} is not a loopback address: set exporters.prometheus.token or token_file"
-                             " (every path but open_paths then requires it)")
+            raise ValueError(
+                f"{host} is not a loopback address: set exporters.prometheus.token or token_file"
+                " (every path but open_paths then requires it)"
+            )
         return value
 
     def bearer_token(self) -> str | None:
@@ -166,19 +208,33 @@ class StoreConfig(Strict):
     enabled: bool = Field(True, description="Off: metrics only; checkpoints go to state_dir/state.json.")
     path: Path | None = Field(None, description="DuckDB file; default state_dir/spyglass.duckdb.")
     parquet_dir: Path | None = Field(
-        None, description="Publish stored events as Parquet under host=/date=/hour= here (off if unset);"
-        " docs/forensics.md shows how to query it.")
+        None,
+        description="Publish stored events as Parquet under host=/date=/hour= here (off if unset);"
+        " docs/forensics.md shows how to query it.",
+    )
     publish_interval_seconds: float = Field(
-        60.0, ge=0, le=3600, description="New events are published to parquet_dir at most this often.")
+        60.0, ge=0, le=3600, description="New events are published to parquet_dir at most this often."
+    )
     retain_hours: float | None = Field(
-        None, gt=0, description="Keep this many hours of events in the DuckDB file; older ones are deleted"
-        " once they are in parquet_dir (needs it). Unset: keep everything.")
+        None,
+        gt=0,
+        description="Keep this many hours of events in the DuckDB file; older ones are deleted"
+        " once they are in parquet_dir (needs it). Unset: keep everything.",
+    )
     memory_limit_mib: int = Field(
-        96, ge=16, description="DuckDB's memory_limit for the agent's store connection (its buffers; the"
+        96,
+        ge=16,
+        description="DuckDB's memory_limit for the agent's store connection (its buffers; the"
         " libraries and Arrow batches are outside it). A 4M-line catch-up peaks at 275 MiB with it, 355 MiB"
-        " without (docs/benchmarks.md).")
-    threads: int = Field(1, ge=1, le=64, description="DuckDB threads of the agent's store connection: an insert"
-                         " gains nothing from more, and each keeps its own buffers.")
+        " without (docs/benchmarks.md).",
+    )
+    threads: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="DuckDB threads of the agent's store connection: an insert"
+        " gains nothing from more, and each keeps its own buffers.",
+    )
 
 
 class OtlpConfig(Strict):
@@ -188,16 +244,24 @@ class OtlpConfig(Strict):
 
 class TracesConfig(Strict):
     accept: bool = Field(True, description="Store OTLP/HTTP spans posted to /v1/traces on the agent's server.")
-    keep_content: bool = Field(False, description="Keep prompt and completion attributes and status messages "
-                               "(gen_ai.prompt, gen_ai.input.messages, ...); off: dropped on receipt.")
+    keep_content: bool = Field(
+        False,
+        description="Keep prompt and completion attributes and status messages "
+        "(gen_ai.prompt, gen_ai.input.messages, ...); off: dropped on receipt.",
+    )
     max_spans_per_export: int = Field(5000, ge=1, description="A larger export is refused (400).")
     max_attributes: int = Field(64, ge=1, description="Attributes kept per span; the rest are dropped and counted.")
     max_value_chars: int = Field(1024, ge=16, description="A longer attribute value or span name is truncated.")
-    max_spans_per_second: float = Field(1000.0, gt=0, description="Spans taken per second past the burst; an"
-                                        " export past it is refused whole with 429 and Retry-After.")
+    max_spans_per_second: float = Field(
+        1000.0,
+        gt=0,
+        description="Spans taken per second past the burst; an"
+        " export past it is refused whole with 429 and Retry-After.",
+    )
     burst_spans: int = Field(20_000, ge=1, description="Spans taken at once before the rate applies.")
-    max_bytes_per_second: int = Field(1 << 20, ge=1024, description="Export bytes taken per second past the burst"
-                                      " (429 and Retry-After past it).")
+    max_bytes_per_second: int = Field(
+        1 << 20, ge=1024, description="Export bytes taken per second past the burst (429 and Retry-After past it)."
+    )
     burst_bytes: int = Field(16 << 20, ge=1024, description="Export bytes taken at once before the rate applies.")
 
 
@@ -210,8 +274,7 @@ class ExportersConfig(Strict):
 
 class SignalsConfig(Strict):
     long_prompt_tokens: int = Field(200_000, gt=0, description="A prompt this long counts as long (H4).")
-    default_prompt_cache_every: int = Field(16384, gt=0,
-                                            description="Used until the engine's args line tells its own.")
+    default_prompt_cache_every: int = Field(16384, gt=0, description="Used until the engine's args line tells its own.")
     buckets: dict[str, list[float]] = Field(default_factory=dict, description="Histogram bucket overrides.")
 
 
@@ -220,8 +283,9 @@ class LaneObjective(Strict):
 
     ttft_seconds: float = Field(gt=0, description="TTFT objective; a bucket bound of spyglass_engine_ttft_seconds.")
     # 14.4x the budget must stay below 100% errors, or the fast-burn page could never fire.
-    objective: float = Field(0.99, gt=1 - 1 / 14.4, lt=1,
-                             description="Share of requests whose first token comes within ttft_seconds.")
+    objective: float = Field(
+        0.99, gt=1 - 1 / 14.4, lt=1, description="Share of requests whose first token comes within ttft_seconds."
+    )
 
 
 class ForensicsConfig(Strict):
@@ -230,8 +294,12 @@ class ForensicsConfig(Strict):
     still a process of its own that cannot take the machine (through a running agent, its limits
     apply)."""
 
-    memory_mb: int = Field(2048, ge=64, description="Memory of the process that runs one query on the"
-                           " store file (a one-day report on 10M events needs about 1 GiB).")
+    memory_mb: int = Field(
+        2048,
+        ge=64,
+        description="Memory of the process that runs one query on the"
+        " store file (a one-day report on 10M events needs about 1 GiB).",
+    )
     timeout_seconds: float = Field(300, gt=0, le=3600, description="Wall time of one query on the store file.")
 
     def limits(self) -> Limits:
@@ -246,39 +314,62 @@ class AlertsConfig(Strict):
 
     job: str = Field("spyglass", description="Prometheus job label of the scrape of this agent's /metrics.")
     runbook_base_url: str | None = Field(
-        None, description="runbook_url is this, a slash and <AlertName>.md: an absolute URL (https://... where the"
-                          " runbooks are published, or file:///... where they lie), so the link works from Alertmanager"
-                          " and Grafana. Unset: the file:// URL of the runbooks `spyglass rules --out` writes.")
+        None,
+        description="runbook_url is this, a slash and <AlertName>.md: an absolute URL (https://... where the"
+        " runbooks are published, or file:///... where they lie), so the link works from Alertmanager"
+        " and Grafana. Unset: the file:// URL of the runbooks `spyglass rules --out` writes.",
+    )
     evidence_base_url: str | None = Field(
-        None, description="evidence_url is this, /evidence/<AlertName>? and the alert's labels: an absolute http(s) URL"
-                          " where the agent's evidence pages are reached (a proxy in front of it, say). Unset: the"
-                          " agent's own address (exporters.prometheus.listen; all interfaces as this host's loopback).")
+        None,
+        description="evidence_url is this, /evidence/<AlertName>? and the alert's labels: an absolute http(s) URL"
+        " where the agent's evidence pages are reached (a proxy in front of it, say). Unset: the"
+        " agent's own address (exporters.prometheus.listen; all interfaces as this host's loopback).",
+    )
     evaluation_interval_seconds: int = Field(30, gt=0, le=300, description="Rule group evaluation interval.")
     time_scale: float = Field(
-        1.0, gt=0, le=1, description="Every range window, offset, for: and keep_firing_for: of the generated rules is"
-                                     " this times the catalogue's: 1 for a real deployment; an emulated one whose"
-                                     " engines run model time faster (the emulator's time_scale) pages on its own"
-                                     " clock with less. Thresholds in seconds or minutes (probe budget, hung and"
-                                     " silent minutes, crash-loop window) are settings of their own, and rate"
-                                     " thresholds (evictions or rebuilds a minute) are not scaled.")
+        1.0,
+        gt=0,
+        le=1,
+        description="Every range window, offset, for: and keep_firing_for: of the generated rules is"
+        " this times the catalogue's: 1 for a real deployment; an emulated one whose"
+        " engines run model time faster (the emulator's time_scale) pages on its own"
+        " clock with less. Thresholds in seconds or minutes (probe budget, hung and"
+        " silent minutes, crash-loop window) are settings of their own, and rate"
+        " thresholds (evictions or rebuilds a minute) are not scaled.",
+    )
     lanes: dict[str, LaneObjective] = Field(
-        default_factory=dict, description="TTFT objective per lane; a lane without one gets 40 s at 99%.")
+        default_factory=dict, description="TTFT objective per lane; a lane without one gets 40 s at 99%."
+    )
     cache_snapshot_budget_share: float = Field(
-        1 / 3, gt=0, le=1, description="H3: a parked snapshot above this share of the cache budget (per slot"
-                                       " the budget is budget/slots) leaves room for two or three conversations.")
-    probe_budget_seconds: float = Field(600, gt=0, description="H14: how long a start may load before its probe gives up.")
-    crash_loop_spawns: int = Field(3, ge=2, description="H13: this many spawns of a program within the window is a loop.")
+        1 / 3,
+        gt=0,
+        le=1,
+        description="H3: a parked snapshot above this share of the cache budget (per slot"
+        " the budget is budget/slots) leaves room for two or three conversations.",
+    )
+    probe_budget_seconds: float = Field(
+        600, gt=0, description="H14: how long a start may load before its probe gives up."
+    )
+    crash_loop_spawns: int = Field(
+        3, ge=2, description="H13: this many spawns of a program within the window is a loop."
+    )
     crash_loop_window_minutes: int = Field(15, gt=0, description="H13: the crash-loop window.")
     hung_minutes: int = Field(5, gt=0, description="H20: minutes with work but no finished request and no log line.")
-    source_silent_minutes: int = Field(3, gt=0, description="H19: minutes an engine log (stats every 10 s) may be silent.")
+    source_silent_minutes: int = Field(
+        3, gt=0, description="H19: minutes an engine log (stats every 10 s) may be silent."
+    )
     memory_limit_bytes: float = Field(256 * 2**30, gt=0, description="H17: resident memory an engine may reach.")
     pager_webhook_url: str = Field("http://127.0.0.1:9095/pager", description="Alertmanager: critical alerts go here.")
-    ticket_webhook_url: str = Field("http://127.0.0.1:9095/ticket", description="Alertmanager: warning and info alerts.")
-    heartbeat_webhook_url: str = Field("http://127.0.0.1:9095/heartbeat",
-                                       description="Alertmanager: Watchdog, every minute (a dead man's switch).")
-    store_webhook_url: str | None = Field("http://127.0.0.1:9464/api/alerts",
-                                          description="Alertmanager also sends pages and tickets here (spyglass"
-                                                      " stores them as events); unset to not.")
+    ticket_webhook_url: str = Field(
+        "http://127.0.0.1:9095/ticket", description="Alertmanager: warning and info alerts."
+    )
+    heartbeat_webhook_url: str = Field(
+        "http://127.0.0.1:9095/heartbeat", description="Alertmanager: Watchdog, every minute (a dead man's switch)."
+    )
+    store_webhook_url: str | None = Field(
+        "http://127.0.0.1:9464/api/alerts",
+        description="Alertmanager also sends pages and tickets here (spyglass stores them as events); unset to not.",
+    )
 
     @field_validator("evidence_base_url")
     @classmethod
@@ -336,8 +427,11 @@ def _describe(error: Any) -> str:  # pydantic's ErrorDetails
         message = "required key is missing"
     got = error.get("input")
     secret = error.get("loc", ())[-1:] == ("token",)  # a token is never echoed, not even a bad one
-    return message if isinstance(got, dict) or got is None or secret or error["type"] == "missing" \
+    return (
+        message
+        if isinstance(got, dict) or got is None or secret or error["type"] == "missing"
         else f"{message} (got {got!r})"
+    )
 
 
 def _validate_source(name: str, raw: Any, file: str) -> collectors.SourceOptions:
@@ -385,11 +479,14 @@ def parse_config(data: dict[str, Any], file: str = "<config>") -> Config:
 def _check_parquet(config: Config, file: str) -> None:
     store = config.exporters.store
     if store.parquet_dir is not None and not store.enabled:
-        raise ConfigError(f"{file}: exporters.store.parquet_dir: publishes the store's events; needs"
-                          " exporters.store.enabled = true")
+        raise ConfigError(
+            f"{file}: exporters.store.parquet_dir: publishes the store's events; needs exporters.store.enabled = true"
+        )
     if store.retain_hours is not None and store.parquet_dir is None:
-        raise ConfigError(f"{file}: exporters.store.retain_hours: deletes only events already in Parquet;"
-                          " needs exporters.store.parquet_dir")
+        raise ConfigError(
+            f"{file}: exporters.store.retain_hours: deletes only events already in Parquet;"
+            " needs exporters.store.parquet_dir"
+        )
     blocker = _file_on_the_way(store.parquet_dir.expanduser()) if store.parquet_dir is not None else None
     if blocker is not None:
         raise ConfigError(f"{file}: exporters.store.parquet_dir: expected a folder, but {blocker} is a file")
@@ -450,8 +547,9 @@ def _check_unique_paths(config: Config, file: str) -> None:
             continue
         real = os.path.realpath(options.path.expanduser())  # a symlink loop is the source's problem, at run time
         if real in seen:
-            raise ConfigError(f"{file}: sources.{name}.path: the same file as sources.{seen[real]}.path;"
-                              " a file is tailed once")
+            raise ConfigError(
+                f"{file}: sources.{name}.path: the same file as sources.{seen[real]}.path; a file is tailed once"
+            )
         seen[real] = name
 
 
@@ -469,9 +567,16 @@ def _plain(value: Any) -> Any:
     return str(value) if isinstance(value, Path) else value
 
 
-def engine_log_config(log: Path, state_dir: Path, *, store: bool = True, listen: str | None = None,
-                      host: str = "", read_budget_bytes: int | None = None,
-                      commit_interval_seconds: float | None = None) -> dict[str, Any]:
+def engine_log_config(
+    log: Path,
+    state_dir: Path,
+    *,
+    store: bool = True,
+    listen: str | None = None,
+    host: str = "",
+    read_budget_bytes: int | None = None,
+    commit_interval_seconds: float | None = None,
+) -> dict[str, Any]:
     """A whole config for one engine log (strata-b, normal lane): the demo, tests and bench use it."""
     agent: dict[str, Any] = {"state_dir": state_dir}
     if host:
@@ -480,10 +585,11 @@ def engine_log_config(log: Path, state_dir: Path, *, store: bool = True, listen:
         agent["read_budget_bytes"] = read_budget_bytes
     if commit_interval_seconds is not None:
         agent["commit_interval_seconds"] = commit_interval_seconds
-    return {"agent": agent,
-            "exporters": {"prometheus": {"listen": listen} if listen else {"enabled": False},
-                          "store": {"enabled": store}},
-            "sources": {"engine-b": {"kind": "engine_log", "path": log, "instance": "strata-b", "lane": "normal"}}}
+    return {
+        "agent": agent,
+        "exporters": {"prometheus": {"listen": listen} if listen else {"enabled": False}, "store": {"enabled": store}},
+        "sources": {"engine-b": {"kind": "engine_log", "path": log, "instance": "strata-b", "lane": "normal"}},
+    }
 
 
 def engine_log_toml(log: Path, state_dir: Path, **options: Any) -> str:

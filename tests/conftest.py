@@ -1,4 +1,5 @@
 """Shared test options and helpers."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # quick run, `ci` (more examples) when CI is set. Both draw at random; scripts/test gives CI a fixed
 # `--hypothesis-seed` (SPYGLASS_HYPOTHESIS_SEED), so a red CI run replays, and a nightly-style run
 # explores by passing another seed.
-_HYPOTHESIS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                                         HealthCheck.data_too_large])
+_HYPOTHESIS = dict(
+    deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
+)
 settings.register_profile("dev", max_examples=25, **_HYPOTHESIS)
 settings.register_profile("ci", max_examples=250, print_blob=True, **_HYPOTHESIS)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
@@ -38,8 +40,10 @@ _fork = os.fork
 
 def _refuse_unless_allowed(what: str) -> None:
     if not _spawn_allowed:
-        raise RuntimeError(f"this test starts a process ({what}) but does not request the `spawns` fixture "
-                           "(tests/conftest.py): request it, so the test is marked e2e and kept out of --fast")
+        raise RuntimeError(
+            f"this test starts a process ({what}) but does not request the `spawns` fixture "
+            "(tests/conftest.py): request it, so the test is marked e2e and kept out of --fast"
+        )
 
 
 # Libraries look things up by running these (ctypes.util.find_library runs `ldconfig -p`, for
@@ -123,8 +127,9 @@ def wait_until(predicate, timeout: float = 20.0, what: str = "condition"):
         pause.wait(0.02)
 
 
-def kill_at_random_until_done(command: list[str], duration: float, seed: int, window: tuple[float, float],
-                              after_kill=None, kill_when=None) -> int:
+def kill_at_random_until_done(
+    command: list[str], duration: float, seed: int, window: tuple[float, float], after_kill=None, kill_when=None
+) -> int:
     """Run `command` again and again, each time SIGKILLed at a random moment of `window` (fractions
     of `duration`, one clean run's time here), until one run finishes; return the number of kills.
 

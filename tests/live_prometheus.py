@@ -1,6 +1,7 @@
 """What the end-to-end tests with a live stack share (tests/test_pager_e2e.py, tests/test_wall_preview.py):
 processes started in process groups of their own and ended with them, and Debian's Prometheus scraping the
 agent every second, with the rules loaded only once it has scraped it."""
+
 from __future__ import annotations
 
 import os
@@ -50,15 +51,18 @@ def scraping(listen: str, job: str, *, labels: dict[str, str] | None = None, ale
     """A Prometheus config that scrapes the agent on `listen` every second (its own labels kept) and
     evaluates every second, sending to `alertmanager` (host:port) when one is given."""
     target: dict = {"targets": [listen], **({"labels": labels} if labels else {})}
-    config: dict = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                    "scrape_configs": [{"job_name": job, "honor_labels": True, "static_configs": [target]}]}
+    config: dict = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [{"job_name": job, "honor_labels": True, "static_configs": [target]}],
+    }
     if alertmanager:
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
     return config
 
 
-def start_prometheus(group: ProcessGroups, folder: Path, config: dict, port: int, rules: Path, job: str,
-                     *args: str) -> str:
+def start_prometheus(
+    group: ProcessGroups, folder: Path, config: dict, port: int, rules: Path, job: str, *args: str
+) -> str:
     """Prometheus on 127.0.0.1:`port` with `config`, its data and log in `folder`; the `rules` file loaded
     (SIGHUP) once it has scraped the agent, since before the first scrape `absent(up)` holds and
     SpyglassTargetDown's scaled `for:` is over at once. Returns its URL once the Watchdog fires."""
@@ -66,8 +70,16 @@ def start_prometheus(group: ProcessGroups, folder: Path, config: dict, port: int
     assert prometheus, "prometheus not found: run scripts/setup --test (installs Debian's prometheus package)"
     path, api = folder / "prometheus.yml", f"http://127.0.0.1:{port}"
     path.write_text(yaml.safe_dump(config))
-    proc = group.start([prometheus, f"--config.file={path}", f"--storage.tsdb.path={folder / 'tsdb'}",
-                        f"--web.listen-address=127.0.0.1:{port}", *args], folder / "prometheus.log")
+    proc = group.start(
+        [
+            prometheus,
+            f"--config.file={path}",
+            f"--storage.tsdb.path={folder / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            *args,
+        ],
+        folder / "prometheus.log",
+    )
     wait_until(lambda: query(api, f'up{{job="{job}"}} == 1'), 90, "Prometheus scraping the agent")
     path.write_text(yaml.safe_dump({**config, "rule_files": [str(rules)]}))
     proc.send_signal(signal.SIGHUP)

@@ -1,5 +1,6 @@
 """`agent.cpus` and `agent.nice` (spyglass/agent/affinity.py): a real agent process pins itself and every
 thread, and H2's host source compares an engine's CPUs with the agent's."""
+
 from __future__ import annotations
 
 import os
@@ -27,12 +28,16 @@ def test_a_bad_cpu_list_names_the_key(bad: str, tmp_path: Path) -> None:
 
 def test_the_agent_pins_every_thread_and_lowers_its_priority(spawns: None) -> None:
     last = max(os.sched_getaffinity(0))
-    code = ("import os, threading\n"
-            "from spyglass.agent.affinity import settle\n"
-            "ready = threading.Event(); t = threading.Thread(target=ready.wait, daemon=True); t.start()\n"
-            f"settle('{last}', 5)\n"
-            "tasks = sorted(os.sched_getaffinity(int(x)) == {" f"{last}" "} for x in os.listdir('/proc/self/task'))\n"
-            "print(len(tasks), all(tasks), os.nice(0)); ready.set()")
+    code = (
+        "import os, threading\n"
+        "from spyglass.agent.affinity import settle\n"
+        "ready = threading.Event(); t = threading.Thread(target=ready.wait, daemon=True); t.start()\n"
+        f"settle('{last}', 5)\n"
+        "tasks = sorted(os.sched_getaffinity(int(x)) == {"
+        f"{last}"
+        "} for x in os.listdir('/proc/self/task'))\n"
+        "print(len(tasks), all(tasks), os.nice(0)); ready.set()"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[1] == "True" and int(out[0]) >= 2
     assert int(out[2]) >= 5
@@ -43,4 +48,5 @@ def test_the_host_source_reports_an_engine_sharing_the_agents_cpus(tmp_path: Pat
     source = HostSource("host", HostOptions(processes={"strata-a": ProcessRef(pid_file=tmp_path / "engine.pid")}))
     shared = [e for e in source.poll(0.0).events if e.kind == "shared_cpus"]
     assert [(e.instance, e.fields) for e in shared] == [
-        ("strata-a", {"other": "spyglass-agent", "shared": len(os.sched_getaffinity(0))})]
+        ("strata-a", {"other": "spyglass-agent", "shared": len(os.sched_getaffinity(0))})
+    ]

@@ -1,5 +1,6 @@
 """`spyglass run` as a real process: serves /metrics and /api/sql, follows a growing log, and
 stops cleanly on SIGTERM."""
+
 from __future__ import annotations
 
 import signal
@@ -26,15 +27,21 @@ def agent(tmp_path):
     log.write_bytes(FIXTURE.read_bytes())
     config = tmp_path / "spyglass.toml"
     config.write_text(engine_log_toml(log, tmp_path / "state", listen=f"127.0.0.1:{port}"))
-    proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)], stderr=subprocess.PIPE, text=True
+    )
     killer = __import__("threading").Timer(60, proc.kill)  # never let a hung agent hang the suite
     killer.start()
     for line in proc.stderr:
         if "metrics at" in line:
             break
-    yield {"proc": proc, "url": f"http://127.0.0.1:{port}", "log": log, "config": config,
-           "store": tmp_path / "state" / "spyglass.duckdb"}
+    yield {
+        "proc": proc,
+        "url": f"http://127.0.0.1:{port}",
+        "log": log,
+        "config": config,
+        "store": tmp_path / "state" / "spyglass.duckdb",
+    }
     if proc.poll() is None:
         proc.kill()
     proc.communicate()
@@ -52,8 +59,10 @@ def test_agent_follows_the_log_and_stops_cleanly_on_sigterm(agent):
     url, key = agent["url"], 'spyglass_engine_evictions_total{instance="strata-b",lane="normal"}'
     wait_until(lambda: metric(url, key) == 0.0, what="the fixture on /metrics")
     with open(agent["log"], "ab") as log:
-        log.write(b"2026-10-19 05:21:00.000 I [cache] evict conv=7b7b bytes=76021760 reason=budget parked=0"
-                  b" used=0 budget=8589934592 evictions=1\n")
+        log.write(
+            b"2026-10-19 05:21:00.000 I [cache] evict conv=7b7b bytes=76021760 reason=budget parked=0"
+            b" used=0 budget=8589934592 evictions=1\n"
+        )
     wait_until(lambda: metric(url, key) == 1.0, what="the appended evict line on /metrics")
     assert httpx.get(f"{url}/health").text == "ok\n"
     sources = httpx.get(f"{url}/debug/sources").json()
@@ -67,9 +76,10 @@ def test_agent_follows_the_log_and_stops_cleanly_on_sigterm(agent):
 
 def test_sql_goes_through_the_agent_while_it_holds_the_store(agent):
     url = agent["url"]
-    wait_until(lambda: metric(url, 'spyglass_store_events_total') == 35.0, what="the fixture stored")
-    answer = run_readonly(agent["store"], "SELECT count(*) AS n FROM events WHERE kind = 'done'",
-                                 AgentApi(f"{url}/api/sql"))
+    wait_until(lambda: metric(url, "spyglass_store_events_total") == 35.0, what="the fixture stored")
+    answer = run_readonly(
+        agent["store"], "SELECT count(*) AS n FROM events WHERE kind = 'done'", AgentApi(f"{url}/api/sql")
+    )
     assert (answer.columns, answer.rows) == (["n"], [[4]])
     with pytest.raises(QueryError, match="read-only mode"):
         run_readonly(agent["store"], "DELETE FROM ev_other", AgentApi(f"{url}/api/sql"))
@@ -80,8 +90,12 @@ def test_sql_goes_through_the_agent_while_it_holds_the_store(agent):
 def test_sql_cli_reads_the_store_directly_when_no_agent_runs(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text(engine_log_toml(FIXTURE, tmp_path))
-    run = lambda *args: subprocess.run([sys.executable, "-m", "spyglass.cli.app", *args, "-c", str(config)],  # noqa: E731
-                                       capture_output=True, text=True)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "spyglass.cli.app", *args, "-c", str(config)], capture_output=True, text=True
+        )
+
     assert run("ingest").returncode == 0
     out = run("sql", "--format", "csv", "SELECT kind, count(*) AS n FROM events WHERE kind = 'park' GROUP BY kind")
     assert out.stdout.splitlines() == ["kind,n", "park,3"]

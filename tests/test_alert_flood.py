@@ -5,6 +5,7 @@ The attack: 1,000-alert notifications, each alert new, as fast as senders can po
 its rate a second, the rest is answered 503 (deferred: the sender retries) or dropped and counted,
 and /metrics answers throughout on its own listener.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,12 +30,29 @@ pytestmark = pytest.mark.usefixtures("spawns")
 
 def flood_body(sender: int, n: int, alerts: int = MAX_ALERTS) -> bytes:
     """`alerts` alerts never sent before, each with labels near the size a notification's 1 MiB allows."""
-    return json.dumps({"version": "4", "status": "firing", "receiver": "store", "truncatedAlerts": 0, "alerts": [
-        {"status": "firing", "startsAt": "2026-03-10T14:02:15Z", "endsAt": "0001-01-01T00:00:00Z",
-         "fingerprint": f"{sender:02x}{n:06x}{i:08x}",
-         "labels": {"alertname": f"Flood{sender}-{n}-{i}", "instance": "strata-b", "severity": "critical",
-                    "note": "x" * 700}}
-        for i in range(alerts)]}).encode()
+    return json.dumps(
+        {
+            "version": "4",
+            "status": "firing",
+            "receiver": "store",
+            "truncatedAlerts": 0,
+            "alerts": [
+                {
+                    "status": "firing",
+                    "startsAt": "2026-03-10T14:02:15Z",
+                    "endsAt": "0001-01-01T00:00:00Z",
+                    "fingerprint": f"{sender:02x}{n:06x}{i:08x}",
+                    "labels": {
+                        "alertname": f"Flood{sender}-{n}-{i}",
+                        "instance": "strata-b",
+                        "severity": "critical",
+                        "note": "x" * 700,
+                    },
+                }
+                for i in range(alerts)
+            ],
+        }
+    ).encode()
 
 
 def metric(text: str, name: str) -> float:
@@ -83,8 +101,11 @@ def test_a_flood_of_thousand_alert_notifications_is_bounded(start_agent):  # noq
     # The agent lives on, and what it deferred is stored when the sender retries, as Alertmanager does
     # until a 200 (its backoff sped up here), each alert once.
     retried = bodies[0][0]
-    wait_until(lambda: httpx.post(url, content=retried, headers=JSON_BODY, timeout=60).status_code == 200,
-               timeout=90, what="a deferred notification stored on a retry")
+    wait_until(
+        lambda: httpx.post(url, content=retried, headers=JSON_BODY, timeout=60).status_code == 200,
+        timeout=90,
+        what="a deferred notification stored on a retry",
+    )
     storing = time.monotonic() - began  # the seconds over which the budget let alerts in
     peak = peak_rss_mb(agent["proc"])
     stop(agent)
@@ -93,15 +114,19 @@ def test_a_flood_of_thousand_alert_notifications_is_bounded(start_agent):  # noq
     con = duckdb.connect(str(agent["store"]), read_only=True)
     try:
         rows = con.execute("SELECT count(*) FROM events WHERE kind = 'alert'").fetchone()[0]
-        first = con.execute("SELECT count(*), count(DISTINCT fields->>'alertname') FROM events WHERE kind = 'alert'"
-                            " AND fields->>'alertname' LIKE 'Flood0-0-%'").fetchone()
+        first = con.execute(
+            "SELECT count(*), count(DISTINCT fields->>'alertname') FROM events WHERE kind = 'alert'"
+            " AND fields->>'alertname' LIKE 'Flood0-0-%'"
+        ).fetchone()
     finally:
         con.close()
     growth = (agent["store"].stat().st_size + _wal(agent["store"]) - before) / 1e6
     sent = answers.count(200) + answers.count(503)
-    print(f"\nflood: {len(answers)} notifications ({sent * MAX_ALERTS} alerts) in {elapsed:.1f} s; {rows} alerts"
-          f" stored; store +{growth:.1f} MB; peak RSS {peak:.0f} MB; scrapes {scrapes.count(200)}/{len(scrapes)};"
-          f" deferred {metric(text, 'spyglass_alerts_deferred_total'):.0f}")
+    print(
+        f"\nflood: {len(answers)} notifications ({sent * MAX_ALERTS} alerts) in {elapsed:.1f} s; {rows} alerts"
+        f" stored; store +{growth:.1f} MB; peak RSS {peak:.0f} MB; scrapes {scrapes.count(200)}/{len(scrapes)};"
+        f" deferred {metric(text, 'spyglass_alerts_deferred_total'):.0f}"
+    )
     assert len(answers) > 10 and set(answers) <= {200, 503} and 503 in answers  # a flood, refused in part
     assert first == (MAX_ALERTS, MAX_ALERTS)  # the retried notification: all of it, once each
     assert 0 < rows <= budget.burst + budget.rate * storing

@@ -1,5 +1,6 @@
 """Alertmanager's webhook into the agent: every notification, firing and resolved, is an `alert` event in
 the store; a body that is not Alertmanager's JSON is a 400 with a message and no event."""
+
 from __future__ import annotations
 
 import hashlib
@@ -31,29 +32,52 @@ def fingerprint(*parts: str) -> str:
     return hashlib.blake2b("\0".join(parts).encode(), digest_size=8).hexdigest()
 
 
-def alert(status: str, name: str = "EngineEvictionStorm", instance: str = "strata-b", ends: str = ZERO,
-          **labels: str) -> dict:
-    return {"status": status, "startsAt": STARTS, "endsAt": ends, "fingerprint": fingerprint(name, instance),
-            "labels": {"alertname": name, "instance": instance, "severity": "critical", "heuristic": "H3", **labels},
-            "annotations": {"summary": "strata-b is evicting", "description": "secret prompt text?"},
-            "generatorURL": "http://prometheus/graph?g0.expr=..."}
+def alert(
+    status: str, name: str = "EngineEvictionStorm", instance: str = "strata-b", ends: str = ZERO, **labels: str
+) -> dict:
+    return {
+        "status": status,
+        "startsAt": STARTS,
+        "endsAt": ends,
+        "fingerprint": fingerprint(name, instance),
+        "labels": {"alertname": name, "instance": instance, "severity": "critical", "heuristic": "H3", **labels},
+        "annotations": {"summary": "strata-b is evicting", "description": "secret prompt text?"},
+        "generatorURL": "http://prometheus/graph?g0.expr=...",
+    }
 
 
 def notification(*alerts: dict, status: str = "firing") -> bytes:
-    return json.dumps({"version": "4", "groupKey": "{}:{alertname=\"X\"}", "truncatedAlerts": 0, "status": status,
-                       "receiver": "pager", "groupLabels": {"alertname": "X"}, "commonLabels": {},
-                       "commonAnnotations": {}, "externalURL": "http://am", "alerts": list(alerts)}).encode()
+    return json.dumps(
+        {
+            "version": "4",
+            "groupKey": '{}:{alertname="X"}',
+            "truncatedAlerts": 0,
+            "status": status,
+            "receiver": "pager",
+            "groupLabels": {"alertname": "X"},
+            "commonLabels": {},
+            "commonAnnotations": {},
+            "externalURL": "http://am",
+            "alerts": list(alerts),
+        }
+    ).encode()
 
 
 def test_firing_is_stamped_when_it_started_and_resolved_when_it_ended() -> None:
-    firing, resolved = decode_notification(notification(alert("firing"), alert("resolved", ends=ENDS)), host="h1", now=NOW)
+    firing, resolved = decode_notification(
+        notification(alert("firing"), alert("resolved", ends=ENDS)), host="h1", now=NOW
+    )
     assert (firing.kind, firing.source, firing.instance, firing.host) == ("alert", "alertmanager", "strata-b", "h1")
     assert firing.ts == pytest.approx(datetime(2026, 3, 10, 14, 2, 15, 123456, tzinfo=UTC).timestamp())
     assert firing.fields["endsAt"] is None and firing.fields["status"] == "firing"
     assert resolved.ts == pytest.approx(datetime(2026, 3, 10, 14, 20, 45, 500000, tzinfo=UTC).timestamp())
     assert resolved.fields["startsAt"] == firing.ts
     assert {k: firing.fields[k] for k in ("alertname", "severity", "heuristic", "instance")} == {
-        "alertname": "EngineEvictionStorm", "severity": "critical", "heuristic": "H3", "instance": "strata-b"}
+        "alertname": "EngineEvictionStorm",
+        "severity": "critical",
+        "heuristic": "H3",
+        "instance": "strata-b",
+    }
 
 
 def test_annotation_text_is_not_kept() -> None:
@@ -70,23 +94,29 @@ def test_labels_are_bounded() -> None:
         decode_notification(notification(many), now=NOW)
 
 
-@pytest.mark.parametrize("body,message", [
-    (b"", "not JSON"),
-    (b"\xff\xfe{", "not JSON"),
-    (b"[1, 2]", "expected a JSON object"),
-    (b'{"resourceSpans": []}', "version None"),
-    (json.dumps({"version": "3", "alerts": []}).encode(), "version '3'"),
-    (json.dumps({"version": "4", "alerts": {"a": 1}}).encode(), "alerts: expected a list"),
-    (notification({**alert("firing"), "status": "pending"}), r"alerts\[0\].status: expected firing or resolved"),
-    (notification({**alert("firing"), "labels": {"alertname": 3}}), "string labels"),
-    (notification({**alert("firing"), "labels": {"instance": "a"}}), "no alertname"),
-    (notification({**alert("firing"), "startsAt": "yesterday"}), "startsAt: not an RFC 3339 time"),
-    (notification({**alert("firing"), "startsAt": "2026-03-10T14:02:15"}), "time without an offset"),
-    (notification(alert("firing"), alert("resolved")), r"alerts\[1\].endsAt: a resolved alert needs its end"),
-    (json.dumps({"version": "4", "alerts": [], "truncatedAlerts": -1}).encode(), "truncatedAlerts: expected a count"),
-    (b"[" * 5000 + b"]" * 5000, "nested too deeply"),  # 10 KB: past the decoder's recursion limit
-    (b'{"version": "4", "alerts": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        (b"", "not JSON"),
+        (b"\xff\xfe{", "not JSON"),
+        (b"[1, 2]", "expected a JSON object"),
+        (b'{"resourceSpans": []}', "version None"),
+        (json.dumps({"version": "3", "alerts": []}).encode(), "version '3'"),
+        (json.dumps({"version": "4", "alerts": {"a": 1}}).encode(), "alerts: expected a list"),
+        (notification({**alert("firing"), "status": "pending"}), r"alerts\[0\].status: expected firing or resolved"),
+        (notification({**alert("firing"), "labels": {"alertname": 3}}), "string labels"),
+        (notification({**alert("firing"), "labels": {"instance": "a"}}), "no alertname"),
+        (notification({**alert("firing"), "startsAt": "yesterday"}), "startsAt: not an RFC 3339 time"),
+        (notification({**alert("firing"), "startsAt": "2026-03-10T14:02:15"}), "time without an offset"),
+        (notification(alert("firing"), alert("resolved")), r"alerts\[1\].endsAt: a resolved alert needs its end"),
+        (
+            json.dumps({"version": "4", "alerts": [], "truncatedAlerts": -1}).encode(),
+            "truncatedAlerts: expected a count",
+        ),
+        (b"[" * 5000 + b"]" * 5000, "nested too deeply"),  # 10 KB: past the decoder's recursion limit
+        (b'{"version": "4", "alerts": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply"),
+    ],
+)
 def test_a_body_that_is_not_alertmanagers_json_is_refused_with_why(body: bytes, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         decode_notification(body, now=NOW)
@@ -99,9 +129,11 @@ def serve_agent(tmp_path, prometheus: str = ""):
 
     port = free_port()
     config = tmp_path / "spyglass.toml"
-    config.write_text(f'[agent]\nstate_dir = "{tmp_path}"\nhost = "pager-host"\n'
-                      f'[exporters.prometheus]\nlisten = "127.0.0.1:{port}"\n{prometheus}[exporters.store]\nenabled = true\n'
-                      f'[sources.engine-a]\nkind = "engine_log"\npath = "{tmp_path / "a.log"}"\ninstance = "strata-a"\n')
+    config.write_text(
+        f'[agent]\nstate_dir = "{tmp_path}"\nhost = "pager-host"\n'
+        f'[exporters.prometheus]\nlisten = "127.0.0.1:{port}"\n{prometheus}[exporters.store]\nenabled = true\n'
+        f'[sources.engine-a]\nkind = "engine_log"\npath = "{tmp_path / "a.log"}"\ninstance = "strata-a"\n'
+    )
     agent = Agent(load_config(config))
     loop = threading.Thread(target=agent.serve, daemon=True)
     loop.start()
@@ -129,8 +161,10 @@ def stored_alerts(agent) -> list[tuple]:
     """(alertname, status, instance, host, ts) of every stored alert, from the stopped agent's store."""
     con = duckdb.connect(str(agent.config.store_path()), read_only=True)
     try:
-        return con.execute("SELECT fields->>'alertname', fields->>'status', instance, host, ts FROM events"
-                           " WHERE kind = 'alert' ORDER BY 1, 2").fetchall()
+        return con.execute(
+            "SELECT fields->>'alertname', fields->>'status', instance, host, ts FROM events"
+            " WHERE kind = 'alert' ORDER BY 1, 2"
+        ).fetchall()
     finally:
         con.close()
 
@@ -144,13 +178,17 @@ def _answers(url: str) -> bool:
 
 def test_the_agent_stores_many_concurrent_notifications_and_refuses_bad_ones(agent) -> None:
     agent, url, stop = agent
-    bodies = [notification(alert("firing", instance=f"strata-{i % 2}", name=f"Alert{i}"),
-                           alert("resolved", instance=f"strata-{i % 2}", name=f"Alert{i}", ends=ENDS))
-              for i in range(40)]
+    bodies = [
+        notification(
+            alert("firing", instance=f"strata-{i % 2}", name=f"Alert{i}"),
+            alert("resolved", instance=f"strata-{i % 2}", name=f"Alert{i}", ends=ENDS),
+        )
+        for i in range(40)
+    ]
     hostile = [b"{}", b"not json at all", notification({"status": "firing"})] * 5
     with httpx.Client(timeout=30) as client, ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda body: client.post(url, content=body, headers=JSON_BODY), bodies + hostile))
-    good, bad = answers[:len(bodies)], answers[len(bodies):]
+    good, bad = answers[: len(bodies)], answers[len(bodies) :]
     assert [a.status_code for a in good] == [200] * len(bodies)
     assert [a.status_code for a in bad] == [400] * len(hostile)
     assert "version" in bad[0].text and "not JSON" in bad[1].text and "labels" in bad[2].text
@@ -158,8 +196,10 @@ def test_the_agent_stores_many_concurrent_notifications_and_refuses_bad_ones(age
     stop()
     con = duckdb.connect(str(agent.config.store_path()), read_only=True)
     try:
-        rows = con.execute("SELECT fields->>'alertname', fields->>'status', instance, host, ts FROM events"
-                           " WHERE kind = 'alert' ORDER BY 1, 2").fetchall()
+        rows = con.execute(
+            "SELECT fields->>'alertname', fields->>'status', instance, host, ts FROM events"
+            " WHERE kind = 'alert' ORDER BY 1, 2"
+        ).fetchall()
     finally:
         con.close()
     assert len(rows) == 80
@@ -237,13 +277,17 @@ def test_a_replayed_notification_is_answered_and_stored_once(agent) -> None:
     assert {a.status_code for a in answers} <= {200, 503}  # 503: half the workers wait for a commit
     resolved = notification(*[alert("resolved", name=f"Replay{i}", ends=ENDS) for i in range(200)])
     for body in (group, resolved, resolved):  # as Alertmanager does: retried until a 200
-        wait_until(lambda body=body: httpx.post(url, content=body, headers=JSON_BODY, timeout=30).status_code == 200,
-                   timeout=60, what="a 200")
+        wait_until(
+            lambda body=body: httpx.post(url, content=body, headers=JSON_BODY, timeout=30).status_code == 200,
+            timeout=60,
+            what="a 200",
+        )
     stop()
     con = duckdb.connect(str(agent.config.store_path()), read_only=True)
     try:
-        rows = con.execute("SELECT fields->>'alertname', fields->>'status', count(*) FROM events WHERE kind = 'alert'"
-                           " GROUP BY 1, 2").fetchall()
+        rows = con.execute(
+            "SELECT fields->>'alertname', fields->>'status', count(*) FROM events WHERE kind = 'alert' GROUP BY 1, 2"
+        ).fetchall()
     finally:
         con.close()
     assert len(rows) == 400 and {r[2] for r in rows} == {1}
@@ -291,8 +335,11 @@ def test_a_duplicate_in_flight_is_answered_only_once_the_first_is_committed(tmp_
             assert len(agent._alert_replays) == 1  # taken once, by the first
             gate.set()
             assert first.result().status_code in (200, 503)  # 503 if its own wait ran out behind the gate
-        wait_until(lambda: httpx.post(url, content=body, headers=JSON_BODY, timeout=30).status_code == 200,
-                   timeout=60, what="a 200 once committed")
+        wait_until(
+            lambda: httpx.post(url, content=body, headers=JSON_BODY, timeout=30).status_code == 200,
+            timeout=60,
+            what="a 200 once committed",
+        )
     finally:
         gate.set()
         stop()
@@ -314,7 +361,9 @@ def test_label_text_is_bounded_per_alert() -> None:
     (alertname always kept) and the number dropped is stored with the alert."""
     from spyglass.agent.alert_webhook import MAX_LABEL_TEXT
 
-    (event,) = decode_notification(notification(alert("firing", **{f"l{n:02d}": "v" * 300 for n in range(26)})), now=NOW)
+    (event,) = decode_notification(
+        notification(alert("firing", **{f"l{n:02d}": "v" * 300 for n in range(26)})), now=NOW
+    )
     labels = event.fields["labels"]
     assert sum(len(k) + len(v) for k, v in labels.items()) <= MAX_LABEL_TEXT
     assert labels["alertname"] == "EngineEvictionStorm" and event.fields["labels_dropped"] == 30 - len(labels)
@@ -325,8 +374,10 @@ def test_the_alert_budget_drops_a_flapping_alert_and_defers_a_flood() -> None:
     from spyglass.agent.alert_webhook import AlertBudget
 
     budget = AlertBudget(per_alert=3, per_alert_seconds=60, burst=5, rate=0.01)
-    flapping = [decode_notification(notification(alert("firing") | {"startsAt": f"2026-03-10T14:0{i}:00Z"}),
-                                    now=NOW)[0] for i in range(5)]
+    flapping = [
+        decode_notification(notification(alert("firing") | {"startsAt": f"2026-03-10T14:0{i}:00Z"}), now=NOW)[0]
+        for i in range(5)
+    ]
     kept, dropped, deferred = budget.admit(flapping, now=0.0)
     assert (len(kept), len(dropped), len(deferred)) == (3, 2, 0)
     assert budget.admit(flapping[:1], now=59.0)[1] == flapping[:1]  # not a minute yet
@@ -346,8 +397,10 @@ def test_the_overflow_is_answered_with_why_and_counted_on_metrics(agent) -> None
     answer = httpx.post(url, content=body, headers=JSON_BODY, timeout=30)
     assert answer.status_code == 200 and "5 alerts past the first 1000" in answer.text, answer.text
     metrics = url.replace("/api/alerts", "/metrics")
-    wait_until(lambda: 'spyglass_alerts_dropped_total{reason="notification_cap"} 5.0' in httpx.get(metrics).text,
-               what="the overflow on /metrics")
+    wait_until(
+        lambda: 'spyglass_alerts_dropped_total{reason="notification_cap"} 5.0' in httpx.get(metrics).text,
+        what="the overflow on /metrics",
+    )
     stop()
     assert len(stored_alerts(agent)) == MAX_ALERTS
 

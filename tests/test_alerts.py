@@ -1,5 +1,6 @@
 """The generated alerts folder: drift, promtool and amtool checks, metric names, routes and a live
 Alertmanager's inhibitions (real binaries from Debian's prometheus and prometheus-alertmanager)."""
+
 from __future__ import annotations
 
 import json
@@ -42,7 +43,9 @@ def check(*command: str) -> subprocess.CompletedProcess:
 def test_committed_alerts_folder_is_the_generators_output_for_strata_toml() -> None:
     files = generated(DEPLOYMENT)
     for relative, text in files.items():
-        assert (FOLDER / relative).read_text() == text, f"alerts/{relative} drifted: run python -m spyglass.alerting.rules"
+        assert (FOLDER / relative).read_text() == text, (
+            f"alerts/{relative} drifted: run python -m spyglass.alerting.rules"
+        )
     on_disk = {str(p.relative_to(FOLDER)) for p in FOLDER.rglob("*") if p.is_file()}
     assert on_disk == set(files), f"stale files in alerts/: {sorted(on_disk - set(files))}"
     drifted = "docs/alerts.md drifted: run python -m spyglass.alerting.rules"
@@ -56,7 +59,9 @@ def test_promtool_accepts_the_rules(promtool: str) -> None:
 
 def test_a_rule_file_promtool_rejects_fails_the_check(promtool: str, tmp_path: Path) -> None:
     bad = tmp_path / "bad.yml"
-    bad.write_text("groups:\n- name: x\n  rules:\n  - alert: Broken\n    expr: rate(spyglass_engine_evictions_total[5m]\n")
+    bad.write_text(
+        "groups:\n- name: x\n  rules:\n  - alert: Broken\n    expr: rate(spyglass_engine_evictions_total[5m]\n"
+    )
     result = check(promtool, "check", "rules", str(bad))
     assert result.returncode != 0, result.stdout + result.stderr
     assert "unclosed" in (result.stdout + result.stderr).lower()
@@ -67,15 +72,25 @@ def test_amtool_accepts_the_alertmanager_config(spawns, amtool: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("labels,receiver", [
-    (["severity=critical", "alertname=EngineEvictionStorm", "instance=strata-b"], "pager"),
-    (["severity=warning", "alertname=EngineSnapshotOverBudget", "instance=strata-b"], "ticket"),
-    (["severity=info", "alertname=Watchdog"], "heartbeat"),
-    (["severity=info", "alertname=EnginePlannedRestart", "instance=strata-a"], "silent"),
-])
+@pytest.mark.parametrize(
+    "labels,receiver",
+    [
+        (["severity=critical", "alertname=EngineEvictionStorm", "instance=strata-b"], "pager"),
+        (["severity=warning", "alertname=EngineSnapshotOverBudget", "instance=strata-b"], "ticket"),
+        (["severity=info", "alertname=Watchdog"], "heartbeat"),
+        (["severity=info", "alertname=EnginePlannedRestart", "instance=strata-a"], "silent"),
+    ],
+)
 def test_routes(spawns, amtool: str, labels: list[str], receiver: str) -> None:
-    result = check(amtool, "config", "routes", "test", f"--config.file={FOLDER / 'alertmanager.yml'}",
-                   f"--verify.receivers={receiver}", *labels)
+    result = check(
+        amtool,
+        "config",
+        "routes",
+        "test",
+        f"--config.file={FOLDER / 'alertmanager.yml'}",
+        f"--verify.receivers={receiver}",
+        *labels,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -111,8 +126,14 @@ def test_every_alert_carries_severity_heuristic_and_annotations() -> None:
         assert (FOLDER / "runbooks" / f"{rule['alert']}.md").is_file()
         assert ("$value" in rule["annotations"]["description"]) != (rule["alert"] in without_value), rule["alert"]
     critical = {r["alert"] for r in rules if r["labels"]["severity"] == "critical"}
-    assert {"EngineEvictionStorm", "EngineTTFTBudgetFastBurn", "ProgramCrashLoop", "EngineThroughputCollapse",
-            "EngineNotReady", "EngineHung"} <= critical
+    assert {
+        "EngineEvictionStorm",
+        "EngineTTFTBudgetFastBurn",
+        "ProgramCrashLoop",
+        "EngineThroughputCollapse",
+        "EngineNotReady",
+        "EngineHung",
+    } <= critical
 
 
 def test_runbook_has_symptom_wrong_guess_check_knobs_incident() -> None:
@@ -124,25 +145,41 @@ def test_runbook_has_symptom_wrong_guess_check_knobs_incident() -> None:
 
 def test_rules_command_writes_this_deployments_numbers(tmp_path: Path) -> None:
     config = tmp_path / "spyglass.toml"
-    config.write_text(CONFIG.read_text().replace("crash_loop_spawns = 3", "crash_loop_spawns = 5")
-                      .replace('runbook_base_url = "file:///opt/spyglass/alerts/runbooks"', 'runbook_base_url = "https://runbooks.example/"'))
+    config.write_text(
+        CONFIG.read_text()
+        .replace("crash_loop_spawns = 3", "crash_loop_spawns = 5")
+        .replace(
+            'runbook_base_url = "file:///opt/spyglass/alerts/runbooks"',
+            'runbook_base_url = "https://runbooks.example/"',
+        )
+    )
     result = CliRunner().invoke(app, ["rules", "--config", str(config), "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     rules = yaml.safe_load((tmp_path / "out" / "spyglass-rules.yml").read_text())["groups"][1]["rules"]
     loop = next(r for r in rules if r["alert"] == "ProgramCrashLoop")
-    assert loop["expr"].endswith(">= 5") and loop["annotations"]["runbook_url"] == "https://runbooks.example/ProgramCrashLoop.md"
+    assert (
+        loop["expr"].endswith(">= 5")
+        and loop["annotations"]["runbook_url"] == "https://runbooks.example/ProgramCrashLoop.md"
+    )
     assert len(list((tmp_path / "out" / "runbooks").glob("*.md"))) == len(rules)
 
 
 def test_time_scale_scales_every_window_offset_and_for(promtool: str, tmp_path: Path) -> None:
     """An emulated deployment pages on its own clock: every duration of the rules times alerts.time_scale."""
-    fast = Deployment.of(parse_config({"alerts": {"time_scale": 0.01, "lanes": {"fast": {"ttft_seconds": 40.0}}}}, "f.toml"))
+    fast = Deployment.of(
+        parse_config({"alerts": {"time_scale": 0.01, "lanes": {"fast": {"ttft_seconds": 40.0}}}}, "f.toml")
+    )
     groups = yaml.safe_load(generated(fast)["spyglass-rules.yml"])["groups"]
     rule = {r.get("alert") or r["record"]: r for g in groups for r in g["rules"]}
     assert rule["EngineEvictionStorm"]["for"] == "3s"  # 5m
-    assert rule["ProgramCrashLoop"]["keep_firing_for"] == "6s" and "[9s]" in rule["ProgramCrashLoop"]["expr"]  # 10m, 15m
+    assert (
+        rule["ProgramCrashLoop"]["keep_firing_for"] == "6s" and "[9s]" in rule["ProgramCrashLoop"]["expr"]
+    )  # 10m, 15m
     assert rule["SpyglassTargetDown"]["for"] == "1200ms"  # 2m
-    assert "offset 36s" in rule["instance_lane:spyglass_engine_request_decode_tokens_per_second:baseline_mean_rate1h"]["expr"]
+    assert (
+        "offset 36s"
+        in rule["instance_lane:spyglass_engine_request_decode_tokens_per_second:baseline_mean_rate1h"]["expr"]
+    )
     durations = re.findall(r"\[([^]:]+)\]|offset (\S+?)\)", yaml.safe_dump(groups))
     assert durations and all(re.fullmatch(r"\d+(ms|s)", d or o) for d, o in durations if d != "stats")
     path = tmp_path / "rules.yml"
@@ -153,8 +190,11 @@ def test_time_scale_scales_every_window_offset_and_for(promtool: str, tmp_path: 
 def test_a_deployment_without_lanes_gets_one_objective_for_every_series(promtool: str, tmp_path: Path) -> None:
     """No lanes configured: the engines' series carry lane="", and the per-lane alerts match them
     (they were an empty `expr` before, which promtool rejects)."""
-    plain = Deployment.of(parse_config({"sources": {"engine-a": {"kind": "engine_log", "path": "/x/a.log",
-                                                                 "instance": "strata-a"}}}, "f.toml"))
+    plain = Deployment.of(
+        parse_config(
+            {"sources": {"engine-a": {"kind": "engine_log", "path": "/x/a.log", "instance": "strata-a"}}}, "f.toml"
+        )
+    )
     groups = yaml.safe_load(generated(plain)["spyglass-rules.yml"])["groups"]
     rule = {r.get("alert") or r["record"]: r for g in groups for r in g["rules"]}
     assert all(r["expr"].strip() for r in rule.values())
@@ -184,22 +224,41 @@ def test_live_alertmanager_inhibits_only_the_same_instance(spawns, tmp_path: Pat
     config = tmp_path / "alertmanager.yml"
     config.write_text((FOLDER / "alertmanager.yml").read_text())
     log = (tmp_path / "alertmanager.log").open("wb")
-    process = subprocess.Popen([binary, f"--config.file={config}", f"--storage.path={tmp_path / 'data'}",
-                                f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
-                               stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     api = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: _ready(api), what="alertmanager ready")
         ends = (datetime.now(UTC) + timedelta(minutes=10)).isoformat()
+
         def alert(name: str, instance: str, severity: str) -> dict:
             return {"labels": {"alertname": name, "instance": instance, "severity": severity}, "endsAt": ends}
-        _post(api, [alert("ProgramCrashLoop", "strata-a", "critical"),
-                    alert("EngineTTFTBudgetFastBurn", "strata-a", "critical"),
-                    alert("EngineTTFTBudgetFastBurn", "strata-b", "critical")])
+
+        _post(
+            api,
+            [
+                alert("ProgramCrashLoop", "strata-a", "critical"),
+                alert("EngineTTFTBudgetFastBurn", "strata-a", "critical"),
+                alert("EngineTTFTBudgetFastBurn", "strata-b", "critical"),
+            ],
+        )
+
         def states() -> dict | None:
-            got = {(a["labels"]["alertname"], a["labels"]["instance"]): a["status"]["state"]
-                   for a in httpx.get(f"{api}/api/v2/alerts", timeout=5).json()}
+            got = {
+                (a["labels"]["alertname"], a["labels"]["instance"]): a["status"]["state"]
+                for a in httpx.get(f"{api}/api/v2/alerts", timeout=5).json()
+            }
             return got if len(got) == 3 and got[("EngineTTFTBudgetFastBurn", "strata-a")] == "suppressed" else None
+
         got = wait_until(states, what="the inhibition applied")
         assert got[("EngineTTFTBudgetFastBurn", "strata-b")] == "active"
         assert got[("ProgramCrashLoop", "strata-a")] == "active"
@@ -226,12 +285,19 @@ def test_runbook_links_are_absolute_everywhere_they_are_written(tmp_path: Path) 
 
     def absolute(url: str) -> bool:
         parts = urlparse(url)
-        return (parts.scheme in ("http", "https") and bool(parts.netloc)) or (parts.scheme == "file" and parts.path.startswith("/"))
+        return (parts.scheme in ("http", "https") and bool(parts.netloc)) or (
+            parts.scheme == "file" and parts.path.startswith("/")
+        )
 
     committed = yaml.safe_load((FOLDER / "spyglass-rules.yml").read_text())["groups"][1]["rules"]
     links = [r["annotations"]["runbook_url"] for r in committed]
-    links += [link["url"] for path in GENERATED.glob("*.json") for panel in json.loads(path.read_text())["panels"]
-              for link in panel.get("links", []) if "Runbook" in link.get("title", "")]
+    links += [
+        link["url"]
+        for path in GENERATED.glob("*.json")
+        for panel in json.loads(path.read_text())["panels"]
+        for link in panel.get("links", [])
+        if "Runbook" in link.get("title", "")
+    ]
     assert links and [u for u in links if not absolute(u)] == []
 
     relative = tmp_path / "relative.toml"
@@ -240,7 +306,9 @@ def test_runbook_links_are_absolute_everywhere_they_are_written(tmp_path: Path) 
     assert result.exit_code != 0 and "alerts.runbook_base_url" in result.output and "absolute" in result.output
 
     unset = tmp_path / "unset.toml"
-    unset.write_text("\n".join(line for line in CONFIG.read_text().splitlines() if not line.startswith("runbook_base_url")))
+    unset.write_text(
+        "\n".join(line for line in CONFIG.read_text().splitlines() if not line.startswith("runbook_base_url"))
+    )
     result = CliRunner().invoke(app, ["rules", "--config", str(unset), "--out", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     rules = yaml.safe_load((tmp_path / "out" / "spyglass-rules.yml").read_text())["groups"][1]["rules"]
@@ -257,7 +325,9 @@ def test_descriptions_carry_the_measured_value_not_the_seeds_figures() -> None:
     files = generated(DEPLOYMENT)
     rules = {r["alert"]: r for r in yaml.safe_load(files["spyglass-rules.yml"])["groups"][1]["rules"]}
     for h, a in alerts(DEPLOYMENT):
-        then = {f.replace(",", "") for f in figures.findall(re.sub(r"\d+(?:-\d+)+", "", h.history))}  # not dates, CPU ranges
+        then = {
+            f.replace(",", "") for f in figures.findall(re.sub(r"\d+(?:-\d+)+", "", h.history))
+        }  # not dates, CPU ranges
         description = rules[a.name]["annotations"]["description"]
         now = {f.replace(",", "") for f in figures.findall(description)}
         assert not then & now, (a.name, sorted(then & now))

@@ -4,6 +4,7 @@ Each scenario (tests/alert_scenarios.py) is a healthy deployment with one incide
 at each check time the set of firing alerts must be exactly the expected one (plus Watchdog), so
 an alert that fires on a neighbouring incident's series, or too early (before its `for:`), fails.
 """
+
 from __future__ import annotations
 
 import re
@@ -48,8 +49,11 @@ def _exact(name: str, minute: int, labels: dict[str, str], value: str) -> dict:
     """The alert as Alertmanager would receive it: every label and the annotations with the measured value."""
     rule = next(r for r in yaml.safe_load(RULES.read_text())["groups"][1]["rules"] if r.get("alert") == name)
     annotations = {k: _expand(v, labels, value) for k, v in rule["annotations"].items()}
-    return {"eval_time": f"{minute}m", "alertname": name,
-            "exp_alerts": [{"exp_labels": _labels(name, labels), "exp_annotations": annotations}]}
+    return {
+        "eval_time": f"{minute}m",
+        "alertname": name,
+        "exp_alerts": [{"exp_labels": _labels(name, labels), "exp_annotations": annotations}],
+    }
 
 
 def unit_test(s: Scenario) -> dict:
@@ -58,13 +62,22 @@ def unit_test(s: Scenario) -> dict:
         "rule_files": [str(RULES)],
         "evaluation_interval": "1m",
         "group_eval_order": ["spyglass-recording", "spyglass-alerts"],
-        "tests": [{
-            "name": s.name, "interval": "1m",
-            "input_series": [{"series": k, "values": v} for k, v in series.items()],
-            "promql_expr_test": [{"expr": 'ALERTS{alertstate="firing"}', "eval_time": f"{minute}m",
-                                  "exp_samples": _alerts_series(firing)} for minute, firing in s.checks.items()],
-            "alert_rule_test": [_exact(name, *spec) for name, spec in s.exact.items()],
-        }],
+        "tests": [
+            {
+                "name": s.name,
+                "interval": "1m",
+                "input_series": [{"series": k, "values": v} for k, v in series.items()],
+                "promql_expr_test": [
+                    {
+                        "expr": 'ALERTS{alertstate="firing"}',
+                        "eval_time": f"{minute}m",
+                        "exp_samples": _alerts_series(firing),
+                    }
+                    for minute, firing in s.checks.items()
+                ],
+                "alert_rule_test": [_exact(name, *spec) for name, spec in s.exact.items()],
+            }
+        ],
     }
 
 
@@ -74,7 +87,9 @@ def run_promtool(promtool: str, test: dict, folder: Path) -> subprocess.Complete
     return subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name.split(" ")[0] + "-" + str(i) for i, s in enumerate(SCENARIOS)])
+@pytest.mark.parametrize(
+    "scenario", SCENARIOS, ids=[s.name.split(" ")[0] + "-" + str(i) for i, s in enumerate(SCENARIOS)]
+)
 def test_scenario_fires_exactly_its_alerts(promtool: str, tmp_path: Path, scenario: Scenario) -> None:
     result = run_promtool(promtool, unit_test(scenario), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -94,7 +109,9 @@ def test_every_scenario_checks_a_quiet_moment() -> None:
 def test_a_wrong_expectation_fails(promtool: str, tmp_path: Path) -> None:
     """The harness can fail: the healthy series with an eviction storm expected is a promtool failure."""
     healthy = next(s for s in SCENARIOS if s.name == "healthy")
-    wrong = Scenario("wrong", healthy.minutes, {}, {115: [("EngineEvictionStorm", {"instance": "strata-b", "lane": "normal"})]})
+    wrong = Scenario(
+        "wrong", healthy.minutes, {}, {115: [("EngineEvictionStorm", {"instance": "strata-b", "lane": "normal"})]}
+    )
     result = run_promtool(promtool, unit_test(wrong), tmp_path)
     assert result.returncode != 0 and "EngineEvictionStorm" in result.stdout + result.stderr
 
@@ -113,7 +130,9 @@ def _two_hosts(s: Scenario) -> Scenario:
     for h1 alone, with its `host`: a rule that aggregated or joined without `host` would mix the two
     hosts' series (a many-to-many error, a value of both hosts, an alert without `host`)."""
     series = _on_host(background(s.minutes), "h2") | _on_host(background(s.minutes) | s.series, "h1")
-    checks = {minute: [(name, {**labels, "host": "h1"}) for name, labels in firing] for minute, firing in s.checks.items()}
+    checks = {
+        minute: [(name, {**labels, "host": "h1"}) for name, labels in firing] for minute, firing in s.checks.items()
+    }
     exact = {name: (minute, {**labels, "host": "h1"}, value) for name, (minute, labels, value) in s.exact.items()}
     return Scenario(s.name + " on h1 of two hosts", s.minutes, series, checks, exact)
 
@@ -125,7 +144,11 @@ def unit_test_of_series(s: Scenario) -> dict:
     return test
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name.split(" ")[0] + "-" + str(i) for i, s in enumerate(SCENARIOS)])
-def test_scenario_on_one_of_two_hosts_fires_for_that_host_only(promtool: str, tmp_path: Path, scenario: Scenario) -> None:
+@pytest.mark.parametrize(
+    "scenario", SCENARIOS, ids=[s.name.split(" ")[0] + "-" + str(i) for i, s in enumerate(SCENARIOS)]
+)
+def test_scenario_on_one_of_two_hosts_fires_for_that_host_only(
+    promtool: str, tmp_path: Path, scenario: Scenario
+) -> None:
     result = run_promtool(promtool, unit_test_of_series(_two_hosts(scenario)), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

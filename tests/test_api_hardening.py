@@ -5,6 +5,7 @@ as a real process with a real DuckDB store on 127.0.0.1.
 bounded and say so, and queries never stop ingestion; bodies, headers, spans and attributes are
 bounded, a half-sent request cannot pin a worker, and the agent's own memory stays under a bound
 through every bomb; prompt text pushed in spans is not stored; a token guards the API."""
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,10 @@ pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
 TOKEN = "s3cret-token-for-tests-only"
 RSS_BOUND_MB = 400  # the agent idles at about 90 MB; a bomb must not take it far past that
-EVICT = ("2026-10-19 05:21:{:02d}.{:03d} I [cache] evict conv=7b7b bytes=1 reason=budget parked=0"
-         " used=0 budget=8589934592 evictions={}\n")
+EVICT = (
+    "2026-10-19 05:21:{:02d}.{:03d} I [cache] evict conv=7b7b bytes=1 reason=budget parked=0"
+    " used=0 budget=8589934592 evictions={}\n"
+)
 HOSTILE = [
     "EXPLAIN ANALYZE DROP TABLE events",
     "EXPLAIN ANALYZE DELETE FROM events",
@@ -57,8 +60,15 @@ HOSTILE = [
 ]
 
 
-LIMITS = {"sql_timeout_seconds": "4", "sql_max_rows": "1000", "sql_max_bytes": "100000", "sql_workers": "3",
-          "sql_snapshot_seconds": "0.2", "request_timeout_seconds": "2", "workers": "8"}
+LIMITS = {
+    "sql_timeout_seconds": "4",
+    "sql_max_rows": "1000",
+    "sql_max_bytes": "100000",
+    "sql_workers": "3",
+    "sql_snapshot_seconds": "0.2",
+    "request_timeout_seconds": "2",
+    "workers": "8",
+}
 
 
 def agent_config(tmp_path, port: int, extra: dict[str, str]) -> tuple:
@@ -79,8 +89,9 @@ def start_agent(tmp_path):
     def start(**extra: str) -> dict:
         port = free_port()
         config, log = agent_config(tmp_path, port, extra)
-        proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)], stderr=subprocess.PIPE, text=True
+        )
         killer = threading.Timer(120, proc.kill)  # never let a hung agent hang the suite
         killer.start()
         procs.append((proc, killer))
@@ -93,8 +104,15 @@ def start_agent(tmp_path):
         url = f"http://127.0.0.1:{port}"
         headers = {"Authorization": f"Bearer {TOKEN}"} if "token" in extra else {}
         wait_until(lambda: stored(url, headers) >= 35, what="the fixture stored")
-        return {"proc": proc, "url": url, "port": port, "log": log, "config": config, "headers": headers,
-                "store": tmp_path / "state" / "spyglass.duckdb"}
+        return {
+            "proc": proc,
+            "url": url,
+            "port": port,
+            "log": log,
+            "config": config,
+            "headers": headers,
+            "store": tmp_path / "state" / "spyglass.duckdb",
+        }
 
     yield start
     for proc, killer, drain in procs:
@@ -142,6 +160,7 @@ def stop(agent) -> None:
 
 # -- finding 1: /api/sql cannot write -------------------------------------------------------------
 
+
 def test_no_statement_can_write_the_store_and_ingest_goes_on(start_agent):
     agent = start_agent()
     url = agent["url"]
@@ -152,18 +171,31 @@ def test_no_statement_can_write_the_store_and_ingest_goes_on(start_agent):
         assert "error" in response.json()
     assert sql(url, "SELECT count(*), count(DISTINCT kind) FROM events").json()["rows"] == before
     append_evicts(agent["log"], 1, 1)
-    wait_until(lambda: sql(url, "SELECT count(*) FROM events").json()["rows"] == [[before[0][0] + 1]],
-               what="a line appended after the attack, answered by /api/sql")
+    wait_until(
+        lambda: sql(url, "SELECT count(*) FROM events").json()["rows"] == [[before[0][0] + 1]],
+        what="a line appended after the attack, answered by /api/sql",
+    )
     assert httpx.get(f"{url}/health").text == "ok\n"
     stop(agent)
     con = duckdb.connect(str(agent["store"]), read_only=True)
     assert con.execute("SELECT count(*) FROM events").fetchall() == [(before[0][0] + 1,)]
     assert con.execute("SELECT count(*) FROM events WHERE kind = 'forged'").fetchall() == [(0,)]
-    names = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() UNION ALL "
-                                       "SELECT view_name FROM duckdb_views() WHERE NOT internal UNION ALL "
-                                       "SELECT sequence_name FROM duckdb_sequences()").fetchall()}
-    assert names == {"checkpoints", "agent_state", "store_schema", *event_schema.table_names(), "events",
-                     *map(event_schema.source_view, event_schema.source_kinds())}
+    names = {
+        r[0]
+        for r in con.execute(
+            "SELECT table_name FROM duckdb_tables() UNION ALL "
+            "SELECT view_name FROM duckdb_views() WHERE NOT internal UNION ALL "
+            "SELECT sequence_name FROM duckdb_sequences()"
+        ).fetchall()
+    }
+    assert names == {
+        "checkpoints",
+        "agent_state",
+        "store_schema",
+        *event_schema.table_names(),
+        "events",
+        *map(event_schema.source_view, event_schema.source_kinds()),
+    }
     con.close()
 
 
@@ -182,12 +214,15 @@ def test_answers_are_bounded_and_say_so(start_agent):
     assert time.monotonic() - started < 4 + 3  # the limit covers the whole request
 
 
-@pytest.mark.parametrize("bomb", [
-    "SELECT list(range(100000000))",
-    "SELECT repeat('x', 100000000) FROM range(100)",
-    "SELECT [repeat('x', 10000000) for x in range(1000)]",
-    "SELECT string_agg(repeat('x', 1000)) FROM range(10000000)",
-])
+@pytest.mark.parametrize(
+    "bomb",
+    [
+        "SELECT list(range(100000000))",
+        "SELECT repeat('x', 100000000) FROM range(100)",
+        "SELECT [repeat('x', 10000000) for x in range(1000)]",
+        "SELECT string_agg(repeat('x', 1000)) FROM range(10000000)",
+    ],
+)
 def test_memory_bombs_cost_the_query_not_the_agent(start_agent, bomb):
     agent = start_agent()
     with ThreadPoolExecutor(3) as pool:  # three at once passed 13 GB before
@@ -203,17 +238,22 @@ def test_twenty_concurrent_queries_during_ingest_lose_nothing(start_agent):
     agent = start_agent(workers="24", sql_timeout_seconds="30")
     url, total = agent["url"], 3000
     writer = threading.Thread(target=lambda: [append_evicts(agent["log"], 1 + i * 100, 100) for i in range(30)])
-    queries = ["SELECT count(*) FROM events", "SELECT kind, count(*) FROM events GROUP BY ALL",
-               "SELECT max(fields->>'evictions') FROM events WHERE kind = 'evict'",
-               "SELECT count(*) FROM events WHERE ts > now() - INTERVAL 100 YEAR"]
+    queries = [
+        "SELECT count(*) FROM events",
+        "SELECT kind, count(*) FROM events GROUP BY ALL",
+        "SELECT max(fields->>'evictions') FROM events WHERE kind = 'evict'",
+        "SELECT count(*) FROM events WHERE ts > now() - INTERVAL 100 YEAR",
+    ]
     writer.start()
     with ThreadPoolExecutor(20) as pool:
         responses = list(pool.map(lambda i: sql(url, queries[i % len(queries)]), range(40)))
     writer.join()
     assert [r.status_code for r in responses] == [200] * 40
     wait_until(lambda: stored(url) == 35 + total, what="every appended line stored")
-    wait_until(lambda: sql(url, "SELECT count(*) FROM events").json()["rows"] == [[35 + total]],
-               what="every appended line readable through /api/sql")
+    wait_until(
+        lambda: sql(url, "SELECT count(*) FROM events").json()["rows"] == [[35 + total]],
+        what="every appended line readable through /api/sql",
+    )
 
 
 def test_sql_cli_gives_the_same_answer_from_the_file_and_through_the_agent(start_agent):
@@ -232,6 +272,7 @@ def test_sql_cli_gives_the_same_answer_from_the_file_and_through_the_agent(start
 
 
 # -- finding 4: every request is bounded ----------------------------------------------------------
+
 
 def raw_request(port: int, head: bytes, timeout: float = 10.0) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
@@ -253,8 +294,10 @@ def varint(n: int) -> bytes:
 
 def empty_spans(count: int) -> bytes:
     """An ExportTraceServiceRequest of `count` empty spans, two bytes each, written by hand."""
+
     def field(number: int, payload: bytes) -> bytes:
         return varint(number << 3 | 2) + varint(len(payload)) + payload
+
     return field(1, field(2, b"\x12\x00" * count))
 
 
@@ -273,11 +316,17 @@ def test_bodies_are_bounded_and_span_bombs_refused(start_agent):
     # counted; they are counted on the wire now, and the agent's peak stays under RSS_BOUND_MB (measured:
     # 169 MB; before, only 11 of the 32 were even answered with a 400 in the time the rest waited).
     with ThreadPoolExecutor(32) as pool:
-        responses = list(pool.map(lambda _: httpx.post(f"{url}/v1/traces", content=bomb, timeout=60,
-                                                       headers=PROTOBUF_BODY), range(32)))
+        responses = list(
+            pool.map(
+                lambda _: httpx.post(f"{url}/v1/traces", content=bomb, timeout=60, headers=PROTOBUF_BODY), range(32)
+            )
+        )
     assert {r.status_code for r in responses} <= {400, 503} and [r.status_code for r in responses].count(400) >= 16
     assert "over 5000 spans in one export; at most 5000" in next(r.text for r in responses if r.status_code == 400)
-    assert httpx.post(f"{url}/v1/traces", content=empty_spans(2_000_000), timeout=60, headers=PROTOBUF_BODY).status_code == 413
+    assert (
+        httpx.post(f"{url}/v1/traces", content=empty_spans(2_000_000), timeout=60, headers=PROTOBUF_BODY).status_code
+        == 413
+    )
     assert peak_rss_mb(agent["proc"]) < RSS_BOUND_MB
     assert httpx.get(f"{url}/health").text == "ok\n"
 
@@ -286,8 +335,11 @@ def test_a_deeply_nested_body_is_a_400_on_every_json_endpoint(start_agent):
     """10 KB of brackets exceeds the JSON decoder's recursion limit: a reason, not a hang-up."""
     agent = start_agent()
     deep = b"[" * 5000 + b"]" * 5000
-    for path, reason in (("/api/alerts", "nested too deeply"), ("/api/smoke", "nested too deeply"),
-                         ("/api/sql", "recursion")):
+    for path, reason in (
+        ("/api/alerts", "nested too deeply"),
+        ("/api/smoke", "nested too deeply"),
+        ("/api/sql", "recursion"),
+    ):
         answer = httpx.post(f"{agent['url']}{path}", content=deep, timeout=60, headers=JSON_BODY)
         assert (answer.status_code, reason in answer.text) == (400, True), (path, answer.status_code, answer.text)
     assert httpx.get(f"{agent['url']}/health").text == "ok\n"
@@ -300,8 +352,10 @@ def test_half_sent_requests_cannot_pin_the_workers(start_agent):
     sockets = []
     for n in range(200):
         s = socket.create_connection(("127.0.0.1", port))
-        s.sendall(b"POST /api/sql HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n"
-                  + (b"\r\n{" if n % 2 else b""))
+        s.sendall(
+            b"POST /api/sql HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n"
+            + (b"\r\n{" if n % 2 else b"")
+        )
         sockets.append(s)
     assert status(pid, "Threads") <= threads_before + 8  # the pool, not a thread per connection
 
@@ -349,6 +403,7 @@ def test_a_dripping_request_is_dropped_at_its_deadline(start_agent):
 
 # -- finding 8: no prompt text stored from spans --------------------------------------------------
 
+
 def span_export(request_id: str) -> bytes:
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue, KeyValueList
     from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
@@ -357,20 +412,32 @@ def span_export(request_id: str) -> bytes:
         return KeyValue(key=key, value=AnyValue(string_value=value))
 
     secret = "my password is hunter2"
-    attributes = [kv("gen_ai.prompt", secret), kv("gen_ai.completion", secret),
-                  kv("gen_ai.prompt.0.content", secret), kv("gen_ai.completion.0.content", secret),
-                  kv("gen_ai.input.messages", json.dumps([{"role": "user", "content": secret}])),
-                  kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "content": secret}])),
-                  kv("spyglass.request.id", request_id), kv("spyglass.long", "y" * 100_000),
-                  # issue 21 item 12: text under keys no deny-list named
-                  kv("traceloop.entity.input", secret), kv("retrieval.documents.0.document.content", secret),
-                  kv("llm.prompt_template.variables", secret),
-                  KeyValue(key="spyglass.extra", value=AnyValue(kvlist_value=KeyValueList(values=[
-                      kv("gen_ai.prompt", secret)]))),
-                  *[kv(f"extra.{n}", "z") for n in range(500)]]
-    span = Span(trace_id=trace_id_for(request_id).to_bytes(16, "big"), span_id=b"\x01" * 8, name="POST /v1/chat",
-                kind=2, start_time_unix_nano=1_792_389_000_000_000_000, end_time_unix_nano=1_792_389_001_000_000_000,
-                attributes=attributes, status=Status(code=2, message=secret))
+    attributes = [
+        kv("gen_ai.prompt", secret),
+        kv("gen_ai.completion", secret),
+        kv("gen_ai.prompt.0.content", secret),
+        kv("gen_ai.completion.0.content", secret),
+        kv("gen_ai.input.messages", json.dumps([{"role": "user", "content": secret}])),
+        kv("gen_ai.output.messages", json.dumps([{"role": "assistant", "content": secret}])),
+        kv("spyglass.request.id", request_id),
+        kv("spyglass.long", "y" * 100_000),
+        # issue 21 item 12: text under keys no deny-list named
+        kv("traceloop.entity.input", secret),
+        kv("retrieval.documents.0.document.content", secret),
+        kv("llm.prompt_template.variables", secret),
+        KeyValue(key="spyglass.extra", value=AnyValue(kvlist_value=KeyValueList(values=[kv("gen_ai.prompt", secret)]))),
+        *[kv(f"extra.{n}", "z") for n in range(500)],
+    ]
+    span = Span(
+        trace_id=trace_id_for(request_id).to_bytes(16, "big"),
+        span_id=b"\x01" * 8,
+        name="POST /v1/chat",
+        kind=2,
+        start_time_unix_nano=1_792_389_000_000_000_000,
+        end_time_unix_nano=1_792_389_001_000_000_000,
+        attributes=attributes,
+        status=Status(code=2, message=secret),
+    )
     resource = ResourceSpans(scope_spans=[ScopeSpans(spans=[span])])
     resource.resource.attributes.append(kv("service.name", "gateway"))
     return ExportTraceServiceRequest(resource_spans=[resource]).SerializeToString()
@@ -379,19 +446,32 @@ def span_export(request_id: str) -> bytes:
 def test_prompt_text_in_spans_is_not_stored_or_printed(start_agent):
     agent = start_agent()
     request_id = "20261019-124900-7aa82c"
-    assert httpx.post(f"{agent['url']}/v1/traces", content=span_export(request_id), headers=PROTOBUF_BODY).status_code == 200
-    wait_until(lambda: sql(agent["url"], "SELECT count(*) FROM events WHERE kind = 'span'").json()["rows"] == [[1]],
-               what="the span stored")
+    assert (
+        httpx.post(f"{agent['url']}/v1/traces", content=span_export(request_id), headers=PROTOBUF_BODY).status_code
+        == 200
+    )
+    wait_until(
+        lambda: sql(agent["url"], "SELECT count(*) FROM events WHERE kind = 'span'").json()["rows"] == [[1]],
+        what="the span stored",
+    )
     [[fields]] = sql(agent["url"], "SELECT fields::VARCHAR FROM events WHERE kind = 'span'").json()["rows"]
     assert "hunter2" not in fields
     span = json.loads(fields)
     assert {"gen_ai.prompt", "gen_ai.input.messages", "status.message"} <= set(span["redacted"])
     assert len(span["attributes"]["spyglass.long"]) == 1024 and len(span["attributes"]) <= 64
-    assert {"traceloop.entity.input", "retrieval.documents.0.document.content", "llm.prompt_template.variables",
-            "spyglass.extra"} <= set(span["redacted"])
+    assert {
+        "traceloop.entity.input",
+        "retrieval.documents.0.document.content",
+        "llm.prompt_template.variables",
+        "spyglass.extra",
+    } <= set(span["redacted"])
     assert span["dropped_attributes"] > 0 and span["status"] == "error"
-    printed = subprocess.run([sys.executable, "-m", "spyglass.cli.app", "trace", request_id, "-c", str(agent["config"])],
-                             capture_output=True, text=True, timeout=60)
+    printed = subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", "trace", request_id, "-c", str(agent["config"])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert printed.returncode == 0, printed.stderr
     assert "gateway: POST /v1/chat" in printed.stdout and "hunter2" not in printed.stdout + printed.stderr
 
@@ -407,18 +487,28 @@ def test_content_is_kept_only_when_configured():
 
 # -- finding 10: a token guards every path but /metrics and /health --------------------------------
 
-@pytest.mark.parametrize(("prometheus", "message"), [
-    ('listen = "0.0.0.0:9464"', r"exporters\.prometheus\.listen: 0\.0\.0\.0 is not a loopback address: set "
-                                r"exporters\.prometheus\.token"),
-    ('listen = "[::]:9464"', r"exporters\.prometheus\.listen: \[::\] is not a loopback address"),
-    ('listen = "999.1.1.1:9464"', r"exporters\.prometheus\.listen: 999\.1\.1\.1 is not an IP address"),
-    ('listen = "::1:9464"', r"exporters\.prometheus\.listen: write an IPv6 address in brackets"),
-    ('token = "short"', r"exporters\.prometheus\.token: must be 16 or more of A-Z a-z 0-9"),
-    (f'token = "{" " * 20}"', r"exporters\.prometheus\.token: must be 16 or more of A-Z a-z 0-9 - \. _ ~ \+ / "
-                              r"\(RFC 6750: no spaces\)$"),  # issue 21 item 12: 20 spaces were accepted
-    ('token = "abcdefgh\\u0000ijklmnop"', r"exporters\.prometheus\.token: must be 16 or more"),
-    ('token_file = "/nonexistent/token"', r"exporters\.prometheus\.token_file: cannot read the token file"),
-])
+
+@pytest.mark.parametrize(
+    ("prometheus", "message"),
+    [
+        (
+            'listen = "0.0.0.0:9464"',
+            r"exporters\.prometheus\.listen: 0\.0\.0\.0 is not a loopback address: set "
+            r"exporters\.prometheus\.token",
+        ),
+        ('listen = "[::]:9464"', r"exporters\.prometheus\.listen: \[::\] is not a loopback address"),
+        ('listen = "999.1.1.1:9464"', r"exporters\.prometheus\.listen: 999\.1\.1\.1 is not an IP address"),
+        ('listen = "::1:9464"', r"exporters\.prometheus\.listen: write an IPv6 address in brackets"),
+        ('token = "short"', r"exporters\.prometheus\.token: must be 16 or more of A-Z a-z 0-9"),
+        (
+            f'token = "{" " * 20}"',
+            r"exporters\.prometheus\.token: must be 16 or more of A-Z a-z 0-9 - \. _ ~ \+ / "
+            r"\(RFC 6750: no spaces\)$",
+        ),  # issue 21 item 12: 20 spaces were accepted
+        ('token = "abcdefgh\\u0000ijklmnop"', r"exporters\.prometheus\.token: must be 16 or more"),
+        ('token_file = "/nonexistent/token"', r"exporters\.prometheus\.token_file: cannot read the token file"),
+    ],
+)
 def test_listen_and_token_are_validated(tmp_path, prometheus, message):
     from spyglass.config import load_config
 
@@ -449,8 +539,22 @@ def test_with_a_token_every_path_but_metrics_and_health_requires_it(start_agent)
             assert response.headers["WWW-Authenticate"] == "Bearer"
     assert httpx.get(f"{url}/debug/sources", headers=auth).status_code == 200
     assert sql(url, "SELECT count(*) FROM events", auth).json()["rows"] == [[35]]
-    out = subprocess.run([sys.executable, "-m", "spyglass.cli.app", "sql", "--format", "csv", "-c", str(agent["config"]),
-                          "SELECT count(*) AS n FROM events"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spyglass.cli.app",
+            "sql",
+            "--format",
+            "csv",
+            "-c",
+            str(agent["config"]),
+            "SELECT count(*) AS n FROM events",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.splitlines() == ["n", "35"], out.stderr
 
 

@@ -2,6 +2,7 @@
 real: a size-limited tmpfs), /v1/traces refuses with 503 and Retry-After instead of buffering spans in
 the waiting batch; the agent's RSS stays under the documented bound, and posts are taken again once
 space returns. Before, /v1/traces kept answering 200 and RSS went from 266 MB to 2,310 MB in 25 s."""
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor

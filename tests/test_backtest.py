@@ -2,6 +2,7 @@
 a real DuckDB store, replayed (`spyglass backfill`) and evaluated by Debian's Prometheus (`spyglass
 backtest`). Each incident's alert fires in its window and no unrelated one; a quiet day fires only
 Watchdog; an empty window says so."""
+
 from __future__ import annotations
 
 import io
@@ -20,7 +21,14 @@ from typer.testing import CliRunner
 
 from spyglass.agent.pipeline import Pipeline
 from spyglass.agent.runtime import open_store
-from spyglass.alerting.backfill import OPENMETRICS_FILE, BackfillError, BackfillResult, parse_duration, parse_time, replay
+from spyglass.alerting.backfill import (
+    OPENMETRICS_FILE,
+    BackfillError,
+    BackfillResult,
+    parse_duration,
+    parse_time,
+    replay,
+)
 from spyglass.alerting.backtest import (
     MAX_RULE_FILE_BYTES,
     AlertRule,
@@ -66,8 +74,9 @@ class EngineWriter:
 
     def start(self, ts: float, cpus: str) -> None:
         """The start-up banner; each instance pinned to CPUs of its own (logsynth's are strata-b's)."""
-        self.add([raw.replace(b"cpus allowed=38-53", f"cpus allowed={cpus}".encode())
-                  for raw in self.model.start_lines(ts)])
+        self.add(
+            [raw.replace(b"cpus allowed=38-53", f"cpus allowed={cpus}".encode()) for raw in self.model.start_lines(ts)]
+        )
 
     def healthy(self, start: float, end: float, every: float = 120.0, stats: float = 10.0) -> None:
         t = start
@@ -93,10 +102,14 @@ def supervisord(ts: float, level: str, message: str) -> str:
 
 
 def config_file(folder: Path) -> Path:
-    text = f'[agent]\nstate_dir = "{folder}"\n[exporters.prometheus]\nenabled = false\n[exporters.store]\nenabled = true\n'
+    text = (
+        f'[agent]\nstate_dir = "{folder}"\n[exporters.prometheus]\nenabled = false\n[exporters.store]\nenabled = true\n'
+    )
     for name, instance, lane in (("engine-a", "strata-a", "fast"), ("engine-b", "strata-b", "normal")):
-        text += (f'[sources.{name}]\nkind = "engine_log"\npath = "{folder / name}.log"\ninstance = "{instance}"\n'
-                 f'lane = "{lane}"\ntz = "UTC"\n')
+        text += (
+            f'[sources.{name}]\nkind = "engine_log"\npath = "{folder / name}.log"\ninstance = "{instance}"\n'
+            f'lane = "{lane}"\ntz = "UTC"\n'
+        )
     text += f'[sources.supervisord]\nkind = "supervisord_log"\npath = "{folder / "supervisord.log"}"\ntz = "UTC"\n'
     (folder / "spyglass.toml").write_text(text)
     return folder / "spyglass.toml"
@@ -117,8 +130,13 @@ def start_lines(ts: float, names: tuple[str, ...]) -> list[str]:
     out = [supervisord(ts, "INFO", "supervisord started with pid 3426001")]
     for n, name in enumerate(names):
         out.append(supervisord(ts + 1, "INFO", f"spawned: '{name}' with pid {3426010 + n}"))
-        out.append(supervisord(ts + 31, "INFO", f"success: {name} entered RUNNING state, process has stayed up for"
-                                                f" > than 30 seconds (startsecs)"))
+        out.append(
+            supervisord(
+                ts + 31,
+                "INFO",
+                f"success: {name} entered RUNNING state, process has stayed up for > than 30 seconds (startsecs)",
+            )
+        )
     return out
 
 
@@ -153,10 +171,17 @@ def incident_day(folder: Path) -> Path:
     for k in range(5):  # supervisord retries; the model load dies each time within startsecs
         sup.append(supervisord(t + 60 * k + 2, "INFO", f"spawned: 'strata-a' with pid {pid + k}"))
         sup.append(supervisord(t + 60 * k + 50, "WARN", "exited: strata-a (exit status 134; not expected)"))
-    sup.append(supervisord(t + 300, "INFO", "gave up: strata-a entered FATAL state, too many start retries too quickly"))
+    sup.append(
+        supervisord(t + 300, "INFO", "gave up: strata-a entered FATAL state, too many start retries too quickly")
+    )
     sup.append(supervisord(CRASH[1], "INFO", f"spawned: 'strata-a' with pid {pid + 10}"))
-    sup.append(supervisord(CRASH[1] + 31, "INFO", "success: strata-a entered RUNNING state, process has stayed up"
-                                                  " for > than 30 seconds (startsecs)"))
+    sup.append(
+        supervisord(
+            CRASH[1] + 31,
+            "INFO",
+            "success: strata-a entered RUNNING state, process has stayed up for > than 30 seconds (startsecs)",
+        )
+    )
     (folder / "supervisord.log").write_text("\n".join(sup) + "\n")
     return ingest(folder)
 
@@ -180,8 +205,22 @@ def incident(tmp_path_factory) -> Path:
 
 
 def backtest_json(config: Path, start: float, end: float, *extra: str) -> dict:
-    result = CliRunner().invoke(app, ["backtest", "--config", str(config), "--from", str(start), "--to", str(end),
-                                      "--rules", str(ROOT / "alerts"), "--json", *extra])
+    result = CliRunner().invoke(
+        app,
+        [
+            "backtest",
+            "--config",
+            str(config),
+            "--from",
+            str(start),
+            "--to",
+            str(end),
+            "--rules",
+            str(ROOT / "alerts"),
+            "--json",
+            *extra,
+        ],
+    )
     assert result.exit_code == 0, result.output
     return json.loads(result.output)
 
@@ -199,23 +238,38 @@ def test_the_storm_and_the_crash_loop_fire_in_their_windows_and_nothing_unrelate
     assert all(within(a["start"], *STORM) and within(a["end"], STORM[0], STORM[1] + 30 * 60) for a in storm), storm
     loop = [a for a in alerts if a["alert"] == "ProgramCrashLoop"]
     assert len(loop) == 1 and loop[0]["labels"]["instance"] == "strata-a"
-    assert within(loop[0]["start"], CRASH[0], CRASH[0] + 5 * 60) and within(loop[0]["end"], CRASH[0], CRASH[1] + 20 * 60)
+    assert within(loop[0]["start"], CRASH[0], CRASH[0] + 5 * 60) and within(
+        loop[0]["end"], CRASH[0], CRASH[1] + 20 * 60
+    )
     fatal = [a for a in alerts if a["alert"] == "ProgramFatal"]
     assert len(fatal) == 1 and within(fatal[0]["start"], CRASH[0], CRASH[0] + 6 * 60)
     assert within(fatal[0]["end"], CRASH[1], CRASH[1] + 60)  # the operator's restart resolves it
     # The storm's own chain (H3 -> checkpoint-only restores H4 -> TTFT H5) on strata-b, the crash loop
     # (H13) on strata-a, the heartbeat: nothing else, and nothing of one incident on the other instance.
-    chain = {"EngineEvictionStorm", "EngineSnapshotOverBudget", "EngineLongPromptsCheckpointOnly",
-             "EngineTTFTBudgetFastBurn", "EngineTTFTBudgetSlowBurn", "EngineTTFTSpike"}
+    chain = {
+        "EngineEvictionStorm",
+        "EngineSnapshotOverBudget",
+        "EngineLongPromptsCheckpointOnly",
+        "EngineTTFTBudgetFastBurn",
+        "EngineTTFTBudgetSlowBurn",
+        "EngineTTFTSpike",
+    }
     for a in alerts:
         if a["alert"] in chain:
             assert a["labels"]["instance"] == "strata-b" and within(a["start"], *STORM), a
         else:
             assert a["alert"] in {"ProgramCrashLoop", "ProgramFatal", "Watchdog"}, a
     watchdog = [a for a in alerts if a["alert"] == "Watchdog"]
-    assert watchdog == [{"alert": "Watchdog", "heuristic": "H19", "severity": "info",
-                         "labels": {"severity": "info", "heuristic": "H19"},
-                         "start": "2026-10-07T02:00:00Z", "end": None}]
+    assert watchdog == [
+        {
+            "alert": "Watchdog",
+            "heuristic": "H19",
+            "severity": "info",
+            "labels": {"severity": "info", "heuristic": "H19"},
+            "start": "2026-10-07T02:00:00Z",
+            "end": None,
+        }
+    ]
 
 
 def test_a_window_around_the_crash_loop_alone_has_only_the_crash_loop(incident: Path) -> None:
@@ -229,8 +283,19 @@ def test_the_replay_keeps_the_seeds_numbers(incident: Path, tmp_path: Path) -> N
     last = [ln for ln in text.splitlines() if ln.startswith('spyglass_engine_evictions_total{instance="strata-b"')][-1]
     assert float(last.split()[1]) >= STORM_EVICTIONS
     assert result.times == 10 * 240 + 1 and text.endswith("# EOF\n")
-    check = subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / OPENMETRICS_FILE),
-                            str(tmp_path / "blocks")], capture_output=True, text=True, timeout=300)
+    check = subprocess.run(
+        [
+            "promtool",
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            str(tmp_path / OPENMETRICS_FILE),
+            str(tmp_path / "blocks"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert check.returncode == 0, check.stderr
 
 
@@ -241,8 +306,20 @@ def test_a_quiet_day_fires_nothing_but_watchdog(tmp_path: Path) -> None:
 
 
 def test_an_empty_window_says_so(incident: Path) -> None:
-    result = CliRunner().invoke(app, ["backtest", "--config", str(incident), "--from", "2027-01-01T00:00:00Z",
-                                      "--to", "2027-01-02T00:00:00Z", "--rules", str(ROOT / "alerts")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "backtest",
+            "--config",
+            str(incident),
+            "--from",
+            "2027-01-01T00:00:00Z",
+            "--to",
+            "2027-01-02T00:00:00Z",
+            "--rules",
+            str(ROOT / "alerts"),
+        ],
+    )
     assert result.exit_code == 1
     assert "no events of engine-a, engine-b, supervisord between 2027-01-01T00:00:00Z" in result.output
     with pytest.raises(BackfillError, match="must be after"):
@@ -272,8 +349,10 @@ TIMES = [30.0 * k for k in range(20)]
 
 
 def test_for_holds_before_firing_and_a_pending_alert_that_vanishes_never_fires() -> None:
-    present = {(("instance", "a"),): {30.0 * k for k in range(2, 9)},  # 60..240: fires at 150, resolved at 270
-               (("instance", "b"),): {30.0 * k for k in (10, 11, 12)}}  # 90 s pending only: never fires
+    present = {
+        (("instance", "a"),): {30.0 * k for k in range(2, 9)},  # 60..240: fires at 150, resolved at 270
+        (("instance", "b"),): {30.0 * k for k in (10, 11, 12)},
+    }  # 90 s pending only: never fires
     (fired,) = episodes(RULE, present, TIMES)
     assert (fired.labels["instance"], fired.start, fired.end) == ("a", "1970-01-01T00:02:30Z", "1970-01-01T00:04:30Z")
 
@@ -282,16 +361,25 @@ def test_keep_firing_for_bridges_gaps_shorter_than_it() -> None:
     rule = AlertRule("X", "x", 30.0, 0.0, 60.0, {})
     present = {(): {0.0, 30.0, 90.0, 300.0}}  # a gap of one evaluation is kept; 60 s missing resolves it
     assert [(f.start, f.end) for f in episodes(rule, present, TIMES)] == [
-        ("1970-01-01T00:00:00Z", "1970-01-01T00:03:00Z"), ("1970-01-01T00:05:00Z", "1970-01-01T00:06:30Z")]
-    assert [f.end for f in episodes(rule, {(): {0.0, 30.0, 90.0, 540.0, 570.0}}, TIMES)] == ["1970-01-01T00:03:00Z", None]
+        ("1970-01-01T00:00:00Z", "1970-01-01T00:03:00Z"),
+        ("1970-01-01T00:05:00Z", "1970-01-01T00:06:30Z"),
+    ]
+    assert [f.end for f in episodes(rule, {(): {0.0, 30.0, 90.0, 540.0, 570.0}}, TIMES)] == [
+        "1970-01-01T00:03:00Z",
+        None,
+    ]
 
 
 def test_recorded_names_are_inlined_with_their_matchers_and_windows() -> None:
     records = {"a:b:c": "sum by (lane) (rate(x_total[5m]))"}
     assert inline('a:b:c{lane="fast"} > 1 and on (lane) a:b:c', records, 30) == (
         '((sum by (lane) (rate(x_total[5m]))) and on (lane) label_replace(vector(1), "lane", "fast", "", ""))'
-        ' > 1 and on (lane) (sum by (lane) (rate(x_total[5m])))')
-    assert inline("max_over_time(a:b:c[10m])", records, 30) == "max_over_time((sum by (lane) (rate(x_total[5m])))[10m:30s])"
+        " > 1 and on (lane) (sum by (lane) (rate(x_total[5m])))"
+    )
+    assert (
+        inline("max_over_time(a:b:c[10m])", records, 30)
+        == "max_over_time((sum by (lane) (rate(x_total[5m])))[10m:30s])"
+    )
     assert inline('label_replace(y, "a:b:c", "$1", "", "")', records, 30) == 'label_replace(y, "a:b:c", "$1", "", "")'
     with pytest.raises(BackfillError, match="only = matchers"):
         inline('a:b:c{lane=~"f.*"}', records, 30)
@@ -338,16 +426,19 @@ def test_a_deeply_nested_rule_file_is_one_line_not_a_traceback(tmp_path: Path) -
 OUT_OF_RANGE = r"out of range|not a time"  # past the year range, or beyond what a time can be
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--from", "2026-10-07T10:00:00Z", "--to", "2026-10-07T09:00:00Z"], "must be after --from"),
-    (["--from", "1e300", "--to", "2e300"], OUT_OF_RANGE),
-    (["--from", "0001", "--to", "9999"], OUT_OF_RANGE),
-    (["--from", "nan", "--to", "2026-10-07T09:00:00Z"], OUT_OF_RANGE),
-    (["--from", "2001-01-01", "--to", "2099-01-01"], "longer than a backtest takes"),
-    (["--from", "2026-10-07T00:00:00Z", "--to", "2026-10-08T00:00:00Z", "--step", "1ms"], "smallest step"),
-    (["--from", "2026-10-01T00:00:00Z", "--to", "2026-10-30T00:00:00Z", "--step", "5s"], "more than 200,000"),
-    (["--from", "2026-10-07T00:00:00Z", "--to", "2026-10-08T00:00:00Z", "--lookback", "30d"], "longer than 7d"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--from", "2026-10-07T10:00:00Z", "--to", "2026-10-07T09:00:00Z"], "must be after --from"),
+        (["--from", "1e300", "--to", "2e300"], OUT_OF_RANGE),
+        (["--from", "0001", "--to", "9999"], OUT_OF_RANGE),
+        (["--from", "nan", "--to", "2026-10-07T09:00:00Z"], OUT_OF_RANGE),
+        (["--from", "2001-01-01", "--to", "2099-01-01"], "longer than a backtest takes"),
+        (["--from", "2026-10-07T00:00:00Z", "--to", "2026-10-08T00:00:00Z", "--step", "1ms"], "smallest step"),
+        (["--from", "2026-10-01T00:00:00Z", "--to", "2026-10-30T00:00:00Z", "--step", "5s"], "more than 200,000"),
+        (["--from", "2026-10-07T00:00:00Z", "--to", "2026-10-08T00:00:00Z", "--lookback", "30d"], "longer than 7d"),
+    ],
+)
 def test_bad_windows_and_steps_are_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
     result = CliRunner().invoke(app, ["backtest", "--config", str(config_file(tmp_path)), *args])
     assert result.exit_code == 2, result.output
@@ -358,22 +449,36 @@ def test_bad_windows_and_steps_are_usage_errors(tmp_path: Path, args: list[str],
 # -- what it says ---------------------------------------------------------------------------------------
 def test_an_alert_pending_but_never_fired_is_shown_with_its_hold() -> None:
     rule = AlertRule("Slow", "x", 30.0, 300.0, 0.0, {"heuristic": "H5"})
-    present = {(("instance", "a"),): {30.0 * k for k in range(3, 10)},  # 90..270: held 3m of 5m
-               (("instance", "b"),): {30.0 * k for k in range(2, 15)}}  # fires at 360
+    present = {
+        (("instance", "a"),): {30.0 * k for k in range(3, 10)},  # 90..270: held 3m of 5m
+        (("instance", "b"),): {30.0 * k for k in range(2, 15)},
+    }  # fires at 360
     pending: list[Pending] = []
     fired = episodes(rule, present, [30.0 * k for k in range(20)], pending)
     assert [f.labels["instance"] for f in fired] == ["b"]
-    assert [(p.labels["instance"], p.since, p.text()) for p in pending] == [("a", "1970-01-01T00:01:30Z",
-                                                                            "held 3m of for: 5m")]
+    assert [(p.labels["instance"], p.since, p.text()) for p in pending] == [
+        ("a", "1970-01-01T00:01:30Z", "held 3m of for: 5m")
+    ]
 
 
 def test_the_table_keeps_its_full_width_to_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)  # a pipe with no width said: an earlier test may have set one
-    firing = Firing("EngineLongPromptsCheckpointOnly", "H4", "warning",
-                    {"instance": "strata-b", "lane": "normal", "severity": "warning"},
-                    "2026-10-07T07:40:00Z", None)
-    pending = Pending("EngineTTFTBudgetSlowBurn", "H5", {"instance": "strata-b", "lane": "normal"},
-                      "2026-10-07T08:00:00Z", 1800.0, 3600.0)
+    firing = Firing(
+        "EngineLongPromptsCheckpointOnly",
+        "H4",
+        "warning",
+        {"instance": "strata-b", "lane": "normal", "severity": "warning"},
+        "2026-10-07T07:40:00Z",
+        None,
+    )
+    pending = Pending(
+        "EngineTTFTBudgetSlowBurn",
+        "H5",
+        {"instance": "strata-b", "lane": "normal"},
+        "2026-10-07T08:00:00Z",
+        1800.0,
+        3600.0,
+    )
     result = BacktestResult([firing], BackfillResult(Path("x"), 1, 1, 1, 1), 36, {"replay": 1.0}, [pending], "x")
     out = io.StringIO()
     show(result, 0.0, 1.0, out)
@@ -384,8 +489,9 @@ def test_the_table_keeps_its_full_width_to_a_pipe(monkeypatch: pytest.MonkeyPatc
 
 # -- what a replay adds: process state, staleness ------------------------------------------------------------
 def om_samples(path: Path, prefix: str) -> list[tuple[float, float]]:
-    return [(float(ln.split()[-1]), float(ln.split()[-2])) for ln in path.read_text().splitlines()
-            if ln.startswith(prefix)]
+    return [
+        (float(ln.split()[-1]), float(ln.split()[-2])) for ln in path.read_text().splitlines() if ln.startswith(prefix)
+    ]
 
 
 def test_the_replay_derives_process_state_from_supervisord(incident: Path, tmp_path: Path) -> None:
@@ -401,13 +507,21 @@ def test_the_replay_derives_process_state_from_supervisord(incident: Path, tmp_p
 
 def test_a_polled_series_goes_stale_two_polls_after_its_last_poll(tmp_path: Path) -> None:
     t0 = DAY + 2 * H
-    polls = [json.dumps({"ts": datetime.fromtimestamp(t0 + 30 * k, UTC).isoformat(), "url": "http://127.0.0.1:8081/v1/status",
-                         "body": {"engine": "strata-a", "state": "ready", "slots": {"total": 20, "busy": 1}}})
-             for k in range(3)]
+    polls = [
+        json.dumps(
+            {
+                "ts": datetime.fromtimestamp(t0 + 30 * k, UTC).isoformat(),
+                "url": "http://127.0.0.1:8081/v1/status",
+                "body": {"engine": "strata-a", "state": "ready", "slots": {"total": 20, "busy": 1}},
+            }
+        )
+        for k in range(3)
+    ]
     (tmp_path / "status.jsonl").write_text("\n".join(polls) + "\n")
     (tmp_path / "spyglass.toml").write_text(
         f'[agent]\nstate_dir = "{tmp_path}"\n[exporters.prometheus]\nenabled = false\n[sources.serve]\n'
-        f'kind = "serve_status"\npath = "{tmp_path / "status.jsonl"}"\ninstance = "strata-a"\ninterval_seconds = 30\n')
+        f'kind = "serve_status"\npath = "{tmp_path / "status.jsonl"}"\ninstance = "strata-a"\ninterval_seconds = 30\n'
+    )
     assert CliRunner().invoke(app, ["ingest", "--config", str(tmp_path / "spyglass.toml")]).exit_code == 0
     replay(load_config(tmp_path / "spyglass.toml"), t0, t0 + 3600, 15.0, tmp_path / OPENMETRICS_FILE)
     times = [t for t, _ in om_samples(tmp_path / OPENMETRICS_FILE, "spyglass_serve_slots_busy{")]
@@ -421,7 +535,7 @@ def children_named(parent: int, word: bytes) -> list[int]:
         try:
             if entry.name.isdigit() and word in (entry / "cmdline").read_bytes():
                 stat = (entry / "stat").read_text()
-                if int(stat[stat.rindex(")") + 2:].split()[1]) == parent:
+                if int(stat[stat.rindex(")") + 2 :].split()[1]) == parent:
                     out.append(int(entry.name))
         except (OSError, ValueError):
             continue
@@ -445,11 +559,28 @@ def start_backtest(config: Path, tmp: Path) -> tuple[subprocess.Popen, int]:
     """A real `spyglass backtest` in its own process, stopped (SIGSTOP) once its Prometheus runs."""
     env = {**os.environ, "TMPDIR": str(tmp)}
     with open(tmp / "stderr.txt", "wb") as stderr:
-        proc = subprocess.Popen([str(ROOT / ".venv" / "bin" / "spyglass"), "backtest", "--config", str(config),
-                                 "--from", str(DAY + 2 * H), "--to", str(DAY + 26 * H), "--step", "30s"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-    (prometheus,) = wait_until(lambda: children_named(proc.pid, b"prometheus") or proc.poll() is not None and [-1],
-                               timeout=240, what="the backtest's prometheus")
+        proc = subprocess.Popen(
+            [
+                str(ROOT / ".venv" / "bin" / "spyglass"),
+                "backtest",
+                "--config",
+                str(config),
+                "--from",
+                str(DAY + 2 * H),
+                "--to",
+                str(DAY + 26 * H),
+                "--step",
+                "30s",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    (prometheus,) = wait_until(
+        lambda: children_named(proc.pid, b"prometheus") or proc.poll() is not None and [-1],
+        timeout=240,
+        what="the backtest's prometheus",
+    )
     assert prometheus != -1, (tmp / "stderr.txt").read_text()
     os.kill(proc.pid, signal.SIGSTOP)
     assert alive(prometheus), "the backtest finished before it could be interrupted"
@@ -479,16 +610,45 @@ def test_after_a_sigkill_its_prometheus_dies_and_the_next_run_removes_the_folder
     stranger = tmp_path / "spyglass-backtest-unknown"  # no owner file: not provably an orphan, kept
     stranger.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    nothing = subprocess.run([str(ROOT / ".venv" / "bin" / "spyglass"), "backtest", "--config", str(quiet),
-                              "--from", "2027-01-01T00:00:00Z", "--to", "2027-01-01T01:00:00Z"],
-                             env=env, capture_output=True, text=True, timeout=120)
+    nothing = subprocess.run(
+        [
+            str(ROOT / ".venv" / "bin" / "spyglass"),
+            "backtest",
+            "--config",
+            str(quiet),
+            "--from",
+            "2027-01-01T00:00:00Z",
+            "--to",
+            "2027-01-01T01:00:00Z",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert nothing.returncode == 1 and "no events" in nothing.stderr
-    assert sorted(p.name for p in tmp_path.glob("spyglass-backtest-*")) == ["spyglass-backtest-running",
-                                                                          "spyglass-backtest-unknown"]
+    assert sorted(p.name for p in tmp_path.glob("spyglass-backtest-*")) == [
+        "spyglass-backtest-running",
+        "spyglass-backtest-unknown",
+    ]
 
 
 def test_backfill_takes_the_same_bounds(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["backfill", "--config", str(config_file(tmp_path)), "--from", "2026-10-07",
-                                      "--to", "2026-10-08", "--step", "1ms", "--out", str(tmp_path / "om")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "backfill",
+            "--config",
+            str(config_file(tmp_path)),
+            "--from",
+            "2026-10-07",
+            "--to",
+            "2026-10-08",
+            "--step",
+            "1ms",
+            "--out",
+            str(tmp_path / "om"),
+        ],
+    )
     assert result.exit_code == 2 and "smallest step" in result.output
     assert not (tmp_path / "om").exists()

@@ -4,6 +4,7 @@ Real files, a real DuckDB store, a restart after each ingest: a value above 64 b
 the commit (a crash loop), a value like 1.2.3 once put a string into the metric state (every
 scrape broken, start-up refused).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,15 +40,19 @@ BAD_ENGINE = [
     b"2026-10-19 05:30:03.000 I [main] ready in " + b"9" * 400 + b" s",  # float('9'*400) is inf
     b"2026-10-19 05:30:04.000 I [main] args: --slots " + HUGE + b" --port 8082",
 ]
-BAD_GATEWAY = b"[05:30:00] done req=20261020-133000-ab0001 status=200 engine_prompt=1 completion=1" \
-              b" finish=stop tool_calls=0 content_chars=1 ttft_ms=1 dur_ms=" + HUGE
+BAD_GATEWAY = (
+    b"[05:30:00] done req=20261020-133000-ab0001 status=200 engine_prompt=1 completion=1"
+    b" finish=stop tool_calls=0 content_chars=1 ttft_ms=1 dur_ms=" + HUGE
+)
 
 
 def config(tmp: Path, store: bool) -> object:
-    text = (f'[agent]\nstate_dir = "{tmp / "state"}"\nhost = "h"\n[exporters.prometheus]\nenabled = false\n'
-            f'[exporters.store]\nenabled = {str(store).lower()}\n'
-            f'[sources.engine-b]\nkind = "engine_log"\npath = "{tmp / "engine.log"}"\ninstance = "strata-b"\n'
-            f'lane = "normal"\n[sources.gateway]\nkind = "gateway_log"\npath = "{tmp / "rag-proxy.log"}"\n')
+    text = (
+        f'[agent]\nstate_dir = "{tmp / "state"}"\nhost = "h"\n[exporters.prometheus]\nenabled = false\n'
+        f"[exporters.store]\nenabled = {str(store).lower()}\n"
+        f'[sources.engine-b]\nkind = "engine_log"\npath = "{tmp / "engine.log"}"\ninstance = "strata-b"\n'
+        f'lane = "normal"\n[sources.gateway]\nkind = "gateway_log"\npath = "{tmp / "rag-proxy.log"}"\n'
+    )
     return parse_config(tomllib.loads(text), "test")
 
 
@@ -75,8 +80,12 @@ def test_bad_numbers_are_counted_invalid_by_field_and_never_stop_the_agent(tmp_p
     assert lines[("engine-b", "invalid")] == len(BAD_ENGINE)
     assert lines[("gateway", "invalid")] == 1
     assert values["spyglass_source_invalid_fields_total"] == {
-        ("engine-b", "evictions"): 1, ("engine-b", "decode_tps"): 1, ("engine-b", "seconds"): 2,
-        ("engine-b", "slots"): 1, ("gateway", "dur_ms"): 1}
+        ("engine-b", "evictions"): 1,
+        ("engine-b", "decode_tps"): 1,
+        ("engine-b", "seconds"): 2,
+        ("engine-b", "slots"): 1,
+        ("gateway", "dur_ms"): 1,
+    }
     # nothing of those lines reached the state: the fixture's values stand
     assert values["spyglass_engine_evictions_total"][("strata-b", "normal")] == 0.0
     assert values["spyglass_engine_load_duration_seconds"][("strata-b", "normal")] == 430.0
@@ -91,21 +100,27 @@ def test_nothing_of_an_invalid_line_is_stored(tmp_path):
     write_logs(tmp_path, BAD_ENGINE, [BAD_GATEWAY])
     ingest(tmp_path)
     con = duckdb.connect(str(tmp_path / "state" / "spyglass.duckdb"), read_only=True)
-    assert con.execute("SELECT count(*) FROM events WHERE ts >= TIMESTAMPTZ '2026-10-19 05:30:00+00'"
-                       " AND source = 'engine-b'").fetchone() == (0,)
+    assert con.execute(
+        "SELECT count(*) FROM events WHERE ts >= TIMESTAMPTZ '2026-10-19 05:30:00+00' AND source = 'engine-b'"
+    ).fetchone() == (0,)
     assert con.execute("SELECT count(*) FROM events WHERE request_id = '20261020-133000-ab0001'").fetchone() == (0,)
 
 
 def damaged_metrics() -> dict:
     """A saved metric state as an older agent could write it: a string, a NaN, wrong arity, junk."""
-    return {"values": {
-        "spyglass_engine_load_duration_seconds": [[["strata-b", "normal"], "1.2.3"], [["strata-a", "fast"], 7.0]],
-        "spyglass_engine_ready": [[["strata-b", "normal"], float("nan")], [["strata-b"], 1.0], "junk"],
-        "spyglass_engine_slots": [[["strata-b", "normal"], 20]],
-        "spyglass_engine_evictions_total": "not a list",
-        "spyglass_no_such_metric": [[["x"], 1.0]]},
-        "hists": {"spyglass_engine_ttft_seconds": [[["strata-b", "normal"], [1] * 25, "x"]],
-                  "spyglass_engine_request_prompt_tokens": [[["strata-b", "normal"], [0] * 10 + [2], 8192.0]]}}
+    return {
+        "values": {
+            "spyglass_engine_load_duration_seconds": [[["strata-b", "normal"], "1.2.3"], [["strata-a", "fast"], 7.0]],
+            "spyglass_engine_ready": [[["strata-b", "normal"], float("nan")], [["strata-b"], 1.0], "junk"],
+            "spyglass_engine_slots": [[["strata-b", "normal"], 20]],
+            "spyglass_engine_evictions_total": "not a list",
+            "spyglass_no_such_metric": [[["x"], 1.0]],
+        },
+        "hists": {
+            "spyglass_engine_ttft_seconds": [[["strata-b", "normal"], [1] * 25, "x"]],
+            "spyglass_engine_request_prompt_tokens": [[["strata-b", "normal"], [0] * 10 + [2], 8192.0]],
+        },
+    }
 
 
 @pytest.mark.parametrize("store", [True, False], ids=["duckdb", "state-file"])
@@ -138,7 +153,7 @@ def test_a_damaged_saved_state_is_rebuilt_from_what_is_valid(tmp_path, store):
 def test_the_metric_state_refuses_what_is_not_a_finite_number():
     state = MetricState(full_catalogue())
     key = ("strata-b", "normal")
-    for bad in ("1.2.3", float("nan"), float("inf"), -float("inf"), 10 ** 30, None, b"1"):
+    for bad in ("1.2.3", float("nan"), float("inf"), -float("inf"), 10**30, None, b"1"):
         with pytest.raises((TypeError, ValueError), match="spyglass_engine_slots"):
             state.set("spyglass_engine_slots", key, bad)
         with pytest.raises((TypeError, ValueError), match="spyglass_engine_starts_total"):
@@ -150,12 +165,15 @@ def test_the_metric_state_refuses_what_is_not_a_finite_number():
     render(state)
 
 
-@pytest.mark.parametrize(("metric", "key"), [
-    ("spyglass_engine_slots", ("strata-b",)),  # gauge of (instance, lane): one value
-    ("spyglass_engine_evicted_snapshots_total", ("strata-b", "normal", "budget", "extra")),  # 3 labels, 4 values
-    ("spyglass_engine_ttft_seconds", ("strata-b",)),
-    ("spyglass_engine_cpus_info", ("strata-b", "normal")),
-])
+@pytest.mark.parametrize(
+    ("metric", "key"),
+    [
+        ("spyglass_engine_slots", ("strata-b",)),  # gauge of (instance, lane): one value
+        ("spyglass_engine_evicted_snapshots_total", ("strata-b", "normal", "budget", "extra")),  # 3 labels, 4 values
+        ("spyglass_engine_ttft_seconds", ("strata-b",)),
+        ("spyglass_engine_cpus_info", ("strata-b", "normal")),
+    ],
+)
 def test_a_series_of_the_wrong_label_count_is_refused_naming_its_metric(metric, key):
     """A short key would render a partial label set and a long one be cut: like client_python's labels(), it raises."""
     state = MetricState(full_catalogue())
@@ -170,14 +188,17 @@ def test_a_series_of_the_wrong_label_count_is_refused_naming_its_metric(metric, 
         else:
             state.inc(metric, key) if spec.type == "counter" else state.set(metric, key, 1.0)
     assert not (state.values.get(metric) or state.hists.get(metric))
-    right = key[:len(labels)] + ("x",) * (len(labels) - len(key))
+    right = key[: len(labels)] + ("x",) * (len(labels) - len(key))
     state.observe(metric, right, 1.0) if spec.type == "histogram" else state.set(metric, right, 1.0)
     render(state)
 
 
 def _kinds_of(source) -> dict:
-    kinds = source.kinds if hasattr(source, "kinds") else [k for ks in source.parser.grammar.by_component.values()
-                                                           for k in ks]
+    kinds = (
+        source.kinds
+        if hasattr(source, "kinds")
+        else [k for ks in source.parser.grammar.by_component.values() for k in ks]
+    )
     return {k.kind: k for k in kinds}
 
 
@@ -189,9 +210,18 @@ def _templates() -> list[tuple[str, bytes, list[tuple[int, int]]]]:
 
     found, seen = [], set()
     for name, source, path in (
-            ("engine_log", EngineLogSource("e", EngineLogOptions(path="x", instance="strata-b")), "engine_log/strata-iq3_xxs-b.log"),
-            ("gateway_log", GatewayLogSource("g", GatewayLogOptions(path="x")), "gateway_log/rag-proxy.log"),
-            ("supervisord_log", SupervisordLogSource("s", SupervisordLogOptions(path="x")), "supervisord_log/supervisord.log")):
+        (
+            "engine_log",
+            EngineLogSource("e", EngineLogOptions(path="x", instance="strata-b")),
+            "engine_log/strata-iq3_xxs-b.log",
+        ),
+        ("gateway_log", GatewayLogSource("g", GatewayLogOptions(path="x")), "gateway_log/rag-proxy.log"),
+        (
+            "supervisord_log",
+            SupervisordLogSource("s", SupervisordLogOptions(path="x")),
+            "supervisord_log/supervisord.log",
+        ),
+    ):
         source.file_mtime(1_792_454_399.0) if hasattr(source, "file_mtime") else None
         kinds = _kinds_of(source)
         for line in (FIXTURES / path).read_bytes().splitlines():
@@ -206,9 +236,12 @@ def _templates() -> list[tuple[str, bytes, list[tuple[int, int]]]]:
 
 
 TEMPLATES = _templates()
-VALUES = st.one_of(st.integers(0, 10 ** 30).map(str), st.floats().map(repr),
-                   st.text(alphabet="0123456789.-+eE", min_size=1, max_size=30),
-                   st.sampled_from(["1.2.3", ".", "9" * 400, "nan", "inf", "١٢٣", "00000000000000000001"]))
+VALUES = st.one_of(
+    st.integers(0, 10**30).map(str),
+    st.floats().map(repr),
+    st.text(alphabet="0123456789.-+eE", min_size=1, max_size=30),
+    st.sampled_from(["1.2.3", ".", "9" * 400, "nan", "inf", "١٢٣", "00000000000000000001"]),
+)
 
 
 @given(st.sampled_from(TEMPLATES), st.data())
@@ -238,5 +271,7 @@ def test_random_field_values_in_every_line_kind_never_reach_the_state_as_non_num
         assert all(v.__class__ is float or v.__class__ is int for v in series.values())
         assert all(math.isfinite(v) for v in series.values())
     for series in state.hists.values():
-        assert all(math.isfinite(total) and all(c.__class__ is int for c in counts) for counts, total in series.values())
+        assert all(
+            math.isfinite(total) and all(c.__class__ is int for c in counts) for counts, total in series.values()
+        )
     render(state)

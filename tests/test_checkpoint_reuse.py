@@ -1,6 +1,7 @@
 """The checkpoint-only rule is stated once (collectors/checkpoint_reuse.py) in two languages: the
 Python the engine signals call and the SQL condition H4's probe and the cache report use. Both
 give the same answer for any prompt, reuse and checkpoint interval, and the seed's case holds."""
+
 from __future__ import annotations
 
 import duckdb
@@ -26,14 +27,17 @@ def test_the_seeds_case():
 @given(prompt=TOKENS, reused=TOKENS, every=EVERY)
 def test_the_sql_condition_answers_as_the_python_rule(prompt, reused, every):
     condition = checkpoint_only_sql("p", "r", "e")
-    sql = render("SELECT $rule FROM (SELECT $p::BIGINT AS p, $r::BIGINT AS r, $e::BIGINT AS e)",
-                 {"rule": SqlCondition(condition), "p": prompt, "r": reused, "e": every})
-    (answer,), = duckdb.sql(sql).fetchall()
+    sql = render(
+        "SELECT $rule FROM (SELECT $p::BIGINT AS p, $r::BIGINT AS r, $e::BIGINT AS e)",
+        {"rule": SqlCondition(condition), "p": prompt, "r": reused, "e": every},
+    )
+    ((answer,),) = duckdb.sql(sql).fetchall()
     assert answer is checkpoint_only(prompt, reused, every)
 
 
 def test_the_engine_signals_call_the_rule():
     import spyglass.signals.engine_log
+
     assert spyglass.signals.engine_log.checkpoint_only is checkpoint_only
 
 

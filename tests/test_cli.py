@@ -1,4 +1,5 @@
 """The `spyglass` command as a user runs it: real processes, real files, the real store."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,9 @@ FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
 
 
 def spyglass(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "spyglass.cli.app", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def write_config(folder: Path, *logs: Path) -> Path:
@@ -80,13 +83,22 @@ def test_json_nests_fields_and_a_csv_id_feeds_trace(tmp_path):
     log.write_bytes(FIXTURE.read_bytes())
     config = str(write_config(tmp_path, log))
     assert spyglass("ingest", "-c", config).returncode == 0
-    rows = [json.loads(line) for line in spyglass(
-        "sql", "-c", config, "--format", "json",
-        "SELECT kind, fields, request_id FROM events WHERE kind = 'queued' ORDER BY ts").stdout.splitlines()]
+    rows = [
+        json.loads(line)
+        for line in spyglass(
+            "sql",
+            "-c",
+            config,
+            "--format",
+            "json",
+            "SELECT kind, fields, request_id FROM events WHERE kind = 'queued' ORDER BY ts",
+        ).stdout.splitlines()
+    ]
     assert rows and all(isinstance(row["fields"], dict) for row in rows)
     assert rows[0]["fields"]["req"] == rows[0]["request_id"]
-    out = spyglass("sql", "-c", config, "--format", "csv",
-                   "SELECT request_id FROM events WHERE kind = 'done' LIMIT 1").stdout
+    out = spyglass(
+        "sql", "-c", config, "--format", "csv", "SELECT request_id FROM events WHERE kind = 'done' LIMIT 1"
+    ).stdout
     assert "\r" not in out
     request_id = out.splitlines()[1]
     for pasted in (request_id + "\r", f" {request_id}\r\n"):  # as a CRLF csv or a terminal hands it over
@@ -112,8 +124,9 @@ def test_run_lives_through_a_log_folder_that_appears_later(tmp_path):
     port, log = free_port(), tmp_path / "not-yet" / "engine.log"
     config = tmp_path / "spyglass.toml"
     config.write_text(toml_text(engine_log_config(log, tmp_path / "state", listen=f"127.0.0.1:{port}")))
-    with subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
-                          stderr=subprocess.PIPE, text=True) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)], stderr=subprocess.PIPE, text=True
+    ) as proc:
         try:
             for line in proc.stderr:
                 if "metrics at" in line:

@@ -2,6 +2,7 @@
 dirs, two host names) publish Parquet segments into one folder, and every query the docs give for
 them (spyglass/forensics/segment_queries.py, the one source docs/forensics.md is generated from)
 gives the same rows from ClickHouse's own engine, embedded (chdb), as from DuckDB."""
+
 from __future__ import annotations
 
 import re
@@ -28,10 +29,18 @@ def ingest(folder: Path, host: str, seed: int, segments: Path) -> None:
     write_log(log, turns=400, seed=seed)  # 2026-10-19 03:20 to 05:33: hours 03-05, two of them closed
     config = folder / "spyglass.toml"
     text = engine_log_toml(log, folder / "state", host=host, commit_interval_seconds=0, read_budget_bytes=65536)
-    config.write_text(text.replace("[exporters.store]\nenabled = true", "[exporters.store]\nenabled = true\n"
-                                   f'parquet_dir = "{segments}"\npublish_interval_seconds = 0'))
-    subprocess.run([sys.executable, "-m", "spyglass.cli.app", "ingest", "-c", str(config)], check=True,
-                   capture_output=True, timeout=600)
+    config.write_text(
+        text.replace(
+            "[exporters.store]\nenabled = true",
+            f'[exporters.store]\nenabled = true\nparquet_dir = "{segments}"\npublish_interval_seconds = 0',
+        )
+    )
+    subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", "ingest", "-c", str(config)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -44,17 +53,20 @@ def segments(tmp_path_factory) -> Path:
     return folder
 
 
-
-
-
-
 def test_both_hosts_published_into_one_folder(segments):
-    published = duckdb_rows(f"SELECT host, count(*), count(DISTINCT seq) FROM read_parquet('{segments}/host=*/date=*/hour=*/"
-                            "*.parquet') GROUP BY ALL ORDER BY ALL")
+    published = duckdb_rows(
+        f"SELECT host, count(*), count(DISTINCT seq) FROM read_parquet('{segments}/host=*/date=*/hour=*/"
+        "*.parquet') GROUP BY ALL ORDER BY ALL"
+    )
     assert [host for host, _, _ in published] == sorted(HOSTS)
     assert all(n == distinct > 2000 for _, n, distinct in published)
-    assert clickhouse_rows(f"SELECT host, count(), uniqExact(seq) FROM file('{segments}/host=*/date=*/hour=*/*.parquet',"
-                           " Parquet) GROUP BY host ORDER BY host") == published
+    assert (
+        clickhouse_rows(
+            f"SELECT host, count(), uniqExact(seq) FROM file('{segments}/host=*/date=*/hour=*/*.parquet',"
+            " Parquet) GROUP BY host ORDER BY host"
+        )
+        == published
+    )
 
 
 @pytest.mark.parametrize("q", QUERIES, ids=[q.question for q in QUERIES])
@@ -83,8 +95,13 @@ def statements(block: str) -> list[str]:
 def test_every_segment_query_in_the_docs_is_one_this_test_runs():
     """A query over the segments written by hand into a doc would escape the comparison above."""
     known = {sql for q in QUERIES for sql in (q.duckdb, q.clickhouse)} | {"SET TimeZone = 'UTC';"}
-    found = [s for doc in sorted(DOCS.glob("*.md")) for block in sql_blocks(doc.read_text())
-             for s in statements(block) if ROOT in s or "Parquet)" in s]
+    found = [
+        s
+        for doc in sorted(DOCS.glob("*.md"))
+        for block in sql_blocks(doc.read_text())
+        for s in statements(block)
+        if ROOT in s or "Parquet)" in s
+    ]
     assert set(found) <= known, [s for s in found if s not in known]
     assert known - {"SET TimeZone = 'UTC';"} <= set(found), "every query is shown in the docs"
 
@@ -95,10 +112,16 @@ def test_segments_hold_the_stores_typed_columns(segments):
     try:
         files = f"read_parquet('{segments}/host=h1/date=*/hour=*/*.parquet')"
         types = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM {files})").fetchall())
-        assert (types["evictions"], types["ttft_ms"], types["decode_tps"], types["origin"]) == \
-            ("BIGINT", "BIGINT", "DOUBLE", "VARCHAR")
+        assert (types["evictions"], types["ttft_ms"], types["decode_tps"], types["origin"]) == (
+            "BIGINT",
+            "BIGINT",
+            "DOUBLE",
+            "VARCHAR",
+        )
         assert "fields" not in types
-        published = con.execute(f"SELECT seq, evictions, used, budget FROM {files} WHERE kind = 'stats' ORDER BY seq").fetchall()
+        published = con.execute(
+            f"SELECT seq, evictions, used, budget FROM {files} WHERE kind = 'stats' ORDER BY seq"
+        ).fetchall()
         con.execute(f"ATTACH '{segments.parent / 'h1' / 'state' / 'spyglass.duckdb'}' AS s (READ_ONLY)")
         stored = con.execute("SELECT seq, evictions, used, budget FROM s.ev_engine_log__stats ORDER BY seq").fetchall()
     finally:

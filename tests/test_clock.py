@@ -1,4 +1,5 @@
 """Naive timestamps in a declared zone become UTC, DST included."""
+
 from __future__ import annotations
 
 from datetime import UTC, datetime
@@ -14,16 +15,19 @@ def utc(stamp: bytes, tz: str) -> str:
     return datetime.fromtimestamp(ZonedParser(tz).seconds(stamp), tz=UTC).isoformat()
 
 
-@pytest.mark.parametrize(("stamp", "tz", "expected"), [
-    (b"2026-10-19 04:49:00", "UTC", "2026-10-19T04:49:00+00:00"),
-    (b"2026-10-19 12:49:00", "Asia/Shanghai", "2026-10-19T04:49:00+00:00"),
-    (b"2026-10-20 01:33:10", "Asia/Shanghai", "2026-10-19T17:33:10+00:00"),  # across midnight
-    (b"2026-03-29 01:30:00", "Europe/Berlin", "2026-03-29T00:30:00+00:00"),  # winter time
-    (b"2026-03-29 03:30:00", "Europe/Berlin", "2026-03-29T01:30:00+00:00"),  # summer time
-    (b"2026-03-29 02:30:00", "Europe/Berlin", "2026-03-29T01:30:00+00:00"),  # in the gap: shifted forward
-    (b"2026-10-25 02:30:00", "Europe/Berlin", "2026-10-25T00:30:00+00:00"),  # repeated hour: first one
-    (b"2026-11-01 01:30:00", "America/New_York", "2026-11-01T05:30:00+00:00"),
-])
+@pytest.mark.parametrize(
+    ("stamp", "tz", "expected"),
+    [
+        (b"2026-10-19 04:49:00", "UTC", "2026-10-19T04:49:00+00:00"),
+        (b"2026-10-19 12:49:00", "Asia/Shanghai", "2026-10-19T04:49:00+00:00"),
+        (b"2026-10-20 01:33:10", "Asia/Shanghai", "2026-10-19T17:33:10+00:00"),  # across midnight
+        (b"2026-03-29 01:30:00", "Europe/Berlin", "2026-03-29T00:30:00+00:00"),  # winter time
+        (b"2026-03-29 03:30:00", "Europe/Berlin", "2026-03-29T01:30:00+00:00"),  # summer time
+        (b"2026-03-29 02:30:00", "Europe/Berlin", "2026-03-29T01:30:00+00:00"),  # in the gap: shifted forward
+        (b"2026-10-25 02:30:00", "Europe/Berlin", "2026-10-25T00:30:00+00:00"),  # repeated hour: first one
+        (b"2026-11-01 01:30:00", "America/New_York", "2026-11-01T05:30:00+00:00"),
+    ],
+)
 def test_naive_local_time_to_utc(stamp, tz, expected):
     assert utc(stamp, tz) == expected
 
@@ -52,13 +56,23 @@ def test_manual_clock_moves_only_when_told():
     assert (clock.now(), clock.monotonic()) == (102.5, 2.5)
 
 
-ZONES = ["UTC", "Asia/Shanghai", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kathmandu",
-         "Africa/Monrovia", "America/St_Johns"]  # half-hour DST; a 5:45 offset; a historical offset with seconds
+ZONES = [
+    "UTC",
+    "Asia/Shanghai",
+    "Europe/Berlin",
+    "America/New_York",
+    "Australia/Lord_Howe",
+    "Asia/Kathmandu",
+    "Africa/Monrovia",
+    "America/St_Johns",
+]  # half-hour DST; a 5:45 offset; a historical offset with seconds
 
 
-@given(st.sampled_from(ZONES),
-       st.lists(st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2040, 12, 31)), min_size=1, max_size=40),
-       st.data())
+@given(
+    st.sampled_from(ZONES),
+    st.lists(st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2040, 12, 31)), min_size=1, max_size=40),
+    st.data(),
+)
 def test_the_minute_cache_gives_what_the_zone_arithmetic_gives(tz, walls, data):
     """Stamps near one another (the same minutes, other seconds), in any order, through one parser."""
     parser = ZonedParser(tz)

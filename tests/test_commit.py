@@ -1,5 +1,6 @@
 """Commits by time and size: lines reach the live state at once, the store and /metrics at most
 once an interval, and a crash before a commit never shows a scraped counter lower afterwards."""
+
 from __future__ import annotations
 
 import tomllib

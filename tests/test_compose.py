@@ -1,6 +1,7 @@
 """compose.yaml without Docker: it parses, references only files that exist, binds every port to
 127.0.0.1, pins every image, has a healthcheck per service; its Prometheus and Alertmanager configs
 pass promtool and amtool; the Grafana provisioning matches the dashboards and the services."""
+
 from __future__ import annotations
 
 import re
@@ -126,8 +127,12 @@ def test_prometheus_scrapes_spyglass_as_the_rules_expect(tmp_path):
     assert all("host" in c["labels"] for c in job["static_configs"])  # the dashboards' host variable
     otel = yaml.safe_load((ROOT / "deploy/otelcol/config.yaml").read_text())
     port = otel["exporters"]["prometheus"]["endpoint"].rsplit(":", 1)[1]
-    assert any(t == f"otel-collector:{port}" for j in config["scrape_configs"] for c in j["static_configs"]
-               for t in c["targets"])
+    assert any(
+        t == f"otel-collector:{port}"
+        for j in config["scrape_configs"]
+        for c in j["static_configs"]
+        for t in c["targets"]
+    )
     assert otel["service"]["pipelines"]["traces"]["exporters"] == ["otlp/tempo"]
     assert spyglass.exporters.otlp.endpoint == "http://otel-collector:4318"
 
@@ -146,5 +151,7 @@ def test_grafana_provisioning_matches_the_dashboards():
     provider = yaml.safe_load((ROOT / "dashboards/provisioning/dashboards/spyglass.yaml").read_text())["providers"][0]
     mounts = dict(v.split(":")[:2] for v in SERVICES["grafana"]["volumes"] if v.startswith("./"))
     assert mounts["./dashboards/generated"] == provider["options"]["path"]
-    assert SERVICES["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"] == \
-        f"{provider['options']['path']}/spyglass-wall.json"
+    assert (
+        SERVICES["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+        == f"{provider['options']['path']}/spyglass-wall.json"
+    )

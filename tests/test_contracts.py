@@ -1,5 +1,6 @@
 """The contracts between the pipeline and its sources and signals: a class that does not satisfy
 its protocol is refused where it registers, with a message that says what it lacks."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,8 +13,12 @@ from spyglass.signals.state import MetricState
 
 
 def test_a_source_class_that_is_neither_kind_is_refused():
-    with pytest.raises(ValueError, match=r"neither a line source \(lacks .*handle_lines.*\) nor a polled source "
-                                         r"\(lacks .*poll, poll_policy.*\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"neither a line source \(lacks .*handle_lines.*\) nor a polled source "
+        r"\(lacks .*poll, poll_policy.*\)",
+    ):
+
         @register("test_neither", SourceOptions)
         class Neither:
             def __init__(self, name, options, host=""):
@@ -21,11 +26,13 @@ def test_a_source_class_that_is_neither_kind_is_refused():
 
             def handle(self, line):
                 return line
+
     assert "test_neither" not in collectors.REGISTRY
 
 
 def test_a_polled_source_without_the_base_defaults_names_what_it_lacks():
     with pytest.raises(ValueError, match=r"polled source \(lacks checkpoint, close, restore\)"):
+
         @register("test_bare_poller", SourceOptions)
         class BarePoller:
             def __init__(self, name, options, host=""):
@@ -36,11 +43,13 @@ def test_a_polled_source_without_the_base_defaults_names_what_it_lacks():
 
             def poll_policy(self):
                 return PollPolicy(5.0)
+
     assert "test_bare_poller" not in collectors.REGISTRY
 
 
 def test_a_source_class_that_is_both_kinds_is_refused():
     with pytest.raises(ValueError, match="both a line source and a polled source; register one class of each"):
+
         @register("test_both", SourceOptions)
         class Both(LineSourceBase, PolledSourceBase):
             def __init__(self, name, options, host=""):
@@ -54,6 +63,7 @@ def test_a_source_class_that_is_both_kinds_is_refused():
 
             def poll_policy(self):
                 return PollPolicy(5.0)
+
     assert "test_both" not in collectors.REGISTRY
 
 
@@ -81,6 +91,7 @@ def test_a_registration_builds_only_the_ways_its_kind_is_read():
 
 def test_a_source_class_with_the_wrong_constructor_is_refused():
     with pytest.raises(ValueError, match=r"must be constructible as cls\(name, options, host=\.\.\.\)"):
+
         @register("test_ctor", SourceOptions)
         class NoHost(LineSourceBase):
             def __init__(self, name, options):
@@ -88,20 +99,24 @@ def test_a_source_class_with_the_wrong_constructor_is_refused():
 
             def handle_lines(self, lines):
                 return [], {}, b""
+
     assert "test_ctor" not in collectors.REGISTRY
 
 
 def test_a_signals_class_without_apply_is_refused():
     with pytest.raises(ValueError, match=r"signals for 'test_kind': .*NoApply has no apply\(event\) method"):
+
         @signals_for("test_kind", [])
         class NoApply(SignalsBase):
             def derive(self, event):
                 pass
+
     assert "test_kind" not in SIGNALS
 
 
 def test_a_signals_class_taking_positional_settings_is_refused():
     with pytest.raises(ValueError, match=r"must be constructible as cls\(state, settings=SignalsSettings"):
+
         @signals_for("test_kind", [])
         class Positional:
             def __init__(self, state, lanes, *_args):
@@ -109,6 +124,7 @@ def test_a_signals_class_taking_positional_settings_is_refused():
 
             def apply(self, event):
                 pass
+
     assert "test_kind" not in SIGNALS
 
 
@@ -116,8 +132,9 @@ def test_every_registered_class_fits_its_contract():
     for kind, registration in collectors.load_all().items():
         for cls in (registration.tailed, registration.polled):
             if cls is not None:
-                assert collectors.check_source_class(kind, cls) == ("polled" if cls is registration.polled
-                                                                    else "tailed")
+                assert collectors.check_source_class(kind, cls) == (
+                    "polled" if cls is registration.polled else "tailed"
+                )
     for kind, registration in load_all().items():
         if registration.cls is not None:
             check_signals_class(kind, registration.cls)

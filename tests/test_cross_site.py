@@ -3,6 +3,7 @@ localhost port, in real headless Chromium, posts a fake critical alert and a fak
 `fetch(..., {mode: "no-cors"})` (text/plain, which needs no CORS preflight); a forged Host (DNS
 rebinding) and a foreign Origin are refused too. The store holds none of it; the agent's own
 clients (JSON with the right Content-Type, no Origin) are still served."""
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,11 @@ Promise.allSettled(sends).then(r => { document.body.setAttribute("data-sent", r.
 def attack_page(folder: Path, agent_url: str) -> ThreadingHTTPServer:
     forged_alert = notification(alert("firing", name="FakeCritical")).decode()
     forged_smoke = json.dumps({**GOOD_SMOKE, "at": time.time(), "reason": "forged"})
-    (folder / "attack.html").write_text(PAGE.replace("AGENT", agent_url).replace("ALERT", json.dumps(forged_alert))
-                                        .replace("SMOKE", json.dumps(forged_smoke)))
+    (folder / "attack.html").write_text(
+        PAGE.replace("AGENT", agent_url)
+        .replace("ALERT", json.dumps(forged_alert))
+        .replace("SMOKE", json.dumps(forged_smoke))
+    )
 
     class Quiet(SimpleHTTPRequestHandler):
         def __init__(self, *args, **kwargs) -> None:
@@ -57,27 +61,49 @@ def test_a_page_on_another_localhost_port_cannot_store_an_alert_or_a_smoke_resul
     running, url, _, stop = agent
     page = attack_page(tmp_path, url)
     try:
-        done = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000",
-                               "--dump-dom", f"http://127.0.0.1:{page.server_address[1]}/attack.html"],
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [
+                CHROMIUM,
+                *FLAGS,
+                f"--user-data-dir={tmp_path / 'profile'}",
+                "--virtual-time-budget=10000",
+                "--dump-dom",
+                f"http://127.0.0.1:{page.server_address[1]}/attack.html",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         page.shutdown()
         page.server_close()
     assert done.returncode == 0, done.stderr[-2000:]
     assert 'data-sent="3"' in done.stdout  # the page ran and its three POSTs went out
 
-    rebound = httpx.post(f"{url}/api/smoke", content=json.dumps({**GOOD_SMOKE, "at": time.time()}),
-                         headers={"Content-Type": "application/json", "Host": f"rebound.example:{url.rsplit(':', 1)[1]}"})
+    rebound = httpx.post(
+        f"{url}/api/smoke",
+        content=json.dumps({**GOOD_SMOKE, "at": time.time()}),
+        headers={"Content-Type": "application/json", "Host": f"rebound.example:{url.rsplit(':', 1)[1]}"},
+    )
     assert rebound.status_code == 421, rebound.text
-    foreign = httpx.post(f"{url}/api/alerts", content=notification(alert("firing", name="FakeCritical")),
-                         headers={"Content-Type": "application/json", "Origin": "http://127.0.0.1:1"})
+    foreign = httpx.post(
+        f"{url}/api/alerts",
+        content=notification(alert("firing", name="FakeCritical")),
+        headers={"Content-Type": "application/json", "Origin": "http://127.0.0.1:1"},
+    )
     assert foreign.status_code == 403, foreign.text
-    plain = httpx.post(f"{url}/api/alerts", content=notification(alert("firing", name="FakeCritical")),
-                       headers={"Content-Type": "text/plain"})
+    plain = httpx.post(
+        f"{url}/api/alerts",
+        content=notification(alert("firing", name="FakeCritical")),
+        headers={"Content-Type": "text/plain"},
+    )
     assert plain.status_code == 415 and "application/json" in plain.text
 
-    own = httpx.post(f"{url}/api/alerts", content=notification(alert("firing", name="RealOne")),
-                     headers={"Content-Type": "application/json"})
+    own = httpx.post(
+        f"{url}/api/alerts",
+        content=notification(alert("firing", name="RealOne")),
+        headers={"Content-Type": "application/json"},
+    )
     assert own.status_code == 200, own.text
     assert httpx.get(f"{url}/metrics", headers={"Host": "rebound.example:1"}).status_code == 200  # open paths
     stop()

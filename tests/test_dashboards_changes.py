@@ -2,6 +2,7 @@
 evaluated by Debian's promtool on info series shaped like a deploy: a change is annotated, with the
 labels it changed to, for one $__rate_interval; an instance's first series, a series back after a
 scrape gap, an instance that did not change, and the same instance name on another host are not."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,10 @@ def annotation(name: str) -> str:
 
 
 def build(instance: str, build_id: str, version: str, host: str = "h1") -> str:
-    return (f'spyglass_engine_build_info{{host="{host}", instance="{instance}", lane="normal", build_name="Strata",'
-            f' version="{version}", build="{build_id}"}}')
+    return (
+        f'spyglass_engine_build_info{{host="{host}", instance="{instance}", lane="normal", build_name="Strata",'
+        f' version="{version}", build="{build_id}"}}'
+    )
 
 
 def model(instance: str, name: str, md5: str) -> str:
@@ -33,13 +36,21 @@ def model(instance: str, name: str, md5: str) -> str:
 
 def run(promtool: str, tmp_path: Path, series: dict[str, str], checks: list[tuple[str, str, list[dict]]]):
     (tmp_path / "none.yml").write_text("groups: []\n")
-    test = {"rule_files": [str(tmp_path / "none.yml")], "evaluation_interval": f"{SCRAPE}s",
-            "tests": [{"interval": f"{SCRAPE}s", "input_series": [{"series": k, "values": v} for k, v in series.items()],
-                       "promql_expr_test": [{"expr": expr, "eval_time": at, "exp_samples": want}
-                                            for expr, at, want in checks]}]}
+    test = {
+        "rule_files": [str(tmp_path / "none.yml")],
+        "evaluation_interval": f"{SCRAPE}s",
+        "tests": [
+            {
+                "interval": f"{SCRAPE}s",
+                "input_series": [{"series": k, "values": v} for k, v in series.items()],
+                "promql_expr_test": [{"expr": expr, "eval_time": at, "exp_samples": want} for expr, at, want in checks],
+            }
+        ],
+    }
     (tmp_path / "test.yml").write_text(yaml.safe_dump(test, sort_keys=False))
-    return subprocess.run([promtool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [promtool, "test", "rules", str(tmp_path / "test.yml")], capture_output=True, text=True, timeout=120
+    )
 
 
 # strata-b: build 7f3c2e1 for 10 min (40 scrapes), then 9e8d7c6 (the agent drops the old info series, so
@@ -55,8 +66,10 @@ SERIES = {
     model("strata-b", "v8.gguf", "7d79"): "_x40 1x39",
     model("strata-a", "v7.gguf", "5d41"): "1x19 stale _x39 1x39",
 }
-NEW_BUILD = {"labels": '{host="h1", instance="strata-b", build_name="Strata", version="0.9.4", build="9e8d7c6"}',
-             "value": 1}
+NEW_BUILD = {
+    "labels": '{host="h1", instance="strata-b", build_name="Strata", version="0.9.4", build="9e8d7c6"}',
+    "value": 1,
+}
 NEW_MODEL = {"labels": '{host="h1", instance="strata-b", model="v8.gguf", md5="7d79"}', "value": 1}
 
 
@@ -70,10 +83,15 @@ def test_a_build_or_model_change_is_annotated_with_what_it_changed_to(promtool, 
         (builds, "16m", []),  # strata-a's series back after its gap (at 15 min): the same build
         (models, "10m30s", [NEW_MODEL]),
         (models, "16m", []),
-        ("count by (host, instance) (spyglass_engine_build_info)", "16m",  # every instance scraped then:
-         [{"labels": '{host="h1", instance="strata-a"}', "value": 1},  # the checks above saw them
-          {"labels": '{host="h1", instance="strata-b"}', "value": 1},
-          {"labels": '{host="h2", instance="strata-b"}', "value": 1}]),
+        (
+            "count by (host, instance) (spyglass_engine_build_info)",
+            "16m",  # every instance scraped then:
+            [
+                {"labels": '{host="h1", instance="strata-a"}', "value": 1},  # the checks above saw them
+                {"labels": '{host="h1", instance="strata-b"}', "value": 1},
+                {"labels": '{host="h2", instance="strata-b"}', "value": 1},
+            ],
+        ),
     ]
     result = run(promtool, tmp_path, SERIES, checks)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -3,6 +3,7 @@ scenarios, read by the spyglass agent serving /metrics, scraped every 2 s by Deb
 on 127.0.0.1 with spyglass's rule file. Each panel's expressions (variables substituted as Grafana
 would) go through the HTTP API: none errors, and the panels the scenarios exercise are not empty.
 The same data draws the wall preview."""
+
 from __future__ import annotations
 
 import asyncio
@@ -42,7 +43,10 @@ NOT_EXERCISED = {
     ("spyglass-early-stops", "Stops while reasoning (serve)"): "only a serve with the fix reports it, once one stopped",
     ("spyglass-early-stops", "Stops while reasoning, share of requests (1h)"): "the same counter: some runs have none",
     ("spyglass-early-stops", "Thinking-only responses, share (1h)"): "a thinking-only response comes in some runs only",
-    ("spyglass-lifecycle", "FATAL, SIGKILL escalations, core dumps"): "no crash in these scenarios (crash-loop has one)",
+    (
+        "spyglass-lifecycle",
+        "FATAL, SIGKILL escalations, core dumps",
+    ): "no crash in these scenarios (crash-loop has one)",
     ("spyglass-lifecycle", "Switches and operator restarts"): "the emulated stack has no switch log",
     ("spyglass-lifecycle", "Model checksum mismatches"): "the emulator's model always matches",
     ("spyglass-lifecycle", "Engine errors, by component"): "no error-level engine line",
@@ -52,7 +56,10 @@ NOT_EXERCISED = {
     ("spyglass-agent", "Values refused"): "nothing forged or malformed in the emulator's lines",
     ("spyglass-agent", "File troubles"): "a rotation happens only in some runs",
     ("spyglass-agent", "Unmatched share of lines (format drift)"): "every line of the stack parses",
-    ("spyglass-agent", "Failed commits (retried, nothing dropped)"): "the disk does not fill up here (tests/test_disk_full.py)",
+    (
+        "spyglass-agent",
+        "Failed commits (retried, nothing dropped)",
+    ): "the disk does not fill up here (tests/test_disk_full.py)",
     ("spyglass-lifecycle", "Model path (H15)"): "the emulated stack's config watches no model path",
     ("spyglass-lifecycle", "Model path changes"): "the emulated stack's config watches no model path",
 }
@@ -64,10 +71,17 @@ def _prometheus_config(folder: Path, agent: str, job: str) -> Path:
     for group in rules["groups"]:
         group["interval"] = f"{SCRAPE:g}s"
     (folder / "rules.yml").write_text(yaml.safe_dump(rules, sort_keys=False))
-    config = {"global": {"scrape_interval": f"{SCRAPE:g}s", "evaluation_interval": f"{SCRAPE:g}s"},
-              "rule_files": ["rules.yml"],
-              "scrape_configs": [{"job_name": job, "honor_labels": True,
-                                  "static_configs": [{"targets": [agent], "labels": {"host": "emulated"}}]}]}
+    config = {
+        "global": {"scrape_interval": f"{SCRAPE:g}s", "evaluation_interval": f"{SCRAPE:g}s"},
+        "rule_files": ["rules.yml"],
+        "scrape_configs": [
+            {
+                "job_name": job,
+                "honor_labels": True,
+                "static_configs": [{"targets": [agent], "labels": {"host": "emulated"}}],
+            }
+        ],
+    }
     path = folder / "prometheus.yml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -94,15 +108,23 @@ def run(tmp_path_factory) -> Run:
     folder = tmp_path_factory.mktemp("wall")
     stack = Stack(folder / "stack", free_port_base(), ENGINES, {"assembly_budget_chars": 20_000})
     listen = f"127.0.0.1:{free_port()}"
-    toml = stack.spyglass_toml(folder / "spyglass").replace("[exporters.prometheus]\nenabled = false",
-                                                              f'[exporters.prometheus]\nlisten = "{listen}"')
+    toml = stack.spyglass_toml(folder / "spyglass").replace(
+        "[exporters.prometheus]\nenabled = false", f'[exporters.prometheus]\nlisten = "{listen}"'
+    )
     agent = Agent(parse_config(tomllib.loads(toml), "wall-test.toml"))
     job = agent.config.alerts.job
     port = free_port()
     log = (folder / "prometheus.log").open("w")
-    prom = subprocess.Popen([prometheus, f"--config.file={_prometheus_config(folder, listen, job)}",
-                             f"--storage.tsdb.path={folder / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=log)
+    prom = subprocess.Popen(
+        [
+            prometheus,
+            f"--config.file={_prometheus_config(folder, listen, job)}",
+            f"--storage.tsdb.path={folder / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
     url = f"http://127.0.0.1:{port}"
     runner = threading.Thread(target=agent.serve, name="spyglass-agent")
     stack.start()
@@ -125,8 +147,14 @@ def run(tmp_path_factory) -> Run:
         answered = lambda: state.total("spyglass_gateway_requests_total")  # noqa: E731
         recorded = lambda: state.total("spyglass_infer_requests_total")  # noqa: E731
         wait_until(lambda: answered() > 0 and recorded() >= answered(), 60, "the infer store read to its end")
-        wait_until(lambda: _value(url, "sum(spyglass_infer_requests_total)") == recorded()
-                   and _value(url, "sum(spyglass_gateway_requests_total)") == answered(), 60, "the last requests scraped")
+        wait_until(
+            lambda: (
+                _value(url, "sum(spyglass_infer_requests_total)") == recorded()
+                and _value(url, "sum(spyglass_gateway_requests_total)") == answered()
+            ),
+            60,
+            "the last requests scraped",
+        )
         # Two more scrapes (a rate needs two samples of a new series), then a rule evaluation after them.
         synced = time.time() + 2 * SCRAPE
         wait_until(lambda: (_value(url, f'timestamp(up{{job="{job}"}})') or 0) > synced, 60, "two more scrapes")
@@ -156,8 +184,9 @@ def _rules_evaluated_after(url: str, moment: float) -> bool:
         groups = httpx.get(f"{url}/api/v1/rules", timeout=5).json()["data"]["groups"]
     except (httpx.HTTPError, KeyError, ValueError):
         return False
-    return bool(groups) and all(datetime.fromisoformat(g["lastEvaluation"][:26].rstrip("Z") + "+00:00").timestamp()
-                                > moment for g in groups)
+    return bool(groups) and all(
+        datetime.fromisoformat(g["lastEvaluation"][:26].rstrip("Z") + "+00:00").timestamp() > moment for g in groups
+    )
 
 
 def _boards() -> list[str]:
@@ -212,8 +241,28 @@ def test_the_preview_command_draws_any_dashboard(run, tmp_path):
     import sys
 
     out = tmp_path / "cache.png"
-    done = subprocess.run([sys.executable, "-m", "spyglass.dashboards.preview", "--prometheus", run.url, "--from", str(run.start),
-                           "--to", str(run.end), "--dashboard", "spyglass-cache", "--scrape-interval", str(SCRAPE),
-                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spyglass.dashboards.preview",
+            "--prometheus",
+            run.url,
+            "--from",
+            str(run.start),
+            "--to",
+            str(run.end),
+            "--dashboard",
+            "spyglass-cache",
+            "--scrape-interval",
+            str(SCRAPE),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "0 queries failed" in done.stdout and out.read_bytes()[:4] == b"\x89PNG"

@@ -3,6 +3,7 @@ ALERTS and ALERTS_FOR_STATE series shaped as Prometheus writes them: the list of
 firing alerts only (not pending ones, not the Watchdog), each with when its condition became true and
 the rule's own summary with its labels filled in (none, one or two of them); the count tile counts the
 same by severity; a source is SILENT or DOWN only while its alert fires (a quiet source is OK)."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ ACTIVE = 1_790_000_000  # ALERTS_FOR_STATE's value: the unix second the conditio
 
 def panel(title: str) -> list[str]:
     (found,) = [p for p in BOARD["panels"] if p["title"] == title]
-    return [substitute(t["expr"], step_seconds=SCRAPE, scrape_seconds=SCRAPE, range_seconds=3600)
-            for t in found["targets"]]
+    return [
+        substitute(t["expr"], step_seconds=SCRAPE, scrape_seconds=SCRAPE, range_seconds=3600) for t in found["targets"]
+    ]
 
 
 def alert(name: str, severity: str, state: str, **labels: str) -> dict[str, str]:
@@ -68,10 +70,14 @@ LISTED = [
 
 
 def test_a_summary_is_the_rules_with_its_labels():
-    assert summary("EngineTTFTBudgetFastBurn", {"instance": "strata-b", "lane": "normal"}) \
+    assert (
+        summary("EngineTTFTBudgetFastBurn", {"instance": "strata-b", "lane": "normal"})
         == "strata-b (normal) burns its TTFT error budget fast."
-    assert summary("EngineEvictionStorm", {"instance": "strata-b"}) \
+    )
+    assert (
+        summary("EngineEvictionStorm", {"instance": "strata-b"})
         == "strata-b is evicting conversation snapshots every minute."
+    )
 
 
 def test_the_list_the_count_and_the_sources_say_what_fires(promtool, tmp_path):
@@ -81,10 +87,16 @@ def test_the_list_the_count_and_the_sources_say_what_fires(promtool, tmp_path):
         (listed, "1m", LISTED),
         (critical, "1m", [{"labels": "{}", "value": 3}]),
         (warning, "1m", [{"labels": "{}", "value": 2}]),  # the pending GatewayConcurrencyFull is not counted
-        (sources, "1m", [{"labels": '{host="h1", source="engine-a"}', "value": 0},
-                         {"labels": '{host="h1", source="engine-b"}', "value": 1},  # strata-b's log: SILENT
-                         {"labels": '{host="h1", source="supervisord"}', "value": 0},  # quiet, no alert: OK
-                         {"labels": '{host="h1", source="serve-a"}', "value": 2}]),  # DOWN
+        (
+            sources,
+            "1m",
+            [
+                {"labels": '{host="h1", source="engine-a"}', "value": 0},
+                {"labels": '{host="h1", source="engine-b"}', "value": 1},  # strata-b's log: SILENT
+                {"labels": '{host="h1", source="supervisord"}', "value": 0},  # quiet, no alert: OK
+                {"labels": '{host="h1", source="serve-a"}', "value": 2},
+            ],
+        ),  # DOWN
     ]
     result = run(promtool, tmp_path, SERIES, checks)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -93,8 +105,11 @@ def test_the_list_the_count_and_the_sources_say_what_fires(promtool, tmp_path):
 def test_nothing_firing_is_an_empty_list_and_zero_counts(promtool, tmp_path):
     (listed,), (critical, warning) = panel("What fires now"), panel("Alerts firing")
     quiet = {k: v for k, v in SERIES.items() if "Watchdog" in k or "spyglass_source_up" in k}
-    checks = [(listed, "1m", []), (critical, "1m", [{"labels": "{}", "value": 0}]),
-              (warning, "1m", [{"labels": "{}", "value": 0}])]
+    checks = [
+        (listed, "1m", []),
+        (critical, "1m", [{"labels": "{}", "value": 0}]),
+        (warning, "1m", [{"labels": "{}", "value": 0}]),
+    ]
     result = run(promtool, tmp_path, quiet, checks)
     assert result.returncode == 0, result.stdout + result.stderr
 

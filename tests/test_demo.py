@@ -1,5 +1,6 @@
 """`spyglass demo` runs the emulated stack and the agent, marks only what is abnormal, stops cleanly
 on Ctrl-C, and with --keep leaves a store that `spyglass sql` and `spyglass trace` read afterwards."""
+
 from __future__ import annotations
 
 import json
@@ -30,14 +31,15 @@ WIDE = {**os.environ, "COLUMNS": "200"}  # a table row on one line
 
 
 def spyglass(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "spyglass.cli.app", *args], capture_output=True, text=True, timeout=120,
-                          env=WIDE)
+    return subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", *args], capture_output=True, text=True, timeout=120, env=WIDE
+    )
 
 
 def row(stdout: str, label: str) -> tuple[int, bool]:
     """(total, marked abnormal) of one signal in the last table printed: signal, where, total, now (the total
     when it is what the rule compares), abnormal when, abnormal."""
-    table = stdout[stdout.rindex(TITLE):]
+    table = stdout[stdout.rindex(TITLE) :]
     line = next((line for line in table.splitlines() if line.startswith(f"│ {label}")), None)
     assert line, table
     _, _, total, now, _, mark = (cell.strip() for cell in line.split("│")[1:-1])
@@ -78,8 +80,12 @@ def test_the_demos_thresholds_are_the_heuristics_catalogues():
 
 def test_the_board_samples_the_state_with_the_given_clock():
     state = MetricState(signals.full_catalogue())
-    board = Board([Signal("evictions", "ev", "spyglass_engine_evictions_total", {"instance": "strata-b"},
-                          Increase(2, 60)), Signal("requests", "req", "spyglass_gateway_requests_total")])
+    board = Board(
+        [
+            Signal("evictions", "ev", "spyglass_engine_evictions_total", {"instance": "strata-b"}, Increase(2, 60)),
+            Signal("requests", "req", "spyglass_gateway_requests_total"),
+        ]
+    )
     board.sample(state, now=1000.0)
     labels = state.catalogue["spyglass_engine_evictions_total"].labels
     key = tuple({"instance": "strata-b", "lane": "normal"}.get(name, "") for name in labels)
@@ -134,8 +140,14 @@ def test_demo_keep_survives_ctrl_c_and_its_store_answers_afterwards(tmp_path):
     assert f"kept in {kept}" in stdout and config.exists()
     assert (kept / "stack" / "rag-proxy.log").stat().st_size > 0
     assert (kept / "spyglass" / "spyglass.duckdb").exists()
-    query = spyglass("sql", "--config", str(config), "--format", "json",
-                     "SELECT count(*) AS n FROM events WHERE kind = 'evict' AND instance = 'strata-b'")
+    query = spyglass(
+        "sql",
+        "--config",
+        str(config),
+        "--format",
+        "json",
+        "SELECT count(*) AS n FROM events WHERE kind = 'evict' AND instance = 'strata-b'",
+    )
     assert query.returncode == 0, query.stderr
     assert json.loads(query.stdout)["n"] > 0
     traced = re.findall(r"spyglass trace -c \S+ (\d{8}-\d{6}-[0-9a-f]+)", stdout)[-1]
@@ -149,12 +161,28 @@ def test_demo_keep_survives_ctrl_c_and_its_store_answers_afterwards(tmp_path):
 
 def test_demo_healthy_marks_nothing_and_cleans_up():
     port = free_port()
-    result = subprocess.run([sys.executable, "-m", "spyglass.cli.app", "demo", "--scenario", "healthy", "--seconds", "20",
-                             "--listen", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=180, env=WIDE)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spyglass.cli.app",
+            "demo",
+            "--scenario",
+            "healthy",
+            "--seconds",
+            "20",
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=WIDE,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count(TITLE) == 1
     assert row(result.stdout, "requests answered by the gateway")[0] > 0, result.stdout + result.stderr[-3000:]
-    final = result.stdout[result.stdout.rindex(TITLE):]
+    final = result.stdout[result.stdout.rindex(TITLE) :]
     assert "abnormal │" not in final.replace("abnormal when", ""), final
     store = Path(re.search(r"store\s+(\S+)", result.stdout).group(1))
     assert not store.parent.parent.exists(), "the demo left its temp folder behind"

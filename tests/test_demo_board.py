@@ -1,4 +1,5 @@
 """The demo's live table, as a person reads it: rates against rate thresholds, and where each value comes from."""
+
 from __future__ import annotations
 
 import io
@@ -24,8 +25,12 @@ def test_a_rate_threshold_is_compared_with_a_rate_and_the_row_names_its_instance
     state = MetricState(signals.full_catalogue())
     evictions = "spyglass_engine_evictions_total"
     exits = "spyglass_supervisord_exits_total"
-    board = Board([Signal("evictions", "ev", evictions, {"instance": "strata-b"}, Faster(1)),
-                   Signal("unexpected exits", "exits", exits, {"expected": "false"}, Increase(5, 1800))])
+    board = Board(
+        [
+            Signal("evictions", "ev", evictions, {"instance": "strata-b"}, Faster(1)),
+            Signal("unexpected exits", "exits", exits, {"expected": "false"}, Increase(5, 1800)),
+        ]
+    )
     state.set(evictions, key(state, evictions, instance="strata-b", lane="normal"), 1_500)
     board.sample(state, now=1000.0)
     state.set(evictions, key(state, evictions, instance="strata-b", lane="normal"), 1_589)

@@ -6,6 +6,7 @@ measured; it is compared with the file (a drift test) and rewritten with `--upda
 window then fails on its own misses, false alarms and unquoted figures, so a rule change shows what
 it costs in every other window.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,12 +29,15 @@ def test_docs_detection_md_is_what_the_corpus_measures(outcomes: dict[str, Outco
     text = render(list(outcomes.values()))
     if update_golden:
         DOC.write_text(text)
-    assert DOC.read_text() == text, "docs/detection.md is stale: run scripts/test tests/test_detection.py --update-golden"
+    assert DOC.read_text() == text, (
+        "docs/detection.md is stale: run scripts/test tests/test_detection.py --update-golden"
+    )
 
 
 @pytest.mark.parametrize("name", [w.name for w in WINDOWS])
-def test_each_window_finds_what_its_seed_requires_and_nothing_it_does_not_allow(outcomes: dict[str, Outcome],
-                                                                                 name: str) -> None:
+def test_each_window_finds_what_its_seed_requires_and_nothing_it_does_not_allow(
+    outcomes: dict[str, Outcome], name: str
+) -> None:
     assert outcomes[name].problems() == []
 
 
@@ -52,14 +56,22 @@ def test_a_known_miss_is_scored_apart_and_one_that_stops_missing_fails() -> None
 
     from incidents.windows import BY_NAME
 
-    window = replace(BY_NAME["upgrade-day"], must=frozenset({"H18"}), diagnose=frozenset(), figures={},
-                     known_misses={("H18", "backtest"): "no day before"})
+    window = replace(
+        BY_NAME["upgrade-day"],
+        must=frozenset({"H18"}),
+        diagnose=frozenset(),
+        figures={},
+        known_misses={("H18", "backtest"): "no day before"},
+    )
     found = [{"heuristic": "H18", "instance": "strata-b"}]
     missing = Outcome(window, alerts=[], findings=found)
     assert missing.problems() == [] and missing.known() == ["backtest missed H18"]
     assert missing.misses()["backtest"] == {"H18"}  # still a miss in precision and recall
-    fixed = Outcome(window, alerts=[{"alert": "EngineRegressionAfterRestart", "heuristic": "H18",
-                                     "labels": {"instance": "strata-b"}}], findings=found)
+    fixed = Outcome(
+        window,
+        alerts=[{"alert": "EngineRegressionAfterRestart", "heuristic": "H18", "labels": {"instance": "strata-b"}}],
+        findings=found,
+    )
     assert fixed.problems() == ["known miss H18 (backtest) no longer misses: remove it from known_misses"]
     undeclared = Outcome(replace(window, known_misses={}), alerts=[], findings=found)
     assert undeclared.problems() == ["backtest missed H18"] and undeclared.known() == []

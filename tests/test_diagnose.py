@@ -3,6 +3,7 @@
 Each incident's window must find its heuristic with the seed's figures and no heuristic of another
 incident; the healthy hour finds nothing; the exit status gates on severity.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,10 @@ def healthy(tmp_path_factory) -> str:
 
 
 def diagnose(config: str, start, end, *extra: str, code: int | None = None):
-    result = CliRunner().invoke(app, ["diagnose", "--config", config, "--from", f"{start:%Y-%m-%d %H:%M}",
-                                      "--to", f"{end:%Y-%m-%d %H:%M}", *extra])
+    result = CliRunner().invoke(
+        app,
+        ["diagnose", "--config", config, "--from", f"{start:%Y-%m-%d %H:%M}", "--to", f"{end:%Y-%m-%d %H:%M}", *extra],
+    )
     if code is not None:
         assert result.exit_code == code, result.output
     return result
@@ -71,8 +74,11 @@ def test_incident_2_is_an_eviction_storm_with_checkpoint_only_long_prompts(repla
     assert figures["snapshot_in_slot_shares"] > 10
     assert "2,508" in storm["summary"] and storm["start"] < storm["end"]
     [longs] = found["H4"]
-    assert (longs["instance"], longs["figures"]["long_prompts"], longs["figures"]["checkpoint_only"]) \
-        == ("strata-b", 194, 123)
+    assert (longs["instance"], longs["figures"]["long_prompts"], longs["figures"]["checkpoint_only"]) == (
+        "strata-b",
+        194,
+        123,
+    )
     h3 = by_id()["H3"]  # the text is the catalogue's
     assert storm["wrong_guess"] == h3.wrong_guess and storm["check"] == h3.check.text
     assert storm["knobs"] == list(h3.knobs) and "cache_events__all" in storm["evidence"]
@@ -82,9 +88,12 @@ def test_incident_3_is_the_special_token_control_table(replay):
     found = findings(replay, *WINDOWS["incident3"], code=1)
     assert set(found) == {"H6"}
     fast = next(f for f in found["H6"] if f["lane"] == "fast")
-    table = [tuple(fast["figures"][f"{side}_{c}"] for c in ("requests", "thinking_only", "broken_tool_json",
-                                                              "visible_content"))
-             for side in ("with_literals", "without_literals")]
+    table = [
+        tuple(
+            fast["figures"][f"{side}_{c}"] for c in ("requests", "thinking_only", "broken_tool_json", "visible_content")
+        )
+        for side in ("with_literals", "without_literals")
+    ]
     assert table == [(58, 16, 5, 20), (295, 0, 1, 169)]
     assert fast["instance"] is None and fast["severity"] == "warning"
     assert "16 of 58" in fast["summary"] and "0 of 295" in fast["summary"]
@@ -95,8 +104,12 @@ def test_incident_5_is_a_lost_task_anchor_then_plans_and_eos(replay):
     # H10 is there too and true: the replay's English prompts are estimated at 2.1x the engine's count.
     assert set(found) == {"H8", "H9", "H10"}
     [anchor] = found["H9"]
-    assert (anchor["figures"]["anchor_lost"], anchor["figures"]["client_msgs"], anchor["figures"]["sent_msgs"],
-            anchor["figures"]["most_dropped_msgs"]) == (5, 315, 147, 168)  # the seed's 147 of 315 sent
+    assert (
+        anchor["figures"]["anchor_lost"],
+        anchor["figures"]["client_msgs"],
+        anchor["figures"]["sent_msgs"],
+        anchor["figures"]["most_dropped_msgs"],
+    ) == (5, 315, 147, 168)  # the seed's 147 of 315 sent
     assert anchor["trace_request_id"] and "147 of the client's 315" in anchor["summary"]
     assert found["H8"][0]["figures"]["plan_then_stop"] == 4
 
@@ -118,8 +131,12 @@ def test_the_restart_loop_is_critical_with_its_exit_causes(replay):
     assert set(found) - {"H11"} == {"H13"}  # the window also holds incident 6's blind retries at 06:14
     [loop] = found["H13"]
     assert loop["instance"] == "strata-b" and loop["severity"] == "critical"
-    assert {k: v for k, v in loop["figures"].items() if k in ("spawns", "restarts", "unexpected_exits", "fatal")} \
-        == {"spawns": 4, "restarts": 3, "unexpected_exits": 4, "fatal": 1}
+    assert {k: v for k, v in loop["figures"].items() if k in ("spawns", "restarts", "unexpected_exits", "fatal")} == {
+        "spawns": 4,
+        "restarts": 3,
+        "unexpected_exits": 4,
+        "fatal": 1,
+    }
     assert loop["figures"]["exit_causes: exit status 134"] == 3
     assert loop["figures"]["exit_causes: terminated by SIGABRT (core dumped)"] == 1
     assert loop["start"] == "2026-10-19T06:10:01.130Z" and loop["end"] == "2026-10-19T06:20:09.112Z"
@@ -157,8 +174,19 @@ def test_an_empty_window_says_so(replay):
 def test_a_null_figure_is_left_out_and_its_summary_says_unknown():
     h = by_id()["H3"]
     columns = ["instance", "lane", "start_utc", "end_utc", *h.probe.figures]
-    row = ("strata-b", "normal", "2026-10-07T07:24:10+00:00", None, 2508, 15.8, 4_716_362_992, 8192 << 20, None,
-           0.549, None)
+    row = (
+        "strata-b",
+        "normal",
+        "2026-10-07T07:24:10+00:00",
+        None,
+        2508,
+        15.8,
+        4_716_362_992,
+        8192 << 20,
+        None,
+        0.549,
+        None,
+    )
     [f] = findings_of(h, columns, [row], "SELECT 1")
     assert "slots" not in f.figures and f.figures["evictions"] == 2508 and f.end is None
     assert "one of ? slots" in f.summary and "2,508" in f.summary
@@ -167,29 +195,44 @@ def test_a_null_figure_is_left_out_and_its_summary_says_unknown():
 
 def test_an_open_window_is_everything_stored_as_for_report(healthy, tmp_path):
     whole = json.loads(CliRunner().invoke(app, ["diagnose", "--config", healthy, "--json"]).stdout)
-    span = CliRunner().invoke(app, ["sql", "--config", healthy, "--format", "json",
-                                    "SELECT min(ts) AS first, max(ts) AS last, count(*) AS n FROM events"])
+    span = CliRunner().invoke(
+        app,
+        [
+            "sql",
+            "--config",
+            healthy,
+            "--format",
+            "json",
+            "SELECT min(ts) AS first, max(ts) AS last, count(*) AS n FROM events",
+        ],
+    )
     stored = json.loads(span.stdout)
     first = datetime.fromisoformat(stored["first"]).astimezone(UTC)
     last = datetime.fromisoformat(stored["last"]).astimezone(UTC) + timedelta(milliseconds=1)
     assert whole["window"] == {"from": utc_text(first), "to": utc_text(last)}  # the last event is inside
     assert whole["events"] == stored["n"] and whole["findings"] == []
     # one open end: closed at the store's last event; the explicit --from kept
-    half = json.loads(CliRunner().invoke(app, ["diagnose", "--config", healthy, "--json",
-                                               "--from", f"{HEALTHY[0]:%Y-%m-%d %H:%M}"]).stdout)
+    half = json.loads(
+        CliRunner()
+        .invoke(app, ["diagnose", "--config", healthy, "--json", "--from", f"{HEALTHY[0]:%Y-%m-%d %H:%M}"])
+        .stdout
+    )
     assert half["window"] == {"from": f"{HEALTHY[0]:%Y-%m-%dT%H:%M}:00.000Z", "to": utc_text(last)}
     # nothing stored in an open window: said, exit 1, never a usage error
     result = CliRunner().invoke(app, ["diagnose", "--config", healthy, "--from", "2030-01-01 00:00"])
     assert result.exit_code == 1 and "no events are stored" in result.stderr and "nothing to diagnose" in result.stderr
 
 
-@pytest.mark.parametrize("ttfts, found", [
-    ((21.0, 40.5), True),  # p95 39.5 s is under the 40 s objective, but half are late: the fast burn's page
-    ((21.0, 42.0), True),  # p95 above the objective: the spike
-    ((5.0,) * 99 + (41.0,), False),  # 1% late: within the 99% objective's budget, p95 5 s
-    ((5.0,) * 80 + (41.0,) * 20, True),  # 20% late: over 14.4x the 1% budget
-    ((5.0, 39.9), False),
-])
+@pytest.mark.parametrize(
+    "ttfts, found",
+    [
+        ((21.0, 40.5), True),  # p95 39.5 s is under the 40 s objective, but half are late: the fast burn's page
+        ((21.0, 42.0), True),  # p95 above the objective: the spike
+        ((5.0,) * 99 + (41.0,), False),  # 1% late: within the 99% objective's budget, p95 5 s
+        ((5.0,) * 80 + (41.0,) * 20, True),  # 20% late: over 14.4x the 1% budget
+        ((5.0, 39.9), False),
+    ],
+)
 def test_the_ttft_probe_finds_what_either_h5_alert_would(ttfts, found):
     """H5's probe over a window: p95 above the objective (EngineTTFTSpike), or a late share above the
     fast burn's 14.4x the budget (EngineTTFTBudgetFastBurn); a lane of 40 s at 99%."""
@@ -200,10 +243,14 @@ def test_the_ttft_probe_finds_what_either_h5_alert_would(ttfts, found):
     d = Deployment.of(parse_config({"alerts": {"lanes": {"normal": {"ttft_seconds": 40, "objective": 0.99}}}}, "t"))
     h5 = next(h for h in catalogue(d) if h.id == "H5")
     con = duckdb.connect()
-    con.execute("CREATE TABLE engine_requests (instance VARCHAR, lane VARCHAR, ts_utc TIMESTAMPTZ, request_id VARCHAR,"
-                " ttft_ms DOUBLE)")
-    con.executemany("INSERT INTO engine_requests VALUES ('strata-b', 'normal', TIMESTAMPTZ '2026-10-19 05:00:00+00', NULL, ?)",
-                    [(t * 1000,) for t in ttfts])
+    con.execute(
+        "CREATE TABLE engine_requests (instance VARCHAR, lane VARCHAR, ts_utc TIMESTAMPTZ, request_id VARCHAR,"
+        " ttft_ms DOUBLE)"
+    )
+    con.executemany(
+        "INSERT INTO engine_requests VALUES ('strata-b', 'normal', TIMESTAMPTZ '2026-10-19 05:00:00+00', NULL, ?)",
+        [(t * 1000,) for t in ttfts],
+    )
     rows = con.execute(h5.probe.sql).fetchall()
     assert bool(rows) == found, rows
 
@@ -237,8 +284,15 @@ def window_args(name: str) -> list[str]:
     return ["--from", f"{start:%Y-%m-%d %H:%M}", "--to", f"{end:%Y-%m-%d %H:%M}"]
 
 
-@pytest.mark.parametrize("command", [["timeline", "--kind", "start", *window_args("incident2")],
-                                     ["report", "cache", *window_args("incident2")], ["changes"], ["crashes"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["timeline", "--kind", "start", *window_args("incident2")],
+        ["report", "cache", *window_args("incident2")],
+        ["changes"],
+        ["crashes"],
+    ],
+)
 def test_a_forensic_command_starts_one_query_process(replay, query_processes, command):
     result = CliRunner().invoke(app, [*command, "--config", replay])
     assert result.exit_code in (0, 1), result.output  # 1: nothing of that kind in the window

@@ -14,6 +14,7 @@ says ready with work queued while the engine finishes nothing and writes no [sta
 (1 here, so the test waits a real minute without progress, while the engine logs each new request queued; the
 replay's clock then carries that silence on).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -45,15 +46,28 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spawns")]  # starts pro
 MINUTES = 60
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
 # Bounded in time on this machine: one scenario per incident family the diagnosis checks.
-COMPARED = ["healthy", "eviction-storm", "special-tokens", "plan-then-eos", "crash-loop", "token-count", "concurrency",
-            "hung-engine"]
+COMPARED = [
+    "healthy",
+    "eviction-storm",
+    "special-tokens",
+    "plan-then-eos",
+    "crash-loop",
+    "token-count",
+    "concurrency",
+    "hung-engine",
+]
 HUNG_MINUTES = 1
 
 
 def scenario_run(name: str, folder: Path):
     scenario = SCENARIOS[name]
-    stack = Stack(folder / "stack", free_port_base(), dict(scenario.engine_patch), dict(scenario.gateway_patch),
-                  set(scenario.crash_loop))
+    stack = Stack(
+        folder / "stack",
+        free_port_base(),
+        dict(scenario.engine_patch),
+        dict(scenario.gateway_patch),
+        set(scenario.crash_loop),
+    )
     document = tomllib.loads(stack.spyglass_toml(folder / "spyglass"))
     hung = name == "hung-engine"
     if hung:
@@ -72,7 +86,9 @@ def scenario_run(name: str, folder: Path):
 
             def silent_past_threshold() -> bool:
                 pipeline.run_until_idle()
-                last = pipeline.state.values["spyglass_engine_last_progress_timestamp_seconds"].get(("strata-b", "normal"))
+                last = pipeline.state.values["spyglass_engine_last_progress_timestamp_seconds"].get(
+                    ("strata-b", "normal")
+                )
                 return last is not None and time.time() - last > due
 
             wait_until(silent_past_threshold, due + 60, "a serve poll past the hung engine's silence")
@@ -119,21 +135,35 @@ def input_series(exposition: str, ended: float, job: str) -> list[dict]:
     return out
 
 
-def rules_found(tmp_path: Path, config, exposition: str, ended: float, expected: set[str]) -> subprocess.CompletedProcess:
+def rules_found(
+    tmp_path: Path, config, exposition: str, ended: float, expected: set[str]
+) -> subprocess.CompletedProcess:
     d = Deployment.of(config)
     rules = tmp_path / "rules.yml"
     rules.write_text(render_rules(d))
     # H7's probe wants the skew to have lasted ServeBuildSkew's for: in the polls themselves; the replay holds
     # the status gauges for the hour after a scenario that polled for a minute, so only the rule sees it.
     probed = {h.id for h in catalogue(d) if h.probe} - {"H7"}
-    test = {"rule_files": [str(rules)], "evaluation_interval": "1m",
-            "group_eval_order": ["spyglass-recording", "spyglass-alerts"],
-            "tests": [{"interval": "1m", "input_series": input_series(exposition, ended, d.settings.job),
-                       "promql_expr_test": [{
-                           "expr": 'group by (heuristic) (max_over_time(ALERTS{alertstate="firing", heuristic=~"'
-                                   + "|".join(sorted(probed)) + f'"}}[{MINUTES}m]))',
-                           "eval_time": f"{MINUTES}m",
-                           "exp_samples": [{"labels": f'{{heuristic="{h}"}}', "value": 1} for h in sorted(expected)]}]}]}
+    test = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": "1m",
+        "group_eval_order": ["spyglass-recording", "spyglass-alerts"],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": input_series(exposition, ended, d.settings.job),
+                "promql_expr_test": [
+                    {
+                        "expr": 'group by (heuristic) (max_over_time(ALERTS{alertstate="firing", heuristic=~"'
+                        + "|".join(sorted(probed))
+                        + f'"}}[{MINUTES}m]))',
+                        "eval_time": f"{MINUTES}m",
+                        "exp_samples": [{"labels": f'{{heuristic="{h}"}}', "value": 1} for h in sorted(expected)],
+                    }
+                ],
+            }
+        ],
+    }
     path = tmp_path / "agreement_test.yml"
     path.write_text(yaml.safe_dump(test, sort_keys=False))
     return subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True, timeout=300)

@@ -1,6 +1,7 @@
 """Disk full, for real: `spyglass run` with its state on a size-limited tmpfs that is filled up
 while a log grows. The agent stays up, says the store is unhealthy, keeps /metrics moving,
 retries, and once space returns has stored every event exactly once."""
+
 from __future__ import annotations
 
 import errno
@@ -65,11 +66,13 @@ class Agent:
     def __init__(self, tmp: Path, state: Path, log: Path, store: bool) -> None:
         self.port = free_port()
         config = tmp / "spyglass.toml"
-        text = engine_log_toml(log, state, store=store, host="h1", listen=f"127.0.0.1:{self.port}",
-                               commit_interval_seconds=0.2)
+        text = engine_log_toml(
+            log, state, store=store, host="h1", listen=f"127.0.0.1:{self.port}", commit_interval_seconds=0.2
+        )
         config.write_text(text)
-        self.proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
-                                     stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)], stderr=subprocess.PIPE, text=True
+        )
         self.killer = threading.Timer(120, self.proc.kill)  # a hung agent never hangs the suite
         self.killer.start()
         self.log_lines: list[str] = []
@@ -104,19 +107,21 @@ def stored_events(db: Path) -> list[tuple]:
 def clean_ingest(tmp: Path, log: Path, store: bool) -> Path:
     config = tmp / "clean.toml"
     config.write_text(engine_log_toml(log, tmp / "clean", store=store, host="h1"))
-    subprocess.run([sys.executable, "-m", "spyglass.cli.app", "ingest", "-c", str(config)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", "ingest", "-c", str(config)], check=True, capture_output=True
+    )
     return tmp / "clean"
 
 
 @pytest.mark.parametrize("store", [True, False], ids=["duckdb", "state-file"])
 def test_disk_full_keeps_the_agent_up_and_loses_nothing_when_space_returns(tmp_path, small_disk, store):
     lines = engine_lines(1500)
-    thirds = [lines[:len(lines) // 3], lines[len(lines) // 3: 2 * len(lines) // 3], lines[2 * len(lines) // 3:]]
+    thirds = [lines[: len(lines) // 3], lines[len(lines) // 3 : 2 * len(lines) // 3], lines[2 * len(lines) // 3 :]]
     log = tmp_path / "engine.log"
     log.write_bytes(b"")
     agent = Agent(tmp_path, small_disk / "state", log, store)
     try:
+
         def append(part: list[bytes]) -> None:
             with open(log, "ab") as f:
                 f.write(b"".join(part))
@@ -128,8 +133,11 @@ def test_disk_full_keeps_the_agent_up_and_loses_nothing_when_space_returns(tmp_p
         filler = fill(small_disk)
         append(thirds[1])
         wait_until(lambda: agent.metric("spyglass_store_healthy") == 0.0, 30, "the store marked unhealthy")
-        wait_until(lambda: agent.metric("spyglass_source_lines_total") == len(thirds[0]) + len(thirds[1]), 30,
-                   "metrics flowing while the disk is full")
+        wait_until(
+            lambda: agent.metric("spyglass_source_lines_total") == len(thirds[0]) + len(thirds[1]),
+            30,
+            "metrics flowing while the disk is full",
+        )
         assert agent.metric("spyglass_store_commit_failures_total") >= 1
         assert agent.proc.poll() is None, "the agent exited on a full disk"
         assert any("store commit failed" in line and "No space left" in line for line in agent.log_lines)
@@ -143,7 +151,10 @@ def test_disk_full_keeps_the_agent_up_and_loses_nothing_when_space_returns(tmp_p
         filler.unlink()
         wait_until(lambda: agent.metric("spyglass_store_healthy") == 1.0, 40, "the store healthy again")
         if store:  # the retry after recovery is taken and committed
-            assert httpx.post(alerts_url, content=notification(alert("firing")), timeout=30, headers=JSON_BODY).status_code == 200
+            assert (
+                httpx.post(alerts_url, content=notification(alert("firing")), timeout=30, headers=JSON_BODY).status_code
+                == 200
+            )
         append(thirds[2])
         wait_until(lambda: agent.metric("spyglass_source_lines_total") == len(lines), 30, "the last third")
     finally:
@@ -179,8 +190,7 @@ def _stored_rows(db: Path) -> list[tuple]:
         con.close()
 
 
-def test_a_checkpoint_that_fails_on_a_full_disk_reopens_the_store_and_loses_nothing(small_disk, tmp_path,
-                                                                                      monkeypatch):
+def test_a_checkpoint_that_fails_on_a_full_disk_reopens_the_store_and_loses_nothing(small_disk, tmp_path, monkeypatch):
     """Issue 21 item 3: when the write that fails is DuckDB's checkpoint, DuckDB invalidates the
     database, and the agent retried on the dead connection until restarted. Here the store's
     checkpoint threshold is lowered (300 KB instead of 16 MB) so that a checkpoint comes while the
@@ -196,7 +206,7 @@ def test_a_checkpoint_that_fails_on_a_full_disk_reopens_the_store_and_loses_noth
     config = parse_config(engine_log_config(log, small_disk, host="h1", commit_interval_seconds=0.2), "t")
     clock = ManualClock()
     pipeline = Pipeline(config, clock, open_store_for(config))
-    chunks = [lines[i:i + 300] for i in range(0, len(lines), 300)]
+    chunks = [lines[i : i + 300] for i in range(0, len(lines), 300)]
     filler = None
     with open(log, "ab") as out:
         for n, chunk in enumerate(chunks):
@@ -218,7 +228,7 @@ def test_a_checkpoint_that_fails_on_a_full_disk_reopens_the_store_and_loses_noth
         assert not pipeline.committer.healthy
         assert filler is not None
         filler.unlink()  # space returns
-        for chunk in chunks[n + 1:]:
+        for chunk in chunks[n + 1 :]:
             out.write(b"".join(chunk))
         out.flush()
     for _ in range(20):

@@ -1,4 +1,5 @@
 """docs/metrics.md and docs/config.md are generated from the code and must not drift from it."""
+
 from __future__ import annotations
 
 from spyglass.docs import generated

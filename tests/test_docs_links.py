@@ -1,5 +1,6 @@
 """Every relative link in the README, CONTRIBUTING.md and docs/ names a file that exists: the
 reference sections moved out of the README, and a moved file must not leave a dead link behind."""
+
 from __future__ import annotations
 
 import re

@@ -6,6 +6,7 @@ agent's /api/alerts (the deployment and helpers of tests/test_pager_e2e.py). The
 figures of the heuristic's probe, the comparison, the chart with its threshold, the trace links (one of them
 followed, in Chromium too). The screenshot is docs/evidence.png (rewritten with --update-golden).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,14 +33,23 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spawns")]  # starts pro
 ROOT = Path(__file__).resolve().parents[1]
 SHOT = ROOT / "docs" / "evidence.png"
 CHROMIUM = shutil.which("chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--hide-scrollbars",
+]
 
 
 def chromium(url: str, profile: Path, *args: str) -> str:
     assert CHROMIUM, "Debian's chromium is not installed: run scripts/setup --test"
-    done = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args, url],
-                          capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args, url], capture_output=True, text=True, timeout=180
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -52,8 +62,12 @@ def visible(dom: str) -> str:
 def evidence_urls(hook: Webhook, name: str) -> list[str]:
     with hook.lock:
         bodies = list(hook.received)
-    return [a["annotations"]["evidence_url"] for path, body in bodies for a in body["alerts"]
-            if a["labels"]["alertname"] == name and a["status"] == "firing" and path == "/pager"]
+    return [
+        a["annotations"]["evidence_url"]
+        for path, body in bodies
+        for a in body["alerts"]
+        if a["labels"]["alertname"] == name and a["status"] == "firing" and path == "/pager"
+    ]
 
 
 def test_the_pages_evidence_url_opens_the_figures_in_chromium(tmp_path: Path, update_golden: bool) -> None:
@@ -62,13 +76,22 @@ def test_the_pages_evidence_url_opens_the_figures_in_chromium(tmp_path: Path, up
     assert (os.cpu_count() or 1) >= 2, "the engines are pinned to CPUs of their own: this needs two"
     scenario = SCENARIOS["eviction-storm"]
     hook = Webhook()
-    stack = Stack(tmp_path / "stack", free_port_base(), pinned(scenario.engine_patch),
-                  {"estimate_by_engine": True, "segment_records": 1, **scenario.gateway_patch}, set(scenario.crash_loop))
+    stack = Stack(
+        tmp_path / "stack",
+        free_port_base(),
+        pinned(scenario.engine_patch),
+        {"estimate_by_engine": True, "segment_records": 1, **scenario.gateway_patch},
+        set(scenario.crash_loop),
+    )
     listen, am_port, prom_port = f"127.0.0.1:{free_port()}", free_port(), free_port()
     config = deployment(stack, tmp_path, listen, hook.url)
     rules = tmp_path / "alerts"
-    subprocess.run([sys.executable, "-m", "spyglass.cli.app", "rules", "--config", str(config), "--out", str(rules)],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", "rules", "--config", str(config), "--out", str(rules)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     (tmp_path / "am.yml").write_text(yaml.safe_dump(alertmanager_config(hook.url, f"http://{listen}/api/alerts")))
     group = ProcessGroups()
     try:
@@ -76,12 +99,30 @@ def test_the_pages_evidence_url_opens_the_figures_in_chromium(tmp_path: Path, up
         stack.wait_ready(scenario.ready)
         stack.gateway.infer.mkdir(parents=True, exist_ok=True)
         group.start([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)], tmp_path / "agent.log")
-        group.start([alertmanager, f"--config.file={tmp_path / 'am.yml'}", f"--storage.path={tmp_path / 'am'}",
-                     f"--web.listen-address=127.0.0.1:{am_port}", "--cluster.listen-address="], tmp_path / "am.log")
-        wait_until(lambda: answers(f"http://{listen}/health") and answers(f"http://127.0.0.1:{am_port}/-/ready"), 60,
-                   "the agent and Alertmanager")
-        start_prometheus(group, tmp_path, scraping(listen, DEFAULTS.job, alertmanager=f"127.0.0.1:{am_port}"),
-                         prom_port, rules / "spyglass-rules.yml", DEFAULTS.job, "--rules.alert.resend-delay=1s")
+        group.start(
+            [
+                alertmanager,
+                f"--config.file={tmp_path / 'am.yml'}",
+                f"--storage.path={tmp_path / 'am'}",
+                f"--web.listen-address=127.0.0.1:{am_port}",
+                "--cluster.listen-address=",
+            ],
+            tmp_path / "am.log",
+        )
+        wait_until(
+            lambda: answers(f"http://{listen}/health") and answers(f"http://127.0.0.1:{am_port}/-/ready"),
+            60,
+            "the agent and Alertmanager",
+        )
+        start_prometheus(
+            group,
+            tmp_path,
+            scraping(listen, DEFAULTS.job, alertmanager=f"127.0.0.1:{am_port}"),
+            prom_port,
+            rules / "spyglass-rules.yml",
+            DEFAULTS.job,
+            "--rules.alert.resend-delay=1s",
+        )
         asyncio.run(run_scenario(scenario, stack.url, deadline_seconds=60))
         stack.flush()
         urls = wait_until(lambda: evidence_urls(hook, "EngineEvictionStorm"), 120, "EngineEvictionStorm at the pager")

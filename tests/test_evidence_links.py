@@ -1,6 +1,7 @@
 """Where the evidence pages are linked from: every generated rule's `evidence_url` annotation (absolute, from
 alerts.evidence_base_url or the agent's listen address, with the alert's labels by Prometheus templating),
 and the wall's firing-alert list. Every heuristic with a probe declares its comparison and chart."""
+
 from __future__ import annotations
 
 import json
@@ -27,14 +28,17 @@ def test_every_rule_links_its_evidence_on_the_agents_listen_address_by_default()
     config = Config.model_validate({"exporters": {"prometheus": {"listen": "0.0.0.0:9555", "token": "t" * 20}}})
     for rule in rules_of(config):
         url = rule["annotations"]["evidence_url"]
-        assert url.startswith(f"http://127.0.0.1:9555/evidence/{rule['alert']}?{{{{ range $name, $value := $labels }}}}")
+        assert url.startswith(
+            f"http://127.0.0.1:9555/evidence/{rule['alert']}?{{{{ range $name, $value := $labels }}}}"
+        )
         assert "{{ $value | urlquery }}" in url
 
 
 def test_evidence_base_url_is_taken_absolute_only() -> None:
     config = Config.model_validate({"alerts": {"evidence_base_url": "https://spyglass.example/agent-b/"}})
     assert {r["annotations"]["evidence_url"].split("?")[0] for r in rules_of(config)} == {
-        f"https://spyglass.example/agent-b/evidence/{r['alert']}" for r in rules_of(config)}
+        f"https://spyglass.example/agent-b/evidence/{r['alert']}" for r in rules_of(config)
+    }
     for bad in ("/evidence", "spyglass.example", "http://host/x?y=1", "file:///tmp"):
         with pytest.raises(ValueError, match="evidence_base_url"):
             Config.model_validate({"alerts": {"evidence_base_url": bad}})
@@ -42,8 +46,9 @@ def test_evidence_base_url_is_taken_absolute_only() -> None:
 
 def test_the_committed_rules_carry_it() -> None:
     committed = yaml.safe_load((ROOT / "alerts" / "spyglass-rules.yml").read_text())["groups"][1]["rules"]
-    assert all(r["annotations"]["evidence_url"].startswith(f"http://127.0.0.1:9464/evidence/{r['alert']}?")
-               for r in committed)
+    assert all(
+        r["annotations"]["evidence_url"].startswith(f"http://127.0.0.1:9464/evidence/{r['alert']}?") for r in committed
+    )
 
 
 def test_the_page_path_round_trips_its_labels() -> None:
@@ -58,8 +63,10 @@ def test_the_walls_firing_list_links_each_alert_to_its_page() -> None:
     (fires,) = [p for p in wall["panels"] if p.get("title") == "What fires now"]
     links = fires["fieldConfig"]["defaults"]["links"]
     assert [link["title"] for link in links] == ["Evidence", "Runbook"]
-    assert links[0]["url"] == ("http://127.0.0.1:9464/evidence/${__data.fields.alertname}"
-                               "?instance=${__data.fields.instance}&lane=${__data.fields.lane}")
+    assert links[0]["url"] == (
+        "http://127.0.0.1:9464/evidence/${__data.fields.alertname}"
+        "?instance=${__data.fields.instance}&lane=${__data.fields.lane}"
+    )
 
 
 def test_every_probe_declares_its_comparison_and_a_chart_that_exists() -> None:

@@ -4,6 +4,7 @@ of its alert (with the finding's instance or lane as labels) over the same windo
 figures diagnose quotes, the comparison, a chart, and a trace link where a request stands for the finding.
 A window with nothing stored says so. The HTML is checked as text; tests/test_evidence_e2e.py opens it in
 Chromium."""
+
 from __future__ import annotations
 
 import re
@@ -42,6 +43,7 @@ def stores(tmp_path_factory):
             assert result.exit_code == 0, result.output[-500:]
             built[name] = config
         return built[name]
+
     return store
 
 
@@ -66,7 +68,9 @@ def test_every_findings_page_shows_the_figures_diagnose_quotes(stores, name: str
             assert f"{figure} {number(value)}" in shown, f"{name} {f.alert}: {figure} {value} not on the page"
         assert f.summary in shown and f"The comparison: {page.heuristic.evidence.control}" in shown
         assert page.comparison and page.comparison[0][1] in shown, f"{name} {f.alert}: no comparison"
-        assert "<svg" in html(page) and page.chart and any(s.points for s in page.chart.series), f"{name} {f.alert}: no chart"
+        assert "<svg" in html(page) and page.chart and any(s.points for s in page.chart.series), (
+            f"{name} {f.alert}: no chart"
+        )
         if f.trace_request_id:
             assert f'href="/trace/{f.trace_request_id}"' in html(page), f"{name} {f.alert}: no trace link"
         if SERIES[page.heuristic.evidence.series].view:  # requests are involved: at least one behind the figures
@@ -80,8 +84,10 @@ def test_the_thinking_only_page_compares_with_literals_against_without(stores) -
     window = BY_NAME["incident3"]
     config = load_config(stores("incident3"))
     page = build(config, "ThinkingOnlyResponses", {"lane": "fast"}, window=Window(window.start, window.end))
-    assert page.comparison == [("this window", "16 of 58 with literals thinking-only"),
-                               ("control group", "0 of 295 without literals")]
+    assert page.comparison == [
+        ("this window", "16 of 58 with literals thinking-only"),
+        ("control group", "0 of 295 without literals"),
+    ]
     assert page.request_ids and all(re.match(r"^\d{8}-\d{6}-[0-9a-f]+$", r) for r in page.request_ids)
 
 
@@ -103,8 +109,11 @@ def test_a_hostile_label_is_escaped_and_a_bad_one_refused(stores) -> None:
     w = Window(window.start, window.end)
     page = build(config, "EngineEvictionStorm", {"instance": "<script>alert(1)</script>"}, window=w)
     assert "<script>" not in html(page) and "&lt;script&gt;" in html(page)
-    for name, labels in (("Not An Alert", {}), ("EngineEvictionStorm", {"bad-name": "x"}),
-                         ("EngineEvictionStorm", {"instance": "x" * 300})):
+    for name, labels in (
+        ("Not An Alert", {}),
+        ("EngineEvictionStorm", {"bad-name": "x"}),
+        ("EngineEvictionStorm", {"instance": "x" * 300}),
+    ):
         with pytest.raises(QueryError):
             build(config, name, labels, window=w)
 

@@ -3,6 +3,7 @@ with `spyglass ingest`): Alertmanager's notification POSTed to /api/alerts sets 
 the figures and links each request to its trace page, which answers too. Bad names, labels and times are a
 400 saying why; an unknown alert or a notification never received a 404; another Host a 421; with a token,
 no page without it. `spyglass evidence` prints the same page."""
+
 from __future__ import annotations
 
 import json
@@ -30,11 +31,27 @@ def visible(page: str) -> str:
 
 
 def notification(name: str, labels: dict[str, str], starts: str, ends: str) -> bytes:
-    alert = {"status": "resolved", "startsAt": starts, "endsAt": ends, "fingerprint": "0123456789abcdef",
-             "labels": {"alertname": name, "severity": "warning", "heuristic": "H6", **labels},
-             "annotations": {"summary": "s"}, "generatorURL": "http://prometheus/graph"}
-    return json.dumps({"version": "4", "status": "resolved", "receiver": "ticket", "groupLabels": {}, "commonLabels": {},
-                       "commonAnnotations": {}, "externalURL": "http://am", "alerts": [alert]}).encode()
+    alert = {
+        "status": "resolved",
+        "startsAt": starts,
+        "endsAt": ends,
+        "fingerprint": "0123456789abcdef",
+        "labels": {"alertname": name, "severity": "warning", "heuristic": "H6", **labels},
+        "annotations": {"summary": "s"},
+        "generatorURL": "http://prometheus/graph",
+    }
+    return json.dumps(
+        {
+            "version": "4",
+            "status": "resolved",
+            "receiver": "ticket",
+            "groupLabels": {},
+            "commonLabels": {},
+            "commonAnnotations": {},
+            "externalURL": "http://am",
+            "alerts": [alert],
+        }
+    ).encode()
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +73,12 @@ def served(tmp_path_factory):
     base = f"http://{listen}"
     wait_until(lambda: httpx.get(f"{base}/health").status_code == 200, what="the agent serving")
     window = BY_NAME["incident3"]
-    body = notification("ThinkingOnlyResponses", {"lane": "fast"}, window.start.isoformat().replace("+00:00", "Z"),
-                        window.end.isoformat().replace("+00:00", "Z"))
+    body = notification(
+        "ThinkingOnlyResponses",
+        {"lane": "fast"},
+        window.start.isoformat().replace("+00:00", "Z"),
+        window.end.isoformat().replace("+00:00", "Z"),
+    )
     answer = httpx.post(f"{base}/api/alerts", content=body, headers={"Content-Type": "application/json"}, timeout=30)
     assert answer.status_code == 200, answer.text
     try:
@@ -86,17 +107,20 @@ def test_the_notifications_window_gives_the_figures_and_trace_links_that_answer(
     assert f"Request {links[0].removeprefix('/trace/')}" in visible(trace.text)
 
 
-@pytest.mark.parametrize("path,status,says", [
-    ("/evidence/Not%20An%20Alert", 400, "not an alert name"),
-    ("/evidence/NoSuchAlert", 404, "no alert NoSuchAlert"),
-    ("/evidence/ThinkingOnlyResponses?lane=slow", 404, "no notification of ThinkingOnlyResponses"),
-    ("/evidence/ThinkingOnlyResponses?lane=fast&at=yesterday", 400, "at: not an RFC 3339 time"),
-    ("/evidence/ThinkingOnlyResponses?lane=fast&at=2026-10-17T15:00:00", 400, "needs its offset"),
-    ("/evidence/ThinkingOnlyResponses?bad-label=x&at=2026-10-17T15:00:00Z", 400, "not a label name"),
-    ("/evidence/ThinkingOnlyResponses?lane=a&lane=b", 400, "given twice"),
-    ("/trace/not-a-request", 400, "not a request id or a trace id"),
-    ("/trace/20261017-140000-abcdef", 400, "no finished request"),
-])
+@pytest.mark.parametrize(
+    "path,status,says",
+    [
+        ("/evidence/Not%20An%20Alert", 400, "not an alert name"),
+        ("/evidence/NoSuchAlert", 404, "no alert NoSuchAlert"),
+        ("/evidence/ThinkingOnlyResponses?lane=slow", 404, "no notification of ThinkingOnlyResponses"),
+        ("/evidence/ThinkingOnlyResponses?lane=fast&at=yesterday", 400, "at: not an RFC 3339 time"),
+        ("/evidence/ThinkingOnlyResponses?lane=fast&at=2026-10-17T15:00:00", 400, "needs its offset"),
+        ("/evidence/ThinkingOnlyResponses?bad-label=x&at=2026-10-17T15:00:00Z", 400, "not a label name"),
+        ("/evidence/ThinkingOnlyResponses?lane=a&lane=b", 400, "given twice"),
+        ("/trace/not-a-request", 400, "not a request id or a trace id"),
+        ("/trace/20261017-140000-abcdef", 400, "no finished request"),
+    ],
+)
 def test_a_bad_request_is_refused_with_why(served, path: str, status: int, says: str) -> None:
     base, _ = served
     answer = httpx.get(base + path, timeout=60)
@@ -107,8 +131,11 @@ def test_at_gives_the_window_ending_there_even_without_a_notification(served) ->
     base, _ = served
     window = BY_NAME["incident3"]
     at = window.end.isoformat().replace("+00:00", "Z")
-    page = httpx.get(f"{base}/evidence/ThinkingOnlyWithSpecialTokens", params={"lane": "fast", "at": at,
-                     "from": window.start.isoformat()}, timeout=120)
+    page = httpx.get(
+        f"{base}/evidence/ThinkingOnlyWithSpecialTokens",
+        params={"lane": "fast", "at": at, "from": window.start.isoformat()},
+        timeout=120,
+    )
     assert page.status_code == 200, page.text
     assert "16 of 58 with literals thinking-only" in visible(page.text)
 
@@ -122,8 +149,9 @@ def test_a_page_for_another_host_is_refused(served) -> None:
 def test_the_cli_prints_the_same_page(served, tmp_path) -> None:
     base, config = served
     out = tmp_path / "page.html"
-    result = CliRunner().invoke(app, ["evidence", "--config", str(config), "ThinkingOnlyResponses", "--label",
-                                      "lane=fast", "--html", str(out)])
+    result = CliRunner().invoke(
+        app, ["evidence", "--config", str(config), "ThinkingOnlyResponses", "--label", "lane=fast", "--html", str(out)]
+    )
     assert result.exit_code == 0, result.output
     assert "with_literals_thinking_only: 16" in result.stdout and "0 of 295 without literals" in result.stdout
     assert f'href="{base}/trace/' in out.read_text()
@@ -140,9 +168,15 @@ def test_with_a_token_no_page_without_it(tmp_path) -> None:
     from spyglass.signals.state import MetricState
 
     hits: list[str] = []
-    pages = {("GET", "/evidence/"): lambda request, body: (hits.append(request.path),
-                                                            request.answer(200, "text/html", b"page"))}
-    server = AgentServer("127.0.0.1:0", MetricState(signals.full_catalogue()), dict, limits=ServerLimits(token=TOKEN), pages=pages).start()
+    pages = {
+        ("GET", "/evidence/"): lambda request, body: (
+            hits.append(request.path),
+            request.answer(200, "text/html", b"page"),
+        )
+    }
+    server = AgentServer(
+        "127.0.0.1:0", MetricState(signals.full_catalogue()), dict, limits=ServerLimits(token=TOKEN), pages=pages
+    ).start()
     try:
         assert httpx.get(f"{server.url}/evidence/X?instance=a").status_code == 401 and hits == []
         answer = httpx.get(f"{server.url}/evidence/X?instance=a", headers={"Authorization": f"Bearer {TOKEN}"})

@@ -7,6 +7,7 @@ supervisord, `spyglass run` as a process, Debian's Prometheus with exemplar stor
 the exemplars' trace ids are the requests', Prometheus returns them from query_exemplars, and
 `spyglass trace TRACE_ID` prints that request's spans.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,9 +39,15 @@ from spyglass.signals.state import MetricState
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
 # What Prometheus 2.42 sends on every scrape (scrape/scrape.go), and what curl sends.
-PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
-                     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
-HISTOGRAMS = ("spyglass_engine_ttft_seconds", "spyglass_gateway_ttft_seconds", "spyglass_gateway_request_duration_seconds")
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+HISTOGRAMS = (
+    "spyglass_engine_ttft_seconds",
+    "spyglass_gateway_ttft_seconds",
+    "spyglass_gateway_request_duration_seconds",
+)
 TTFT = "spyglass_engine_ttft_seconds"
 
 
@@ -67,8 +74,10 @@ def test_the_state_keeps_the_latest_exemplar_per_bucket_and_not_in_the_checkpoin
     state.observe(TTFT, key, 0.45)  # no request id: counted, the bucket keeps its exemplar
     bounds = state.bounds[TTFT]
     low, high = bounds.index(0.5), bounds.index(5.0)
-    assert state.exemplars[TTFT] == {(key, low): ("20261019-124901-bbbbbb", 0.4, 101.0),
-                                     (key, high): ("20261019-124902-cccccc", 3.0, 102.0)}
+    assert state.exemplars[TTFT] == {
+        (key, low): ("20261019-124901-bbbbbb", 0.4, 101.0),
+        (key, high): ("20261019-124902-cccccc", 3.0, 102.0),
+    }
     assert sum(state.hists[TTFT][key][0]) == 4
     assert "20261019" not in json.dumps(state.to_json())  # in memory only
     copy = state.copy_exemplars()
@@ -83,13 +92,13 @@ def test_metrics_show_only_the_exemplars_of_the_committed_state(tmp_path):
     try:
         done = [i for i, line in enumerate(LINES) if b" done finish=" in line]
         with open(log, "ab") as f:
-            f.writelines(LINES[:done[1] + 1])  # two requests finished
+            f.writelines(LINES[: done[1] + 1])  # two requests finished
         p.step()
         p.commit_if_due()  # the first lines after a quiet spell: committed at once
         committed = p.exposed.exemplars[TTFT]
         assert len(committed) == 2 and committed == p.state.exemplars[TTFT]
         with open(log, "ab") as f:
-            f.writelines(LINES[done[1] + 1:])  # two more, read but not committed yet
+            f.writelines(LINES[done[1] + 1 :])  # two more, read but not committed yet
         p.step()
         p.commit_if_due()  # not due: the interval has not passed
         assert p.state.exemplars[TTFT] != committed and p.exposed.exemplars[TTFT] == committed
@@ -98,11 +107,12 @@ def test_metrics_show_only_the_exemplars_of_the_committed_state(tmp_path):
         clock.advance(1.0)
         p.commit_if_due()
         assert p.exposed.exemplars[TTFT] == p.state.exemplars[TTFT]
-        for (key, index) in p.exposed.exemplars[TTFT]:  # each one is of an observation its bucket counts
+        for key, index in p.exposed.exemplars[TTFT]:  # each one is of an observation its bucket counts
             assert p.exposed.hists[TTFT][key][0][index] >= 1
         # 41b9e0 (TTFT 0.33 s) and the later 5e5e5e (0.45 s) share a bucket: the latest stays.
-        assert om(p.exposed) == {hex_of(r) for r in ("20261019-124900-7aa82c", "20261019-125000-0c1d2e",
-                                                    "20261019-132000-5e5e5e")}
+        assert om(p.exposed) == {
+            hex_of(r) for r in ("20261019-124900-7aa82c", "20261019-125000-0c1d2e", "20261019-132000-5e5e5e")
+        }
     finally:
         p.close()
 
@@ -144,19 +154,36 @@ def _prometheus(folder: Path, agent: str, log: IO[str]) -> tuple[subprocess.Pope
     binary = shutil.which("prometheus")
     assert binary, "prometheus not found: run scripts/setup --test (installs Debian's prometheus package)"
     config = folder / "prometheus.yml"
-    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [
-        {"job_name": "spyglass", "static_configs": [{"targets": [agent]}]}]}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s"},
+                "scrape_configs": [{"job_name": "spyglass", "static_configs": [{"targets": [agent]}]}],
+            }
+        )
+    )
     port = free_port()
-    proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={folder / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--enable-feature=exemplar-storage"],
-                            stdout=subprocess.DEVNULL, stderr=log)
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={folder / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--enable-feature=exemplar-storage",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
     return proc, f"http://127.0.0.1:{port}"
 
 
 def _stored_exemplars(prometheus: str, metric: str) -> set[str]:
     try:
-        body = httpx.get(f"{prometheus}/api/v1/query_exemplars",
-                         params={"query": f"{metric}_bucket", "start": 0, "end": 4_000_000_000}, timeout=5).json()
+        body = httpx.get(
+            f"{prometheus}/api/v1/query_exemplars",
+            params={"query": f"{metric}_bucket", "start": 0, "end": 4_000_000_000},
+            timeout=5,
+        ).json()
     except (httpx.HTTPError, ValueError):
         return set()
     return {e["labels"]["trace_id"] for series in body.get("data") or [] for e in series["exemplars"]}
@@ -181,8 +208,12 @@ def live(tmp_path_factory):
     agent_port = free_port()
     agent_url = f"http://127.0.0.1:{agent_port}"
     pushed = {"otlp_endpoint": agent_url}
-    stack = Stack(folder / "stack", free_port_base(), {name: {"cache_mib": 65_536, **pushed}
-                                                        for name in ("strata-a", "strata-b")}, pushed)
+    stack = Stack(
+        folder / "stack",
+        free_port_base(),
+        {name: {"cache_mib": 65_536, **pushed} for name in ("strata-a", "strata-b")},
+        pushed,
+    )
     settings = tomllib.loads(stack.spyglass_toml(folder / "spyglass"))
     settings["exporters"]["prometheus"] = {"listen": f"127.0.0.1:{agent_port}"}  # /metrics, /v1/traces, /api/sql
     config = folder / "spyglass.toml"
@@ -195,8 +226,12 @@ def live(tmp_path_factory):
     sent: list[str] = []
 
     def ask(i: int) -> None:
-        body = {"model": "m", "max_tokens": 1000, "stream": i % 2 == 1,
-                "messages": [{"role": "user", "content": f"Task: {i} " + "context " * 2000}]}
+        body = {
+            "model": "m",
+            "max_tokens": 1000,
+            "stream": i % 2 == 1,
+            "messages": [{"role": "user", "content": f"Task: {i} " + "context " * 2000}],
+        }
         response = httpx.post(f"{stack.url}/v1/messages", json=body, headers={"x-mode": "passthrough"}, timeout=60)
         assert response.status_code == 200, response.text
         sent.append(response.headers["x-request-id"])
@@ -207,13 +242,21 @@ def live(tmp_path_factory):
         ask(0)  # the gateway makes its infer folder on its first record; the agent watches folders that exist
         stack.flush()
         wait_until(lambda: all(f.is_dir() for f in sources), 30, f"the source folders {sorted(map(str, sources))}")
-        agent = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
-                                 stdout=subprocess.DEVNULL, stderr=logs[1])
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=logs[1],
+        )
         wait_until(lambda: _health(agent_url), 60, "the agent serving")
         for i in range(1, 7):
             ask(i)
-        yield {"agent": agent_url, "prometheus": prometheus_url, "config": config, "sent": sent,
-               "store": parsed.store_path()}
+        yield {
+            "agent": agent_url,
+            "prometheus": prometheus_url,
+            "config": config,
+            "sent": sent,
+            "store": parsed.store_path(),
+        }
     finally:
         if agent is not None and agent.poll() is None:
             agent.send_signal(signal.SIGTERM)
@@ -239,8 +282,11 @@ def _health(url: str) -> bool:
 @pytest.mark.slow
 def test_a_scrape_asking_for_openmetrics_carries_the_requests_trace_ids(live):
     sent = {hex_of(r) for r in live["sent"]}
-    found = wait_until(lambda: (lambda e: e if set(HISTOGRAMS) <= set(e) else None)(_openmetrics(live["agent"])),
-                       60, "exemplars on the TTFT and duration histograms")
+    found = wait_until(
+        lambda: (lambda e: e if set(HISTOGRAMS) <= set(e) else None)(_openmetrics(live["agent"])),
+        60,
+        "exemplars on the TTFT and duration histograms",
+    )
     for name in HISTOGRAMS:
         assert {trace for _, trace, _ in found[name]} <= sent, name  # every exemplar is a request sent
         for labels, _, value in found[name]:
@@ -253,27 +299,35 @@ def test_a_scrape_asking_for_openmetrics_carries_the_requests_trace_ids(live):
 def test_prometheus_with_exemplar_storage_returns_them(live):
     sent = {hex_of(r) for r in live["sent"]}
     for name in HISTOGRAMS:
-        stored = wait_until(lambda name=name: _stored_exemplars(live["prometheus"], name), 60,
-                            f"Prometheus storing exemplars of {name}")
+        stored = wait_until(
+            lambda name=name: _stored_exemplars(live["prometheus"], name), 60, f"Prometheus storing exemplars of {name}"
+        )
         assert stored <= sent, name
 
 
 @pytest.mark.slow
 def test_spyglass_trace_resolves_an_exemplars_trace_id_to_the_requests_spans(live):
     by_hex = {hex_of(r): r for r in live["sent"]}
-    exemplars = wait_until(lambda: _openmetrics(live["agent"]).get("spyglass_gateway_request_duration_seconds"), 60,
-                           "a request-duration exemplar")
+    exemplars = wait_until(
+        lambda: _openmetrics(live["agent"]).get("spyglass_gateway_request_duration_seconds"),
+        60,
+        "a request-duration exemplar",
+    )
     trace = max(exemplars, key=lambda e: e[2])[1]  # the slowest bucket's: what an on-call engineer would click
     request = by_hex[trace]
     api = AgentApi(f"{live['agent']}/api/sql")  # the agent holds the store
 
     def services() -> set[str]:
-        rows = run_readonly(live["store"], f"SELECT DISTINCT instance FROM events WHERE kind = 'span' AND request_id = '{request}'",
-                            api).rows
+        rows = run_readonly(
+            live["store"], f"SELECT DISTINCT instance FROM events WHERE kind = 'span' AND request_id = '{request}'", api
+        ).rows
         return {instance for (instance,) in rows}
 
-    wait_until(lambda: "rag-proxy" in services() and services() & {"strata-a", "strata-b"}, 60,
-               "the request's gateway and serve spans (batched every 5 s) in the store")
+    wait_until(
+        lambda: "rag-proxy" in services() and services() & {"strata-a", "strata-b"},
+        60,
+        "the request's gateway and serve spans (batched every 5 s) in the store",
+    )
     cli = [sys.executable, "-m", "spyglass.cli.app", "trace", "-c", str(live["config"])]
     out = subprocess.run([*cli, trace], capture_output=True, text=True, env={"COLUMNS": "250", "PATH": ""}, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -283,7 +337,7 @@ def test_spyglass_trace_resolves_an_exemplars_trace_id_to_the_requests_spans(liv
     assert names[0] == "rag-proxy: POST /v1/messages" and len(engine) == 1, out.stdout
     instance = engine[0].removeprefix("engine ")
     assert f"{instance}: POST /v1/messages" in names
-    assert names[names.index(engine[0]) + 1:][:2] == ["queue", "prefill"], out.stdout
+    assert names[names.index(engine[0]) + 1 :][:2] == ["queue", "prefill"], out.stdout
     unknown = subprocess.run([*cli, "0" * 32], capture_output=True, text=True, timeout=60)
     assert unknown.returncode == 1 and f"no request of trace {'0' * 32}" in unknown.stderr
     neither = subprocess.run([*cli, "abc123"], capture_output=True, text=True, timeout=60)

@@ -5,6 +5,7 @@ everything else names typed columns, so DuckDB's binder refuses an undeclared on
 query is bound (DESCRIBE) against an empty store of the typed schema, whose columns are exactly the
 declared fields (collectors/fields.py). The planted-name tests show each check fails on a wrong name.
 """
+
 from __future__ import annotations
 
 from datetime import UTC, datetime
@@ -42,16 +43,35 @@ def empty(config):
 def forensic_queries(config) -> dict[str, Query]:
     """Every query the forensic commands, reports and probes run, by name."""
     out: dict[str, Query] = {f"view {name}": Query(f"SELECT * FROM {name}", WINDOW.params()) for name in VIEWS}
-    out.update({f"report {name}": r.query(config, WINDOW, "20261019-124900-7aa82c" if r.takes_request else None)
-                for name, r in reports.load_all().items()})
+    out.update(
+        {
+            f"report {name}": r.query(config, WINDOW, "20261019-124900-7aa82c" if r.takes_request else None)
+            for name, r in reports.load_all().items()
+        }
+    )
     out.update({f"probe {h.id}": probe_query(h, config, WINDOW) for h in catalogue(Deployment.of(config)) if h.probe})
     request = timeline.Filters(request="20261019-124900-7aa82c", contains=("x",))
-    out.update({"timeline": timeline.timeline_query(WINDOW, request), "timeline count": timeline.count_query(WINDOW, request),
-                "timeline starts": timeline.starts_query(WINDOW), "changes": changes.deploys_query(WINDOW),
-                "requests": finder.requests_query(WINDOW, finder.Filters(limit=10)),
-                "baseline": Query(baseline.METRICS_SQL, {"from": WINDOW.start, "to": WINDOW.end, "b_from": WINDOW.start,
-                                                         "b_to": WINDOW.end, "a_from": WINDOW.start, "a_to": WINDOW.end,
-                                                         "instance": "strata-b"})})
+    out.update(
+        {
+            "timeline": timeline.timeline_query(WINDOW, request),
+            "timeline count": timeline.count_query(WINDOW, request),
+            "timeline starts": timeline.starts_query(WINDOW),
+            "changes": changes.deploys_query(WINDOW),
+            "requests": finder.requests_query(WINDOW, finder.Filters(limit=10)),
+            "baseline": Query(
+                baseline.METRICS_SQL,
+                {
+                    "from": WINDOW.start,
+                    "to": WINDOW.end,
+                    "b_from": WINDOW.start,
+                    "b_to": WINDOW.end,
+                    "a_from": WINDOW.start,
+                    "a_to": WINDOW.end,
+                    "instance": "strata-b",
+                },
+            ),
+        }
+    )
     out.update({f"crashes {name}": q for name, q in crashes.queries(WINDOW).items()})
     return out
 
@@ -59,8 +79,11 @@ def forensic_queries(config) -> dict[str, Query]:
 def evidence_queries(config) -> dict[str, str]:
     """The heuristics' discriminating checks written in SQL: over the store's tables, or over the views
     (then with the views in front, as `spyglass views` runs them)."""
-    return {h.id: Query(h.check.sql, WINDOW.params()).text(config) if needed(h.check.sql) else h.check.sql
-            for h in catalogue(Deployment.of(config)) if h.check.sql}
+    return {
+        h.id: Query(h.check.sql, WINDOW.params()).text(config) if needed(h.check.sql) else h.check.sql
+        for h in catalogue(Deployment.of(config))
+        if h.check.sql
+    }
 
 
 def binds(con, sql: str) -> None:

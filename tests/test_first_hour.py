@@ -1,6 +1,7 @@
 """A new user's first steps, as they took them (issue 20, "the first hour"): real commands, real
 processes, real ports on 127.0.0.1. Each ends in one clear line and a non-zero exit, never a traceback,
 and leaves nothing behind that it made."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,13 @@ FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
 
 
 def spyglass(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "spyglass.cli.app", *args], capture_output=True, text=True, timeout=180,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def held_port() -> socket.socket:
@@ -75,8 +81,9 @@ def test_demo_on_a_port_in_use_says_so_and_removes_its_folder(tmp_path, spawns):
 
 def test_ingest_while_the_agent_runs_says_the_agent_holds_the_store(tmp_path, spawns):
     config = engine_config(tmp_path, free_port())
-    with subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
-                          stderr=subprocess.PIPE, text=True) as agent:
+    with subprocess.Popen(
+        [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)], stderr=subprocess.PIPE, text=True
+    ) as agent:
         try:
             for line in agent.stderr:  # type: ignore[union-attr]
                 if "metrics at" in line:
@@ -96,15 +103,20 @@ def test_ingest_while_the_agent_runs_says_the_agent_holds_the_store(tmp_path, sp
 NOW = datetime(2026, 10, 19, 6, 0, tzinfo=UTC)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("2026-10-19T04:49:00Z", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
-    ("2026-10-19 12:49+08:00", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
-    ("2026-10-19 04:49", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
-    ("1792385340", datetime.fromtimestamp(1792385340, UTC)),
-    ("1792385340.5", datetime.fromtimestamp(1792385340.5, UTC)),
-    ("now", NOW), ("now-1h", NOW - timedelta(hours=1)), ("now - 90m", NOW - timedelta(minutes=90)),
-    ("now+1h30m", NOW + timedelta(minutes=90)),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2026-10-19T04:49:00Z", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
+        ("2026-10-19 12:49+08:00", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
+        ("2026-10-19 04:49", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
+        ("1792385340", datetime.fromtimestamp(1792385340, UTC)),
+        ("1792385340.5", datetime.fromtimestamp(1792385340.5, UTC)),
+        ("now", NOW),
+        ("now-1h", NOW - timedelta(hours=1)),
+        ("now - 90m", NOW - timedelta(minutes=90)),
+        ("now+1h30m", NOW + timedelta(minutes=90)),
+    ],
+)
 def test_one_time_grammar(text, expected):
     assert parse_time(text, "UTC", NOW) == expected
 
@@ -115,9 +127,16 @@ def test_since_is_a_duration_back_from_now_or_a_time():
     assert parse_since("now-2h", "UTC", NOW) == NOW - timedelta(hours=2)
 
 
-@pytest.mark.parametrize("text, words", [("yesterday", "not a time"), ("now-1x", "not a duration"),
-                                         ("2026", "not a time"), ("now-9000y", "outside 1970-9999"),
-                                         ("now+9000y", "outside 1970-9999")])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("yesterday", "not a time"),
+        ("now-1x", "not a duration"),
+        ("2026", "not a time"),
+        ("now-9000y", "outside 1970-9999"),
+        ("now+9000y", "outside 1970-9999"),
+    ],
+)
 def test_a_bad_time_says_what_was_expected(text, words):
     with pytest.raises(ValueError, match=words):
         parse_time(text, "UTC", NOW)
@@ -127,18 +146,33 @@ def test_a_timeline_line_shows_span_times_as_times_and_is_cut_to_the_width():
     from spyglass.forensics.timeline import event_lines
 
     start = datetime(2026, 12, 2, 15, 52, 30, 626000, tzinfo=UTC)
-    record = {"ts_utc": "2026-12-02T15:52:30.626Z", "ts_beijing": "2026-12-02T23:52:30.626+08:00", "source": "otlp",
-              "instance": "rag-proxy", "kind": "span", "request_id": "20261202-235230-0e0d73",
-              "fields": {"name": "POST /v1/messages", "start": start.timestamp(), "end": start.timestamp() + 0.098,
-                         "status": "error", "status_message": "upstream 400\x1b[2J"}}
+    record = {
+        "ts_utc": "2026-12-02T15:52:30.626Z",
+        "ts_beijing": "2026-12-02T23:52:30.626+08:00",
+        "source": "otlp",
+        "instance": "rag-proxy",
+        "kind": "span",
+        "request_id": "20261202-235230-0e0d73",
+        "fields": {
+            "name": "POST /v1/messages",
+            "start": start.timestamp(),
+            "end": start.timestamp() + 0.098,
+            "status": "error",
+            "status_message": "upstream 400\x1b[2J",
+        },
+    }
     _, line = event_lines([record])
-    assert ('req=20261202-235230-0e0d73 name="POST /v1/messages" start=2026-12-02T15:52:30.626Z'
-            ' end=2026-12-02T15:52:30.724Z status=error status_message="upstream 400\\u001b[2J"') in line
+    assert (
+        'req=20261202-235230-0e0d73 name="POST /v1/messages" start=2026-12-02T15:52:30.626Z'
+        ' end=2026-12-02T15:52:30.724Z status=error status_message="upstream 400\\u001b[2J"'
+    ) in line
     assert "e+09" not in line and "\x1b" not in line
     head, *wrapped = event_lines([record], width=80)  # narrower: Beijing time to the header, the fields wrap
     assert head.startswith("utc 2026-12-02") and "Beijing time is UTC+8" in head
     assert all(len(line) <= 80 for line in wrapped) and "…" not in "".join(wrapped)
-    assert wrapped[0].startswith("15:52:30.626") and wrapped[0].endswith("otlp    rag-proxy  span  req=20261202-235230-0e0d73")
+    assert wrapped[0].startswith("15:52:30.626") and wrapped[0].endswith(
+        "otlp    rag-proxy  span  req=20261202-235230-0e0d73"
+    )
     assert 'name="POST /v1/messages"' in "\n".join(wrapped)
 
 
@@ -149,14 +183,17 @@ def test_ingest_after_the_stack_stopped_stores_no_poll_that_stretches_the_window
 
     config = engine_config(tmp_path, free_port())
     dead = free_port()  # nothing listens: the serve of a stopped stack
-    config.write_text(config.read_text() + f'\n[sources.serve-b]\nkind = "serve_status"\n'
-                                           f'url = "http://127.0.0.1:{dead}/v1/status"\ninstance = "strata-b"\n')
+    config.write_text(
+        config.read_text() + f'\n[sources.serve-b]\nkind = "serve_status"\n'
+        f'url = "http://127.0.0.1:{dead}/v1/status"\ninstance = "strata-b"\n'
+    )
     store = tmp_path / "state" / "spyglass.duckdb"
 
     def stored() -> tuple[int, object, object]:
         with duckdb.connect(str(store), read_only=True) as con:
-            return con.execute("SELECT count(*) FILTER (WHERE source = 'serve-b'), max(ts), min(ts) FROM events"
-                               ).fetchone()  # type: ignore[return-value]
+            return con.execute(
+                "SELECT count(*) FILTER (WHERE source = 'serve-b'), max(ts), min(ts) FROM events"
+            ).fetchone()  # type: ignore[return-value]
 
     first = spyglass("ingest", "-c", str(config))
     assert first.returncode == 0, first.stderr
@@ -179,9 +216,11 @@ def test_crashes_calls_a_fresh_starts_warm_up_no_avalanche_and_times_a_real_one_
     from spyglass.engine.emulator.logsynth import line
 
     log = tmp_path / "engine.log"
-    fresh = [*banner(at(1), OLD, "/data/models/v7/model.gguf", MD5_V7),
-             line(at(1, 0.5).timestamp(), "I", "main", "ready in 30.0 s"),
-             *requests(at(1, 0.6), 30, lambda m: 900 if m < 4 else 20, rebuilds_per_min=lambda m: 3 if m < 4 else 0)]
+    fresh = [
+        *banner(at(1), OLD, "/data/models/v7/model.gguf", MD5_V7),
+        line(at(1, 0.5).timestamp(), "I", "main", "ready in 30.0 s"),
+        *requests(at(1, 0.6), 30, lambda m: 900 if m < 4 else 20, rebuilds_per_min=lambda m: 3 if m < 4 else 0),
+    ]
     config = engine_config(tmp_path, free_port())  # reads tmp_path / "engine.log": this stack's log
     log.write_bytes(b"\n".join(fresh) + b"\n")
     assert spyglass("ingest", "-c", str(config)).returncode == 0
@@ -207,22 +246,41 @@ def test_a_kept_demo_agrees_with_the_alert_on_shared_cpus_and_prints_commands_fo
     import shlex
 
     kept = tmp_path / "kept"
-    result = spyglass("demo", "--scenario", "healthy", "--seconds", "20", "--listen", f"127.0.0.1:{free_port()}",
-                      "--keep", str(kept), env={"COLUMNS": "200"})
+    result = spyglass(
+        "demo",
+        "--scenario",
+        "healthy",
+        "--seconds",
+        "20",
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+        "--keep",
+        str(kept),
+        env={"COLUMNS": "200"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    final = result.stdout[result.stdout.rindex("spyglass demo: incident signals"):]
+    final = result.stdout[result.stdout.rindex("spyglass demo: incident signals") :]
     assert re.match(r"spyglass demo: incident signals after 0 min \d\d s", final), final[:200]
     shown = int(re.search(r"CPUs the two engines may share\s*│[^│]*│\s*[\d,]*\s*│\s*(\d+)", final).group(1))
     config = kept / "spyglass.toml"
-    measured = spyglass("sql", "-c", str(config), "--format", "json",
-                        "SELECT max((fields->>'shared')::INT) AS host FROM events WHERE kind = 'shared_cpus'")
+    measured = spyglass(
+        "sql",
+        "-c",
+        str(config),
+        "--format",
+        "json",
+        "SELECT max((fields->>'shared')::INT) AS host FROM events WHERE kind = 'shared_cpus'",
+    )
     host = json.loads(measured.stdout)["host"]
     assert host is not None and shown == host  # one signal, one answer: what the alert reads
     if len(os.sched_getaffinity(0)) >= 2:
         assert host == 0  # pinned apart, as their start lines say
 
-    commands = {line.split()[1]: shlex.split(line) for line in result.stdout.splitlines()
-                if re.match(r"\s+\S*spyglass (diagnose|timeline|backtest) ", line)}
+    commands = {
+        line.split()[1]: shlex.split(line)
+        for line in result.stdout.splitlines()
+        if re.match(r"\s+\S*spyglass (diagnose|timeline|backtest) ", line)
+    }
     assert set(commands) == {"diagnose", "timeline", "backtest"}, result.stdout[-2000:]
     for name in ("diagnose", "timeline"):
         args = commands[name][1:]
@@ -234,8 +292,11 @@ def test_a_kept_demo_agrees_with_the_alert_on_shared_cpus_and_prints_commands_fo
     assert "EngineEvictionStorm needs strata-b evicting for" in result.stdout  # 20 s: too short for it, said
     # the two clocks (issue 20, item 3): the durations the emulator logs are model time, and that is said
     # in the banner, the closing message and the kept config
-    clock = re.findall(r"durations\s+they and the gateway log \(ttft_ms, dur_ms, prompt read ms, load s\) are model"
-                       r" time, (\d+) times the wall clock", result.stdout)
+    clock = re.findall(
+        r"durations\s+they and the gateway log \(ttft_ms, dur_ms, prompt read ms, load s\) are model"
+        r" time, (\d+) times the wall clock",
+        result.stdout,
+    )
     assert len(clock) == 2 and clock[0] == clock[1] != "1", result.stdout[:2000]
     assert config.read_text().startswith("# spyglass demo: the emulated engines run")
 
@@ -244,8 +305,13 @@ def test_sql_reads_a_query_from_stdin_or_a_file_and_points_to_views_for_a_view(t
     config = engine_config(tmp_path, free_port())
     assert spyglass("ingest", "-c", str(config)).returncode == 0
     query = "SELECT count(*) AS n FROM events WHERE kind = 'park'"
-    piped = subprocess.run([sys.executable, "-m", "spyglass.cli.app", "sql", "-c", str(config), "-f", "csv", "-"],
-                           input=query, capture_output=True, text=True, timeout=120)
+    piped = subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", "sql", "-c", str(config), "-f", "csv", "-"],
+        input=query,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     (tmp_path / "q.sql").write_text(query + "\n")
     filed = spyglass("sql", "-c", str(config), "-f", "csv", "--file", str(tmp_path / "q.sql"))
     assert piped.returncode == filed.returncode == 0 and piped.stdout == filed.stdout == "n\n3\n"
@@ -276,8 +342,11 @@ def test_numbers_print_with_thousands_separators_and_no_exponent():
     assert cell(2508, "evictions") == "2,508" and cell(0.33761, "share") == "0.3376" and cell(77.06, "rate") == "77.06"
     assert cell(48211, "pid") == "48211" and cell(8081, "port") == "8081" and cell(7, "deploy") == "7"
     assert cell({"before": 75677700.0, "pid": 48211}) == "before=75,677,700 pid=48211"
-    assert (counted(1, "finding"), counted(2, "deploy"), counted(11894, "event")) == \
-        ("1 finding", "2 deploys", "11,894 events")
+    assert (counted(1, "finding"), counted(2, "deploy"), counted(11894, "event")) == (
+        "1 finding",
+        "2 deploys",
+        "11,894 events",
+    )
 
 
 def test_a_trace_says_when_a_logged_ttft_is_longer_than_its_span():
@@ -306,8 +375,9 @@ def test_the_demos_live_table_has_the_trace_hint_and_nothing_prints_over_it(monk
     from spyglass.signals.state import MetricState
 
     monkeypatch.setattr(demo, "finished_request", lambda agent, settled_seconds=6.0: "20261202-235234-e1eb42")
-    agent = SimpleNamespace(pipeline=SimpleNamespace(state=MetricState(signals.full_catalogue())),
-                            stop=threading.Event())
+    agent = SimpleNamespace(
+        pipeline=SimpleNamespace(state=MetricState(signals.full_catalogue())), stop=threading.Event()
+    )
     runner = threading.Thread(target=agent.stop.wait)  # the agent: alive until stopped
     runner.start()
     out = io.StringIO()
@@ -352,10 +422,16 @@ def test_requests_labels_the_clocks_when_a_logged_ttft_is_longer_than_its_engine
     assert agreeing.returncode == 0 and "4 requests" in agreeing.stdout and "clock:" not in agreeing.stdout
 
     ts, req = at(1, 5).timestamp(), "20261019-091500-0003e8"
-    emulated = [line(ts, "I", "http", f"task 1000 req={req} conv=c3e8 queued prefill_depth=1"),
-                line(ts + 0.01, "I", "slot 3", "task 1000 prompt 4000 = 0 reused + 4000 read in 195400 ms"),
-                line(ts + 1.121, "I", "slot 3", "task 1000 done finish=stop prompt=4000 completion=200"
-                                                " ttft_ms=195426 decode_tps=76.8")]
+    emulated = [
+        line(ts, "I", "http", f"task 1000 req={req} conv=c3e8 queued prefill_depth=1"),
+        line(ts + 0.01, "I", "slot 3", "task 1000 prompt 4000 = 0 reused + 4000 read in 195400 ms"),
+        line(
+            ts + 1.121,
+            "I",
+            "slot 3",
+            "task 1000 done finish=stop prompt=4000 completion=200 ttft_ms=195426 decode_tps=76.8",
+        ),
+    ]
     with log.open("ab") as out:
         out.write(b"\n".join(emulated) + b"\n")
     assert spyglass("ingest", "-c", str(config)).returncode == 0
@@ -375,8 +451,12 @@ def test_ctrl_c_in_ingest_commits_says_what_it_read_and_exits_130(tmp_path, spaw
 
     config = engine_config(tmp_path, free_port())
     (tmp_path / "engine.log").write_bytes(FIXTURE.read_bytes() * 3000)  # long enough to be read when the signal comes
-    with subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "ingest", "-c", str(config)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as ingest:
+    with subprocess.Popen(
+        [sys.executable, "-m", "spyglass.cli.app", "ingest", "-c", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as ingest:
         wait_until(lambda: (tmp_path / "state" / "spyglass.duckdb").exists(), timeout=120, what="the store")
         ingest.send_signal(signal.SIGINT)
         out, err = ingest.communicate(timeout=120)

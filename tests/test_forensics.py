@@ -3,6 +3,7 @@
 The replays (tests/fixtures/incidents/replay.py) are written as the sources write them, from the
 seed's numbers; `spyglass ingest` reads them; the reports and views must give the seed's tables.
 """
+
 from __future__ import annotations
 
 import csv
@@ -52,9 +53,15 @@ def test_cache_report_reproduces_incident_2(replay):
 
 
 def test_special_token_report_reproduces_incident_3(replay):
-    table = {(r["day_beijing"], r["lane"], r["with_literals"]): (r["requests"], r["thinking_only"],
-                                                               r["broken_tool_json"], r["visible_content"])
-             for r in rows(replay, "report", "special-tokens", window="incident3")}
+    table = {
+        (r["day_beijing"], r["lane"], r["with_literals"]): (
+            r["requests"],
+            r["thinking_only"],
+            r["broken_tool_json"],
+            r["visible_content"],
+        )
+        for r in rows(replay, "report", "special-tokens", window="incident3")
+    }
     assert table[("2026-10-17", "fast", True)] == (58, 16, 5, 20)
     assert table[("2026-10-17", "fast", False)] == (295, 0, 1, 169)
     assert table[("2026-10-17", "normal", True)] == (10, 4, 0, 6)  # the other lane is its own row
@@ -65,8 +72,11 @@ def test_four_counts_report_reproduces_incident_6(replay):
     by_id = {r["request_id"]: r for r in rows(replay, "report", "four-counts", window="incident6")}
     one = by_id["20261019-124900-7aa82c"]
     assert (one["chars"], one["tokens_engine"], one["tokens_gateway_estimate"]) == (1_075_447, 154_796, 516_561)
-    assert (one["tokens_precheck"], one["tokens_infer_store"], one["tokens_counted_by"]) == (154_796, 154_796,
-                                                                                             "engine log")
+    assert (one["tokens_precheck"], one["tokens_infer_store"], one["tokens_counted_by"]) == (
+        154_796,
+        154_796,
+        "engine log",
+    )
     assert one["estimate_ratio"] == pytest.approx(3.34, abs=0.005) and one["cjk"] == 0.053
     overfits = [r for r in by_id.values() if r["status"] == 400]
     assert [r["ts_beijing"][11:19] for r in overfits] == ["14:14:58", "14:15:04", "14:15:10"]
@@ -87,30 +97,38 @@ def test_assembly_report_shows_the_lost_task_anchor_of_incident_5(replay):
 
 def test_plan_then_eos_report_carries_the_raw_record_check_of_incidents_4_and_5(replay):
     start, end = WINDOWS["incident4"][0], WINDOWS["incident5"][1]
-    found = rows(replay, "report", "plan-then-eos", "--from", f"{start:%Y-%m-%d %H:%M}", "--to", f"{end:%Y-%m-%d %H:%M}")
+    found = rows(
+        replay, "report", "plan-then-eos", "--from", f"{start:%Y-%m-%d %H:%M}", "--to", f"{end:%Y-%m-%d %H:%M}"
+    )
     bd = [r for r in found if r["session"] == "auto:bd7e62ed00000000"]
-    assert [(r["request_id"], r["previous_request"]) for r in bd] == [("20261019-000107-5c6c32",
-                                                                      "20261019-000029-de091a")]
+    assert [(r["request_id"], r["previous_request"]) for r in bd] == [
+        ("20261019-000107-5c6c32", "20261019-000029-de091a")
+    ]
     [stop] = bd  # the prompt grew (not a client retry), far below max_tokens (not truncation), raw finish=stop
     assert (stop["previous_tokens"], stop["tokens"], stop["prompt_grew"]) == (86_472, 87_890, True)
     assert (stop["completion_tokens"], stop["max_tokens"], stop["content_chars"]) == (740, 32000, 67)
     assert (stop["finish"], stop["tool_calls"], stop["previous_tool_calls"]) == ("stop", 0, 1)
     book = [r for r in found if r["session"] == "auto:848a12ed00000000"]
     assert len(book) == 4 and all(r["anchor_survived"] is False for r in book)
-    assert {(r["thinking_tokens"], r["thinking_max"], r["thinking_cause"], r["wrote_tool_call"]) for r in book} \
-        == {(3194, 32000, "stop", False)}
+    assert {(r["thinking_tokens"], r["thinking_max"], r["thinking_cause"], r["wrote_tool_call"]) for r in book} == {
+        (3194, 32000, "stop", False)
+    }
 
 
 def test_restarts_report_counts_the_crash_loop_and_its_causes(replay):
-    by_program = {r["program"]: r for r in rows(replay, "report", "restarts", "--from", "2026-10-19 05:00",
-                                                "--to", "2026-10-19 09:00")}
+    by_program = {
+        r["program"]: r
+        for r in rows(replay, "report", "restarts", "--from", "2026-10-19 05:00", "--to", "2026-10-19 09:00")
+    }
     b = by_program["strata-b"]
     assert (b["spawns"], b["restarts"], b["unexpected_exits"], b["core_dumps"], b["fatal"]) == (4, 3, 4, 1, 1)
     assert b["exit_causes"] == "exit status 134 x3, terminated by SIGABRT (core dumped) x1"
     proxy = by_program["rag-proxy"]
     assert proxy["restarts"] == 3 and proxy["exit_causes"] == "exit status 1 x3"
     # the three restarts of 10-19 in Beijing time: 13:07, 13:56, 16:41 (not the report's 15:33)
-    assert proxy["first_beijing"].startswith("2026-10-19T13:07") and proxy["last_beijing"].startswith("2026-10-19T16:41")
+    assert proxy["first_beijing"].startswith("2026-10-19T13:07") and proxy["last_beijing"].startswith(
+        "2026-10-19T16:41"
+    )
 
 
 def test_timeline_merges_every_source_in_time_order_on_both_clocks(replay):
@@ -125,8 +143,20 @@ def test_timeline_merges_every_source_in_time_order_on_both_clocks(replay):
     assert precheck["fields"]["count_tokens"] == 154_796  # fields nest in JSON
     kinds = [e["kind"] for e in events if e["source"] == "engine-a"]
     assert kinds == ["queued", "prompt", "thinking", "tool_call", "done", "park"]
-    table = run(replay, "timeline", "--from", "2026-10-19 12:49", "--to", "2026-10-19 12:49:20",
-                "--tz", "Asia/Shanghai", "--source", "gateway", "--format", "csv")
+    table = run(
+        replay,
+        "timeline",
+        "--from",
+        "2026-10-19 12:49",
+        "--to",
+        "2026-10-19 12:49:20",
+        "--tz",
+        "Asia/Shanghai",
+        "--source",
+        "gateway",
+        "--format",
+        "csv",
+    )
     parsed = list(csv.DictReader(io.StringIO(table)))
     assert [r["kind"] for r in parsed] == ["request", "precheck", "clamp", "done"]  # the same instants, read in Beijing
     assert json.loads(parsed[0]["fields"])["chars"] == 1_075_447
@@ -134,8 +164,11 @@ def test_timeline_merges_every_source_in_time_order_on_both_clocks(replay):
 
 def test_requests_finds_the_ids_that_timeline_request_takes(replay):
     failed = rows(replay, "requests", "--status", "4xx", window="incident6")
-    assert [r["request_id"] for r in failed] == ["20261019-141458-1f2e3d", "20261019-141504-1f2e3e",
-                                                 "20261019-141510-1f2e3f"]
+    assert [r["request_id"] for r in failed] == [
+        "20261019-141458-1f2e3d",
+        "20261019-141504-1f2e3e",
+        "20261019-141510-1f2e3f",
+    ]
     assert rows(replay, "requests", "--status", "400", window="incident6") == failed
     one = rows(replay, "timeline", "--request", failed[0]["request_id"])
     assert [e["kind"] for e in one] == ["request", "overfit", "retry_on_overfit", "request"]
@@ -165,15 +198,18 @@ def test_a_hostile_filter_value_is_data_not_sql(replay):
     assert "no request matches" in message
 
 
-@pytest.mark.parametrize("args, words", [
-    (("timeline", "--from", "2026-10-19 05:00", "--to", "2026-10-19 04:00"), "is after --to"),
-    (("timeline", "--from", "yesterday", "--to", "2026-10-19 04:00"), "not a time"),
-    (("timeline", "--since", "15m", "--from", "2026-10-19 05:00"), "not both"),
-    (("timeline", "--source", "nosuch"), "engine-a, engine-b, gateway, infer, serve-status, supervisord"),
-    (("requests", "--from", "2026-10-19 05:00", "--to", "2026-10-19 06:00", "--status", "4x"), "--status"),
-    (("report", "no-such-report"), "special-tokens"),
-    (("timeline", "--request", "12345"), "not a request id"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (("timeline", "--from", "2026-10-19 05:00", "--to", "2026-10-19 04:00"), "is after --to"),
+        (("timeline", "--from", "yesterday", "--to", "2026-10-19 04:00"), "not a time"),
+        (("timeline", "--since", "15m", "--from", "2026-10-19 05:00"), "not both"),
+        (("timeline", "--source", "nosuch"), "engine-a, engine-b, gateway, infer, serve-status, supervisord"),
+        (("requests", "--from", "2026-10-19 05:00", "--to", "2026-10-19 06:00", "--status", "4x"), "--status"),
+        (("report", "no-such-report"), "special-tokens"),
+        (("timeline", "--request", "12345"), "not a request id"),
+    ],
+)
 def test_usage_errors_exit_2_and_say_why(replay, args, words):
     assert words in run(replay, *args, code=2)
 
@@ -200,8 +236,9 @@ def test_timeline_leaves_kinds_out_and_keeps_lines_that_contain_a_text(replay):
     assert without == [e for e in every if e["kind"] not in ("park", "thinking")] and len(without) < len(every)
     counted = rows(replay, "timeline", *window, "--contains", "154796")  # the engine's count of incident 6's prompt
     assert counted == [e for e in every if "154796" in json.dumps(e)] and 0 < len(counted) < len(every)
-    assert rows(replay, "timeline", *window, "--contains", "gateway", "--contains", "clamp") \
-        == [e for e in every if e["source"] == "gateway" and e["kind"] == "clamp"]
+    assert rows(replay, "timeline", *window, "--contains", "gateway", "--contains", "clamp") == [
+        e for e in every if e["source"] == "gateway" and e["kind"] == "clamp"
+    ]
 
 
 def test_every_window_option_takes_rfc3339_epoch_and_now_relative_times(replay):
@@ -212,8 +249,9 @@ def test_every_window_option_takes_rfc3339_epoch_and_now_relative_times(replay):
     assert rows(replay, "requests", "--from", f"now-{ago:.0f}s", "--to", end.isoformat()) == by_text
     assert rows(replay, "requests", "--since", f"{ago:.0f}s", "--to", end.isoformat()) == by_text
     # timeline and crashes take everything stored by default, as report does
-    assert len(rows(replay, "timeline", "--limit", "100000")) == len(rows(replay, "timeline", "--since", "3650d",
-                                                                       "--limit", "100000"))
+    assert len(rows(replay, "timeline", "--limit", "100000")) == len(
+        rows(replay, "timeline", "--since", "3650d", "--limit", "100000")
+    )
     assert {c["instance"] for c in rows(replay, "crashes")} >= {"strata-b"}
 
 

@@ -2,6 +2,7 @@
 /api/sql's: a query that needs a few hundred MB is the analyst's to run (a one-day report on 10M
 events needs about 1 GiB), and the same query under a small `forensics.memory_mb` is refused with
 the reason, never a crash."""
+
 from __future__ import annotations
 
 from typer.testing import CliRunner

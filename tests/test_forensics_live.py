@@ -1,5 +1,6 @@
 """Every forensic command answers the same through the running agent (its read-only query path,
 which holds the store's lock) as from the file with the agent stopped (issue #11, item 7)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -15,12 +16,21 @@ from spyglass.engine.emulator.ports import free_port
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
 SOME_WINDOWS = ("incident2", "incident3", "restarts")  # the cache, the special tokens, the restart loop
-COMMANDS = [["timeline", "--limit", "100000"], ["requests"], ["diagnose", "--json"],
-            ["report", "cache"], ["report", "special-tokens"], ["report", "four-counts"], ["report", "restarts"]]
+COMMANDS = [
+    ["timeline", "--limit", "100000"],
+    ["requests"],
+    ["diagnose", "--json"],
+    ["report", "cache"],
+    ["report", "special-tokens"],
+    ["report", "four-counts"],
+    ["report", "restarts"],
+]
 
 
 def spyglass(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "spyglass.cli.app", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def answers(config: str) -> dict[tuple[str, ...], tuple[int, str]]:
@@ -47,14 +57,20 @@ def healthy(url: str) -> bool:
 def test_the_same_answers_through_the_running_agent_and_from_the_file(tmp_path):
     config = write_all(tmp_path)
     port = free_port()
-    config.write_text(config.read_text().replace("[exporters.prometheus]\nenabled = false",
-                                                 f'[exporters.prometheus]\nlisten = "127.0.0.1:{port}"'))
+    config.write_text(
+        config.read_text().replace(
+            "[exporters.prometheus]\nenabled = false", f'[exporters.prometheus]\nlisten = "127.0.0.1:{port}"'
+        )
+    )
     assert spyglass("ingest", "--config", str(config)).returncode == 0
     from_file = answers(str(config))
     assert sum(1 for code, text in from_file.values() if code in (0, 1, 2) and text) >= len(SOME_WINDOWS) * 3
 
-    agent = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "--config", str(config)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "spyglass.cli.app", "run", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_until(lambda: healthy(f"http://127.0.0.1:{port}/health"), 60, "the agent's /health")
         locked = spyglass("sql", "--config", str(config), "SELECT count(*) AS n FROM events")

@@ -1,5 +1,6 @@
 """The forensic views: each returns exactly its documented columns; none depends on the session's zone;
 parameters are literals, never SQL; times typed by an analyst mean what they say."""
+
 from __future__ import annotations
 
 import json
@@ -41,15 +42,29 @@ def pushed_span(request_id: str, at: float) -> bytes:
     return export.SerializeToString()
 
 
-ALERT = {"alertname": "SpyglassEvictionStorm", "status": "firing", "labels": {"alertname": "SpyglassEvictionStorm",
-         "severity": "critical", "instance": "strata-b"}, "annotations": {"summary": "2508 evictions"},
-         "startsAt": "2026-10-07T07:40:00Z", "endsAt": "0001-01-01T00:00:00Z"}
+ALERT = {
+    "alertname": "SpyglassEvictionStorm",
+    "status": "firing",
+    "labels": {"alertname": "SpyglassEvictionStorm", "severity": "critical", "instance": "strata-b"},
+    "annotations": {"summary": "2508 evictions"},
+    "startsAt": "2026-10-07T07:40:00Z",
+    "endsAt": "0001-01-01T00:00:00Z",
+}
 
 
-SMOKE = {"instance": "strata-b", "url": "http://127.0.0.1:8082", "passed": False, "reason": "sample s1: HTTP 503",
-         "waited_seconds": 1.5, "samples_file": "samples.jsonl", "samples_sha256": "ab" * 32,
-         "samples": [{"name": "s0", "status": 200, "ttft_ms": 40.0, "finish": "end_turn"},
-                     {"name": "s1", "status": 503, "ttft_ms": 8.0, "problem": "HTTP 503"}]}
+SMOKE = {
+    "instance": "strata-b",
+    "url": "http://127.0.0.1:8082",
+    "passed": False,
+    "reason": "sample s1: HTTP 503",
+    "waited_seconds": 1.5,
+    "samples_file": "samples.jsonl",
+    "samples_sha256": "ab" * 32,
+    "samples": [
+        {"name": "s0", "status": 200, "ttft_ms": 40.0, "finish": "end_turn"},
+        {"name": "s1", "status": 503, "ttft_ms": 8.0, "problem": "HTTP 503"},
+    ],
+}
 
 
 HOST_SOURCE = """[sources.host]
@@ -77,8 +92,18 @@ def replay(tmp_path_factory):
         # what /v1/traces and a future Alertmanager webhook hand the pipeline, stored at its next step
         pipeline.submit(decode_spans(pushed_span("20261019-124900-7aa82c", at), "replay", now=at))
         pipeline.submit(decode_notification(json.dumps({"version": "4", "alerts": [ALERT]}).encode(), "replay", now=at))
-        webhook = {"version": "4", "alerts": [{**ALERT, "status": "resolved", "labels": {**ALERT["labels"],
-                   "alertname": "SpyglassCrashLoop"}, "startsAt": "2026-10-19T04:40:00Z", "endsAt": "2026-10-19T04:45:30Z"}]}
+        webhook = {
+            "version": "4",
+            "alerts": [
+                {
+                    **ALERT,
+                    "status": "resolved",
+                    "labels": {**ALERT["labels"], "alertname": "SpyglassCrashLoop"},
+                    "startsAt": "2026-10-19T04:40:00Z",
+                    "endsAt": "2026-10-19T04:45:30Z",
+                }
+            ],
+        }
         pipeline.submit(decode_notification(json.dumps(webhook).encode(), "replay", now=at))  # POST /api/alerts
         pipeline.submit([decode_result(json.dumps({**SMOKE, "at": at}).encode(), "replay", now=at)])  # POST /api/smoke
         pipeline.run_until_idle()  # steps, then commits what they applied
@@ -106,18 +131,34 @@ def test_spans_alerts_and_snapshots_are_typed(replay):
     def one(sql: str) -> tuple:
         with session(replay) as con:
             return con.execute(Query(sql, Window().params()).text(replay)).fetchone()
+
     assert one("SELECT request_id, service, span_kind, duration_ms, ts_beijing FROM spans") == (
-        "20261019-124900-7aa82c", "rag-proxy", "SERVER", 15520.0, datetime(2026, 10, 19, 12, 49))
+        "20261019-124900-7aa82c",
+        "rag-proxy",
+        "SERVER",
+        15520.0,
+        datetime(2026, 10, 19, 12, 49),
+    )
     assert one("SELECT alertname, severity, instance, starts_beijing, ends_utc FROM alerts ORDER BY ts_utc") == (
-        "SpyglassEvictionStorm", "critical", "strata-b", datetime(2026, 10, 7, 15, 40), None)
+        "SpyglassEvictionStorm",
+        "critical",
+        "strata-b",
+        datetime(2026, 10, 7, 15, 40),
+        None,
+    )
     assert one("SELECT starts_utc, ends_utc, ends_beijing FROM alerts WHERE alertname = 'SpyglassCrashLoop'") == (
-        datetime(2026, 10, 19, 4, 40, tzinfo=UTC), datetime(2026, 10, 19, 4, 45, 30, tzinfo=UTC),
-        datetime(2026, 10, 19, 12, 45, 30))  # the webhook stores epoch seconds: both cast (issue 21 item 12)
-    assert one("SELECT instance, passed, reason, samples, ttft_ms_median, ttft_ms_max, outcomes->1->>'problem',"
-               " ts_beijing FROM smoke_gates") == ("strata-b", False, "sample s1: HTTP 503", 2, 24.0, 40.0, "HTTP 503",
-                                                   datetime(2026, 10, 19, 12, 49))
-    assert one("SELECT count(*) FILTER (WHERE has_escape_fix), max(escape_literals), count(*) FILTER"
-               " (WHERE stops_while_reasoning IS NULL) FROM status_snapshots") == (1, 1603, 1)
+        datetime(2026, 10, 19, 4, 40, tzinfo=UTC),
+        datetime(2026, 10, 19, 4, 45, 30, tzinfo=UTC),
+        datetime(2026, 10, 19, 12, 45, 30),
+    )  # the webhook stores epoch seconds: both cast (issue 21 item 12)
+    assert one(
+        "SELECT instance, passed, reason, samples, ttft_ms_median, ttft_ms_max, outcomes->1->>'problem',"
+        " ts_beijing FROM smoke_gates"
+    ) == ("strata-b", False, "sample s1: HTTP 503", 2, 24.0, 40.0, "HTTP 503", datetime(2026, 10, 19, 12, 49))
+    assert one(
+        "SELECT count(*) FILTER (WHERE has_escape_fix), max(escape_literals), count(*) FILTER"
+        " (WHERE stops_while_reasoning IS NULL) FROM status_snapshots"
+    ) == (1, 1603, 1)
 
 
 def test_every_report_runs_and_says_which_incident_it_reproduces(replay):
@@ -128,8 +169,10 @@ def test_every_report_runs_and_says_which_incident_it_reproduces(replay):
 
 
 def test_views_do_not_depend_on_the_session_time_zone(replay):
-    text = Query("SELECT request_id, ts_utc, ts_beijing, dur_ms_engine FROM requests ORDER BY request_id",
-                 window("2026-10-19 03:45", "2026-10-19 06:20").params()).text(replay)
+    text = Query(
+        "SELECT request_id, ts_utc, ts_beijing, dur_ms_engine FROM requests ORDER BY request_id",
+        window("2026-10-19 03:45", "2026-10-19 06:20").params(),
+    ).text(replay)
     with session(replay, "UTC") as utc, session(replay, "America/New_York") as other:
         assert utc.execute(text).fetchall() == other.execute(text).fetchall()
         first = utc.execute(text).fetchone()
@@ -138,8 +181,10 @@ def test_views_do_not_depend_on_the_session_time_zone(replay):
 
 def test_a_parameter_is_a_literal_and_an_unknown_one_is_refused():
     hostile = "x' OR 1=1; DROP TABLE events --"
-    text = render("SELECT $value AS v, $n AS n, $at AS at, $none AS none",
-                  {"value": hostile, "n": 3, "at": datetime(2026, 10, 19, 4, 49, tzinfo=UTC), "none": None})
+    text = render(
+        "SELECT $value AS v, $n AS n, $at AS at, $none AS none",
+        {"value": hostile, "n": 3, "at": datetime(2026, 10, 19, 4, 49, tzinfo=UTC), "none": None},
+    )
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     assert con.execute(text).fetchone() == (hostile, 3, datetime(2026, 10, 19, 4, 49, tzinfo=UTC), None)
@@ -155,13 +200,16 @@ def test_only_the_named_views_and_their_bases_are_put_in_front():
     assert duckdb.connect().extract_statements(text)[0].type == duckdb.StatementType.SELECT
 
 
-@pytest.mark.parametrize("text, tz, expected", [
-    ("2026-10-19 04:49", "UTC", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
-    ("2026-10-19T04:49:00.120Z", "Asia/Shanghai", datetime(2026, 10, 19, 4, 49, 0, 120000, tzinfo=UTC)),
-    ("2026-10-19 12:49", "Asia/Shanghai", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
-    ("2026-10-19 12:49+08:00", "UTC", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
-    ("2026-10-19", "UTC", datetime(2026, 10, 19, tzinfo=UTC)),
-])
+@pytest.mark.parametrize(
+    "text, tz, expected",
+    [
+        ("2026-10-19 04:49", "UTC", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
+        ("2026-10-19T04:49:00.120Z", "Asia/Shanghai", datetime(2026, 10, 19, 4, 49, 0, 120000, tzinfo=UTC)),
+        ("2026-10-19 12:49", "Asia/Shanghai", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
+        ("2026-10-19 12:49+08:00", "UTC", datetime(2026, 10, 19, 4, 49, tzinfo=UTC)),
+        ("2026-10-19", "UTC", datetime(2026, 10, 19, tzinfo=UTC)),
+    ],
+)
 def test_times_without_a_zone_are_read_in_the_given_zone(text, tz, expected):
     assert parse_time(text, tz) == expected
 
@@ -192,11 +240,21 @@ def test_every_field_the_replays_write_is_declared(replay):
         undeclared = {}
         for name in event_schema.table_names():
             column = "fields" if name == event_schema.OTHER else "extra"
-            rows = con.execute(f"SELECT kind, {column}::VARCHAR FROM {event_schema.quoted(name)}"
-                               f" WHERE {column} IS NOT NULL LIMIT 3").fetchall()
+            rows = con.execute(
+                f"SELECT kind, {column}::VARCHAR FROM {event_schema.quoted(name)} WHERE {column} IS NOT NULL LIMIT 3"
+            ).fetchall()
             if rows:
                 undeclared[name] = rows
         stored = {row[0] for row in con.execute("SELECT DISTINCT source_kind FROM events").fetchall()}
     assert undeclared == {}
-    assert stored >= {"engine_log", "gateway_log", "infer_store", "supervisord_log", "serve_status", "host", "otlp",
-                      "alertmanager", "smoke"}
+    assert stored >= {
+        "engine_log",
+        "gateway_log",
+        "infer_store",
+        "supervisord_log",
+        "serve_status",
+        "host",
+        "otlp",
+        "alertmanager",
+        "smoke",
+    }

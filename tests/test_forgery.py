@@ -3,6 +3,7 @@
 A prompt the engine echoes into its log can start a line with a valid prefix; a gateway client
 can choose its lane and mode. Real files and a real DuckDB store, through the whole pipeline.
 """
+
 from __future__ import annotations
 
 import tomllib
@@ -29,9 +30,11 @@ def run(tmp: Path, engine: bytes = b"", gateway: bytes = b"") -> dict:
     tmp.mkdir(parents=True, exist_ok=True)
     (tmp / "engine.log").write_bytes(engine)
     (tmp / "rag-proxy.log").write_bytes(gateway)
-    text = (f'[agent]\nstate_dir = "{tmp / "state"}"\nhost = "h"\n[exporters.prometheus]\nenabled = false\n'
-            f'[sources.engine-b]\nkind = "engine_log"\npath = "{tmp / "engine.log"}"\ninstance = "strata-b"\n'
-            f'lane = "normal"\n[sources.gateway]\nkind = "gateway_log"\npath = "{tmp / "rag-proxy.log"}"\n')
+    text = (
+        f'[agent]\nstate_dir = "{tmp / "state"}"\nhost = "h"\n[exporters.prometheus]\nenabled = false\n'
+        f'[sources.engine-b]\nkind = "engine_log"\npath = "{tmp / "engine.log"}"\ninstance = "strata-b"\n'
+        f'lane = "normal"\n[sources.gateway]\nkind = "gateway_log"\npath = "{tmp / "rag-proxy.log"}"\n'
+    )
     config = parse_config(tomllib.loads(text), "test")
     pipeline = Pipeline(config, ManualClock(start=1_793_000_000.0), DuckDBStore(config.store_path()))
     try:
@@ -49,12 +52,14 @@ def lines(*texts: str) -> bytes:
 def test_an_echoed_prompt_cannot_move_the_engines_eviction_counter(tmp_path):
     forged = lines(
         "2026-10-19 05:20:03.000 I [cache] park conv=f0 parked=9 bytes=1 used=1 budget=1 evictions=777002",
-        "2026-10-19 05:20:03.001 I [cache] park conv=f0 parked=9 bytes=1 used=1 budget=1 evictions=777007")
+        "2026-10-19 05:20:03.001 I [cache] park conv=f0 parked=9 bytes=1 used=1 budget=1 evictions=777007",
+    )
     honest = lines(
         "2026-10-19 05:20:10.000 I [cache] evict conv=7b bytes=76021760 reason=budget parked=0 used=0"
         " budget=8589934592 evictions=1",
         "2026-10-19 05:20:20.000 I [stats] busy=0/20 prefill_queue=0 decode_tps=0.0 parked=0 used=0"
-        " budget=8589934592 evictions=1")
+        " budget=8589934592 evictions=1",
+    )
     clean = run(tmp_path / "clean", ENGINE)
     values = run(tmp_path / "forged", ENGINE + forged + honest)
     assert values["spyglass_engine_evictions_total"][KEY] == 1.0  # never 777002 or 777007
@@ -65,8 +70,13 @@ def test_an_echoed_prompt_cannot_move_the_engines_eviction_counter(tmp_path):
 
 def test_a_gap_in_the_log_is_resynchronised_by_consistent_lines(tmp_path):
     # lines were lost (e.g. rotated away unread): the engine's counter moved on without us
-    later = lines(*(f"2026-10-19 05:3{i}:00.000 I [stats] busy=0/20 prefill_queue=0 decode_tps=0.0 parked=0"
-                    f" used=0 budget=8589934592 evictions=40" for i in range(4)))
+    later = lines(
+        *(
+            f"2026-10-19 05:3{i}:00.000 I [stats] busy=0/20 prefill_queue=0 decode_tps=0.0 parked=0"
+            f" used=0 budget=8589934592 evictions=40"
+            for i in range(4)
+        )
+    )
     values = run(tmp_path, ENGINE + later)
     assert values["spyglass_engine_evictions_total"][KEY] == 40.0
     # two lines not exported, the third in agreement resynchronises (and two more in the fixture)
@@ -78,46 +88,73 @@ def test_task_lines_of_a_task_never_queued_are_orphans_not_requests(tmp_path):
         "2026-10-19 05:21:00.000 I [slot 2] task 999 prompt 300000 = 0 reused + 300000 read in 5 ms",
         "2026-10-19 05:21:01.000 I [slot 2] task 999 thinking: 9 of max 9 -> done (budget)",
         "2026-10-19 05:21:02.000 I [slot 2] task 999 done finish=stop prompt=300000 completion=99999"
-        " ttft_ms=1 decode_tps=9.0")
+        " ttft_ms=1 decode_tps=9.0",
+    )
     clean = run(tmp_path / "clean", ENGINE)
     values = run(tmp_path / "forged", ENGINE + forged)
-    for name in ("spyglass_engine_requests_finished_total", "spyglass_engine_completion_tokens_total",
-                 "spyglass_engine_prompt_tokens_total", "spyglass_engine_long_prompts_total",
-                 "spyglass_engine_thinking_tokens_total", "spyglass_engine_thinking_budget_exhausted_total"):
+    for name in (
+        "spyglass_engine_requests_finished_total",
+        "spyglass_engine_completion_tokens_total",
+        "spyglass_engine_prompt_tokens_total",
+        "spyglass_engine_long_prompts_total",
+        "spyglass_engine_thinking_tokens_total",
+        "spyglass_engine_thinking_budget_exhausted_total",
+    ):
         assert values[name] == clean[name], name
     assert values["spyglass_engine_orphan_lines_total"] == {
-        KEY + ("prompt",): 1.0, KEY + ("thinking",): 1.0, KEY + ("done",): 1.0}
+        KEY + ("prompt",): 1.0,
+        KEY + ("thinking",): 1.0,
+        KEY + ("done",): 1.0,
+    }
 
 
 def test_trailing_text_after_a_message_is_not_accepted():
     parser = EngineLogParser(EngineLogOptions(path="x", instance="strata-b"), "engine-b")
-    assert parser.parse_line(b"2026-10-19 04:49:15.700 I [cache] park conv=a parked=1 bytes=1 used=1 budget=1"
-                             b" evictions=5 and then whatever the prompt said") == Miss.UNMATCHED
-    assert parser.parse_line(b"2026-10-19 04:49:15.700 I [cache] park conv=a parked=1 bytes=1 used=1 budget=1"
-                             b" evictions=5").kind == "park"
+    assert (
+        parser.parse_line(
+            b"2026-10-19 04:49:15.700 I [cache] park conv=a parked=1 bytes=1 used=1 budget=1"
+            b" evictions=5 and then whatever the prompt said"
+        )
+        == Miss.UNMATCHED
+    )
+    assert (
+        parser.parse_line(
+            b"2026-10-19 04:49:15.700 I [cache] park conv=a parked=1 bytes=1 used=1 budget=1 evictions=5"
+        ).kind
+        == "park"
+    )
 
 
 def test_labels_from_the_gateway_log_are_bounded(tmp_path):
-    hostile = lines(*(f"[06:00:{i % 60:02d}] req=20261020-140000-{i:06x} session=s lane=lane{i} mode=m{i}"
-                      f" client_msgs=1 sent_msgs=1 chars=1 cjk=0.0 est_tokens=1 max_tokens=1" for i in range(300)),
-                    "[06:01:00] reject req=20261020-140100-000001 status=999 reason=\"x\"")
+    hostile = lines(
+        *(
+            f"[06:00:{i % 60:02d}] req=20261020-140000-{i:06x} session=s lane=lane{i} mode=m{i}"
+            f" client_msgs=1 sent_msgs=1 chars=1 cjk=0.0 est_tokens=1 max_tokens=1"
+            for i in range(300)
+        ),
+        '[06:01:00] reject req=20261020-140100-000001 status=999 reason="x"',
+    )
     values = run(tmp_path, gateway=GATEWAY + hostile)
     received = values["spyglass_gateway_requests_received_total"]
     assert {lane for lane, _ in received} == {"fast", "normal", "other"}
     assert received[("other", "other")] == 300
     assert {status for _, status in values["spyglass_gateway_requests_total"]} <= {"200", "400", "429", "other"}
     assert values["spyglass_source_unlisted_labels_total"] == {
-        ("gateway", "lane"): 300, ("gateway", "mode"): 300, ("gateway", "status"): 1}
+        ("gateway", "lane"): 300,
+        ("gateway", "mode"): 300,
+        ("gateway", "status"): 1,
+    }
 
 
 def test_labels_from_the_engine_log_are_bounded(tmp_path):
-    hostile = lines(*(f"2026-10-19 05:2{i % 10}:00.000 E [comp{i}] fatal {i}" for i in range(50)),
-                    "2026-10-19 05:29:00.000 I [cache] restore conv=a from=somewhere tokens=1")
+    hostile = lines(
+        *(f"2026-10-19 05:2{i % 10}:00.000 E [comp{i}] fatal {i}" for i in range(50)),
+        "2026-10-19 05:29:00.000 I [cache] restore conv=a from=somewhere tokens=1",
+    )
     values = run(tmp_path, ENGINE + hostile)
     assert set(values["spyglass_engine_errors_total"]) == {KEY + ("main",), KEY + ("other",)}
     assert values["spyglass_engine_prompt_restores_total"][KEY + ("other",)] == 1
-    assert values["spyglass_source_unlisted_labels_total"] == {("engine-b", "component"): 50,
-                                                               ("engine-b", "origin"): 1}
+    assert values["spyglass_source_unlisted_labels_total"] == {("engine-b", "component"): 50, ("engine-b", "origin"): 1}
 
 
 def test_no_metric_holds_more_series_than_the_cap():
@@ -128,7 +165,9 @@ def test_no_metric_holds_more_series_than_the_cap():
     assert len(state.values["spyglass_engine_errors_total"]) == 100
     assert len(state.hists["spyglass_engine_ttft_seconds"]) == 100
     assert state.values["spyglass_state_dropped_series_total"] == {
-        ("spyglass_engine_errors_total",): 4900, ("spyglass_engine_ttft_seconds",): 4900}
+        ("spyglass_engine_errors_total",): 4900,
+        ("spyglass_engine_ttft_seconds",): 4900,
+    }
     state.inc("spyglass_engine_errors_total", ("strata-b", "normal", "c7"))  # a known series still counts
     assert state.values["spyglass_engine_errors_total"][("strata-b", "normal", "c7")] == 2
 
@@ -136,12 +175,14 @@ def test_no_metric_holds_more_series_than_the_cap():
 BANNER = "2026-10-19 05:20:05.000 I [main] Strata 0.9.3 (build 7f3c2e1) starting pid=66666"
 BEFORE_BANNER = lines(
     "2026-10-19 05:20:01.000 I [cache] evict conv=7a bytes=76021760 reason=budget parked=0 used=0"
-    " budget=8589934592 evictions=1")
+    " budget=8589934592 evictions=1"
+)
 AFTER_BANNER = lines(
     "2026-10-19 05:20:06.000 I [stats] busy=0/20 prefill_queue=0 decode_tps=0.0 parked=0 used=0"
     " budget=8589934592 evictions=1",
     "2026-10-19 05:20:10.000 I [cache] evict conv=7b bytes=76021760 reason=budget parked=0 used=0"
-    " budget=8589934592 evictions=2")
+    " budget=8589934592 evictions=2",
+)
 
 
 def applied_one_by_one(log: bytes) -> list[dict]:
@@ -168,9 +209,9 @@ def test_a_forged_start_banner_resets_nothing(tmp_path):
     forged = ENGINE + BEFORE_BANNER + lines(BANNER) + AFTER_BANNER
     trail = applied_one_by_one(forged)
     before = len(applied_one_by_one(ENGINE + BEFORE_BANNER))  # the banner and the work follow these
-    evictions = [v["spyglass_engine_evictions_total"].get(KEY) for v in trail[before - 1:]]
+    evictions = [v["spyglass_engine_evictions_total"].get(KEY) for v in trail[before - 1 :]]
     assert evictions == [1, 1, 1, 2]  # never down: 1 before the banner, at it, after it
-    assert {v["spyglass_engine_ready"][KEY] for v in trail[before - 1:]} == {1.0}
+    assert {v["spyglass_engine_ready"][KEY] for v in trail[before - 1 :]} == {1.0}
     values = run(tmp_path / "forged", forged)
     clean = run(tmp_path / "clean", ENGINE)
     assert values["spyglass_engine_starts_total"][KEY] == clean["spyglass_engine_starts_total"][KEY] == 2
@@ -180,26 +221,40 @@ def test_a_forged_start_banner_resets_nothing(tmp_path):
 
 
 def test_a_start_the_start_sequence_follows_resets_the_counters(tmp_path):
-    restart = ENGINE + lines(BANNER, "2026-10-19 05:20:05.001 I [main] args: --slots 20 --prompt-cache-every 16384",
-                             "2026-10-19 05:20:06.000 I [stats] busy=0/20 prefill_queue=0 decode_tps=0.0 parked=0"
-                             " used=0 budget=8589934592 evictions=0")
+    restart = ENGINE + lines(
+        BANNER,
+        "2026-10-19 05:20:05.001 I [main] args: --slots 20 --prompt-cache-every 16384",
+        "2026-10-19 05:20:06.000 I [stats] busy=0/20 prefill_queue=0 decode_tps=0.0 parked=0"
+        " used=0 budget=8589934592 evictions=0",
+    )
     values = run(tmp_path, restart)
     assert values["spyglass_engine_starts_total"][KEY] == 3
     assert values["spyglass_engine_evictions_total"][KEY] == 0.0 and values["spyglass_engine_ready"][KEY] == 0.0
-    assert values["spyglass_engine_start_time_seconds"][KEY] == \
-        datetime(2026, 10, 19, 5, 20, 5, tzinfo=UTC).timestamp()
+    assert values["spyglass_engine_start_time_seconds"][KEY] == datetime(2026, 10, 19, 5, 20, 5, tzinfo=UTC).timestamp()
     assert (KEY + ("start",)) not in values.get("spyglass_engine_implausible_values_total", {})
 
 
 def test_consistent_lower_values_never_lower_the_exported_counter(tmp_path):
     """Forged lines agreeing on a lower value resynchronised the counter downwards (a reset Prometheus
     reads as a whole new count); now only a confirmed start lowers it."""
-    lower = lines(*(f"2026-10-19 05:3{i}:00.000 I [stats] busy=0/20 prefill_queue=0 decode_tps=0.0 parked=0"
-                    f" used=0 budget=8589934592 evictions=0" for i in range(4)))
-    higher = lines(*(f"2026-10-19 05:4{i}:00.000 I [stats] busy=0/20 prefill_queue=0 decode_tps=0.0 parked=0"
-                     f" used=0 budget=8589934592 evictions=40" for i in range(3)))
-    evictions = [v["spyglass_engine_evictions_total"].get(KEY)
-                 for v in applied_one_by_one(ENGINE + BEFORE_BANNER + lower + higher)]
+    lower = lines(
+        *(
+            f"2026-10-19 05:3{i}:00.000 I [stats] busy=0/20 prefill_queue=0 decode_tps=0.0 parked=0"
+            f" used=0 budget=8589934592 evictions=0"
+            for i in range(4)
+        )
+    )
+    higher = lines(
+        *(
+            f"2026-10-19 05:4{i}:00.000 I [stats] busy=0/20 prefill_queue=0 decode_tps=0.0 parked=0"
+            f" used=0 budget=8589934592 evictions=40"
+            for i in range(3)
+        )
+    )
+    evictions = [
+        v["spyglass_engine_evictions_total"].get(KEY)
+        for v in applied_one_by_one(ENGINE + BEFORE_BANNER + lower + higher)
+    ]
     tail = evictions[-8:]
     assert tail == [1] * 6 + [1, 40] and tail == sorted(tail)
 
@@ -208,8 +263,12 @@ def scrape_counters(text: bytes) -> dict[tuple, float]:
     """Every counter sample of a /metrics body, and engine_ready, by (name, labels)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text.decode())
-            for s in f.samples if f.type == "counter" or f.name == "spyglass_engine_ready"}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text.decode())
+        for s in f.samples
+        if f.type == "counter" or f.name == "spyglass_engine_ready"
+    }
 
 
 def test_a_forged_banner_between_real_lines_moves_no_counter_of_metrics_down(tmp_path):
@@ -220,9 +279,11 @@ def test_a_forged_banner_between_real_lines_moves_no_counter_of_metrics_down(tmp
     counted when it finishes (the banner did not drop the task joins)."""
     log = tmp_path / "engine.log"
     log.write_bytes(ENGINE + BEFORE_BANNER)
-    text = (f'[agent]\nstate_dir = "{tmp_path / "state"}"\nhost = "h"\n[exporters.prometheus]\nenabled = false\n'
-            f'[exporters.store]\nenabled = false\n'
-            f'[sources.engine-b]\nkind = "engine_log"\npath = "{log}"\ninstance = "strata-b"\nlane = "normal"\n')
+    text = (
+        f'[agent]\nstate_dir = "{tmp_path / "state"}"\nhost = "h"\n[exporters.prometheus]\nenabled = false\n'
+        f"[exporters.store]\nenabled = false\n"
+        f'[sources.engine-b]\nkind = "engine_log"\npath = "{log}"\ninstance = "strata-b"\nlane = "normal"\n'
+    )
     config = parse_config(tomllib.loads(text), "test")
     from spyglass.exporters.statefile import StateFile
 

@@ -1,4 +1,5 @@
 """Gateway log: every line kind, the date recovered across midnight, a restart and a gap."""
+
 from __future__ import annotations
 
 from datetime import UTC, datetime
@@ -50,9 +51,14 @@ def test_dates_are_recovered():
 def test_later_lines_carry_the_request_context():
     done = [e for e in events() if e.kind == "done"][1]
     assert done.request_id == "20261020-124900-7aa82c"
-    assert {k: done.fields[k] for k in ("lane", "mode", "est_tokens", "client_msgs", "sent_msgs", "engine_prompt")} \
-        == {"lane": "fast", "mode": "assembled", "est_tokens": 516561, "client_msgs": 315, "sent_msgs": 147,
-            "engine_prompt": 154796}
+    assert {k: done.fields[k] for k in ("lane", "mode", "est_tokens", "client_msgs", "sent_msgs", "engine_prompt")} == {
+        "lane": "fast",
+        "mode": "assembled",
+        "est_tokens": 516561,
+        "client_msgs": 315,
+        "sent_msgs": 147,
+        "engine_prompt": 154796,
+    }
     overfit = next(e for e in events() if e.kind == "overfit")
     assert (overfit.fields["lane"], overfit.fields["upstream"]) == ("normal", "#545 prompt too long: 372066 > 262144")
 
@@ -66,8 +72,10 @@ def test_context_survives_a_restart_through_the_checkpoint():
     second.restore(first.checkpoint())
     later, _, _ = second.handle_lines(lines[6:9])
     assert [(e.kind, utc(e), e.fields.get("lane")) for e in later] == [
-        ("precheck", "2026-10-20 04:49:00", "fast"), ("clamp", "2026-10-20 04:49:00", "fast"),
-        ("done", "2026-10-20 04:49:15", "fast")]
+        ("precheck", "2026-10-20 04:49:00", "fast"),
+        ("clamp", "2026-10-20 04:49:00", "fast"),
+        ("done", "2026-10-20 04:49:15", "fast"),
+    ]
 
 
 def test_a_request_lets_go_of_its_context_at_its_last_line():
@@ -78,9 +86,11 @@ def test_a_request_lets_go_of_its_context_at_its_last_line():
 
 
 def test_a_log_written_in_another_zone():
-    lines = [b"[12:49:00] req=20261020-124900-7aa82c session=auto:1 lane=fast mode=assembled client_msgs=1"
-             b" sent_msgs=1 chars=9 cjk=0.000 est_tokens=7 max_tokens=9",
-             b"[00:00:30] rag-proxy started pid=1 version=2026.10.20-1"]  # back by 12 h 48 m: the next day
+    lines = [
+        b"[12:49:00] req=20261020-124900-7aa82c session=auto:1 lane=fast mode=assembled client_msgs=1"
+        b" sent_msgs=1 chars=9 cjk=0.000 est_tokens=7 max_tokens=9",
+        b"[00:00:30] rag-proxy started pid=1 version=2026.10.20-1",
+    ]  # back by 12 h 48 m: the next day
     source = GatewayLogSource("gw", GatewayLogOptions(path="x", tz="Asia/Shanghai"))
     events, _, _ = source.handle_lines(lines)
     assert [utc(e) for e in events] == ["2026-10-20 04:49:00", "2026-10-20 16:00:30"]

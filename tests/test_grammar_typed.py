@@ -1,5 +1,6 @@
 """A kind's fields come from one generated function for the common line and from the general
 converter loop otherwise; both must give the same fields, types and refusals for any message."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,8 +11,10 @@ from spyglass.collectors import engine_log, gateway_log, supervisord_log, switch
 from spyglass.collectors.fields import capture_type, fields
 from spyglass.collectors.grammar import MAX_NUMBER, Miss, _float, _int, build_kinds, converters
 
-GRAMMARS = {module.__name__.split(".")[-1]: build_kinds(module.PATTERNS, {}, "test", frozenset(module.TEXT_FIELDS))
-            for module in (engine_log, gateway_log, supervisord_log, switch_log)}
+GRAMMARS = {
+    module.__name__.split(".")[-1]: build_kinds(module.PATTERNS, {}, "test", frozenset(module.TEXT_FIELDS))
+    for module in (engine_log, gateway_log, supervisord_log, switch_log)
+}
 KINDS = [kind for kinds in GRAMMARS.values() for kind in kinds]
 
 
@@ -36,8 +39,9 @@ NAMES = ["n", "if", "class", "None", "v0", "names", "found", "int", "typed", "c0
 def override_kinds(draw):
     """A configured kind: 0-4 named groups of any shape, each optional or not, some named as text."""
     names = draw(st.lists(st.sampled_from(NAMES), max_size=4, unique=True))
-    parts = [f"(?: {name}=(?P<{name}>{draw(st.sampled_from(SHAPES))})){'?' if draw(st.booleans()) else ''}"
-             for name in names]
+    parts = [
+        f"(?: {name}=(?P<{name}>{draw(st.sampled_from(SHAPES))})){'?' if draw(st.booleans()) else ''}" for name in names
+    ]
     text = frozenset(draw(st.sets(st.sampled_from(NAMES))))
     [kind] = [k for k in build_kinds({"x": ("", "", "x")}, {"y": "y" + "".join(parts)}, "test", text) if k.kind == "y"]
     return kind
@@ -57,17 +61,38 @@ REJECTED = next(kind for kind in GRAMMARS["engine_log"] if kind.kind == "rejecte
 PARK_LINE = "park conv=c1 parked=1 bytes={} used=5 budget=9 evictions=0"
 
 
-@pytest.mark.parametrize(("kind", "message", "expected"), [
-    (PARK, PARK_LINE.format(123), {"conv": "c1", "parked": 1, "bytes": 123, "used": 5, "budget": 9, "evictions": 0}),
-    (PARK, PARK_LINE.format("9" * 15), {"conv": "c1", "parked": 1, "bytes": int("9" * 15), "used": 5, "budget": 9,
-                                        "evictions": 0}),
-    (PARK, PARK_LINE.format(MAX_NUMBER), {"conv": "c1", "parked": 1, "bytes": MAX_NUMBER, "used": 5, "budget": 9,
-                                          "evictions": 0}),   # 16 digits: the general path, still in range
-    (PARK, PARK_LINE.format(MAX_NUMBER + 1), Miss.invalid("bytes")),
-    (PARK, PARK_LINE.format("0" * 40 + "7"), {"conv": "c1", "parked": 1, "bytes": 7, "used": 5, "budget": 9,
-                                              "evictions": 0}),  # long, but a small number
-    (REJECTED, "task 3 rejected 429 queue full", {"task": 3, "status": 429, "reason": "queue full"}),  # absent groups
-], ids=["common", "15-digits", "16-digits-in-range", "out-of-range", "leading-zeros", "optional-groups-absent"])
+@pytest.mark.parametrize(
+    ("kind", "message", "expected"),
+    [
+        (
+            PARK,
+            PARK_LINE.format(123),
+            {"conv": "c1", "parked": 1, "bytes": 123, "used": 5, "budget": 9, "evictions": 0},
+        ),
+        (
+            PARK,
+            PARK_LINE.format("9" * 15),
+            {"conv": "c1", "parked": 1, "bytes": int("9" * 15), "used": 5, "budget": 9, "evictions": 0},
+        ),
+        (
+            PARK,
+            PARK_LINE.format(MAX_NUMBER),
+            {"conv": "c1", "parked": 1, "bytes": MAX_NUMBER, "used": 5, "budget": 9, "evictions": 0},
+        ),  # 16 digits: the general path, still in range
+        (PARK, PARK_LINE.format(MAX_NUMBER + 1), Miss.invalid("bytes")),
+        (
+            PARK,
+            PARK_LINE.format("0" * 40 + "7"),
+            {"conv": "c1", "parked": 1, "bytes": 7, "used": 5, "budget": 9, "evictions": 0},
+        ),  # long, but a small number
+        (
+            REJECTED,
+            "task 3 rejected 429 queue full",
+            {"task": 3, "status": 429, "reason": "queue full"},
+        ),  # absent groups
+    ],
+    ids=["common", "15-digits", "16-digits-in-range", "out-of-range", "leading-zeros", "optional-groups-absent"],
+)
 def test_typed_fields_at_the_edges(kind, message, expected):
     found = kind.pattern.match(message.encode())
     assert found is not None
@@ -96,10 +121,19 @@ PRECHECK = next(kind for kind in GRAMMARS["gateway_log"] if kind.kind == "preche
 PRECHECK_LINE = "precheck req=r1 count_tokens=9 window=262144 room={}"
 
 
-@pytest.mark.parametrize(("room", "expected"), [
-    ("107348", 107348), ("-5000", -5000), ("0", 0), ("-0", 0), (f"-{MAX_NUMBER}", -MAX_NUMBER),
-    ("-" + "9" * 15, -int("9" * 15)), (f"-{MAX_NUMBER + 1}", Miss.invalid("room")),
-], ids=["positive", "negative", "zero", "minus-zero", "most-negative", "15-digits", "out-of-range"])
+@pytest.mark.parametrize(
+    ("room", "expected"),
+    [
+        ("107348", 107348),
+        ("-5000", -5000),
+        ("0", 0),
+        ("-0", 0),
+        (f"-{MAX_NUMBER}", -MAX_NUMBER),
+        ("-" + "9" * 15, -int("9" * 15)),
+        (f"-{MAX_NUMBER + 1}", Miss.invalid("room")),
+    ],
+    ids=["positive", "negative", "zero", "minus-zero", "most-negative", "15-digits", "out-of-range"],
+)
 def test_a_signed_group_is_an_int_whatever_its_sign(room, expected):
     """The gateway's room=(?P<room>-?\\d+) goes negative exactly when the prompt overflows the window."""
     assert DECLARED["gateway_log"]["precheck"]["room"] == "int"
@@ -110,11 +144,25 @@ def test_a_signed_group_is_an_int_whatever_its_sign(room, expected):
     assert typed_strictly(typed) == typed_strictly(PRECHECK._typed_any(found))
 
 
-@pytest.mark.parametrize(("body", "expected"), [
-    (r"\d+", "int"), (r"-?\d+", "int"), (r"\d", "int"), (r"\d{3}", "int"), (r"-?\d{1,3}", "int"),
-    (r"[\d.]+", "float"), (r"[.\d]+", "float"), (r"\d+\.\d+", "float"), (r"-?\d+\.\d+", "float"),
-    (r"\S+", None), (r"\w+", None), (r"\d+|inf", None), (r"-\d+", None), (r"\d*", None),
-])
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (r"\d+", "int"),
+        (r"-?\d+", "int"),
+        (r"\d", "int"),
+        (r"\d{3}", "int"),
+        (r"-?\d{1,3}", "int"),
+        (r"[\d.]+", "float"),
+        (r"[.\d]+", "float"),
+        (r"\d+\.\d+", "float"),
+        (r"-?\d+\.\d+", "float"),
+        (r"\S+", None),
+        (r"\w+", None),
+        (r"\d+|inf", None),
+        (r"-\d+", None),
+        (r"\d*", None),
+    ],
+)
 def test_a_capture_type_is_read_off_its_body(body, expected):
     assert capture_type(body) == expected
     assert converters(f"(?P<x>{body})", frozenset()).get("x") is {"int": _int, "float": _float, None: None}[expected]

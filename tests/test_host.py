@@ -1,4 +1,5 @@
 """The host collector: fixture trees of both cgroup versions, and two real pinned processes."""
+
 from __future__ import annotations
 
 import os
@@ -19,25 +20,35 @@ def source(tree: str, processes: dict) -> HostSource:
     return HostSource("host", HostOptions(proc_root=root / "proc", cgroup_root=root / "cgroup", processes=processes))
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("0-15", set(range(16))), ("0-15,38-53", set(range(16)) | set(range(38, 54))), ("3", {3}), ("", set())])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("0-15", set(range(16))), ("0-15,38-53", set(range(16)) | set(range(38, 54))), ("3", {3}), ("", set())],
+)
 def test_cpu_lists(text, expected):
     assert cpu_set(text) == expected
 
 
 def test_cgroup_lines_of_both_versions():
-    assert parse_cgroup("0::/system.slice/strata.slice\n") == (2, "/system.slice/strata.slice", "/system.slice/strata.slice")
+    assert parse_cgroup("0::/system.slice/strata.slice\n") == (
+        2,
+        "/system.slice/strata.slice",
+        "/system.slice/strata.slice",
+    )
     assert parse_cgroup("12:hugetlb:/\n4:cpu,cpuacct:/strata\n3:memory:/mem\n") == (1, "/strata", "/mem")
 
 
 def test_stat_splits_after_the_last_parenthesis():
-    facts = parse_stat("10712 (python3 (worker)) R 10709 10709 2504 0 -1 4194304 2958 6508 1 0 168 2 2 4 20 0 7 0 "
-                       "49707 16961536 3372 18446744073709551615")
+    facts = parse_stat(
+        "10712 (python3 (worker)) R 10709 10709 2504 0 -1 4194304 2958 6508 1 0 168 2 2 4 20 0 7 0 "
+        "49707 16961536 3372 18446744073709551615"
+    )
     assert facts == {"cpu_seconds": 170 / os.sysconf("SC_CLK_TCK"), "threads": 7}
 
 
 def test_incident_one_on_cgroup_v2_two_engines_on_the_same_cores():
-    events = source("v2", {"strata-a": {"cmdline": "--port 8081"}, "strata-b": {"cmdline": "--port 8082"}}).poll(0).events
+    events = (
+        source("v2", {"strata-a": {"cmdline": "--port 8081"}, "strata-b": {"cmdline": "--port 8082"}}).poll(0).events
+    )
     by_kind = {(e.kind, e.instance): e.fields for e in events}
     a = by_kind[("process", "strata-a")]
     assert (a["pid"], a["cpus"], a["rss_bytes"], a["threads"]) == (4242, "0-31", 98_304_000 * 1024, 26)
@@ -53,8 +64,11 @@ def test_incident_one_on_cgroup_v2_two_engines_on_the_same_cores():
 
 def test_cgroup_v1_counters_are_converted_to_seconds():
     (event,) = source("v1", {"strata-b": {"cmdline": "--port 8082"}}).poll(0).events
-    assert (event.fields["throttled_seconds"], event.fields["memory_bytes"], event.fields["oom_kills"]) == \
-        (pytest.approx(4.288698555), 67108864, 1)
+    assert (event.fields["throttled_seconds"], event.fields["memory_bytes"], event.fields["oom_kills"]) == (
+        pytest.approx(4.288698555),
+        67108864,
+        1,
+    )
 
 
 def test_a_missing_process_is_reported_not_fatal(tmp_path):
@@ -66,8 +80,10 @@ def test_two_real_processes_pinned_to_overlapping_then_disjoint_cpus(spawns, tmp
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("needs two CPUs to pin apart")  # every machine this project runs on has two
-    children = [subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
-                for _ in range(2)]
+    children = [
+        subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+        for _ in range(2)
+    ]
     try:
         processes = {}
         for name, child in zip(("strata-a", "strata-b"), children):

@@ -1,6 +1,7 @@
 """Hostile text in the logs is printed as data (issue 21, item 7): what an attacker wrote into a line
 reaches `sql`, `timeline`, `diagnose`, `trace` and `changes` as written, never as rich markup, a
 terminal escape sequence or a spreadsheet formula; and diagnose's exit status is the findings'."""
+
 from __future__ import annotations
 
 import csv
@@ -31,11 +32,16 @@ path = "{folder}/supervisord.log"
 
 def crash_loop(program: str, minute: int) -> list[str]:
     """A program that dies four times in a minute and goes FATAL (H13, critical)."""
-    lines = [f"2026-10-19 06:{minute:02d}:{n}0,100 INFO spawned: '{program}' with pid {4000 + n}\n"
-             f"2026-10-19 06:{minute:02d}:{n}5,100 WARN exited: {program} (exit status 134; not expected)"
-             for n in range(4)]
-    return [*lines, f"2026-10-19 06:{minute:02d}:50,100 INFO gave up: {program} entered FATAL state, too many start"
-                    " retries too quickly"]
+    lines = [
+        f"2026-10-19 06:{minute:02d}:{n}0,100 INFO spawned: '{program}' with pid {4000 + n}\n"
+        f"2026-10-19 06:{minute:02d}:{n}5,100 WARN exited: {program} (exit status 134; not expected)"
+        for n in range(4)
+    ]
+    return [
+        *lines,
+        f"2026-10-19 06:{minute:02d}:50,100 INFO gave up: {program} entered FATAL state, too many start"
+        " retries too quickly",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +56,13 @@ def store(tmp_path_factory, spawns) -> Path:
 
 
 def spyglass(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "spyglass.cli.app", *args], capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "COLUMNS": "400"})
+    return subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "COLUMNS": "400"},
+    )
 
 
 def assert_shown_as_data(out: str) -> None:
@@ -105,8 +116,13 @@ def test_diagnose_exits_by_its_findings_even_when_printing_fails(store, spawns):
     """The deploy gate's `spyglass diagnose > /dev/full` (or any output that breaks): still 2, and said."""
     for extra in ((), ("--json",)):
         with open("/dev/full", "w") as full:
-            result = subprocess.run([sys.executable, "-m", "spyglass.cli.app", "diagnose", "-c", str(store), *extra],
-                                    stdout=full, stderr=subprocess.PIPE, text=True, timeout=180)
+            result = subprocess.run(
+                [sys.executable, "-m", "spyglass.cli.app", "diagnose", "-c", str(store), *extra],
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=180,
+            )
         assert result.returncode == 2, result.stderr
         assert "printing the diagnosis failed" in result.stderr and "Traceback" not in result.stderr
 
@@ -119,10 +135,13 @@ def test_trace_prints_a_hostile_upstream_reason_as_data(tmp_path, spawns):
         f"[06:14:58] req={req} session=auto:15eb3770f7f979bf lane=fast mode=no_rag client_msgs=12 sent_msgs=12"
         " chars=1300000 cjk=0.010 est_tokens=398890 max_tokens=32000\n"
         f'[06:14:58] overfit req={req} status=400 prompt=398890 max=256000 upstream="{reason}"\n'
-        f"[06:14:58] retry_on_overfit req={req} max_tokens 32000 -> 1\n")
+        f"[06:14:58] retry_on_overfit req={req} max_tokens 32000 -> 1\n"
+    )
     config = tmp_path / "spyglass.toml"
-    config.write_text(f'[agent]\nstate_dir = "{tmp_path}/state"\n[exporters.prometheus]\nenabled = false\n'
-                      f'[sources.gateway]\nkind = "gateway_log"\npath = "{tmp_path}/rag-proxy.log"\n')
+    config.write_text(
+        f'[agent]\nstate_dir = "{tmp_path}/state"\n[exporters.prometheus]\nenabled = false\n'
+        f'[sources.gateway]\nkind = "gateway_log"\npath = "{tmp_path}/rag-proxy.log"\n'
+    )
     assert spyglass("ingest", "-c", str(config)).returncode == 0
     result = spyglass("trace", "-c", str(config), req)
     assert result.returncode == 0, result.stderr

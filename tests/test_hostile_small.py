@@ -1,5 +1,6 @@
 """Issue 21 item 12, the small ones not tested beside their module: control characters in a label
 value, and a symlink planted where /api/sql writes its copy of the store."""
+
 from __future__ import annotations
 
 import os
@@ -21,9 +22,13 @@ from spyglass.signals.state import MetricState
 def test_nul_and_control_characters_never_reach_a_build_label(tmp_path):
     log = tmp_path / "switch.log"
     log.write_bytes(b"2026-10-17 20:34:12 switch strata-b engine=old -> Strata\x00\x01\x1b[2J by=ops\n")
-    config = parse_config(tomllib.loads(
-        f'[agent]\nstate_dir = "{tmp_path}"\n[exporters.prometheus]\nenabled = false\n'
-        f'[sources.switch]\nkind = "switch_log"\npath = "{log}"\ninstances = ["strata-b"]\n'), "t")
+    config = parse_config(
+        tomllib.loads(
+            f'[agent]\nstate_dir = "{tmp_path}"\n[exporters.prometheus]\nenabled = false\n'
+            f'[sources.switch]\nkind = "switch_log"\npath = "{log}"\ninstances = ["strata-b"]\n'
+        ),
+        "t",
+    )
     pipeline = Pipeline(config, ManualClock(), StateFile(tmp_path / "state.json"))
     try:
         pipeline.run_until_idle()

@@ -2,6 +2,7 @@
 a source path (at start-up, or swapped in for a followed log at run time) is refused for that source,
 counted, and named by /health; the pipeline goes on and SIGTERM stops it. Before, opening the FIFO
 blocked the whole agent (nothing committed, /health ok, SIGTERM ignored)."""
+
 from __future__ import annotations
 
 import os
@@ -82,13 +83,16 @@ def agent_with_a_fifo(tmp_path, spawns):
     good.write_bytes(FIXTURE.read_bytes())
     os.mkfifo(tmp_path / "fifo.log")
     config = engine_log_config(good, tmp_path / "state", listen=f"127.0.0.1:{port}", commit_interval_seconds=0.2)
-    (name, options), = config["sources"].items()
+    ((name, options),) = config["sources"].items()
     config["sources"]["other"] = {**options, "path": str(tmp_path / "other.log")}
     config["sources"]["fifo"] = {**options, "path": str(tmp_path / "fifo.log")}
     (tmp_path / "other.log").write_bytes(b"")
     (tmp_path / "spyglass.toml").write_text(toml_text(config))
-    proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(tmp_path / "spyglass.toml")],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(tmp_path / "spyglass.toml")],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     killer = threading.Timer(90, proc.kill)  # the old agent ignored SIGTERM here: never hang the suite
     killer.start()
     yield {"proc": proc, "url": f"http://127.0.0.1:{port}", "dir": tmp_path}
@@ -119,11 +123,15 @@ def test_a_fifo_source_blocks_nothing_and_sigterm_stops_the_agent(agent_with_a_f
     # A followed log replaced by a FIFO at run time: refused too, and the other sources go on.
     (folder / "other.log").rename(folder / "other.log.1")
     os.mkfifo(folder / "other.log")
-    wait_until(lambda: metric(url, 'spyglass_source_refused_files_total{kind="fifo",source="other"}') == 1.0,
-               what="the swapped-in FIFO refused")
+    wait_until(
+        lambda: metric(url, 'spyglass_source_refused_files_total{kind="fifo",source="other"}') == 1.0,
+        what="the swapped-in FIFO refused",
+    )
     with open(folder / "good.log", "ab") as log:
-        log.write(b"2026-10-19 05:21:00.000 I [cache] evict conv=7b7b bytes=76021760 reason=budget parked=0"
-                  b" used=0 budget=8589934592 evictions=1\n")
+        log.write(
+            b"2026-10-19 05:21:00.000 I [cache] evict conv=7b7b bytes=76021760 reason=budget parked=0"
+            b" used=0 budget=8589934592 evictions=1\n"
+        )
     wait_until(lambda: metric(url, "spyglass_store_events_total") == 36.0, what="the good source still stored")
     assert "source other:" in httpx.get(f"{url}/health").text
     proc.send_signal(signal.SIGTERM)

@@ -1,6 +1,7 @@
 """The polled sources' HTTP (collectors/http_poll.py) against real HTTP/1.1 servers on 127.0.0.1: one
 connection kept across polls, a connection the server closed is replaced, and llama-server's bodies that
 did not change are not parsed again."""
+
 from __future__ import annotations
 
 import http.server
@@ -14,8 +15,12 @@ from spyglass.collectors import llama_server
 from spyglass.collectors.http_poll import HttpPoller
 from spyglass.collectors.llama_server import LlamaServerOptions, LlamaServerSource
 
-BODIES = {"/health": b'{"status": "ok"}', "/metrics": b"llamacpp:requests_deferred 2\nllamacpp:n_decode_total 7\n",
-          "/slots": json.dumps([{"id": 0, "is_processing": False}]).encode(), "/props": b'{"build_info": "b1-abc"}'}
+BODIES = {
+    "/health": b'{"status": "ok"}',
+    "/metrics": b"llamacpp:requests_deferred 2\nllamacpp:n_decode_total 7\n",
+    "/slots": json.dumps([{"id": 0, "is_processing": False}]).encode(),
+    "/props": b'{"build_info": "b1-abc"}',
+}
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -75,7 +80,9 @@ def test_a_connection_the_server_closed_is_replaced_and_the_poll_answers(server:
 def test_a_body_that_did_not_change_is_not_parsed_again(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     parsed: list[str] = []
     real = llama_server.parse_metrics
-    monkeypatch.setattr(llama_server, "parse_metrics", lambda text, invalid=None: parsed.append(text) or real(text, invalid))
+    monkeypatch.setattr(
+        llama_server, "parse_metrics", lambda text, invalid=None: parsed.append(text) or real(text, invalid)
+    )
     source = LlamaServerSource("metrics", LlamaServerOptions(url=server, instance="llama-a"))
     for now in range(3):
         source.poll(float(now))

@@ -1,4 +1,5 @@
 """The infer-store importer on a store the test writes while it imports."""
+
 from __future__ import annotations
 
 import gzip
@@ -13,17 +14,40 @@ from spyglass.signals import full_catalogue
 from spyglass.signals.infer_store import InferSignals
 from spyglass.signals.state import MetricState
 
-COLUMNS = ("id TEXT PRIMARY KEY, ts TEXT, session TEXT, lane TEXT, upstream TEXT, mode TEXT, client_msgs INT,"
-           " sent_msgs INT, chars INT, est_tokens INT, prompt_tokens INT, completion_tokens INT, max_tokens INT,"
-           " status INT, finish TEXT, tool_calls INT, content_chars INT, reasoning_chars INT, ttft_ms INT,"
-           " dur_ms INT, seg TEXT")
+COLUMNS = (
+    "id TEXT PRIMARY KEY, ts TEXT, session TEXT, lane TEXT, upstream TEXT, mode TEXT, client_msgs INT,"
+    " sent_msgs INT, chars INT, est_tokens INT, prompt_tokens INT, completion_tokens INT, max_tokens INT,"
+    " status INT, finish TEXT, tool_calls INT, content_chars INT, reasoning_chars INT, ttft_ms INT,"
+    " dur_ms INT, seg TEXT"
+)
 
 
 def row(i: int, lane: str = "fast") -> tuple:
     rid = f"20261017-22{i // 60 % 60:02d}{i % 60:02d}-{i:06x}"
     ts = f"2026-10-17 22:{i // 60 % 60:02d}:{i % 60:02d}.000"
-    return (rid, ts, f"auto:{i:016x}", lane, "strata-a", "assembled", 40, 38, 52000, 30000, 24100, 800, 32000,
-            200, "stop", 0, 2000, 300, 1400, 15000, "20261017/seg-220000-00001.jsonl.gz")
+    return (
+        rid,
+        ts,
+        f"auto:{i:016x}",
+        lane,
+        "strata-a",
+        "assembled",
+        40,
+        38,
+        52000,
+        30000,
+        24100,
+        800,
+        32000,
+        200,
+        "stop",
+        0,
+        2000,
+        300,
+        1400,
+        15000,
+        "20261017/seg-220000-00001.jsonl.gz",
+    )
 
 
 def create(db: Path) -> None:
@@ -80,15 +104,37 @@ def test_rows_are_imported_once_while_the_gateway_writes(tmp_path):
     assert imported == written and len(imported) == ROWS
 
 
-def seg_record(rid: str, *, prompt: str, first_user: str, sent_user: str, tools: bool, content: str,
-               reasoning: str = "", calls: list | None = None, finish: str = "stop") -> dict:
-    return {"id": rid,
-            "request": {"client": {"messages": [{"role": "user", "content": first_user}]},
-                        "sent": {"system": prompt, "messages": [{"role": "user", "content": [{"type": "text",
-                                                                                              "text": sent_user}]}],
-                                 "tools": [{"name": "Bash"}] if tools else [], "max_tokens": 32000}},
-            "response": {"content": content, "reasoning": reasoning, "tool_calls": calls or [],
-                         "finish_reason": finish, "usage": {}}}
+def seg_record(
+    rid: str,
+    *,
+    prompt: str,
+    first_user: str,
+    sent_user: str,
+    tools: bool,
+    content: str,
+    reasoning: str = "",
+    calls: list | None = None,
+    finish: str = "stop",
+) -> dict:
+    return {
+        "id": rid,
+        "request": {
+            "client": {"messages": [{"role": "user", "content": first_user}]},
+            "sent": {
+                "system": prompt,
+                "messages": [{"role": "user", "content": [{"type": "text", "text": sent_user}]}],
+                "tools": [{"name": "Bash"}] if tools else [],
+                "max_tokens": 32000,
+            },
+        },
+        "response": {
+            "content": content,
+            "reasoning": reasoning,
+            "tool_calls": calls or [],
+            "finish_reason": finish,
+            "usage": {},
+        },
+    }
 
 
 def write_segment(path: Path, records: list[dict], age: float | None = None) -> None:
@@ -109,16 +155,46 @@ def test_body_facts_and_signals(tmp_path):
     ids = [row(i)[0] for i in range(5)]
     task = "Write chapter 7 of the book"
     records = [
-        seg_record(ids[0], prompt="see generate.cpp: <|endoftext|> and <|im_end|>", first_user=task, sent_user=task,
-                   tools=True, content="", reasoning="I will repeat <|im_end|"),
-        seg_record(ids[1], prompt="plain", first_user=task, sent_user=task, tools=True,
-                   content="I'll now write the chapter."),
-        seg_record(ids[2], prompt="plain", first_user=task, sent_user=task, tools=True, content="",
-                   calls=[{"name": "Bash", "arguments": '{"command": "ls'}], finish="tool_calls"),
-        seg_record(ids[3], prompt="plain", first_user=task, sent_user="(older messages dropped) continue",
-                   tools=False, content="x" * 900),
-        seg_record(ids[4], prompt="plain", first_user=task, sent_user=task, tools=True, content="done" * 200,
-                   calls=[{"name": "Bash", "arguments": {"command": "ls"}}], finish="tool_calls"),
+        seg_record(
+            ids[0],
+            prompt="see generate.cpp: <|endoftext|> and <|im_end|>",
+            first_user=task,
+            sent_user=task,
+            tools=True,
+            content="",
+            reasoning="I will repeat <|im_end|",
+        ),
+        seg_record(
+            ids[1], prompt="plain", first_user=task, sent_user=task, tools=True, content="I'll now write the chapter."
+        ),
+        seg_record(
+            ids[2],
+            prompt="plain",
+            first_user=task,
+            sent_user=task,
+            tools=True,
+            content="",
+            calls=[{"name": "Bash", "arguments": '{"command": "ls'}],
+            finish="tool_calls",
+        ),
+        seg_record(
+            ids[3],
+            prompt="plain",
+            first_user=task,
+            sent_user="(older messages dropped) continue",
+            tools=False,
+            content="x" * 900,
+        ),
+        seg_record(
+            ids[4],
+            prompt="plain",
+            first_user=task,
+            sent_user=task,
+            tools=True,
+            content="done" * 200,
+            calls=[{"name": "Bash", "arguments": {"command": "ls"}}],
+            finish="tool_calls",
+        ),
     ]
     segs = tmp_path / "infer-segs" / "20261017"
     write_segment(segs / "seg-220000-00001.jsonl.gz", records, age=1_000.0)
@@ -127,8 +203,17 @@ def test_body_facts_and_signals(tmp_path):
     source = InferStoreSource("infer", InferStoreOptions(path=db, settle_seconds=30))
     events = source.poll(10_000.0).events
     bodies = {e.request_id: e.fields for e in events if e.kind == "request_body"}
-    assert [(b["special_literals"], b["thinking_only"], b["invalid_tool_json"], b["anchor_survived"],
-             b["plan_then_stop"], b["lane"]) for b in (bodies[i] for i in ids)] == [
+    assert [
+        (
+            b["special_literals"],
+            b["thinking_only"],
+            b["invalid_tool_json"],
+            b["anchor_survived"],
+            b["plan_then_stop"],
+            b["lane"],
+        )
+        for b in (bodies[i] for i in ids)
+    ] == [
         (2, True, 0, True, False, "fast"),
         (0, False, 0, True, True, "fast"),
         (0, False, 1, True, False, "normal"),
@@ -150,15 +235,24 @@ def test_body_facts_and_signals(tmp_path):
     assert v["spyglass_infer_anchor_lost_total"] == {("fast",): 1}
     assert sum(v["spyglass_infer_requests_total"].values()) == 5
 
-    write_segment(segs / "seg-223000-00002.jsonl.gz", [seg_record("20261017-223000-aaaaaa", prompt="p",
-                  first_user=task, sent_user=task, tools=False, content="ok")], age=2_000.0)
+    write_segment(
+        segs / "seg-223000-00002.jsonl.gz",
+        [seg_record("20261017-223000-aaaaaa", prompt="p", first_user=task, sent_user=task, tools=False, content="ok")],
+        age=2_000.0,
+    )
     again = source.poll(20_000.0).events
     assert [(e.kind, e.request_id) for e in again] == [("request_body", "20261017-223000-aaaaaa")]
 
     # A gateway that appends a gzip member to a segment later: only the new record is read.
     with gzip.open(segs / "seg-223000-00002.jsonl.gz", "at") as f:
-        f.write(json.dumps(seg_record("20261017-223100-bbbbbb", prompt="p", first_user=task, sent_user=task,
-                                      tools=False, content="ok")) + "\n")
+        f.write(
+            json.dumps(
+                seg_record(
+                    "20261017-223100-bbbbbb", prompt="p", first_user=task, sent_user=task, tools=False, content="ok"
+                )
+            )
+            + "\n"
+        )
     os.utime(segs / "seg-223000-00002.jsonl.gz", (3_000.0, 3_000.0))
     assert [e.request_id for e in source.poll(30_000.0).events] == ["20261017-223100-bbbbbb"]
     assert source.poll(40_000.0).events == []

@@ -1,5 +1,6 @@
 """`spyglass ingest` says which infer-store segments it left unread because they changed too recently,
 and `--settled-seconds` reads a segment copied a moment ago."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,19 +15,40 @@ def store(folder: Path) -> Path:
     infer, at = Infer(), utc("2026-10-17 14:00:05")
     for n in range(3):
         req = rid(at, n)
-        infer.add(at, {"id": req, "session": "auto:1", "lane": "fast", "upstream": "strata-a", "mode": "assembled",
-                       "status": 200, "finish": "stop"},
-                  body(system="s", first_user="u", sent_user="u", tools=False, content=ANSWER))
+        infer.add(
+            at,
+            {
+                "id": req,
+                "session": "auto:1",
+                "lane": "fast",
+                "upstream": "strata-a",
+                "mode": "assembled",
+                "status": 200,
+                "finish": "stop",
+            },
+            body(system="s", first_user="u", sent_user="u", tools=False, content=ANSWER),
+        )
     db = infer.write(folder / "infer")
     config = folder / "spyglass.toml"
-    config.write_text(f'[agent]\nstate_dir = "{folder / "state"}"\n[exporters.prometheus]\nenabled = false\n'
-                      f'[sources.infer]\nkind = "infer_store"\npath = "{db}"\n')
+    config.write_text(
+        f'[agent]\nstate_dir = "{folder / "state"}"\n[exporters.prometheus]\nenabled = false\n'
+        f'[sources.infer]\nkind = "infer_store"\npath = "{db}"\n'
+    )
     return config
 
 
 def bodies(config: Path) -> str:
-    result = CliRunner().invoke(app, ["sql", "--config", str(config), "--format", "csv",
-                                      "SELECT count(*) AS n FROM events WHERE kind = 'request_body'"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "sql",
+            "--config",
+            str(config),
+            "--format",
+            "csv",
+            "SELECT count(*) AS n FROM events WHERE kind = 'request_body'",
+        ],
+    )
     assert result.exit_code == 0, result.output
     return result.stdout.split()[-1]
 

@@ -1,6 +1,7 @@
 """`spyglass ingest`, and `spyglass run` with a writer appending, killed with SIGKILL at random
 points and restarted: the stored events and the metrics equal one uninterrupted pass, exactly
 (architecture.md), and a restart never exposes a counter lower than one already scraped."""
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,9 @@ def write_config(folder: Path, log: Path) -> Path:
     path = folder / "spyglass.toml"
     # A small read budget and no commit interval make many small commits, so kills land between
     # and inside them.
-    path.write_text(engine_log_toml(log, folder / "state", host="h1", read_budget_bytes=65536,
-                                    commit_interval_seconds=0))
+    path.write_text(
+        engine_log_toml(log, folder / "state", host="h1", read_budget_bytes=65536, commit_interval_seconds=0)
+    )
     return path
 
 
@@ -121,7 +123,7 @@ class Writer(threading.Thread):
     def run(self) -> None:
         with open(self.path, "ab", buffering=0) as out:
             for i in range(0, len(self.lines), 50):
-                out.write(b"".join(self.lines[i:i + 50]))
+                out.write(b"".join(self.lines[i : i + 50]))
                 self.pace.wait(0.01)
 
 
@@ -160,11 +162,19 @@ def test_sigkill_of_the_live_agent_while_a_writer_appends(tmp_path):
 
     proc = subprocess.Popen(run, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: (counters(url) or {}).get(
-            'spyglass_source_lines_total{outcome="event",source="engine-b"}', 0) > 0, 30, "the agent serving")
-        wait_until(lambda: sum(v for k, v in (counters(url) or {}).items()
-                               if k.startswith("spyglass_source_lines_total")) == len(lines), 30,
-                   "the last agent caught up with the file")
+        wait_until(
+            lambda: (counters(url) or {}).get('spyglass_source_lines_total{outcome="event",source="engine-b"}', 0) > 0,
+            30,
+            "the agent serving",
+        )
+        wait_until(
+            lambda: (
+                sum(v for k, v in (counters(url) or {}).items() if k.startswith("spyglass_source_lines_total"))
+                == len(lines)
+            ),
+            30,
+            "the last agent caught up with the file",
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0

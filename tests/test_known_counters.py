@@ -2,6 +2,7 @@
 rate() and increase() see the first increment (the first checksum mismatch since the agent
 started must page); counters that copy a source's own cumulative count are not started at 0
 (a first report of evictions=500 is no storm of 500); a restart keeps what it restored."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,28 +12,39 @@ from spyglass.collectors.clock import ManualClock
 from spyglass.config import parse_config
 from spyglass.exporters.statefile import StateFile
 
-MISMATCH = (b"2026-10-19 05:10:00.000 E [load] checksum mismatch reading /models/current.gguf:"
-            b" expected md5=5d41402abc4b2a76b9719d911017c592 got=0cc175b9c0f1b6a831c399e269772661\n")
-STATS = (b"2026-10-19 05:10:10.000 I [stats] busy=1/20 prefill_queue=0 decode_tps=11.2 parked=1 used=4610021888"
-         b" budget=8589934592 evictions=500\n")
+MISMATCH = (
+    b"2026-10-19 05:10:00.000 E [load] checksum mismatch reading /models/current.gguf:"
+    b" expected md5=5d41402abc4b2a76b9719d911017c592 got=0cc175b9c0f1b6a831c399e269772661\n"
+)
+STATS = (
+    b"2026-10-19 05:10:10.000 I [stats] busy=1/20 prefill_queue=0 decode_tps=11.2 parked=1 used=4610021888"
+    b" budget=8589934592 evictions=500\n"
+)
 
 
 def config(tmp_path: Path) -> dict:
     for name in ("a.log", "b.log", "gateway.log"):
         (tmp_path / name).touch()
-    return {"agent": {"state_dir": str(tmp_path / "state")},
-            "exporters": {"prometheus": {"enabled": False}, "store": {"enabled": False}},
-            "sources": {"engine-a": {"kind": "engine_log", "path": str(tmp_path / "a.log"), "instance": "strata-a",
-                                     "lane": "fast"},
-                        "engine-b": {"kind": "engine_log", "path": str(tmp_path / "b.log"), "instance": "strata-b",
-                                     "lane": "normal"},
-                        "gateway": {"kind": "gateway_log", "path": str(tmp_path / "gateway.log"),
-                                    "instance": "rag-proxy"}}}
+    return {
+        "agent": {"state_dir": str(tmp_path / "state")},
+        "exporters": {"prometheus": {"enabled": False}, "store": {"enabled": False}},
+        "sources": {
+            "engine-a": {"kind": "engine_log", "path": str(tmp_path / "a.log"), "instance": "strata-a", "lane": "fast"},
+            "engine-b": {
+                "kind": "engine_log",
+                "path": str(tmp_path / "b.log"),
+                "instance": "strata-b",
+                "lane": "normal",
+            },
+            "gateway": {"kind": "gateway_log", "path": str(tmp_path / "gateway.log"), "instance": "rag-proxy"},
+        },
+    }
 
 
 def run(tmp_path: Path) -> Pipeline:
-    pipeline = Pipeline(parse_config(config(tmp_path), "test"), ManualClock(start=1_792_400_000.0),
-                        StateFile(tmp_path / "state.json"))
+    pipeline = Pipeline(
+        parse_config(config(tmp_path), "test"), ManualClock(start=1_792_400_000.0), StateFile(tmp_path / "state.json")
+    )
     pipeline.run_until_idle()
     return pipeline
 

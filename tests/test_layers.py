@@ -1,6 +1,7 @@
 """Arrows run down: collectors know only the event; signals derive metrics and spans from
 collectors' events; exporters ship the events and the signals' state; the application (spyglass/)
 and the observed stack (engine/) sit above them, and engine/ needs no exporter."""
+
 from __future__ import annotations
 
 import ast
@@ -44,14 +45,18 @@ def imported_packages(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_a_package_imports_nothing_above_it(package):
-    offenders = {str(path.relative_to(ROOT)): sorted(imported_packages(path) & FORBIDDEN[package])
-                 for path in sorted((ROOT / LAYERS[package]).rglob("*.py"))}
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(imported_packages(path) & FORBIDDEN[package])
+        for path in sorted((ROOT / LAYERS[package]).rglob("*.py"))
+    }
     assert {path: bad for path, bad in offenders.items() if bad} == {}
 
 
 def test_the_rule_sees_a_violation(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("from spyglass.config import Config\nimport spyglass.engine.instrument\nfrom spyglass import signals\n")
+    bad.write_text(
+        "from spyglass.config import Config\nimport spyglass.engine.instrument\nfrom spyglass import signals\n"
+    )
     assert imported_packages(bad) >= {"spyglass", "engine", "signals"}
 
 
@@ -63,16 +68,20 @@ def test_the_wheel_layers_are_linked_into_the_one_package():
 
 def python_files(folder: Path) -> list[Path]:
     """The .py files under folder, through the links that put the layers inside spyglass/."""
-    return sorted(Path(top, name) for top, _, names in os.walk(folder, followlinks=True)
-                  for name in names if name.endswith(".py"))
+    return sorted(
+        Path(top, name) for top, _, names in os.walk(folder, followlinks=True) for name in names if name.endswith(".py")
+    )
 
 
 def module_graph(root: Path, packages: list[str]) -> dict[str, set[str]]:
     """Module -> the modules of `packages` it imports anywhere (also inside a function, where the cycle
     hides until the call), each import resolved to the deepest module that exists; a module's own
     packages are left out (a package's __init__ runs before its modules either way)."""
-    files = {".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): path
-             for package in packages for path in python_files(root / package)}
+    files = {
+        ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): path
+        for package in packages
+        for path in python_files(root / package)
+    }
 
     def resolve(name: str) -> str | None:
         while name and name not in files:
@@ -115,11 +124,13 @@ def test_the_cycle_rule_sees_a_cycle_through_a_function_level_import(tmp_path):
 
 def test_loading_the_sources_imports_no_pyarrow_and_skips_no_registration(spawns):
     """load_all() leaves out the ON_DEMAND modules; they must register nothing, or a source would vanish."""
-    code = ("import sys, importlib\nfrom spyglass import collectors\n"
-            "before = dict(collectors.load_all())\n"
-            "assert 'pyarrow' not in sys.modules, 'load_all imported pyarrow'\n"
-            "for name in collectors.ON_DEMAND: importlib.import_module('spyglass.collectors.' + name)\n"
-            "assert collectors.REGISTRY == before, 'an ON_DEMAND module registered a source'\n")
+    code = (
+        "import sys, importlib\nfrom spyglass import collectors\n"
+        "before = dict(collectors.load_all())\n"
+        "assert 'pyarrow' not in sys.modules, 'load_all imported pyarrow'\n"
+        "for name in collectors.ON_DEMAND: importlib.import_module('spyglass.collectors.' + name)\n"
+        "assert collectors.REGISTRY == before, 'an ON_DEMAND module registered a source'\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
 
@@ -137,8 +148,10 @@ def misnamed_signals(registrations, source_kinds: set[str], modules: set[str]) -
         if registration.cls.__module__ != f"spyglass.signals.{kind}":
             out.append(f"{kind}: served from {registration.cls.__module__}, not spyglass.signals.{kind}")
     served = {kind for kind, registration in registrations.items() if registration.cls is not None}
-    return out + [f"spyglass.signals.{name}: named for {name} but does not serve it"
-                  for name in sorted(modules & source_kinds - served)]
+    return out + [
+        f"spyglass.signals.{name}: named for {name} but does not serve it"
+        for name in sorted(modules & source_kinds - served)
+    ]
 
 
 def test_each_signals_module_is_named_for_the_source_kind_it_serves():
@@ -154,10 +167,17 @@ def test_the_naming_rule_sees_a_misnamed_module():
     class Gateway:  # a class serving gateway_log from spyglass.signals.gateway (the name before the rule)
         __module__ = "spyglass.signals.gateway"
 
-    found = misnamed_signals({"gateway_log": SignalsRegistration("gateway_log", Gateway, ()),
-                              "llama": SignalsRegistration("llama", Gateway, ())},
-                             {"gateway_log", "host"}, {"host"})
-    assert found == ["gateway_log: served from spyglass.signals.gateway, not spyglass.signals.gateway_log",
-                     "llama: no source kind of that name is registered",
-                     "llama: served from spyglass.signals.gateway, not spyglass.signals.llama",
-                     "spyglass.signals.host: named for host but does not serve it"]
+    found = misnamed_signals(
+        {
+            "gateway_log": SignalsRegistration("gateway_log", Gateway, ()),
+            "llama": SignalsRegistration("llama", Gateway, ()),
+        },
+        {"gateway_log", "host"},
+        {"host"},
+    )
+    assert found == [
+        "gateway_log: served from spyglass.signals.gateway, not spyglass.signals.gateway_log",
+        "llama: no source kind of that name is registered",
+        "llama: served from spyglass.signals.gateway, not spyglass.signals.llama",
+        "spyglass.signals.host: named for host but does not serve it",
+    ]

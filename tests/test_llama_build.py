@@ -1,5 +1,6 @@
 """The llama-server build script's contract: a machine without the compiler gets an error naming the
 Debian packages to install, before anything is downloaded; a cached build is found without building."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,9 @@ import pytest
 from spyglass.engine.llama.build import BuildError, LlamaBuild, ensure_built, missing_tools
 
 
-def test_a_machine_without_the_toolchain_is_told_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_machine_without_the_toolchain_is_told_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # nothing on it: as a fresh machine without cmake, g++, make
     assert missing_tools() == ["cmake", "g++", "make"]
     with pytest.raises(BuildError, match=r"apt-get install cmake g\+\+ make"):
@@ -30,7 +33,9 @@ def test_a_complete_cached_build_is_returned_as_it_is(tmp_path: Path, monkeypatc
     assert build.env({"LD_LIBRARY_PATH": "/x"})["LD_LIBRARY_PATH"] == f"{root / 'bin'}:/x"
 
 
-def test_a_build_without_its_stamp_is_not_taken_for_a_finished_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_build_without_its_stamp_is_not_taken_for_a_finished_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = tmp_path / "cache" / "9.9.9"
     (root / "bin").mkdir(parents=True)
     (root / "bin" / "llama-server").write_text("half")
@@ -71,6 +76,13 @@ def test_the_recorder_runs_each_build_in_the_logging_modes_it_has(tmp_path: Path
     assert argv[-3:] == ["--log-timestamps", "--log-file", str(tmp_path / "x.log")]
     router = server_argv(build, version(PINNED), pinned["router"], model, 8081, tmp_path / "x.log", "")
     assert router[1:3] == ["--models-dir", str(model.parent)] and "-m" not in router and "--log-file" not in router
-    old = server_argv(build, version("0.2.56"), modes(version("0.2.56"))[1], model, 8081, tmp_path / "x.log",
-                      "--slots-endpoint-disable")
+    old = server_argv(
+        build,
+        version("0.2.56"),
+        modes(version("0.2.56"))[1],
+        model,
+        8081,
+        tmp_path / "x.log",
+        "--slots-endpoint-disable",
+    )
     assert "--cache-ram" not in old and "--slots" not in old and old[-2:] == ["--log-format", "text"]

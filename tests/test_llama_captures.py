@@ -2,6 +2,7 @@
 yields the same events by kind through journald (every `journalctl -o` form), docker (json-file, `logs
 -t`, compose), syslog (RFC 3164 and 5424, sent by util-linux's real `logger` to a socket of the test's)
 and llama-server's router mode as from the plain file, and each capture's own clock places it."""
+
 from __future__ import annotations
 
 import json
@@ -45,21 +46,35 @@ CAPTURES: dict[str, Wrap] = {
     "journald short": lambda line, t: f"{stamp(t, '%b %d %H:%M:%S')} gpu-1 llama-server[4242]: {line}",
     "journald short-precise": lambda line, t: f"{stamp(t, '%b %d %H:%M:%S.%f')} gpu-1 llama-server[4242]: {line}",
     "journald short-iso": lambda line, t: f"{stamp(t, '%Y-%m-%dT%H:%M:%S+0000')} gpu-1 llama-server[4242]: {line}",
-    "journald short-iso-precise": lambda line, t: f"{stamp(t, '%Y-%m-%dT%H:%M:%S.%f+0000')} gpu-1 llama-server[4242]: {line}",
-    "journald json": lambda line, t: json.dumps({"__REALTIME_TIMESTAMP": str(round(t * 1e6)), "_HOSTNAME": "gpu-1",
-                                                 "SYSLOG_IDENTIFIER": "llama-server", "_PID": "4242", "MESSAGE": line}),
-    "docker json-file": lambda line, t: json.dumps({"log": line + "\n", "stream": "stderr",
-                                                    "time": stamp(t, "%Y-%m-%dT%H:%M:%S.%f") + "123Z"}, separators=(",", ":")),
+    "journald short-iso-precise": lambda line, t: (
+        f"{stamp(t, '%Y-%m-%dT%H:%M:%S.%f+0000')} gpu-1 llama-server[4242]: {line}"
+    ),
+    "journald json": lambda line, t: json.dumps(
+        {
+            "__REALTIME_TIMESTAMP": str(round(t * 1e6)),
+            "_HOSTNAME": "gpu-1",
+            "SYSLOG_IDENTIFIER": "llama-server",
+            "_PID": "4242",
+            "MESSAGE": line,
+        }
+    ),
+    "docker json-file": lambda line, t: json.dumps(
+        {"log": line + "\n", "stream": "stderr", "time": stamp(t, "%Y-%m-%dT%H:%M:%S.%f") + "123Z"},
+        separators=(",", ":"),
+    ),
     "docker logs -t": lambda line, t: f"{stamp(t, '%Y-%m-%dT%H:%M:%S.%f')}123Z {line}",
     "docker compose": lambda line, t: f"llama-1  | {line}",
     "router mode": lambda line, t: f"[18999] {line}",
-    "router mode in journald": lambda line, t: f"{stamp(t, '%Y-%m-%dT%H:%M:%S+0000')} gpu-1 llama-server[1]: [18999] {line}",
+    "router mode in journald": lambda line, t: (
+        f"{stamp(t, '%Y-%m-%dT%H:%M:%S+0000')} gpu-1 llama-server[1]: [18999] {line}"
+    ),
 }
 
 
 def read(lines: list[bytes], mtime: float) -> tuple[Counter[str], LlamaLogSource, list]:
-    made = collectors.load_all()["engine_log"].build("engine-a", EngineLogOptions(path=Path("/nonexistent/llama.log"),
-                                                                                    instance="llama-a", preset="llama_server"))
+    made = collectors.load_all()["engine_log"].build(
+        "engine-a", EngineLogOptions(path=Path("/nonexistent/llama.log"), instance="llama-a", preset="llama_server")
+    )
     assert isinstance(made, LlamaLogSource)
     made.writer_of = lambda path, now: None
     made.file_mtime(mtime)
@@ -75,7 +90,9 @@ PLAIN_LINES = FIXTURE.read_text().splitlines()
 def test_a_captured_log_yields_the_plain_files_events(capture: str) -> None:
     plain, _, _ = read([line.encode() for line in PLAIN_LINES], START + 3600)
     wrap = CAPTURES[capture]
-    kinds, src, events = read([wrap(line, t).encode() for line, t in zip(PLAIN_LINES, walls(PLAIN_LINES))], START + 3600)
+    kinds, src, events = read(
+        [wrap(line, t).encode() for line, t in zip(PLAIN_LINES, walls(PLAIN_LINES))], START + 3600
+    )
     assert kinds == plain and plain["done"] == 7 and plain["evict"] == 4
     if capture in ("docker compose", "router mode"):
         return  # no clock of its own: placed as the plain file
@@ -101,7 +118,9 @@ def test_syslog_as_util_linux_logger_sends_it(tmp_path: Path, rfc: str, spawns: 
         receiver.close()
     plain, _, _ = read([line.encode() for line in PLAIN_LINES], time.time())
     kinds, src, events = read(received, time.time())
-    assert kinds == plain and src.captures == Counter({f"syslog-{rfc[-4:]}" if rfc == "--rfc5424" else "journald": len(PLAIN_LINES)})
+    assert kinds == plain and src.captures == Counter(
+        {f"syslog-{rfc[-4:]}" if rfc == "--rfc5424" else "journald": len(PLAIN_LINES)}
+    )
     assert src.anchors == ["wrapper", "wrapper"]
     start = next(e for e in events if e.kind == "start")
     assert before - 2 <= start.ts <= time.time() + 1  # logger's clock (RFC 3164: to the second)

@@ -3,6 +3,7 @@ llama_server preset: a wrong preset, as a new build's format or an unknown wrapp
 says so and shows the shapes, `ingest` names the source in one line, and SpyglassSourceUnreadable fires in a
 backtest of the stored log; the real llama-server log fires nothing of it. (Live, through promtool:
 tests/alert_scenarios.py, "H19 a log in a format spyglass cannot read".)"""
+
 from __future__ import annotations
 
 import json
@@ -24,16 +25,33 @@ END = 1_792_400_000.0  # 2026-10-19T08:53:20Z: the llama log's file is dated her
 def config(folder: Path, log: Path) -> Path:
     shutil.copy(log, folder / "llama.log")
     os.utime(folder / "llama.log", (END, END))
-    text = (f'[agent]\nstate_dir = "{folder}"\n[exporters.prometheus]\nenabled = false\n[exporters.store]\nenabled = true\n'
-            f'[sources.llama-a]\nkind = "engine_log"\npreset = "llama_server"\npath = "{folder / "llama.log"}"\n'
-            'instance = "llama-a"\nlane = "normal"\n')
+    text = (
+        f'[agent]\nstate_dir = "{folder}"\n[exporters.prometheus]\nenabled = false\n[exporters.store]\nenabled = true\n'
+        f'[sources.llama-a]\nkind = "engine_log"\npreset = "llama_server"\npath = "{folder / "llama.log"}"\n'
+        'instance = "llama-a"\nlane = "normal"\n'
+    )
     (folder / "spyglass.toml").write_text(text)
     return folder / "spyglass.toml"
 
 
 def backtest(cfg: Path, start: float, end: float) -> list[dict]:
-    result = CliRunner().invoke(app, ["backtest", "--config", str(cfg), "--from", str(start), "--to", str(end),
-                                      "--rules", str(ROOT / "alerts"), "--json", "--step", "30s"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "backtest",
+            "--config",
+            str(cfg),
+            "--from",
+            str(start),
+            "--to",
+            str(end),
+            "--rules",
+            str(ROOT / "alerts"),
+            "--json",
+            "--step",
+            "30s",
+        ],
+    )
     assert result.exit_code == 0, result.output
     return json.loads(result.output)["alerts"]
 
@@ -52,8 +70,10 @@ def test_ingest_names_the_lines_it_could_not_read_and_the_backtest_fires(tmp_pat
     result = CliRunner().invoke(app, ["ingest", "--config", str(cfg)])
     assert result.exit_code == 0, result.output
     last = result.output.strip().splitlines()[-1]
-    assert last == (f"could not read 37 of 41 lines of sources.llama-a: run `spyglass check-log {tmp_path / 'llama.log'}"
-                    " --preset llama_server` to see their shapes"), result.output
+    assert last == (
+        f"could not read 37 of 41 lines of sources.llama-a: run `spyglass check-log {tmp_path / 'llama.log'}"
+        " --preset llama_server` to see their shapes"
+    ), result.output
     start = 1_792_384_200.0  # 2026-10-19T04:30:00Z
     alerts = backtest(cfg, start - 1800, start + 7200)
     fired = [a for a in alerts if a["alert"] == "SpyglassSourceUnreadable"]
@@ -80,7 +100,9 @@ def test_run_says_at_start_up_what_earlier_runs_could_not_read(tmp_path: Path) -
     assert CliRunner().invoke(app, ["ingest", "--config", str(cfg)]).exit_code == 0
     pipeline = Pipeline(load_config(cfg), SystemClock(), open_store(load_config(cfg)))
     try:
-        assert unread_summary(pipeline) == (f"could not read 37 lines of sources.llama-a: run `spyglass check-log"
-                                            f" {tmp_path / 'llama.log'} --preset llama_server` to see their shapes")
+        assert unread_summary(pipeline) == (
+            f"could not read 37 lines of sources.llama-a: run `spyglass check-log"
+            f" {tmp_path / 'llama.log'} --preset llama_server` to see their shapes"
+        )
     finally:
         pipeline.close()

@@ -7,6 +7,7 @@ workload did (requests answered, tasks started, processes started), never from t
 here: CI reads every version's fixtures, and builds and runs only the pinned version live
 (tests/test_llama_real.py). One test per (version, log), so a format the parser does not know yet fails by name.
 """
+
 from __future__ import annotations
 
 import json
@@ -73,8 +74,11 @@ def test_each_builds_bodies_are_read_and_absent_families_stay_absent(metrics: Pa
     text = metrics.read_text()
     invalid: list[str] = []
     found = parse_metrics(text, invalid)
-    written = {line.split()[0].removeprefix("llamacpp:") for line in text.splitlines()
-               if line.startswith("llamacpp:") and "{" not in line}
+    written = {
+        line.split()[0].removeprefix("llamacpp:")
+        for line in text.splitlines()
+        if line.startswith("llamacpp:") and "{" not in line
+    }
     assert set(found) == written and not invalid  # every family the build wrote, and only those
     assert found["prompt_tokens_total"] > 0 and found["tokens_predicted_total"] > 0
     slots = metrics.parent / "slots.json"
@@ -86,10 +90,12 @@ def test_each_builds_bodies_are_read_and_absent_families_stay_absent(metrics: Pa
         assert summarise_slots(json.loads(busy.read_text()))["busy"] == 1  # while the aborted request ran
 
 
-FAMILY_METRICS = {"kv_cache_usage_ratio": "spyglass_llama_kv_cache_usage_ratio",
-                  "kv_cache_tokens": "spyglass_llama_kv_cache_tokens",
-                  "n_busy_slots_per_decode": "spyglass_llama_busy_slots_per_decode",
-                  "spec_decode_num_drafts_total": "spyglass_llama_draft_verifications_total"}
+FAMILY_METRICS = {
+    "kv_cache_usage_ratio": "spyglass_llama_kv_cache_usage_ratio",
+    "kv_cache_tokens": "spyglass_llama_kv_cache_tokens",
+    "n_busy_slots_per_decode": "spyglass_llama_busy_slots_per_decode",
+    "spec_decode_num_drafts_total": "spyglass_llama_draft_verifications_total",
+}
 
 
 @pytest.mark.parametrize("metrics", BODIES, ids=[f"{p.parts[-3]}-{p.parts[-2]}" for p in BODIES])
@@ -107,7 +113,8 @@ def test_a_family_the_build_does_not_write_is_not_exported(metrics: Path) -> Non
         assert (("a", "") in state.series(metric)) == (family in found), (family, metric)
     assert state.series("spyglass_llama_prompt_tokens_total")[("a", "", "processed")] == found["prompt_tokens_total"]
     assert (("a", "", "cached") in state.series("spyglass_llama_prompt_tokens_total")) == (
-        "prompt_tokens_cached_total" in found)
+        "prompt_tokens_cached_total" in found
+    )
 
 
 def test_the_docs_table_of_builds_is_the_version_table_and_its_fixtures() -> None:

@@ -2,6 +2,7 @@
 the writer's start instant (across a restart that reuses the file), and the Strata-shaped events the
 engine signals, views and heuristics read unchanged. Lines here are written as llama-server writes them
 (tools/server/server-context.cpp's formats); tests/test_llama_real.py reads the real build's own log."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,8 +19,21 @@ from spyglass.config import parse_config
 from spyglass.signals.state import MetricState
 
 START = 1_796_000_000.0  # the writer's start instant, epoch seconds
-ARGV = ["llama-server", "-m", "/models/tiny.gguf", "--port", "8081", "-np", "2", "-c", "4096", "--cache-ram", "1",
-        "--log-file", "x.log"]
+ARGV = [
+    "llama-server",
+    "-m",
+    "/models/tiny.gguf",
+    "--port",
+    "8081",
+    "-np",
+    "2",
+    "-c",
+    "4096",
+    "--cache-ram",
+    "1",
+    "--log-file",
+    "x.log",
+]
 
 
 def stamp(rel: float) -> str:
@@ -30,21 +44,25 @@ def stamp(rel: float) -> str:
 def task_lines(rel: float, slot: int, task: int, prompt_ms: float, read: int, gen: int, n_tokens: int) -> list[str]:
     """One task as llama-server logs it: launch, the four timing lines, release."""
     s = f"slot print_timing: id  {slot} | task {task} | "
-    return [f"{stamp(rel)} I slot launch_slot_: id  {slot} | task {task} | processing task, is_child = 0",
-            f"{stamp(rel + 0.2)} I {s}prompt eval time =      {prompt_ms:.2f} ms /   {read} tokens (    0.03 ms per token,"
-            f"  29771.96 tokens per second)",
-            f"{stamp(rel + 0.2)} I {s}       eval time =       7.95 ms /     {gen} tokens (    0.99 ms per token,"
-            f"  1006.29 tokens per second)",
-            f"{stamp(rel + 0.2)} I {s}      total time =      28.27 ms /   {read + gen} tokens",
-            f"{stamp(rel + 0.2)} I {s}   graphs reused =          7",
-            f"{stamp(rel + 0.2)} I slot      release: id  {slot} | task {task} | stop processing: n_tokens = {n_tokens},"
-            " truncated = 0"]
+    return [
+        f"{stamp(rel)} I slot launch_slot_: id  {slot} | task {task} | processing task, is_child = 0",
+        f"{stamp(rel + 0.2)} I {s}prompt eval time =      {prompt_ms:.2f} ms /   {read} tokens (    0.03 ms per token,"
+        f"  29771.96 tokens per second)",
+        f"{stamp(rel + 0.2)} I {s}       eval time =       7.95 ms /     {gen} tokens (    0.99 ms per token,"
+        f"  1006.29 tokens per second)",
+        f"{stamp(rel + 0.2)} I {s}      total time =      28.27 ms /   {read + gen} tokens",
+        f"{stamp(rel + 0.2)} I {s}   graphs reused =          7",
+        f"{stamp(rel + 0.2)} I slot      release: id  {slot} | task {task} | stop processing: n_tokens = {n_tokens},"
+        " truncated = 0",
+    ]
 
 
 def banner(rel: float = 0.0) -> list[str]:
-    return [f"{stamp(rel)} I srv  llama_server: initializing ...",
-            f"{stamp(rel + 0.01)} I srv    load_model: loading model '/models/tiny.gguf'",
-            f"{stamp(rel + 0.15)} I srv  llama_server: listening on http://127.0.0.1:8081"]
+    return [
+        f"{stamp(rel)} I srv  llama_server: initializing ...",
+        f"{stamp(rel + 0.01)} I srv    load_model: loading model '/models/tiny.gguf'",
+        f"{stamp(rel + 0.15)} I srv  llama_server: listening on http://127.0.0.1:8081",
+    ]
 
 
 def source(tmp_path: Path, writers: list[Writer | None], instance: str = "llama-a") -> LlamaLogSource:
@@ -66,25 +84,28 @@ def read(src: LlamaLogSource, lines: list[str], mtime: float):
 def test_a_line_of_each_kind_is_parsed_to_its_fields() -> None:
     parser = LlamaLineParser()
     kinds = {}
-    for text in [*banner(), *task_lines(6.165459, 1, 0, 20.32, 605, 8, 612),
-                 "0.07.000.000 I slot get_availabl: id  1 | task -1 | selected slot by LRU, t_last = -1",
-                 "0.07.000.000 I slot get_availabl: id  0 | task -1 | selected slot by LCP similarity, f_sim_best = 0.912"
-                 " (> 0.100 thold), f_keep = 0.987",
-                 "0.07.100.000 W srv         alloc:  - making room for prompt cache entry, removing oldest entry (size = 0.306 MiB)",
-                 "0.07.100.000 W srv        update:  - cache token limit (4096, est: 8000) reached, removing oldest entry"
-                 " (size = 0.500 MiB)",
-                 "0.07.200.000 I srv        update:  - cache state: 3 prompts, 0.918 MiB (limits: 1.000 MiB, 0 tokens, 3411 est)",
-                 "0.07.300.000 I slot update_slots: id  0 | task 9 | forcing full prompt re-processing due to lack of cache"
-                 " data (likely due to SWA or hybrid/recurrent memory, see x)",
-                 "0.07.400.000 W slot create_check: id  0 | task 9 | erasing old context checkpoint (pos_min = 0, pos_max = 511,"
-                 " n_tokens = 512, size = 0.125 MiB)",
-                 "0.08.000.000 E srv    load_model: failed to load model, '/models/gone.gguf'",
-                 "0.08.100.000 W common_sampler_init: backend sampling is not compatible with reasoning budget, disabling",
-                 "0.09.000.000 I slot print_timing: id  0 | task 4 | n_gen =    300, tg =  95.12 t/s, tg_3s =  90.00 t/s",
-                 "0.09.000.000 I slot print_timing: id  0 | task 4 | prompt processing, n_tokens =   4096, progress = 0.50,"
-                 " t =   3.10 s / 1321.29 tokens per second",
-                 "0.09.000.000 W slot update_slots: id  0 | task 4 | slot context shift, n_keep = 0, n_left = 2047, n_discard = 1023",
-                 "0.09.000.000 I srv  handle_sleep: server is entering sleeping state"]:
+    for text in [
+        *banner(),
+        *task_lines(6.165459, 1, 0, 20.32, 605, 8, 612),
+        "0.07.000.000 I slot get_availabl: id  1 | task -1 | selected slot by LRU, t_last = -1",
+        "0.07.000.000 I slot get_availabl: id  0 | task -1 | selected slot by LCP similarity, f_sim_best = 0.912"
+        " (> 0.100 thold), f_keep = 0.987",
+        "0.07.100.000 W srv         alloc:  - making room for prompt cache entry, removing oldest entry (size = 0.306 MiB)",
+        "0.07.100.000 W srv        update:  - cache token limit (4096, est: 8000) reached, removing oldest entry"
+        " (size = 0.500 MiB)",
+        "0.07.200.000 I srv        update:  - cache state: 3 prompts, 0.918 MiB (limits: 1.000 MiB, 0 tokens, 3411 est)",
+        "0.07.300.000 I slot update_slots: id  0 | task 9 | forcing full prompt re-processing due to lack of cache"
+        " data (likely due to SWA or hybrid/recurrent memory, see x)",
+        "0.07.400.000 W slot create_check: id  0 | task 9 | erasing old context checkpoint (pos_min = 0, pos_max = 511,"
+        " n_tokens = 512, size = 0.125 MiB)",
+        "0.08.000.000 E srv    load_model: failed to load model, '/models/gone.gguf'",
+        "0.08.100.000 W common_sampler_init: backend sampling is not compatible with reasoning budget, disabling",
+        "0.09.000.000 I slot print_timing: id  0 | task 4 | n_gen =    300, tg =  95.12 t/s, tg_3s =  90.00 t/s",
+        "0.09.000.000 I slot print_timing: id  0 | task 4 | prompt processing, n_tokens =   4096, progress = 0.50,"
+        " t =   3.10 s / 1321.29 tokens per second",
+        "0.09.000.000 W slot update_slots: id  0 | task 4 | slot context shift, n_keep = 0, n_left = 2047, n_discard = 1023",
+        "0.09.000.000 I srv  handle_sleep: server is entering sleeping state",
+    ]:
         line = parser.parse(text.encode())
         assert not isinstance(line, str), text
         kinds.setdefault(line.kind, []).append(line)
@@ -108,13 +129,25 @@ def test_a_line_of_each_kind_is_parsed_to_its_fields() -> None:
 
 def test_lines_that_are_no_event_are_counted_and_never_raise(tmp_path: Path) -> None:
     src = source(tmp_path, [])
-    events, misses, last = read(src, [*banner(), "no prefix at all", "0.00.200.000 I llama_model_loader: - kv 0: x",
-                                      "0.00.300.000 D slot debug line", "0.00.400.000 I slot print_timing: id  x | task y |"],
-                                START + 1)
+    events, misses, last = read(
+        src,
+        [
+            *banner(),
+            "no prefix at all",
+            "0.00.200.000 I llama_model_loader: - kv 0: x",
+            "0.00.300.000 D slot debug line",
+            "0.00.400.000 I slot print_timing: id  x | task y |",
+        ],
+        START + 1,
+    )
     assert misses["unprefixed"] == 1 and misses["ignored"] == 2 and misses["unmatched"] == 1  # the loader dump is known
     assert last.startswith(b"0.00.400.000")
     assert [e.kind for e in events] == ["start", "model_unreadable", "ready", "unread"]
-    assert events[-1].fields == {"lines": 7, "unreadable": 2, "shape": "9.99.999.999 I slot print_timing: id  x | task y |"}
+    assert events[-1].fields == {
+        "lines": 7,
+        "unreadable": 2,
+        "shape": "9.99.999.999 I slot print_timing: id  x | task y |",
+    }
 
 
 FIXTURE = Path(__file__).parent / "fixtures" / "llama_server" / "llama-server.log"
@@ -200,9 +233,14 @@ def test_a_writer_that_started_after_the_lines_is_not_their_writer(tmp_path: Pat
 
 def test_lines_without_a_stamp_take_the_time_they_were_read(tmp_path: Path) -> None:
     src = source(tmp_path, [None])
-    events, _, _ = read(src, ["I srv  llama_server: initializing ...",
-                              "W srv         alloc:  - making room for prompt cache entry, removing oldest entry (size = 0.306 MiB)"],
-                        START + 3)
+    events, _, _ = read(
+        src,
+        [
+            "I srv  llama_server: initializing ...",
+            "W srv         alloc:  - making room for prompt cache entry, removing oldest entry (size = 0.306 MiB)",
+        ],
+        START + 3,
+    )
     assert [(e.kind, e.ts) for e in events] == [("start", START + 3), ("evict", START + 3)]
 
 
@@ -221,7 +259,9 @@ def test_a_task_becomes_queued_prompt_and_done_with_one_request_id(tmp_path: Pat
 
 
 def test_evictions_count_per_process_and_carry_the_command_line_budget(tmp_path: Path) -> None:
-    src = source(tmp_path, [Writer(1, START, ARGV), Writer(2, START + 60, [a for a in ARGV if a not in ("--cache-ram", "1")])])
+    src = source(
+        tmp_path, [Writer(1, START, ARGV), Writer(2, START + 60, [a for a in ARGV if a not in ("--cache-ram", "1")])]
+    )
     evict = "W srv         alloc:  - making room for prompt cache entry, removing oldest entry (size = 0.306 MiB)"
     events, _, _ = read(src, [*banner(), f"0.01.000.000 {evict}", f"0.02.000.000 {evict}"], START + 3)
     evicts = [e.fields for e in events if e.kind == "evict"]
@@ -229,7 +269,9 @@ def test_evictions_count_per_process_and_carry_the_command_line_budget(tmp_path:
     assert evicts[0]["bytes"] == round(0.306 * 2**20) and evicts[0]["budget"] == 2**20
     events, _, _ = read(src, [*banner(), f"0.01.000.000 {evict}"], START + 62)
     evicts = [e.fields for e in events if e.kind == "evict"]
-    assert evicts == [{"bytes": round(0.306 * 2**20), "reason": "budget", "cause": "room", "evictions": 1}]  # no budget logged
+    assert evicts == [
+        {"bytes": round(0.306 * 2**20), "reason": "budget", "cause": "room", "evictions": 1}
+    ]  # no budget logged
 
 
 def test_the_checkpoint_keeps_the_segment_across_an_agent_restart(tmp_path: Path) -> None:
@@ -244,12 +286,27 @@ def test_the_checkpoint_keeps_the_segment_across_an_agent_restart(tmp_path: Path
 
 def test_parse_args_reads_short_and_long_flags() -> None:
     assert parse_args(["x", "--parallel", "4", "-c", "8192", "-cram", "8192", "--model", "m.gguf"]) == {
-        "slots": 4, "ctx": 8192, "cache_ram_mib": 8192, "model": "m.gguf"}
+        "slots": 4,
+        "ctx": 8192,
+        "cache_ram_mib": 8192,
+        "model": "m.gguf",
+    }
 
 
 def test_the_engine_signals_count_llama_events_as_the_strata_engines(tmp_path: Path) -> None:
-    config = parse_config({"sources": {"engine-a": {"kind": "engine_log", "preset": "llama_server", "path": str(tmp_path / "l.log"),
-                                                    "instance": "llama-a", "lane": "normal"}}})
+    config = parse_config(
+        {
+            "sources": {
+                "engine-a": {
+                    "kind": "engine_log",
+                    "preset": "llama_server",
+                    "path": str(tmp_path / "l.log"),
+                    "instance": "llama-a",
+                    "lane": "normal",
+                }
+            }
+        }
+    )
     state: MetricState = metric_state(config)
     signals = build_signals(config, state)["engine_log"]
     src = source(tmp_path, [Writer(1, START, ARGV)])
@@ -281,9 +338,13 @@ def test_the_writer_of_a_log_is_found_by_its_command_line(tmp_path: Path, spawns
     log = tmp_path / "w.log"
     log.touch()
     before = time.time()
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "--log-file", log.name], cwd=tmp_path,
-                             stdin=subprocess.PIPE)  # runs until its stdin closes: no sleep to outlast
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()", "--log-file", log.name],
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+    )  # runs until its stdin closes: no sleep to outlast
     try:
+
         def found() -> Writer | None:
             writer = find_writer(log, time.time)
             return writer if writer is not None and writer.pid == child.pid else None
@@ -327,8 +388,9 @@ def test_a_line_stamped_three_days_ahead_blinds_nothing_after_it(tmp_path: Path,
 
 def test_a_line_one_millisecond_out_of_order_is_no_restart(tmp_path: Path) -> None:
     src = source(tmp_path, [None])
-    events, _, _ = read(src, [*banner(), f"0.10.000.000 {EVICT}", f"0.09.999.000 {EVICT}", f"0.10.001.000 {EVICT}"],
-                        START + 11)
+    events, _, _ = read(
+        src, [*banner(), f"0.10.000.000 {EVICT}", f"0.09.999.000 {EVICT}", f"0.10.001.000 {EVICT}"], START + 11
+    )
     assert [e.kind for e in events].count("start") == 1 and evictions(events) == [1, 2, 3]
     alone, _, _ = read(src, [f"0.10.999.000 {EVICT}"], START + 12)  # each line its own read
     alone += read(src, [f"0.10.998.000 {EVICT}"], START + 12)[0]

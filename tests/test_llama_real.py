@@ -10,6 +10,7 @@ incident: the alert reaching its receiver, and at the end that each instance got
 incident's alerts (the healthy one nothing at all), then `diagnose`, `requests`, `trace` and `timeline` on
 the stored window.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -47,25 +48,36 @@ from spyglass.engine.llama.model import ensure_model
 from spyglass.engine.llama.stack import Instance, LlamaStack
 
 pytestmark = pytest.mark.slow
-ALERTS = {"time_scale": 0.01, "evaluation_interval_seconds": 1, "hung_minutes": 1,
-          "lanes": {"normal": {"ttft_seconds": 60.0}}}
+ALERTS = {
+    "time_scale": 0.01,
+    "evaluation_interval_seconds": 1,
+    "hung_minutes": 1,
+    "lanes": {"normal": {"ttft_seconds": 60.0}},
+}
 POLL_SECONDS = 0.5
 # What each instance may page, beyond its incident (each says why), and what it must page.
-MUST = {"llama-storm": {"EngineEvictionStorm"}, "llama-crash": {"ProgramCrashLoop"},
-        "llama-missing": {"ProgramFatal", "EngineModelPathDangling", "SpyglassSourceDown"},
-        "llama-dangling": {"ProgramFatal", "EngineModelPathDangling", "SpyglassSourceDown"},
-        "llama-busy": {"EngineRequestsDeferred"}, "llama-hung": {"SpyglassSourceDown"}, "llama-healthy": set()}
+MUST = {
+    "llama-storm": {"EngineEvictionStorm"},
+    "llama-crash": {"ProgramCrashLoop"},
+    "llama-missing": {"ProgramFatal", "EngineModelPathDangling", "SpyglassSourceDown"},
+    "llama-dangling": {"ProgramFatal", "EngineModelPathDangling", "SpyglassSourceDown"},
+    "llama-busy": {"EngineRequestsDeferred"},
+    "llama-hung": {"SpyglassSourceDown"},
+    "llama-healthy": set(),
+}
 # A failed load respawned twice in three seconds is a crash loop too, and a restart before ready. The crash
 # loop's poller may find no server between respawns for the 1.5 s of SpyglassSourceDown's scaled for:. A decode
 # rate over the scaled 6 s window can fall under a quarter of its 36 s baseline on a loaded machine.
-MAY = {"llama-missing": {"ProgramCrashLoop", "EngineRestartedWhileLoading"},
-       "llama-dangling": {"ProgramCrashLoop", "EngineRestartedWhileLoading"},
-       "llama-crash": {"SpyglassSourceDown", "EngineThroughputCollapse"},
-       "llama-storm": {"EngineThroughputCollapse"},
-       # Twelve distinct long prompts through one slot evict each other from its small --cache-ram; and
-       # llama-server answers /metrics and /slots through the same task queue, so a poll can time out while
-       # the one slot decodes (docs/llama-server.md).
-       "llama-busy": {"EngineThroughputCollapse", "EngineEvictionStorm", "SpyglassSourceDown"}}
+MAY = {
+    "llama-missing": {"ProgramCrashLoop", "EngineRestartedWhileLoading"},
+    "llama-dangling": {"ProgramCrashLoop", "EngineRestartedWhileLoading"},
+    "llama-crash": {"SpyglassSourceDown", "EngineThroughputCollapse"},
+    "llama-storm": {"EngineThroughputCollapse"},
+    # Twelve distinct long prompts through one slot evict each other from its small --cache-ram; and
+    # llama-server answers /metrics and /slots through the same task queue, so a poll can time out while
+    # the one slot decodes (docs/llama-server.md).
+    "llama-busy": {"EngineThroughputCollapse", "EngineEvictionStorm", "SpyglassSourceDown"},
+}
 
 
 @dataclass
@@ -79,8 +91,10 @@ class Deployment:
     started: float = field(default_factory=time.time)
 
     def paged(self, name: str, instance: str, path: str | None = None) -> bool:
-        return any(n == name and status == "firing" and instance_of(labels) == instance and (path is None or p == path)
-                   for p, n, status, labels in self.hook.alerts())
+        return any(
+            n == name and status == "firing" and instance_of(labels) == instance and (path is None or p == path)
+            for p, n, status, labels in self.hook.alerts()
+        )
 
 
 def instance_of(labels: dict) -> str:
@@ -97,8 +111,13 @@ def firing(api: str) -> set[tuple[str, str]]:
 
 
 def sql(config: Path, statement: str) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "spyglass.cli.app", "sql", "--config", str(config), "--format", "json", statement],
-                         capture_output=True, text=True, timeout=120, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", "sql", "--config", str(config), "--format", "json", statement],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
@@ -110,8 +129,14 @@ def views(config: Path, statement: str) -> list[dict]:
 
 
 def cli(config: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "spyglass.cli.app", *args, "--config", str(config)],
-                          capture_output=True, text=True, timeout=180, check=False, env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", *args, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -126,13 +151,15 @@ def deployment(spawns, llama: LlamaBuild, tmp_path_factory: pytest.TempPathFacto
     model = ensure_model()
     folder = tmp_path_factory.mktemp("llama")
     (folder / "current.gguf").symlink_to(folder / "gone.gguf")  # a dangling link: the file it named was removed
-    instances = [Instance("llama-storm", free_port(), model, slots=2, cache_ram_mib=1),
-                 Instance("llama-crash", free_port(), model, slots=1, retries=100),
-                 Instance("llama-missing", free_port(), folder / "absent.gguf", retries=2),
-                 Instance("llama-dangling", free_port(), folder / "current.gguf", retries=2),
-                 Instance("llama-busy", free_port(), model, slots=1),
-                 Instance("llama-hung", free_port(), model, slots=1),
-                 Instance("llama-healthy", free_port(), model, slots=2, cache_ram_mib=64)]
+    instances = [
+        Instance("llama-storm", free_port(), model, slots=2, cache_ram_mib=1),
+        Instance("llama-crash", free_port(), model, slots=1, retries=100),
+        Instance("llama-missing", free_port(), folder / "absent.gguf", retries=2),
+        Instance("llama-dangling", free_port(), folder / "current.gguf", retries=2),
+        Instance("llama-busy", free_port(), model, slots=1),
+        Instance("llama-hung", free_port(), model, slots=1),
+        Instance("llama-healthy", free_port(), model, slots=2, cache_ram_mib=64),
+    ]
     stack = LlamaStack(folder / "stack", llama, {i.name: i for i in instances})
     hook = Webhook()
     listen, am_port, prom_port = f"127.0.0.1:{free_port()}", free_port(), free_port()
@@ -143,16 +170,27 @@ def deployment(spawns, llama: LlamaBuild, tmp_path_factory: pytest.TempPathFacto
             options["interval_seconds"] = POLL_SECONDS
         if options["kind"] == "llama_server":
             options["max_backoff_seconds"] = 1.0
-    document = {"agent": {"state_dir": str(folder / "state"), "host": "llama-test", "commit_interval_seconds": 0.5},
-                "exporters": {"prometheus": {"listen": listen}, "store": {"enabled": True}},
-                "alerts": {**ALERTS, "pager_webhook_url": f"{hook.url}/pager", "ticket_webhook_url": f"{hook.url}/ticket",
-                           "heartbeat_webhook_url": f"{hook.url}/heartbeat", "store_webhook_url": f"http://{listen}/api/alerts"},
-                "sources": sources}
+    document = {
+        "agent": {"state_dir": str(folder / "state"), "host": "llama-test", "commit_interval_seconds": 0.5},
+        "exporters": {"prometheus": {"listen": listen}, "store": {"enabled": True}},
+        "alerts": {
+            **ALERTS,
+            "pager_webhook_url": f"{hook.url}/pager",
+            "ticket_webhook_url": f"{hook.url}/ticket",
+            "heartbeat_webhook_url": f"{hook.url}/heartbeat",
+            "store_webhook_url": f"http://{listen}/api/alerts",
+        },
+        "sources": sources,
+    }
     config = folder / "spyglass.toml"
     config.write_text(tomli_w.dumps(document))
     rules = folder / "alerts"
-    subprocess.run([sys.executable, "-m", "spyglass.cli.app", "rules", "--config", str(config), "--out", str(rules)],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", "rules", "--config", str(config), "--out", str(rules)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     (folder / "am.yml").write_text(yaml.safe_dump(alertmanager_config(hook.url, f"http://{listen}/api/alerts")))
     group = ProcessGroups()
     deployed = Deployment(stack, config, f"http://127.0.0.1:{prom_port}", f"http://{listen}", hook)
@@ -161,12 +199,30 @@ def deployment(spawns, llama: LlamaBuild, tmp_path_factory: pytest.TempPathFacto
         stack.start()
         stack.wait_ready(("llama-storm", "llama-crash", "llama-busy", "llama-hung", "llama-healthy"))
         group.start([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)], folder / "agent.log")
-        group.start([alertmanager, f"--config.file={folder / 'am.yml'}", f"--storage.path={folder / 'am'}",
-                     f"--web.listen-address=127.0.0.1:{am_port}", "--cluster.listen-address="], folder / "am.log")
-        wait_until(lambda: answers(f"http://{listen}/health") and answers(f"http://127.0.0.1:{am_port}/-/ready"), 60,
-                   "the agent and Alertmanager")
-        prom_api = start_prometheus(group, folder, scraping(listen, DEFAULTS.job, alertmanager=f"127.0.0.1:{am_port}"),
-                                    prom_port, rules / "spyglass-rules.yml", DEFAULTS.job, "--rules.alert.resend-delay=1s")
+        group.start(
+            [
+                alertmanager,
+                f"--config.file={folder / 'am.yml'}",
+                f"--storage.path={folder / 'am'}",
+                f"--web.listen-address=127.0.0.1:{am_port}",
+                "--cluster.listen-address=",
+            ],
+            folder / "am.log",
+        )
+        wait_until(
+            lambda: answers(f"http://{listen}/health") and answers(f"http://127.0.0.1:{am_port}/-/ready"),
+            60,
+            "the agent and Alertmanager",
+        )
+        prom_api = start_prometheus(
+            group,
+            folder,
+            scraping(listen, DEFAULTS.job, alertmanager=f"127.0.0.1:{am_port}"),
+            prom_port,
+            rules / "spyglass-rules.yml",
+            DEFAULTS.job,
+            "--rules.alert.resend-delay=1s",
+        )
         wait_until(lambda: any(p == "/heartbeat" for p, *_ in hook.alerts()), 60, "the Watchdog at the heartbeat")
 
         def watch() -> None:
@@ -202,20 +258,45 @@ def test_an_eviction_storm_is_counted_from_the_log_raises_ttft_and_pages(deploym
     assert set(drive(url, ["warm-0", "warm-1"], 4, 600)) == {200}
     # The storm: eight conversations on two slots and a 1 MiB host cache (three entries of ~0.3 MiB).
     assert set(drive(url, [f"conv-{i}" for i in range(8)], 4, 600)) == {200}
-    wait_until(lambda: d.paged("EngineEvictionStorm", "llama-storm", "/pager"), 120,
-               f"EngineEvictionStorm at the pager; fired in Prometheus: {sorted(d.fired)}")
+    wait_until(
+        lambda: d.paged("EngineEvictionStorm", "llama-storm", "/pager"),
+        120,
+        f"EngineEvictionStorm at the pager; fired in Prometheus: {sorted(d.fired)}",
+    )
     # Every eviction line of the real log is counted, by the store and by the exported counter.
     logged = d.stack.log("llama-storm").read_text().count("removing oldest entry")
     assert logged > 8
-    stored = wait_until(lambda: (rows := sql(d.config, "SELECT count(*) AS n, min((fields->>'budget')::BIGINT) AS budget"
-                                                       " FROM events WHERE kind = 'evict' AND instance = 'llama-storm'"))
-                        and rows[0]["n"] == logged and rows[0], 60, "every eviction line stored")
+    stored = wait_until(
+        lambda: (
+            (
+                rows := sql(
+                    d.config,
+                    "SELECT count(*) AS n, min((fields->>'budget')::BIGINT) AS budget"
+                    " FROM events WHERE kind = 'evict' AND instance = 'llama-storm'",
+                )
+            )
+            and rows[0]["n"] == logged
+            and rows[0]
+        ),
+        60,
+        "every eviction line stored",
+    )
     assert stored["budget"] == 2**20  # --cache-ram 1, from the command line
-    wait_until(lambda: [r for r in query(d.prom, 'spyglass_engine_evictions_total{instance="llama-storm"}')
-                        if float(r["value"][1]) == logged], 60, f"Prometheus scraping all {logged} evictions")
+    wait_until(
+        lambda: [
+            r
+            for r in query(d.prom, 'spyglass_engine_evictions_total{instance="llama-storm"}')
+            if float(r["value"][1]) == logged
+        ],
+        60,
+        f"Prometheus scraping all {logged} evictions",
+    )
     # TTFT rose: the follow-up turns of the storm processed their whole prompt again; the warm ones did not.
-    rows = views(d.config, "SELECT epoch(ts_utc) AS t, ttft_ms, reused_tokens, read_tokens FROM engine_requests"
-                         " WHERE instance = 'llama-storm' AND ttft_ms IS NOT NULL ORDER BY ts_utc")
+    rows = views(
+        d.config,
+        "SELECT epoch(ts_utc) AS t, ttft_ms, reused_tokens, read_tokens FROM engine_requests"
+        " WHERE instance = 'llama-storm' AND ttft_ms IS NOT NULL ORDER BY ts_utc",
+    )
     assert len(rows) == 40  # in time order: the warm phase's 8 tasks, then the storm's 32
     warm, storm = rows[:8], rows[8:]
     warm_follow = sorted(r["ttft_ms"] for r in warm[2:])
@@ -237,6 +318,7 @@ def crash_burst(stack: LlamaStack, program: str, spawns: int) -> None:
     `spawns` more times. The pid is asked over supervisord's RPC socket in this process (supervisorctl is a
     process start per question, seconds on a loaded machine): the loop is then as tight as supervisord's own
     back-off allows (1 s, 2 s, ... after a start that died within startsecs)."""
+
     def pid_in(states: tuple[str, ...], old: int = 0) -> int:
         with rpc(f"unix://{stack.folder}/supervisor.sock", timeout=10) as proxy:  # a connection a question
             info = proxy.supervisor.getProcessInfo(program)
@@ -247,7 +329,9 @@ def crash_burst(stack: LlamaStack, program: str, spawns: int) -> None:
     for n in range(spawns):
         os.kill(pid, signal.SIGABRT)
         if n < spawns - 1:
-            pid = wait_until(lambda old=pid: pid_in(("STARTING", "RUNNING"), old), 60, f"supervisord respawning {program}")
+            pid = wait_until(
+                lambda old=pid: pid_in(("STARTING", "RUNNING"), old), 60, f"supervisord respawning {program}"
+            )
 
 
 def test_a_crash_loop_of_the_real_engine_pages(deployment: Deployment) -> None:
@@ -267,17 +351,30 @@ def test_a_crash_loop_of_the_real_engine_pages(deployment: Deployment) -> None:
         crash_burst(d.stack, "llama-crash", need)
         d.stack.wait_ready(("llama-crash",))
         times = spawn_times(d.stack, "llama-crash")[before:]
-        spans.append(min(b - a for a, b in zip(times, times[need - 1:], strict=False)))
+        spans.append(min(b - a for a, b in zip(times, times[need - 1 :], strict=False)))
         if spans[-1] <= window - slack:
             break
-    assert spans[-1] <= window - slack, (f"no burst of {need} spawns within {window - slack:g} s on this machine;"
-                                         f" the tightest spans (supervisord's log): {spans}")
-    wait_until(lambda: d.paged("ProgramCrashLoop", "llama-crash", "/pager"), 120,
-               f"ProgramCrashLoop at the pager (spawns {spans[-1]:.1f} s apart); fired in Prometheus: {sorted(d.fired)}")
+    assert spans[-1] <= window - slack, (
+        f"no burst of {need} spawns within {window - slack:g} s on this machine;"
+        f" the tightest spans (supervisord's log): {spans}"
+    )
+    wait_until(
+        lambda: d.paged("ProgramCrashLoop", "llama-crash", "/pager"),
+        120,
+        f"ProgramCrashLoop at the pager (spawns {spans[-1]:.1f} s apart); fired in Prometheus: {sorted(d.fired)}",
+    )
     spawned = len(spawn_times(d.stack, "llama-crash"))
-    wait_until(lambda: sql(d.config, "SELECT count(*) AS n FROM events WHERE kind = 'spawned'"
-                                     " AND fields->>'program' = 'llama-crash'")[0]["n"] == spawned, 60,
-               f"all {spawned} spawns of llama-crash stored")
+    wait_until(
+        lambda: (
+            sql(
+                d.config,
+                "SELECT count(*) AS n FROM events WHERE kind = 'spawned' AND fields->>'program' = 'llama-crash'",
+            )[0]["n"]
+            == spawned
+        ),
+        60,
+        f"all {spawned} spawns of llama-crash stored",
+    )
     # Each process's start line, from the one log file they all appended to: at least the first and the
     # last (one aborted within milliseconds of its spawn may have written none).
     rows = sql(d.config, "SELECT count(*) AS n FROM events WHERE kind = 'start' AND instance = 'llama-crash'")
@@ -288,10 +385,16 @@ def test_a_failed_load_pages_for_a_missing_model_and_a_dangling_link(deployment:
     d = deployment
     for instance in ("llama-missing", "llama-dangling"):
         for alert in ("ProgramFatal", "EngineModelPathDangling"):
-            wait_until(lambda a=alert, i=instance: d.paged(a, i, "/pager"), 120,
-                       f"{alert} for {instance}; fired in Prometheus: {sorted(d.fired)}")
-        rows = sql(d.config, "SELECT fields->>'component' AS component, fields->>'message' AS message FROM events"
-                             f" WHERE kind = 'error' AND instance = '{instance}'")
+            wait_until(
+                lambda a=alert, i=instance: d.paged(a, i, "/pager"),
+                120,
+                f"{alert} for {instance}; fired in Prometheus: {sorted(d.fired)}",
+            )
+        rows = sql(
+            d.config,
+            "SELECT fields->>'component' AS component, fields->>'message' AS message FROM events"
+            f" WHERE kind = 'error' AND instance = '{instance}'",
+        )
         assert any(r["component"] == "load" and "failed to load model" in r["message"] for r in rows), rows
 
 
@@ -299,14 +402,20 @@ def test_concurrency_full_defers_requests_and_pages(deployment: Deployment) -> N
     d = deployment
     prompts = [text(1500, f"burst-{i}") for i in range(12)]
     assert asyncio.run(burst(d.stack.url("llama-busy"), prompts, n_predict=800)) == [200] * 12
-    seen = wait_until(lambda: query(d.prom, 'max_over_time(spyglass_llama_requests_deferred{instance="llama-busy"}[5m]) > 0'),
-                      60, "deferred requests in Prometheus")
+    seen = wait_until(
+        lambda: query(d.prom, 'max_over_time(spyglass_llama_requests_deferred{instance="llama-busy"}[5m]) > 0'),
+        60,
+        "deferred requests in Prometheus",
+    )
     assert float(seen[0]["value"][1]) >= 1
     busy = query(d.prom, 'max_over_time(spyglass_engine_slots_busy{instance="llama-busy"}[5m])')
     assert float(busy[0]["value"][1]) == 1  # -np 1: the one slot
     # A queue that never drained over the (scaled) window raises a ticket: the engine-side face of H12.
-    wait_until(lambda: d.paged("EngineRequestsDeferred", "llama-busy", "/ticket"), 120,
-               f"EngineRequestsDeferred at the pager; fired in Prometheus: {sorted(d.fired)}")
+    wait_until(
+        lambda: d.paged("EngineRequestsDeferred", "llama-busy", "/ticket"),
+        120,
+        f"EngineRequestsDeferred at the pager; fired in Prometheus: {sorted(d.fired)}",
+    )
 
 
 def test_a_stopped_engine_is_a_source_down_not_a_hang(deployment: Deployment) -> None:
@@ -314,8 +423,11 @@ def test_a_stopped_engine_is_a_source_down_not_a_hang(deployment: Deployment) ->
     pid = d.stack.pid("llama-hung")
     os.kill(pid, signal.SIGSTOP)
     try:
-        wait_until(lambda: d.paged("SpyglassSourceDown", "llama-hung", "/ticket"), 120,
-                   f"SpyglassSourceDown for llama-hung; fired in Prometheus: {sorted(d.fired)}")
+        wait_until(
+            lambda: d.paged("SpyglassSourceDown", "llama-hung", "/ticket"),
+            120,
+            f"SpyglassSourceDown for llama-hung; fired in Prometheus: {sorted(d.fired)}",
+        )
     finally:
         os.kill(pid, signal.SIGCONT)
     d.stack.wait_ready(("llama-hung",))
@@ -347,8 +459,10 @@ def test_diagnose_requests_trace_and_timeline_read_the_real_engines_window(deplo
     assert ("ProgramCrashLoop", "llama-crash") in by, sorted(by)
     assert {("ProgramCrashLoop", "llama-missing"), ("ProgramCrashLoop", "llama-dangling")} <= by, sorted(by)  # FATAL
     assert not [f for f in findings if f["instance"] == "llama-healthy"]
-    window = [f"--{edge}={datetime.fromtimestamp(at, tz=UTC):%Y-%m-%d %H:%M:%S}"
-              for edge, at in (("from", d.started - 60), ("to", time.time() + 60))]
+    window = [
+        f"--{edge}={datetime.fromtimestamp(at, tz=UTC):%Y-%m-%d %H:%M:%S}"
+        for edge, at in (("from", d.started - 60), ("to", time.time() + 60))
+    ]
     listed = cli(d.config, "requests", *window, "--instance", "llama-storm", "--format", "json")
     assert listed.returncode == 0, listed.stderr
     rows = [json.loads(line) for line in listed.stdout.splitlines() if line.strip()]

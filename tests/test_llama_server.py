@@ -1,6 +1,7 @@
 """The llama_server poller's pure parts and its signals: /metrics text as llama-server writes it
 (tools/server/server-task.cpp's to_metrics), /slots as it answers, counters across a restart, gauges
 dropped while it does not answer. tests/test_llama_real.py polls the real server."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,14 +14,24 @@ from spyglass.signals.state import MetricState
 
 
 def metrics_text(prompt: float, cached: float, deferred: float, processing: float) -> str:
-    items = [("counter", "prompt_tokens_total", prompt), ("counter", "prompt_tokens_cached_total", cached),
-             ("counter", "prompt_seconds_total", 0.25), ("counter", "tokens_predicted_total", 64),
-             ("counter", "tokens_predicted_seconds_total", 0.5), ("counter", "n_decode_total", 70),
-             ("counter", "n_tokens_max", 900), ("gauge", "prompt_tokens_seconds", 3000.5),
-             ("gauge", "predicted_tokens_seconds", 128.25), ("gauge", "requests_processing", processing),
-             ("gauge", "requests_deferred", deferred), ("gauge", "n_busy_slots_per_decode", 1)]
-    return "".join(f"# HELP llamacpp:{name} x\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value:g}\n"
-                   for kind, name, value in items)
+    items = [
+        ("counter", "prompt_tokens_total", prompt),
+        ("counter", "prompt_tokens_cached_total", cached),
+        ("counter", "prompt_seconds_total", 0.25),
+        ("counter", "tokens_predicted_total", 64),
+        ("counter", "tokens_predicted_seconds_total", 0.5),
+        ("counter", "n_decode_total", 70),
+        ("counter", "n_tokens_max", 900),
+        ("gauge", "prompt_tokens_seconds", 3000.5),
+        ("gauge", "predicted_tokens_seconds", 128.25),
+        ("gauge", "requests_processing", processing),
+        ("gauge", "requests_deferred", deferred),
+        ("gauge", "n_busy_slots_per_decode", 1),
+    ]
+    return "".join(
+        f"# HELP llamacpp:{name} x\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value:g}\n"
+        for kind, name, value in items
+    )
 
 
 def test_metrics_text_gives_the_known_families_by_short_name() -> None:
@@ -31,8 +42,10 @@ def test_metrics_text_gives_the_known_families_by_short_name() -> None:
 
 
 def test_slots_are_summarised_and_a_body_of_another_shape_is_refused() -> None:
-    body = [{"id": 0, "is_processing": True, "n_prompt_tokens_cache": 800, "n_prompt_tokens_processed": 12},
-            {"id": 1, "is_processing": False, "n_prompt_tokens_cache": 5}]
+    body = [
+        {"id": 0, "is_processing": True, "n_prompt_tokens_cache": 800, "n_prompt_tokens_processed": 12},
+        {"id": 1, "is_processing": False, "n_prompt_tokens_cache": 5},
+    ]
     assert summarise_slots(body) == {"total": 2, "busy": 1, "cached_tokens": 800, "processed_tokens": 12}
     with pytest.raises(ValueError):
         summarise_slots({"slots": []})
@@ -44,7 +57,9 @@ def status(ts: float, **fields) -> Event:
 
 @pytest.fixture
 def applied() -> tuple[MetricState, object]:
-    config = parse_config({"sources": {"metrics-a": {"kind": "llama_server", "url": "http://127.0.0.1:1", "instance": "llama-a"}}})
+    config = parse_config(
+        {"sources": {"metrics-a": {"kind": "llama_server", "url": "http://127.0.0.1:1", "instance": "llama-a"}}}
+    )
     state = metric_state(config)
     return state, build_signals(config, state)["llama_server"]
 
@@ -52,8 +67,14 @@ def applied() -> tuple[MetricState, object]:
 def test_counters_continue_across_a_restart_and_gauges_drop_while_it_is_down(applied) -> None:
     state, signals = applied
     key = ("llama-a", "")
-    signals.apply(status(1, health="ok", metrics=parse_metrics(metrics_text(1000, 500, 2, 1)),
-                         slots={"total": 2, "busy": 1, "cached_tokens": 0, "processed_tokens": 0}))
+    signals.apply(
+        status(
+            1,
+            health="ok",
+            metrics=parse_metrics(metrics_text(1000, 500, 2, 1)),
+            slots={"total": 2, "busy": 1, "cached_tokens": 0, "processed_tokens": 0},
+        )
+    )
     signals.apply(status(2, health="ok", metrics=parse_metrics(metrics_text(1500, 700, 0, 0))))
     assert state.series("spyglass_llama_prompt_tokens_total")[key + ("processed",)] == 1500
     assert state.series("spyglass_llama_requests_deferred")[key] == 0
@@ -71,8 +92,10 @@ def test_counters_continue_across_a_restart_and_gauges_drop_while_it_is_down(app
 
 def test_a_family_typed_counter_without_total_keeps_its_name() -> None:
     """Late-2024 builds type n_busy_slots_per_decode a counter; prometheus_client names its sample with _total."""
-    text = ("# TYPE llamacpp:n_busy_slots_per_decode counter\nllamacpp:n_busy_slots_per_decode 1.5\n"
-            "# TYPE llamacpp:n_tokens_max counter\nllamacpp:n_tokens_max 900\n")
+    text = (
+        "# TYPE llamacpp:n_busy_slots_per_decode counter\nllamacpp:n_busy_slots_per_decode 1.5\n"
+        "# TYPE llamacpp:n_tokens_max counter\nllamacpp:n_tokens_max 900\n"
+    )
     assert parse_metrics(text) == {"n_busy_slots_per_decode": 1.5, "n_tokens_max": 900}
 
 

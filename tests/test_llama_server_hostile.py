@@ -4,6 +4,7 @@ A real HTTP server on 127.0.0.1 (http.server) answers /health, /metrics, /slots 
 test chooses: a /slots nested 200,000 deep (json.loads raises RecursionError), a `llamacpp:prompt_tokens_total`
 of -1000000, a negative gauge, a ratio above 1. Each poll goes through the real source and its signals.
 """
+
 from __future__ import annotations
 
 import threading
@@ -22,9 +23,11 @@ SLOTS = b'[{"id": 0, "is_processing": true}, {"id": 1, "is_processing": false}]'
 
 
 def metrics(prompt: float, deferred: float = 1, ratio: float | None = None) -> bytes:
-    lines = [f"# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total {prompt:g}",
-             "# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total 64",
-             f"# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred {deferred:g}"]
+    lines = [
+        f"# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total {prompt:g}",
+        "# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total 64",
+        f"# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred {deferred:g}",
+    ]
     if ratio is not None:
         lines.append(f"# TYPE llamacpp:kv_cache_usage_ratio gauge\nllamacpp:kv_cache_usage_ratio {ratio:g}")
     return ("\n".join(lines) + "\n").encode()
@@ -53,8 +56,12 @@ class Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def fake() -> Iterator[FakeLlama]:
     server = FakeLlama(("127.0.0.1", 0), Handler)
-    server.bodies = {"/health": b'{"status":"ok"}', "/metrics": metrics(1000), "/slots": SLOTS,
-                     "/props": b'{"build_info": "b7000-abc"}'}
+    server.bodies = {
+        "/health": b'{"status":"ok"}',
+        "/metrics": metrics(1000),
+        "/slots": SLOTS,
+        "/props": b'{"build_info": "b7000-abc"}',
+    }
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -87,8 +94,12 @@ def test_a_slots_body_200000_deep_is_a_failed_poll_not_a_crash_and_not_a_stale_h
     assert not poll(wired, 2)  # before: RecursionError out of poll(), up and ready left at 1
     assert state.series("spyglass_llama_up")[KEY] == 0
     assert state.series("spyglass_llama_poll_errors_total")[KEY + ("invalid_json",)] == 1
-    for gauge in ("spyglass_llama_ready", "spyglass_engine_slots", "spyglass_engine_slots_busy",
-                  "spyglass_llama_requests_deferred"):
+    for gauge in (
+        "spyglass_llama_ready",
+        "spyglass_engine_slots",
+        "spyglass_engine_slots_busy",
+        "spyglass_llama_requests_deferred",
+    ):
         assert KEY not in state.series(gauge), gauge
     fake.bodies["/slots"] = b'{"slots": []}'  # valid JSON, not llama-server's shape
     assert not poll(wired, 3)
@@ -110,7 +121,10 @@ def test_a_negative_counter_moves_nothing_and_is_counted(wired, fake) -> None:
     assert KEY not in state.series("spyglass_llama_kv_cache_usage_ratio")
     invalid = state.series("spyglass_source_invalid_fields_total")
     assert {field: invalid[("metrics-a", field)] for source, field in invalid if source == "metrics-a"} == {
-        "metrics.prompt_tokens_total": 1, "metrics.requests_deferred": 1, "metrics.kv_cache_usage_ratio": 1}
+        "metrics.prompt_tokens_total": 1,
+        "metrics.requests_deferred": 1,
+        "metrics.kv_cache_usage_ratio": 1,
+    }
     fake.bodies["/metrics"] = metrics(1500, ratio=0.25)
     assert poll(wired, 3)
     assert state.series("spyglass_llama_prompt_tokens_total")[KEY + ("processed",)] == 1500  # the next good sample

@@ -1,5 +1,6 @@
 """Real users' llama-server logs (tests/fixtures/llama_users/, each excerpt's source in its README): every
 format and capture since 2024 yields the events its lines carry, and the signal lines are recognized."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -17,10 +18,31 @@ USERS = Path(__file__).parent / "fixtures" / "llama_users"
 MTIME = 1_796_000_000.0
 # A line that carries a signal of llama-server's (a task's launch, timings and release; an eviction; start,
 # build and readiness; a crash; slot selection, cache state, re-processing, progress), by its wording.
-SIGNAL = ("processing task", "stop processing", "slot released", "eval time", "total time", "removing oldest entry",
-          "listening on", "model loaded", "build", "GGML_ASSERT", "Assertion", "ggml_abort", "selected slot by",
-          "cache state", "forcing full prompt", "prompt processing, n_tokens", "n_decoded =", "n_gen =",
-          "context checkpoint", "verbosity =", "initializing ...", "graphs reused", "terminate called")
+SIGNAL = (
+    "processing task",
+    "stop processing",
+    "slot released",
+    "eval time",
+    "total time",
+    "removing oldest entry",
+    "listening on",
+    "model loaded",
+    "build",
+    "GGML_ASSERT",
+    "Assertion",
+    "ggml_abort",
+    "selected slot by",
+    "cache state",
+    "forcing full prompt",
+    "prompt processing, n_tokens",
+    "n_decoded =",
+    "n_gen =",
+    "context checkpoint",
+    "verbosity =",
+    "initializing ...",
+    "graphs reused",
+    "terminate called",
+)
 
 # file: events by kind (each excerpt's first read also starts a segment)
 EXPECTED: dict[str, dict[str, int]] = {
@@ -38,9 +60,21 @@ EXPECTED: dict[str, dict[str, int]] = {
     "plain-2026-llama.cpp-pr19408.log": {"start": 1, "prompt": 1, "done": 1, "queued": 1, "reprocess": 1},
     "plain-2026-crash-llama.cpp-21512.log": {"start": 1, "error": 1},
     "plain-2026-ollama-18123.log": {"start": 1, "queued": 1, "prompt_progress": 1},
-    "level-2026-pi-llama-19.log": {"start": 1, "decode_progress": 1, "prompt": 1, "done": 1, "slot_select": 1,
-                                   "cache_state": 1},
-    "level-2026-llama.cpp-25121.log": {"start": 1, "model_loaded": 1, "ready": 1, "slot_select": 1, "decode_progress": 2},
+    "level-2026-pi-llama-19.log": {
+        "start": 1,
+        "decode_progress": 1,
+        "prompt": 1,
+        "done": 1,
+        "slot_select": 1,
+        "cache_state": 1,
+    },
+    "level-2026-llama.cpp-25121.log": {
+        "start": 1,
+        "model_loaded": 1,
+        "ready": 1,
+        "slot_select": 1,
+        "decode_progress": 2,
+    },
     "level-2026-llama.cpp-23162-23613.log": {"start": 1},
     "router-2026-llama.cpp-pr23269.log": {"start": 1, "decode_progress": 3, "prompt": 2, "done": 2, "slot_select": 2},
     "journald-2026-llama.cpp-pr22929.log": {"start": 2, "checkpoint": 1, "decode_progress": 1, "prompt": 1, "done": 1},
@@ -49,13 +83,17 @@ EXPECTED: dict[str, dict[str, int]] = {
     "dated-2024-ollama-fork-tc-mb-10.log": {},
     "llama-swap-2025-155.log": {},
 }
-BUILDS = {"plain-2025-llama.cpp-18546.log": ["b6945-cc98f8d34"], "level-2026-llama.cpp-23162-23613.log": ["b9284-afcda09d1"],
-          "plain-2025-llama.cpp-14363.log": ["b0-unknown"]}
+BUILDS = {
+    "plain-2025-llama.cpp-18546.log": ["b6945-cc98f8d34"],
+    "level-2026-llama.cpp-23162-23613.log": ["b9284-afcda09d1"],
+    "plain-2025-llama.cpp-14363.log": ["b0-unknown"],
+}
 
 
 def source(path: Path) -> LlamaLogSource:
-    made = collectors.load_all()["engine_log"].build("engine-a", EngineLogOptions(path=path, instance="llama-a",
-                                                                                    preset="llama_server"))
+    made = collectors.load_all()["engine_log"].build(
+        "engine-a", EngineLogOptions(path=path, instance="llama-a", preset="llama_server")
+    )
     assert isinstance(made, LlamaLogSource)
     made.writer_of = lambda log, now: None
     made.file_mtime(MTIME)
@@ -78,13 +116,22 @@ def test_an_excerpt_yields_its_events(name: str) -> None:
 def test_a_joined_task_has_its_timings() -> None:
     """2025's print_timing: a header, then continuation lines without a prefix, joined to the header's task,
     in a router child's `[PORT] ` lines; and a 2024 JSON task timed by its own extras."""
-    events, _, _ = source(USERS / "x").handle_lines((USERS / "router-2026-llama.cpp-pr23269.log").read_bytes().splitlines())
+    events, _, _ = source(USERS / "x").handle_lines(
+        (USERS / "router-2026-llama.cpp-pr23269.log").read_bytes().splitlines()
+    )
     done = [e.fields for e in events if e.kind == "done"]
     assert [(d["task"], d["ttft_ms"], d["completion"], d["decode_tps"], d["n_tokens"]) for d in done] == [
-        (388, 789, 192, 11.92, 218), (970, 752, 192, 11.9, 216)]
+        (388, 789, 192, 11.92, 218),
+        (970, 752, 192, 11.9, 216),
+    ]
     events, _, _ = source(USERS / "x").handle_lines((USERS / "json-2024-llama.cpp-7637.log").read_bytes().splitlines())
     done = next(e for e in events if e.kind == "done")
-    assert (done.fields["ttft_ms"], done.fields["completion"], done.fields["prompt"], done.ts) == (2684, 25, 299, 1717067386)
+    assert (done.fields["ttft_ms"], done.fields["completion"], done.fields["prompt"], done.ts) == (
+        2684,
+        25,
+        299,
+        1717067386,
+    )
 
 
 def recognized_share(paths: list[Path]) -> tuple[int, int]:
@@ -109,9 +156,18 @@ def test_nine_in_ten_signal_lines_of_users_logs_are_recognized() -> None:
 FRAGMENTS = [line for path in sorted(USERS.glob("*.log")) for line in path.read_bytes().splitlines()[:6]]
 
 
-@given(st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.binary(max_size=120),
-                          st.builds(lambda a, b, n: a[:n] + b, st.sampled_from(FRAGMENTS), st.sampled_from(FRAGMENTS),
-                                    st.integers(0, 120))), max_size=30))
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(FRAGMENTS),
+            st.binary(max_size=120),
+            st.builds(
+                lambda a, b, n: a[:n] + b, st.sampled_from(FRAGMENTS), st.sampled_from(FRAGMENTS), st.integers(0, 120)
+            ),
+        ),
+        max_size=30,
+    )
+)
 @settings(max_examples=300, deadline=None)
 def test_any_mix_of_real_lines_cut_and_joined_never_raises(lines: list[bytes]) -> None:
     """Real lines of every format and capture, cut and spliced into each other or replaced by noise: every

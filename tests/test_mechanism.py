@@ -1,9 +1,16 @@
 """The emulator's mechanisms, without processes: storms emerge from the budget, escaping flips stops."""
+
 from __future__ import annotations
 
 import random
 
-from spyglass.engine.emulator.mechanism import BYTES_PER_TOKEN, ConversationCache, count_tokens, estimate_tokens, plan_response
+from spyglass.engine.emulator.mechanism import (
+    BYTES_PER_TOKEN,
+    ConversationCache,
+    count_tokens,
+    estimate_tokens,
+    plan_response,
+)
 
 
 def turns(cache: ConversationCache, conversations: int, rounds: int, start: int = 200_000) -> list[tuple[int, str]]:

@@ -1,6 +1,7 @@
 """Issue 21 item 6: `/metrics` has capacity no other path can take. 32 dripping connections left 0
 of 39 scrapes answered; with `metrics_listen`, /metrics and /health have a port and workers of their
 own, and every scrape there is answered while the main port's workers are all held."""
+
 from __future__ import annotations
 
 import socket
@@ -19,10 +20,12 @@ def test_dripping_connections_on_the_main_port_cannot_starve_a_scrape(tmp_path: 
 
     port, metrics_port = free_port(), free_port()
     config = tmp_path / "spyglass.toml"
-    config.write_text(f'[agent]\nstate_dir = "{tmp_path}"\n'
-                      f'[exporters.prometheus]\nlisten = "127.0.0.1:{port}"\nmetrics_listen = "127.0.0.1:{metrics_port}"\n'
-                      f'workers = 8\nrequest_timeout_seconds = 60\n[exporters.store]\nenabled = false\n'
-                      f'[sources.engine-a]\nkind = "engine_log"\npath = "{tmp_path / "a.log"}"\ninstance = "strata-a"\n')
+    config.write_text(
+        f'[agent]\nstate_dir = "{tmp_path}"\n'
+        f'[exporters.prometheus]\nlisten = "127.0.0.1:{port}"\nmetrics_listen = "127.0.0.1:{metrics_port}"\n'
+        f"workers = 8\nrequest_timeout_seconds = 60\n[exporters.store]\nenabled = false\n"
+        f'[sources.engine-a]\nkind = "engine_log"\npath = "{tmp_path / "a.log"}"\ninstance = "strata-a"\n'
+    )
     agent = Agent(load_config(config))
     loop = threading.Thread(target=agent.serve, daemon=True)
     loop.start()
@@ -39,8 +42,10 @@ def test_dripping_connections_on_the_main_port_cannot_starve_a_scrape(tmp_path: 
         assert answers == [200] * 40
         assert b"spyglass_agent_info" in httpx.get(scrape + "/metrics").content
         assert _status(scrape + "/debug/sources") == 404  # nothing else is served there
-        assert httpx.post(scrape + "/api/alerts", content=b"{}", headers={"Content-Type": "application/json"}
-                          ).status_code == 404
+        assert (
+            httpx.post(scrape + "/api/alerts", content=b"{}", headers={"Content-Type": "application/json"}).status_code
+            == 404
+        )
     finally:
         for s in drips:
             s.close()
@@ -65,16 +70,21 @@ def test_the_metrics_port_takes_a_host_naming_its_own_port() -> None:
     from spyglass.signals.state import MetricState
 
     limits = ServerLimits(token="t0ken", open_paths=("/health",))
-    server = AgentServer("127.0.0.1:0", MetricState(signals.full_catalogue()), dict, limits=limits,
-                         metrics_listen="127.0.0.1:0").start()
+    server = AgentServer(
+        "127.0.0.1:0", MetricState(signals.full_catalogue()), dict, limits=limits, metrics_listen="127.0.0.1:0"
+    ).start()
     try:
         main, scrape = server.url, server.metrics_url
         assert scrape is not None
         token = {"Authorization": "Bearer t0ken"}
         assert httpx.get(scrape + "/metrics", headers=token).status_code == 200
         assert httpx.get(main + "/metrics", headers=token).status_code == 200
-        assert httpx.get(scrape + "/metrics", headers={**token, "Host": main.removeprefix("http://")}).status_code == 421
-        assert httpx.get(main + "/metrics", headers={**token, "Host": scrape.removeprefix("http://")}).status_code == 421
+        assert (
+            httpx.get(scrape + "/metrics", headers={**token, "Host": main.removeprefix("http://")}).status_code == 421
+        )
+        assert (
+            httpx.get(main + "/metrics", headers={**token, "Host": scrape.removeprefix("http://")}).status_code == 421
+        )
         assert httpx.get(scrape + "/metrics").status_code == 401
     finally:
         server.stop()
@@ -89,9 +99,13 @@ def test_eight_dripping_connections_on_the_metrics_port_leave_every_scrape_answe
     from spyglass.agent.server import AgentServer, ServerLimits
     from spyglass.signals.state import MetricState
 
-    server = AgentServer("127.0.0.1:0", MetricState(signals.full_catalogue()), dict,
-                         limits=ServerLimits(workers=32, request_timeout_seconds=10),
-                         metrics_listen="127.0.0.1:0").start()
+    server = AgentServer(
+        "127.0.0.1:0",
+        MetricState(signals.full_catalogue()),
+        dict,
+        limits=ServerLimits(workers=32, request_timeout_seconds=10),
+        metrics_listen="127.0.0.1:0",
+    ).start()
     assert server.metrics_url is not None
     port = int(server.metrics_url.rsplit(":", 1)[1])
     stop = threading.Event()

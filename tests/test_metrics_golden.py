@@ -5,6 +5,7 @@ the OpenMetrics output (with exemplars), parsed by prometheus_client's strict Op
 Regenerate after an intended change with `pytest tests/test_metrics_golden.py --update-golden`,
 then review the diff like code: it is a public interface.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -94,14 +95,23 @@ def test_golden_openmetrics_parses_with_its_exemplars_and_the_same_samples():
     families = list(openmetrics(text))  # raises on anything OpenMetrics 1.0.0 does not allow
     samples = {(s.name, tuple(sorted(s.labels.items()))): s for f in families for s in f.samples}
     exemplars = {name for (name, _), s in samples.items() if s.exemplar}
-    assert exemplars == {"spyglass_engine_ttft_seconds_bucket", "spyglass_gateway_ttft_seconds_bucket",
-                         "spyglass_gateway_request_duration_seconds_bucket"} \
+    assert (
+        exemplars
+        == {
+            "spyglass_engine_ttft_seconds_bucket",
+            "spyglass_gateway_ttft_seconds_bucket",
+            "spyglass_gateway_request_duration_seconds_bucket",
+        }
         == {f"{spec.name}_bucket" for spec in signals.full_catalogue() if spec.exemplars}
+    )
     for sample in (s for s in samples.values() if s.exemplar):
         assert set(sample.exemplar.labels) == {"trace_id"} and len(sample.exemplar.labels["trace_id"]) == 32
         upper = float(sample.labels["le"])  # the exemplar's value lies in its bucket
-        bounds = sorted(float(s.labels["le"]) for s in samples.values()
-                        if s.name == sample.name and {**s.labels, "le": ""} == {**sample.labels, "le": ""})
+        bounds = sorted(
+            float(s.labels["le"])
+            for s in samples.values()
+            if s.name == sample.name and {**s.labels, "le": ""} == {**sample.labels, "le": ""}
+        )
         assert ([b for b in bounds if b < upper] or [float("-inf")])[-1] < sample.exemplar.value <= upper
     # The same series and values as the classic text (counters named with _total in both).
     plain = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in classic(GOLDEN.read_text()) for s in f.samples}

@@ -1,5 +1,6 @@
 """Knowledge stated once: the Beijing zone is named in collectors/clock.py and nowhere else in the
 code (help texts may say "e.g. Asia/Shanghai"; a quoted zone name is a second definition)."""
+
 from __future__ import annotations
 
 import re
@@ -10,8 +11,12 @@ QUOTED_ZONE = re.compile(r"""["']Asia/Shanghai["']""")
 
 
 def definitions_of_the_zone(root: Path) -> list[str]:
-    return [str(path.relative_to(root)) for package in ("collectors", "signals", "exporters", "engine", "spyglass", "dashboards")
-            for path in sorted((root / package).rglob("*.py")) if QUOTED_ZONE.search(path.read_text())]
+    return [
+        str(path.relative_to(root))
+        for package in ("collectors", "signals", "exporters", "engine", "spyglass", "dashboards")
+        for path in sorted((root / package).rglob("*.py"))
+        if QUOTED_ZONE.search(path.read_text())
+    ]
 
 
 def test_the_beijing_zone_is_named_once():

@@ -1,4 +1,5 @@
 """The catalogue as OpenTelemetry instruments: in memory, and over OTLP/HTTP to a real receiver."""
+
 from __future__ import annotations
 
 import threading
@@ -16,8 +17,7 @@ from spyglass.exporters.statefile import StateFile
 
 
 def run_fixture(tmp_path, attach):
-    pipeline = Pipeline(parse_config(fixture_config(tmp_path), "t"), ManualClock(),
-                        StateFile(tmp_path / "state.json"))
+    pipeline = Pipeline(parse_config(fixture_config(tmp_path), "t"), ManualClock(), StateFile(tmp_path / "state.json"))
     instruments = attach(pipeline.state)
     pipeline.run_until_idle()
     pipeline.close()
@@ -43,8 +43,11 @@ def test_instruments_read_the_state(tmp_path):
     assert metric.unit == "s" and ttft[0].count == 4
     assert ttft[0].explicit_bounds[-1] == 1800.0  # the 30-minute tail survives into OpenTelemetry
     _, restores = points(data, "spyglass.engine.prompt_restores")
-    assert sorted((p.attributes["origin"], p.value) for p in restores) == [("checkpoint", 1), ("none", 2),
-                                                                          ("parked", 1)]
+    assert sorted((p.attributes["origin"], p.value) for p in restores) == [
+        ("checkpoint", 1),
+        ("none", 2),
+        ("parked", 1),
+    ]
     instruments.shutdown()
 
 
@@ -73,8 +76,9 @@ def test_otlp_http_push_reaches_a_real_receiver(tmp_path):
     instruments = run_fixture(tmp_path, lambda state: otlp_instruments(state, endpoint, 3600, "h1"))
     instruments.provider.force_flush()
     assert Receiver.arrived.wait(10)
-    names = {m.name for r in Receiver.requests for rm in r.resource_metrics for sm in rm.scope_metrics
-             for m in sm.metrics}
+    names = {
+        m.name for r in Receiver.requests for rm in r.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
     assert {"spyglass.engine.evictions", "spyglass.engine.ttft", "spyglass.source.lines"} <= names
     resource = {a.key: a.value.string_value for a in Receiver.requests[0].resource_metrics[0].resource.attributes}
     assert resource["service.name"] == "spyglass" and resource["host.name"] == "h1"

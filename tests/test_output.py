@@ -1,4 +1,5 @@
 """How results print: a table cell is the value's text, never rich markup."""
+
 from __future__ import annotations
 
 import io
@@ -25,16 +26,26 @@ def test_to_a_pipe_a_wide_table_prints_whole_rows(monkeypatch):
     """An analyst's `spyglass timeline ... | less` or `> incident.txt`: no column cut to "…"."""
     monkeypatch.delenv("COLUMNS", raising=False)
     out = io.StringIO()
-    rows = [{"ts_utc": "2026-10-19T04:49:00.000Z", "ts_beijing": "2026-10-19T12:49:00.000+08:00", "instance": "strata-b",
-             "kind": "evict", "detail": f"conv={n:016x} bytes=3541434456 reason=budget evictions={n}" * 3} for n in range(3)]
+    rows = [
+        {
+            "ts_utc": "2026-10-19T04:49:00.000Z",
+            "ts_beijing": "2026-10-19T12:49:00.000+08:00",
+            "instance": "strata-b",
+            "kind": "evict",
+            "detail": f"conv={n:016x} bytes=3541434456 reason=budget evictions={n}" * 3,
+        }
+        for n in range(3)
+    ]
     emit(rows, "table", out=out)
     text = out.getvalue()
     assert "…" not in text and "row 1" not in text
     assert all(row["detail"] in text for row in rows)
 
 
-SUMMARY = ("strata-b evicted 199 conversation snapshots (up to 19.9 a minute); the largest parked snapshot, 3.4 GB,"
-           " is 40% of the 8 GiB budget")
+SUMMARY = (
+    "strata-b evicted 199 conversation snapshots (up to 19.9 a minute); the largest parked snapshot, 3.4 GB,"
+    " is 40% of the 8 GiB budget"
+)
 EVIDENCE = "SELECT instance, count(*) AS evictions FROM cache_events WHERE kind = 'evict' AND ts >= $from GROUP BY ALL"
 
 
@@ -48,9 +59,22 @@ def test_a_diagnosis_to_a_pipe_keeps_each_summary_and_evidence_on_its_line(monke
 
     monkeypatch.delenv("COLUMNS", raising=False)
     at = datetime(2026, 10, 19, 4, 49, tzinfo=UTC)
-    finding = Finding("H3", "Eviction storm", "EngineEvictionStorm", "critical", "strata-b", None, at, at, SUMMARY,
-                      {"evictions": 199}, EVIDENCE, "the model is too big", "parked bytes against the budget",
-                      ("--conversation-cache-mib",))
+    finding = Finding(
+        "H3",
+        "Eviction storm",
+        "EngineEvictionStorm",
+        "critical",
+        "strata-b",
+        None,
+        at,
+        at,
+        SUMMARY,
+        {"evictions": 199},
+        EVIDENCE,
+        "the model is too big",
+        "parked bytes against the budget",
+        ("--conversation-cache-mib",),
+    )
     out = io.StringIO()
     print_table(Diagnosis(Window(at, at), 7845, [finding], ["H3"]), out=out)
     lines = out.getvalue().splitlines()
@@ -74,10 +98,26 @@ def test_a_sql_answer_and_a_trace_to_a_pipe_are_whole(monkeypatch, capsys):
     assert "engine prefill " * 10 in out.getvalue()
 
 
-FIRINGS = [{"alert": "GatewayBlindRetries", "severity": "warning", "heuristic": "H9", "instance": "rag-proxy",
-            "labels": "lane=fast reason=overfit", "fired_utc": "2026-12-03T09:41:15Z", "resolved_utc": "2026-12-03T09:55:00Z"},
-           {"alert": "ThinkingOnlyWithSpecialTokens", "severity": "critical", "heuristic": "H6", "instance": "strata-b",
-            "labels": "lane=normal", "fired_utc": "2026-12-03T09:41:15Z", "resolved_utc": "(still firing)"}]
+FIRINGS = [
+    {
+        "alert": "GatewayBlindRetries",
+        "severity": "warning",
+        "heuristic": "H9",
+        "instance": "rag-proxy",
+        "labels": "lane=fast reason=overfit",
+        "fired_utc": "2026-12-03T09:41:15Z",
+        "resolved_utc": "2026-12-03T09:55:00Z",
+    },
+    {
+        "alert": "ThinkingOnlyWithSpecialTokens",
+        "severity": "critical",
+        "heuristic": "H6",
+        "instance": "strata-b",
+        "labels": "lane=normal",
+        "fired_utc": "2026-12-03T09:41:15Z",
+        "resolved_utc": "(still firing)",
+    },
+]
 
 
 def test_at_100_columns_a_table_keeps_its_keys_and_gives_way_in_its_labels(monkeypatch):
@@ -95,9 +135,16 @@ def test_at_100_columns_a_table_keeps_its_keys_and_gives_way_in_its_labels(monke
 
 def test_the_second_clock_moves_to_a_header_line_before_anything_wraps(monkeypatch):
     monkeypatch.setenv("COLUMNS", "70")
-    rows = [{"request_id": f"20261203-17411{n}-0e0d7{n}", "ts_utc": f"2026-12-0{n + 1}T09:41:15.000Z",
-             "ts_beijing": f"2026-12-0{n + 1}T17:41:15.000+08:00", "session": "auto:15eb3770f7f979bf", "tokens": 154_796}
-            for n in range(3)]
+    rows = [
+        {
+            "request_id": f"20261203-17411{n}-0e0d7{n}",
+            "ts_utc": f"2026-12-0{n + 1}T09:41:15.000Z",
+            "ts_beijing": f"2026-12-0{n + 1}T17:41:15.000+08:00",
+            "session": "auto:15eb3770f7f979bf",
+            "tokens": 154_796,
+        }
+        for n in range(3)
+    ]
     out = io.StringIO()
     emit(rows, "table", out=out)
     text = out.getvalue()

@@ -14,6 +14,7 @@ every alert that fired must resolve. Asserted per scenario: the alert names the 
 that every firing notification is followed by its resolved one, and that the agent's store holds
 both (`spyglass sql`, through the agent's API while it runs).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -49,8 +50,12 @@ COMMITTED = yaml.safe_load((ROOT / "alerts" / "alertmanager.yml").read_text())
 DEFAULTS = AlertsConfig()
 # The emulator's prompts are book-length (a 200k-token prefill is 100 model seconds): lanes whose
 # objective is 640 s, so a scenario pages for its incident, not for every long prompt's TTFT.
-ALERTS = {"time_scale": 0.01, "evaluation_interval_seconds": 1, "hung_minutes": 1,
-          "lanes": {"fast": {"ttft_seconds": 640.0}, "normal": {"ttft_seconds": 640.0}}}
+ALERTS = {
+    "time_scale": 0.01,
+    "evaluation_interval_seconds": 1,
+    "hung_minutes": 1,
+    "lanes": {"fast": {"ttft_seconds": 640.0}, "normal": {"ttft_seconds": 640.0}},
+}
 # Each engine really pinned to a CPU of its own: on this machine both would otherwise run on every
 # CPU, which the host source reports as shared (H2) in every scenario.
 PINNED = {"strata-a": {"affinity": [0]}, "strata-b": {"affinity": [(os.cpu_count() or 1) - 1]}}
@@ -77,24 +82,37 @@ CASES = [
     # The fix restarts strata-b with a bigger cache: its status endpoint may not answer for the (scaled) 3 s of
     # SpyglassSourceDown's for: on a loaded machine. The five conversations bring new graph shapes: their few
     # warm-up rebuilds fall in the scaled 6 s window of EngineRecompileStorm, whose "2 a minute" is not scaled.
-    Case("eviction-storm", frozenset({"EngineEvictionStorm"}), {"strata-a": BIG_CACHE, "strata-b": BIG_CACHE},
-         may=frozenset({"EngineSnapshotOverBudget", "SpyglassSourceDown", "EngineRecompileStorm"})),
+    Case(
+        "eviction-storm",
+        frozenset({"EngineEvictionStorm"}),
+        {"strata-a": BIG_CACHE, "strata-b": BIG_CACHE},
+        may=frozenset({"EngineSnapshotOverBudget", "SpyglassSourceDown", "EngineRecompileStorm"}),
+    ),
     # (SpyglassSourceDown: the fix restarts strata-b, as for the eviction storm.)
     # GatewayEstimateSkew compares estimates counted at arrival with engine counts at completion: over the
     # scaled 36 s window a few long sequential requests can skew that ratio for its 18 s for: in some runs.
     # Ten times slower model time: at the default the 16 short requests end within a scrape or two, and a
     # counter first seen at its final value has no increase for a rate to see.
-    Case("special-tokens", frozenset({"ThinkingOnlyResponses", "ServeBuildSkew"}),
-         {"strata-a": BIG_CACHE, "strata-b": BIG_CACHE}, may=frozenset({"GatewayEstimateSkew", "SpyglassSourceDown"}),
-         slower=10.0),
+    Case(
+        "special-tokens",
+        frozenset({"ThinkingOnlyResponses", "ServeBuildSkew"}),
+        {"strata-a": BIG_CACHE, "strata-b": BIG_CACHE},
+        may=frozenset({"GatewayEstimateSkew", "SpyglassSourceDown"}),
+        slower=10.0,
+    ),
     # Between respawns strata-b's status endpoint does not answer: for a (scaled) 3 s in a row in some runs.
     Case("crash-loop", frozenset({"ProgramCrashLoop"}), {}, may=frozenset({"SpyglassSourceDown"})),
     # The fix restarts the hung engine, which ignores SIGTERM: supervisord kills it after stopwaitsecs (5 s),
     # and its status endpoint is down longer than SpyglassSourceDown's (scaled) 3 s. The hung engine keeps
     # logging each new request queued, a line every 5 s for a minute: it pages on its progress (done and
     # [stats] lines), a minute after the hang, while its log still speaks.
-    Case("hung-engine", frozenset({"EngineHung"}), {}, after_fix=frozenset({"SpyglassSourceDown"}),
-         while_driving=frozenset({"EngineHung"})),
+    Case(
+        "hung-engine",
+        frozenset({"EngineHung"}),
+        {},
+        after_fix=frozenset({"SpyglassSourceDown"}),
+        while_driving=frozenset({"EngineHung"}),
+    ),
 ]
 
 
@@ -124,7 +142,9 @@ class Webhook:
         """(path, alertname, status, labels) of every alert of every notification after the first `since`."""
         with self.lock:
             bodies = self.received[since:]
-        return [(path, a["labels"]["alertname"], a["status"], a["labels"]) for path, body in bodies for a in body["alerts"]]
+        return [
+            (path, a["labels"]["alertname"], a["status"], a["labels"]) for path, body in bodies for a in body["alerts"]
+        ]
 
     def __len__(self) -> int:
         with self.lock:
@@ -147,6 +167,7 @@ def pinned(patch: dict[str, dict], slower: float = 1.0) -> dict[str, dict]:
 
 def inhibited(name: str, instance: str, fired: set[tuple[str, str]]) -> bool:
     """Whether a committed inhibit rule covers this alert: a source alert of the same instance fired too."""
+
     def matches(matchers: list[str], alertname: str) -> bool:
         (matcher,) = matchers
         label, op, value = matcher.split(" ", 2)
@@ -154,9 +175,12 @@ def inhibited(name: str, instance: str, fired: set[tuple[str, str]]) -> bool:
         value = value.strip('"')
         return alertname == value if op == "=" else re.fullmatch(value, alertname) is not None
 
-    return any(matches(rule["target_matchers"], name) and rule["equal"] == ["instance"]
-               and any(matches(rule["source_matchers"], other) and where == instance for other, where in fired)
-               for rule in COMMITTED["inhibit_rules"])
+    return any(
+        matches(rule["target_matchers"], name)
+        and rule["equal"] == ["instance"]
+        and any(matches(rule["source_matchers"], other) and where == instance for other, where in fired)
+        for rule in COMMITTED["inhibit_rules"]
+    )
 
 
 def answers(url: str) -> bool:
@@ -169,8 +193,12 @@ def answers(url: str) -> bool:
 def alertmanager_config(hook: str, store: str) -> dict:
     """The committed Alertmanager config with this test's receivers' URLs and short group timers."""
     config = json.loads(json.dumps(COMMITTED))
-    urls = {DEFAULTS.pager_webhook_url: f"{hook}/pager", DEFAULTS.ticket_webhook_url: f"{hook}/ticket",
-            DEFAULTS.heartbeat_webhook_url: f"{hook}/heartbeat", DEFAULTS.store_webhook_url: store}
+    urls = {
+        DEFAULTS.pager_webhook_url: f"{hook}/pager",
+        DEFAULTS.ticket_webhook_url: f"{hook}/ticket",
+        DEFAULTS.heartbeat_webhook_url: f"{hook}/heartbeat",
+        DEFAULTS.store_webhook_url: store,
+    }
     for receiver in config["receivers"]:
         for webhook in receiver.get("webhook_configs", []):
             webhook["url"] = urls[webhook["url"]]
@@ -183,8 +211,13 @@ def deployment(stack: Stack, folder: Path, listen: str, hook: str) -> Path:
     """The agent's config for this stack: /metrics and the API on `listen`, the store on, the pager's settings."""
     document = tomllib.loads(stack.spyglass_toml(folder / "state"))
     document["exporters"] = {"prometheus": {"listen": listen}, "store": {"enabled": True}}
-    document["alerts"] = {**ALERTS, "pager_webhook_url": f"{hook}/pager", "ticket_webhook_url": f"{hook}/ticket",
-                          "heartbeat_webhook_url": f"{hook}/heartbeat", "store_webhook_url": f"http://{listen}/api/alerts"}
+    document["alerts"] = {
+        **ALERTS,
+        "pager_webhook_url": f"{hook}/pager",
+        "ticket_webhook_url": f"{hook}/ticket",
+        "heartbeat_webhook_url": f"{hook}/heartbeat",
+        "store_webhook_url": f"http://{listen}/api/alerts",
+    }
     for name in ("serve-a", "serve-b", "supervisord-api", "host", "infer"):
         document["sources"][name]["interval_seconds"] = POLL_SECONDS
     for name in ("serve-a", "serve-b"):
@@ -204,13 +237,20 @@ def pending_or_firing(api: str) -> set[str]:
 
 
 def sql(config: Path, query: str) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "spyglass.cli.app", "sql", "--config", str(config), "--format", "json", query],
-                         capture_output=True, text=True, timeout=60, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", "sql", "--config", str(config), "--format", "json", query],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.scenario for c in CASES])
-def test_the_pager_rings_for_the_incident_and_stops_when_it_is_fixed(case: Case, webhook: Webhook, tmp_path: Path) -> None:
+def test_the_pager_rings_for_the_incident_and_stops_when_it_is_fixed(
+    case: Case, webhook: Webhook, tmp_path: Path
+) -> None:
     alertmanager = shutil.which("prometheus-alertmanager")
     assert alertmanager, "run scripts/setup --test (installs Debian's prometheus-alertmanager)"
     scenario = SCENARIOS[case.scenario]
@@ -220,13 +260,22 @@ def test_the_pager_rings_for_the_incident_and_stops_when_it_is_fixed(case: Case,
     # Each infer record published at once (segment_records 1), as a busy gateway's segments fill: a counter
     # first seen at its final value has no increase for a rate to see.
     gateway = {"estimate_by_engine": True, "segment_records": 1, **scenario.gateway_patch}
-    stack = Stack(tmp_path / "stack", free_port_base(), pinned(scenario.engine_patch, case.slower), gateway,
-                  set(scenario.crash_loop))
+    stack = Stack(
+        tmp_path / "stack",
+        free_port_base(),
+        pinned(scenario.engine_patch, case.slower),
+        gateway,
+        set(scenario.crash_loop),
+    )
     listen, am_port, prom_port = f"127.0.0.1:{free_port()}", free_port(), free_port()
     config = deployment(stack, tmp_path, listen, webhook.url)
     rules = tmp_path / "alerts"
-    subprocess.run([sys.executable, "-m", "spyglass.cli.app", "rules", "--config", str(config), "--out", str(rules)],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", "rules", "--config", str(config), "--out", str(rules)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     (tmp_path / "am.yml").write_text(yaml.safe_dump(alertmanager_config(webhook.url, f"http://{listen}/api/alerts")))
     am_api, agent_api = f"http://127.0.0.1:{am_port}", f"http://{listen}"
     group, seen = ProcessGroups(), len(webhook)
@@ -236,12 +285,31 @@ def test_the_pager_rings_for_the_incident_and_stops_when_it_is_fixed(case: Case,
         stack.wait_ready(scenario.ready)
         stack.gateway.infer.mkdir(parents=True, exist_ok=True)  # every source folder exists when the agent starts
         group.start([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)], tmp_path / "agent.log")
-        group.start([alertmanager, f"--config.file={tmp_path / 'am.yml'}", f"--storage.path={tmp_path / 'am'}",
-                     f"--web.listen-address=127.0.0.1:{am_port}", "--cluster.listen-address="], tmp_path / "am.log")
-        wait_until(lambda: answers(f"{agent_api}/health") and answers(f"{am_api}/-/ready"), 60, "the agent and Alertmanager")
-        prom_api = start_prometheus(group, tmp_path, scraping(listen, DEFAULTS.job, alertmanager=f"127.0.0.1:{am_port}"),
-                                    prom_port, rules / "spyglass-rules.yml", DEFAULTS.job, "--rules.alert.resend-delay=1s")
-        wait_until(lambda: any(p == "/heartbeat" for p, *_ in webhook.alerts(seen)), 60, "the Watchdog at the heartbeat")
+        group.start(
+            [
+                alertmanager,
+                f"--config.file={tmp_path / 'am.yml'}",
+                f"--storage.path={tmp_path / 'am'}",
+                f"--web.listen-address=127.0.0.1:{am_port}",
+                "--cluster.listen-address=",
+            ],
+            tmp_path / "am.log",
+        )
+        wait_until(
+            lambda: answers(f"{agent_api}/health") and answers(f"{am_api}/-/ready"), 60, "the agent and Alertmanager"
+        )
+        prom_api = start_prometheus(
+            group,
+            tmp_path,
+            scraping(listen, DEFAULTS.job, alertmanager=f"127.0.0.1:{am_port}"),
+            prom_port,
+            rules / "spyglass-rules.yml",
+            DEFAULTS.job,
+            "--rules.alert.resend-delay=1s",
+        )
+        wait_until(
+            lambda: any(p == "/heartbeat" for p, *_ in webhook.alerts(seen)), 60, "the Watchdog at the heartbeat"
+        )
 
         # The incident, with Prometheus's firing alerts watched meanwhile (for the inhibition check).
         fired: set[tuple[str, str]] = set()
@@ -262,18 +330,29 @@ def test_the_pager_rings_for_the_incident_and_stops_when_it_is_fixed(case: Case,
             asyncio.run(run_scenario(scenario, stack.url, deadline_seconds=60))
             driven = time.monotonic()  # the scenario's last request: its engine log's last line, for a hung engine
             stack.flush()
-            paged = lambda: {name for path, name, status, _ in webhook.alerts(seen)  # noqa: E731
-                             if status == "firing" and path != "/heartbeat"}
+
+            def paged() -> set[str]:
+                return {
+                    name
+                    for path, name, status, _ in webhook.alerts(seen)
+                    if status == "firing" and path != "/heartbeat"
+                }
+
             try:
                 wait_until(lambda: case.pages <= paged(), 120, f"{sorted(case.pages)} at the receivers")
             except AssertionError as exc:
                 raise AssertionError(f"{exc}; got {sorted(paged())}, fired in Prometheus: {sorted(fired)}") from None
             # Fired before the engine log's silence (from its last queued line) could reach alerts.hung_minutes.
-            late = {name: round(first_fired[name] - driven, 1) for name in case.while_driving
-                    if first_fired.get(name, driven + 60) >= driven + 30}
+            late = {
+                name: round(first_fired[name] - driven, 1)
+                for name in case.while_driving
+                if first_fired.get(name, driven + 60) >= driven + 30
+            }
             assert not late, f"fired only after the log fell silent (seconds after the last request): {late}"
             if case.fix is not None:
-                stack.reconfigure(pinned(case.fix, case.slower))  # the operator's fix: the troubled program restarted healthy
+                stack.reconfigure(
+                    pinned(case.fix, case.slower)
+                )  # the operator's fix: the troubled program restarted healthy
             left: list[set[str]] = [set()]
 
             def quiet() -> bool:
@@ -290,9 +369,18 @@ def test_the_pager_rings_for_the_incident_and_stops_when_it_is_fixed(case: Case,
 
         def unresolved() -> list[tuple[str, str]]:
             alerts = webhook.alerts(seen)
-            resolved = {(name, json.dumps(labels, sort_keys=True)) for path, name, status, labels in alerts if status == "resolved"}
-            return [(name, labels) for path, name, status, labels in alerts if status == "firing" and path != "/heartbeat"
-                    and (name, json.dumps(labels, sort_keys=True)) not in resolved]
+            resolved = {
+                (name, json.dumps(labels, sort_keys=True))
+                for path, name, status, labels in alerts
+                if status == "resolved"
+            }
+            return [
+                (name, labels)
+                for path, name, status, labels in alerts
+                if status == "firing"
+                and path != "/heartbeat"
+                and (name, json.dumps(labels, sort_keys=True)) not in resolved
+            ]
 
         wait_until(lambda: not unresolved(), 60, "a resolved notification for every firing one")
         received = webhook.alerts(seen)
@@ -310,8 +398,11 @@ def test_the_pager_rings_for_the_incident_and_stops_when_it_is_fixed(case: Case,
         assert {name for name, _ in kept} >= case.inhibited, f"fired in Prometheus: {sorted(fired)}"
 
         def stored() -> set[tuple[str, str]] | None:
-            rows = sql(config, "SELECT DISTINCT fields->>'alertname' AS alertname, fields->>'status' AS status"
-                               " FROM events WHERE kind = 'alert'")
+            rows = sql(
+                config,
+                "SELECT DISTINCT fields->>'alertname' AS alertname, fields->>'status' AS status"
+                " FROM events WHERE kind = 'alert'",
+            )
             got = {(r["alertname"], r["status"]) for r in rows}
             return got if got >= {(n, s) for n in case.pages for s in ("firing", "resolved")} else None
 

@@ -2,6 +2,7 @@
 concurrent reader never sees half a file, a duplicate or a gap, closed hours are compacted,
 retention deletes only what is published, and the forensic commands answer the same from
 `--parquet` as from the store."""
+
 from __future__ import annotations
 
 import json
@@ -31,10 +32,18 @@ COLUMNS = "ts, seq, source, kind, instance, host, request_id, fields::VARCHAR"
 
 
 def synthetic(first: int, n: int, start: float, step: float, host: str = "h1") -> list[Event]:
-    return [Event(start + i * step, "engine-b", ("queued", "done", "park")[i % 3], "strata-b",
-                  {"i": first + i, "text": "同一个会话" if i % 7 == 0 else "x"},
-                  f"20261019-0400{i % 60:02d}-{first + i:06x}" if i % 3 != 2 else None, host)
-            for i in range(n)]
+    return [
+        Event(
+            start + i * step,
+            "engine-b",
+            ("queued", "done", "park")[i % 3],
+            "strata-b",
+            {"i": first + i, "text": "同一个会话" if i % 7 == 0 else "x"},
+            f"20261019-0400{i % 60:02d}-{first + i:06x}" if i % 3 != 2 else None,
+            host,
+        )
+        for i in range(n)
+    ]
 
 
 def glob(folder: Path) -> str:
@@ -51,8 +60,9 @@ def segments(folder: Path) -> list[tuple]:
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     files = f"(SELECT * FROM read_parquet('{glob(folder)}', hive_partitioning = true))"
-    return normal(con.execute(f"WITH events AS ({events_view_sql(files)}) SELECT {COLUMNS} FROM events"
-                              " ORDER BY seq").fetchall())
+    return normal(
+        con.execute(f"WITH events AS ({events_view_sql(files)}) SELECT {COLUMNS} FROM events ORDER BY seq").fetchall()
+    )
 
 
 def stored(store: DuckDBStore) -> list[tuple]:
@@ -79,7 +89,10 @@ def test_publication_holds_exactly_the_stored_events_under_host_date_hour(tmp_pa
     assert publisher.run_once() == 840
     assert segments(folder) == stored(store) and len(stored(store)) == 840
     assert [f.relative_to(folder).parent.as_posix() for f in files(folder)] == [
-        "host=h1/date=2026-10-19/hour=03", "host=h1/date=2026-10-19/hour=04", "host=h2.lab/date=2026-10-19/hour=04"]
+        "host=h1/date=2026-10-19/hour=03",
+        "host=h1/date=2026-10-19/hour=04",
+        "host=h2.lab/date=2026-10-19/hour=04",
+    ]
     for f in files(folder):  # each file sorted by (ts, seq), named by the publication's range
         table = pq.ParquetFile(f).read()
         keys = list(zip(table["ts"].to_pylist(), table["seq"].to_pylist()))
@@ -251,8 +264,9 @@ def cli(*args: str) -> str:
 def test_timeline_and_reports_answer_the_same_from_parquet(replay, window):
     config, segments_glob = replay
     start, end = (f"{t:%Y-%m-%d %H:%M}" for t in WINDOWS[window])
-    commands = [["timeline", "--limit", "100000"], ["requests"]] + \
-        [["report", name] for name in ("cache", "special-tokens", "four-counts", "assembly", "plan-then-eos", "restarts")]
+    commands = [["timeline", "--limit", "100000"], ["requests"]] + [
+        ["report", name] for name in ("cache", "special-tokens", "four-counts", "assembly", "plan-then-eos", "restarts")
+    ]
     answered = 0
     for command in commands:
         args = [*command, "--config", config, "--from", start, "--to", end, "--format", "json"]
@@ -265,24 +279,52 @@ def test_timeline_and_reports_answer_the_same_from_parquet(replay, window):
 
 def test_parquet_queries_read_nothing_outside_the_segments(replay, tmp_path):
     config, segments_glob = replay
-    result = CliRunner().invoke(app, ["views", "SELECT * FROM read_csv('/etc/passwd')", "--config", config,
-                                      "--parquet", segments_glob])
+    result = CliRunner().invoke(
+        app, ["views", "SELECT * FROM read_csv('/etc/passwd')", "--config", config, "--parquet", segments_glob]
+    )
     assert result.exit_code == 1 and "/etc/passwd" in result.stderr
-    result = CliRunner().invoke(app, ["timeline", "--config", config, "--from", "2026-10-19", "--to", "2026-10-20",
-                                      "--parquet", str(tmp_path / "none" / "*.parquet")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "timeline",
+            "--config",
+            config,
+            "--from",
+            "2026-10-19",
+            "--to",
+            "2026-10-20",
+            "--parquet",
+            str(tmp_path / "none" / "*.parquet"),
+        ],
+    )
     assert result.exit_code == 1 and "No files found" in result.stderr
 
 
-@pytest.mark.parametrize("start, end", [("2026-10-19 03:59:59.999", "2026-10-19 04:00:00.001"),
-                                        ("2026-10-19 04:10", "2026-10-19 05:59:59.9999"),
-                                        ("2026-10-07 08:59:59.5", "2026-10-07 09:00:00.5"),
-                                        ("2026-10-17 14:30", "2026-10-18 16:02")])
+@pytest.mark.parametrize(
+    "start, end",
+    [
+        ("2026-10-19 03:59:59.999", "2026-10-19 04:00:00.001"),
+        ("2026-10-19 04:10", "2026-10-19 05:59:59.9999"),
+        ("2026-10-07 08:59:59.5", "2026-10-07 09:00:00.5"),
+        ("2026-10-17 14:30", "2026-10-18 16:02"),
+    ],
+)
 def test_parquet_reads_the_same_padded_window_as_the_store(replay, start, end):
     """--parquet opens only the hour folders the views read; at odd edges they still read the
     same events as the store (the window widened by views.PAD)."""
     config, segments_glob = replay
-    args = ["views", "SELECT count(*) AS n, min(ts) AS first, max(ts) AS last, sum(seq) AS seqs FROM ev",
-            "--config", config, "--from", start, "--to", end, "--format", "json"]
+    args = [
+        "views",
+        "SELECT count(*) AS n, min(ts) AS first, max(ts) AS last, sum(seq) AS seqs FROM ev",
+        "--config",
+        config,
+        "--from",
+        start,
+        "--to",
+        end,
+        "--format",
+        "json",
+    ]
     from_store = cli(*args)
     assert from_store == cli(*args, "--parquet", segments_glob)
     assert '"n": 0' not in from_store
@@ -298,8 +340,9 @@ def test_one_row_no_partition_can_name_is_set_aside_and_counted_and_the_rest_pub
     state = metric_state(parse_config(engine_log_config(tmp_path / "a.log", tmp_path), "test"))
     clock, folder = ManualClock(T0 + 30 * 60), tmp_path / "pq"
     store.commit(synthetic(0, 3, T0, 60.0), {}, {})
-    store.con.execute("INSERT INTO ev_other VALUES (3, to_timestamp(1e12), 'smoke', 'smoke_passed', 'strata-a', 'h1',"
-                      " NULL, '{}')")  # what DuckDB took before the edges refused it
+    store.con.execute(
+        "INSERT INTO ev_other VALUES (3, to_timestamp(1e12), 'smoke', 'smoke_passed', 'strata-a', 'h1', NULL, '{}')"
+    )  # what DuckDB took before the edges refused it
     store.next_seq = 4
     store.commit(synthetic(4, 2, T0 + 300, 60.0), {}, {})
     publisher = ParquetPublisher(store, clock, folder, host="h1", interval=60, state=state)
@@ -344,16 +387,36 @@ def test_an_hour_written_with_json_fields_is_rewritten_typed_at_the_next_start(t
     store = DuckDBStore(tmp_path / "state" / "spyglass.duckdb", {"engine-b": "engine_log"})
     try:
         clock, folder = ManualClock(T0 + 30 * 60), tmp_path / "pq"
-        parks = [Event(T0 - HOUR + i * 60, "engine-b", "park", "strata-b",
-                       {"conv": f"c{i}", "parked": i, "bytes": 1000 * i, "used": 10, "budget": 8 << 30, "evictions": 0,
-                        **({"note": "同一个会话"} if i % 5 == 0 else {})}, None, "h1") for i in range(50)]
+        parks = [
+            Event(
+                T0 - HOUR + i * 60,
+                "engine-b",
+                "park",
+                "strata-b",
+                {
+                    "conv": f"c{i}",
+                    "parked": i,
+                    "bytes": 1000 * i,
+                    "used": 10,
+                    "budget": 8 << 30,
+                    "evictions": 0,
+                    **({"note": "同一个会话"} if i % 5 == 0 else {}),
+                },
+                None,
+                "h1",
+            )
+            for i in range(50)
+        ]
         store.commit(parks + synthetic(50, 30, T0, 10.0), {}, {})
         ParquetPublisher(store, clock, folder, host="h1", interval=60).run_once()
         expected = segments(folder)
         for f in files(folder):  # as the previous release wrote them
             seqs = pq.read_table(f, columns=["seq"])["seq"].to_pylist()
-            old = store.con.sql("SELECT ts, seq, source, kind, instance, host, request_id, fields::VARCHAR AS fields"
-                                " FROM events WHERE list_contains(?, seq) ORDER BY ts, seq", params=[seqs]).to_arrow_table()
+            old = store.con.sql(
+                "SELECT ts, seq, source, kind, instance, host, request_id, fields::VARCHAR AS fields"
+                " FROM events WHERE list_contains(?, seq) ORDER BY ts, seq",
+                params=[seqs],
+            ).to_arrow_table()
             pq.write_table(old.cast(JSON_SEGMENT_SCHEMA), f)
         assert not any(is_typed(f) for f in files(folder))
 
@@ -361,7 +424,8 @@ def test_an_hour_written_with_json_fields_is_rewritten_typed_at_the_next_start(t
         assert all(is_typed(f) for f in files(folder)) and len(files(folder)) == 2
         assert segments(folder) == expected == stored(store)
         con = duckdb.connect()
-        assert con.execute(f"SELECT sum(bytes), count(extra) FROM read_parquet('{glob(folder)}') WHERE kind = 'park'"
-                           ).fetchall() == [(sum(1000 * i for i in range(50)), 10 + 10)]  # 10 notes, 10 synthetic parks
+        assert con.execute(
+            f"SELECT sum(bytes), count(extra) FROM read_parquet('{glob(folder)}') WHERE kind = 'park'"
+        ).fetchall() == [(sum(1000 * i for i in range(50)), 10 + 10)]  # 10 notes, 10 synthetic parks
     finally:
         store.close()

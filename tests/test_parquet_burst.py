@@ -4,6 +4,7 @@ same way, also after a restart; with `retain_hours` set the store would then gro
 since retention deletes only published rows. Now a failed batch is abandoned and halved, batches
 grow back no further than the memory limit holds, and a publication stuck for `retain_hours` lets
 retention delete past the horizon, counted."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,8 +24,18 @@ pytestmark = pytest.mark.usefixtures("spawns")  # DuckDB files and Parquet on di
 
 
 def wide_spans(n: int, start: float = T0) -> list[Event]:
-    return [Event(start + i * 0.001, "otlp", "span", "gw", {"name": "x", "attributes": {"spyglass.k": "v" * 600, "n": i}},
-                  None, "h1") for i in range(n)]
+    return [
+        Event(
+            start + i * 0.001,
+            "otlp",
+            "span",
+            "gw",
+            {"name": "x", "attributes": {"spyglass.k": "v" * 600, "n": i}},
+            None,
+            "h1",
+        )
+        for i in range(n)
+    ]
 
 
 def state_for(tmp_path: Path):
@@ -47,8 +58,10 @@ def test_a_burst_past_the_memory_limit_is_published_in_smaller_batches(tmp_path)
         failures = state.values["spyglass_parquet_publish_failures_total"][()]
         assert 1 <= failures <= 6  # each halves the batch: a few, never one per tick forever
         with duckdb.connect() as con:
-            [(count, distinct)] = con.execute(f"SELECT count(*), count(DISTINCT seq) FROM"
-                                              f" read_parquet('{tmp_path}/pq/host=*/date=*/hour=*/*.parquet')").fetchall()
+            [(count, distinct)] = con.execute(
+                f"SELECT count(*), count(DISTINCT seq) FROM"
+                f" read_parquet('{tmp_path}/pq/host=*/date=*/hour=*/*.parquet')"
+            ).fetchall()
         assert count == distinct == 20_000  # each row once: the abandoned ranges left no file
     finally:
         store.close()

@@ -1,6 +1,7 @@
 """`spyglass ingest` with Parquet publication on, killed with SIGKILL at random points (inside
 commits, publications and compactions) and restarted: in the end the segments hold exactly the
 stored events, each once, and those equal one uninterrupted run's."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,12 @@ pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 def write_config(folder: Path, log: Path) -> Path:
     path = folder / "spyglass.toml"
     text = engine_log_toml(log, folder / "state", host="h1", read_budget_bytes=65536, commit_interval_seconds=0)
-    path.write_text(text.replace("[exporters.store]\nenabled = true", "[exporters.store]\nenabled = true\n"
-                                 f'parquet_dir = "{folder / "pq"}"\npublish_interval_seconds = 0'))
+    path.write_text(
+        text.replace(
+            "[exporters.store]\nenabled = true",
+            f'[exporters.store]\nenabled = true\nparquet_dir = "{folder / "pq"}"\npublish_interval_seconds = 0',
+        )
+    )
     return path
 
 
@@ -73,8 +78,14 @@ def test_sigkill_during_publication_loses_and_duplicates_nothing_in_parquet(tmp_
     def writing_a_part() -> bool:  # a part being written now: a publication (or a compaction) under way
         return any(path not in left_behind for path in (killed / "pq").rglob(".*.tmp"))
 
-    kills = kill_at_random_until_done(ingest(write_config(killed, log)), duration, 20261201, (0.1, 0.4),
-                                      after_kill=note_publication, kill_when=writing_a_part)
+    kills = kill_at_random_until_done(
+        ingest(write_config(killed, log)),
+        duration,
+        20261201,
+        (0.1, 0.4),
+        after_kill=note_publication,
+        kill_when=writing_a_part,
+    )
     in_publication = sum(landed_in_publication)
     assert kills >= 3, f"only {kills} kills landed before ingest finished"
     assert in_publication >= 1, f"none of {kills} kills landed inside a publication"

@@ -2,6 +2,7 @@
 answered, doubling backoff up to the cap after failures, and nothing polled before it is due.
 Real endpoints: an HTTP server on 127.0.0.1 that fails on command, a missing unix socket, a
 real SQLite infer store."""
+
 from __future__ import annotations
 
 import sqlite3
@@ -46,8 +47,9 @@ def status_server():
 
 
 def pipeline(tmp_path, sources: str, clock: ManualClock) -> Pipeline:
-    config = parse_config(tomllib.loads(f'[agent]\nstate_dir = "{tmp_path}"\n[exporters.store]\nenabled = false\n'
-                                        + sources), "t")
+    config = parse_config(
+        tomllib.loads(f'[agent]\nstate_dir = "{tmp_path}"\n[exporters.store]\nenabled = false\n' + sources), "t"
+    )
     return Pipeline(config, clock, StateFile(tmp_path / "state.json"))
 
 
@@ -63,8 +65,12 @@ def run(p: Pipeline, clock: ManualClock, seconds: int) -> list[float]:
 def test_failures_back_off_to_the_cap_and_an_answer_restores_the_interval(tmp_path, status_server):
     clock = ManualClock(start=0.0)
     Status.clock = clock
-    p = pipeline(tmp_path, f'[sources.serve-a]\nkind = "serve_status"\nurl = "{status_server}"\n'
-                           'instance = "strata-a"\ninterval_seconds = 5\nmax_backoff_seconds = 40\n', clock)
+    p = pipeline(
+        tmp_path,
+        f'[sources.serve-a]\nkind = "serve_status"\nurl = "{status_server}"\n'
+        'instance = "strata-a"\ninterval_seconds = 5\nmax_backoff_seconds = 40\n',
+        clock,
+    )
     run(p, clock, 150)
     assert Status.hits == [0, 10, 30, 70, 110]  # waits of 10, 20, 40, 40: doubling, capped at 40
     p.step()
@@ -87,8 +93,9 @@ def test_failures_back_off_to_the_cap_and_an_answer_restores_the_interval(tmp_pa
 def test_poll_returns_the_wait_and_never_polls_early(tmp_path, status_server):
     clock = ManualClock(start=1000.0)
     Status.clock, Status.failing = clock, False
-    p = pipeline(tmp_path, f'[sources.serve-a]\nkind = "serve_status"\nurl = "{status_server}"\n'
-                           'interval_seconds = 7\n', clock)
+    p = pipeline(
+        tmp_path, f'[sources.serve-a]\nkind = "serve_status"\nurl = "{status_server}"\ninterval_seconds = 7\n', clock
+    )
     (rt,) = p.polled_sources()
     assert p.poll(rt) == 7.0
     clock.advance(3.0)
@@ -101,8 +108,11 @@ def test_poll_returns_the_wait_and_never_polls_early(tmp_path, status_server):
 
 def test_a_source_without_backoff_is_retried_at_its_interval(tmp_path):
     clock = ManualClock(start=0.0)
-    p = pipeline(tmp_path, f'[sources.rpc]\nkind = "supervisord_rpc"\nendpoint = "unix://{tmp_path}/none.sock"\n'
-                           'interval_seconds = 3\n', clock)
+    p = pipeline(
+        tmp_path,
+        f'[sources.rpc]\nkind = "supervisord_rpc"\nendpoint = "unix://{tmp_path}/none.sock"\ninterval_seconds = 3\n',
+        clock,
+    )
     assert run(p, clock, 10) == [3.0, 2.0, 1.0] * 3 + [3.0]  # polled at 0, 3, 6, 9: each failure waits 3 s
     p.step()
     assert p.state.values["spyglass_source_polls_total"][("rpc", "error")] == 4
@@ -130,8 +140,10 @@ def test_a_polled_source_keeps_its_state_across_restarts_without_a_poll(tmp_path
     db = tmp_path / "infer.db"
     with sqlite3.connect(db) as con:
         con.execute("CREATE TABLE requests (id TEXT PRIMARY KEY, ts TEXT, lane TEXT, status INT, finish TEXT)")
-        con.executemany("INSERT INTO requests VALUES (?, ?, 'fast', 200, 'stop')",
-                        [(f"20261017-2200{i:02d}-{i:06x}", f"2026-10-17 22:00:{i:02d}.000") for i in range(3)])
+        con.executemany(
+            "INSERT INTO requests VALUES (?, ?, 'fast', 200, 'stop')",
+            [(f"20261017-2200{i:02d}-{i:06x}", f"2026-10-17 22:00:{i:02d}.000") for i in range(3)],
+        )
     sources = f'[sources.infer]\nkind = "infer_store"\npath = "{db}"\n'
     clock = ManualClock()  # after the rows' dates: the pipeline refuses a timestamp a day past its clock
     first = pipeline(tmp_path, sources, clock)
@@ -150,9 +162,13 @@ def test_polls_that_repeat_the_last_one_are_committed_at_the_quiet_interval(tmp_
     """An idle endpoint says the same thing every poll: stored, but the store is not written every second."""
     clock = ManualClock(start=1_793_000_000.0)
     Status.failing, Status.clock = False, clock
-    config = parse_config(tomllib.loads(
-        f'[agent]\nstate_dir = "{tmp_path}"\nquiet_commit_seconds = 5\n[exporters.prometheus]\nenabled = false\n'
-        f'[sources.serve]\nkind = "serve_status"\nurl = "{status_server}"\ninterval_seconds = 1\n'), "t")
+    config = parse_config(
+        tomllib.loads(
+            f'[agent]\nstate_dir = "{tmp_path}"\nquiet_commit_seconds = 5\n[exporters.prometheus]\nenabled = false\n'
+            f'[sources.serve]\nkind = "serve_status"\nurl = "{status_server}"\ninterval_seconds = 1\n'
+        ),
+        "t",
+    )
     from spyglass.exporters.store import DuckDBStore
 
     p = Pipeline(config, clock, DuckDBStore(config.store_path(), config.source_kinds()))

@@ -1,5 +1,6 @@
 """Loopback ports for the stack's servers come from outside the kernel's ephemeral range, where no
 outbound connection can take one between the probe and the server's bind."""
+
 from __future__ import annotations
 
 import socket
@@ -9,12 +10,15 @@ import pytest
 from spyglass.engine.emulator import ports
 
 
-@pytest.mark.parametrize(("proc_text", "expected"), [
-    ("32768\t60999\n", range(20000, 32768)),   # Linux's default: the stretch below
-    ("15000 60999\n", range(61000, 65536)),    # a range reaching low: the stretch above is larger
-    (None, range(20000, 32768)),               # no /proc (not Linux): Linux's default assumed
-    ("garbage\n", range(20000, 32768)),
-])
+@pytest.mark.parametrize(
+    ("proc_text", "expected"),
+    [
+        ("32768\t60999\n", range(20000, 32768)),  # Linux's default: the stretch below
+        ("15000 60999\n", range(61000, 65536)),  # a range reaching low: the stretch above is larger
+        (None, range(20000, 32768)),  # no /proc (not Linux): Linux's default assumed
+        ("garbage\n", range(20000, 32768)),
+    ],
+)
 def test_the_unreserved_stretch_avoids_the_ephemeral_range(tmp_path, monkeypatch, proc_text, expected):
     path = tmp_path / "ip_local_port_range"
     if proc_text is not None:

@@ -1,5 +1,6 @@
 """Every window is written once: a probe's SQL window frames are its alerts' PromQL range selectors (with their
 offsets), read off both as generated, recording rules expanded; no probe file writes an interval of its own."""
+
 from __future__ import annotations
 
 import re

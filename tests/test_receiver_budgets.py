@@ -4,6 +4,7 @@ Smoke results were unbounded (about 680 KB each; 200 of them in 13 s made every 
 DuckDB out of memory), spans had no rate budget, and 32 bodies of 500,000 empty span events peaked at
 524 MB. Each is refused now, whole, with 413/429 (Retry-After where retryable), counted in
 spyglass_received_refused_total{receiver,reason}, and /api/sql answers throughout."""
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +40,7 @@ def test_a_bucket_takes_its_burst_then_its_rate_and_refuses_whole():
 
 def span_export(spans: int, events_per_span: int = 0) -> bytes:
     """An ExportTraceServiceRequest of `spans` spans with valid times and `events_per_span` empty span events."""
+
     def field(number: int, payload: bytes) -> bytes:
         return varint(number << 3 | 2) + varint(len(payload)) + payload
 
@@ -68,18 +70,24 @@ def test_spans_past_their_rate_are_a_429_with_retry_after_and_counted(start_agen
     import subprocess
     import sys
     import threading
-    proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
-                            stderr=subprocess.DEVNULL)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)], stderr=subprocess.DEVNULL
+    )
     killer = threading.Timer(90, proc.kill)
     killer.start()
     try:
         wait_until(lambda: _answers(url), what="the agent again")
-        answers = [httpx.post(f"{url}/v1/traces", content=span_export(1000), headers=PROTOBUF_BODY, timeout=30)
-                   for _ in range(4)]
+        answers = [
+            httpx.post(f"{url}/v1/traces", content=span_export(1000), headers=PROTOBUF_BODY, timeout=30)
+            for _ in range(4)
+        ]
         assert [a.status_code for a in answers] == [200, 200, 200, 429], [a.text for a in answers]
         assert int(answers[3].headers["Retry-After"]) >= 1 and "10 spans a second" in answers[3].text
-        wait_until(lambda: metric(url, 'spyglass_received_refused_total{reason="rate",receiver="/v1/traces"}') == 1,
-                   what="the refusal counted")
+        wait_until(
+            lambda: metric(url, 'spyglass_received_refused_total{reason="rate",receiver="/v1/traces"}') == 1,
+            what="the refusal counted",
+        )
         wait_until(lambda: metric(url, "spyglass_agent_spans_received_total") == 3000, what="3,000 spans stored")
     finally:
         proc.kill()
@@ -95,10 +103,17 @@ def _answers(url: str) -> bool:
 
 
 def smoke(reason: str, samples: int = 1, problem: str = "") -> dict:
-    return {"instance": "strata-b", "url": "http://127.0.0.1:8082", "passed": False, "reason": reason,
-            "at": datetime.now(UTC).timestamp(), "waited_seconds": 0.5, "samples_file": "s.jsonl",
-            "samples_sha256": "0" * 64,
-            "samples": [{"name": f"s{n}", "status": 200, "ttft_ms": 12.5, "problem": problem} for n in range(samples)]}
+    return {
+        "instance": "strata-b",
+        "url": "http://127.0.0.1:8082",
+        "passed": False,
+        "reason": reason,
+        "at": datetime.now(UTC).timestamp(),
+        "waited_seconds": 0.5,
+        "samples_file": "s.jsonl",
+        "samples_sha256": "0" * 64,
+        "samples": [{"name": f"s{n}", "status": 200, "ttft_ms": 12.5, "problem": problem} for n in range(samples)],
+    }
 
 
 def test_smoke_results_are_bounded_in_size_and_rate_and_sql_keeps_answering(start_agent):  # noqa: F811 - the imported fixture
@@ -118,8 +133,9 @@ def test_smoke_results_are_bounded_in_size_and_rate_and_sql_keeps_answering(star
     assert set(codes) <= {200, 429, 503} and 10 <= codes.count(200) <= 20 and codes.count(429) >= 15, codes
     # /api/sql answers (a query may time out on a loaded machine: asked again, never an out-of-memory)
     assert wait_until(lambda: sql(url, "SELECT 1 AS one").json().get("rows")) == [[1]]
-    assert wait_until(lambda: sql(url, "SELECT count(*) FROM events WHERE source = 'smoke'").json().get("rows")
-                      ) == [[codes.count(200)]]
+    assert wait_until(lambda: sql(url, "SELECT count(*) FROM events WHERE source = 'smoke'").json().get("rows")) == [
+        [codes.count(200)]
+    ]
     assert metric(url, 'spyglass_received_refused_total{reason="too_large",receiver="/api/smoke"}') == 1
     assert metric(url, 'spyglass_received_refused_total{reason="rate",receiver="/api/smoke"}') == codes.count(429)
 
@@ -131,10 +147,17 @@ def test_span_event_bombs_are_refused_before_they_are_built(start_agent):  # noq
     bomb = span_export(1, events_per_span=500_000)
     assert len(bomb) < 1 << 20
     with ThreadPoolExecutor(32) as pool:
-        answers = list(pool.map(lambda _: httpx.post(f"{url}/v1/traces", content=bomb, timeout=120,
-                                                     headers=PROTOBUF_BODY), range(32)))
-    assert {a.status_code for a in answers} <= {400, 503} and [a.status_code for a in answers].count(400) >= 8  # 8 workers
-    assert "parts (spans, attributes, span events, links, values)" in next(a.text for a in answers if a.status_code == 400)
+        answers = list(
+            pool.map(
+                lambda _: httpx.post(f"{url}/v1/traces", content=bomb, timeout=120, headers=PROTOBUF_BODY), range(32)
+            )
+        )
+    assert {a.status_code for a in answers} <= {400, 503} and [a.status_code for a in answers].count(
+        400
+    ) >= 8  # 8 workers
+    assert "parts (spans, attributes, span events, links, values)" in next(
+        a.text for a in answers if a.status_code == 400
+    )
     peak = peak_rss_mb(agent["proc"])
     assert peak < RSS_BOUND_MB, peak
     print(f"peak RSS under the span event bombs: {peak:.0f} MB")

@@ -7,6 +7,7 @@ into a block a row at 100 columns.
 Each command runs once with `--format json` (its rows as data) and then as a table in every width and
 mode; every key value of the rows must be in the table whole, and no cell may end in "…".
 """
+
 from __future__ import annotations
 
 import json
@@ -32,14 +33,27 @@ INCIDENT6 = ["--from", f"{start:%Y-%m-%d %H:%M}", "--to", f"{end:%Y-%m-%d %H:%M}
 COMMANDS = [
     ("requests", ["requests", "--limit", "40"], ["requests", "--limit", "40", "-f", "json"]),
     ("requests --status 4xx", ["requests", "--status", "4xx"], ["requests", "--status", "4xx", "-f", "json"]),
-    *((f"report {r}", ["report", r, "--limit", "40"], ["report", r, "--limit", "40", "-f", "json"])
-      for r in ("special-tokens", "cache", "four-counts", "assembly", "plan-then-eos", "restarts")),
-    ("views", ["views", "SELECT request_id, session, lane, status, tokens FROM requests ORDER BY ts_utc LIMIT 30"],
-     ["views", "SELECT request_id, session, lane, status, tokens FROM requests ORDER BY ts_utc LIMIT 30", "-f", "json"]),
+    *(
+        (f"report {r}", ["report", r, "--limit", "40"], ["report", r, "--limit", "40", "-f", "json"])
+        for r in ("special-tokens", "cache", "four-counts", "assembly", "plan-then-eos", "restarts")
+    ),
+    (
+        "views",
+        ["views", "SELECT request_id, session, lane, status, tokens FROM requests ORDER BY ts_utc LIMIT 30"],
+        [
+            "views",
+            "SELECT request_id, session, lane, status, tokens FROM requests ORDER BY ts_utc LIMIT 30",
+            "-f",
+            "json",
+        ],
+    ),
     ("changes", ["changes"], ["changes", "-f", "json"]),
     ("crashes", ["crashes"], ["crashes", "-f", "json"]),
-    ("sql", ["sql", "SELECT source, instance, kind, count(*) AS n FROM events GROUP BY ALL ORDER BY n DESC"],
-     ["sql", "SELECT source, instance, kind, count(*) AS n FROM events GROUP BY ALL ORDER BY n DESC", "-f", "json"]),
+    (
+        "sql",
+        ["sql", "SELECT source, instance, kind, count(*) AS n FROM events GROUP BY ALL ORDER BY n DESC"],
+        ["sql", "SELECT source, instance, kind, count(*) AS n FROM events GROUP BY ALL ORDER BY n DESC", "-f", "json"],
+    ),
     ("timeline", ["timeline", *INCIDENT6, "--limit", "80"], ["timeline", *INCIDENT6, "--limit", "80", "-f", "json"]),
     ("diagnose", ["diagnose"], ["diagnose", "--json"]),
 ]
@@ -54,11 +68,16 @@ def replay(tmp_path_factory) -> str:
 
 
 def invoke(config: str, args: list[str], mode: str = "piped", width: int | None = None) -> str:
-    env = {"TTY_COMPATIBLE": "1" if mode == "terminal" else "0", "COLUMNS": str(width) if width else None,
-           "NO_COLOR": None, "FORCE_COLOR": None}
+    env = {
+        "TTY_COMPATIBLE": "1" if mode == "terminal" else "0",
+        "COLUMNS": str(width) if width else None,
+        "NO_COLOR": None,
+        "FORCE_COLOR": None,
+    }
     result = CliRunner().invoke(app, [*args, "--config", config], env=env)
-    assert result.exit_code in (0, 1, 2) and result.exception is None or isinstance(result.exception, SystemExit), \
+    assert result.exit_code in (0, 1, 2) and result.exception is None or isinstance(result.exception, SystemExit), (
         result.output
+    )
     assert "Traceback" not in result.output
     return ANSI.sub("", result.stdout)
 
@@ -108,7 +127,9 @@ def test_small_tables_stay_side_by_side_at_100_columns(replay):
     for args in (["report", "special-tokens"], ["sql", "SELECT kind, count(*) FROM events GROUP BY ALL"]):
         shown = invoke(replay, args, "terminal", 100)
         assert shown.count("┏") == 1 and "row 1" not in shown, shown  # one table, not turned
-    restarts = invoke(replay, ["report", "restarts"], "terminal", 100)  # 14 columns of figures: turned, rows side by side
+    restarts = invoke(
+        replay, ["report", "restarts"], "terminal", 100
+    )  # 14 columns of figures: turned, rows side by side
     assert any("row 1" in line and "row 2" in line for line in restarts.splitlines()), restarts
 
 
@@ -124,12 +145,13 @@ def test_the_diagnose_evidence_runs_as_printed(replay, tmp_path):
     first = last
     while first > 0 and lines[first - 1].endswith("\\"):  # a command continued past the width
         first -= 1
-    command = " ".join(line.removesuffix("\\") for line in lines[first:last + 1])
-    query = "\n".join(lines[last + 1:lines.index("SQL", last)]) + "\n"
+    command = " ".join(line.removesuffix("\\") for line in lines[first : last + 1])
+    query = "\n".join(lines[last + 1 : lines.index("SQL", last)]) + "\n"
     words = shlex.split(command.replace("- <<'SQL'", "-"))
     assert words[1] == "views" and words[-1] == "-", words
-    assert query.strip(), lines[last:last + 5]
-    ran = subprocess.run([sys.executable, "-m", "spyglass.cli.app", *words[1:]], input=query, capture_output=True,
-                         text=True, timeout=120)
+    assert query.strip(), lines[last : last + 5]
+    ran = subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", *words[1:]], input=query, capture_output=True, text=True, timeout=120
+    )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip(), "the evidence query found the finding's rows"

@@ -1,5 +1,6 @@
 """The replay's view of polled sources comes from the source registry: a source of every registered kind
 whose polls describe the present goes stale when its polls stop; one whose polls import history does not."""
+
 from __future__ import annotations
 
 import pytest
@@ -48,8 +49,12 @@ def test_a_polled_kind_must_have_polled_options():
     class Options(collectors.SourceOptions):
         pass
 
-    with pytest.raises(ValueError, match=r"'test_unpolled_options': the options of a polled source subclass"
-                                         r" PolledOptions \(interval_seconds\); .*Options does not"):
+    with pytest.raises(
+        ValueError,
+        match=r"'test_unpolled_options': the options of a polled source subclass"
+        r" PolledOptions \(interval_seconds\); .*Options does not",
+    ):
+
         @collectors.register("test_unpolled_options", Options)
         class Poller(collectors.PolledSourceBase):
             def __init__(self, name, options, host=""):
@@ -60,4 +65,5 @@ def test_a_polled_kind_must_have_polled_options():
 
             def poll_policy(self):
                 return collectors.PollPolicy(5.0)
+
     assert "test_unpolled_options" not in collectors.REGISTRY

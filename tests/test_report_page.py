@@ -5,6 +5,7 @@ What renders is measured in the browser itself: a copy of the page gets a script
 laid-out geometry (charts, tables, marks drawn) into the DOM, and `--dump-dom` returns it. The
 screenshot is saved (next to the test's files) and checked to hold the page's colours.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,16 @@ from typer.testing import CliRunner
 from spyglass.cli.app import app
 
 CHROMIUM = shutil.which("chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,2000"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1400,2000",
+]
 MEASURE = """<script>
 const box = e => { const r = e.getBoundingClientRect(); return [Math.round(r.width), Math.round(r.height)]; };
 document.body.setAttribute("data-layout", JSON.stringify({
@@ -55,8 +64,12 @@ def replay(tmp_path_factory) -> str:
 
 def chromium(page: Path, profile: Path, *args: str) -> str:
     assert CHROMIUM, "Debian's chromium is not installed: run scripts/setup --test"
-    done = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args, page.as_uri()],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args, page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -76,8 +89,8 @@ def png_pixels(path: Path) -> tuple[int, int, bytes]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat, width = 8, b"", 0
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        chunk = data[pos + 8:pos + 8 + length]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             width, height, depth, colour = struct.unpack(">IIBB", chunk[:10])
             assert (depth, colour) in ((8, 6), (8, 2)), (depth, colour)
@@ -87,7 +100,7 @@ def png_pixels(path: Path) -> tuple[int, int, bytes]:
         pos += 12 + length
     raw, stride, out, previous = zlib.decompress(idat), width * channels, bytearray(), bytearray(width * channels)
     for y in range(height):
-        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         for i in range(stride):
             a = line[i - channels] if i >= channels else 0
             b, c = previous[i], previous[i - channels] if i >= channels else 0
@@ -107,14 +120,26 @@ def png_pixels(path: Path) -> tuple[int, int, bytes]:
 
 
 def colours(pixels: bytes) -> set[tuple[int, int, int]]:
-    return {tuple(pixels[i:i + 3]) for i in range(0, len(pixels), 3 * 7)}
+    return {tuple(pixels[i : i + 3]) for i in range(0, len(pixels), 3 * 7)}
 
 
 def test_the_diagnosis_page_renders_findings_and_charts_in_chromium(replay, tmp_path):
     start, end = WINDOWS["incident2"]
     page = tmp_path / "diagnosis.html"
-    result = CliRunner().invoke(app, ["diagnose", "--config", replay, "--from", f"{start:%Y-%m-%d %H:%M}",
-                                      "--to", "2026-10-07 09:00", "--html", str(page)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "diagnose",
+            "--config",
+            replay,
+            "--from",
+            f"{start:%Y-%m-%d %H:%M}",
+            "--to",
+            "2026-10-07 09:00",
+            "--html",
+            str(page),
+        ],
+    )
     assert result.exit_code == 2, result.output
     html = page.read_text(encoding="utf-8")
     assert not re.search(r"<(script|link|img|iframe)\b|\b(src|href)=", html), "the page must fetch nothing"
@@ -122,8 +147,11 @@ def test_the_diagnosis_page_renders_findings_and_charts_in_chromium(replay, tmp_
     assert layout["resources"] == 0 and layout["overflow"] is False
     assert layout["verdict"].endswith("the worst critical") and layout["verdictColour"] == "rgb(248, 215, 218)"
     charts = {c["title"]: c for c in layout["charts"]}
-    assert set(charts) == {"Engine TTFT, p95 per bucket", "Evictions per bucket",  # a parked chart an instance
-                           "Parked snapshot bytes against the budget, strata-b"}
+    assert set(charts) == {
+        "Engine TTFT, p95 per bucket",
+        "Evictions per bucket",  # a parked chart an instance
+        "Parked snapshot bytes against the budget, strata-b",
+    }
     for chart in charts.values():
         assert chart["size"][0] >= 1200 and chart["size"][1] >= 240
         assert "07:00 UTC" in chart["ticks"] and "15:00 BJT" in chart["ticks"]  # both clocks on every axis
@@ -146,8 +174,21 @@ def test_the_diagnosis_page_renders_findings_and_charts_in_chromium(replay, tmp_
 
 def test_the_report_page_has_the_reports_table_and_restart_markers(replay, tmp_path):
     page = tmp_path / "restarts.html"
-    result = CliRunner().invoke(app, ["report", "restarts", "--config", replay, "--from", "2026-10-19 05:00",
-                                      "--to", "2026-10-19 09:00", "--html", str(page)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "report",
+            "restarts",
+            "--config",
+            replay,
+            "--from",
+            "2026-10-19 05:00",
+            "--to",
+            "2026-10-19 09:00",
+            "--html",
+            str(page),
+        ],
+    )
     assert result.exit_code == 0, result.output
     layout = rendered(page, tmp_path)
     assert layout["resources"] == 0 and layout["cols"][0] == 1 + 2  # strata-b and rag-proxy, a row a column
@@ -159,8 +200,11 @@ def test_the_report_page_has_the_reports_table_and_restart_markers(replay, tmp_p
         boxes = chart["labels"]
         assert boxes, chart["title"]
         assert all(x <= bx and bx + bw <= x + w and y <= by and by + bh <= y + h for bx, by, bw, bh in boxes)
-        assert not any(a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
-                       for i, a in enumerate(boxes) for b in boxes[i + 1:]), chart["title"]
+        assert not any(
+            a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
+            for i, a in enumerate(boxes)
+            for b in boxes[i + 1 :]
+        ), chart["title"]
 
 
 def test_a_wide_report_is_turned_so_no_column_hides_and_numbers_are_separated(replay, tmp_path):

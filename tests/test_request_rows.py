@@ -1,6 +1,7 @@
 """The per-request rows maintained at ingest (exporters/request_rows.py) equal what the views computed
 from the events before them: every request's events grouped at once, the restore found with an ASOF
 join, whatever batches the events were committed in and in whatever order their times come."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,8 +40,13 @@ def engine_task(draw: st.DrawFn, at: list[float], request_id: str | None) -> lis
     source = draw(st.sampled_from(["engine-a", "engine-b"]))
     instance = {"engine-a": "strata-a", "engine-b": "strata-b"}[source]
     task, conv = draw(st.integers(0, 3)), draw(st.sampled_from(["c1", "c2", None]))
-    kinds = draw(st.lists(st.sampled_from(["queued", "restore", "prompt", "thinking", "tool_call", "done",
-                                           "rejected"]), min_size=1, max_size=6))
+    kinds = draw(
+        st.lists(
+            st.sampled_from(["queued", "restore", "prompt", "thinking", "tool_call", "done", "rejected"]),
+            min_size=1,
+            max_size=6,
+        )
+    )
     out = []
     for kind in kinds:
         fields: dict = {"task": task}
@@ -49,12 +55,18 @@ def engine_task(draw: st.DrawFn, at: list[float], request_id: str | None) -> lis
         elif kind == "restore":
             fields = {"conv": conv or "c1", "origin": draw(st.sampled_from(["parked", "checkpoint"])), "tokens": 5}
         elif kind == "prompt":
-            fields.update(prompt=draw(st.integers(1, 9)), reused=draw(st.integers(0, 9)), read=3, ms=draw(st.integers(1, 99)))
+            fields.update(
+                prompt=draw(st.integers(1, 9)), reused=draw(st.integers(0, 9)), read=3, ms=draw(st.integers(1, 99))
+            )
         elif kind == "thinking":
             fields.update(tokens=draw(st.integers(0, 9)), max=32000, cause=draw(st.sampled_from(["stop", "budget"])))
         elif kind == "done":
-            fields.update(finish=draw(st.sampled_from(["stop", "length"])), completion=draw(st.integers(1, 9)),
-                          ttft_ms=draw(st.integers(1, 999)), decode_tps=draw(st.floats(1, 99)))
+            fields.update(
+                finish=draw(st.sampled_from(["stop", "length"])),
+                completion=draw(st.integers(1, 9)),
+                ttft_ms=draw(st.integers(1, 999)),
+                decode_tps=draw(st.floats(1, 99)),
+            )
         elif kind == "rejected":
             fields.update(status=400, code=545, prompt=draw(st.integers(1, 9)), window=8)
         rid = None if kind == "restore" or (kind == "rejected" and draw(st.booleans())) else request_id
@@ -65,24 +77,62 @@ def engine_task(draw: st.DrawFn, at: list[float], request_id: str | None) -> lis
 def layer_events(draw: st.DrawFn, at: list[float], request_id: str) -> list[Event]:
     """Gateway and infer-store events of one request."""
     out = []
-    for kind in draw(st.lists(st.sampled_from(["request", "precheck", "clamp", "done", "overfit", "retry_on_overfit",
-                                               "reject"]), max_size=4)):
-        fields = {"lane": draw(st.sampled_from(["fast", "normal"])), "mode": "assembled", "est_tokens": draw(st.integers(1, 9)),
-                  "client_msgs": 3, "sent_msgs": draw(st.integers(1, 3))}
-        fields.update({"request": {"session": "s1", "chars": 40, "cjk": 0.1, "max_tokens": 100},
-                       "precheck": {"count_tokens": 7, "window": 8, "room": 1}, "clamp": {"max_to": 50, "thinking_budget": 9},
-                       "done": {"status": 200, "engine_prompt": 7, "completion": 3, "finish": "stop", "tool_calls": 0,
-                                "content_chars": 9, "ttft_ms": 40, "dur_ms": 90},
-                       "overfit": {"status": 400, "prompt": 9, "max": 8, "upstream": "#545: 9 > 8"},
-                       "retry_on_overfit": {"max_from": 100, "max_to": 50},
-                       "reject": {"status": 429, "reason": "full"}}[kind])
+    for kind in draw(
+        st.lists(
+            st.sampled_from(["request", "precheck", "clamp", "done", "overfit", "retry_on_overfit", "reject"]),
+            max_size=4,
+        )
+    ):
+        fields = {
+            "lane": draw(st.sampled_from(["fast", "normal"])),
+            "mode": "assembled",
+            "est_tokens": draw(st.integers(1, 9)),
+            "client_msgs": 3,
+            "sent_msgs": draw(st.integers(1, 3)),
+        }
+        fields.update(
+            {
+                "request": {"session": "s1", "chars": 40, "cjk": 0.1, "max_tokens": 100},
+                "precheck": {"count_tokens": 7, "window": 8, "room": 1},
+                "clamp": {"max_to": 50, "thinking_budget": 9},
+                "done": {
+                    "status": 200,
+                    "engine_prompt": 7,
+                    "completion": 3,
+                    "finish": "stop",
+                    "tool_calls": 0,
+                    "content_chars": 9,
+                    "ttft_ms": 40,
+                    "dur_ms": 90,
+                },
+                "overfit": {"status": 400, "prompt": 9, "max": 8, "upstream": "#545: 9 > 8"},
+                "retry_on_overfit": {"max_from": 100, "max_to": 50},
+                "reject": {"status": 429, "reason": "full"},
+            }[kind]
+        )
         out.append(Event(at.pop(), "gateway", kind, "rag-proxy", fields, request_id, "h1"))
     for kind in draw(st.lists(st.sampled_from(["request", "request_body"]), max_size=2)):
-        fields = ({"session": "s1", "lane": "fast", "upstream": "strata-a", "prompt_tokens": draw(st.integers(1, 9)),
-                   "status": 200, "finish": "stop", "seg": "seg-1"} if kind == "request" else
-                  {"special_literals": draw(st.integers(0, 2)), "thinking_only": draw(st.booleans()),
-                   "anchor_survived": draw(st.booleans()), "plan_then_stop": draw(st.booleans()), "lane": "fast",
-                   "segment": "seg-1", "finish": "stop"})
+        fields = (
+            {
+                "session": "s1",
+                "lane": "fast",
+                "upstream": "strata-a",
+                "prompt_tokens": draw(st.integers(1, 9)),
+                "status": 200,
+                "finish": "stop",
+                "seg": "seg-1",
+            }
+            if kind == "request"
+            else {
+                "special_literals": draw(st.integers(0, 2)),
+                "thinking_only": draw(st.booleans()),
+                "anchor_survived": draw(st.booleans()),
+                "plan_then_stop": draw(st.booleans()),
+                "lane": "fast",
+                "segment": "seg-1",
+                "finish": "stop",
+            }
+        )
         out.append(Event(at.pop(), "infer", kind, "infer", fields, request_id, "h1"))
     return out
 
@@ -118,11 +168,13 @@ def test_rows_maintained_commit_by_commit_equal_the_rows_of_every_event_at_once(
 def test_a_store_without_rows_gets_them_rebuilt_from_its_events(tmp_path):
     """A store of schema 2 (today's release: the kind tables, no rows) is migrated: its rows built from its events."""
     at = [T0 + i for i in range(20)]
-    events = [Event(at.pop(0), "engine-a", "queued", "strata-a", {"task": 1, "conv": "c1"}, "r1", "h1"),
-              Event(at.pop(0), "engine-a", "restore", "strata-a", {"conv": "c1", "origin": "parked"}, None, "h1"),
-              Event(at.pop(0), "engine-a", "prompt", "strata-a", {"task": 1, "prompt": 9}, "r1", "h1"),
-              Event(at.pop(0), "gateway", "request", "rag-proxy", {"session": "s"}, "r1", "h1"),
-              Event(at.pop(0), "infer", "request_body", "infer", {"thinking_only": True}, "r1", "h1")]
+    events = [
+        Event(at.pop(0), "engine-a", "queued", "strata-a", {"task": 1, "conv": "c1"}, "r1", "h1"),
+        Event(at.pop(0), "engine-a", "restore", "strata-a", {"conv": "c1", "origin": "parked"}, None, "h1"),
+        Event(at.pop(0), "engine-a", "prompt", "strata-a", {"task": 1, "prompt": 9}, "r1", "h1"),
+        Event(at.pop(0), "gateway", "request", "rag-proxy", {"session": "s"}, "r1", "h1"),
+        Event(at.pop(0), "infer", "request_body", "infer", {"thinking_only": True}, "r1", "h1"),
+    ]
     db = tmp_path / "spyglass.duckdb"
     store = DuckDBStore(db, SOURCES)
     store.commit(events, {}, {})
@@ -155,14 +207,23 @@ def test_real_engine_and_gateway_logs_give_the_same_rows_in_any_commits(tmp_path
         ts += 3  # requests overlap
         lines += model.turn(ts)
     (tmp_path / "model.log").write_bytes(b"\n".join(sorted(lines, key=lambda line: line[:23])) + b"\n")
-    config = parse_config({
-        "agent": {"host": "h1", "state_dir": str(tmp_path / "state"), "commit_max_events": 7,
-                  "commit_interval_seconds": 0},
-        "exporters": {"prometheus": {"enabled": False}},
-        "sources": {"engine-b": {"kind": "engine_log", "path": str(fixtures / "engine_log/strata-iq3_xxs-b.log")},
-                    "gateway": {"kind": "gateway_log", "path": str(fixtures / "gateway_log/rag-proxy.log")},
-                    "engine-a": {"kind": "engine_log", "path": str(tmp_path / "model.log"), "instance": "strata-a"}}},
-        "test")
+    config = parse_config(
+        {
+            "agent": {
+                "host": "h1",
+                "state_dir": str(tmp_path / "state"),
+                "commit_max_events": 7,
+                "commit_interval_seconds": 0,
+            },
+            "exporters": {"prometheus": {"enabled": False}},
+            "sources": {
+                "engine-b": {"kind": "engine_log", "path": str(fixtures / "engine_log/strata-iq3_xxs-b.log")},
+                "gateway": {"kind": "gateway_log", "path": str(fixtures / "gateway_log/rag-proxy.log")},
+                "engine-a": {"kind": "engine_log", "path": str(tmp_path / "model.log"), "instance": "strata-a"},
+            },
+        },
+        "test",
+    )
     pipeline = Pipeline(config, ManualClock(), DuckDBStore(config.store_path(), config.source_kinds()))
     try:
         pipeline.run_until_idle()

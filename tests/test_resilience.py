@@ -1,5 +1,6 @@
 """A source that raises costs its lines or its poll, never the agent (faults injected: a bug can
 not be caused on purpose in the real parsers)."""
+
 from __future__ import annotations
 
 import tomllib
@@ -15,11 +16,15 @@ from spyglass.exporters.statefile import StateFile
 
 
 def pipeline(tmp_path) -> Pipeline:
-    config = parse_config(tomllib.loads(
-        f'[agent]\nstate_dir = "{tmp_path}"\n[exporters.store]\nenabled = false\n'
-        f'[sources.engine-b]\nkind = "engine_log"\npath = "{FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"}"\n'
-        f'instance = "strata-b"\n[sources.host]\nkind = "host"\n[sources.host.processes.strata-b]\n'
-        f'pid_file = "{tmp_path / "none.pid"}"\n'), "t")
+    config = parse_config(
+        tomllib.loads(
+            f'[agent]\nstate_dir = "{tmp_path}"\n[exporters.store]\nenabled = false\n'
+            f'[sources.engine-b]\nkind = "engine_log"\npath = "{FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"}"\n'
+            f'instance = "strata-b"\n[sources.host]\nkind = "host"\n[sources.host.processes.strata-b]\n'
+            f'pid_file = "{tmp_path / "none.pid"}"\n'
+        ),
+        "t",
+    )
     return Pipeline(config, ManualClock(), StateFile(tmp_path / "state.json"))
 
 

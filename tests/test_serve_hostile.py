@@ -4,6 +4,7 @@ Real HTTP servers on 127.0.0.1 written with asyncio streams: one that drips a by
 one that sends an endless chunked body, one that announces 100 MB, and one whose answers an
 attacker chooses (a 5,000-character engine name, 5,000 status codes, counters going backwards).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -29,10 +30,18 @@ from spyglass.signals import full_catalogue
 from spyglass.signals.serve_status import ServeSignals
 from spyglass.signals.state import MetricState
 
-BODY = {"engine": "strata-a", "build": "Strata 0.9.3 (build 7f3c2e1)", "serve_version": "2026.10.18",
-        "state": "ready", "uptime_s": 8123.4, "slots": {"total": 20, "busy": 3}, "prefill_queue": 2,
-        "prompt_escapes": {"calls": 365, "literals": 1603}, "stops_while_reasoning": 16,
-        "requests": {"total": 5120, "by_status": {"200": 5101, "400": 12, "429": 7}}}
+BODY = {
+    "engine": "strata-a",
+    "build": "Strata 0.9.3 (build 7f3c2e1)",
+    "serve_version": "2026.10.18",
+    "state": "ready",
+    "uptime_s": 8123.4,
+    "slots": {"total": 20, "busy": 3},
+    "prefill_queue": 2,
+    "prompt_escapes": {"calls": 365, "literals": 1603},
+    "stops_while_reasoning": 16,
+    "requests": {"total": 5120, "by_status": {"200": 5101, "400": 12, "429": 7}},
+}
 
 
 class Server:
@@ -65,7 +74,9 @@ class Server:
             while (await reader.readline()) not in (b"\r\n", b""):
                 pass
             if self.mode == "drip":  # a valid answer, one byte every 0.1 s
-                for byte in b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n" + json.dumps(self.body).encode():
+                for byte in (
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n" + json.dumps(self.body).encode()
+                ):
                     writer.write(bytes([byte]))
                     await writer.drain()
                     await asyncio.sleep(0.1)
@@ -82,8 +93,10 @@ class Server:
                 await asyncio.sleep(30)
             else:
                 payload = self.raw if self.mode == "raw" else json.dumps(self.body).encode()
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-                             b"connection: close\r\n\r\n%s" % (len(payload), payload))
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                    b"connection: close\r\n\r\n%s" % (len(payload), payload)
+                )
                 await writer.drain()
         except (ConnectionError, asyncio.CancelledError):
             pass
@@ -139,12 +152,24 @@ def test_a_body_past_the_cap_is_refused_without_reading_it_all(server, mode):
 
 
 def test_the_stored_snapshot_is_bounded_and_instance_comes_from_config(server, tmp_path):
-    server.body = dict(BODY, engine="x" * 5000, build=["not", "a", "string"], serve_version="v" * 5000,
-                       padding="p" * 200_000, uptime_s=10 ** 30, prefill_queue="1.2.3",
-                       requests={"total": 99, "by_status": {**{str(i): 1 for i in range(5000)}, "200": 90}})
-    config = parse_config(tomllib.loads(f'[agent]\nstate_dir = "{tmp_path}"\n[sources.serve-a]\n'
-                                        f'kind = "serve_status"\nurl = "{server.url}"\ninstance = "strata-a"\n'
-                                        '[exporters.prometheus]\nenabled = false\n'), "t")
+    server.body = dict(
+        BODY,
+        engine="x" * 5000,
+        build=["not", "a", "string"],
+        serve_version="v" * 5000,
+        padding="p" * 200_000,
+        uptime_s=10**30,
+        prefill_queue="1.2.3",
+        requests={"total": 99, "by_status": {**{str(i): 1 for i in range(5000)}, "200": 90}},
+    )
+    config = parse_config(
+        tomllib.loads(
+            f'[agent]\nstate_dir = "{tmp_path}"\n[sources.serve-a]\n'
+            f'kind = "serve_status"\nurl = "{server.url}"\ninstance = "strata-a"\n'
+            "[exporters.prometheus]\nenabled = false\n"
+        ),
+        "t",
+    )
     pipeline = Pipeline(config, ManualClock(start=1_793_000_000.0), DuckDBStore(config.store_path()))
     pipeline.run_until_idle()
     text = render(pipeline.state).decode()
@@ -155,11 +180,14 @@ def test_the_stored_snapshot_is_bounded_and_instance_comes_from_config(server, t
     assert "200" in statuses and "other" in statuses and len(statuses) <= 501
     assert values["spyglass_serve_requests_total"][("strata-a", "200")] == 90
     assert values["spyglass_source_invalid_fields_total"] == {
-        ("serve-a", "build"): 1, ("serve-a", "uptime_s"): 1, ("serve-a", "prefill_queue"): 1}
+        ("serve-a", "build"): 1,
+        ("serve-a", "uptime_s"): 1,
+        ("serve-a", "prefill_queue"): 1,
+    }
     assert ("strata-a",) not in values["spyglass_serve_uptime_seconds"]
     assert len(text) < 200_000
     con = duckdb.connect(str(config.store_path()), read_only=True)
-    (size, instance), = con.execute("SELECT strlen(fields::VARCHAR), instance FROM events").fetchall()
+    ((size, instance),) = con.execute("SELECT strlen(fields::VARCHAR), instance FROM events").fetchall()
     assert instance == "strata-a" and size < 16_384
 
 
@@ -181,8 +209,12 @@ def test_gauges_go_stale_while_down_and_a_restart_is_a_reset_not_a_drop(server):
     server.close()  # the serve goes away
     poll("ok")
     assert state.values["spyglass_serve_up"][key] == 0.0
-    for gauge in ("spyglass_serve_slots", "spyglass_serve_slots_busy", "spyglass_serve_uptime_seconds",
-                  "spyglass_serve_prefill_queue_depth"):
+    for gauge in (
+        "spyglass_serve_slots",
+        "spyglass_serve_slots_busy",
+        "spyglass_serve_uptime_seconds",
+        "spyglass_serve_prefill_queue_depth",
+    ):
         assert key not in state.values[gauge], gauge
     assert not [k for k in state.values["spyglass_serve_state"] if k[0] == "strata-a"]
     assert requests("200") == 5101  # a counter keeps its value: down is not a reset
@@ -190,8 +222,13 @@ def test_gauges_go_stale_while_down_and_a_restart_is_a_reset_not_a_drop(server):
     source.options = source.options.model_copy(update={"url": again.url})
     current[0] = again
     try:
-        restarted = dict(BODY, uptime_s=30.0, requests={"total": 40, "by_status": {"200": 40}},
-                         prompt_escapes={"calls": 2, "literals": 5}, stops_while_reasoning=1)
+        restarted = dict(
+            BODY,
+            uptime_s=30.0,
+            requests={"total": 40, "by_status": {"200": 40}},
+            prompt_escapes={"calls": 2, "literals": 5},
+            stops_while_reasoning=1,
+        )
         poll("ok", restarted)
         assert requests("200") == 5101 + 40 and requests("400") == 12
         assert state.values["spyglass_serve_prompt_escape_calls_total"][key] == 367
@@ -209,14 +246,20 @@ DEEP = b'{"state": "ready", "x": ' + b"[" * 3000 + b"]" * 3000 + b"}"  # 6 KB, 3
 
 
 @pytest.mark.parametrize("attack,error", [("deep", "invalid_json"), ("bug", "unexpected")])
-def test_any_error_of_a_poll_is_a_failed_poll_with_up_0_and_no_stale_gauges(server, tmp_path, monkeypatch,
-                                                                              attack, error):
+def test_any_error_of_a_poll_is_a_failed_poll_with_up_0_and_no_stale_gauges(
+    server, tmp_path, monkeypatch, attack, error
+):
     """Issue 21 item 8: a 3,000-deep body raised RecursionError on every poll, and the serve stayed
     up=1 with its last gauges. Any error of a poll, foreseen or not, is a counted failed poll."""
-    config = parse_config(tomllib.loads(f'[agent]\nstate_dir = "{tmp_path}"\n[sources.serve-a]\n'
-                                        f'kind = "serve_status"\nurl = "{server.url}"\ninstance = "strata-a"\n'
-                                        'interval_seconds = 1\nmax_backoff_seconds = 1\n'
-                                        '[exporters.prometheus]\nenabled = false\n'), "t")
+    config = parse_config(
+        tomllib.loads(
+            f'[agent]\nstate_dir = "{tmp_path}"\n[sources.serve-a]\n'
+            f'kind = "serve_status"\nurl = "{server.url}"\ninstance = "strata-a"\n'
+            "interval_seconds = 1\nmax_backoff_seconds = 1\n"
+            "[exporters.prometheus]\nenabled = false\n"
+        ),
+        "t",
+    )
     clock = ManualClock()
     pipeline = Pipeline(config, clock, DuckDBStore(config.store_path()))
     values, key = pipeline.state.values, ("strata-a",)
@@ -243,11 +286,14 @@ def test_any_error_of_a_poll_is_a_failed_poll_with_up_0_and_no_stale_gauges(serv
 def test_sigterm_during_a_hung_poll_stops_the_agent_within_the_deadline(spawns, server, tmp_path):
     server.mode = "drip"
     config = tmp_path / "spyglass.toml"
-    config.write_text(f'[agent]\nstate_dir = "{tmp_path / "state"}"\n[exporters.prometheus]\nenabled = false\n'
-                      f'[sources.serve-a]\nkind = "serve_status"\nurl = "{server.url}"\ninstance = "strata-a"\n'
-                      'timeout_seconds = 2\n')
-    proc = subprocess.Popen([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
-                            stderr=subprocess.PIPE, text=True)
+    config.write_text(
+        f'[agent]\nstate_dir = "{tmp_path / "state"}"\n[exporters.prometheus]\nenabled = false\n'
+        f'[sources.serve-a]\nkind = "serve_status"\nurl = "{server.url}"\ninstance = "strata-a"\n'
+        "timeout_seconds = 2\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)], stderr=subprocess.PIPE, text=True
+    )
     try:
         wait_until(lambda: server.connections >= 1, what="the agent's first poll")
         started = time.monotonic()

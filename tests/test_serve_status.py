@@ -1,4 +1,5 @@
 """The serve-status poller against a real HTTP server on 127.0.0.1 that changes its answers."""
+
 from __future__ import annotations
 
 import json
@@ -18,10 +19,18 @@ from spyglass.signals import full_catalogue
 from spyglass.signals.serve_status import ServeSignals
 from spyglass.signals.state import MetricState
 
-READY = {"engine": "strata-a", "build": "Strata 0.9.3 (build 7f3c2e1)", "serve_version": "2026.10.18",
-         "state": "ready", "uptime_s": 8123.4, "slots": {"total": 20, "busy": 3}, "prefill_queue": 2,
-         "prompt_escapes": {"calls": 365, "literals": 1603}, "stops_while_reasoning": 16,
-         "requests": {"total": 5120, "by_status": {"200": 5101, "400": 12, "429": 7}}}
+READY = {
+    "engine": "strata-a",
+    "build": "Strata 0.9.3 (build 7f3c2e1)",
+    "serve_version": "2026.10.18",
+    "state": "ready",
+    "uptime_s": 8123.4,
+    "slots": {"total": 20, "busy": 3},
+    "prefill_queue": 2,
+    "prompt_escapes": {"calls": 365, "literals": 1603},
+    "stops_while_reasoning": 16,
+    "requests": {"total": 5120, "by_status": {"200": 5101, "400": 12, "429": 7}},
+}
 
 
 class FakeServe(BaseHTTPRequestHandler):
@@ -63,8 +72,12 @@ def serve():
 
 def test_up_tells_the_truth_and_counters_stay_monotonic(serve):
     url = f"http://127.0.0.1:{serve.server_address[1]}/v1/status"
-    source = ServeStatusSource("serve-a", ServeStatusOptions(url=url, instance="strata-a", interval_seconds=5,
-                                                             timeout_seconds=0.5, max_backoff_seconds=40))
+    source = ServeStatusSource(
+        "serve-a",
+        ServeStatusOptions(
+            url=url, instance="strata-a", interval_seconds=5, timeout_seconds=0.5, max_backoff_seconds=40
+        ),
+    )
     state = MetricState(full_catalogue())
     signals = ServeSignals(state)
     seen, now = [], 0.0
@@ -82,8 +95,16 @@ def test_up_tells_the_truth_and_counters_stay_monotonic(serve):
         (event,) = result.events
         signals.apply(event)
         requests = state.values["spyglass_serve_requests_total"].get(("strata-a", "200"))
-        seen.append((mode, event.kind, event.fields.get("error"), result.ok,
-                     state.values["spyglass_serve_up"][("strata-a",)], requests))
+        seen.append(
+            (
+                mode,
+                event.kind,
+                event.fields.get("error"),
+                result.ok,
+                state.values["spyglass_serve_up"][("strata-a",)],
+                requests,
+            )
+        )
     assert seen == [
         ("ready", "status", None, True, 1.0, 5101.0),
         ("loading", "status", None, True, 1.0, 5101.0),
@@ -94,8 +115,11 @@ def test_up_tells_the_truth_and_counters_stay_monotonic(serve):
         ("ready", "status", None, True, 1.0, 5101.0),
     ]
     assert state.values["spyglass_serve_poll_errors_total"] == {
-        ("strata-a", "http_404"): 1, ("strata-a", "invalid_json"): 1, ("strata-a", "timeout"): 1,
-        ("strata-a", "refused"): 1}
+        ("strata-a", "http_404"): 1,
+        ("strata-a", "invalid_json"): 1,
+        ("strata-a", "timeout"): 1,
+        ("strata-a", "refused"): 1,
+    }
     source.close()
 
 
@@ -112,8 +136,13 @@ def test_an_absent_key_is_not_measured_rather_than_zero():
 def test_ingest_polls_once_and_stores_the_raw_snapshot(serve, tmp_path):
     FakeServe.mode = "ready"
     url = f"http://127.0.0.1:{serve.server_address[1]}/v1/status"
-    config = parse_config(tomllib.loads(f'[agent]\nstate_dir = "{tmp_path}"\n[sources.serve-a]\n'
-                                        f'kind = "serve_status"\nurl = "{url}"\ninstance = "strata-a"\n'), "t")
+    config = parse_config(
+        tomllib.loads(
+            f'[agent]\nstate_dir = "{tmp_path}"\n[sources.serve-a]\n'
+            f'kind = "serve_status"\nurl = "{url}"\ninstance = "strata-a"\n'
+        ),
+        "t",
+    )
     pipeline = Pipeline(config, ManualClock(), DuckDBStore(config.store_path()))
     assert pipeline.run_until_idle() == 1
     pipeline.close()

@@ -6,6 +6,7 @@ tests/fixtures/state/memo-format.json was written by the code before typed check
 da7b144): the engine log fixture plus an evict line and a start banner as its last line (so a start
 was pending), and the serve snapshots fixture, run to idle with the store off; `to_json()` of its
 metric state."""
+
 from __future__ import annotations
 
 import json
@@ -31,11 +32,13 @@ BANNER_TS = 1792387205.0  # 2026-10-19 05:20:05, the pending start line of the f
 def pipeline_on(tmp: Path, engine: bytes, serve: list[dict], saved: dict | None) -> Pipeline:
     (tmp / "engine.log").write_bytes(engine)
     (tmp / "serve.jsonl").write_text("".join(json.dumps(s) + "\n" for s in serve))
-    text = (f'[agent]\nstate_dir = "{tmp / "state"}"\nhost = "h"\n[exporters.prometheus]\nenabled = false\n'
-            f'[exporters.store]\nenabled = false\n'
-            f'[sources.engine-b]\nkind = "engine_log"\npath = "{tmp / "engine.log"}"\ninstance = "strata-b"\n'
-            f'lane = "normal"\n[sources.serve-a]\nkind = "serve_status"\npath = "{tmp / "serve.jsonl"}"\n'
-            f'instance = "strata-a"\n')
+    text = (
+        f'[agent]\nstate_dir = "{tmp / "state"}"\nhost = "h"\n[exporters.prometheus]\nenabled = false\n'
+        f"[exporters.store]\nenabled = false\n"
+        f'[sources.engine-b]\nkind = "engine_log"\npath = "{tmp / "engine.log"}"\ninstance = "strata-b"\n'
+        f'lane = "normal"\n[sources.serve-a]\nkind = "serve_status"\npath = "{tmp / "serve.jsonl"}"\n'
+        f'instance = "strata-a"\n'
+    )
     config = parse_config(tomllib.loads(text), "test")
     store = StateFile(config.state_dir() / "state.json")
     if saved is not None:
@@ -46,11 +49,20 @@ def pipeline_on(tmp: Path, engine: bytes, serve: list[dict], saved: dict | None)
 def test_a_state_saved_in_the_memo_format_restores_every_signals_part(tmp_path):
     assert set(LEGACY["memo"]) == {"engine_log", "engine_start_pending", "model_loaded", "serve_status"}
     starts = dict((tuple(k), v) for k, v in LEGACY["values"]["spyglass_engine_starts_total"])[KEY]
-    engine = (b"2026-10-19 05:20:06.000 I [stats] busy=0/20 prefill_queue=0 decode_tps=0.0 parked=0 used=0"
-              b" budget=8589934592 evictions=5\n")
-    restarted_serve = {"ts": "2026-10-19T07:00:00Z", "url": "http://127.0.0.1:8081/v1/status",
-                       "body": {"engine": "strata-a", "state": "ready", "uptime_s": 5.0,
-                                "requests": {"total": 3, "by_status": {"200": 3}}}}
+    engine = (
+        b"2026-10-19 05:20:06.000 I [stats] busy=0/20 prefill_queue=0 decode_tps=0.0 parked=0 used=0"
+        b" budget=8589934592 evictions=5\n"
+    )
+    restarted_serve = {
+        "ts": "2026-10-19T07:00:00Z",
+        "url": "http://127.0.0.1:8081/v1/status",
+        "body": {
+            "engine": "strata-a",
+            "state": "ready",
+            "uptime_s": 5.0,
+            "requests": {"total": 3, "by_status": {"200": 3}},
+        },
+    }
     pipeline = pipeline_on(tmp_path, engine, [restarted_serve], LEGACY)
     try:
         pipeline.run_until_idle()
@@ -66,8 +78,9 @@ def test_a_state_saved_in_the_memo_format_restores_every_signals_part(tmp_path):
         # the model the engine loaded reaches the model-path watch, through the links
         loaded = pipeline.signals["engine_log"].links.loaded_models["strata-b"]  # type: ignore[attr-defined]
         assert loaded.real == "/data/models/v7/qwen3.5-397b-a17b-iq3_xxs.gguf" and loaded.bytes == 163208757248
-        pipeline.signals["model_path"].apply(Event(1.0, "mp", "model_path", "strata-b",
-                                                   {"resolves": True, "real": "/data/models/v8/other.gguf"}))
+        pipeline.signals["model_path"].apply(
+            Event(1.0, "mp", "model_path", "strata-b", {"resolves": True, "real": "/data/models/v8/other.gguf"})
+        )
         assert pipeline.state.values["spyglass_model_path_mismatch"][("strata-b",)] == 1.0
         saved = pipeline.state.to_json()
     finally:
@@ -97,8 +110,10 @@ def test_a_damaged_signals_state_starts_that_signals_object_fresh(tmp_path):
     run, the others and every series are restored."""
     saved = json.loads(json.dumps(LEGACY))
     saved.pop("memo")
-    saved["signals"] = {"engine_log": {"evictions": {"strata-b": {"value": "lots", "evicts": 0}}},
-                        "serve_status": {"serves": {"strata-a": {"uptime": 91234.5, "raw": {}}}}}
+    saved["signals"] = {
+        "engine_log": {"evictions": {"strata-b": {"value": "lots", "evicts": 0}}},
+        "serve_status": {"serves": {"strata-a": {"uptime": 91234.5, "raw": {}}}},
+    }
     state = MetricState(full_catalogue())
     state.load_json(saved)
     links = SignalsLinks()

@@ -6,6 +6,7 @@ copy that is not whole is refused with a message, never served.
 The disk is really full (a size-limited tmpfs, as in test_disk_full.py); what cannot be caused by
 timing alone is the moment: the filler is written once the copy's rows are in its WAL, just before
 its checkpoint (the `_finish` seam)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -32,8 +33,11 @@ class FillsBeforeCheckpoint(Snapshots):
 def test_a_copy_whose_checkpoint_fails_is_refused_never_served_empty(tmp_path, small_disk):  # noqa: F811
     store = DuckDBStore(tmp_path / "spyglass.duckdb", {})
     try:
-        store.commit([Event(1_792_380_000.0 + i, "otlp", "span", "gw", {"name": "x" * 50}, None, "h")
-                      for i in range(5000)], {}, {})
+        store.commit(
+            [Event(1_792_380_000.0 + i, "otlp", "span", "gw", {"name": "x" * 50}, None, "h") for i in range(5000)],
+            {},
+            {},
+        )
         snapshots = FillsBeforeCheckpoint(lambda: store.con, small_disk / "sql-copies", 0.0)
         with pytest.raises(CopyFailed, match="no SQL copy of the store could be written"):
             snapshots.take()

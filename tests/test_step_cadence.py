@@ -2,6 +2,7 @@
 per commit interval, just before the commit, not once per wake or per `coalesce_seconds` (the
 writer's lines wait for the commit either way), and every line written is read, committed and on
 the exposed state."""
+
 from __future__ import annotations
 
 import threading
@@ -57,7 +58,7 @@ def test_steps_follow_the_commits_not_the_wakes(tmp_path):
     try:
         with open(log, "ab", buffering=0) as out:
             for i in range(0, len(written), 20):  # 20 lines a write, 50 writes a second: 50 wakes a second
-                out.write(b"".join(written[i:i + 20]))
+                out.write(b"".join(written[i : i + 20]))
                 pace.wait(1 / WRITES_A_SECOND)
         steps_while_writing = steps[0]
 

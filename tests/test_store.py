@@ -1,4 +1,5 @@
 """The DuckDB store and the state file: events in UTC, idempotent re-ingest, resumable metrics."""
+
 from __future__ import annotations
 
 import json
@@ -43,10 +44,12 @@ def test_events_are_stored_with_utc_timestamps(tmp_path):
     con.execute("SET TimeZone = 'Asia/Shanghai'")  # an analyst's session: rendering changes, instants do not
     kind, ts, req, ttft = con.execute(
         "SELECT kind, ts AT TIME ZONE 'UTC', request_id, fields->>'ttft_ms' FROM events"
-        " WHERE kind = 'done' ORDER BY ts LIMIT 1").fetchone()
+        " WHERE kind = 'done' ORDER BY ts LIMIT 1"
+    ).fetchone()
     assert (kind, str(ts), req, ttft) == ("done", "2026-10-19 04:49:15.640000", "20261019-124900-7aa82c", "2210")
     assert con.execute("SELECT typeof(ts), count(*) FROM events GROUP BY 1").fetchall() == [
-        ("TIMESTAMP WITH TIME ZONE", 35)]
+        ("TIMESTAMP WITH TIME ZONE", 35)
+    ]
 
 
 def test_ingesting_again_adds_nothing(tmp_path):
@@ -92,10 +95,11 @@ def test_a_restart_between_queued_and_done_keeps_the_request_id(tmp_path):
     log = tmp_path / "engine.log"
     lines = FIXTURE.read_bytes().splitlines(keepends=True)
     queued = next(i for i, line in enumerate(lines) if b"task 18231 req=" in line)
-    log.write_bytes(b"".join(lines[:queued + 1]))
+    log.write_bytes(b"".join(lines[: queued + 1]))
     ingest(tmp_path, log)
     log.write_bytes(b"".join(lines))
     ingest(tmp_path, log)
     con = duckdb.connect(str(tmp_path / "state" / "spyglass.duckdb"), read_only=True)
-    assert con.execute("SELECT kind, request_id FROM events WHERE fields->>'task' = '18231' ORDER BY ts").fetchall() \
-        == [(kind, "20261019-124900-7aa82c") for kind in ("queued", "prompt", "thinking", "tool_call", "done")]
+    assert con.execute(
+        "SELECT kind, request_id FROM events WHERE fields->>'task' = '18231' ORDER BY ts"
+    ).fetchall() == [(kind, "20261019-124900-7aa82c") for kind in ("queued", "prompt", "thinking", "tool_call", "done")]

@@ -2,6 +2,7 @@
 (tests/fixtures/store_v1: `spyglass ingest` of the engine, gateway, supervisord, switch and serve-status
 fixtures at da7b144), is migrated once, in one transaction, and loses nothing; a migration killed -9
 halfway leaves schema 1 whole, and the next one migrates every event exactly once."""
+
 from __future__ import annotations
 
 import gzip
@@ -24,10 +25,13 @@ from spyglass.exporters.store import DuckDBStore
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-SOURCES = {"engine-b": ("engine_log", "engine_log/strata-iq3_xxs-b.log"), "gateway": ("gateway_log", "gateway_log/rag-proxy.log"),
-           "supervisord": ("supervisord_log", "supervisord_log/supervisord.log"),
-           "switch": ("switch_log", "switch_log/switch-engine.log"),
-           "serve-replay": ("serve_status", "serve_status/snapshots.jsonl")}
+SOURCES = {
+    "engine-b": ("engine_log", "engine_log/strata-iq3_xxs-b.log"),
+    "gateway": ("gateway_log", "gateway_log/rag-proxy.log"),
+    "supervisord": ("supervisord_log", "supervisord_log/supervisord.log"),
+    "switch": ("switch_log", "switch_log/switch-engine.log"),
+    "serve-replay": ("serve_status", "serve_status/snapshots.jsonl"),
+}
 # The child migrates in steps of 10 events and, after its third step, says so and waits on stdin: it is
 # killed there, mid-transaction, at a point the test sees, not after a sleep.
 CHILD = """
@@ -50,7 +54,9 @@ def v1(tmp_path) -> Path:
     """A config over the fixtures' sources, and the schema-1 store it names (a fresh copy)."""
     state = tmp_path / "state"
     state.mkdir()
-    (state / "spyglass.duckdb").write_bytes(gzip.decompress((FIXTURES / "store_v1" / "spyglass.duckdb.gz").read_bytes()))
+    (state / "spyglass.duckdb").write_bytes(
+        gzip.decompress((FIXTURES / "store_v1" / "spyglass.duckdb.gz").read_bytes())
+    )
     lines = [f'[agent]\nhost = "v1"\nstate_dir = "{state}"\n[exporters.prometheus]\nenabled = false']
     for name, (kind, path) in SOURCES.items():
         lines.append(f'[sources.{name}]\nkind = "{kind}"\npath = "{FIXTURES / path}"')
@@ -62,8 +68,9 @@ def v1(tmp_path) -> Path:
 def schema_1_events(db: Path) -> dict[int, tuple]:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        rows = con.execute("SELECT seq, epoch_us(ts), source, kind, instance, host, request_id, fields::VARCHAR"
-                           " FROM events").fetchall()
+        rows = con.execute(
+            "SELECT seq, epoch_us(ts), source, kind, instance, host, request_id, fields::VARCHAR FROM events"
+        ).fetchall()
     finally:
         con.close()
     return {row[0]: (*row[1:-1], json.loads(row[-1])) for row in rows}
@@ -72,8 +79,10 @@ def schema_1_events(db: Path) -> dict[int, tuple]:
 def migrated_events(db: Path) -> dict[int, tuple]:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        rows = con.execute("SELECT seq, epoch_us(ts), source, kind, instance, host, request_id, fields::VARCHAR,"
-                           " source_kind FROM events").fetchall()
+        rows = con.execute(
+            "SELECT seq, epoch_us(ts), source, kind, instance, host, request_id, fields::VARCHAR,"
+            " source_kind FROM events"
+        ).fetchall()
         assert con.execute("SELECT max(version) FROM store_schema").fetchall() == [(SCHEMA_VERSION,)]
         assert rows_of(con) == rows_from_events(con)
         assert con.execute("SELECT count(*) FROM ev_other").fetchall() == [(0,)]  # every event found its kind
@@ -123,8 +132,13 @@ def test_a_migration_killed_halfway_leaves_schema_1_whole_and_the_next_migrates_
     db = v1.parent / "state" / "spyglass.duckdb"
     before = schema_1_events(db)
     sources = [f"{name}={kind}" for name, (kind, _) in SOURCES.items()]
-    with subprocess.Popen([sys.executable, "-c", CHILD, str(db), *sources], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent) as child:
+    with subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(db), *sources],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    ) as child:
         try:
             seen = [child.stdout.readline().strip() for _ in range(3)]  # type: ignore[union-attr]
             assert seen == ["migrated 10 of 89", "migrated 20 of 89", "migrated 30 of 89"]
@@ -174,8 +188,13 @@ def test_a_store_of_schema_2_killed_while_its_rows_are_built_stays_whole_and_is_
     as_schema_2(db)
     assert version(db) == 2
     sources = [f"{name}={kind}" for name, (kind, _) in SOURCES.items()]
-    with subprocess.Popen([sys.executable, "-c", CHILD_V2, str(db), *sources], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parent.parent) as child:
+    with subprocess.Popen(
+        [sys.executable, "-c", CHILD_V2, str(db), *sources],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    ) as child:
         try:
             assert child.stdout.readline().strip() == f"built {next(iter(row_tables()))}"  # type: ignore[union-attr]
             os.kill(child.pid, signal.SIGKILL)

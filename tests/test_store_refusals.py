@@ -4,6 +4,7 @@ An old store with rows the migration cannot convert migrates the rest and sets t
 made the start fail, every start); a store of a newer schema is refused and left untouched (each
 commit added a schema row to it); a SQLite file is refused without DuckDB fetching an extension; a
 read-only store folder is one line in `ingest` and `run`, not a 40-line traceback."""
+
 from __future__ import annotations
 
 import gzip
@@ -38,12 +39,23 @@ def test_rows_the_migration_cannot_convert_are_set_aside_and_counted(tmp_path):
     db = v1_store(tmp_path / "spyglass.duckdb")
     con = duckdb.connect(str(db))
     for n, fields in enumerate(BAD_FIELDS):
-        con.execute("INSERT INTO events SELECT ts, source, kind, instance, host, request_id, ?::JSON, ? FROM events"
-                    " WHERE seq = 14", [fields, 100 + n])
+        con.execute(
+            "INSERT INTO events SELECT ts, source, kind, instance, host, request_id, ?::JSON, ? FROM events"
+            " WHERE seq = 14",
+            [fields, 100 + n],
+        )
     [(total,)] = con.execute("SELECT count(*) FROM events").fetchall()
     con.close()
-    store = DuckDBStore(db, {"engine-b": "engine_log", "gateway": "gateway_log", "supervisord": "supervisord_log",
-                             "switch": "switch_log", "serve-replay": "serve_status"})  # migrates
+    store = DuckDBStore(
+        db,
+        {
+            "engine-b": "engine_log",
+            "gateway": "gateway_log",
+            "supervisord": "supervisord_log",
+            "switch": "switch_log",
+            "serve-replay": "serve_status",
+        },
+    )  # migrates
     try:
         assert store.schema_version() == event_schema.SCHEMA_VERSION and store.set_aside == len(BAD_FIELDS)
         [(kept,)] = store.con.execute("SELECT count(*) FROM events").fetchall()
@@ -76,6 +88,7 @@ def test_a_sqlite_file_is_refused_without_loading_an_extension(tmp_path):
         DuckDBStore(db, SOURCES)
     # The second line of defence, for any file DuckDB is handed: no extension is fetched or loaded.
     from spyglass.exporters.duckdb_open import connect
+
     with pytest.raises(duckdb.Error) as refused:
         connect(db)
     assert "autoload" in str(refused.value).lower() or "extension" in str(refused.value).lower()
@@ -85,6 +98,7 @@ def test_a_sqlite_file_is_refused_without_loading_an_extension(tmp_path):
 def read_only_folder(tmp_path, spawns):
     """A folder on a tmpfs remounted read-only (as root, a chmod would not stop the writes)."""
     import os
+
     if os.geteuid() != 0:
         folder = tmp_path / "ro"
         folder.mkdir()

@@ -1,5 +1,6 @@
 """A real supervisord (PyPI supervisor) runs programs that crash-loop, fail to spawn, get SIGKILLed
 and are stopped; spyglass reads the log it wrote and derives the lifecycle."""
+
 from __future__ import annotations
 
 import os
@@ -74,25 +75,39 @@ def supervised(tmp_path_factory):
     folder = tmp_path_factory.mktemp("supervisord")
     config = conf(folder)
     log = folder / "supervisord.log"
-    proc = subprocess.Popen([str(BIN / "supervisord"), "-c", str(config)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(BIN / "supervisord"), "-c", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     text = lambda: log.read_text() if log.exists() else ""  # noqa: E731
     try:
-        wait_until(lambda: "gave up: crashy" in text() and "success: victim" in text()
-                   and "success: steady" in text() and text().count("spawned: 'lateloop'") >= 3,
-                   timeout=60, what="supervisord to crash-loop its programs")
+        wait_until(
+            lambda: (
+                "gave up: crashy" in text()
+                and "success: victim" in text()
+                and "success: steady" in text()
+                and text().count("spawned: 'lateloop'") >= 3
+            ),
+            timeout=60,
+            what="supervisord to crash-loop its programs",
+        )
         victim_pid = int(re.findall(r"spawned: 'victim' with pid (\d+)", text())[-1])
         os.kill(victim_pid, signal.SIGKILL)  # as the OOM killer would
-        wait_until(lambda: "exited: victim (terminated by SIGKILL; not expected)" in text()
-                   and text().count("success: victim") >= 2, what="the kill and the respawn")
+        wait_until(
+            lambda: (
+                "exited: victim (terminated by SIGKILL; not expected)" in text()
+                and text().count("success: victim") >= 2
+            ),
+            what="the kill and the respawn",
+        )
         endpoint = f"unix://{folder}/supervisor.sock"
         rpc_source = SupervisordRpcSource("rpc", SupervisordRpcOptions(endpoint=endpoint, interval_seconds=1))
         rpc_events = rpc_source.poll(0.0).events
         host = HostSource("host", HostOptions(supervisord=endpoint, processes={"victim": {"program": "victim"}}))
         host_events = host.poll(0.0).events
         victim_pid = int(re.findall(r"spawned: 'victim' with pid (\d+)", text())[-1])  # after the kill
-        subprocess.run([str(BIN / "supervisorctl"), "-c", str(config), "stop", "steady"], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [str(BIN / "supervisorctl"), "-c", str(config), "stop", "steady"], check=True, capture_output=True
+        )
         wait_until(lambda: "stopped: steady" in text(), what="the stop")
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -129,8 +144,18 @@ def test_lifecycle_from_a_real_supervisord_log(supervised):
     assert value("spyglass_supervisord_spawn_errors_total") >= 1
     assert value("spyglass_supervisord_fatal_total", "missing") == 1
     assert current["crashy"] == "FATAL" and current["missing"] == "FATAL"
-    assert {e.kind for e in events} >= {"supervisord_started", "spawned", "running", "exited", "fatal",
-                                        "stopping", "stopped", "spawn_error", "signal", "shutdown_wait"}
+    assert {e.kind for e in events} >= {
+        "supervisord_started",
+        "spawned",
+        "running",
+        "exited",
+        "fatal",
+        "stopping",
+        "stopped",
+        "spawn_error",
+        "signal",
+        "shutdown_wait",
+    }
 
 
 def test_the_rpc_api_reports_current_state_and_feeds_the_host_collector(supervised):

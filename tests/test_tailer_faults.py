@@ -2,6 +2,7 @@
 
 No sleeps: the tailer is polled directly and the grace period runs on a ManualClock.
 """
+
 from __future__ import annotations
 
 import json
@@ -240,7 +241,11 @@ def test_f15_symlink_target_swap_drains_old_target_then_reads_new(tmp_path):
     h.drain()
     assert h.seen == names("d1-", 3) + names("d2-", 2)
     # Nothing lost, none claimed; that a target swapped twice between polls would go unseen is said.
-    assert (h.tailer.stats.lost_files, h.tailer.stats.lost_bytes, h.tailer.stats.possibly_lost) == (0, 0, {"relinked": 1})
+    assert (h.tailer.stats.lost_files, h.tailer.stats.lost_bytes, h.tailer.stats.possibly_lost) == (
+        0,
+        0,
+        {"relinked": 1},
+    )
 
 
 def test_f16_compressed_rotations_are_never_candidates(tmp_path):

@@ -10,6 +10,7 @@ No sleeps: the tailer is polled where the agent's step would poll, on a simulate
 0.05 s ticks; each file operation stamps the file's mtime with the simulated time (the tailer
 compares mtimes), and the grace period runs on a ManualClock.
 """
+
 from __future__ import annotations
 
 import os

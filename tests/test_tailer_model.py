@@ -8,6 +8,7 @@ poll (or restart) could open it: the bounds OpenTelemetry and Vector test with. 
 renames faster than the polls (a generation replaced in `x.log.1` before it was read) must be
 counted in `lost_files`.
 """
+
 from __future__ import annotations
 
 import json

@@ -11,6 +11,7 @@ request must get exactly its own trace, in memory and as stored by the agent fro
           engine strata-x                  from the engine log
             queue, prefill, thinking, decode
 """
+
 from __future__ import annotations
 
 import http.client
@@ -51,8 +52,12 @@ class Sent:
 def body_of(i: int, streamed: bool) -> dict:
     chars = 90_000 if i % 3 == 0 else 2_000 + 150 * (i % 40)  # every third beyond uvicorn's 64 KiB buffer
     text = f"Task: request {i}. " + (FILLER * (chars // len(FILLER) + 1))[:chars]
-    return {"model": "qwen3.5-397b", "max_tokens": 2000, "stream": streamed, "messages": [
-        {"role": "user", "content": text}]}
+    return {
+        "model": "qwen3.5-397b",
+        "max_tokens": 2000,
+        "stream": streamed,
+        "messages": [{"role": "user", "content": text}],
+    }
 
 
 def send(connection: http.client.HTTPConnection, i: int, streamed: bool) -> Sent:
@@ -88,34 +93,56 @@ def traffic(tmp_path_factory):
     folder = tmp_path_factory.mktemp("traffic")
     agent_port, serve_ports, gateway_port = free_port(), (free_port(), free_port()), free_port()
     config = folder / "spyglass.toml"
-    config.write_text(f'[agent]\nstate_dir = "{folder / "state"}"\n'
-                      f'[exporters.prometheus]\nlisten = "127.0.0.1:{agent_port}"\n'
-                      f'[sources.engine-a]\nkind = "engine_log"\npath = "{folder / "a.log"}"\ninstance = "strata-a"\n')
+    config.write_text(
+        f'[agent]\nstate_dir = "{folder / "state"}"\n'
+        f'[exporters.prometheus]\nlisten = "127.0.0.1:{agent_port}"\n'
+        f'[sources.engine-a]\nkind = "engine_log"\npath = "{folder / "a.log"}"\ninstance = "strata-a"\n'
+    )
     agent = Agent(load_config(config))
     agent.server.start()
     memory = InMemorySpanExporter()
     provider = otlp_tracing(f"http://127.0.0.1:{agent_port}", "traffic")  # to the agent's /v1/traces
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    engines = [EngineSettings(instance=name, port=port, log=folder / f"{name[-1]}.log", load_seconds=1,
-                              time_scale=0.001, seed=n) for n, (name, port) in enumerate(zip(("strata-a", "strata-b"),
-                                                                                                serve_ports))]
-    gateway = GatewaySettings(port=gateway_port, log=folder / "gw.log", infer=folder / "infer", time_scale=0.001,
-                              concurrency_limit=64, lanes={"fast": f"http://127.0.0.1:{serve_ports[0]}",
-                                                           "normal": f"http://127.0.0.1:{serve_ports[1]}"})
+    engines = [
+        EngineSettings(
+            instance=name, port=port, log=folder / f"{name[-1]}.log", load_seconds=1, time_scale=0.001, seed=n
+        )
+        for n, (name, port) in enumerate(zip(("strata-a", "strata-b"), serve_ports))
+    ]
+    gateway = GatewaySettings(
+        port=gateway_port,
+        log=folder / "gw.log",
+        infer=folder / "infer",
+        time_scale=0.001,
+        concurrency_limit=64,
+        lanes={"fast": f"http://127.0.0.1:{serve_ports[0]}", "normal": f"http://127.0.0.1:{serve_ports[1]}"},
+    )
     sent: list[Sent] = []
     try:
-        with Server(instrument(serve_app(engines[0]), "serve", provider), serve_ports[0]), \
-                Server(instrument(serve_app(engines[1]), "serve", provider), serve_ports[1]), \
-                Server(instrument(gateway_app(gateway), "gateway", provider), gateway_port):
+        with (
+            Server(instrument(serve_app(engines[0]), "serve", provider), serve_ports[0]),
+            Server(instrument(serve_app(engines[1]), "serve", provider), serve_ports[1]),
+            Server(instrument(gateway_app(gateway), "gateway", provider), gateway_port),
+        ):
             for port in serve_ports:
                 health = f"http://127.0.0.1:{port}/health"
                 wait_until(lambda url=health: plain("GET", url) == 200, what="the engine loaded")
             sent += in_a_row(gateway_port, 0, IN_A_ROW)
             results: list[list[Sent]] = [[] for _ in range(CLIENTS)]
             per_client = CONCURRENT // CLIENTS  # clients 0-9 send one more; the odd ones stream
-            threads = [threading.Thread(target=lambda k=k: results[k].extend(in_a_row(
-                gateway_port, IN_A_ROW + k * 100, per_client + (k < CONCURRENT % CLIENTS), streamed=k % 2 == 1)))
-                for k in range(CLIENTS)]
+            threads = [
+                threading.Thread(
+                    target=lambda k=k: results[k].extend(
+                        in_a_row(
+                            gateway_port,
+                            IN_A_ROW + k * 100,
+                            per_client + (k < CONCURRENT % CLIENTS),
+                            streamed=k % 2 == 1,
+                        )
+                    )
+                )
+                for k in range(CLIENTS)
+            ]
             for thread in threads:
                 thread.start()
             for thread in threads:
@@ -128,10 +155,17 @@ def traffic(tmp_path_factory):
         EngineSpanExporter(provider, {e.instance: "engine_log" for e in engines}).observe(events)
         assert provider.force_flush(60_000)
         spans = [_Span.of_sdk(s) for s in memory.get_finished_spans()]
-        wait_until(lambda: agent.pipeline.run_until_idle() >= 0 and _stored_count(agent) >= len(spans),
-                   timeout=60, what="the agent to store every pushed span")
-        stored = [_Span.of_stored(json.loads(f)) for (f,) in agent.pipeline.store.con.execute(
-            "SELECT fields::VARCHAR FROM events WHERE kind = 'span'").fetchall()]
+        wait_until(
+            lambda: agent.pipeline.run_until_idle() >= 0 and _stored_count(agent) >= len(spans),
+            timeout=60,
+            what="the agent to store every pushed span",
+        )
+        stored = [
+            _Span.of_stored(json.loads(f))
+            for (f,) in agent.pipeline.store.con.execute(
+                "SELECT fields::VARCHAR FROM events WHERE kind = 'span'"
+            ).fetchall()
+        ]
     finally:
         provider.shutdown()
         agent.server.stop()
@@ -154,26 +188,42 @@ class _Span:
 
     @classmethod
     def of_sdk(cls, s) -> _Span:
-        return cls(s.name, s.kind.name, s.context.trace_id, s.context.span_id, s.parent.span_id if s.parent else None,
-                   s.attributes.get("spyglass.request.id"))
+        return cls(
+            s.name,
+            s.kind.name,
+            s.context.trace_id,
+            s.context.span_id,
+            s.parent.span_id if s.parent else None,
+            s.attributes.get("spyglass.request.id"),
+        )
 
     @classmethod
     def of_stored(cls, f: dict) -> _Span:
-        return cls(f["name"], f["kind"], int(f["trace_id"], 16), int(f["span_id"], 16),
-                   int(f["parent_span_id"], 16) if f.get("parent_span_id") else None,  # NULL: absent
-                   f["attributes"].get("spyglass.request.id"))
+        return cls(
+            f["name"],
+            f["kind"],
+            int(f["trace_id"], 16),
+            int(f["span_id"], 16),
+            int(f["parent_span_id"], 16) if f.get("parent_span_id") else None,  # NULL: absent
+            f["attributes"].get("spyglass.request.id"),
+        )
 
 
 def expected_tree(sent: Sent) -> list[tuple[str, str, str | None]]:
     """(name, kind, parent's name) of every span a request's trace must hold, and nothing else."""
     engine = f"engine strata-{'a' if sent.lane == 'fast' else 'b'}"
-    return sorted([("POST /v1/messages", "SERVER", None),
-                   ("POST /v1/messages/count_tokens", "CLIENT", "POST /v1/messages"),
-                   ("POST /v1/messages/count_tokens", "SERVER", "POST /v1/messages/count_tokens"),
-                   ("POST /v1/messages", "CLIENT", "POST /v1/messages"),
-                   ("POST /v1/messages", "SERVER", "POST /v1/messages"),
-                   (engine, "INTERNAL", "POST /v1/messages"), *((p, "INTERNAL", engine) for p in PHASES)],
-                  key=str)
+    return sorted(
+        [
+            ("POST /v1/messages", "SERVER", None),
+            ("POST /v1/messages/count_tokens", "CLIENT", "POST /v1/messages"),
+            ("POST /v1/messages/count_tokens", "SERVER", "POST /v1/messages/count_tokens"),
+            ("POST /v1/messages", "CLIENT", "POST /v1/messages"),
+            ("POST /v1/messages", "SERVER", "POST /v1/messages"),
+            (engine, "INTERNAL", "POST /v1/messages"),
+            *((p, "INTERNAL", engine) for p in PHASES),
+        ],
+        key=str,
+    )
 
 
 def check_traces(sent: list[Sent], spans: list[_Span]) -> None:
@@ -189,8 +239,9 @@ def check_traces(sent: list[Sent], spans: list[_Span]) -> None:
     for request in sent:
         trace = by_trace[trace_id_for(request.request_id)]
         ids = {s.span_id: s for s in trace}
-        assert not [s for s in trace if s.parent_id is not None and s.parent_id not in ids], \
+        assert not [s for s in trace if s.parent_id is not None and s.parent_id not in ids], (
             f"{request.request_id}: a parent in another trace"
+        )
         shape = sorted([(s.name, s.kind, ids[s.parent_id].name if s.parent_id else None) for s in trace], key=str)
         assert shape == expected_tree(request), request
         root = next(s for s in trace if s.parent_id is None)
@@ -219,19 +270,29 @@ def test_a_blind_retry_stays_in_its_trace_with_its_own_span_ids(tmp_path):
     memory, provider = InMemorySpanExporter(), tracer_provider()
     provider.add_span_processor(Simple(memory))
     serve_port, gateway_port = free_port(), free_port()
-    engine = EngineSettings(instance="strata-a", port=serve_port, log=tmp_path / "a.log", load_seconds=1,
-                            time_scale=0.001, window=4_000)
-    gateway = GatewaySettings(port=gateway_port, log=tmp_path / "gw.log", infer=tmp_path / "infer", window=4_000,
-                              time_scale=0.001, lanes={lane: f"http://127.0.0.1:{serve_port}" for lane in ("fast", "normal")})
-    with Server(instrument(serve_app(engine), "serve", provider), serve_port), \
-            Server(instrument(gateway_app(gateway), "gateway", provider), gateway_port):
+    engine = EngineSettings(
+        instance="strata-a", port=serve_port, log=tmp_path / "a.log", load_seconds=1, time_scale=0.001, window=4_000
+    )
+    gateway = GatewaySettings(
+        port=gateway_port,
+        log=tmp_path / "gw.log",
+        infer=tmp_path / "infer",
+        window=4_000,
+        time_scale=0.001,
+        lanes={lane: f"http://127.0.0.1:{serve_port}" for lane in ("fast", "normal")},
+    )
+    with (
+        Server(instrument(serve_app(engine), "serve", provider), serve_port),
+        Server(instrument(gateway_app(gateway), "gateway", provider), gateway_port),
+    ):
         wait_until(lambda: plain("GET", f"http://127.0.0.1:{serve_port}/health") == 200, what="the engine loaded")
         connection = http.client.HTTPConnection("127.0.0.1", gateway_port, timeout=60)
         sent = [send(connection, 3 * i, streamed=False) for i in range(6)]  # 90,000 chars: past the window
         connection.close()
     source = EngineLogSource("strata-a", EngineLogOptions(path="x", instance="strata-a"))
     EngineSpanExporter(provider, {"strata-a": "engine_log"}).observe(
-        source.handle_lines(engine.log.read_bytes().splitlines())[0])
+        source.handle_lines(engine.log.read_bytes().splitlines())[0]
+    )
     spans = [_Span.of_sdk(s) for s in memory.get_finished_spans()]
     assert {s.status for s in sent} == {400} and "retry_on_overfit" in (tmp_path / "gw.log").read_text()
     assert not [s for s in spans if s.parent_id == s.span_id] and len({s.span_id for s in spans}) == len(spans)
@@ -243,5 +304,6 @@ def test_a_blind_retry_stays_in_its_trace_with_its_own_span_ids(tmp_path):
         assert all(s.parent_id in ids for s in trace if s.parent_id is not None)
         serves = [s for s in trace if s.kind == "SERVER" and s.name == "POST /v1/messages" and s.parent_id]
         assert len(serves) == 2 and span_id_for("serve", request.request_id) in {s.span_id for s in serves}
-        assert all(ids[s.parent_id].kind == "CLIENT" and ids[ids[s.parent_id].parent_id].parent_id is None
-                   for s in serves)
+        assert all(
+            ids[s.parent_id].kind == "CLIENT" and ids[ids[s.parent_id].parent_id].parent_id is None for s in serves
+        )

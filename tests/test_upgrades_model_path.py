@@ -5,6 +5,7 @@ A blue/green switch makes the path name another file than the running process lo
 a cleanup that deletes the target leaves a dangling link (does not resolve); a restart on the new
 file clears the mismatch.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,10 +27,12 @@ START = 1_790_000_000.0
 
 
 def banner(ts: float, link: Path, real: Path) -> list[bytes]:
-    return [line(ts, "I", "main", "Strata 0.9.3 (build 7f3c2e1) starting pid=48211"),
-            line(ts, "I", "main", f"args: --model {link} --port 8081 --slots 20"),
-            line(ts, "I", "main", f"model path={link} real={real} bytes={real.stat().st_size} md5=5d41402abc4b2a76"),
-            line(ts + 2, "I", "main", "ready in 2.0 s")]
+    return [
+        line(ts, "I", "main", "Strata 0.9.3 (build 7f3c2e1) starting pid=48211"),
+        line(ts, "I", "main", f"args: --model {link} --port 8081 --slots 20"),
+        line(ts, "I", "main", f"model path={link} real={real} bytes={real.stat().st_size} md5=5d41402abc4b2a76"),
+        line(ts + 2, "I", "main", "ready in 2.0 s"),
+    ]
 
 
 def point(link: Path, target: Path) -> None:
@@ -50,9 +53,10 @@ def deployment(tmp_path):
     point(link, blue)
     log = tmp_path / "engine-a.log"
     log.write_bytes(b"\n".join(banner(START - 60, link, blue)) + b"\n")
-    config = parse_config(tomllib.loads(f"""
+    config = parse_config(
+        tomllib.loads(f"""
 [agent]
-state_dir = "{tmp_path / 'state'}"
+state_dir = "{tmp_path / "state"}"
 [exporters.prometheus]
 enabled = false
 [sources.engine-a]
@@ -65,7 +69,9 @@ kind = "model_path"
 path = "{link}"
 instance = "strata-a"
 interval_seconds = 30
-"""), "t")
+"""),
+        "t",
+    )
     clock = ManualClock(START)
     pipeline = Pipeline(config, clock, DuckDBStore(config.store_path()))
     yield pipeline, clock, link, blue, green, log, config
@@ -74,9 +80,15 @@ interval_seconds = 30
 
 def gauges(pipeline: Pipeline) -> dict[str, float | None]:
     values = pipeline.state.values
-    return {name: values[name].get(("strata-a",)) for name in (
-        "spyglass_model_path_resolves", "spyglass_model_path_mismatch", "spyglass_model_path_changes_total",
-        "spyglass_model_path_changed_timestamp_seconds")}
+    return {
+        name: values[name].get(("strata-a",))
+        for name in (
+            "spyglass_model_path_resolves",
+            "spyglass_model_path_mismatch",
+            "spyglass_model_path_changes_total",
+            "spyglass_model_path_changed_timestamp_seconds",
+        )
+    }
 
 
 def poll(pipeline: Pipeline, clock: ManualClock, seconds: float = 30) -> dict[str, float | None]:
@@ -115,11 +127,13 @@ def test_switch_cleanup_and_restart_on_real_links(deployment):
     pipeline.close()
 
     con = duckdb.connect(str(config.store_path()), read_only=True)
-    changes = con.execute("SELECT before, after FROM events_model_path WHERE kind = 'model_path_changed'"
-                          " ORDER BY ts").fetchall()
+    changes = con.execute(
+        "SELECT before, after FROM events_model_path WHERE kind = 'model_path_changed' ORDER BY ts"
+    ).fetchall()
     assert changes == [(str(blue), str(green)), (str(green), None), (None, str(green))]
-    dangling = con.execute("SELECT count(*) FROM events WHERE kind = 'model_path'"
-                           " AND (fields->>'dangling')::BOOLEAN").fetchone()[0]
+    dangling = con.execute(
+        "SELECT count(*) FROM events WHERE kind = 'model_path' AND (fields->>'dangling')::BOOLEAN"
+    ).fetchone()[0]
     assert dangling == 1
 
 
@@ -151,9 +165,11 @@ def test_ingest_reads_the_files_and_does_not_count_a_model_path_as_one(tmp_path)
     log = tmp_path / "engine-b.log"
     log.write_bytes(b"\n".join(banner(START, tmp_path / "current.gguf", tmp_path / "v7.gguf")) + b"\n")
     config = tmp_path / "spyglass.toml"
-    config.write_text(f'[agent]\nstate_dir = "{tmp_path / "state"}"\n[exporters.prometheus]\nenabled = false\n'
-                      f'[sources.engine-b]\nkind = "engine_log"\npath = "{log}"\ninstance = "strata-b"\n'
-                      f'[sources.model-b]\nkind = "model_path"\npath = "{tmp_path / "gone.gguf"}"\ninstance = "strata-b"\n')
+    config.write_text(
+        f'[agent]\nstate_dir = "{tmp_path / "state"}"\n[exporters.prometheus]\nenabled = false\n'
+        f'[sources.engine-b]\nkind = "engine_log"\npath = "{log}"\ninstance = "strata-b"\n'
+        f'[sources.model-b]\nkind = "model_path"\npath = "{tmp_path / "gone.gguf"}"\ninstance = "strata-b"\n'
+    )
     result = CliRunner().invoke(app, ["ingest", "--config", str(config)])
     assert result.exit_code == 0, result.output
     assert "no file at" not in result.stderr and "from 1 of 1 files" in result.stdout

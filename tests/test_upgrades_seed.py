@@ -10,6 +10,7 @@ strata-b on 2026-11-02 (UTC), one turn an hour after a healthy start at 01:00:
 4. 05:00 fixed shapes and a warm-up (arguments the parser does not know), a new serve: stable.
 strata-a, 06:00: a banner without its model line, killed by a probe three times while loading.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,14 +44,26 @@ def window(hour: int) -> tuple[str, str]:
     return f"2026-11-02 {hour:02d}:00", f"2026-11-02 {hour:02d}:59"
 
 
-def banner(when: datetime, build: str, real: str | None, md5: str, args: str = BASE_ARGS, version: str = "0.9.3",
-           pid: int = 48211) -> list[bytes]:
+def banner(
+    when: datetime,
+    build: str,
+    real: str | None,
+    md5: str,
+    args: str = BASE_ARGS,
+    version: str = "0.9.3",
+    pid: int = 48211,
+) -> list[bytes]:
     ts = when.timestamp()
-    out = [line(ts, "I", "main", f"Strata {version} (build {build}) starting pid={pid}"),
-           line(ts, "I", "main", f"args: {args}")]
+    out = [
+        line(ts, "I", "main", f"Strata {version} (build {build}) starting pid={pid}"),
+        line(ts, "I", "main", f"args: {args}"),
+    ]
     if real:
-        out.append(line(ts, "I", "main", f"model path=/home/cloud/models/current.gguf real={real}"
-                                         f" bytes=163208757248 md5={md5}"))
+        out.append(
+            line(
+                ts, "I", "main", f"model path=/home/cloud/models/current.gguf real={real} bytes=163208757248 md5={md5}"
+            )
+        )
     out.append(line(ts, "I", "main", "cpus allowed=38-53 pool_workers=24"))
     return out
 
@@ -65,15 +78,34 @@ def requests(start: datetime, minutes: int, ttft_ms, rebuilds_per_min: int = 0, 
             ts = base + k * 15
             req = f"{datetime.fromtimestamp(ts, BEIJING):%Y%m%d-%H%M%S}-{task:06x}"
             ttft = ttft_ms(m) + k
-            out += [line(ts, "I", "http", f"task {task} req={req} conv=c{task:x} queued prefill_depth=1"),
-                    line(ts + 0.01, "I", f"slot {task % 20}", f"task {task} prompt 4000 = 0 reused + 4000 read in {ttft - 5} ms"),
-                    line(ts + ttft / 1000 + 1, "I", f"slot {task % 20}", f"task {task} done finish=stop prompt=4000"
-                                                                        f" completion=200 ttft_ms={ttft} decode_tps=76.8")]
+            out += [
+                line(ts, "I", "http", f"task {task} req={req} conv=c{task:x} queued prefill_depth=1"),
+                line(
+                    ts + 0.01,
+                    "I",
+                    f"slot {task % 20}",
+                    f"task {task} prompt 4000 = 0 reused + 4000 read in {ttft - 5} ms",
+                ),
+                line(
+                    ts + ttft / 1000 + 1,
+                    "I",
+                    f"slot {task % 20}",
+                    f"task {task} done finish=stop prompt=4000 completion=200 ttft_ms={ttft} decode_tps=76.8",
+                ),
+            ]
         for r in range(rebuilds_per_min(m) if callable(rebuilds_per_min) else rebuilds_per_min):
-            out.append(line(base + 5 + r, "I", "graph", f"rebuild shape=1x{3000 + 7 * m + r} reason=new_shape took_ms=900"))
+            out.append(
+                line(base + 5 + r, "I", "graph", f"rebuild shape=1x{3000 + 7 * m + r} reason=new_shape took_ms=900")
+            )
         queue = 14 if (callable(rebuilds_per_min) and rebuilds_per_min(m)) else 0
-        out.append(line(base + 59, "I", "stats", f"busy=4/20 prefill_queue={queue} decode_tps=76.8 parked=0 used=0"
-                                                f" budget=8589934592 evictions=0"))
+        out.append(
+            line(
+                base + 59,
+                "I",
+                "stats",
+                f"busy=4/20 prefill_queue={queue} decode_tps=76.8 parked=0 used=0 budget=8589934592 evictions=0",
+            )
+        )
     return out
 
 
@@ -84,15 +116,34 @@ def engine_b() -> list[bytes]:
     for n in range(4):  # turn 1
         t = at(2, n * 0.5).timestamp()
         out += banner(at(2, n * 0.5), OLD, "/data/models/v8/model.gguf", MD5_V8, pid=48300 + n)
-        out.append(line(t + 12, "E", "load", 'Missing key(s) in state_dict: "layers.61.moe.gate_up.weight".'
-                                             ' Unexpected key(s) in state_dict: "layers.61.moe.experts.0.w1".'))
+        out.append(
+            line(
+                t + 12,
+                "E",
+                "load",
+                'Missing key(s) in state_dict: "layers.61.moe.gate_up.weight".'
+                ' Unexpected key(s) in state_dict: "layers.61.moe.experts.0.w1".',
+            )
+        )
     out += banner(at(3), NEW, "/data/models/v8/model.gguf", MD5_V8, version="0.9.4", pid=48400)  # turn 2
-    out.append(line(at(3).timestamp() + 30, "E", "load", "checksum mismatch reading /home/cloud/models/current.gguf:"
-                                                         f" expected md5={MD5_V8} got=d41d8cd98f00b204e9800998ecf8427e"))
+    out.append(
+        line(
+            at(3).timestamp() + 30,
+            "E",
+            "load",
+            "checksum mismatch reading /home/cloud/models/current.gguf:"
+            f" expected md5={MD5_V8} got=d41d8cd98f00b204e9800998ecf8427e",
+        )
+    )
     out += banner(at(4), NEW, "/data/models/v8-r2/model.gguf", MD5_V8, version="0.9.4", pid=48500)  # turn 3
     out.append(line(at(4, 7).timestamp(), "I", "main", "ready in 420.0 s"))
-    out += requests(at(4, 8), 45, lambda m: 20 if m < 20 else 900 + 10 * m,
-                    rebuilds_per_min=lambda m: 0 if m < 20 else 3, task0=1000)
+    out += requests(
+        at(4, 8),
+        45,
+        lambda m: 20 if m < 20 else 900 + 10 * m,
+        rebuilds_per_min=lambda m: 0 if m < 20 else 3,
+        task0=1000,
+    )
     fixed = f"{BASE_ARGS} --max-batch 4 --fixed-shapes=1x4096,4x8192 --warmup -Xshape-cache"
     out += banner(at(5), NEW, "/data/models/v8-r2/model.gguf", MD5_V8, fixed, "0.9.4", 48600)  # turn 4
     out.append(line(at(5, 7).timestamp(), "I", "main", "ready in 420.0 s"))
@@ -104,39 +155,62 @@ def engine_a() -> list[bytes]:
     out = []
     for n in range(3):
         when = at(6, n * 11)
-        out += [line(when.timestamp(), "I", "main", f"Strata 0.9.4 (build {NEW}) starting pid={49000 + n}"),
-                line(when.timestamp(), "I", "main", f"args: {BASE_ARGS}")]
+        out += [
+            line(when.timestamp(), "I", "main", f"Strata 0.9.4 (build {NEW}) starting pid={49000 + n}"),
+            line(when.timestamp(), "I", "main", f"args: {BASE_ARGS}"),
+        ]
     return out
 
 
 def supervisord() -> list[bytes]:
     def s(when: datetime, level: str, message: str) -> bytes:
         return f"{when:%Y-%m-%d %H:%M:%S},{when.microsecond // 1000:03d} {level} {message}".encode()
+
     out = [s(at(1) - timedelta(seconds=1), "INFO", "spawned: 'strata-b' with pid 48211")]
     for n in range(4):
-        out += [s(at(2, n * 0.5) - timedelta(seconds=1), "INFO", f"spawned: 'strata-b' with pid {48300 + n}"),
-                s(at(2, n * 0.5) + timedelta(seconds=13), "WARN", "exited: strata-b (exit status 1; not expected)")]
+        out += [
+            s(at(2, n * 0.5) - timedelta(seconds=1), "INFO", f"spawned: 'strata-b' with pid {48300 + n}"),
+            s(at(2, n * 0.5) + timedelta(seconds=13), "WARN", "exited: strata-b (exit status 1; not expected)"),
+        ]
     out.append(s(at(2, 2), "INFO", "gave up: strata-b entered FATAL state, too many start retries too quickly"))
-    out += [s(at(3) - timedelta(seconds=1), "INFO", "spawned: 'strata-b' with pid 48400"),
-            s(at(3) + timedelta(seconds=31), "WARN", "exited: strata-b (exit status 1; not expected)"),
-            s(at(4) - timedelta(seconds=1), "INFO", "spawned: 'strata-b' with pid 48500"),
-            s(at(5) - timedelta(seconds=3), "INFO", "waiting for strata-b to stop"),
-            s(at(5) - timedelta(seconds=2), "WARN", "stopped: strata-b (terminated by SIGTERM)"),
-            s(at(5) - timedelta(seconds=1), "INFO", "spawned: 'strata-b' with pid 48600")]
+    out += [
+        s(at(3) - timedelta(seconds=1), "INFO", "spawned: 'strata-b' with pid 48400"),
+        s(at(3) + timedelta(seconds=31), "WARN", "exited: strata-b (exit status 1; not expected)"),
+        s(at(4) - timedelta(seconds=1), "INFO", "spawned: 'strata-b' with pid 48500"),
+        s(at(5) - timedelta(seconds=3), "INFO", "waiting for strata-b to stop"),
+        s(at(5) - timedelta(seconds=2), "WARN", "stopped: strata-b (terminated by SIGTERM)"),
+        s(at(5) - timedelta(seconds=1), "INFO", "spawned: 'strata-b' with pid 48600"),
+    ]
     for n in range(3):  # a probe kills strata-a 10 s into each load
-        out += [s(at(6, n * 11) - timedelta(seconds=1), "INFO", f"spawned: 'strata-a' with pid {49000 + n}"),
-                s(at(6, n * 11) + timedelta(seconds=10), "WARN", "exited: strata-a (terminated by SIGKILL; not expected)")]
+        out += [
+            s(at(6, n * 11) - timedelta(seconds=1), "INFO", f"spawned: 'strata-a' with pid {49000 + n}"),
+            s(at(6, n * 11) + timedelta(seconds=10), "WARN", "exited: strata-a (terminated by SIGKILL; not expected)"),
+        ]
     return sorted(out)
 
 
 def status() -> list[bytes]:
     def snap(when: datetime, state: str, serve: str) -> bytes:
-        body = {"engine": "strata-b", "build": "Strata", "serve_version": serve, "state": state, "uptime_s": 1.0,
-                "slots": {"total": 20, "busy": 0}, "prefill_queue": 0, "requests": {"total": 0, "by_status": {}}}
+        body = {
+            "engine": "strata-b",
+            "build": "Strata",
+            "serve_version": serve,
+            "state": state,
+            "uptime_s": 1.0,
+            "slots": {"total": 20, "busy": 0},
+            "prefill_queue": 0,
+            "requests": {"total": 0, "by_status": {}},
+        }
         return json.dumps({"ts": when.isoformat().replace("+00:00", "Z"), "body": body}).encode()
-    return [snap(at(1, 1), "loading", "2026.10.30"), snap(at(1, 8), "ready", "2026.10.30"),
-            snap(at(2, 0.1), "loading", "2026.10.30"), snap(at(3, 0.1), "loading", "2026.10.30"),
-            snap(at(4, 8), "ready", "2026.10.30"), snap(at(5, 8), "ready", "2026.11.01")]
+
+    return [
+        snap(at(1, 1), "loading", "2026.10.30"),
+        snap(at(1, 8), "ready", "2026.10.30"),
+        snap(at(2, 0.1), "loading", "2026.10.30"),
+        snap(at(3, 0.1), "loading", "2026.10.30"),
+        snap(at(4, 8), "ready", "2026.10.30"),
+        snap(at(5, 8), "ready", "2026.11.01"),
+    ]
 
 
 def switch_log() -> list[bytes]:
@@ -178,8 +252,13 @@ path = "{d}/switch-engine.log"
 @pytest.fixture(scope="module")
 def replay(tmp_path_factory) -> str:
     d = tmp_path_factory.mktemp("upgrade")
-    files = {"engine-b.log": sorted(engine_b(), key=lambda raw: raw[:23]), "engine-a.log": engine_a(),
-             "supervisord.log": supervisord(), "status.jsonl": status(), "switch-engine.log": switch_log()}
+    files = {
+        "engine-b.log": sorted(engine_b(), key=lambda raw: raw[:23]),
+        "engine-a.log": engine_a(),
+        "supervisord.log": supervisord(),
+        "status.jsonl": status(),
+        "switch-engine.log": switch_log(),
+    }
     for name, lines in files.items():
         (d / name).write_bytes(b"\n".join(lines) + b"\n")
     config = d / "spyglass.toml"
@@ -218,8 +297,12 @@ def test_turn_2_dangling_link_is_a_checksum_load_error(replay):
 
 def test_turn_3_rebuild_storm_is_a_latency_avalanche_without_a_death(replay):
     [f] = crashes_in(replay, 4)
-    assert (f["instance"], f["class"], f["cause"], f["heuristic"]) == ("strata-b", "latency_avalanche",
-                                                                        "graph_rebuilds", "H16")
+    assert (f["instance"], f["class"], f["cause"], f["heuristic"]) == (
+        "strata-b",
+        "latency_avalanche",
+        "graph_rebuilds",
+        "H16",
+    )
     assert f["first_utc"].startswith("2026-11-02T04:25") and f["count"] >= 4
     assert "15 graph rebuilds, prefill queue 14" in f["evidence"][1]  # every minute of the bucket rebuilt 3 graphs
     assert "Dynamic shapes" in f["first_check"]
@@ -233,7 +316,12 @@ def test_turn_4_the_stable_fix_has_no_finding(replay):
 
 def test_probe_killing_each_load_is_a_restart_loop(replay):
     [f] = crashes_in(replay, 6)
-    assert (f["instance"], f["class"], f["cause"], f["count"]) == ("strata-a", "restart_loop", "killed_while_loading", 3)
+    assert (f["instance"], f["class"], f["cause"], f["count"]) == (
+        "strata-a",
+        "restart_loop",
+        "killed_while_loading",
+        3,
+    )
     assert "ended 10 s after its start, never ready" in f["evidence"]
     assert "probe" in f["first_check"]
 
@@ -246,20 +334,31 @@ def test_the_change_list_of_the_four_turns(replay):
     got = changes_of(replay, "--instance", "strata-b")
     assert got[0] == (1, "first start stored", None, OLD)
     turn1 = [c for c in got if c[0] == 2]
-    assert turn1 == [(2, "model_real", "/data/models/v7/model.gguf", "/data/models/v8/model.gguf"),
-                     (2, "model_md5", MD5_V7, MD5_V8), (2, "ended while loading", None, "exit status 1 after 13 s")]
+    assert turn1 == [
+        (2, "model_real", "/data/models/v7/model.gguf", "/data/models/v8/model.gguf"),
+        (2, "model_md5", MD5_V7, MD5_V8),
+        (2, "ended while loading", None, "exit status 1 after 13 s"),
+    ]
     assert [c for c in got if c[0] == 3] == [(3, "ended while loading", None, "exit status 1 after 13 s")]
     turn2 = [c for c in got if c[0] == 6]
-    assert turn2 == [(6, "build", OLD, NEW), (6, "version", "0.9.3", "0.9.4"),
-                     (6, "switch log", None, f"{OLD} -> {NEW} by ops"),
-                     (6, "checksum mismatch while loading", None, "/data/models/v8/model.gguf"),
-                     (6, "ended while loading", None, "exit status 1 after 31 s")]
-    assert [c for c in got if c[0] == 7] == [(7, "model_real", "/data/models/v8/model.gguf",
-                                              "/data/models/v8-r2/model.gguf")]
+    assert turn2 == [
+        (6, "build", OLD, NEW),
+        (6, "version", "0.9.3", "0.9.4"),
+        (6, "switch log", None, f"{OLD} -> {NEW} by ops"),
+        (6, "checksum mismatch while loading", None, "/data/models/v8/model.gguf"),
+        (6, "ended while loading", None, "exit status 1 after 31 s"),
+    ]
+    assert [c for c in got if c[0] == 7] == [
+        (7, "model_real", "/data/models/v8/model.gguf", "/data/models/v8-r2/model.gguf")
+    ]
     turn4 = [c for c in got if c[0] == 8]  # the unknown arguments kept verbatim, and the serve's new version
-    assert turn4 == [(8, "serve_version", "2026.10.30", "2026.11.01"), (8, "arg --max-batch", None, "4"),
-                     (8, "arg --fixed-shapes", None, "1x4096,4x8192"), (8, "arg --warmup", None, "--warmup"),
-                     (8, "arg -Xshape-cache", None, "-Xshape-cache")]
+    assert turn4 == [
+        (8, "serve_version", "2026.10.30", "2026.11.01"),
+        (8, "arg --max-batch", None, "4"),
+        (8, "arg --fixed-shapes", None, "1x4096,4x8192"),
+        (8, "arg --warmup", None, "--warmup"),
+        (8, "arg -Xshape-cache", None, "-Xshape-cache"),
+    ]
 
 
 def test_changes_since_compares_with_the_start_before(replay):
@@ -278,7 +377,12 @@ def test_a_banner_without_its_model_line_is_a_finding(replay):
 def test_a_deploy_record_has_the_banner_and_versions(replay):
     [d] = [d for d in cli(replay, "changes", "--instance", "strata-b", "--deploys") if d["deploy"] == 8]
     assert (d["build"], d["version"], d["model_real"], d["model_md5"], d["serve_version"]) == (
-        NEW, "0.9.4", "/data/models/v8-r2/model.gguf", MD5_V8, "2026.11.01")
+        NEW,
+        "0.9.4",
+        "/data/models/v8-r2/model.gguf",
+        MD5_V8,
+        "2026.11.01",
+    )
     assert d["args"].endswith("--max-batch 4 --fixed-shapes 1x4096,4x8192 --warmup -Xshape-cache")
     assert d["missing"] == [] and d["ready_seconds"] == 420.0
 
@@ -291,12 +395,23 @@ def test_classify_is_callable_on_the_store_for_diagnose(replay):
 
 
 def test_oom_needs_a_kill_and_memory_that_grew():
-    exit_ = {"ts_utc": at(7), "program": "strata-b", "event": "exited", "signal": "SIGKILL", "exit_status": None,
-             "expected": False, "cause": "terminated by SIGKILL"}
-    ready = [{"ts_utc": at(6), "instance": "strata-b", "kind": "start", "fields": {}},
-             {"ts_utc": at(6, 5), "instance": "strata-b", "kind": "ready", "fields": {}}]
-    grow = [{"instance": "strata-b", "minute_utc": at(6, m), "rss": (100 + m) * 2**30, "oom_kills": 0}
-            for m in range(0, 60, 5)]
+    exit_ = {
+        "ts_utc": at(7),
+        "program": "strata-b",
+        "event": "exited",
+        "signal": "SIGKILL",
+        "exit_status": None,
+        "expected": False,
+        "cause": "terminated by SIGKILL",
+    }
+    ready = [
+        {"ts_utc": at(6), "instance": "strata-b", "kind": "start", "fields": {}},
+        {"ts_utc": at(6, 5), "instance": "strata-b", "kind": "ready", "fields": {}},
+    ]
+    grow = [
+        {"instance": "strata-b", "minute_utc": at(6, m), "rss": (100 + m) * 2**30, "oom_kills": 0}
+        for m in range(0, 60, 5)
+    ]
     [f] = classify_facts(Facts([exit_], ready, grow, [], []))
     assert (f.klass, f.cause, f.heuristic) == ("resource_growth", "oom", "H17")
     flat = [dict(g, rss=100 * 2**30) for g in grow]
@@ -308,8 +423,13 @@ def test_argv_is_kept_verbatim_whatever_its_shape():
     from spyglass.upgrades.changes import parse_argv
 
     assert parse_argv("--model /m.gguf --offset -1 --x=1 -v positional --flag") == {
-        "--model": "/m.gguf", "--offset": "-1", "--x": "1", "-v": "positional", "--flag": ""}
-    assert parse_argv('--name "two words" --q \'unbalanced') == {"--name": "\"two", "words\"": "", "--q": "'unbalanced"}
+        "--model": "/m.gguf",
+        "--offset": "-1",
+        "--x": "1",
+        "-v": "positional",
+        "--flag": "",
+    }
+    assert parse_argv('--name "two words" --q \'unbalanced') == {"--name": '"two', 'words"': "", "--q": "'unbalanced"}
     assert parse_argv("") == {}
 
 
@@ -325,8 +445,17 @@ def test_baseline_after_the_rebuild_storm_is_worse_than_the_last_steady_state(re
     assert b["prefill_queue"]["verdict"] == "worse" and b["decode_tokens_per_second"]["verdict"] == "ok"
     assert (b["requests"]["before"], b["requests"]["after"]) == (120, 180)
     fixed = baseline_of(replay)  # the last deploy, the stable fix, against the storm
-    assert {m: r["verdict"] for m, r in fixed.items() if r["verdict"]} == {m: "ok" for m in (
-        "ttft_p50_ms", "ttft_p99_ms", "decode_tokens_per_second", "error_share", "prefill_queue", "rebuilds_per_minute")}
+    assert {m: r["verdict"] for m, r in fixed.items() if r["verdict"]} == {
+        m: "ok"
+        for m in (
+            "ttft_p50_ms",
+            "ttft_p99_ms",
+            "decode_tokens_per_second",
+            "error_share",
+            "prefill_queue",
+            "rebuilds_per_minute",
+        )
+    }
 
 
 def test_baseline_of_an_unknown_deploy_says_which_exist(replay):
@@ -337,29 +466,61 @@ def test_baseline_of_an_unknown_deploy_says_which_exist(replay):
 def test_a_load_longer_than_the_probe_budget_is_a_finding_of_its_start():
     from spyglass.upgrades.changes import changes, deploy_of
 
-    row = {"instance": "strata-b", "ts_utc": at(8), "build": NEW, "version": "0.9.4", "model_real": "/m", "model_md5": "x",
-           "cpus": "0-15", "argv": BASE_ARGS, "ready_utc": at(8, 20), "ready_seconds": 1200.0}
+    row = {
+        "instance": "strata-b",
+        "ts_utc": at(8),
+        "build": NEW,
+        "version": "0.9.4",
+        "model_real": "/m",
+        "model_md5": "x",
+        "cpus": "0-15",
+        "argv": BASE_ARGS,
+        "ready_utc": at(8, 20),
+        "ready_seconds": 1200.0,
+    }
     slow, quick = deploy_of(row, 2, 900.0, False), deploy_of(dict(row, ready_seconds=420.0), 1, 900.0, False)
     assert slow.over_budget and not quick.over_budget
     assert [(c.change, c.after) for c in changes(quick, slow)] == [("load over probe budget", "1200 s")]
 
 
 def test_the_timeline_has_a_row_for_each_build_and_model_change(replay):
-    rows = cli(replay, "timeline", "--from", "2026-11-02 00:00", "--to", "2026-11-02 07:00", "--instance", "strata-b",
-               "--kind", "build_changed", "--kind", "model_changed")
-    got = [(r["ts_utc"][11:16], r["kind"], r["fields"]["deploy"], sorted(k for k in r["fields"] if k != "deploy"))
-           for r in rows]
-    assert got == [("02:00", "model_changed", 2, ["model_md5", "model_real"]),
-                   ("03:00", "build_changed", 6, ["build", "version"]),
-                   ("04:00", "model_changed", 7, ["model_real"])]
+    rows = cli(
+        replay,
+        "timeline",
+        "--from",
+        "2026-11-02 00:00",
+        "--to",
+        "2026-11-02 07:00",
+        "--instance",
+        "strata-b",
+        "--kind",
+        "build_changed",
+        "--kind",
+        "model_changed",
+    )
+    got = [
+        (r["ts_utc"][11:16], r["kind"], r["fields"]["deploy"], sorted(k for k in r["fields"] if k != "deploy"))
+        for r in rows
+    ]
+    assert got == [
+        ("02:00", "model_changed", 2, ["model_md5", "model_real"]),
+        ("03:00", "build_changed", 6, ["build", "version"]),
+        ("04:00", "model_changed", 7, ["model_real"]),
+    ]
     assert rows[1]["fields"]["build"] == {"before": OLD, "after": NEW} and rows[1]["source"] == "engine-b"
     # a window that starts after start 6 still says what start 7 changed against it
     later = cli(replay, "timeline", "--from", "2026-11-02 03:30", "--to", "2026-11-02 04:30", "--instance", "strata-b")
     changed = [r for r in later if r["kind"].endswith("_changed")]
     assert [(r["kind"], r["fields"]["model_real"]["before"]) for r in changed] == [
-        ("model_changed", "/data/models/v8/model.gguf")]
+        ("model_changed", "/data/models/v8/model.gguf")
+    ]
     kinds = [r["kind"] for r in later]  # in time order: after the banner lines of its instant, before what follows
     assert kinds.index("model_changed") > kinds.index("start") and kinds[-1] != "model_changed"
     # strata-a's starts changed nothing: no change row
-    assert not [r for r in cli(replay, "timeline", "--from", "2026-11-02 05:30", "--to", "2026-11-02 07:00",
-                               "--instance", "strata-a") if r["kind"].endswith("_changed")]
+    assert not [
+        r
+        for r in cli(
+            replay, "timeline", "--from", "2026-11-02 05:30", "--to", "2026-11-02 07:00", "--instance", "strata-a"
+        )
+        if r["kind"].endswith("_changed")
+    ]

@@ -2,6 +2,7 @@
 instance, waits out a loading one within the budget, and fails a load past the budget (the slow-load
 scenario) and a fresh instance whose samples each meet a new graph shape (the recompile storm: the
 rebuild, and the prompt not yet cached, against a baseline recorded warm), naming the reason."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,9 @@ class Serve:
         port = free_port()
         s = EngineSettings(instance="strata-a", port=port, log=tmp_path / f"{name}.log", cache_mib=65_536, **settings)
         self.url = f"http://127.0.0.1:{port}"
-        self.server = uvicorn.Server(uvicorn.Config(create_app(s), host="127.0.0.1", port=port, log_level="warning",
-                                                    timeout_keep_alive=120))
+        self.server = uvicorn.Server(
+            uvicorn.Config(create_app(s), host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=120)
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> Serve:
@@ -43,8 +45,14 @@ class Serve:
 @pytest.fixture
 def samples(tmp_path):
     path = tmp_path / "samples.jsonl"
-    rows = [{"name": f"s{n}", "max_tokens": 4000, "messages": [{"role": "user", "content": f"Task: answer {n}. " + "word " * size}]}
-            for n, size in enumerate(SIZES)]
+    rows = [
+        {
+            "name": f"s{n}",
+            "max_tokens": 4000,
+            "messages": [{"role": "user", "content": f"Task: answer {n}. " + "word " * size}],
+        }
+        for n, size in enumerate(SIZES)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -82,13 +90,22 @@ def test_nothing_listening_fails(tmp_path, samples):
     assert "no answer (ConnectError)" in out.stderr
 
 
-@pytest.mark.parametrize("text, message", [
-    ('{"name": "a", "messages": [{"role": "user", "content": "hi"}]}\nnot json\n', "samples.jsonl:2: not a JSON object"),
-    ('{"name": "a"}\n', "samples.jsonl:1: messages: Field required"),
-    ('\n{"name": "a", "messages": [{}], "bogus": 1}\n', "samples.jsonl:2: bogus: Extra inputs are not permitted"),
-    ('{"name": "a", "messages": [{}]}\n{"name": "a", "messages": [{}]}\n', "samples.jsonl:2: name: 'a' is used twice"),
-    ("", "holds no sample"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            '{"name": "a", "messages": [{"role": "user", "content": "hi"}]}\nnot json\n',
+            "samples.jsonl:2: not a JSON object",
+        ),
+        ('{"name": "a"}\n', "samples.jsonl:1: messages: Field required"),
+        ('\n{"name": "a", "messages": [{}], "bogus": 1}\n', "samples.jsonl:2: bogus: Extra inputs are not permitted"),
+        (
+            '{"name": "a", "messages": [{}]}\n{"name": "a", "messages": [{}]}\n',
+            "samples.jsonl:2: name: 'a' is used twice",
+        ),
+        ("", "holds no sample"),
+    ],
+)
 def test_a_bad_samples_file_names_the_line(tmp_path, text, message):
     path = tmp_path / "samples.jsonl"
     path.write_text(text)

@@ -16,6 +16,7 @@ the storm is in the list with strata-b, since when and its summary in letters re
 and strata-b's eviction panel is past its threshold line while strata-a's is not. The incident's
 picture is docs/wall.png (`SPYGLASS_WALL_PNG=docs/wall.png` writes it there).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -49,8 +50,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spawns")]  # starts pro
 ROOT = Path(__file__).resolve().parents[1]
 JOB = AlertsConfig().job
 # The pager test's deployment: the emulator's clock, and lanes whose objective suits book-length prompts.
-ALERTS = {"time_scale": 0.01, "evaluation_interval_seconds": 1, "hung_minutes": 1,
-          "lanes": {"fast": {"ttft_seconds": 640.0}, "normal": {"ttft_seconds": 640.0}}}
+ALERTS = {
+    "time_scale": 0.01,
+    "evaluation_interval_seconds": 1,
+    "hung_minutes": 1,
+    "lanes": {"fast": {"ttft_seconds": 640.0}, "normal": {"ttft_seconds": 640.0}},
+}
 # Each engine pinned to a CPU of its own: both on every CPU would be shared CPUs (H2) in every run.
 PINNED = {"strata-a": {"affinity": [0]}, "strata-b": {"affinity": [(os.cpu_count() or 1) - 1]}}
 RED = "rgb(224, 47, 68)"  # Grafana's red (#e02f44), the preview's critical colour
@@ -85,16 +90,28 @@ class Seen:
         return {t["name"]: t for t in self.panels[title]["tiles"]}
 
     def reds(self) -> list[str]:
-        found = [f"{p['title']}: tile {t['name']!r} {t['text']}" for p in self.panels.values() for t in p["tiles"]
-                 if t["background"] == RED]
-        return found + [f"{p['title']}: cell {c['text']}" for p in self.panels.values() for r in p["rows"]
-                        for c in r.values() if c["background"] == RED]
+        found = [
+            f"{p['title']}: tile {t['name']!r} {t['text']}"
+            for p in self.panels.values()
+            for t in p["tiles"]
+            if t["background"] == RED
+        ]
+        return found + [
+            f"{p['title']}: cell {c['text']}"
+            for p in self.panels.values()
+            for r in p["rows"]
+            for c in r.values()
+            if c["background"] == RED
+        ]
 
 
 def firing(api: str) -> set[tuple[str, str]]:
     alerts = httpx.get(f"{api}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
-    return {(a["labels"]["alertname"], a["labels"].get("instance", "")) for a in alerts
-            if a["state"] == "firing" and a["labels"]["alertname"] != "Watchdog"}
+    return {
+        (a["labels"]["alertname"], a["labels"].get("instance", ""))
+        for a in alerts
+        if a["state"] == "firing" and a["labels"]["alertname"] != "Watchdog"
+    }
 
 
 class Wall:
@@ -106,7 +123,9 @@ class Wall:
         patch = {name: {**PINNED[name], **storm.engine_patch.get(name, {})} for name in PINNED}
         # The gateway counts with the engine's tokenizer (no standing estimate skew, H10) and publishes
         # each infer record at once (a counter first seen at its final value has no increase to see).
-        self.stack = Stack(folder / "stack", free_port_base(), patch, {"estimate_by_engine": True, "segment_records": 1})
+        self.stack = Stack(
+            folder / "stack", free_port_base(), patch, {"estimate_by_engine": True, "segment_records": 1}
+        )
         self.listen, self.port = f"127.0.0.1:{free_port()}", free_port()
         self.api = f"http://127.0.0.1:{self.port}"
         document = tomllib.loads(self.stack.spyglass_toml(folder / "state"))
@@ -124,9 +143,17 @@ class Wall:
         self.stack.start()
         self.stack.wait_ready()
         self.stack.gateway.infer.mkdir(parents=True, exist_ok=True)  # every source folder exists at the agent's start
-        self.group.start([sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(self.config)], self.folder / "agent.log")
-        start_prometheus(self.group, self.folder, scraping(self.listen, JOB, labels={"host": "emulated"}), self.port,
-                         self.folder / "alerts" / "spyglass-rules.yml", JOB)
+        self.group.start(
+            [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(self.config)], self.folder / "agent.log"
+        )
+        start_prometheus(
+            self.group,
+            self.folder,
+            scraping(self.listen, JOB, labels={"host": "emulated"}),
+            self.port,
+            self.folder / "alerts" / "spyglass-rules.yml",
+            JOB,
+        )
 
     def drive(self, scenario: str) -> None:
         """Run a scenario, then wait until Prometheus holds every request it made and has evaluated the
@@ -137,8 +164,14 @@ class Wall:
         self.sent = getattr(self, "sent", 0) + sent
         wait_until(lambda: counted() >= self.sent, 120, f"the gateway's {self.sent} requests scraped")
         synced = time.time() + 2
-        wait_until(lambda: all(float(r["value"][1]) > synced for r in query(self.api, f'timestamp(up{{job="{JOB}"}})'))
-                   and query(self.api, f'timestamp(up{{job="{JOB}"}})'), 60, "two more scrapes")
+        wait_until(
+            lambda: (
+                all(float(r["value"][1]) > synced for r in query(self.api, f'timestamp(up{{job="{JOB}"}})'))
+                and query(self.api, f'timestamp(up{{job="{JOB}"}})')
+            ),
+            60,
+            "two more scrapes",
+        )
 
     def render(self, start: float, out: Path) -> tuple[Seen, set[tuple[str, str]], set[tuple[str, str]]]:
         """The wall from `start` to now, photographed; and what Prometheus fired just before and after."""
@@ -150,12 +183,15 @@ class Wall:
         assert errors == []
         png = draw(self.board, results, start, end, out)
         probe = out.with_name(f"measured-{out.stem}.html")
-        probe.write_text(out.with_suffix(".html").read_text(encoding="utf-8").replace("</body>", MEASURE), encoding="utf-8")
+        probe.write_text(
+            out.with_suffix(".html").read_text(encoding="utf-8").replace("</body>", MEASURE), encoding="utf-8"
+        )
         dom = browse(probe, size_of(self.board), "--dump-dom")
         found = re.search(r'data-seen="([^"]*)"', dom)
         assert found, dom[:2000]
-        panels = json.loads(found.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">")
-                            .replace("&amp;", "&"))
+        panels = json.loads(
+            found.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+        )
         red, total = red_pixels(png)
         return Seen({p["title"]: p for p in panels}, red, total, png), before, after
 

@@ -9,6 +9,7 @@ and infer-segs/*/seg-*.jsonl.gz bodies).
 
     python -m spyglass.engine.emulator.gateway --settings '{"port": 8080, "log": "rag-proxy.log", "infer": "infer"}'
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,10 +37,12 @@ from spyglass.engine.emulator.mechanism import cjk_chars, count_tokens, estimate
 from spyglass.engine.instrument import annotate, event, instrument, new_request_id, otlp_tracing, request_id
 
 FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
-SCHEMA = ("CREATE TABLE IF NOT EXISTS requests (id TEXT PRIMARY KEY, ts TEXT, session TEXT, lane TEXT, upstream TEXT,"
-          " mode TEXT, client_msgs INT, sent_msgs INT, chars INT, est_tokens INT, prompt_tokens INT,"
-          " completion_tokens INT, max_tokens INT, status INT, finish TEXT, tool_calls INT, content_chars INT,"
-          " reasoning_chars INT, ttft_ms INT, dur_ms INT, seg TEXT)")
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS requests (id TEXT PRIMARY KEY, ts TEXT, session TEXT, lane TEXT, upstream TEXT,"
+    " mode TEXT, client_msgs INT, sent_msgs INT, chars INT, est_tokens INT, prompt_tokens INT,"
+    " completion_tokens INT, max_tokens INT, status INT, finish TEXT, tool_calls INT, content_chars INT,"
+    " reasoning_chars INT, ttft_ms INT, dur_ms INT, seg TEXT)"
+)
 
 
 class GatewaySettings(BaseModel):
@@ -92,8 +95,9 @@ class Gateway:
 
     def record(self, row: dict[str, Any], body: dict[str, Any] | None) -> None:
         row["seg"] = self.segment
-        self.db.execute(f"INSERT INTO requests ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                        list(row.values()))
+        self.db.execute(
+            f"INSERT INTO requests ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values())
+        )
         self.db.commit()
         if body is not None:
             self.pending.append(body)
@@ -107,8 +111,15 @@ class Gateway:
         messages = list(body.get("messages") or [])
         first_user = next((text_of(m.get("content")) for m in messages if m.get("role") == "user"), "")
         session = "auto:" + hashlib.sha256(first_user.encode()).hexdigest()[:16]
-        row = {"id": rid, "ts": f"{now:%Y-%m-%d %H:%M:%S.%f}"[:-3], "session": session, "lane": lane,
-               "upstream": self.s.upstreams.get(lane, lane), "mode": mode, "client_msgs": len(messages)}
+        row = {
+            "id": rid,
+            "ts": f"{now:%Y-%m-%d %H:%M:%S.%f}"[:-3],
+            "session": session,
+            "lane": lane,
+            "upstream": self.s.upstreams.get(lane, lane),
+            "mode": mode,
+            "client_msgs": len(messages),
+        }
         if self.in_flight[lane] >= self.s.concurrency_limit:
             reason = f"model concurrency full (limit {self.s.concurrency_limit})"
             self.write(f'reject req={rid} status=429 reason="{reason}"')
@@ -118,13 +129,19 @@ class Gateway:
         text = text_of(body.get("system")) + "".join(text_of(m.get("content")) for m in sent)
         est = count_tokens(text) if self.s.estimate_by_engine else estimate_tokens(text)
         max_tokens = int(body.get("max_tokens") or 32000)
-        self.write(f"req={rid} session={session} lane={lane} mode={mode} client_msgs={len(messages)}"
-                   f" sent_msgs={len(sent)} chars={len(text)} cjk={cjk_chars(text) / max(len(text), 1):.3f}"
-                   f" est_tokens={est} max_tokens={max_tokens}")
+        self.write(
+            f"req={rid} session={session} lane={lane} mode={mode} client_msgs={len(messages)}"
+            f" sent_msgs={len(sent)} chars={len(text)} cjk={cjk_chars(text) / max(len(text), 1):.3f}"
+            f" est_tokens={est} max_tokens={max_tokens}"
+        )
         row.update(sent_msgs=len(sent), chars=len(text), est_tokens=est, max_tokens=max_tokens)
         if len(sent) < len(messages):
-            event("assembly_drop", client_msgs=len(messages), sent_msgs=len(sent),
-                  anchor_kept=first_user in {text_of(m.get("content")) for m in sent})
+            event(
+                "assembly_drop",
+                client_msgs=len(messages),
+                sent_msgs=len(sent),
+                anchor_kept=first_user in {text_of(m.get("content")) for m in sent},
+            )
         upstream = {**body, "messages": sent, "stream": bool(body.get("stream"))}
         self.in_flight[lane] += 1
         reply: Response | None = None
@@ -146,11 +163,19 @@ class Gateway:
             kept.append(message)
         return kept[::-1]
 
-    async def _forward(self, upstream: dict[str, Any], lane: str, rid: str, row: dict[str, Any], started: float,
-                       original: dict[str, Any]) -> Response:
+    async def _forward(
+        self,
+        upstream: dict[str, Any],
+        lane: str,
+        rid: str,
+        row: dict[str, Any],
+        started: float,
+        original: dict[str, Any],
+    ) -> Response:
         base, headers = self.s.lanes[lane], {"x-request-id": rid}
-        counted = (await self.client.post(f"{base}/v1/messages/count_tokens", json=upstream,
-                                          headers=headers)).json()["input_tokens"]
+        counted = (await self.client.post(f"{base}/v1/messages/count_tokens", json=upstream, headers=headers)).json()[
+            "input_tokens"
+        ]
         room = self.s.window - counted
         self.write(f"precheck req={rid} count_tokens={counted} window={self.s.window} room={room}")
         max_tokens = int(upstream.get("max_tokens") or 32000)
@@ -170,21 +195,39 @@ class Gateway:
         response = await self.client.post(f"{base}/v1/messages", json=upstream, headers=headers)
         if response.status_code == 400:
             upstream_text = response.json()["error"]["message"]
-            self.write(f'overfit req={rid} status=400 prompt={row["est_tokens"]} max={self.s.window - 6144}'
-                       f' upstream="{upstream_text}"')
+            self.write(
+                f"overfit req={rid} status=400 prompt={row['est_tokens']} max={self.s.window - 6144}"
+                f' upstream="{upstream_text}"'
+            )
             if self.s.blind_retry:  # incident 6: the retry only clamps max_tokens; the prompt is the problem
                 event("blind_retry")
                 self.write(f"retry_on_overfit req={rid} max_tokens {upstream.get('max_tokens', 32000)} -> 1")
-                response = await self.client.post(f"{base}/v1/messages", json={**upstream, "max_tokens": 1},
-                                                  headers=headers)
+                response = await self.client.post(
+                    f"{base}/v1/messages", json={**upstream, "max_tokens": 1}, headers=headers
+                )
         return self._answer(response, rid, row, started, original, upstream)
 
-    def _answer(self, response: httpx.Response, rid: str, row: dict[str, Any], started: float,
-                original: dict[str, Any], upstream: dict[str, Any]) -> JSONResponse:
+    def _answer(
+        self,
+        response: httpx.Response,
+        rid: str,
+        row: dict[str, Any],
+        started: float,
+        original: dict[str, Any],
+        upstream: dict[str, Any],
+    ) -> JSONResponse:
         status, body = response.status_code, response.json()
         if status == 200:
-            self._finish(body, rid, row, started, original, upstream, ttft_ms=response.headers.get("x-ttft-ms"),
-                         model_ms=response.headers.get("x-model-ms"))
+            self._finish(
+                body,
+                rid,
+                row,
+                started,
+                original,
+                upstream,
+                ttft_ms=response.headers.get("x-ttft-ms"),
+                model_ms=response.headers.get("x-model-ms"),
+            )
         else:
             self.record({**row, "status": status, "dur_ms": self._model_ms(started)}, None)
         return JSONResponse(body, status)
@@ -202,10 +245,19 @@ class Gateway:
                 released = True
                 self.in_flight[lane] -= 1
                 await response.aclose()
+
         return release
 
-    async def _relay(self, response: httpx.Response, release: Callable[[], Awaitable[None]], rid: str,
-                     row: dict[str, Any], started: float, original: dict[str, Any], upstream: dict[str, Any]):
+    async def _relay(
+        self,
+        response: httpx.Response,
+        release: Callable[[], Awaitable[None]],
+        rid: str,
+        row: dict[str, Any],
+        started: float,
+        original: dict[str, Any],
+        upstream: dict[str, Any],
+    ):
         """The serve's events to the client as they come; the message they spell out is logged at the end."""
         message: dict[str, Any] = {"content": [], "usage": {}, "stop_reason": None}
         pending, ttft_ms, error = b"", None, None
@@ -217,40 +269,78 @@ class Gateway:
                 error = _absorb(frame, message) or error
         await release()
         if error is not None:
-            self.write(f'overfit req={rid} status=400 prompt={row["est_tokens"]} max={self.s.window - 6144}'
-                       f' upstream="{error}"')
+            self.write(
+                f'overfit req={rid} status=400 prompt={row["est_tokens"]} max={self.s.window - 6144} upstream="{error}"'
+            )
             self.record({**row, "status": 400, "dur_ms": self._model_ms(started)}, None)
             return
         self._finish(message, rid, row, started, original, upstream, ttft_ms=ttft_ms)
 
-    def _finish(self, body: dict[str, Any], rid: str, row: dict[str, Any], started: float, original: dict[str, Any],
-                upstream: dict[str, Any], ttft_ms: str | int | None = None, model_ms: str | int | None = None) -> None:
+    def _finish(
+        self,
+        body: dict[str, Any],
+        rid: str,
+        row: dict[str, Any],
+        started: float,
+        original: dict[str, Any],
+        upstream: dict[str, Any],
+        ttft_ms: str | int | None = None,
+        model_ms: str | int | None = None,
+    ) -> None:
         dur_ms = self._model_ms(started)
         blocks = body.get("content") or []
         content = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
         reasoning = "".join(b.get("thinking", "") for b in blocks if b.get("type") == "thinking")
         calls = [b for b in blocks if b.get("type") == "tool_use"]
         usage, finish = body.get("usage") or {}, FINISH.get(str(body.get("stop_reason")), "stop")
-        annotate(input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens"), finish=finish,
-                 model=str(original.get("model") or "local"), gateway_estimate=row["est_tokens"],
-                 engine=usage.get("input_tokens", 0))
+        annotate(
+            input_tokens=usage.get("input_tokens"),
+            output_tokens=usage.get("output_tokens"),
+            finish=finish,
+            model=str(original.get("model") or "local"),
+            gateway_estimate=row["est_tokens"],
+            engine=usage.get("input_tokens", 0),
+        )
         ttft_ms = int(ttft_ms if ttft_ms is not None else dur_ms)
         dur_ms = int(model_ms if model_ms is not None else dur_ms)  # the engine's model time, as its log
-        self.write(f"done req={rid} status=200 engine_prompt={usage.get('input_tokens', 0)}"
-                   f" completion={usage.get('output_tokens', 0)} finish={finish} tool_calls={len(calls)}"
-                   f" content_chars={len(content)} ttft_ms={ttft_ms} dur_ms={dur_ms}")
-        self.record({**row, "status": 200, "prompt_tokens": usage.get("input_tokens"),
-                     "completion_tokens": usage.get("output_tokens"), "finish": finish, "tool_calls": len(calls),
-                     "content_chars": len(content), "reasoning_chars": len(reasoning), "ttft_ms": ttft_ms,
-                     "dur_ms": dur_ms},
-                    {"id": rid, "request": {"client": {"messages": original.get("messages")},
-                                            "sent": {"system": upstream.get("system"), "messages": upstream["messages"],
-                                                     "tools": upstream.get("tools"),
-                                                     "max_tokens": upstream.get("max_tokens")}},
-                     "response": {"content": content, "reasoning": reasoning,
-                                  "tool_calls": [{"name": c.get("name"), "arguments": json.dumps(c.get("input"))}
-                                                 for c in calls],
-                                  "finish_reason": finish, "usage": usage}})
+        self.write(
+            f"done req={rid} status=200 engine_prompt={usage.get('input_tokens', 0)}"
+            f" completion={usage.get('output_tokens', 0)} finish={finish} tool_calls={len(calls)}"
+            f" content_chars={len(content)} ttft_ms={ttft_ms} dur_ms={dur_ms}"
+        )
+        self.record(
+            {
+                **row,
+                "status": 200,
+                "prompt_tokens": usage.get("input_tokens"),
+                "completion_tokens": usage.get("output_tokens"),
+                "finish": finish,
+                "tool_calls": len(calls),
+                "content_chars": len(content),
+                "reasoning_chars": len(reasoning),
+                "ttft_ms": ttft_ms,
+                "dur_ms": dur_ms,
+            },
+            {
+                "id": rid,
+                "request": {
+                    "client": {"messages": original.get("messages")},
+                    "sent": {
+                        "system": upstream.get("system"),
+                        "messages": upstream["messages"],
+                        "tools": upstream.get("tools"),
+                        "max_tokens": upstream.get("max_tokens"),
+                    },
+                },
+                "response": {
+                    "content": content,
+                    "reasoning": reasoning,
+                    "tool_calls": [{"name": c.get("name"), "arguments": json.dumps(c.get("input"))} for c in calls],
+                    "finish_reason": finish,
+                    "usage": usage,
+                },
+            },
+        )
 
 
 class Relayed(StreamingResponse):

@@ -10,6 +10,7 @@
   it inside reasoning unless the serve escapes literals (incident 3); a request with tools but no
   task anchor gets a plan and EOS (incidents 4, 5); otherwise a tool call or an answer.
 """
+
 from __future__ import annotations
 
 import math
@@ -87,8 +88,15 @@ def has_special_literal(text: str) -> bool:
     return any(literal in text for literal in SPECIAL_LITERALS)
 
 
-def plan_response(rng: random.Random, last_user: str, anchored: bool, tools: bool, max_tokens: int,
-                  thinking_budget: int, escaped: bool) -> Response:
+def plan_response(
+    rng: random.Random,
+    last_user: str,
+    anchored: bool,
+    tools: bool,
+    max_tokens: int,
+    thinking_budget: int,
+    escaped: bool,
+) -> Response:
     """How the emulated model answers one request."""
     thinking = min(rng.randrange(200, 3000), thinking_budget)
     cause = "budget" if thinking >= thinking_budget else "stop"

@@ -6,6 +6,7 @@ probe and the server's own bind, and the server never comes up (a gateway did, o
 ports come from outside that range instead, from a random start, so that parallel runs do not race
 for the same ones.
 """
+
 from __future__ import annotations
 
 import random

@@ -9,6 +9,7 @@ slower). Durations are multiplied by `time_scale`; the figures it logs are the m
 
     python -m spyglass.engine.emulator.serve --settings '{"instance": "strata-a", "port": 8081, "log": "a.log"}'
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,14 @@ from pydantic import BaseModel
 from spyglass.collectors.infer_store import text_of
 from spyglass.engine.emulator import logsynth as log
 from spyglass.engine.emulator.logsynth import line, park_lines
-from spyglass.engine.emulator.mechanism import ANCHOR, SPECIAL_LITERALS, ConversationCache, Response, count_tokens, plan_response
+from spyglass.engine.emulator.mechanism import (
+    ANCHOR,
+    SPECIAL_LITERALS,
+    ConversationCache,
+    Response,
+    count_tokens,
+    plan_response,
+)
 from spyglass.engine.instrument import annotate, event, instrument, otlp_tracing
 
 
@@ -115,8 +123,18 @@ class Engine:
             if self.hung:
                 continue
             c = self.cache
-            self.write(log.stats(self.busy, self.s.slots, self.queue_depth, self.decode_rate(), len(c.parked),
-                                 c.used_bytes(), c.budget_bytes, c.evictions))
+            self.write(
+                log.stats(
+                    self.busy,
+                    self.s.slots,
+                    self.queue_depth,
+                    self.decode_rate(),
+                    len(c.parked),
+                    c.used_bytes(),
+                    c.budget_bytes,
+                    c.evictions,
+                )
+            )
 
     def decode_rate(self) -> float:
         return self.s.decode_tps / (10 if self.s.shares_cores else 1)
@@ -126,17 +144,23 @@ class Engine:
 
     def status(self) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "engine": self.s.instance, "build": log.BUILD, "serve_version": self.s.serve_version,
-            "state": self.state, "uptime_s": round(time.time() - self.started, 1),
-            "slots": {"total": self.s.slots, "busy": self.busy}, "prefill_queue": self.queue_depth,
-            "requests": {"total": sum(self.requests.values()), "by_status": dict(self.requests)}}
+            "engine": self.s.instance,
+            "build": log.BUILD,
+            "serve_version": self.s.serve_version,
+            "state": self.state,
+            "uptime_s": round(time.time() - self.started, 1),
+            "slots": {"total": self.s.slots, "busy": self.busy},
+            "prefill_queue": self.queue_depth,
+            "requests": {"total": sum(self.requests.values()), "by_status": dict(self.requests)},
+        }
         if self.s.escape_fix:  # an old build has neither key: "not measured", never 0
             body["prompt_escapes"] = dict(self.escapes)
             body["stops_while_reasoning"] = self.stops_while_reasoning
         return body
 
-    async def run(self, body: dict[str, Any], req_id: str,
-                  first_token: asyncio.Event | None = None) -> tuple[int, dict[str, Any], Response | None]:
+    async def run(
+        self, body: dict[str, Any], req_id: str, first_token: asyncio.Event | None = None
+    ) -> tuple[int, dict[str, Any], Response | None]:
         """One request through queue, prefill, thinking and decode; (status, usage, response).
         `first_token` is set when prefill ends, for a streamed reply's first chunk."""
         messages = body.get("messages") or []
@@ -170,8 +194,17 @@ class Engine:
             finally:
                 self.busy -= 1
 
-    async def _serve(self, task: int, conv: str, prompt: int, messages: list, body: dict, escaped: bool,
-                     queued: float | None, first_token: asyncio.Event | None) -> tuple[int, dict[str, Any], Response]:
+    async def _serve(
+        self,
+        task: int,
+        conv: str,
+        prompt: int,
+        messages: list,
+        body: dict,
+        escaped: bool,
+        queued: float | None,
+        first_token: asyncio.Event | None,
+    ) -> tuple[int, dict[str, Any], Response]:
         slot = f"slot {task % self.s.slots}"
         async with self.prefill:
             # Waiting counts only when another request held a slot or the prefill queue: the
@@ -208,8 +241,14 @@ class Engine:
             event("stop_while_reasoning")
             if self.s.escape_fix:  # only builds with the fix count it in /v1/status
                 self.stops_while_reasoning += 1
-        annotate(input_tokens=prompt, output_tokens=response.completion, reasoning_tokens=response.thinking,
-                 finish=response.finish, model=str(body.get("model") or "local"), engine=prompt)
+        annotate(
+            input_tokens=prompt,
+            output_tokens=response.completion,
+            reasoning_tokens=response.thinking,
+            finish=response.finish,
+            model=str(body.get("model") or "local"),
+            engine=prompt,
+        )
         for park_line in park_lines(self.cache, conv, prompt + response.completion, time.time()):
             self.log.write(park_line + b"\n")
         self.count(200)
@@ -217,8 +256,11 @@ class Engine:
         if self.s.hang_after_requests is not None and self.finished >= self.s.hang_after_requests:
             self.hung = True
         model_ms = ttft_ms + int(response.completion / self.decode_rate() * 1000)
-        return 200, {"input_tokens": prompt, "output_tokens": response.completion, "ttft_ms": ttft_ms,
-                     "model_ms": model_ms}, response
+        return (
+            200,
+            {"input_tokens": prompt, "output_tokens": response.completion, "ttft_ms": ttft_ms, "model_ms": model_ms},
+            response,
+        )
 
 
 def anthropic_message(response: Response, usage: dict[str, Any], model: str) -> dict[str, Any]:
@@ -228,9 +270,15 @@ def anthropic_message(response: Response, usage: dict[str, Any], model: str) -> 
     if response.tool_call:
         content.append({"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}})
     stop = {"tool_calls": "tool_use", "length": "max_tokens"}.get(response.finish, "end_turn")
-    return {"id": "msg_emulated", "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": stop, "usage": {"input_tokens": usage["input_tokens"],
-                                           "output_tokens": usage["output_tokens"]}}
+    return {
+        "id": "msg_emulated",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop,
+        "usage": {"input_tokens": usage["input_tokens"], "output_tokens": usage["output_tokens"]},
+    }
 
 
 def sse(event: str, data: dict[str, Any]) -> bytes:
@@ -240,9 +288,13 @@ def sse(event: str, data: dict[str, Any]) -> bytes:
 async def stream_message(run: asyncio.Task, first_token: asyncio.Event, model: str):
     """Anthropic server-sent events: message_start as soon as prefill ends, the rest when decoded."""
     await asyncio.wait([run, asyncio.ensure_future(first_token.wait())], return_when=asyncio.FIRST_COMPLETED)
-    yield sse("message_start", {"type": "message_start", "message": {"id": "msg_emulated", "type": "message",
-                                                                     "role": "assistant", "model": model,
-                                                                     "content": []}})
+    yield sse(
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {"id": "msg_emulated", "type": "message", "role": "assistant", "model": model, "content": []},
+        },
+    )
     code, usage, response = await run
     if response is None:
         yield sse("error", {"type": "error", "error": {"type": "invalid_request_error", "message": usage["error"]}})
@@ -251,8 +303,10 @@ async def stream_message(run: asyncio.Task, first_token: asyncio.Event, model: s
     for index, block in enumerate(message["content"]):
         yield sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
         yield sse("content_block_stop", {"type": "content_block_stop", "index": index})
-    yield sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"]},
-                                "usage": message["usage"]})
+    yield sse(
+        "message_delta",
+        {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"]}, "usage": message["usage"]},
+    )
     yield sse("message_stop", {"type": "message_stop"})
 
 
@@ -294,12 +348,14 @@ def create_app(settings: EngineSettings) -> FastAPI:
         if body.get("stream"):
             first_token = asyncio.Event()
             run = asyncio.create_task(engine.run(body, rid, first_token))
-            return StreamingResponse(stream_message(run, first_token, str(body.get("model", "local"))),
-                                     media_type="text/event-stream")
+            return StreamingResponse(
+                stream_message(run, first_token, str(body.get("model", "local"))), media_type="text/event-stream"
+            )
         code, usage, response = await engine.run(body, rid)
         if response is None:
-            return JSONResponse({"type": "error", "error": {"type": "invalid_request_error",
-                                                            "message": usage["error"]}}, code)
+            return JSONResponse(
+                {"type": "error", "error": {"type": "invalid_request_error", "message": usage["error"]}}, code
+            )
         message = anthropic_message(response, usage, str(body.get("model", "local")))
         return JSONResponse(message, headers={"x-ttft-ms": str(usage["ttft_ms"]), "x-model-ms": str(usage["model_ms"])})
 
@@ -311,11 +367,22 @@ def create_app(settings: EngineSettings) -> FastAPI:
         code, usage, response = await engine.run(body, request.headers.get("x-request-id", "-"))
         if response is None:
             return JSONResponse({"error": {"message": usage["error"]}}, code)
-        calls = [{"id": "call_1", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "ls"}'}}] \
-            if response.tool_call else []
-        return {"object": "chat.completion", "choices": [{"index": 0, "finish_reason": response.finish, "message": {
-            "role": "assistant", "content": response.content or None, "tool_calls": calls}}],
-            "usage": {"prompt_tokens": usage["input_tokens"], "completion_tokens": usage["output_tokens"]}}
+        calls = (
+            [{"id": "call_1", "type": "function", "function": {"name": "Bash", "arguments": '{"command": "ls"}'}}]
+            if response.tool_call
+            else []
+        )
+        return {
+            "object": "chat.completion",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": response.finish,
+                    "message": {"role": "assistant", "content": response.content or None, "tool_calls": calls},
+                }
+            ],
+            "usage": {"prompt_tokens": usage["input_tokens"], "completion_tokens": usage["output_tokens"]},
+        }
 
     return app
 

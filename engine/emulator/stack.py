@@ -3,6 +3,7 @@
 `Stack` writes the supervisord config and the matching spyglass config (every source of the
 stack), starts supervisord, waits for the engines to finish loading, and stops it all.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -27,9 +28,16 @@ BIN = Path(sys.executable).parent
 def engines(folder: Path, base_port: int, **patch) -> dict[str, EngineSettings]:
     """strata-a (fast lane, cores 0-15) and strata-b (normal lane, cores 38-53), as in sources.md."""
     defaults = {"load_seconds": 60.0, "time_scale": 0.005}
-    return {name: EngineSettings(instance=name, port=base_port + i + 1, log=folder / f"strata-iq3_xxs-{name[-1]}.log",
-                                 seed=i + 1, **{"cpus": cpus, **defaults, **patch.get(name, {})})
-            for i, (name, cpus) in enumerate((("strata-a", "0-15"), ("strata-b", "38-53")))}
+    return {
+        name: EngineSettings(
+            instance=name,
+            port=base_port + i + 1,
+            log=folder / f"strata-iq3_xxs-{name[-1]}.log",
+            seed=i + 1,
+            **{"cpus": cpus, **defaults, **patch.get(name, {})},
+        )
+        for i, (name, cpus) in enumerate((("strata-a", "0-15"), ("strata-b", "38-53")))
+    }
 
 
 @dataclass
@@ -45,9 +53,16 @@ class Stack:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.engines = engines(self.folder, self.base_port, **self.engine_patch)
         lanes = {"fast": f"http://127.0.0.1:{self.base_port + 1}", "normal": f"http://127.0.0.1:{self.base_port + 2}"}
-        self.gateway = GatewaySettings(**{"port": self.base_port, "log": self.folder / "rag-proxy.log",
-                                          "infer": self.folder / "infer", "lanes": lanes,
-                                          "time_scale": self.engines["strata-a"].time_scale, **self.gateway_patch})
+        self.gateway = GatewaySettings(
+            **{
+                "port": self.base_port,
+                "log": self.folder / "rag-proxy.log",
+                "infer": self.folder / "infer",
+                "lanes": lanes,
+                "time_scale": self.engines["strata-a"].time_scale,
+                **self.gateway_patch,
+            }
+        )
 
     @property
     def url(self) -> str:
@@ -55,24 +70,32 @@ class Stack:
 
     def supervisord_conf(self) -> Path:
         py = shlex.quote(sys.executable)
-        programs = {"rag-proxy": f"{py} -m spyglass.engine.emulator.gateway --settings {shlex.quote(self.gateway.model_dump_json())}"}
+        programs = {
+            "rag-proxy": f"{py} -m spyglass.engine.emulator.gateway --settings {shlex.quote(self.gateway.model_dump_json())}"
+        }
         for name, settings in self.engines.items():
             # Pinned from exec on (taskset), so no moment of the process runs on other CPUs.
             pin = f"taskset -c {','.join(map(str, settings.affinity))} " if settings.affinity else ""
-            programs[name] = f"{pin}{py} -m spyglass.engine.emulator.serve --settings {shlex.quote(settings.model_dump_json())}"
-        sections = [f"[supervisord]\nlogfile={self.folder}/supervisord.log\npidfile={self.folder}/supervisord.pid\n"
-                    f"nodaemon=true\nloglevel=info\n",
-                    f"[unix_http_server]\nfile={self.folder}/supervisor.sock\n",
-                    "[rpcinterface:supervisor]\nsupervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface\n",
-                    f"[supervisorctl]\nserverurl=unix://{self.folder}/supervisor.sock\n"]
+            programs[name] = (
+                f"{pin}{py} -m spyglass.engine.emulator.serve --settings {shlex.quote(settings.model_dump_json())}"
+            )
+        sections = [
+            f"[supervisord]\nlogfile={self.folder}/supervisord.log\npidfile={self.folder}/supervisord.pid\n"
+            f"nodaemon=true\nloglevel=info\n",
+            f"[unix_http_server]\nfile={self.folder}/supervisor.sock\n",
+            "[rpcinterface:supervisor]\nsupervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface\n",
+            f"[supervisorctl]\nserverurl=unix://{self.folder}/supervisor.sock\n",
+        ]
         root = Path(__file__).resolve().parents[2]  # the repository: engine/emulator/stack.py
         for name, command in programs.items():
             retries = 100 if name in self.crash_loop else 3
             # Programs run in the stack's folder (a core dump lands there, not in the work tree).
-            sections.append(f"[program:{name}]\ncommand={command.replace('%', '%%')}\ndirectory={self.folder}\n"
-                            f'environment=PYTHONPATH="{root}",PYTHONUNBUFFERED="1"\n'  # its output, as it happens
-                            f"startsecs=1\nstartretries={retries}\nautorestart=true\nstopwaitsecs=5\n"
-                            f"stdout_logfile={self.folder}/{name}.out\nredirect_stderr=true\n")
+            sections.append(
+                f"[program:{name}]\ncommand={command.replace('%', '%%')}\ndirectory={self.folder}\n"
+                f'environment=PYTHONPATH="{root}",PYTHONUNBUFFERED="1"\n'  # its output, as it happens
+                f"startsecs=1\nstartretries={retries}\nautorestart=true\nstopwaitsecs=5\n"
+                f"stdout_logfile={self.folder}/{name}.out\nredirect_stderr=true\n"
+            )
         path = self.folder / "supervisord.conf"
         path.write_text("\n".join(sections))
         return path
@@ -89,21 +112,37 @@ class Stack:
                 "engine-b": {"kind": "engine_log", "path": str(b.log), "instance": "strata-b", "lane": "normal"},
                 "gateway": {"kind": "gateway_log", "path": str(self.gateway.log), "instance": "rag-proxy"},
                 "supervisord": {"kind": "supervisord_log", "path": f"{f}/supervisord.log"},
-                "serve-a": {"kind": "serve_status", "url": f"http://127.0.0.1:{a.port}/v1/status", "instance": "strata-a"},
-                "serve-b": {"kind": "serve_status", "url": f"http://127.0.0.1:{b.port}/v1/status", "instance": "strata-b"},
+                "serve-a": {
+                    "kind": "serve_status",
+                    "url": f"http://127.0.0.1:{a.port}/v1/status",
+                    "instance": "strata-a",
+                },
+                "serve-b": {
+                    "kind": "serve_status",
+                    "url": f"http://127.0.0.1:{b.port}/v1/status",
+                    "instance": "strata-b",
+                },
                 "infer": {"kind": "infer_store", "path": f"{self.gateway.infer}/infer.db", "settle_seconds": 0},
                 "supervisord-api": {"kind": "supervisord_rpc", "endpoint": rpc},
-                "host": {"kind": "host", "supervisord": rpc, "agent_name": "",  # one small box: the agent shares by necessity
-                         "processes": {"strata-a": {"program": "strata-a"}, "strata-b": {"program": "strata-b"}}},
-            }}
+                "host": {
+                    "kind": "host",
+                    "supervisord": rpc,
+                    "agent_name": "",  # one small box: the agent shares by necessity
+                    "processes": {"strata-a": {"program": "strata-a"}, "strata-b": {"program": "strata-b"}},
+                },
+            },
+        }
 
     def spyglass_toml(self, state: Path | None = None) -> str:
         """spyglass_config as TOML text, for a config file."""
         return tomli_w.dumps(self.spyglass_config(state))
 
     def start(self) -> Stack:
-        self.proc = subprocess.Popen([str(BIN / "supervisord"), "-c", str(self.supervisord_conf())],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [str(BIN / "supervisord"), "-c", str(self.supervisord_conf())],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         return self
 
     def wait_ready(self, names: tuple[str, ...] = ("strata-a", "strata-b"), timeout: float = 60.0) -> None:
@@ -121,7 +160,9 @@ class Stack:
                 except httpx.HTTPError:
                     pass
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"not ready after {timeout:.0f} s: {program} at {url}\n{self.output_tail(program)}")
+                    raise TimeoutError(
+                        f"not ready after {timeout:.0f} s: {program} at {url}\n{self.output_tail(program)}"
+                    )
                 pause.wait(0.05)
 
     def output_tail(self, program: str, lines: int = 20) -> str:
@@ -138,7 +179,9 @@ class Stack:
         self.engine_patch = engine_patch
         self.engines = engines(self.folder, self.base_port, **engine_patch)
         conf = self.supervisord_conf()
-        subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), "update"], check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            [str(BIN / "supervisorctl"), "-c", str(conf), "update"], check=True, capture_output=True, timeout=60
+        )
 
     def flush(self) -> None:
         """Have the gateway publish its open infer segment."""
@@ -154,4 +197,3 @@ class Stack:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-

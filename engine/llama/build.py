@@ -38,7 +38,6 @@ CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / 
 VOCAB_NAME = "ggml-vocab-llama-spm.gguf"
 
 
-
 class BuildError(RuntimeError):
     """The engine cannot be built here; the message says what to install or what failed."""
 
@@ -110,7 +109,18 @@ def _download_sdist(version: str, dest: Path, log: Path) -> Path:
         return existing[0]
     dest.mkdir(parents=True, exist_ok=True)
     _run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--dest", str(dest), f"llama-cpp-python=={version}"],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--dest",
+            str(dest),
+            f"llama-cpp-python=={version}",
+        ],
         dest,
         log,
     )
@@ -158,15 +168,18 @@ def _version_text(target: LlamaBuild) -> str:
     """The binary's ``--version`` text; a 2024 server that has no ``--version`` must at least print its usage."""
     text = ""
     for flag, expected in (("--version", "version"), ("--help", "usage")):
-        result = subprocess.run([str(target.server), flag], env=target.env(), capture_output=True, text=True,
-                                timeout=60, check=False)
+        result = subprocess.run(
+            [str(target.server), flag], env=target.env(), capture_output=True, text=True, timeout=60, check=False
+        )
         text = (result.stdout + result.stderr).strip()
         if result.returncode == 0 and expected in text.lower():
             return text if expected == "version" else "(no --version in this build)"
     raise BuildError(f"the built llama-server does not run ({result.returncode}): {text[-500:]}")
 
 
-def ensure_built(version: str = LLAMA_CPP_PYTHON_VERSION, cache_root: Path = CACHE_ROOT, progress: bool = False) -> LlamaBuild:
+def ensure_built(
+    version: str = LLAMA_CPP_PYTHON_VERSION, cache_root: Path = CACHE_ROOT, progress: bool = False
+) -> LlamaBuild:
     """The cached build of ``version``, built first if absent. Raises ``BuildError`` with what to do."""
     target = LlamaBuild(version, cache_root / version)
     if target.is_complete():
@@ -202,8 +215,13 @@ def ensure_built(version: str = LLAMA_CPP_PYTHON_VERSION, cache_root: Path = CAC
             "llama_cpp_python": version,
             "version_text": version_text,
             "wall_seconds": round(time.monotonic() - started, 1),
-            "cpu_seconds": round(cpu_after.children_user - cpu_before.children_user
-                                 + cpu_after.children_system - cpu_before.children_system, 1),
+            "cpu_seconds": round(
+                cpu_after.children_user
+                - cpu_before.children_user
+                + cpu_after.children_system
+                - cpu_before.children_system,
+                1,
+            ),
         }
         tmp = target.stamp.with_suffix(".tmp")
         tmp.write_text(json.dumps(info, indent=1))

@@ -5,6 +5,7 @@ a turn that lands on a slot still holding its conversation, or restores it from 
 processes only the new text; one whose cache was evicted processes it all again (the seeds' incident 2).
 Bounded in requests and time, loopback only.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -12,8 +13,10 @@ from dataclasses import dataclass, field
 
 import httpx
 
-SENTENCE = ("the expert pool reads the arena and the cache parks the snapshot while a slot decodes tokens"
-            " for a long conversation about engines caches budgets and slots")
+SENTENCE = (
+    "the expert pool reads the arena and the cache parks the snapshot while a slot decodes tokens"
+    " for a long conversation about engines caches budgets and slots"
+)
 WORDS = tuple(SENTENCE.split(" "))
 
 
@@ -70,8 +73,15 @@ class LlamaDriver:
             await asyncio.gather(*(self.send(client, p) for p in prompts))
 
 
-async def conversations(url: str, names: list[str], turns: int, tokens: int, concurrency: int = 2,
-                        n_predict: int = 8, deadline_seconds: float = 240) -> list[int]:
+async def conversations(
+    url: str,
+    names: list[str],
+    turns: int,
+    tokens: int,
+    concurrency: int = 2,
+    n_predict: int = 8,
+    deadline_seconds: float = 240,
+) -> list[int]:
     """The statuses of `names` conversations of `turns` turns against `url`."""
     driver = LlamaDriver(url, concurrency, deadline_seconds, n_predict)
     await driver.conversations(names, turns, tokens)

@@ -64,7 +64,11 @@ def _tensors(n_vocab: int, split_experts: bool = False) -> dict[str, np.ndarray[
     def ones(n: int) -> np.ndarray[Any, Any]:
         return np.ones(n, dtype=np.float32)
 
-    tensors = {"token_embd.weight": weight(n_vocab, N_EMBD), "output_norm.weight": ones(N_EMBD), "output.weight": weight(n_vocab, N_EMBD)}
+    tensors = {
+        "token_embd.weight": weight(n_vocab, N_EMBD),
+        "output_norm.weight": ones(N_EMBD),
+        "output.weight": weight(n_vocab, N_EMBD),
+    }
     for block in range(N_BLOCKS):
         prefix = f"blk.{block}."
         tensors |= {

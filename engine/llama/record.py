@@ -14,6 +14,7 @@ processed again), then a streamed request aborted by the client. Loopback only; 
 
 Run `scripts/record-llama VERSION` (builds the version first if it is not cached).
 """
+
 from __future__ import annotations
 
 import json
@@ -81,13 +82,15 @@ def free_port() -> int:
 
 
 def help_text(build: LlamaBuild) -> str:
-    done = subprocess.run([str(build.server), "--help"], env=build.env(), capture_output=True, text=True, timeout=60,
-                          check=False)
+    done = subprocess.run(
+        [str(build.server), "--help"], env=build.env(), capture_output=True, text=True, timeout=60, check=False
+    )
     return done.stdout + done.stderr
 
 
-def server_argv(build: LlamaBuild, row: LlamaVersion, mode: Mode, model: Path, port: int, log: Path,
-                flags_known: str) -> list[str]:
+def server_argv(
+    build: LlamaBuild, row: LlamaVersion, mode: Mode, model: Path, port: int, log: Path, flags_known: str
+) -> list[str]:
     argv = [str(build.server)]
     argv += ["--models-dir", str(model.parent)] if mode.router else ["-m", str(model)]
     argv += ["--host", "127.0.0.1", "--port", str(port), "-c", "4096", "-np", "2", "-t", "1", "--metrics"]
@@ -107,8 +110,14 @@ class Server:
     def __init__(self, build: LlamaBuild, argv: list[str], console: Path) -> None:
         self.console = console
         with console.open("wb") as out:
-            self.proc = subprocess.Popen(argv, env=build.env(), stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, cwd=console.parent)
+            self.proc = subprocess.Popen(
+                argv,
+                env=build.env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=console.parent,
+            )
 
     def wait_healthy(self, url: str, timeout: float = 120) -> None:
         pause, deadline = threading.Event(), time.monotonic() + timeout
@@ -149,8 +158,14 @@ def complete(client: httpx.Client, url: str, prompt: str, tally: Tally, model: s
 
 def abort_one(client: httpx.Client, url: str, tally: Tally, model: str | None) -> bytes:
     """A streamed request closed by the client after its first tokens; returns /slots as seen while it ran."""
-    body: dict[str, Any] = {"prompt": text(200, "abort"), "n_predict": 4000, "stream": True, "cache_prompt": True,
-                            "ignore_eos": True, "temperature": 0.0}
+    body: dict[str, Any] = {
+        "prompt": text(200, "abort"),
+        "n_predict": 4000,
+        "stream": True,
+        "cache_prompt": True,
+        "ignore_eos": True,
+        "temperature": 0.0,
+    }
     if model:
         body["model"] = model
     tally.sent += 1
@@ -191,8 +206,14 @@ def run_workload(url: str, folder: Path, router: bool) -> Tally:
         model = router_model(client, url) if router else None
         first = text(300, "alpha")
         grown = first + " " + text(64, "alpha-1")
-        for prompt in (first, first, grown, text(200, "bravo"),
-                       *(text(600, name) for name in ("charlie", "delta", "echo", "foxtrot")), grown):
+        for prompt in (
+            first,
+            first,
+            grown,
+            text(200, "bravo"),
+            *(text(600, name) for name in ("charlie", "delta", "echo", "foxtrot")),
+            grown,
+        ):
             complete(client, url, prompt, tally, model)
         busy = abort_one(client, url, tally, model)
         wait_idle(client, url)
@@ -232,25 +253,54 @@ def record_mode(build: LlamaBuild, row: LlamaVersion, mode: Mode, model: Path, o
         shutil.copy(log_file if mode.log_file else work / "console.log", folder / "server.log")
     evictions = count_lines(folder / "server.log", EVICTION_WORDING)
     processes = 2 if mode.router else 1  # a router starts, then one child for the model on the first request
-    return {"log": f"{mode.name}/server.log", "flags": list(mode.flags) + (["--log-file"] if mode.log_file else []),
-            "argv": [Path(a).name if a.startswith("/") else a for a in argv[1:]],
-            "workload": {"sent": tally.sent, "completed": tally.completed, "aborted": tally.aborted,
-                         "statuses": tally.statuses, "exit_code": code},
-            "events": {"start": processes, "ready": processes, "queued": tally.sent, "done": tally.completed,
-                       "prompt": tally.completed, "evict": evictions}}
+    return {
+        "log": f"{mode.name}/server.log",
+        "flags": list(mode.flags) + (["--log-file"] if mode.log_file else []),
+        "argv": [Path(a).name if a.startswith("/") else a for a in argv[1:]],
+        "workload": {
+            "sent": tally.sent,
+            "completed": tally.completed,
+            "aborted": tally.aborted,
+            "statuses": tally.statuses,
+            "exit_code": code,
+        },
+        "events": {
+            "start": processes,
+            "ready": processes,
+            "queued": tally.sent,
+            "done": tally.completed,
+            "prompt": tally.completed,
+            "evict": evictions,
+        },
+    }
 
 
 def record_load_failure(build: LlamaBuild, out: Path) -> dict:
     folder = out / "load-failure"
     folder.mkdir(parents=True, exist_ok=True)
-    argv = [str(build.server), "-m", "/nonexistent/missing-model.gguf", "--host", "127.0.0.1",
-            "--port", str(free_port()), "-t", "1"]
-    done = subprocess.run(argv, env=build.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120,
-                          check=False)
+    argv = [
+        str(build.server),
+        "-m",
+        "/nonexistent/missing-model.gguf",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(free_port()),
+        "-t",
+        "1",
+    ]
+    done = subprocess.run(
+        argv, env=build.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120, check=False
+    )
     (folder / "server.log").write_bytes(done.stdout)
-    return {"log": "load-failure/server.log", "flags": [], "argv": argv[1:],
-            "workload": {"sent": 0, "exit_code": done.returncode},
-            "events": {"start": 1, "ready": 0, "done": 0}, "at_least": {"error": 1}}
+    return {
+        "log": "load-failure/server.log",
+        "flags": [],
+        "argv": argv[1:],
+        "workload": {"sent": 0, "exit_code": done.returncode},
+        "events": {"start": 1, "ready": 0, "done": 0},
+        "at_least": {"error": 1},
+    }
 
 
 def record(name: str) -> Path:
@@ -266,9 +316,15 @@ def record(name: str) -> Path:
         print(f"recording {name} {mode.name}", file=sys.stderr)
         logs[mode.name] = record_mode(build, row, mode, model, out, flags_known)
     logs["load-failure"] = record_load_failure(build, out)
-    expected = {"llama_cpp_python": name, "vendored": row.vendored, "llama_cpp_commit": row.commit, "log_era": row.log_era,
-                "version_text": build.info().get("version_text", ""), "features": sorted(row.features),
-                "logs": logs}
+    expected = {
+        "llama_cpp_python": name,
+        "vendored": row.vendored,
+        "llama_cpp_commit": row.commit,
+        "log_era": row.log_era,
+        "version_text": build.info().get("version_text", ""),
+        "features": sorted(row.features),
+        "logs": logs,
+    }
     (out / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
     return out
 
@@ -276,8 +332,10 @@ def record(name: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: scripts/record-llama VERSION   (a llama-cpp-python version of engine/llama/versions.py)",
-              file=sys.stderr)
+        print(
+            "usage: scripts/record-llama VERSION   (a llama-cpp-python version of engine/llama/versions.py)",
+            file=sys.stderr,
+        )
         return 2
     print(record(args[0]))
     return 0

@@ -5,6 +5,7 @@ any path, `--metrics --log-prefix --log-timestamps --log-file`), starts supervis
 and writes the matching spyglass config (the engine log with the llama_server preset, the /metrics poller,
 supervisord's log and API, the host, the model path).
 """
+
 from __future__ import annotations
 
 import shlex
@@ -39,10 +40,29 @@ class Instance:
     retries: int = 3
 
     def argv(self, build: LlamaBuild, log: Path) -> list[str]:
-        return [str(build.server), "-m", str(self.model), "--host", "127.0.0.1", "--port", str(self.port),
-                "-c", str(self.ctx), "-np", str(self.slots), "--cache-ram", str(self.cache_ram_mib),
-                "-t", str(self.threads), "--metrics", "--log-prefix", "--log-timestamps", "--log-file", str(log),
-                *self.extra]
+        return [
+            str(build.server),
+            "-m",
+            str(self.model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "-c",
+            str(self.ctx),
+            "-np",
+            str(self.slots),
+            "--cache-ram",
+            str(self.cache_ram_mib),
+            "-t",
+            str(self.threads),
+            "--metrics",
+            "--log-prefix",
+            "--log-timestamps",
+            "--log-file",
+            str(log),
+            *self.extra,
+        ]
 
 
 @dataclass
@@ -62,17 +82,21 @@ class LlamaStack:
         return f"http://127.0.0.1:{self.instances[name].port}"
 
     def supervisord_conf(self) -> Path:
-        sections = [f"[supervisord]\nlogfile={self.folder}/supervisord.log\npidfile={self.folder}/supervisord.pid\n"
-                    "nodaemon=true\nloglevel=info\n",
-                    f"[unix_http_server]\nfile={self.folder}/supervisor.sock\n",
-                    "[rpcinterface:supervisor]\nsupervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface\n",
-                    f"[supervisorctl]\nserverurl=unix://{self.folder}/supervisor.sock\n"]
+        sections = [
+            f"[supervisord]\nlogfile={self.folder}/supervisord.log\npidfile={self.folder}/supervisord.pid\n"
+            "nodaemon=true\nloglevel=info\n",
+            f"[unix_http_server]\nfile={self.folder}/supervisor.sock\n",
+            "[rpcinterface:supervisor]\nsupervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface\n",
+            f"[supervisorctl]\nserverurl=unix://{self.folder}/supervisor.sock\n",
+        ]
         for name, inst in self.instances.items():
             command = shlex.join(inst.argv(self.build, self.log(name)))
-            sections.append(f"[program:{name}]\ncommand={command.replace('%', '%%')}\ndirectory={self.folder}\n"
-                            f'environment=LD_LIBRARY_PATH="{self.build.bin_dir}"\n'
-                            f"startsecs=1\nstartretries={inst.retries}\nautorestart=true\nstopwaitsecs=5\n"
-                            f"stdout_logfile={self.folder}/{name}.out\nredirect_stderr=true\n")
+            sections.append(
+                f"[program:{name}]\ncommand={command.replace('%', '%%')}\ndirectory={self.folder}\n"
+                f'environment=LD_LIBRARY_PATH="{self.build.bin_dir}"\n'
+                f"startsecs=1\nstartretries={inst.retries}\nautorestart=true\nstopwaitsecs=5\n"
+                f"stdout_logfile={self.folder}/{name}.out\nredirect_stderr=true\n"
+            )
         path = self.folder / "supervisord.conf"
         path.write_text("\n".join(sections))
         return path
@@ -83,12 +107,21 @@ class LlamaStack:
         sources: dict[str, Any] = {
             "supervisord": {"kind": "supervisord_log", "path": f"{self.folder}/supervisord.log"},
             "supervisord-api": {"kind": "supervisord_rpc", "endpoint": rpc},
-            "host": {"kind": "host", "supervisord": rpc, "agent_name": "",  # one small box: the agent shares by necessity
-                     "processes": {n: {"program": n} for n in self.instances}},
+            "host": {
+                "kind": "host",
+                "supervisord": rpc,
+                "agent_name": "",  # one small box: the agent shares by necessity
+                "processes": {n: {"program": n} for n in self.instances},
+            },
         }
         for name, inst in self.instances.items():
-            sources[f"engine-{name}"] = {"kind": "engine_log", "preset": "llama_server", "path": str(self.log(name)),
-                                         "instance": name, "lane": "normal"}
+            sources[f"engine-{name}"] = {
+                "kind": "engine_log",
+                "preset": "llama_server",
+                "path": str(self.log(name)),
+                "instance": name,
+                "lane": "normal",
+            }
             sources[f"metrics-{name}"] = {"kind": "llama_server", "url": self.url(name), "instance": name}
             sources[f"model-{name}"] = {"kind": "model_path", "path": str(inst.model), "instance": name}
         return sources
@@ -96,14 +129,22 @@ class LlamaStack:
     def start(self) -> LlamaStack:
         for name in self.instances:
             self.log(name).touch()  # every source file exists when the agent starts
-        self.proc = subprocess.Popen([str(BIN / "supervisord"), "-c", str(self.supervisord_conf())],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [str(BIN / "supervisord"), "-c", str(self.supervisord_conf())],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         return self
 
     def ctl(self, *args: str) -> str:
         conf = self.folder / "supervisord.conf"
-        done = subprocess.run([str(BIN / "supervisorctl"), "-c", str(conf), *args], capture_output=True, text=True,
-                              timeout=60, check=False)
+        done = subprocess.run(
+            [str(BIN / "supervisorctl"), "-c", str(conf), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         return done.stdout
 
     def pid(self, name: str) -> int:

@@ -5,6 +5,7 @@ The engines' expert pools are CPU-bound; a CPU the agent shares with one is take
 (incident 1: two engines on the same CPUs fell from 76.8 to 9.3 tok/s). docs/deploy.md says to give the
 agent the host's housekeeping CPUs; H2 reports an engine whose CPUs the agent may also run on.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,11 +41,17 @@ def settle(cpus: str | None, nice: int) -> None:
     wanted = cpu_set(cpus)
     usable = wanted & os.sched_getaffinity(0) if wanted else set()
     if not usable:
-        raise CpusUnavailable(f"agent.cpus = {cpus!r}: none of these CPUs is available to the agent here"
-                         f" (it may run on {cpu_list(os.sched_getaffinity(0))})")
+        raise CpusUnavailable(
+            f"agent.cpus = {cpus!r}: none of these CPUs is available to the agent here"
+            f" (it may run on {cpu_list(os.sched_getaffinity(0))})"
+        )
     if usable != wanted:
-        logger.warning("agent.cpus = {!r}: CPUs {} are not available here; pinned to {}", cpus,
-                       cpu_list(wanted - usable), cpu_list(usable))
+        logger.warning(
+            "agent.cpus = {!r}: CPUs {} are not available here; pinned to {}",
+            cpus,
+            cpu_list(wanted - usable),
+            cpu_list(usable),
+        )
     for task in Path("/proc/self/task").iterdir():  # threads already started (an import's pool) too
         try:
             os.sched_setaffinity(int(task.name), usable)

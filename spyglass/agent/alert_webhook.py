@@ -6,6 +6,7 @@ when it resolved, so the forensic timeline shows when each page rang and when it
 Annotation texts are not kept (they are templates of the rules, not measurements). Decoding is
 pure; a body that is not Alertmanager's JSON is a ValueError saying why.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -42,7 +43,7 @@ def _timestamp(text: Any, where: str, now: float) -> float | None:
     head, dot, rest = stamp.partition(".")
     if dot:  # Go writes nanoseconds; Python reads at most microseconds
         digits = len(rest) - len(rest.lstrip("0123456789"))
-        stamp = f"{head}.{rest[:min(digits, 6)]}{rest[digits:]}"
+        stamp = f"{head}.{rest[: min(digits, 6)]}{rest[digits:]}"
     try:
         moment = datetime.fromisoformat(stamp)
     except ValueError:
@@ -88,10 +89,17 @@ def _event(alert: Any, where: str, host: str, now: float) -> Event:
     fingerprint = alert.get("fingerprint", "")
     if not isinstance(fingerprint, str):
         raise ValueError(f"{where}.fingerprint: expected a string")
-    fields = {"alertname": labels["alertname"], "status": status, "labels": labels,
-              "severity": labels.get("severity"), "heuristic": labels.get("heuristic"),
-              "instance": labels.get("instance"), "startsAt": starts, "endsAt": ends,
-              "fingerprint": fingerprint[:64]}
+    fields = {
+        "alertname": labels["alertname"],
+        "status": status,
+        "labels": labels,
+        "severity": labels.get("severity"),
+        "heuristic": labels.get("heuristic"),
+        "instance": labels.get("instance"),
+        "startsAt": starts,
+        "endsAt": ends,
+        "fingerprint": fingerprint[:64],
+    }
     if dropped:
         fields["labels_dropped"] = dropped
     ts = ends if status == "resolved" and ends is not None else starts  # a resolved one has its end (checked above)
@@ -112,8 +120,9 @@ def read_notification(body: bytes, host: str = "", *, now: float) -> Notificatio
     is not one (or a time in it lies outside 2000 to a day past `now`)."""
     message = json_object(body, "an Alertmanager notification")
     if message.get("version") != "4":
-        raise ValueError(f"not an Alertmanager webhook notification: version {message.get('version')!r:.20},"
-                         " expected \"4\"")
+        raise ValueError(
+            f'not an Alertmanager webhook notification: version {message.get("version")!r:.20}, expected "4"'
+        )
     alerts = message.get("alerts")
     if not isinstance(alerts, list):
         raise ValueError("alerts: expected a list")
@@ -137,10 +146,22 @@ class AlertBudget:
     So the store grows by at most `burst` + `rate` x seconds alert events, however many are sent.
     Thread-safe; the caller gives the time (clock.monotonic)."""
 
-    def __init__(self, *, per_alert: int = 10, per_alert_seconds: float = 60.0, burst: int = 2000,
-                 rate: float = 200.0, size: int = 100_000) -> None:
+    def __init__(
+        self,
+        *,
+        per_alert: int = 10,
+        per_alert_seconds: float = 60.0,
+        burst: int = 2000,
+        rate: float = 200.0,
+        size: int = 100_000,
+    ) -> None:
         self.per_alert, self.per_alert_seconds, self.burst, self.rate, self.size = (
-            per_alert, per_alert_seconds, burst, rate, size)
+            per_alert,
+            per_alert_seconds,
+            burst,
+            rate,
+            size,
+        )
         self._alerts: OrderedDict[bytes, tuple[float, float]] = OrderedDict()  # key -> (tokens, when)
         self._total: tuple[float, float] | None = None
         self._lock = threading.Lock()
@@ -201,8 +222,9 @@ class Replays:
         identity = (f["fingerprint"], sorted(f["labels"].items()), f["status"], f["startsAt"], f["endsAt"])
         return hashlib.blake2b(repr(identity).encode(), digest_size=16).digest()  # 16 bytes, however long the labels
 
-    def claim(self, events: list[Event], stored: threading.Event,
-              admit: Callable[[list[Event]], list[Event]] | None = None) -> tuple[list[Event], list[threading.Event]]:
+    def claim(
+        self, events: list[Event], stored: threading.Event, admit: Callable[[list[Event]], list[Event]] | None = None
+    ) -> tuple[list[Event], list[threading.Event]]:
         """The events not taken before (nor twice in `events`) that `admit` (if given) takes of them, now
         marked as stored by `stored` (the commit event of their submission, which the caller must make
         at once), and the commit events of the others (set, or still to be set by the request storing

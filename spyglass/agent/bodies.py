@@ -1,4 +1,5 @@
 """Request bodies of the agent's POST endpoints: what every one of them checks first."""
+
 from __future__ import annotations
 
 import json

@@ -8,6 +8,7 @@ Past a budget a body is refused whole, nothing taken: 413 for an item too large 
 what is not taken is not buffered). Every refusal is counted in
 `spyglass_received_refused_total{receiver,reason}`.
 """
+
 from __future__ import annotations
 
 import math
@@ -45,7 +46,9 @@ class Bucket:
     def take(self, amount: float, now: float) -> float:
         """0 once `amount` tokens are taken; else the seconds until they could be (nothing taken)."""
         with self._lock:
-            tokens = self.burst if self._tokens is None else min(self.burst, self._tokens + (now - self._when) * self.rate)
+            tokens = (
+                self.burst if self._tokens is None else min(self.burst, self._tokens + (now - self._when) * self.rate)
+            )
             self._when = now
             if amount <= tokens:
                 self._tokens = tokens - amount
@@ -70,8 +73,11 @@ class ReceiverBudget:
         """Charge each bucket its amount, or raise Refused (413 past `max_item`, 429 past a rate)."""
         first = next(iter(self.buckets))
         if self.max_item is not None and amounts.get(first, 0) > self.max_item:
-            raise Refused(413, "too_large", f"{self.receiver}: {amounts[first]:,.0f} {first} in one item; at most"
-                          f" {self.max_item:,} are taken")
+            raise Refused(
+                413,
+                "too_large",
+                f"{self.receiver}: {amounts[first]:,.0f} {first} in one item; at most {self.max_item:,} are taken",
+            )
         taken: list[tuple[Bucket, float]] = []
         for unit, bucket in self.buckets.items():
             wait = bucket.take(amounts.get(unit, 0), now)
@@ -81,17 +87,30 @@ class ReceiverBudget:
                 for earlier, amount in taken:  # refused whole: nothing charged
                     earlier.refund(amount)
                 if wait == math.inf or amounts.get(unit, 0) > bucket.burst:
-                    raise Refused(413, "too_large", f"{self.receiver}: {amounts[unit]:,.0f} {unit} at once is over the"
-                                  f" budget of {bucket.burst:,.0f}")
-                raise Refused(429, "rate", f"{self.receiver}: over the budget of {bucket.rate:,.0f} {unit} a second"
-                              f" (burst {bucket.burst:,.0f}); nothing was taken, retry", wait)
+                    raise Refused(
+                        413,
+                        "too_large",
+                        f"{self.receiver}: {amounts[unit]:,.0f} {unit} at once is over the"
+                        f" budget of {bucket.burst:,.0f}",
+                    )
+                raise Refused(
+                    429,
+                    "rate",
+                    f"{self.receiver}: over the budget of {bucket.rate:,.0f} {unit} a second"
+                    f" (burst {bucket.burst:,.0f}); nothing was taken, retry",
+                    wait,
+                )
 
 
-def spans_budget(spans_per_second: float, burst_spans: int, bytes_per_second: float, burst_bytes: int) -> ReceiverBudget:
-    return ReceiverBudget("/v1/traces", {"spans": Bucket(burst_spans, spans_per_second),
-                                         "bytes": Bucket(burst_bytes, bytes_per_second)})
+def spans_budget(
+    spans_per_second: float, burst_spans: int, bytes_per_second: float, burst_bytes: int
+) -> ReceiverBudget:
+    return ReceiverBudget(
+        "/v1/traces", {"spans": Bucket(burst_spans, spans_per_second), "bytes": Bucket(burst_bytes, bytes_per_second)}
+    )
 
 
 def smoke_budget() -> ReceiverBudget:
-    return ReceiverBudget("/api/smoke", {"bytes": Bucket(SMOKE_BURST_BYTES, SMOKE_BYTES_PER_SECOND)},
-                          max_item=SMOKE_MAX_BYTES)
+    return ReceiverBudget(
+        "/api/smoke", {"bytes": Bucket(SMOKE_BURST_BYTES, SMOKE_BYTES_PER_SECOND)}, max_item=SMOKE_MAX_BYTES
+    )

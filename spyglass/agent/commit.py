@@ -6,6 +6,7 @@ transaction, at most once per `agent.commit_interval_seconds` (sooner once
 `agent.commit_max_events` wait). A DuckDB commit costs milliseconds whatever its size, so
 committing per wake (about 100 a second under a busy writer) was most of the agent's CPU.
 """
+
 from __future__ import annotations
 
 import threading
@@ -47,10 +48,19 @@ class Committer:
       `spyglass_store_events_refused_total` counts it.
     """
 
-    def __init__(self, store: Store, state: MetricState, clock: Clock, *, interval: float,
-                 max_events: int, checkpoints: Callable[[], dict[str, Any]],
-                 saved_checkpoints: dict[str, Any],
-                 hooks: list[Callable[[list[Event]], None]], quiet_interval: float = 0.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        state: MetricState,
+        clock: Clock,
+        *,
+        interval: float,
+        max_events: int,
+        checkpoints: Callable[[], dict[str, Any]],
+        saved_checkpoints: dict[str, Any],
+        hooks: list[Callable[[list[Event]], None]],
+        quiet_interval: float = 0.0,
+    ) -> None:
         self.store, self.state, self.clock = store, state, clock
         self.interval, self.max_events = interval, max_events
         self.checkpoints, self.hooks = checkpoints, hooks
@@ -73,8 +83,9 @@ class Committer:
     def healthy(self) -> bool:
         return self.failures == 0
 
-    def add(self, events: list[Event], lines: int, waiters: list[threading.Event] | None = None,
-            quiet: int = 0) -> None:
+    def add(
+        self, events: list[Event], lines: int, waiters: list[threading.Event] | None = None, quiet: int = 0
+    ) -> None:
         """Events (and lines) applied to the live state, to go into the next commit; each of
         `waiters` is set when the commit holding them succeeded (at once if no store keeps events).
         `quiet` of the events (and as many of the lines) only repeat what their source said at its
@@ -113,8 +124,14 @@ class Committer:
             if not self.healthy and now - self._published_at >= self.interval:
                 self._publish_live()
             return
-        if self.healthy and self.quiet and not self.dirty and not self.waiters \
-                and now < self._committed_at + self.quiet_interval and len(self.pending) < self.max_events:
+        if (
+            self.healthy
+            and self.quiet
+            and not self.dirty
+            and not self.waiters
+            and now < self._committed_at + self.quiet_interval
+            and len(self.pending) < self.max_events
+        ):
             return  # repeated polls alone: committed with the next news, or after quiet_interval
         try:
             self.commit()
@@ -183,9 +200,14 @@ class Committer:
                 self.state.inc("spyglass_store_events_refused_total", (), len(refused))
         else:
             self.state.inc("spyglass_store_events_refused_total", (), len(refused))
-        logger.error("{} event(s) the store cannot take were set aside (e.g. {} from {} at ts={!r});"
-                     " the rest of the batch is committed", len(refused), refused[0].kind, refused[0].source,
-                     refused[0].ts)
+        logger.error(
+            "{} event(s) the store cannot take were set aside (e.g. {} from {} at ts={!r});"
+            " the rest of the batch is committed",
+            len(refused),
+            refused[0].kind,
+            refused[0].source,
+            refused[0].ts,
+        )
 
     def _failed(self, exc: Exception) -> None:
         self.failures += 1
@@ -195,8 +217,12 @@ class Committer:
             self.state.set("spyglass_store_healthy", (), 0.0)
             self.state.inc("spyglass_store_commit_failures_total", ())
         if self.failures == 1 or self.failures % 20 == 0:
-            logger.error("store commit failed ({}); {} events wait, retrying every {:.0f} s at most;"
-                         " metrics go on from memory", exc, len(self.pending), MAX_BACKOFF_SECONDS)
+            logger.error(
+                "store commit failed ({}); {} events wait, retrying every {:.0f} s at most; metrics go on from memory",
+                exc,
+                len(self.pending),
+                MAX_BACKOFF_SECONDS,
+            )
         self._publish_live()
 
     def _publish_live(self) -> None:

@@ -5,6 +5,7 @@ bounded query path as /api/sql). Behind the server's checks like every path: loo
 A bad name, label or time is a 400 saying which; an unknown alert, an alert that never notified this
 agent (without `at`) or an unknown request a 404; a query the limits stop a 503. The pages fetch nothing:
 a Content-Security-Policy forbids every script and every load but inline styles and images."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -21,8 +22,11 @@ if TYPE_CHECKING:
     from spyglass.agent.server import AgentHandler
 
 EVIDENCE, TRACE = "/evidence/", "/trace/"
-HEADERS = {"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:",
-           "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
 MAX_FIELDS = 40
 
 
@@ -39,7 +43,7 @@ def rfc3339(name: str, text: str) -> datetime:
 def evidence_request(target: str) -> tuple[str, dict[str, str], datetime | None, datetime | None]:
     """(alertname, labels, at, from) of a request target; QueryError for one that is not."""
     parts = urlsplit(target)
-    name = unquote(parts.path[len(EVIDENCE):])
+    name = unquote(parts.path[len(EVIDENCE) :])
     try:
         # not strict: the rules' template ends the query with "&" (Go templates cannot tell the last label)
         fields = parse_qsl(parts.query, keep_blank_values=True, max_num_fields=MAX_FIELDS)
@@ -51,8 +55,12 @@ def evidence_request(target: str) -> tuple[str, dict[str, str], datetime | None,
             raise QueryError(f"label {key[:80]!r} given twice")
         labels[key] = value
     at, start = labels.pop("at", None), labels.pop("from", None)
-    return (name, labels, rfc3339("at", at) if at is not None else None,
-            rfc3339("from", start) if start is not None else None)
+    return (
+        name,
+        labels,
+        rfc3339("at", at) if at is not None else None,
+        rfc3339("from", start) if start is not None else None,
+    )
 
 
 def _answer(request: AgentHandler, render: Callable[[], str]) -> None:
@@ -84,6 +92,7 @@ def evidence(config: Config, ask: Callable[[str], Answer], request: AgentHandler
         name, labels, at, start = evidence_request(request.path)
         with session(config, ask=ask):
             return html(build(config, name, labels, at, start))
+
     _answer(request, render)
 
 
@@ -92,7 +101,8 @@ def trace(config: Config, ask: Callable[[str], Answer], request: AgentHandler, b
         from spyglass.forensics.run import session
         from spyglass.forensics.trace_page import trace_page
 
-        given = unquote(urlsplit(request.path).path[len(TRACE):])
+        given = unquote(urlsplit(request.path).path[len(TRACE) :])
         with session(config, ask=ask):
             return trace_page(config, given)
+
     _answer(request, render)

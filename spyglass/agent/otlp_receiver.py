@@ -10,6 +10,7 @@ says otherwise, only the attributes of an allow-list (KEPT_KEYS: ids, measuremen
 names) are kept, and status messages (which echo exceptions) are dropped: prompt and completion
 text cannot hide under an unforeseen key. The span keeps the names of what was dropped.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,14 +26,41 @@ KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER
 # (traceloop.entity.input, retrieval.documents.0.document.content, llm.prompt_template.variables).
 # Measurements, ids and closed-set names only; every other attribute is dropped on receipt and
 # named in `redacted`. A map value is kept only under keep_content (its keys are not vetted).
-KEPT_KEYS = frozenset({
-    "service.name", "service.version", "service.instance.id", "host.name", "process.pid",
-    "telemetry.sdk.name", "telemetry.sdk.language", "telemetry.sdk.version", "otel.scope.name",
-    "http.request.method", "http.response.status_code", "http.route", "url.template", "url.scheme",
-    "server.address", "server.port", "network.protocol.version", "error.type", "rpc.system", "rpc.method",
-    "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.system", "gen_ai.request.model",
-    "gen_ai.response.model", "gen_ai.response.id", "gen_ai.response.finish_reasons", "gen_ai.request.max_tokens",
-    "gen_ai.request.temperature", "gen_ai.request.top_p", "gen_ai.conversation.id"})
+KEPT_KEYS = frozenset(
+    {
+        "service.name",
+        "service.version",
+        "service.instance.id",
+        "host.name",
+        "process.pid",
+        "telemetry.sdk.name",
+        "telemetry.sdk.language",
+        "telemetry.sdk.version",
+        "otel.scope.name",
+        "http.request.method",
+        "http.response.status_code",
+        "http.route",
+        "url.template",
+        "url.scheme",
+        "server.address",
+        "server.port",
+        "network.protocol.version",
+        "error.type",
+        "rpc.system",
+        "rpc.method",
+        "gen_ai.operation.name",
+        "gen_ai.provider.name",
+        "gen_ai.system",
+        "gen_ai.request.model",
+        "gen_ai.response.model",
+        "gen_ai.response.id",
+        "gen_ai.response.finish_reasons",
+        "gen_ai.request.max_tokens",
+        "gen_ai.request.temperature",
+        "gen_ai.request.top_p",
+        "gen_ai.conversation.id",
+    }
+)
 KEPT_PREFIXES = ("spyglass.", "gen_ai.usage.", "llm.token_count.")
 MAX_EVENTS = 64
 MESSAGES_PER_SPAN = 40  # protobuf messages an export may hold, per span it may hold (see count_messages)
@@ -57,14 +85,16 @@ def any_value(value: Any, limits: SpanLimits = SpanLimits(), depth: int = 0) -> 
     if kind in ("array_value", "kvlist_value") and depth >= MAX_DEPTH:
         return "[too deep]"
     if kind == "array_value":
-        return [any_value(v, limits, depth + 1) for v in value.array_value.values[:limits.max_attributes]]
+        return [any_value(v, limits, depth + 1) for v in value.array_value.values[: limits.max_attributes]]
     if kind == "kvlist_value":
-        return {kv.key[:limits.max_value_chars]: any_value(kv.value, limits, depth + 1)
-                for kv in value.kvlist_value.values[:limits.max_attributes]}
+        return {
+            kv.key[: limits.max_value_chars]: any_value(kv.value, limits, depth + 1)
+            for kv in value.kvlist_value.values[: limits.max_attributes]
+        }
     if kind == "bytes_value":
-        return value.bytes_value[:limits.max_value_chars // 2].hex()
+        return value.bytes_value[: limits.max_value_chars // 2].hex()
     if kind == "string_value":
-        return value.string_value[:limits.max_value_chars]
+        return value.string_value[: limits.max_value_chars]
     return getattr(value, kind) if kind else None
 
 
@@ -72,8 +102,8 @@ def attributes_of(pairs: Any, limits: SpanLimits) -> tuple[dict[str, Any], list[
     """Kept attributes, the keys dropped as content, and how many were dropped over the limit."""
     kept: dict[str, Any] = {}
     redacted: list[str] = []
-    for kv in pairs[:limits.max_attributes]:
-        key = kv.key[:limits.max_value_chars]
+    for kv in pairs[: limits.max_attributes]:
+        key = kv.key[: limits.max_value_chars]
         if limits.keep_content or (may_keep(key) and kv.value.WhichOneof("value") != "kvlist_value"):
             kept[key] = any_value(kv.value, limits)
         else:
@@ -107,7 +137,7 @@ def _fields(data: memoryview) -> Any:
             size, at = _varint(data, at)
             if at + size > len(data):
                 raise ValueError("not an OTLP trace export: a field runs past the body")
-            yield number, data[at:at + size]
+            yield number, data[at : at + size]
             at += size
         else:
             raise ValueError(f"not an OTLP trace export: wire type {wire}")
@@ -116,12 +146,25 @@ def _fields(data: memoryview) -> Any:
 # The message fields of an export, by message: (message, field number) -> the field's message. What
 # the wire walk counts before protobuf builds anything (spans, their attributes, events, links, and
 # the values nested in attributes: each costs an object, 2 bytes of body can make one).
-MESSAGES = {("export", 1): "resource_spans", ("resource_spans", 1): "resource", ("resource_spans", 2): "scope_spans",
-            ("resource", 1): "key_value", ("scope_spans", 1): "scope", ("scope_spans", 2): "span",
-            ("scope", 3): "key_value", ("span", 9): "key_value", ("span", 11): "event", ("span", 13): "link",
-            ("event", 3): "key_value", ("link", 4): "key_value", ("key_value", 2): "any_value",
-            ("any_value", 5): "array", ("any_value", 6): "kv_list", ("array", 1): "any_value",
-            ("kv_list", 1): "key_value"}
+MESSAGES = {
+    ("export", 1): "resource_spans",
+    ("resource_spans", 1): "resource",
+    ("resource_spans", 2): "scope_spans",
+    ("resource", 1): "key_value",
+    ("scope_spans", 1): "scope",
+    ("scope_spans", 2): "span",
+    ("scope", 3): "key_value",
+    ("span", 9): "key_value",
+    ("span", 11): "event",
+    ("span", 13): "link",
+    ("event", 3): "key_value",
+    ("link", 4): "key_value",
+    ("key_value", 2): "any_value",
+    ("any_value", 5): "array",
+    ("any_value", 6): "kv_list",
+    ("array", 1): "any_value",
+    ("kv_list", 1): "key_value",
+}
 MAX_NESTING = 24  # messages within messages: an export is 7 deep, an attribute value a few more
 
 
@@ -207,8 +250,10 @@ def decode_spans(body: bytes, host: str = "", limits: SpanLimits = SpanLimits(),
         raise ValueError(f"over {limits.max_spans} spans in one export; at most {limits.max_spans} are accepted")
     most = limits.max_spans * MESSAGES_PER_SPAN
     if count_messages(body, most) > most:  # 500,000 empty span events in 1 MiB built 500,000 objects
-        raise ValueError(f"over {most} parts (spans, attributes, span events, links, values) in one export;"
-                         f" at most {MESSAGES_PER_SPAN} per span accepted")
+        raise ValueError(
+            f"over {most} parts (spans, attributes, span events, links, values) in one export;"
+            f" at most {MESSAGES_PER_SPAN} per span accepted"
+        )
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(body)
@@ -234,17 +279,25 @@ def _event(span: Any, service: str, host: str, limits: SpanLimits, now: float) -
     if message and not limits.keep_content:
         redacted.append("status.message")
         message = None
-    fields = {"name": span.name[:limits.max_value_chars], "trace_id": span.trace_id.hex()[:32],
-              "span_id": span.span_id.hex()[:16], "parent_span_id": span.parent_span_id.hex()[:16] or None,
-              "kind": KINDS.get(span.kind, "?"), "start": span.start_time_unix_nano / 1e9,
-              "end": span.end_time_unix_nano / 1e9,
-              "status": {0: "unset", 1: "ok", 2: "error"}.get(span.status.code, "unset"),
-              "status_message": message and message[:limits.max_value_chars], "service": service[:limits.max_value_chars],
-              "attributes": attributes, "events": [e.name[:limits.max_value_chars] for e in span.events[:MAX_EVENTS]]}
+    fields = {
+        "name": span.name[: limits.max_value_chars],
+        "trace_id": span.trace_id.hex()[:32],
+        "span_id": span.span_id.hex()[:16],
+        "parent_span_id": span.parent_span_id.hex()[:16] or None,
+        "kind": KINDS.get(span.kind, "?"),
+        "start": span.start_time_unix_nano / 1e9,
+        "end": span.end_time_unix_nano / 1e9,
+        "status": {0: "unset", 1: "ok", 2: "error"}.get(span.status.code, "unset"),
+        "status_message": message and message[: limits.max_value_chars],
+        "service": service[: limits.max_value_chars],
+        "attributes": attributes,
+        "events": [e.name[: limits.max_value_chars] for e in span.events[:MAX_EVENTS]],
+    }
     if redacted:
         fields["redacted"] = redacted
     if over or span.dropped_attributes_count:
         fields["dropped_attributes"] = over + span.dropped_attributes_count
     request_id = attributes.get("spyglass.request.id")
-    return Event(fields["start"], "otlp", "span", fields["service"], fields,
-                 str(request_id)[:64] if request_id else None, host)
+    return Event(
+        fields["start"], "otlp", "span", fields["service"], fields, str(request_id)[:64] if request_id else None, host
+    )

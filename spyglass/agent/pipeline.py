@@ -5,6 +5,7 @@ metric state under one lock; the `Committer` (spyglass/agent/commit.py) commits 
 metric state in one store transaction by time and size, and publishes the committed state to
 /metrics.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,11 @@ from spyglass.signals.state import MetricState
 def build_signals(config: Config, state: MetricState) -> dict[str, Signals]:
     """One signals object per source kind, on `state`, with the config's settings and one set of links
     between them (also for a replay); each restored from `state`'s saved signals and saved with it."""
-    settings = SignalsSettings(lanes=config.lanes(), long_prompt_tokens=config.signals.long_prompt_tokens,
-                               default_prompt_cache_every=config.signals.default_prompt_cache_every)
+    settings = SignalsSettings(
+        lanes=config.lanes(),
+        long_prompt_tokens=config.signals.long_prompt_tokens,
+        default_prompt_cache_every=config.signals.default_prompt_cache_every,
+    )
     links, built = SignalsLinks(), {}
     for kind, registration in signals.load_all().items():
         if registration.cls is not None:
@@ -161,18 +165,28 @@ class Pipeline:
             self.state.load_json(saved.metrics)
         self.signals = self._build_signals()
         self._start_known_counters()
-        self.sources = [self._build_source(name, options, saved.checkpoints.get(name))
-                        for name, options in config.sources.items()]
+        self.sources = [
+            self._build_source(name, options, saved.checkpoints.get(name)) for name, options in config.sources.items()
+        ]
         self.state.set_info("spyglass_agent_info", (__version__,), 0)
         self.state.set_info("spyglass_agent_allowed_cpus_info", (cpu_list(os.sched_getaffinity(0)),), 0)
         self._polled: queue.Queue[tuple[PolledRuntime, list[Event], bool, Any]] = queue.Queue()
         self.event_hooks: list[Callable[[list[Event]], None]] = []  # after each commit, e.g. span export
-        self._submitted: queue.Queue[tuple[list[Event], threading.Event]] = queue.Queue()  # from outside: spans received by OTLP
+        self._submitted: queue.Queue[tuple[list[Event], threading.Event]] = (
+            queue.Queue()
+        )  # from outside: spans received by OTLP
         agent = config.agent
-        self.committer = Committer(store, self.state, clock, interval=agent.commit_interval_seconds,
-                                   max_events=agent.commit_max_events, checkpoints=self._checkpoints,
-                                   saved_checkpoints=saved.checkpoints, hooks=self.event_hooks,
-                                   quiet_interval=agent.quiet_commit_seconds)
+        self.committer = Committer(
+            store,
+            self.state,
+            clock,
+            interval=agent.commit_interval_seconds,
+            max_events=agent.commit_max_events,
+            checkpoints=self._checkpoints,
+            saved_checkpoints=saved.checkpoints,
+            hooks=self.event_hooks,
+            quiet_interval=agent.quiet_commit_seconds,
+        )
         self.exposed = self.committer.exposed
         self.publisher = self._build_publisher()
 
@@ -183,9 +197,15 @@ class Pipeline:
             return None
         from spyglass.exporters.parquet import ParquetPublisher
 
-        return ParquetPublisher(cast(Any, self.store), self.clock, options.parquet_dir.expanduser(),
-                                host=self.config.agent.host, interval=options.publish_interval_seconds,
-                                retain_hours=options.retain_hours, state=self.state)
+        return ParquetPublisher(
+            cast(Any, self.store),
+            self.clock,
+            options.parquet_dir.expanduser(),
+            host=self.config.agent.host,
+            interval=options.publish_interval_seconds,
+            retain_hours=options.retain_hours,
+            state=self.state,
+        )
 
     def _start_known_counters(self) -> None:
         """Counters of the configured instances and lanes start at 0 (see signals.start_known_counters)."""
@@ -206,14 +226,28 @@ class Pipeline:
         runtime: Runtime
         if registration.is_polled(options):
             polled = registration.build_polled(name, options, host=agent.host)
-            runtime = PolledRuntime(name=name, kind=options.kind, source=polled, saved=saved,
-                                    schedule=PollSchedule(polled, polled.poll_policy()), signals=signals)
+            runtime = PolledRuntime(
+                name=name,
+                kind=options.kind,
+                source=polled,
+                saved=saved,
+                schedule=PollSchedule(polled, polled.poll_policy()),
+                signals=signals,
+            )
         else:
-            source = registration.build_tailed(name, options, host=agent.host)  # a bad pattern raises before a file opens
-            tailer = Tailer(str(options.path), self.clock, checkpoint=checkpoint, rotated=tuple(options.rotated),
-                            start_at=options.start_at, max_line=agent.max_line_bytes,
-                            grace_seconds=agent.grace_seconds,
-                            generations=agent.rotated_generations)
+            source = registration.build_tailed(
+                name, options, host=agent.host
+            )  # a bad pattern raises before a file opens
+            tailer = Tailer(
+                str(options.path),
+                self.clock,
+                checkpoint=checkpoint,
+                rotated=tuple(options.rotated),
+                start_at=options.start_at,
+                max_line=agent.max_line_bytes,
+                grace_seconds=agent.grace_seconds,
+                generations=agent.rotated_generations,
+            )
             runtime = TailedRuntime(name=name, kind=options.kind, source=source, tailer=tailer, signals=signals)
         if saved is not None:
             runtime.source.restore(saved)
@@ -420,8 +454,13 @@ class Pipeline:
             self.state.inc("spyglass_source_invalid_fields_total", (rt.name, "ts"), refused)
             bad = next(e for e in events if timebounds.problem(e.ts, now) is not None)
             if rt.outcomes["invalid"] <= 10 + refused or rt.outcomes["invalid"] % 1000 < refused:  # loud, not a flood
-                logger.warning("{}: {} event(s) refused for their timestamp, e.g. {} ({})", rt.name, refused, bad.kind,
-                               timebounds.problem(bad.ts, now))
+                logger.warning(
+                    "{}: {} event(s) refused for their timestamp, e.g. {} ({})",
+                    rt.name,
+                    refused,
+                    bad.kind,
+                    timebounds.problem(bad.ts, now),
+                )
         return kept
 
     def _apply(self, rt: SourceRuntime, events: list[Event]) -> None:
@@ -442,8 +481,9 @@ class Pipeline:
     def _refused(rt: SourceRuntime, event: Event, exc: Exception) -> None:
         rt.outcomes["invalid"] = rt.outcomes.get("invalid", 0) + 1
         if rt.outcomes["invalid"] <= 10 or rt.outcomes["invalid"] % 1000 == 0:  # loud, not a flood
-            logger.warning("{}: {} event not usable ({!r}); check sources.{}.patterns", rt.name,
-                           event.kind, exc, rt.name)
+            logger.warning(
+                "{}: {} event not usable ({!r}); check sources.{}.patterns", rt.name, event.kind, exc, rt.name
+            )
 
     def _update_health(self, rt: TailedRuntime) -> None:
         tailer = rt.tailer
@@ -468,15 +508,23 @@ class Pipeline:
 
     def problems(self) -> list[str]:
         """What /health names: each file source whose path holds something it refuses to read."""
-        return [f"source {rt.name}: {rt.tailer.path} is {rt.tailer.error}" for rt in self.tailed_sources()
-                if rt.tailer.error is not None and rt.tailer.error.startswith(("not a regular", "a symlink loop"))]
+        return [
+            f"source {rt.name}: {rt.tailer.path} is {rt.tailer.error}"
+            for rt in self.tailed_sources()
+            if rt.tailer.error is not None and rt.tailer.error.startswith(("not a regular", "a symlink loop"))
+        ]
 
     def debug_sources(self) -> dict[str, Any]:
         """Per-source state for /debug/sources: error, outcomes, the last line no pattern matched,
         and which path parses its blocks (per line, or columnar; why a pattern keeps it per line)."""
-        return {rt.name: {"kind": rt.kind, "path": rt.tailer.path if isinstance(rt, TailedRuntime) else None,
-                          "error": rt.tailer.error if isinstance(rt, TailedRuntime) else None,
-                          "outcomes": dict(rt.outcomes),
-                          "last_unmatched": rt.last_unmatched.decode("utf-8", "replace"),
-                          "parser": rt.parser() if isinstance(rt, TailedRuntime) else "per line"}
-                for rt in self.sources}
+        return {
+            rt.name: {
+                "kind": rt.kind,
+                "path": rt.tailer.path if isinstance(rt, TailedRuntime) else None,
+                "error": rt.tailer.error if isinstance(rt, TailedRuntime) else None,
+                "outcomes": dict(rt.outcomes),
+                "last_unmatched": rt.last_unmatched.decode("utf-8", "replace"),
+                "parser": rt.parser() if isinstance(rt, TailedRuntime) else "per line",
+            }
+            for rt in self.sources
+        }

@@ -9,6 +9,7 @@ DuckDB lets no other process open the store while the agent writes it (duckdb-fo
 so `spyglass sql` opens the file itself when no agent holds it and otherwise asks the agent's
 /api/sql, which runs the same function on a read-only copy of the store (spyglass.agent.snapshot).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -67,10 +68,20 @@ def run_bounded(path: Path, query: str, limits: Limits, deadline: float | None =
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise QueryError(f"query not started within {limits.timeout_seconds:g} s (the agent is busy)")
-    request = {"path": str(path), "query": query, "memory_mb": limits.memory_mb, "timeout": remaining,
-               "max_rows": limits.max_rows, "max_bytes": limits.max_bytes}
-    worker = subprocess.Popen([sys.executable, "-m", "spyglass.agent.sqlworker"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    request = {
+        "path": str(path),
+        "query": query,
+        "memory_mb": limits.memory_mb,
+        "timeout": remaining,
+        "max_rows": limits.max_rows,
+        "max_bytes": limits.max_bytes,
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "spyglass.agent.sqlworker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         out, _ = worker.communicate(json.dumps(request).encode(), timeout=max(0.1, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
@@ -78,8 +89,10 @@ def run_bounded(path: Path, query: str, limits: Limits, deadline: float | None =
         worker.communicate()
         raise QueryError(f"query interrupted after {limits.timeout_seconds:g} s") from None
     if worker.returncode != 0 or not out:
-        raise QueryError(f"query stopped by its limits ({limits.memory_mb} MB, "
-                         f"{limits.timeout_seconds:g} s; exit {worker.returncode}; {limits.settings})")
+        raise QueryError(
+            f"query stopped by its limits ({limits.memory_mb} MB, "
+            f"{limits.timeout_seconds:g} s; exit {worker.returncode}; {limits.settings})"
+        )
     return _answer(json.loads(out), limits)
 
 
@@ -102,10 +115,19 @@ class Session:
 
     def __init__(self, path: Path, limits: Limits) -> None:
         self.limits = limits
-        request = {"path": str(path), "session": True, "memory_mb": limits.memory_mb, "timeout": limits.timeout_seconds,
-                   "cpu_seconds": limits.timeout_seconds * SESSION_QUERIES}
-        self.worker = subprocess.Popen([sys.executable, "-m", "spyglass.agent.sqlworker"], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        request = {
+            "path": str(path),
+            "session": True,
+            "memory_mb": limits.memory_mb,
+            "timeout": limits.timeout_seconds,
+            "cpu_seconds": limits.timeout_seconds * SESSION_QUERIES,
+        }
+        self.worker = subprocess.Popen(
+            [sys.executable, "-m", "spyglass.agent.sqlworker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             opened = self._exchange(request)
         except QueryError:
@@ -133,14 +155,25 @@ class Session:
             self.worker.wait()
             if self.worker.returncode == -9:
                 raise QueryError(f"query interrupted after {self.limits.timeout_seconds:g} s")
-            raise QueryError(f"query stopped by its limits ({self.limits.memory_mb} MB, "
-                             f"{self.limits.timeout_seconds:g} s; exit {self.worker.returncode}; {self.limits.settings})")
+            raise QueryError(
+                f"query stopped by its limits ({self.limits.memory_mb} MB, "
+                f"{self.limits.timeout_seconds:g} s; exit {self.worker.returncode}; {self.limits.settings})"
+            )
         return dict(json.loads(line))
 
     def ask(self, query: str) -> Answer:
         limits = self.limits
-        return _answer(self._exchange({"query": query, "max_rows": limits.max_rows, "max_bytes": limits.max_bytes,
-                                       "timeout": limits.timeout_seconds}), limits)
+        return _answer(
+            self._exchange(
+                {
+                    "query": query,
+                    "max_rows": limits.max_rows,
+                    "max_bytes": limits.max_bytes,
+                    "timeout": limits.timeout_seconds,
+                }
+            ),
+            limits,
+        )
 
     def close(self) -> None:
         if self.worker.stdin is not None:
@@ -170,8 +203,7 @@ def run_readonly(path: Path, query: str, api: AgentApi | None = None, limits: Li
 def _via_agent(api: AgentApi, query: str, limits: Limits) -> Answer:
     headers = {"Authorization": f"Bearer {api.token}"} if api.token else {}
     try:
-        response = httpx.post(api.url, json={"query": query}, headers=headers,
-                              timeout=limits.timeout_seconds + 30.0)
+        response = httpx.post(api.url, json={"query": query}, headers=headers, timeout=limits.timeout_seconds + 30.0)
     except httpx.HTTPError as exc:
         raise QueryError(f"the store is locked by a running agent, and {api.url} did not answer: {exc}") from None
     try:

@@ -4,6 +4,7 @@ inotify events only wake the loop early (spyglass/agent/wake.py); the polling pa
 so NFS, missed events or a watch that could not be placed never stall a source (log-tailers.md
 F25).
 """
+
 from __future__ import annotations
 
 import re
@@ -50,9 +51,11 @@ def open_store(config: Config) -> Store:
             if "lock" not in str(exc).lower():
                 raise
             holder = re.search(r"\(PID (\d+)\)", str(exc))
-            raise StoreBusy(f"{config.store_path()} is held by another process"
-                            f"{f' (pid {holder.group(1)})' if holder else ''}, most likely a running agent"
-                            " (`spyglass run` or `spyglass demo`)") from None
+            raise StoreBusy(
+                f"{config.store_path()} is held by another process"
+                f"{f' (pid {holder.group(1)})' if holder else ''}, most likely a running agent"
+                " (`spyglass run` or `spyglass demo`)"
+            ) from None
     return StateFile(config.state_dir() / "state.json")
 
 
@@ -82,8 +85,9 @@ class Agent:
         if otlp.endpoint:
             from spyglass.exporters.otel import otlp_instruments
 
-            self.otel = otlp_instruments(self.pipeline.state, otlp.endpoint, otlp.interval_seconds,
-                                         config.agent.host, __version__)
+            self.otel = otlp_instruments(
+                self.pipeline.state, otlp.endpoint, otlp.interval_seconds, config.agent.host, __version__
+            )
             from spyglass.engine.instrument import otlp_tracing
             from spyglass.exporters.otel_spans import EngineSpanExporter
 
@@ -99,26 +103,36 @@ class Agent:
         from spyglass.agent.budgets import smoke_budget, spans_budget
 
         traces = config.exporters.traces
-        self._span_budget = spans_budget(traces.max_spans_per_second, traces.burst_spans, traces.max_bytes_per_second,
-                                         traces.burst_bytes)
+        self._span_budget = spans_budget(
+            traces.max_spans_per_second, traces.burst_spans, traces.max_bytes_per_second, traces.burst_bytes
+        )
         self._smoke_budget = smoke_budget()
         if config.exporters.prometheus.enabled:
             from spyglass.agent.server import AgentServer, ServerLimits  # here: `spyglass ingest` serves nothing
 
             server = config.exporters.prometheus
-            limits = ServerLimits(server.workers, server.request_timeout_seconds, server.max_body_bytes,
-                                  server.bearer_token(), tuple(server.open_paths))
+            limits = ServerLimits(
+                server.workers,
+                server.request_timeout_seconds,
+                server.max_body_bytes,
+                server.bearer_token(),
+                tuple(server.open_paths),
+            )
             query = self._query_function()
             try:
-                self.server = AgentServer(server.listen, self.pipeline.exposed, self.pipeline.debug_sources,
-                                          query,
-                                          self._counted("/v1/traces", self._receive_traces)
-                                          if config.exporters.traces.accept else None,
-                                          limits, self._counted("/api/alerts", self._receive_alerts),
-                                          self._counted("/api/smoke", self._receive_smoke)
-                                          if self.pipeline.store.keeps_events else None,
-                                          metrics_listen=server.metrics_listen, problems=self.pipeline.problems,
-                                          pages=self._pages(query))
+                self.server = AgentServer(
+                    server.listen,
+                    self.pipeline.exposed,
+                    self.pipeline.debug_sources,
+                    query,
+                    self._counted("/v1/traces", self._receive_traces) if config.exporters.traces.accept else None,
+                    limits,
+                    self._counted("/api/alerts", self._receive_alerts),
+                    self._counted("/api/smoke", self._receive_smoke) if self.pipeline.store.keeps_events else None,
+                    metrics_listen=server.metrics_listen,
+                    problems=self.pipeline.problems,
+                    pages=self._pages(query),
+                )
             except Exception:  # e.g. ListenError: the store was opened, and nobody else closes it
                 self.close_unstarted()
                 raise
@@ -151,8 +165,9 @@ class Agent:
 
         self._refuse_while_failing()
         traces = self.config.exporters.traces
-        limits = SpanLimits(traces.keep_content, traces.max_spans_per_export, traces.max_attributes,
-                            traces.max_value_chars)
+        limits = SpanLimits(
+            traces.keep_content, traces.max_spans_per_export, traces.max_attributes, traces.max_value_chars
+        )
         with self._decoding:  # one export decoded at a time: its memory is bounded by the body limit
             events = decode_spans(body, self.config.agent.host, limits, now=self.pipeline.clock.now())
         self._span_budget.admit({"spans": len(events), "bytes": len(body)}, self.pipeline.clock.monotonic())
@@ -175,7 +190,9 @@ class Agent:
         refused: dict[str, list] = {"dropped": [], "deferred": []}
 
         def admit(new: list) -> list:  # of the alerts not taken before, those the budget takes
-            kept, refused["dropped"], refused["deferred"] = self._alert_budget.admit(new, self.pipeline.clock.monotonic())
+            kept, refused["dropped"], refused["deferred"] = self._alert_budget.admit(
+                new, self.pipeline.clock.monotonic()
+            )
             return kept
 
         kept, others = self._alert_replays.claim(note.events, stored, admit)
@@ -191,20 +208,27 @@ class Agent:
         self._wait_committed(([stored] if kept else []) + others)
         self._alert_replays.settle(kept)
         if deferred:
-            raise NotYetStored(f"{len(deferred)} of {len(note.events)} alerts deferred: the agent stores at most"
-                               f" {self._alert_budget.rate:g} alerts a second; the rest are stored, retry",
-                               taken=True)
+            raise NotYetStored(
+                f"{len(deferred)} of {len(note.events)} alerts deferred: the agent stores at most"
+                f" {self._alert_budget.rate:g} alerts a second; the rest are stored, retry",
+                taken=True,
+            )
         if note.over_cap or dropped:
-            return (f"stored; not stored: {note.over_cap} alerts past the first {len(note.events)} of the"
-                    f" notification, {len(dropped)} over their alert's budget"
-                    f" ({self._alert_budget.per_alert} per {self._alert_budget.per_alert_seconds:g} s)\n")
+            return (
+                f"stored; not stored: {note.over_cap} alerts past the first {len(note.events)} of the"
+                f" notification, {len(dropped)} over their alert's budget"
+                f" ({self._alert_budget.per_alert} per {self._alert_budget.per_alert_seconds:g} s)\n"
+            )
         return None
 
     def _count_alerts(self, over_cap: int, truncated: int, dropped: int, deferred: int) -> None:
         state = self.pipeline.state
         with state.lock:
-            for reason, count in (("notification_cap", over_cap), ("sender_truncated", truncated),
-                                  ("alert_budget", dropped)):
+            for reason, count in (
+                ("notification_cap", over_cap),
+                ("sender_truncated", truncated),
+                ("alert_budget", dropped),
+            ):
                 if count:
                     state.inc("spyglass_alerts_dropped_total", (reason,), count)
             if deferred:
@@ -240,11 +264,19 @@ class Agent:
 
         committer = self.pipeline.committer
         if not committer.healthy:
-            raise Refused(503, "store_failing", "the store is failing (see spyglass_store_healthy); nothing was"
-                          " taken, retry later", retry_after=5)
+            raise Refused(
+                503,
+                "store_failing",
+                "the store is failing (see spyglass_store_healthy); nothing was taken, retry later",
+                retry_after=5,
+            )
         if len(committer.pending) >= committer.max_events:
-            raise Refused(503, "backlog", f"{len(committer.pending):,} events wait for the next commit; nothing was"
-                          " taken, retry", retry_after=1)
+            raise Refused(
+                503,
+                "backlog",
+                f"{len(committer.pending):,} events wait for the next commit; nothing was taken, retry",
+                retry_after=1,
+            )
 
     def _wait_committed(self, commits: list[threading.Event], retry: str = "a retry is answered once it is") -> None:
         """Return once every one of `commits` is set; NotYetStored (taken) if that takes over half the
@@ -257,8 +289,11 @@ class Agent:
         deadline = time.monotonic() + wait
         for commit in commits:
             if not commit.wait(max(0.0, deadline - time.monotonic())):
-                raise NotYetStored(f"not committed within {wait:g} s (the store is failing?); held in memory and"
-                                   f" stored when the store recovers; {retry}", taken=True)
+                raise NotYetStored(
+                    f"not committed within {wait:g} s (the store is failing?); held in memory and"
+                    f" stored when the store recovers; {retry}",
+                    taken=True,
+                )
 
     def _pages(self, query):
         """GET /evidence/... and /trace/...: pages read from the store through `query` (/api/sql's bounded path)."""
@@ -273,8 +308,10 @@ class Agent:
             got = query(text)
             return Answer(got["columns"], got["rows"], got.get("truncated"), got.get("as_of"))
 
-        return {("GET", evidence_route.EVIDENCE): partial(evidence_route.evidence, self.config, ask),
-                ("GET", evidence_route.TRACE): partial(evidence_route.trace, self.config, ask)}
+        return {
+            ("GET", evidence_route.EVIDENCE): partial(evidence_route.evidence, self.config, ask),
+            ("GET", evidence_route.TRACE): partial(evidence_route.trace, self.config, ask),
+        }
 
     def _query_function(self):
         """/api/sql: a bounded query on a read-only copy of the store, a few at a time."""
@@ -287,16 +324,18 @@ class Agent:
         from spyglass.agent.snapshot import Snapshots
 
         server = self.config.exporters.prometheus
-        snapshots = self.snapshots = Snapshots(lambda: store.con, self.config.state_dir() / "sql-copies",
-                                               server.sql_snapshot_seconds)
+        snapshots = self.snapshots = Snapshots(
+            lambda: store.con, self.config.state_dir() / "sql-copies", server.sql_snapshot_seconds
+        )
         limits = Limits(server.sql_timeout_seconds, server.sql_memory_mb, server.sql_max_rows, server.sql_max_bytes)
         turns = threading.BoundedSemaphore(server.sql_workers)
 
         def query(text: str) -> dict:
             deadline = time.monotonic() + limits.timeout_seconds
             if not turns.acquire(timeout=limits.timeout_seconds):
-                raise QueryError(f"the agent is busy: {server.sql_workers} queries ran for all of"
-                                 f" {limits.timeout_seconds:g} s")
+                raise QueryError(
+                    f"the agent is busy: {server.sql_workers} queries ran for all of {limits.timeout_seconds:g} s"
+                )
             try:
                 with snapshots.lease() as copy:
                     answer = run_bounded(copy.path, text, limits, deadline)
@@ -321,8 +360,10 @@ class Agent:
         groups: dict[str, list[PolledRuntime]] = {}
         for rt in self.pipeline.polled_sources():
             groups.setdefault(polled_host(self.config.sources[rt.name]), []).append(rt)
-        return [threading.Thread(target=loop, args=(group,), name=f"poll-{host}", daemon=True)
-                for host, group in groups.items()]
+        return [
+            threading.Thread(target=loop, args=(group,), name=f"poll-{host}", daemon=True)
+            for host, group in groups.items()
+        ]
 
     def serve(self) -> None:
         self.wake.watch(source_folders(self.config))

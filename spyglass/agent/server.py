@@ -13,6 +13,7 @@ Content-Type (application/json, or application/x-protobuf for /v1/traces; else 4
 header, if any, must be the agent's own (else 403), and on a loopback listener every path but
 `open_paths` needs a `Host` naming a loopback address and the port (else 421).
 """
+
 from __future__ import annotations
 
 import hmac
@@ -109,14 +110,16 @@ class _BoundedServer(HTTPServer):
         else:
             try:
                 request.settimeout(1.0)
-                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 5\r\n"
-                                b"Retry-After: 1\r\n\r\nbusy\n")
+                request.sendall(
+                    b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 5\r\nRetry-After: 1\r\n\r\nbusy\n"
+                )
             except OSError:
                 pass
             self.shutdown_request(request)
 
-    def _serve(self, request: socket.socket, client_address: Any, slot: threading.BoundedSemaphore,
-               scrape_only: float | None) -> None:
+    def _serve(
+        self, request: socket.socket, client_address: Any, slot: threading.BoundedSemaphore, scrape_only: float | None
+    ) -> None:
         _connection.scrape_only = scrape_only
         try:
             self.finish_request(request, client_address)
@@ -148,8 +151,12 @@ def bind(listen: str, site: Site, workers: int, what: str) -> _BoundedServer:
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
 # What a POST body must be: a browser page can send only text/plain, form types and multipart
 # without a CORS preflight, so none of those is taken.
-POST_TYPES = {"/v1/traces": ("application/x-protobuf",), "/api/sql": ("application/json",),
-              "/api/alerts": ("application/json",), "/api/smoke": ("application/json",)}
+POST_TYPES = {
+    "/v1/traces": ("application/x-protobuf",),
+    "/api/sql": ("application/json",),
+    "/api/alerts": ("application/json",),
+    "/api/smoke": ("application/json",),
+}
 
 
 def _loopback_port(host: str, port: int) -> int | None:
@@ -193,7 +200,7 @@ Route = Callable[["AgentHandler", bytes], None]  # answers one request; a GET ro
 def prefix(path: str) -> str:
     """`/evidence/` of `/evidence/NAME`: the key of a route that serves every path under it."""
     cut = path.find("/", 1)
-    return path[:cut + 1] if cut > 0 else ""
+    return path[: cut + 1] if cut > 0 else ""
 
 
 @dataclass
@@ -239,8 +246,9 @@ class AgentHandler(BaseHTTPRequestHandler):
         site, path = self.server.site, self.path.split("?", 1)[0]
         if self.scrape_only is not None and (method, path) not in METRICS_ONLY:
             self.close_connection = True
-            self.answer(503, "text/plain", b"busy: the last worker is kept for /metrics and /health\n",
-                        {"Retry-After": "1"})
+            self.answer(
+                503, "text/plain", b"busy: the last worker is kept for /metrics and /health\n", {"Retry-After": "1"}
+            )
             return
         route = site.routes.get((method, path)) or site.routes.get((method, prefix(path)))
         if route is None and site.only is not None:
@@ -332,8 +340,9 @@ def health(problems: Callable[[], list[str]], request: AgentHandler, body: bytes
     """200 `ok` while every source can be read; 200 `degraded` and a line per problem (a source whose
     path holds a FIFO, say) otherwise: the agent is alive either way, and says what it cannot read."""
     found = problems()
-    request.answer(200, "text/plain", "".join(f"{line}\n" for line in ["degraded", *found]).encode()
-                   if found else b"ok\n")
+    request.answer(
+        200, "text/plain", "".join(f"{line}\n" for line in ["degraded", *found]).encode() if found else b"ok\n"
+    )
 
 
 def debug_sources(debug: Callable[[], dict[str, Any]], request: AgentHandler, body: bytes) -> None:
@@ -367,15 +376,20 @@ def otlp_traces(receive: Callable[[bytes], None], request: AgentHandler, body: b
     request.answer(200, "application/x-protobuf", b"")  # an empty ExportTraceServiceResponse
 
 
-def store_and_answer(committing: threading.BoundedSemaphore, store: Callable[[bytes], str | None],
-                     request: AgentHandler, body: bytes) -> None:
+def store_and_answer(
+    committing: threading.BoundedSemaphore, store: Callable[[bytes], str | None], request: AgentHandler, body: bytes
+) -> None:
     """200 once the body's events are committed (its text what `store` returned, or ok: what was not
     stored and why); 400 for a body that is not one (nothing stored);
     503 while the store fails or half the workers already wait for a commit (nothing taken: the
     sender retries, as Alertmanager does)."""
     if not committing.acquire(blocking=False):
-        request.answer(503, "text/plain", b"busy: other POSTs wait for the next commit; nothing was taken,"
-                       b" retry\n", {"Retry-After": "1"})
+        request.answer(
+            503,
+            "text/plain",
+            b"busy: other POSTs wait for the next commit; nothing was taken, retry\n",
+            {"Retry-After": "1"},
+        )
         return
     try:
         answer = store(body)
@@ -393,22 +407,32 @@ def store_and_answer(committing: threading.BoundedSemaphore, store: Callable[[by
     request.answer(200, "text/plain", (answer or "ok\n").encode())
 
 
-def route_table(state: MetricState, debug: Callable[[], dict[str, Any]], limits: ServerLimits,
-                query: Callable[[str], dict[str, Any]] | None = None, traces: Callable[[bytes], None] | None = None,
-                alerts: Callable[[bytes], str | None] | None = None,
-                smoke: Callable[[bytes], str | None] | None = None,
-                problems: Callable[[], list[str]] = list) -> dict[tuple[str, str], Route]:
+def route_table(
+    state: MetricState,
+    debug: Callable[[], dict[str, Any]],
+    limits: ServerLimits,
+    query: Callable[[str], dict[str, Any]] | None = None,
+    traces: Callable[[bytes], None] | None = None,
+    alerts: Callable[[bytes], str | None] | None = None,
+    smoke: Callable[[bytes], str | None] | None = None,
+    problems: Callable[[], list[str]] = list,
+) -> dict[tuple[str, str], Route]:
     """(method, path) -> route: the GETs always, each POST when its callable is given."""
     # A POST that stores holds its worker until the commit (up to a commit interval): at most half
     # the workers wait so, and the rest stay free for /metrics, however many senders retry at once.
     committing = threading.BoundedSemaphore(max(1, limits.workers // 2))
     posts: dict[str, Route | None] = {
-        "/v1/traces": traces and partial(otlp_traces, traces), "/api/sql": query and partial(sql, query),
+        "/v1/traces": traces and partial(otlp_traces, traces),
+        "/api/sql": query and partial(sql, query),
         "/api/alerts": alerts and partial(store_and_answer, committing, alerts),
-        "/api/smoke": smoke and partial(store_and_answer, committing, smoke)}
-    return {("GET", "/metrics"): partial(metrics, registry_for(state), registry_for(state, exemplars=True)),
-            ("GET", "/health"): partial(health, problems), ("GET", "/debug/sources"): partial(debug_sources, debug),
-            **{("POST", path): route for path, route in posts.items() if route}}
+        "/api/smoke": smoke and partial(store_and_answer, committing, smoke),
+    }
+    return {
+        ("GET", "/metrics"): partial(metrics, registry_for(state), registry_for(state, exemplars=True)),
+        ("GET", "/health"): partial(health, problems),
+        ("GET", "/debug/sources"): partial(debug_sources, debug),
+        **{("POST", path): route for path, route in posts.items() if route},
+    }
 
 
 METRICS_ONLY = (("GET", "/metrics"), ("GET", "/health"))
@@ -419,13 +443,20 @@ class AgentServer:
     with `metrics_listen`, /metrics and /health also on a port of their own, whose workers no
     other path can take (dripping or flooding requests to the main port cannot starve a scrape)."""
 
-    def __init__(self, listen: str, state: MetricState, debug: Callable[[], dict[str, Any]],
-                 query: Callable[[str], dict[str, Any]] | None = None,
-                 traces: Callable[[bytes], None] | None = None, limits: ServerLimits = ServerLimits(),
-                 alerts: Callable[[bytes], str | None] | None = None,
-                 smoke: Callable[[bytes], str | None] | None = None, metrics_listen: str | None = None,
-                 problems: Callable[[], list[str]] = list,
-                 pages: dict[tuple[str, str], Route] | None = None) -> None:
+    def __init__(
+        self,
+        listen: str,
+        state: MetricState,
+        debug: Callable[[], dict[str, Any]],
+        query: Callable[[str], dict[str, Any]] | None = None,
+        traces: Callable[[bytes], None] | None = None,
+        limits: ServerLimits = ServerLimits(),
+        alerts: Callable[[bytes], str | None] | None = None,
+        smoke: Callable[[bytes], str | None] | None = None,
+        metrics_listen: str | None = None,
+        problems: Callable[[], list[str]] = list,
+        pages: dict[tuple[str, str], Route] | None = None,
+    ) -> None:
         routes = {**route_table(state, debug, limits, query, traces, alerts, smoke, problems), **(pages or {})}
         site = Site(routes, limits)
         self.httpd = bind(listen, site, limits.workers, "")

@@ -5,6 +5,7 @@ copy is a new DuckDB file written once, from one read-only transaction of the st
 checkpoints and state as of one commit), and never changed again; a query opens it read-only in
 a process of its own (spyglass.agent.query.run_bounded).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -55,8 +56,13 @@ class Snapshots:
     its last query ends. Taking one reads the store beside the writer (MVCC): it never blocks or
     fails an ingest commit."""
 
-    def __init__(self, connection: Callable[[], duckdb.DuckDBPyConnection], folder: Path, max_age: float,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        connection: Callable[[], duckdb.DuckDBPyConnection],
+        folder: Path,
+        max_age: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         # `connection()` is the store's connection now: the store reopens it after DuckDB invalidated it
         self.connection, self.folder, self.max_age, self.clock = connection, folder, max_age, clock
         folder.mkdir(parents=True, exist_ok=True)
@@ -154,8 +160,10 @@ class Snapshots:
                         out.execute(statement)
                     out.commit()
                 out.execute("DELETE FROM checkpoints; DELETE FROM agent_state; DELETE FROM store_schema")
-                events = [(event_schema.quoted(name), f"WHERE seq >= {start} AND seq < {end}")
-                          for name in event_schema.table_names()]
+                events = [
+                    (event_schema.quoted(name), f"WHERE seq >= {start} AND seq < {end}")
+                    for name in event_schema.table_names()
+                ]
                 for table, where in (*events, ("checkpoints", ""), ("agent_state", ""), ("store_schema", "")):
                     out.register("batch", cursor.sql(f"SELECT * FROM {table} {where}").to_arrow_reader(BATCH_ROWS))
                     out.execute(f"INSERT INTO {table} SELECT * FROM batch")
@@ -168,8 +176,10 @@ class Snapshots:
             cursor.close()
         wal = partial.with_name(partial.name + ".wal")
         if wal.exists() and wal.stat().st_size > 0:  # its data is in the WAL only: the file alone is empty
-            raise CopyFailed("no SQL copy of the store could be written whole (its checkpoint did not finish:"
-                             " is the disk full?); retry later")
+            raise CopyFailed(
+                "no SQL copy of the store could be written whole (its checkpoint did not finish:"
+                " is the disk full?); retry later"
+            )
         partial.rename(path)
         return Copy(path, as_of, end)
 
@@ -180,8 +190,9 @@ class Snapshots:
         try:
             out.execute("CHECKPOINT")
         except duckdb.Error as exc:
-            raise CopyFailed(f"no SQL copy of the store could be written ({str(exc).splitlines()[0][:200]});"
-                             " retry later") from None
+            raise CopyFailed(
+                f"no SQL copy of the store could be written ({str(exc).splitlines()[0][:200]}); retry later"
+            ) from None
 
     def close(self) -> None:
         for work in self.folder.glob(".partial-*"):

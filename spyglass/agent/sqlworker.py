@@ -8,6 +8,7 @@ a 256 MB limit), so the kernel bounds its data segment (RLIMIT_DATA) and the CPU
 caller kills the process at its deadline. The database is opened read-only with file access off
 and the configuration locked: no statement, EXPLAIN ANALYZE or CTE included, can write anything.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -18,8 +19,12 @@ import threading
 from decimal import Decimal
 from typing import Any
 
-SETTINGS = {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false",
-            "allow_community_extensions": "false", "threads": "1"}
+SETTINGS = {
+    "autoinstall_known_extensions": "false",
+    "autoload_known_extensions": "false",
+    "allow_community_extensions": "false",
+    "threads": "1",
+}
 CHUNK_ROWS = 1000
 
 
@@ -46,8 +51,12 @@ def open_readonly(path: str, memory_mb: int):
     import duckdb
 
     con = duckdb.connect(path, read_only=True, config={**SETTINGS, "memory_limit": f"{memory_mb // 2}MB"})
-    for statement in ("SET temp_directory = ''", "SET TimeZone = 'UTC'",
-                      "SET enable_external_access = false", "SET lock_configuration = true"):
+    for statement in (
+        "SET temp_directory = ''",
+        "SET TimeZone = 'UTC'",
+        "SET enable_external_access = false",
+        "SET lock_configuration = true",
+    ):
         con.execute(statement)
     return con
 

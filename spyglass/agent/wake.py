@@ -6,6 +6,7 @@ merges repeats; the loop drains the queue with one read when it wakes, so a busy
 one read per step and no Python per write. (watchdog, used before, turned each write into work
 on three threads: about 1.5 % of a core at 100 writes a second.)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,8 +18,9 @@ from pathlib import Path
 from inotify_simple import INotify, flags
 from loguru import logger
 
-CHANGES = (flags.MODIFY | flags.CREATE | flags.DELETE | flags.MOVED_FROM | flags.MOVED_TO
-           | flags.CLOSE_WRITE | flags.ATTRIB)
+CHANGES = (
+    flags.MODIFY | flags.CREATE | flags.DELETE | flags.MOVED_FROM | flags.MOVED_TO | flags.CLOSE_WRITE | flags.ATTRIB
+)
 
 
 class Wake:

@@ -14,6 +14,7 @@ scrape of a running agent gives. A series the live state dropped stays visible t
 Prometheus's 5-minute lookback (OpenMetrics text cannot carry a staleness marker). Process state
 is derived from supervisord's events and polled series go stale: see spyglass.alerting.replay_state.
 """
+
 from __future__ import annotations
 
 import math
@@ -86,15 +87,20 @@ def open_store(config: Config) -> duckdb.DuckDBPyConnection:
     try:
         con = connect(path, read_only=True)
     except duckdb.IOException as exc:
-        raise BackfillError(f"cannot open {path} read-only ({str(exc).splitlines()[0]}); a running agent holds"
-                            " it: replay a copy of the file, or stop the agent") from None
+        raise BackfillError(
+            f"cannot open {path} read-only ({str(exc).splitlines()[0]}); a running agent holds"
+            " it: replay a copy of the file, or stop the agent"
+        ) from None
     con.execute("SET TimeZone = 'UTC'")
     return con
 
 
 def count_events(con: duckdb.DuckDBPyConnection, sources: list[str], start: float, end: float) -> int:
-    row = con.execute("SELECT count(*) FROM events WHERE list_contains(?, source)"
-                      " AND ts >= to_timestamp(?) AND ts <= to_timestamp(?)", [sources, start, end]).fetchone()
+    row = con.execute(
+        "SELECT count(*) FROM events WHERE list_contains(?, source)"
+        " AND ts >= to_timestamp(?) AND ts <= to_timestamp(?)",
+        [sources, start, end],
+    ).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -102,11 +108,14 @@ def stored_events(con: duckdb.DuckDBPyConnection, sources: list[str], end: float
     """Every event of `sources` up to `end`, in time order (ties in the order they were stored)."""
     result = con.execute(
         "SELECT epoch_us(ts), source, kind, instance, host, request_id, fields FROM events"
-        " WHERE list_contains(?, source) AND ts <= to_timestamp(?) ORDER BY ts, seq", [sources, end])
+        " WHERE list_contains(?, source) AND ts <= to_timestamp(?) ORDER BY ts, seq",
+        [sources, end],
+    )
     while rows := result.fetchmany(BATCH):
         for us, source, kind, instance, host, request_id, fields in rows:
-            yield Event(us / 1e6, source, kind, instance or "", orjson.loads(fields) if fields else {},
-                        request_id, host or "")
+            yield Event(
+                us / 1e6, source, kind, instance or "", orjson.loads(fields) if fields else {}, request_id, host or ""
+            )
 
 
 def _escape(value: str) -> str:
@@ -169,8 +178,10 @@ class OpenMetricsWriter:
             if not values:
                 continue
             out, name = self._file(spec.name), spec.name
-            out.writelines(f"{self._prefix(name, spec.labels, key)} {_number(value)} {stamp}\n"
-                           for key, value in sorted(values.items()))
+            out.writelines(
+                f"{self._prefix(name, spec.labels, key)} {_number(value)} {stamp}\n"
+                for key, value in sorted(values.items())
+            )
             lines += len(values)
         self._file("up").write(f"up{{{self.job}}} 1.0 {stamp}\n")
         self.samples += lines + 1
@@ -184,8 +195,8 @@ class OpenMetricsWriter:
                 running += count
                 out.write(f"{name}_bucket{_labels(labels + ('le',), key + (le,), self.job)} {running} {stamp}\n")
             base = self._prefix(name, labels, key)
-            out.write(f"{name}_count{base[len(name):]} {running} {stamp}\n")
-            out.write(f"{name}_sum{base[len(name):]} {_number(total)} {stamp}\n")
+            out.write(f"{name}_count{base[len(name) :]} {running} {stamp}\n")
+            out.write(f"{name}_sum{base[len(name) :]} {_number(total)} {stamp}\n")
             lines += len(les) + 2
         return lines
 
@@ -213,8 +224,9 @@ class BackfillResult:
     times: int
 
 
-def replay(config: Config, start: float, end: float, step: float, out: Path,
-           window: tuple[float, float] | None = None) -> BackfillResult:
+def replay(
+    config: Config, start: float, end: float, step: float, out: Path, window: tuple[float, float] | None = None
+) -> BackfillResult:
     """Write `out` (an OpenMetrics file): the state the stored events leave, every `step` in [start, end].
 
     BackfillError if `window` (default: [start, end]) holds no event of the configured sources."""
@@ -226,8 +238,10 @@ def replay(config: Config, start: float, end: float, step: float, out: Path,
     try:
         in_window = count_events(con, list(kinds), first, last)
         if not in_window:
-            raise BackfillError(f"no events of {', '.join(sorted(kinds))} between {iso(first)} and {iso(last)}"
-                                f" in {config.store_path()}: nothing to replay")
+            raise BackfillError(
+                f"no events of {', '.join(sorted(kinds))} between {iso(first)} and {iso(last)}"
+                f" in {config.store_path()}: nothing to replay"
+            )
         state = metric_state(config)
         for name, options in config.sources.items():  # counted from 0, so that the first `unread` is an increase
             if getattr(options, "preset", "") == "llama_server":
@@ -239,8 +253,9 @@ def replay(config: Config, start: float, end: float, step: float, out: Path,
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="spyglass-backfill-") as scratch:
             writer = OpenMetricsWriter(state, config.alerts.job, Path(scratch))
-            applied, times = _run(state, applies, stored_events(con, list(kinds), end), start, end, step, writer,
-                                  derived)
+            applied, times = _run(
+                state, applies, stored_events(con, list(kinds), end), start, end, step, writer, derived
+            )
             writer.finish(out)
     finally:
         con.close()
@@ -256,8 +271,16 @@ def lines_read(event: Event, state: MetricState) -> None:
         state.set(LINES, (event.source, "unprefixed"), unread)
 
 
-def _run(state: MetricState, applies: dict, events: Iterator[Event], start: float, end: float, step: float,
-         writer: OpenMetricsWriter, derived: ReplayState) -> tuple[int, int]:
+def _run(
+    state: MetricState,
+    applies: dict,
+    events: Iterator[Event],
+    start: float,
+    end: float,
+    step: float,
+    writer: OpenMetricsWriter,
+    derived: ReplayState,
+) -> tuple[int, int]:
     """Apply events up to each sample time (a grid of multiples of `step`), then sample (spyglass.alerting.replay_state:
     process state derived from supervisord, polled series left out once stale)."""
     t = math.ceil(start / step) * step

@@ -13,6 +13,7 @@ when it would have resolved.
 Evaluation starts at `--from`: an alert whose condition already held before it is pending from
 there. The replay starts `lookback` earlier so that windows and baselines have their history.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,15 @@ from typing import Any
 import httpx
 import yaml
 
-from spyglass.alerting.backfill import OPENMETRICS_FILE, BackfillError, BackfillResult, UsageError, iso, parse_duration, replay
+from spyglass.alerting.backfill import (
+    OPENMETRICS_FILE,
+    BackfillError,
+    BackfillResult,
+    UsageError,
+    iso,
+    parse_duration,
+    replay,
+)
 from spyglass.alerting.backtest_cleanup import die_with_parent, make_workdir, sweep_orphans, unwind_on_signals
 from spyglass.config import Config
 from spyglass.engine.emulator.ports import free_port
@@ -81,8 +90,9 @@ class NoAliasLoader(yaml.SafeLoader):
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, f"an alias (*{event.anchor}) is not allowed in a rule file",
-                                              event.start_mark)
+            raise yaml.composer.ComposerError(
+                None, None, f"an alias (*{event.anchor}) is not allowed in a rule file", event.start_mark
+            )
         return super().compose_node(parent, index)
 
 
@@ -91,8 +101,10 @@ def read_rule_file(file: Path) -> Any:
     try:
         size = file.stat().st_size
         if size > MAX_RULE_FILE_BYTES:
-            raise BacktestError(f"{file}: {size:,} bytes, more than a rule file may have"
-                                f" ({MAX_RULE_FILE_BYTES:,}); is it the right file?")
+            raise BacktestError(
+                f"{file}: {size:,} bytes, more than a rule file may have"
+                f" ({MAX_RULE_FILE_BYTES:,}); is it the right file?"
+            )
         with open(file, "rb") as handle:
             text = handle.read(MAX_RULE_FILE_BYTES + 1)
         return yaml.load(text, Loader=NoAliasLoader) or {}  # noqa: S506 - a SafeLoader that also refuses aliases
@@ -132,10 +144,16 @@ def rules_of(document: dict[str, Any], default_interval: float, origin: str) -> 
                 if "record" in rule:
                     records[rule["record"]] = str(rule["expr"])
                 else:
-                    alerts.append(AlertRule(rule["alert"], str(rule["expr"]), interval,
-                                            parse_duration(rule["for"]) if rule.get("for") else 0.0,
-                                            parse_duration(rule["keep_firing_for"]) if rule.get("keep_firing_for") else 0.0,
-                                            {k: str(v) for k, v in (rule.get("labels") or {}).items()}))
+                    alerts.append(
+                        AlertRule(
+                            rule["alert"],
+                            str(rule["expr"]),
+                            interval,
+                            parse_duration(rule["for"]) if rule.get("for") else 0.0,
+                            parse_duration(rule["keep_firing_for"]) if rule.get("keep_firing_for") else 0.0,
+                            {k: str(v) for k, v in (rule.get("labels") or {}).items()},
+                        )
+                    )
     except (KeyError, TypeError, AttributeError) as exc:
         raise BacktestError(f"{origin}: not a Prometheus rule file (missing or malformed {exc})") from None
     return records, alerts
@@ -160,9 +178,9 @@ def _selector_suffix(expr: str, i: int, name: str) -> tuple[list[tuple[str, str]
     """After a recorded name at `i`: its `{label="value"}` matchers, its `[range]`, and where it ends."""
     j = len(expr) - len(expr[i:].lstrip())
     matchers: list[tuple[str, str]] = []
-    if expr[j:j + 1] == "{":
+    if expr[j : j + 1] == "{":
         end = expr.index("}", j)
-        body, k = expr[j + 1:end], 0
+        body, k = expr[j + 1 : end], 0
         while k < len(body.strip()):
             m = MATCHER.match(body, k)
             if not m:
@@ -174,9 +192,9 @@ def _selector_suffix(expr: str, i: int, name: str) -> tuple[list[tuple[str, str]
         i = j = end + 1
         j = len(expr) - len(expr[i:].lstrip())
     window = ""
-    if expr[j:j + 1] == "[":
+    if expr[j : j + 1] == "[":
         end = expr.index("]", j)
-        window, i = expr[j + 1:end].strip(), end + 1
+        window, i = expr[j + 1 : end].strip(), end + 1
     if re.match(r"\s*offset\b", expr[i:]):
         raise BacktestError(f"{name} offset ...: an offset on a recorded name cannot be inlined")
     return matchers, window, i
@@ -197,7 +215,11 @@ def inline(expr: str, records: dict[str, str], interval: float, depth: int = 0) 
             out.append(expr[i:j])
             i = j
             continue
-        m = NAME.match(expr, i) if (c.isalpha() or c in "_:") and (i == 0 or not (expr[i - 1].isalnum() or expr[i - 1] in "_:")) else None
+        m = (
+            NAME.match(expr, i)
+            if (c.isalpha() or c in "_:") and (i == 0 or not (expr[i - 1].isalnum() or expr[i - 1] in "_:"))
+            else None
+        )
         if not m:
             out.append(c)
             i += 1
@@ -233,11 +255,21 @@ class Prometheus:
         config.write_text("global:\n  evaluation_interval: 1h\n")
         self.log = open(self.data.parent / "prometheus.log", "wb")  # noqa: SIM115 - closed with the process
         self.process = subprocess.Popen(
-            [self.binary, f"--config.file={config}", f"--storage.tsdb.path={self.data}",
-             f"--storage.tsdb.retention.time={self.retention_days}d", f"--web.listen-address=127.0.0.1:{port}",
-             "--query.max-samples=1000000000", "--query.timeout=10m", "--log.level=warn"],
-            stdout=self.log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only
-            start_new_session=True)
+            [
+                self.binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={self.data}",
+                f"--storage.tsdb.retention.time={self.retention_days}d",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--query.max-samples=1000000000",
+                "--query.timeout=10m",
+                "--log.level=warn",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only
+            start_new_session=True,
+        )
         self.url = f"http://127.0.0.1:{port}"
         try:
             return self._wait_ready(timeout)
@@ -268,8 +300,10 @@ class Prometheus:
         piece = step * (MAX_POINTS - 1)
         while start <= end:
             stop = min(end, start + piece)
-            answer = client.post(f"{self.url}/api/v1/query_range",
-                                 data={"query": expr, "start": f"{start:.3f}", "end": f"{stop:.3f}", "step": f"{step:g}"})
+            answer = client.post(
+                f"{self.url}/api/v1/query_range",
+                data={"query": expr, "start": f"{start:.3f}", "end": f"{stop:.3f}", "step": f"{step:g}"},
+            )
             body = answer.json()
             if body.get("status") != "success":
                 raise BacktestError(f"prometheus refused the query ({body.get('errorType')}: {body.get('error')})")
@@ -311,8 +345,12 @@ def duration_text(seconds: float) -> str:
     return "".join(f"{n}{unit}" for n, unit in parts if n) or "0s"
 
 
-def episodes(rule: AlertRule, presence: dict[tuple[tuple[str, str], ...], set[float]],
-             times: list[float], pending: list[Pending] | None = None) -> list[Firing]:
+def episodes(
+    rule: AlertRule,
+    presence: dict[tuple[tuple[str, str], ...], set[float]],
+    times: list[float],
+    pending: list[Pending] | None = None,
+) -> list[Firing]:
     """Firing episodes of `rule` given at which evaluation times each label set was in the result.
 
     As Prometheus 2.42's AlertingRule.Eval: a new label set is pending from the evaluation it first
@@ -348,8 +386,11 @@ def episodes(rule: AlertRule, presence: dict[tuple[tuple[str, str], ...], set[fl
                 fired_at, fired_once = t, True
         if fired_at is not None and active_at is not None:
             found.append(_firing(rule, labels, active_at, fired_at, None))
-        elif active_at is not None and last_present is not None and (longest is None
-                                                                    or last_present - active_at > longest[0]):
+        elif (
+            active_at is not None
+            and last_present is not None
+            and (longest is None or last_present - active_at > longest[0])
+        ):
             longest = (last_present - active_at, active_at)
         if pending is not None and longest is not None and not fired_once:
             pending.append(Pending(rule.name, labels.get("heuristic"), labels, iso(longest[1]), longest[0], rule.hold))
@@ -357,12 +398,20 @@ def episodes(rule: AlertRule, presence: dict[tuple[tuple[str, str], ...], set[fl
 
 
 def _firing(rule: AlertRule, labels: dict[str, str], active_at: float, fired_at: float, end: float | None) -> Firing:
-    return Firing(rule.name, labels.get("heuristic"), labels.get("severity"), labels, iso(fired_at),
-                  iso(end) if end is not None else None, iso(active_at))
+    return Firing(
+        rule.name,
+        labels.get("heuristic"),
+        labels.get("severity"),
+        labels,
+        iso(fired_at),
+        iso(end) if end is not None else None,
+        iso(active_at),
+    )
 
 
-def evaluate(prometheus: Prometheus, rule: AlertRule, records: dict[str, str], start: float, end: float,
-             client: httpx.Client) -> tuple[list[Firing], list[Pending]]:
+def evaluate(
+    prometheus: Prometheus, rule: AlertRule, records: dict[str, str], start: float, end: float, client: httpx.Client
+) -> tuple[list[Firing], list[Pending]]:
     first = math.ceil(start / rule.interval) * rule.interval
     times = [first + k * rule.interval for k in range(int((end - first) // rule.interval) + 1)]
     if not times:
@@ -389,16 +438,31 @@ class BacktestResult:
     rules_from: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        return {"alerts": [{k: v for k, v in asdict(a).items() if k != "active_since"} for a in self.alerts],
-                "pending": [{**asdict(p), "text": p.text()} for p in self.pending]}
+        return {
+            "alerts": [{k: v for k, v in asdict(a).items() if k != "active_since"} for a in self.alerts],
+            "pending": [{**asdict(p), "text": p.text()} for p in self.pending],
+        }
 
 
 def build_blocks(om_file: Path, data: Path, span: float, promtool: str = "promtool") -> None:
     """TSDB blocks as long as the span allows: promtool reads the whole file once per block."""
     hours = max(2, math.ceil(span / 3600))
-    result = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", f"--max-block-duration={hours}h",
-                             str(om_file), str(data)], capture_output=True, text=True, timeout=1800,
-                            preexec_fn=die_with_parent, start_new_session=True)  # noqa: PLW1509 - prctl only
+    result = subprocess.run(
+        [
+            promtool,
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            f"--max-block-duration={hours}h",
+            str(om_file),
+            str(data),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        preexec_fn=die_with_parent,
+        start_new_session=True,
+    )  # noqa: PLW1509 - prctl only
     if result.returncode != 0:
         raise BacktestError(f"promtool refused the backfill: {(result.stderr or result.stdout)[-1500:]}")
 
@@ -411,18 +475,29 @@ def check_bounds(start: float, end: float, step: float, lookback: float) -> None
     if step < MIN_STEP:
         raise UsageError(f"--step {step:g}s is below the smallest step a backtest takes ({MIN_STEP:g}s)")
     if end - start > MAX_WINDOW:
-        raise UsageError(f"a window of {duration_text(end - start)} is longer than a backtest takes"
-                         f" ({duration_text(MAX_WINDOW)}): split it")
+        raise UsageError(
+            f"a window of {duration_text(end - start)} is longer than a backtest takes"
+            f" ({duration_text(MAX_WINDOW)}): split it"
+        )
     if lookback > MAX_LOOKBACK:
         raise UsageError(f"--lookback {duration_text(lookback)} is longer than {duration_text(MAX_LOOKBACK)}")
     times = (end - start + lookback) / step
     if times > MAX_SAMPLE_TIMES:
-        raise UsageError(f"{times:,.0f} sample times ((window + lookback) / step) are more than"
-                         f" {MAX_SAMPLE_TIMES:,}: raise --step or shorten the window")
+        raise UsageError(
+            f"{times:,.0f} sample times ((window + lookback) / step) are more than"
+            f" {MAX_SAMPLE_TIMES:,}: raise --step or shorten the window"
+        )
 
 
-def backtest(config: Config, start: float, end: float, rules: Path | None = None, step: float = 15.0,
-             lookback: float = 7200.0, workers: int = 2) -> BacktestResult:
+def backtest(
+    config: Config,
+    start: float,
+    end: float,
+    rules: Path | None = None,
+    step: float = 15.0,
+    lookback: float = 7200.0,
+    workers: int = 2,
+) -> BacktestResult:
     """Replay [start - lookback, end], and which alerts of `rules` (default: those `spyglass rules` makes of
     `config`, in memory) would have fired in [start, end]."""
     check_bounds(start, end, step, lookback)
@@ -455,24 +530,31 @@ def backtest(config: Config, start: float, end: float, rules: Path | None = None
             pool = ThreadPoolExecutor(workers)
             try:
                 with httpx.Client(timeout=600) as client:
-                    found = list(pool.map(lambda r: evaluate(prometheus, r, records, start, end, client),
-                                          alert_rules))
+                    found = list(pool.map(lambda r: evaluate(prometheus, r, records, start, end, client), alert_rules))
             finally:  # on a signal: no query waits for the others, and the one in flight fails with its server
                 pool.shutdown(wait=False, cancel_futures=True)
                 prometheus.stop()
             phase("queries")
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    firings = sorted((f for group, _ in found for f in group),
-                     key=lambda f: (f.start, f.alert, sorted(f.labels.items())))
+    firings = sorted(
+        (f for group, _ in found for f in group), key=lambda f: (f.start, f.alert, sorted(f.labels.items()))
+    )
     pending = sorted((p for _, group in found for p in group), key=lambda p: (p.since, p.alert))
-    return BacktestResult(firings, backfilled, len(alert_rules), seconds, pending,
-                          str(rules) if rules is not None else "generated from --config")
+    return BacktestResult(
+        firings,
+        backfilled,
+        len(alert_rules),
+        seconds,
+        pending,
+        str(rules) if rules is not None else "generated from --config",
+    )
 
 
 def _rest(labels: dict[str, str]) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted(labels.items())
-                    if k not in ("severity", "heuristic", "instance", "job"))
+    return " ".join(
+        f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("severity", "heuristic", "instance", "job")
+    )
 
 
 def show(result: BacktestResult, start: float, end: float, out: Any = None) -> None:
@@ -483,18 +565,39 @@ def show(result: BacktestResult, start: float, end: float, out: Any = None) -> N
     from spyglass.cli.console import console_for
     from spyglass.forensics.output import print_table  # labels are data: a `[/x]` in one prints as written
 
-    print_table(["alert", "severity", "heuristic", "instance", "labels", "fired_utc", "resolved_utc"],
-                [[a.alert, a.severity or "", a.heuristic or "", a.labels.get("instance", ""), _rest(a.labels),
-                  a.start, a.end or "(still firing)"] for a in result.alerts],
-                Text(f"alerts that would have fired between {iso(start)} and {iso(end)}"), out)
+    print_table(
+        ["alert", "severity", "heuristic", "instance", "labels", "fired_utc", "resolved_utc"],
+        [
+            [
+                a.alert,
+                a.severity or "",
+                a.heuristic or "",
+                a.labels.get("instance", ""),
+                _rest(a.labels),
+                a.start,
+                a.end or "(still firing)",
+            ]
+            for a in result.alerts
+        ],
+        Text(f"alerts that would have fired between {iso(start)} and {iso(end)}"),
+        out,
+    )
     if result.pending:
-        print_table(["alert", "heuristic", "instance", "labels", "pending_since_utc", "held"],
-                    [[p.alert, p.heuristic or "", p.labels.get("instance", ""), _rest(p.labels), p.since, p.text()]
-                     for p in result.pending], Text("pending in the window, never fired there"), out)
+        print_table(
+            ["alert", "heuristic", "instance", "labels", "pending_since_utc", "held"],
+            [
+                [p.alert, p.heuristic or "", p.labels.get("instance", ""), _rest(p.labels), p.since, p.text()]
+                for p in result.pending
+            ],
+            Text("pending in the window, never fired there"),
+            out,
+        )
     b = result.backfill
-    summary = Text(f"{len(result.alerts)} firings of {result.rules} alert rules ({result.rules_from}); replayed"
-                   f" {b.events} events ({b.events_in_window} in the window) into {b.samples} samples at"
-                   f" {b.times} times; " + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items()))
+    summary = Text(
+        f"{len(result.alerts)} firings of {result.rules} alert rules ({result.rules_from}); replayed"
+        f" {b.events} events ({b.events_in_window} in the window) into {b.samples} samples at"
+        f" {b.times} times; " + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items())
+    )
     console_for(out).print(summary, soft_wrap=True)
 
 

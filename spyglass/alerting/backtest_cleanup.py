@@ -11,6 +11,7 @@ Guarantees:
   such pid, or a pid reused by a process started at another time), after killing a Prometheus
   whose storage path is inside it. A folder without a readable owner file is left alone.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,7 +45,7 @@ def process_start(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(stat[stat.rindex(")") + 2:].split()[19])
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
 
 
 def make_workdir() -> Path:

@@ -12,6 +12,7 @@
   gauges when its polls fail; after that the replay stops writing them and Prometheus lets them go
   stale (its 5-minute lookback: OpenMetrics text cannot carry a staleness marker).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -76,5 +77,8 @@ class ReplayState:
 def polled_intervals(sources: dict[str, collectors.SourceOptions]) -> dict[str, float]:
     """Source -> its poll interval, for the sources whose kind polls the present (collectors.Registration)."""
     registry = collectors.load_all()
-    return {name: o.interval_seconds for name, o in sources.items()
-            if registry[o.kind].polls_the_present and isinstance(o, collectors.PolledOptions)}
+    return {
+        name: o.interval_seconds
+        for name, o in sources.items()
+        if registry[o.kind].polls_the_present and isinstance(o, collectors.PolledOptions)
+    }

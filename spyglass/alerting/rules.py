@@ -3,6 +3,7 @@
 `spyglass rules --config F --out DIR` writes them for one deployment; the files committed in
 alerts/ are the ones for examples/strata.toml, and tests fail when they drift from this module.
 """
+
 from __future__ import annotations
 
 import re
@@ -94,19 +95,27 @@ def _alert_rule(d: Deployment, h: Heuristic, a: Alert) -> dict[str, Any]:
     if a.keep_firing_for:
         rule["keep_firing_for"] = scaled(d, a.keep_firing_for)
     rule["labels"] = {"severity": a.severity, "heuristic": h.id}
-    rule["annotations"] = {"summary": a.summary, "description": _description(h, a),
-                           "runbook_url": runbook_url(d, a.name), "evidence_url": evidence_url(d, a.name)}
+    rule["annotations"] = {
+        "summary": a.summary,
+        "description": _description(h, a),
+        "runbook_url": runbook_url(d, a.name),
+        "evidence_url": evidence_url(d, a.name),
+    }
     return rule
 
 
 def rule_groups(d: Deployment) -> dict[str, Any]:
     interval = f"{d.settings.evaluation_interval_seconds}s"
-    return {"groups": [
-        {"name": "spyglass-recording", "interval": interval,
-         "rules": [{"record": r.record, "expr": scaled_expr(d, r.expr)} for r in recording_rules(d)]},
-        {"name": "spyglass-alerts", "interval": interval,
-         "rules": [_alert_rule(d, h, a) for h, a in alerts(d)]},
-    ]}
+    return {
+        "groups": [
+            {
+                "name": "spyglass-recording",
+                "interval": interval,
+                "rules": [{"record": r.record, "expr": scaled_expr(d, r.expr)} for r in recording_rules(d)],
+            },
+            {"name": "spyglass-alerts", "interval": interval, "rules": [_alert_rule(d, h, a) for h, a in alerts(d)]},
+        ]
+    }
 
 
 def render_rules(d: Deployment) -> str:
@@ -132,14 +141,26 @@ def alertmanager_config(d: Deployment) -> dict[str, Any]:
     return {
         "global": {"resolve_timeout": "5m"},
         "route": {
-            "receiver": "ticket", "group_by": ["alertname", "host", "instance"],
-            "group_wait": "30s", "group_interval": "5m", "repeat_interval": "12h",
+            "receiver": "ticket",
+            "group_by": ["alertname", "host", "instance"],
+            "group_wait": "30s",
+            "group_interval": "5m",
+            "repeat_interval": "12h",
             "routes": [
-                {"matchers": ['alertname = "Watchdog"'], "receiver": "heartbeat",
-                 "group_wait": "0s", "group_interval": "1m", "repeat_interval": "1m"},
+                {
+                    "matchers": ['alertname = "Watchdog"'],
+                    "receiver": "heartbeat",
+                    "group_wait": "0s",
+                    "group_interval": "1m",
+                    "repeat_interval": "1m",
+                },
                 {"matchers": ['alertname = "EnginePlannedRestart"'], "receiver": "silent"},
-                {"matchers": ['severity = "critical"'], "receiver": "pager", "group_wait": "10s",
-                 "repeat_interval": "1h"},
+                {
+                    "matchers": ['severity = "critical"'],
+                    "receiver": "pager",
+                    "group_wait": "10s",
+                    "repeat_interval": "1h",
+                },
                 {"matchers": ['severity =~ "warning|info"'], "receiver": "ticket", "repeat_interval": "12h"},
             ],
         },
@@ -147,13 +168,21 @@ def alertmanager_config(d: Deployment) -> dict[str, Any]:
             # A crash loop, an engine not ready or an announced restart explains that instance's latency
             # and throughput, never another instance's: `equal` keeps the silence to one instance (of one
             # host: instance names are unique on a host only; an alert without `host` equals another without).
-            {"source_matchers": [f'alertname =~ "{"|".join(sources)}"'],
-             "target_matchers": [f'alertname =~ "{"|".join(targets)}"'], "equal": ["host", "instance"]},
-            {"source_matchers": ['alertname = "EngineHung"'], "target_matchers": ['alertname = "SpyglassSourceSilent"'],
-             "equal": ["host", "instance"]},
-            {"source_matchers": ['alertname = "EngineEvictionStorm"'],
-             "target_matchers": ['alertname =~ "EngineSnapshotOverBudget|EngineTTFTSpike"'],
-             "equal": ["host", "instance"]},
+            {
+                "source_matchers": [f'alertname =~ "{"|".join(sources)}"'],
+                "target_matchers": [f'alertname =~ "{"|".join(targets)}"'],
+                "equal": ["host", "instance"],
+            },
+            {
+                "source_matchers": ['alertname = "EngineHung"'],
+                "target_matchers": ['alertname = "SpyglassSourceSilent"'],
+                "equal": ["host", "instance"],
+            },
+            {
+                "source_matchers": ['alertname = "EngineEvictionStorm"'],
+                "target_matchers": ['alertname =~ "EngineSnapshotOverBudget|EngineTTFTSpike"'],
+                "equal": ["host", "instance"],
+            },
         ],
         "receivers": [
             _receiver("pager", s.pager_webhook_url, store=s.store_webhook_url),
@@ -174,24 +203,47 @@ def _code(language: str, text: str) -> list[str]:
 
 def render_runbook(d: Deployment, h: Heuristic, a: Alert) -> str:
     c = h.check
-    lines = [f"# {a.name}", "", f"`{h.id}` · severity `{a.severity}` · {h.title}", "",
-             "Generated by `spyglass rules` from spyglass/alerting/heuristics/; do not edit.", "",
-             "## Symptom", "", h.symptom, "", f"The alert: {a.summary}", "",
-             "```promql", scaled_expr(d, a.expr), "```", ""]
+    lines = [
+        f"# {a.name}",
+        "",
+        f"`{h.id}` · severity `{a.severity}` · {h.title}",
+        "",
+        "Generated by `spyglass rules` from spyglass/alerting/heuristics/; do not edit.",
+        "",
+        "## Symptom",
+        "",
+        h.symptom,
+        "",
+        f"The alert: {a.summary}",
+        "",
+        "```promql",
+        scaled_expr(d, a.expr),
+        "```",
+        "",
+    ]
     if a.for_ != "0m":
         lines[-1:-1] = []
         lines += [f"It fires after the condition has held for {scaled(d, a.for_)}.", ""]
-    lines += ["## What it usually is not", "",
-              "(no usual wrong guess recorded)" if h.wrong_guess == "-" else f"Usually not {h.wrong_guess}.", "",
-              "## The discriminating check", "", c.text, ""]
+    lines += [
+        "## What it usually is not",
+        "",
+        "(no usual wrong guess recorded)" if h.wrong_guess == "-" else f"Usually not {h.wrong_guess}.",
+        "",
+        "## The discriminating check",
+        "",
+        c.text,
+        "",
+    ]
     lines += _code("promql", c.promql) + _code("sql", c.sql) + _code("sh", c.shell)
     if c.sql:
-        lines += ["Run SQL with `spyglass sql --config examples/strata.toml \"...\"`.", ""]
+        lines += ['Run SQL with `spyglass sql --config examples/strata.toml "..."`.', ""]
     lines += ["## Knobs", "", *[f"- {k}" for k in h.knobs], ""]
     if h.thresholds:
         lines += ["## Thresholds", "", "| name | value | unit | meaning | setting |", "|---|---|---|---|---|"]
-        lines += [f"| {t.name} | {t.value:.6g} | {t.unit} | {t.meaning} | {t.setting and f'`{t.setting}`' or '—'} |"
-                  for t in h.thresholds] + [""]
+        lines += [
+            f"| {t.name} | {t.value:.6g} | {t.unit} | {t.meaning} | {t.setting and f'`{t.setting}`' or '—'} |"
+            for t in h.thresholds
+        ] + [""]
     lines += ["## History", "", f"Incident {h.incident}.", ""] + ([h.history, ""] if h.history else [])
     if h.diagnosis:
         lines += ["## Left to the forensic diagnosis", "", h.diagnosis, ""]
@@ -199,11 +251,18 @@ def render_runbook(d: Deployment, h: Heuristic, a: Alert) -> str:
 
 
 def render_docs(d: Deployment) -> str:
-    lines = ["# Alerts", "", "Generated by `spyglass rules` from `spyglass/alerting/heuristics/` for `examples/strata.toml`;"
-             " do not edit.", "",
-             "| heuristic | alert | severity | for | summary |", "|---|---|---|---|---|"]
-    lines += [f"| {h.id} | [{a.name}](../alerts/runbooks/{a.name}.md) | {a.severity} | {a.for_} | {a.summary} |"
-              for h, a in alerts(d)]
+    lines = [
+        "# Alerts",
+        "",
+        "Generated by `spyglass rules` from `spyglass/alerting/heuristics/` for `examples/strata.toml`; do not edit.",
+        "",
+        "| heuristic | alert | severity | for | summary |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {h.id} | [{a.name}](../alerts/runbooks/{a.name}.md) | {a.severity} | {a.for_} | {a.summary} |"
+        for h, a in alerts(d)
+    ]
     lines += ["", "## Heuristics", "", "| id | title | usual wrong first guess | beyond metrics |", "|---|---|---|---|"]
     lines += [f"| {h.id} | {h.title} | {h.wrong_guess} | {h.diagnosis or '—'} |" for h in catalogue(d)]
     lines += ["", "## Recording rules", ""] + [f"- `{r.record}`" for r in recording_rules(d)] + [""]

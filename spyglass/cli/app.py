@@ -1,4 +1,5 @@
 """The `spyglass` command: run, ingest, sql, trace, the forensic commands, rules, backfill, backtest, demo."""
+
 from __future__ import annotations
 
 import contextlib
@@ -14,8 +15,11 @@ from loguru import logger
 from spyglass import __version__
 from spyglass.config import Config, ConfigError, load_config
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Observability and blind-spot monitoring for a self-hosted MoE inference stack.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Observability and blind-spot monitoring for a self-hosted MoE inference stack.",
+)
 ConfigOption = Annotated[Path, typer.Option("--config", "-c", help="The agent's TOML config file.")]
 
 
@@ -24,9 +28,14 @@ def _request_id(value: str) -> str:
     return value.strip()
 
 
-RequestId = Annotated[str, typer.Argument(help="a request id (e.g. 20261019-124900-7aa82c), or its trace id"
-                                                " (32 hex digits, e.g. from an exemplar on /metrics)",
-                                           callback=_request_id)]
+RequestId = Annotated[
+    str,
+    typer.Argument(
+        help="a request id (e.g. 20261019-124900-7aa82c), or its trace id"
+        " (32 hex digits, e.g. from an exemplar on /metrics)",
+        callback=_request_id,
+    ),
+]
 
 
 class Format(str, Enum):
@@ -42,8 +51,11 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                                help="Print the version and exit.")] = False) -> None:
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
     """Observability and blind-spot monitoring for a self-hosted MoE inference stack."""
 
 
@@ -70,12 +82,15 @@ def run(config: ConfigOption) -> None:
         typer.echo(f"error: {exc}; set agent.cpus in {config} to CPUs of this host", err=True)
         raise typer.Exit(2) from None
     except ListenError as exc:
-        typer.echo(f"error: {exc}; set exporters.prometheus.listen in {config} to a free port,"
-                   " or stop what listens there", err=True)
+        typer.echo(
+            f"error: {exc}; set exporters.prometheus.listen in {config} to a free port, or stop what listens there",
+            err=True,
+        )
         raise typer.Exit(1) from None
     except StoreBusy as exc:
-        typer.echo(f"error: {exc}; one agent a store: stop it first, or give this one its own"
-                   f" agent.state_dir", err=True)
+        typer.echo(
+            f"error: {exc}; one agent a store: stop it first, or give this one its own agent.state_dir", err=True
+        )
         raise typer.Exit(1) from None
     except StoreUnusable as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -92,9 +107,13 @@ def run(config: ConfigOption) -> None:
 def tailed_files(config: Config) -> dict[str, Path]:
     """source -> path of every tailed file (a polled source's path, e.g. a model path, is not one)."""
     from spyglass import collectors
+
     kinds = collectors.load_all()
-    return {name: options.path.expanduser() for name, options in config.sources.items()
-            if options.path is not None and not kinds[options.kind].is_polled(options)}
+    return {
+        name: options.path.expanduser()
+        for name, options in config.sources.items()
+        if options.path is not None and not kinds[options.kind].is_polled(options)
+    }
 
 
 def missing_files(config: Config) -> list[tuple[str, Path]]:
@@ -102,9 +121,15 @@ def missing_files(config: Config) -> list[tuple[str, Path]]:
     return [(name, path) for name, path in tailed_files(config).items() if not path.exists()]
 
 
-SettledOption = Annotated[float | None, typer.Option(
-    "--settled-seconds", min=0, help="Read infer-store segments unchanged this long (default: each source's"
-    " settle_seconds, 30); 0 reads a copied segment at once.")]
+SettledOption = Annotated[
+    float | None,
+    typer.Option(
+        "--settled-seconds",
+        min=0,
+        help="Read infer-store segments unchanged this long (default: each source's"
+        " settle_seconds, 30); 0 reads a copied segment at once.",
+    ),
+]
 
 
 def with_settle(config: Config, seconds: float | None) -> Config:
@@ -113,15 +138,23 @@ def with_settle(config: Config, seconds: float | None) -> Config:
 
     if seconds is None:
         return config
-    sources = {**config.sources, **{name: o.model_copy(update={"settle_seconds": seconds})
-                                    for name, o in config.sources_of(InferStoreOptions).items()}}
+    sources = {
+        **config.sources,
+        **{
+            name: o.model_copy(update={"settle_seconds": seconds})
+            for name, o in config.sources_of(InferStoreOptions).items()
+        },
+    }
     return config.model_copy(update={"sources": sources})
 
 
 def unsettled_segments(pipeline: Any) -> dict[str, list[str]]:
     """infer_store source -> the segments its last poll left unread because they changed too recently."""
-    return {rt.name: list(rt.source.unsettled) for rt in pipeline.sources
-            if rt.kind == "infer_store" and getattr(rt.source, "unsettled", None)}
+    return {
+        rt.name: list(rt.source.unsettled)
+        for rt in pipeline.sources
+        if rt.kind == "infer_store" and getattr(rt.source, "unsettled", None)
+    }
 
 
 class CtrlC:
@@ -153,11 +186,20 @@ class CtrlC:
 
 
 @app.command()
-def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
-           poll: Annotated[bool, typer.Option("--poll", help="Also poll the sources that sample the present"
-                                              " (status endpoints, supervisord's API, /proc, model paths) once,"
-                                              " now. Off by default: on a stack that has stopped, such a poll only"
-                                              " stores that it is gone, stamped now.")] = False) -> None:
+def ingest(
+    config: ConfigOption,
+    settled_seconds: SettledOption = None,
+    poll: Annotated[
+        bool,
+        typer.Option(
+            "--poll",
+            help="Also poll the sources that sample the present"
+            " (status endpoints, supervisord's API, /proc, model paths) once,"
+            " now. Off by default: on a stack that has stopped, such a poll only"
+            " stores that it is gone, stamped now.",
+        ),
+    ] = False,
+) -> None:
     """Read every file source (and the infer store) to its current end, commit, exit. Run again: it adds
     nothing. Infer-store segments changed within the settle time are left for a later run, and said so.
 
@@ -180,8 +222,11 @@ def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
     try:
         store = open_store(cfg)
     except StoreBusy as exc:
-        typer.echo(f"error: {exc}. A running agent already reads these sources into the store: nothing to"
-                   " ingest while it runs (query it with `spyglass sql`); stop it first to ingest here", err=True)
+        typer.echo(
+            f"error: {exc}. A running agent already reads these sources into the store: nothing to"
+            " ingest while it runs (query it with `spyglass sql`); stop it first to ingest here",
+            err=True,
+        )
         raise typer.Exit(1) from None
     except StoreUnusable as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -208,9 +253,11 @@ def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
     events = [sum(rt.outcomes.get("event", 0) for rt in pipeline.sources) - before_events]
     lines = sum(tailer.stats.lines for tailer in tailers) - before
     stored = "stored" if cfg.exporters.store.enabled else "counted (store off)"
-    typer.echo(f"{'interrupted: ' if interrupted else ''}read {lines:,} lines from {files - len(missing)} of {files}"
-               f" files; {events[0]:,} events {stored}; {len(cfg.sources)} sources"
-               f"{'; the next ingest goes on from the last commit' if interrupted else ''}")
+    typer.echo(
+        f"{'interrupted: ' if interrupted else ''}read {lines:,} lines from {files - len(missing)} of {files}"
+        f" files; {events[0]:,} events {stored}; {len(cfg.sources)} sources"
+        f"{'; the next ingest goes on from the last commit' if interrupted else ''}"
+    )
     from spyglass.cli.checklog import unread_summary
 
     said = unread_summary(pipeline, before_outcomes)
@@ -218,9 +265,12 @@ def ingest(config: ConfigOption, settled_seconds: SettledOption = None,
         typer.echo(said)
     for name, segments in unsettled_segments(pipeline).items():
         settle = cfg.sources[name].settle_seconds
-        typer.echo(f"skipped {len(segments)} unsettled segment{'s' * (len(segments) != 1)} of sources.{name}"
-                   f" (changed within settle_seconds {settle:g} s; run again later, or --settled-seconds 0 for a"
-                   f" copy): {', '.join(segments[:5])}{' ...' if len(segments) > 5 else ''}", err=True)
+        typer.echo(
+            f"skipped {len(segments)} unsettled segment{'s' * (len(segments) != 1)} of sources.{name}"
+            f" (changed within settle_seconds {settle:g} s; run again later, or --settled-seconds 0 for a"
+            f" copy): {', '.join(segments[:5])}{' ...' if len(segments) > 5 else ''}",
+            err=True,
+        )
     if interrupted:
         raise typer.Exit(130)
 
@@ -231,11 +281,20 @@ class Preset(str, Enum):
 
 
 @app.command("check-log")
-def check_log(file: Annotated[Path, typer.Argument(help="A log file: llama-server's (any build since 2024, plain or as"
-                                                       " journald, syslog, docker or router mode captured it) or Strata's.")],
-              preset: Annotated[Preset | None, typer.Option(help="The engine log's preset; default: the one that reads"
-                                                              " more of the file's first lines.")] = None,
-              tz: Annotated[str, typer.Option(help="IANA zone of stamps that name none.")] = "UTC") -> None:
+def check_log(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="A log file: llama-server's (any build since 2024, plain or as"
+            " journald, syslog, docker or router mode captured it) or Strata's."
+        ),
+    ],
+    preset: Annotated[
+        Preset | None,
+        typer.Option(help="The engine log's preset; default: the one that reads more of the file's first lines."),
+    ] = None,
+    tz: Annotated[str, typer.Option(help="IANA zone of stamps that name none.")] = "UTC",
+) -> None:
     """Read a log without a store or a config: the events it yields by kind, the build and capture found, the
     time anchor used, and the shapes of the lines it could not read. Run it first on your own log."""
     from spyglass.cli.checklog import report
@@ -248,11 +307,17 @@ def check_log(file: Annotated[Path, typer.Argument(help="A log file: llama-serve
 
 
 @app.command()
-def sql(config: ConfigOption,
-        query: Annotated[str | None, typer.Argument(help="One SELECT statement over the store's tables (events,"
-                                                         " checkpoints); - reads it from stdin.")] = None,
-        file: Annotated[Path | None, typer.Option("--file", help="Read the query from this file.")] = None,
-        fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv or json")] = Format.table) -> None:
+def sql(
+    config: ConfigOption,
+    query: Annotated[
+        str | None,
+        typer.Argument(
+            help="One SELECT statement over the store's tables (events, checkpoints); - reads it from stdin."
+        ),
+    ] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="Read the query from this file.")] = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="table, csv or json")] = Format.table,
+) -> None:
     """Run a read-only query on the store's tables. The forensic views (requests, cache_events, ...) are
     `spyglass views`'s: it puts them in front of a query, over a window."""
     from spyglass.agent.query import QueryError, agent_api, run_readonly, show
@@ -291,8 +356,10 @@ def views_hint(error: str) -> str:
 
     missing = re.search(r"Table with name (\w+) does not exist", error)
     if missing and missing.group(1) in VIEWS:
-        return (f"\n{missing.group(1)} is a forensic view: `spyglass views \"<the query>\" -c CONFIG [--from ...]`"
-                " runs a query over the views (`spyglass views` lists them)")
+        return (
+            f'\n{missing.group(1)} is a forensic view: `spyglass views "<the query>" -c CONFIG [--from ...]`'
+            " runs a query over the views (`spyglass views` lists them)"
+        )
     return ""
 
 
@@ -333,8 +400,10 @@ app.command("baseline")(one_connection(upgrades.baseline))
 
 
 @app.command()
-def rules(config: ConfigOption,
-          out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the rule files.")] = Path("alerts")) -> None:
+def rules(
+    config: ConfigOption,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the rule files.")] = Path("alerts"),
+) -> None:
     """Write the Prometheus rules, runbooks and Alertmanager config for this deployment."""
     from spyglass.alerting.heuristics import Deployment
     from spyglass.alerting.rules import write
@@ -348,9 +417,10 @@ app.add_typer(store_app, name="store")
 
 
 @store_app.command("migrate")
-def store_migrate(config: ConfigOption,
-                  batch: Annotated[int, typer.Option(min=1, help="Events read, typed and written per step.")] = 50_000
-                  ) -> None:
+def store_migrate(
+    config: ConfigOption,
+    batch: Annotated[int, typer.Option(min=1, help="Events read, typed and written per step.")] = 50_000,
+) -> None:
     """Bring the store to the current schema (a table per event kind, the per-request rows) in one transaction; a
     kill leaves the old store whole. The agent does it at start; this does it without starting one (no agent may hold the file)."""
     import duckdb
@@ -374,8 +444,11 @@ def store_migrate(config: ConfigOption,
         moved = store.migrate(progress, batch)
     finally:
         store.close()
-    typer.echo(f"{cfg.store_path()}: schema {before} -> {SCHEMA_VERSION}, {moved} events migrated"
-               if before != SCHEMA_VERSION else f"{cfg.store_path()}: already at schema {SCHEMA_VERSION}")
+    typer.echo(
+        f"{cfg.store_path()}: schema {before} -> {SCHEMA_VERSION}, {moved} events migrated"
+        if before != SCHEMA_VERSION
+        else f"{cfg.store_path()}: already at schema {SCHEMA_VERSION}"
+    )
 
 
 FromOption = Annotated[str, typer.Option("--from", help="Start: RFC 3339 (no offset: UTC), epoch seconds, or now-1h.")]
@@ -383,13 +456,24 @@ ToOption = Annotated[str, typer.Option("--to", help="End: RFC 3339 (no offset: U
 
 
 @app.command()
-def backfill(config: ConfigOption, start: FromOption, end: ToOption,
-             out: Annotated[Path, typer.Option("--out", "-o", help="Folder for spyglass.om.")],
-             step: Annotated[str, typer.Option(help="Sample the replayed state this often.")] = "15s") -> None:
+def backfill(
+    config: ConfigOption,
+    start: FromOption,
+    end: ToOption,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for spyglass.om.")],
+    step: Annotated[str, typer.Option(help="Sample the replayed state this often.")] = "15s",
+) -> None:
     """Replay the stored events into OpenMetrics with timestamps, for promtool tsdb create-blocks-from openmetrics.
 
     Exit 2 on a usage error (the bounds of `spyglass backtest`: at most 31 days, a step of at least 1s)."""
-    from spyglass.alerting.backfill import OPENMETRICS_FILE, BackfillError, UsageError, parse_duration, parse_time, replay
+    from spyglass.alerting.backfill import (
+        OPENMETRICS_FILE,
+        BackfillError,
+        UsageError,
+        parse_duration,
+        parse_time,
+        replay,
+    )
     from spyglass.alerting.backtest import check_bounds
 
     cfg = _config(config)
@@ -403,19 +487,29 @@ def backfill(config: ConfigOption, start: FromOption, end: ToOption,
     except BackfillError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    typer.echo(f"wrote {result.samples} samples at {result.times} times from {result.events} events to {result.path};"
-               f" blocks: promtool tsdb create-blocks-from openmetrics {result.path} DATA_DIR")
+    typer.echo(
+        f"wrote {result.samples} samples at {result.times} times from {result.events} events to {result.path};"
+        f" blocks: promtool tsdb create-blocks-from openmetrics {result.path} DATA_DIR"
+    )
 
 
 @app.command()
-def backtest(config: ConfigOption, start: FromOption, end: ToOption,
-             rules: Annotated[Path | None, typer.Option(help="A rule file or a folder of them (default: the rules"
-                                                        " `spyglass rules` makes of --config, in memory).")] = None,
-             step: Annotated[str, typer.Option(help="Backfill sample interval (at least 1s).")] = "15s",
-             lookback: Annotated[str, typer.Option(help="History replayed before --from for windows and baselines.")] = "2h",
-             as_json: Annotated[bool, typer.Option("--json", help="Print {\"alerts\": [...], \"pending\": [...]}"
-                                                   " instead of tables.")] = False,
-             ) -> None:
+def backtest(
+    config: ConfigOption,
+    start: FromOption,
+    end: ToOption,
+    rules: Annotated[
+        Path | None,
+        typer.Option(
+            help="A rule file or a folder of them (default: the rules `spyglass rules` makes of --config, in memory)."
+        ),
+    ] = None,
+    step: Annotated[str, typer.Option(help="Backfill sample interval (at least 1s).")] = "15s",
+    lookback: Annotated[str, typer.Option(help="History replayed before --from for windows and baselines.")] = "2h",
+    as_json: Annotated[
+        bool, typer.Option("--json", help='Print {"alerts": [...], "pending": [...]} instead of tables.')
+    ] = False,
+) -> None:
     """Which alerts would have fired over a stored window: replay, blocks, Prometheus, for: applied.
 
     Exit 0 with the result; 1 when it cannot run (no store, nothing stored in the window, a bad rule file);
@@ -442,16 +536,21 @@ def backtest(config: ConfigOption, start: FromOption, end: ToOption,
 
 
 @app.command()
-def smoke(url: Annotated[str, typer.Option(help="The serve's base URL, e.g. http://127.0.0.1:8081.")],
-          samples: Annotated[Path, typer.Option(help="Fixed samples, one JSON request a line.")],
-          baseline: Annotated[Path | None, typer.Option(help="A baseline written by --record.")] = None,
-          record: Annotated[Path | None, typer.Option(help="Write this run's TTFTs as the baseline, if it passes.")] = None,
-          budget: Annotated[float, typer.Option(help="Seconds to wait for /health (the probe budget).")] = 600.0,
-          factor: Annotated[float, typer.Option(help="A TTFT above this times the baseline fails.")] = 2.0,
-          config: Annotated[Path | None, typer.Option("--config", "-c", help="Record the result in this agent's"
-                                                      " store, as a deploy event.")] = None,
-          instance: Annotated[str | None, typer.Option(help="The instance it gates (default: the config's"
-                                                       " serve_status source polling --url).")] = None) -> None:
+def smoke(
+    url: Annotated[str, typer.Option(help="The serve's base URL, e.g. http://127.0.0.1:8081.")],
+    samples: Annotated[Path, typer.Option(help="Fixed samples, one JSON request a line.")],
+    baseline: Annotated[Path | None, typer.Option(help="A baseline written by --record.")] = None,
+    record: Annotated[Path | None, typer.Option(help="Write this run's TTFTs as the baseline, if it passes.")] = None,
+    budget: Annotated[float, typer.Option(help="Seconds to wait for /health (the probe budget).")] = 600.0,
+    factor: Annotated[float, typer.Option(help="A TTFT above this times the baseline fails.")] = 2.0,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="Record the result in this agent's store, as a deploy event.")
+    ] = None,
+    instance: Annotated[
+        str | None,
+        typer.Option(help="The instance it gates (default: the config's serve_status source polling --url)."),
+    ] = None,
+) -> None:
     """The deploy gate: wait for /health within the budget, send fixed samples, check status, shape, finish
     reason and TTFT against the baseline; exit 1 with the reason on a regression, 2 on a bad samples file.
     With --config the result is stored as an event (through the running agent, else in a store no process holds)."""
@@ -474,8 +573,11 @@ def smoke(url: Annotated[str, typer.Option(help="The serve's base URL, e.g. http
         cfg = _config(config)
         instance = instance or instance_for(cfg, url)
         if not instance:
-            typer.echo(f"error: --instance: no serve_status source of {config} polls {url}; say which instance"
-                       " the gate is for", err=True)
+            typer.echo(
+                f"error: --instance: no serve_status source of {config} polls {url}; say which instance"
+                " the gate is for",
+                err=True,
+            )
             raise typer.Exit(2)
     verdict = run_smoke(url, loaded, base, budget, factor)
     if cfg is not None and instance:
@@ -496,12 +598,17 @@ def smoke(url: Annotated[str, typer.Option(help="The serve's base URL, e.g. http
 
 
 @app.command()
-def demo(seconds: Annotated[float, typer.Option(help="Stop after this long; 0 runs until Ctrl-C.")] = 0.0,
-         listen: Annotated[str, typer.Option(help="host:port for /metrics.")] = "127.0.0.1:9464",
-         scenario: Annotated[str | None, typer.Option(help="Run one scenario (healthy, eviction-storm, ...)"
-                                                          " instead of the mix.")] = None,
-         keep: Annotated[Path | None, typer.Option(help="Run in this new or empty folder and keep the stack's"
-                                                        " logs, the store and its config there.")] = None) -> None:
+def demo(
+    seconds: Annotated[float, typer.Option(help="Stop after this long; 0 runs until Ctrl-C.")] = 0.0,
+    listen: Annotated[str, typer.Option(help="host:port for /metrics.")] = "127.0.0.1:9464",
+    scenario: Annotated[
+        str | None, typer.Option(help="Run one scenario (healthy, eviction-storm, ...) instead of the mix.")
+    ] = None,
+    keep: Annotated[
+        Path | None,
+        typer.Option(help="Run in this new or empty folder and keep the stack's logs, the store and its config there."),
+    ] = None,
+) -> None:
     """Run the emulated stack under supervisord with incident scenarios, and the agent on it."""
     from spyglass.agent.server import ListenError
     from spyglass.cli.demo import run_demo

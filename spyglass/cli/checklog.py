@@ -2,6 +2,7 @@
 on one's own log: the events it recognizes by kind, the build and capture it detected, how it placed the
 lines in time, and the shapes of the lines it could not read. And the one line `ingest` and `run` say about
 the lines a source could not read."""
+
 from __future__ import annotations
 
 import os
@@ -16,10 +17,12 @@ from spyglass.collectors.grammar import Miss
 PRESETS = ("llama_server", "strata")
 CHUNK = 4096  # lines per batch, as a tailer hands them over
 SAMPLE = 2000  # lines each preset reads when none is given
-ANCHORS = {"wrapper": "the capture's own clock (journald, syslog, docker) or the 2024 formats' own timestamp",
-           "process": "the start time of the running llama-server that writes the file",
-           "mtime": "the file's mtime minus the last stamp read (the stamps count from the process start)",
-           "next": "placed to end where the next process's lines begin"}
+ANCHORS = {
+    "wrapper": "the capture's own clock (journald, syslog, docker) or the 2024 formats' own timestamp",
+    "process": "the start time of the running llama-server that writes the file",
+    "mtime": "the file's mtime minus the last stamp read (the stamps count from the process start)",
+    "next": "placed to end where the next process's lines begin",
+}
 UNREADABLE = (Miss.UNMATCHED, Miss.UNPREFIXED)
 
 
@@ -97,16 +100,26 @@ def report(path: Path, preset: str | None, tz: str = "UTC", top: int = 8) -> tup
         out.append("format:      " + ", ".join(f"{names.get(f, f)} ({n:,} lines)" for f, n in forms.most_common()))
     if preset == "llama_server":
         builds = sorted(set(getattr(src, "builds", [])))
-        out.append("build:       " + (", ".join(builds) if builds else "not named in the log (the poller reads it from /props)"))
+        out.append(
+            "build:       "
+            + (", ".join(builds) if builds else "not named in the log (the poller reads it from /props)")
+        )
         anchors = Counter(getattr(src, "anchors", []))
-        out.append("time anchor: " + ("; ".join(f"{a}: {ANCHORS.get(a, a)} ({n} process{'es' * (n > 1)})"
-                                                 for a, n in anchors.most_common()) or "none: no line of llama-server's"))
+        out.append(
+            "time anchor: "
+            + (
+                "; ".join(f"{a}: {ANCHORS.get(a, a)} ({n} process{'es' * (n > 1)})" for a, n in anchors.most_common())
+                or "none: no line of llama-server's"
+            )
+        )
     kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(reading.events.items(), key=lambda kv: (-kv[1], kv[0])))
     out.append(f"events:      {kinds or 'none'}")
     share = reading.unreadable / reading.lines if reading.lines else 0.0
     known = reading.misses[Miss.IGNORED] + reading.misses["joined"]
-    out.append(f"lines:       {reading.unreadable:,} unreadable ({share:.0%}); {known:,} known (no event of their own);"
-               f" {sum(v for k, v in reading.misses.items() if k.startswith('invalid')):,} invalid")
+    out.append(
+        f"lines:       {reading.unreadable:,} unreadable ({share:.0%}); {known:,} known (no event of their own);"
+        f" {sum(v for k, v in reading.misses.items() if k.startswith('invalid')):,} invalid"
+    )
     shapes: Counter[str] = Counter(getattr(src, "shapes", None) or {})
     if shapes:
         out.append("unreadable shapes (digits as 9):")
@@ -119,13 +132,17 @@ def advice(preset: str, share: float, reading: Reading) -> str:
     if reading.lines == 0:
         return "the file is empty: point llama-server's --log-file (or the capture) at it and run again"
     if share > 0.5:
-        return ("most lines have no shape spyglass knows: try the other --preset, check the capture, or add"
-                " [sources.NAME.patterns] for them (docs/config.md); the drift alarm SpyglassSourceUnreadable"
-                " would fire on this log")
+        return (
+            "most lines have no shape spyglass knows: try the other --preset, check the capture, or add"
+            " [sources.NAME.patterns] for them (docs/config.md); the drift alarm SpyglassSourceUnreadable"
+            " would fire on this log"
+        )
     if not reading.events:
         return "no event: is this the server's log (not its stdout of another program)?"
-    return (f"configure it as [sources.NAME] kind = \"engine_log\", preset = \"{preset}\", path = ... and run"
-            " `spyglass ingest --config FILE` (docs/llama-server.md)")
+    return (
+        f'configure it as [sources.NAME] kind = "engine_log", preset = "{preset}", path = ... and run'
+        " `spyglass ingest --config FILE` (docs/llama-server.md)"
+    )
 
 
 def unread_summary(pipeline: Any, before: dict[str, tuple[dict[str, int], int]] | None = None) -> str | None:
@@ -142,7 +159,10 @@ def unread_summary(pipeline: Any, before: dict[str, tuple[dict[str, int], int]] 
     if not found:
         return None
     found.sort(key=lambda item: -item[0])
-    parts = [f"{unread:,} {'' if total is None else f'of {total:,} '}lines of sources.{rt.name}" for unread, total, rt in found]
+    parts = [
+        f"{unread:,} {'' if total is None else f'of {total:,} '}lines of sources.{rt.name}"
+        for unread, total, rt in found
+    ]
     options = pipeline.config.sources[found[0][2].name]
     preset = getattr(options, "preset", None)
     hint = f"spyglass check-log {options.path}" + (f" --preset {preset}" if preset else "")

@@ -1,5 +1,6 @@
 """The rich Console every command prints its tables and trees on, and how data is made safe to print:
 as text (never rich markup), with control characters escaped, and CSV cells no spreadsheet runs."""
+
 from __future__ import annotations
 
 import json

@@ -7,6 +7,7 @@ Needs nothing outside this machine: the stack runs on 127.0.0.1, the agent serve
 the folder is removed, or with `keep` left with the logs, the store and the config that reads
 them, and the commands to query them are printed.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -42,8 +43,10 @@ from spyglass.engine.emulator.stack import Stack
 from spyglass.signals.state import MetricState
 
 # strata-b gets the seed's troubles: a cache too small for its snapshots, an old serve build.
-DEMO_ENGINES: dict[str, dict[str, Any]] = {"strata-a": {"cache_mib": 65_536},
-                "strata-b": {"escape_fix": False, "serve_version": "2026.10.16"}}
+DEMO_ENGINES: dict[str, dict[str, Any]] = {
+    "strata-a": {"cache_mib": 65_536},
+    "strata-b": {"escape_fix": False, "serve_version": "2026.10.16"},
+}
 MIX = ("healthy", "eviction-storm", "special-tokens", "plan-then-eos", "assembly-drop", "token-count")
 History = deque[tuple[float, float]]  # (monotonic seconds, value), oldest first
 
@@ -91,7 +94,9 @@ class Increase:
         return f"+{growth(history, self.seconds):,.0f} in {self.seconds / 60:g} min"
 
     def __str__(self) -> str:
-        return f"+{self.by:g} in {self.seconds / 60:g} min" + (f", after {self.settle / 60:g} min" if self.settle else "")
+        return f"+{self.by:g} in {self.seconds / 60:g} min" + (
+            f", after {self.settle / 60:g} min" if self.settle else ""
+        )
 
 
 @dataclass(frozen=True)
@@ -167,8 +172,11 @@ class Signal:
                 name = f"lane {labels[label]}" if label == "lane" else labels[label]
                 parts[name] = parts.get(name, 0.0) + value
         ranked = sorted(parts.items(), key=lambda kv: -kv[1])
-        spread = ranked[0][0] if len(ranked) == 1 else ", ".join(f"{n} {v:,.0f}" for n, v in ranked[:3]) + (
-            " ..." if len(ranked) > 3 else "")
+        spread = (
+            ranked[0][0]
+            if len(ranked) == 1
+            else ", ".join(f"{n} {v:,.0f}" for n, v in ranked[:3]) + (" ..." if len(ranked) > 3 else "")
+        )
         return ", ".join(p for p in (fixed, spread) if p)
 
 
@@ -180,26 +188,56 @@ def incident_signals(heuristics: dict[str, Heuristic]) -> list[Signal]:
     loop = heuristics["H13"]
     crash_loop = Increase(loop.threshold("spawns"), loop.threshold("window_minutes") * 60)
     return [
-        Signal("evictions, strata-b (engine's own counter)", "evictions-b",
-               "spyglass_engine_evictions_total", {"instance": "strata-b"}, Faster(evictions_per_minute)),
-        Signal("long prompts restored only from a checkpoint", "checkpoint-only",
-               "spyglass_engine_long_prompts_checkpoint_only_total", rule=Above(0)),
-        Signal("thinking-only responses with special tokens", "special-tokens",
-               "spyglass_infer_thinking_only_total", {"special_tokens": "yes"}, Above(0)),
+        Signal(
+            "evictions, strata-b (engine's own counter)",
+            "evictions-b",
+            "spyglass_engine_evictions_total",
+            {"instance": "strata-b"},
+            Faster(evictions_per_minute),
+        ),
+        Signal(
+            "long prompts restored only from a checkpoint",
+            "checkpoint-only",
+            "spyglass_engine_long_prompts_checkpoint_only_total",
+            rule=Above(0),
+        ),
+        Signal(
+            "thinking-only responses with special tokens",
+            "special-tokens",
+            "spyglass_infer_thinking_only_total",
+            {"special_tokens": "yes"},
+            Above(0),
+        ),
         Signal("plan, then EOS", "plan-eos", "spyglass_infer_plan_then_stop_total", rule=Above(0)),
         Signal("task anchor dropped by assembly", "anchor-lost", "spyglass_infer_anchor_lost_total", rule=Above(0)),
         Signal("overfit 400s at the gateway", "overfits", "spyglass_gateway_overfits_total", rule=Above(0)),
-        Signal("blind retries after an overfit", "blind-retries", "spyglass_gateway_blind_retries_total", rule=Above(0)),
-        Signal("unexpected process exits (supervisord)", "unexpected-exits",  # a crash loop, before FATAL
-               "spyglass_supervisord_exits_total", {"expected": "false"}, crash_loop),
+        Signal(
+            "blind retries after an overfit", "blind-retries", "spyglass_gateway_blind_retries_total", rule=Above(0)
+        ),
+        Signal(
+            "unexpected process exits (supervisord)",
+            "unexpected-exits",  # a crash loop, before FATAL
+            "spyglass_supervisord_exits_total",
+            {"expected": "false"},
+            crash_loop,
+        ),
         Signal("programs that gave up (FATAL)", "fatal", "spyglass_supervisord_fatal_total", rule=Above(0)),
         Signal("engines still loading", "loading", "spyglass_serve_state", {"state": "loading"}, Held(60)),
-        Signal("compute-graph rebuilds", "rebuilds",  # each new shape once: many while the stack warms up
-               "spyglass_engine_graph_rebuilds_total", rule=Increase(5, 60, settle=120)),
+        Signal(
+            "compute-graph rebuilds",
+            "rebuilds",  # each new shape once: many while the stack warms up
+            "spyglass_engine_graph_rebuilds_total",
+            rule=Increase(5, 60, settle=120),
+        ),
         # What EngineCPUsShared fires on: the CPUs both processes may run on (host), or their start lines' lists.
-        Signal("CPUs the two engines may share", "shared-cpus", "spyglass_host_shared_cpus", {"instance": "strata-a"},
-               Above(0),
-               also=(("spyglass_engine_shared_cpus", {"instance": "strata-a"}),)),
+        Signal(
+            "CPUs the two engines may share",
+            "shared-cpus",
+            "spyglass_host_shared_cpus",
+            {"instance": "strata-a"},
+            Above(0),
+            also=(("spyglass_engine_shared_cpus", {"instance": "strata-a"}),),
+        ),
         Signal("requests answered by the gateway", "requests", "spyglass_gateway_requests_total"),
     ]
 
@@ -228,13 +266,15 @@ class Board:
 
     def rows(self) -> list[tuple[Signal, float, bool]]:
         """(signal, latest value, abnormal) for every signal sampled at least once."""
-        return [(s, h[-1][1], s.rule is not None and s.rule.abnormal(h))
-                for s, h in zip(self.signals, self.history) if h]
+        return [
+            (s, h[-1][1], s.rule is not None and s.rule.abnormal(h)) for s, h in zip(self.signals, self.history) if h
+        ]
 
     def status_line(self, elapsed: float) -> str:
         """Every signal's value on one line; `!` marks the abnormal ones."""
-        return f"{elapsed:4.0f}s  " + "  ".join(f"{s.short} {value:.0f}{'!' if abnormal else ''}"
-                                                for s, value, abnormal in self.rows())
+        return f"{elapsed:4.0f}s  " + "  ".join(
+            f"{s.short} {value:.0f}{'!' if abnormal else ''}" for s, value, abnormal in self.rows()
+        )
 
     def elapsed(self, now: float | None = None) -> float:
         """Seconds since the first sample (to `now`, else to the last sample)."""
@@ -247,14 +287,27 @@ class Board:
         """The signals: each one's total, what its rule compares now (a rate for a rate: never a running total
         against "a minute"), where it comes from (instance, program or lane), and whether it is abnormal."""
         minutes, seconds = divmod(int(self.elapsed(now)), 60)
-        table = Table("signal", "where", "total", "now", "abnormal when", "",
-                      title=f"spyglass demo: incident signals after {minutes} min {seconds:02d} s")
+        table = Table(
+            "signal",
+            "where",
+            "total",
+            "now",
+            "abnormal when",
+            "",
+            title=f"spyglass demo: incident signals after {minutes} min {seconds:02d} s",
+        )
         for (row, value, abnormal), where in zip(self.rows(), self.wheres):
             history = self.history[self.signals.index(row)]
             now_text = row.rule.measured(history) if row.rule is not None else ""
             shown = "" if now_text == f"{value:,.0f}" else f"{value:,.0f}"  # a level: its value once, under "now"
-            table.add_row(row.label, where, shown, f"[bold red]{now_text}[/]" if abnormal else now_text,
-                          str(row.rule or "-"), "[bold red]abnormal[/]" if abnormal else "")
+            table.add_row(
+                row.label,
+                where,
+                shown,
+                f"[bold red]{now_text}[/]" if abnormal else now_text,
+                str(row.rule or "-"),
+                "[bold red]abnormal[/]" if abnormal else "",
+            )
         return table
 
 
@@ -296,13 +349,16 @@ def pinned(engines_patch: dict[str, dict[str, Any]], cpus: list[int]) -> dict[st
     on every CPU of the machine: the host source measures that as shared CPUs and EngineCPUsShared fires,
     whatever the start lines say. Pinned, the demo's table, the alert and the banners agree."""
     names = ("strata-a", "strata-b")
-    if len(cpus) < 2 or any(engines_patch.get(n, {}).get("shares_cores") or "affinity" in engines_patch.get(n, {})
-                            for n in names):
+    if len(cpus) < 2 or any(
+        engines_patch.get(n, {}).get("shares_cores") or "affinity" in engines_patch.get(n, {}) for n in names
+    ):
         return engines_patch
     half = len(cpus) // 2
     parts = {"strata-a": cpus[:half], "strata-b": cpus[half:]}
-    return {n: {**engines_patch.get(n, {}), "affinity": parts[n], "cpus": ",".join(map(str, parts[n]))}
-            for n in {*engines_patch, *names}}
+    return {
+        n: {**engines_patch.get(n, {}), "affinity": parts[n], "cpus": ",".join(map(str, parts[n]))}
+        for n in {*engines_patch, *names}
+    }
 
 
 def build_stack(folder: Path, listen: str, scenario: str | None) -> tuple[Stack, dict[str, Any]]:
@@ -311,9 +367,13 @@ def build_stack(folder: Path, listen: str, scenario: str | None) -> tuple[Stack,
     chosen = SCENARIOS[scenario] if scenario else None
     engines_patch = pinned(dict(chosen.engine_patch) if chosen else DEMO_ENGINES, sorted(os.sched_getaffinity(0)))
     gateway_patch = dict(chosen.gateway_patch) if chosen else {"assembly_budget_chars": 20_000}
-    stack = Stack(folder / "stack", free_port_base(),
-                  {name: {**engines_patch.get(name, {}), **traced} for name in ("strata-a", "strata-b")},
-                  {**gateway_patch, **traced}, set(chosen.crash_loop) if chosen else set())
+    stack = Stack(
+        folder / "stack",
+        free_port_base(),
+        {name: {**engines_patch.get(name, {}), **traced} for name in ("strata-a", "strata-b")},
+        {**gateway_patch, **traced},
+        set(chosen.crash_loop) if chosen else set(),
+    )
     document = stack.spyglass_config(folder / "spyglass")
     document["exporters"]["prometheus"] = {"listen": listen}
     return stack, document
@@ -340,8 +400,9 @@ class CatchUp:
                 self.done.set()
 
 
-def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str | None = None,
-             keep: Path | None = None) -> None:
+def run_demo(
+    seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str | None = None, keep: Path | None = None
+) -> None:
     """The mix on a troubled stack, or one scenario (`scenario`) on the stack it describes."""
     console = Console()
     if scenario is not None and scenario not in SCENARIOS:
@@ -370,12 +431,22 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str
     try:
         stack.wait_ready(SCENARIOS[scenario].ready if scenario else ("strata-a", "strata-b"))
         runner.start()
-        threading.Thread(target=drive_mix, args=(stack.url, stop_driver, mix), name="load-driver",
-                         daemon=True).start()
+        threading.Thread(target=drive_mix, args=(stack.url, stop_driver, mix), name="load-driver", daemon=True).start()
         width = console.width if console.is_terminal else None
-        console.print(banner(mix, listen, config_file, agent.config.store_path(), stack.folder, keep is not None,
-                             stack.engines["strata-a"].time_scale, width),
-                      soft_wrap=width is None, highlight=False)
+        console.print(
+            banner(
+                mix,
+                listen,
+                config_file,
+                agent.config.store_path(),
+                stack.folder,
+                keep is not None,
+                stack.engines["strata-a"].time_scale,
+                width,
+            ),
+            soft_wrap=width is None,
+            highlight=False,
+        )
         _watch(agent, runner, board, console, seconds, config_file, stopping)
     finally:
         stop_driver.set()
@@ -394,7 +465,9 @@ def run_demo(seconds: float = 0.0, listen: str = "127.0.0.1:9464", scenario: str
         console.print(board.table())
         if keep:
             ended = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
-            print_kept(console, folder, config_file, agent, request, (began, ended), stack.engines["strata-a"].time_scale)
+            print_kept(
+                console, folder, config_file, agent, request, (began, ended), stack.engines["strata-a"].time_scale
+            )
         else:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -408,19 +481,31 @@ def sql_words(config: Path, query: str) -> list[str]:
     return [command(), "sql", f"-c {shlex.quote(str(config))}", f'"{query}"' if plain_double else shlex.quote(query)]
 
 
-def banner(mix: tuple[str, ...], listen: str, config: Path, store: Path, logs: Path, kept: bool,
-           time_scale: float = 1.0, width: int | None = None) -> Any:
+def banner(
+    mix: tuple[str, ...],
+    listen: str,
+    config: Path,
+    store: Path,
+    logs: Path,
+    kept: bool,
+    time_scale: float = 1.0,
+    width: int | None = None,
+) -> Any:
     """The demo's first lines (a rich Text: a path with brackets in it prints as written); the command in
     them continued with ` \\` past `width`, never broken by the terminal."""
     from rich.text import Text
 
     ending = f"keeps {config.parent}" if kept else "removes it all (--keep DIR keeps it)"
-    return Text.assemble(("spyglass demo", "bold"), (
-        f": the emulated Strata stack under supervisord, driven by {', '.join(mix)}\n"
-        f"  metrics     http://{listen}/metrics\n  sources     http://{listen}/debug/sources\n"
-        f"  SQL (runs as printed):\n{shell_lines(sql_words(config, SQL_KINDS), width, '    ')}\n"
-        f"  store       {store}\n  stack logs  {logs}\n  clock       {clock_note(time_scale)}\n"
-        f"  Ctrl-C stops it and {ending}."))
+    return Text.assemble(
+        ("spyglass demo", "bold"),
+        (
+            f": the emulated Strata stack under supervisord, driven by {', '.join(mix)}\n"
+            f"  metrics     http://{listen}/metrics\n  sources     http://{listen}/debug/sources\n"
+            f"  SQL (runs as printed):\n{shell_lines(sql_words(config, SQL_KINDS), width, '    ')}\n"
+            f"  store       {store}\n  stack logs  {logs}\n  clock       {clock_note(time_scale)}\n"
+            f"  Ctrl-C stops it and {ending}."
+        ),
+    )
 
 
 def clock_note(time_scale: float) -> str:
@@ -428,9 +513,11 @@ def clock_note(time_scale: float) -> str:
     it logs are the model's, while its timestamps are the wall clock."""
     if time_scale >= 1.0:
         return "durations and timestamps are both the wall clock"
-    return (f"the emulated engines run {1 / time_scale:g}x faster than the model they imitate: the durations"
-            f" they and the gateway log (ttft_ms, dur_ms, prompt read ms, load s) are model time, {1 / time_scale:g}"
-            " times the wall clock their timestamps and spans keep")
+    return (
+        f"the emulated engines run {1 / time_scale:g}x faster than the model they imitate: the durations"
+        f" they and the gateway log (ttft_ms, dur_ms, prompt read ms, load s) are model time, {1 / time_scale:g}"
+        " times the wall clock their timestamps and spans keep"
+    )
 
 
 STORM = "EngineEvictionStorm"  # the mix's own incident: strata-b's cache is too small for its snapshots
@@ -455,30 +542,49 @@ def window_commands(config: Path, start: datetime, end: datetime, width: int | N
     with contextlib.suppress(ValueError):
         rules = rules.relative_to(Path.cwd())
     span = [f"--from {first}", f"--to {last}"]
-    lines = [f"its window, {first} to {last} (UTC):",
-             shell_lines([spyglass, "diagnose", c, *span], width),
-             shell_lines([spyglass, "timeline", c, *span, "--exclude-kind span"], width),
-             shell_lines([spyglass, "backtest", c, *span, "--lookback 30m", f"--rules {rules}"], width)]
+    lines = [
+        f"its window, {first} to {last} (UTC):",
+        shell_lines([spyglass, "diagnose", c, *span], width),
+        shell_lines([spyglass, "timeline", c, *span, "--exclude-kind span"], width),
+        shell_lines([spyglass, "backtest", c, *span, "--lookback 30m", f"--rules {rules}"], width),
+    ]
     need = storm_needs()
     if (end - start).total_seconds() < need + 120:
-        lines.append(f"  ({STORM} needs strata-b evicting for {need / 60:g} min, its rate window and its for:;"
-                     f" this demo ran {(end - start).total_seconds() / 60:.0f} min, so its backtest cannot show it"
-                     f" (the other alerts the mix caused, it shows): --seconds {int(need) + 300} gives it time)")
+        lines.append(
+            f"  ({STORM} needs strata-b evicting for {need / 60:g} min, its rate window and its for:;"
+            f" this demo ran {(end - start).total_seconds() / 60:.0f} min, so its backtest cannot show it"
+            f" (the other alerts the mix caused, it shows): --seconds {int(need) + 300} gives it time)"
+        )
     return lines
 
 
-def print_kept(console: Console, folder: Path, config: Path, agent: Agent, request: str | None,
-               window: tuple[datetime, datetime] | None = None, time_scale: float = 1.0) -> None:
+def print_kept(
+    console: Console,
+    folder: Path,
+    config: Path,
+    agent: Agent,
+    request: str | None,
+    window: tuple[datetime, datetime] | None = None,
+    time_scale: float = 1.0,
+) -> None:
     spyglass, c = command(), f"-c {shlex.quote(str(config))}"
     width = console.width if console.is_terminal else None
     logs = ", ".join(sorted(p.name for p in (folder / "stack").iterdir() if p.suffix == ".log" or p.name == "infer"))
-    lines = [f"kept in {folder}:", f"  config      {config}", f"  store       {agent.config.store_path()}",
-             f"  stack logs  {folder / 'stack'} ({logs})", "query them:",
-             shell_lines(sql_words(config, "SELECT source, kind, count(*) AS n FROM events GROUP BY ALL ORDER BY n DESC"),
-                         width),
-             shell_lines(sql_words(config, "SELECT reason, count(*) AS n FROM events_engine_log WHERE kind = 'evict'"
-                                           " GROUP BY ALL"), width),
-             shell_lines([spyglass, "trace", c, request or "REQUEST_ID"], width)]
+    lines = [
+        f"kept in {folder}:",
+        f"  config      {config}",
+        f"  store       {agent.config.store_path()}",
+        f"  stack logs  {folder / 'stack'} ({logs})",
+        "query them:",
+        shell_lines(
+            sql_words(config, "SELECT source, kind, count(*) AS n FROM events GROUP BY ALL ORDER BY n DESC"), width
+        ),
+        shell_lines(
+            sql_words(config, "SELECT reason, count(*) AS n FROM events_engine_log WHERE kind = 'evict' GROUP BY ALL"),
+            width,
+        ),
+        shell_lines([spyglass, "trace", c, request or "REQUEST_ID"], width),
+    ]
     if window:
         lines += window_commands(config, *window, width=width)
     lines.append(f"clock: {clock_note(time_scale)}")
@@ -501,10 +607,16 @@ def finished_request(agent: Agent, settled_seconds: float = 6.0) -> str | None:
             " AND d.request_id IN (SELECT request_id FROM events WHERE kind = 'span' AND instance = 'rag-proxy')"
             " AND d.request_id IN (SELECT request_id FROM events_otlp WHERE kind = 'span' AND instance LIKE 'strata-%'"
             "                      AND name IN ('POST /v1/messages', 'POST /v1/chat/completions'))"
-            " ORDER BY d.ts DESC LIMIT 1").fetchone()
-        row = row or cursor.execute("SELECT request_id FROM events WHERE source = 'gateway' AND kind = 'done'"
-                                    " AND ts < now() - to_seconds(?) ORDER BY ts DESC LIMIT 1",
-                                    [settled_seconds]).fetchone()
+            " ORDER BY d.ts DESC LIMIT 1"
+        ).fetchone()
+        row = (
+            row
+            or cursor.execute(
+                "SELECT request_id FROM events WHERE source = 'gateway' AND kind = 'done'"
+                " AND ts < now() - to_seconds(?) ORDER BY ts DESC LIMIT 1",
+                [settled_seconds],
+            ).fetchone()
+        )
     finally:
         cursor.close()
     return row[0] if row else None
@@ -523,15 +635,27 @@ def stop_on_signals() -> threading.Event:
     return stopping
 
 
-def _watch(agent: Agent, runner: threading.Thread, board: Board, console: Console, seconds: float,
-           config: Path, stopping: threading.Event) -> None:
+def _watch(
+    agent: Agent,
+    runner: threading.Thread,
+    board: Board,
+    console: Console,
+    seconds: float,
+    config: Path,
+    stopping: threading.Event,
+) -> None:
     deadline = time.monotonic() + seconds if seconds else None
     hint: list[str] = []  # the trace hint, once a request finished: under the live table, or printed to a pipe
-    threading.Thread(target=_hint_trace, args=(agent, console, config, hint, not console.is_terminal,
-                                               console.width if console.is_terminal else None),
-                     name="trace-hint", daemon=True).start()
-    running = lambda: (runner.is_alive() and not stopping.is_set()  # noqa: E731
-                       and (deadline is None or time.monotonic() < deadline))
+    threading.Thread(
+        target=_hint_trace,
+        args=(agent, console, config, hint, not console.is_terminal, console.width if console.is_terminal else None),
+        name="trace-hint",
+        daemon=True,
+    ).start()
+
+    def running() -> bool:
+        return runner.is_alive() and not stopping.is_set() and (deadline is None or time.monotonic() < deadline)
+
     board.sample(agent.pipeline.state, time.monotonic())
     if console.is_terminal:
         from rich.console import Group
@@ -563,8 +687,11 @@ def logs_above(console: Console) -> Iterator[None]:
     from rich.text import Text
 
     logger.remove()
-    sink = logger.add(lambda message: console.print(Text(str(message).rstrip("\n")), highlight=False), level="INFO",
-                      format="{time:HH:mm:ss} {level} {message}")
+    sink = logger.add(
+        lambda message: console.print(Text(str(message).rstrip("\n")), highlight=False),
+        level="INFO",
+        format="{time:HH:mm:ss} {level} {message}",
+    )
     try:
         yield
     finally:
@@ -572,8 +699,9 @@ def logs_above(console: Console) -> Iterator[None]:
         logger.add(sys.stderr, level="INFO")
 
 
-def _hint_trace(agent: Agent, console: Console, config: Path, hint: list[str], printed: bool,
-                width: int | None = None) -> None:
+def _hint_trace(
+    agent: Agent, console: Console, config: Path, hint: list[str], printed: bool, width: int | None = None
+) -> None:
     """Once a request has finished and settled, the command that shows its trace: added to `hint`, and
     printed when `printed` (to a pipe; a terminal's live table shows the hint itself)."""
     while not agent.stop.wait(5.0):

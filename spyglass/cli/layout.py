@@ -9,6 +9,7 @@ gives way in this order, and a key is never cut:
   3. labels drop, said under the table (`--format json` has them);
   4. only then one block a row (a row of keys wider than the terminal).
 """
+
 from __future__ import annotations
 
 import re
@@ -16,8 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-KEY_NAME = re.compile(r"(^|_)(alert|alertname|instance|request_id|trace_id|id|severity|program|deploy|utc"
-                      r"|fired|resolved|since|status|exit_status|pid|port)$|^(at|when|where|figure|value|n|count)$")
+KEY_NAME = re.compile(
+    r"(^|_)(alert|alertname|instance|request_id|trace_id|id|severity|program|deploy|utc"
+    r"|fired|resolved|since|status|exit_status|pid|port)$|^(at|when|where|figure|value|n|count)$"
+)
 LABEL_NAME = re.compile(r"(^|_)(labels|session|tags|missing|heuristic)$")
 SECOND_CLOCK = re.compile(r"(^|_)beijing$")
 WRAP_FLOOR = 8  # the narrowest a wrapped column gets, in cells
@@ -89,8 +92,9 @@ def one_date(cells: Sequence[str]) -> str | None:
     return next(iter(dates)) if len(dates) == 1 else None
 
 
-def plan(names: Sequence[str], rows: Sequence[Sequence[Any]], texts: Sequence[Sequence[str]], width: int | None,
-         natural: int) -> Layout:
+def plan(
+    names: Sequence[str], rows: Sequence[Sequence[Any]], texts: Sequence[Sequence[str]], width: int | None, natural: int
+) -> Layout:
     """The layout of a table whose natural width is `natural` at `width` (None: any width, a pipe)."""
     columns = [Column(n, role(n, [r[i] for r in rows], names)) for i, n in enumerate(names)]
     if width is None or natural <= width:
@@ -170,8 +174,9 @@ def widened(layout: Layout, names: Sequence[str], texts: Sequence[Sequence[str]]
 
 def needed(layout: Layout, names: Sequence[str], texts: Sequence[Sequence[str]]) -> int:
     """The narrowest table of `layout` that cuts no key: keys whole, other columns at their floor."""
-    return 1 + sum(BORDER + floor(c, [shown_text(t[names.index(c.name)], c.name, layout) for t in texts])
-                   for c in layout.shown)
+    return 1 + sum(
+        BORDER + floor(c, [shown_text(t[names.index(c.name)], c.name, layout) for t in texts]) for c in layout.shown
+    )
 
 
 def whole(names: Sequence[str]) -> Layout:
@@ -179,8 +184,14 @@ def whole(names: Sequence[str]) -> Layout:
     return Layout([Column(n, "text") for n in names], [], [])
 
 
-def table_of(layout: Layout, names: Sequence[str], cells: Sequence[Sequence[Any]], texts: Sequence[Sequence[str]],
-             title: Any = None, wrap: bool = False) -> Any:
+def table_of(
+    layout: Layout,
+    names: Sequence[str],
+    cells: Sequence[Sequence[Any]],
+    texts: Sequence[Sequence[str]],
+    title: Any = None,
+    wrap: bool = False,
+) -> Any:
     """The rich Table of `layout`: keys never wrapped nor cut (their header broken to fit them), the rest folded."""
     from rich.table import Table
     from rich.text import Text
@@ -197,8 +208,9 @@ def table_of(layout: Layout, names: Sequence[str], cells: Sequence[Sequence[Any]
         else:
             table.add_column(Text(header_lines(c.name, w)), overflow="fold", width=w)
     for row, text in zip(cells, texts or cells):
-        table.add_row(*(undated(row[names.index(c.name)], text[names.index(c.name)], c.name, layout)
-                        for c in layout.shown))
+        table.add_row(
+            *(undated(row[names.index(c.name)], text[names.index(c.name)], c.name, layout) for c in layout.shown)
+        )
     return table
 
 
@@ -222,8 +234,9 @@ def row_groups(widths: Sequence[int], room: int) -> list[list[int]]:
     return groups
 
 
-def render(names: Sequence[str], rows: Sequence[Sequence[Any]], cells: Sequence[Sequence[Any]], console: Any,
-           title: Any = None) -> list[Any]:
+def render(
+    names: Sequence[str], rows: Sequence[Sequence[Any]], cells: Sequence[Sequence[Any]], console: Any, title: Any = None
+) -> list[Any]:
     """The renderables that show a table of `names` (`rows` the values, `cells` as printed) on `console`: the
     table whole when it fits; else its header lines, the table, and what was left out under it; one block a
     row only when its keys alone do not fit side by side."""
@@ -243,8 +256,10 @@ def render(names: Sequence[str], rows: Sequence[Sequence[Any]], cells: Sequence[
         shown = [names.index(c.name) for c in layout.shown]
         label = max(text_width(names[i]) for i in shown) + BORDER + 1
         keys = {names.index(c.name) for c in layout.shown if c.role == "key"}
-        widths = [max(text_width(t[i]) if i in keys else min(text_width(t[i]), 3 * WRAP_FLOOR) for i in shown) + BORDER
-                  for t in texts]  # a key whole; a text folds past three times the wrap floor
+        widths = [
+            max(text_width(t[i]) if i in keys else min(text_width(t[i]), 3 * WRAP_FLOOR) for i in shown) + BORDER
+            for t in texts
+        ]  # a key whole; a text folds past three times the wrap floor
         for group in row_groups(widths, console.width - label):
             block = Table("column", *(f"row {n + 1}" for n in group))
             for column, n in zip(block.columns[1:], group):
@@ -255,13 +270,23 @@ def render(names: Sequence[str], rows: Sequence[Sequence[Any]], cells: Sequence[
         return parts
     parts.append(table_of(layout, names, cells, texts, None, wrap=True))
     if layout.dropped:
-        parts.append(Text(f"left out to fit {console.width} columns: {', '.join(layout.dropped)}"
-                          " (--format json has every column)", style="dim"))
+        parts.append(
+            Text(
+                f"left out to fit {console.width} columns: {', '.join(layout.dropped)}"
+                " (--format json has every column)",
+                style="dim",
+            )
+        )
     return parts
 
 
-def show(names: Sequence[str], values: Sequence[Sequence[Any]], cells: Sequence[Sequence[Any]], title: Any = None,
-         out: Any = None) -> None:
+def show(
+    names: Sequence[str],
+    values: Sequence[Sequence[Any]],
+    cells: Sequence[Sequence[Any]],
+    title: Any = None,
+    out: Any = None,
+) -> None:
     """Print a table (`values` its data, `cells` as printed, rich Texts) on `out`: to a terminal as `render` lays
     it out; to a pipe or a file (no terminal, no COLUMNS), as wide as it is."""
     from spyglass.cli.console import console_for

@@ -10,6 +10,7 @@ A duration is Prometheus's: `15s`, `5m`, `1h30m`, `2d`, `1w`, `500ms`. `--since 
 
 Pure: the present is passed in (`now`), never read here. ValueError says what was expected.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,7 @@ DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
 RELATIVE = re.compile(r"^now\s*(?:([+-])\s*(\S+))?$")
 EPOCH = re.compile(r"^\d{9,11}(\.\d+)?$")  # 1973 to 5138: a bare year or date is no epoch
 EARLIEST, LATEST = datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 12, 31, tzinfo=UTC)
-FORMS = ("e.g. 2026-10-19 04:49, 2026-10-19T04:49:00Z, 2026-10-19 12:49+08:00, epoch seconds (1792385340),"
-         " now-1h")
+FORMS = "e.g. 2026-10-19 04:49, 2026-10-19T04:49:00Z, 2026-10-19 12:49+08:00, epoch seconds (1792385340), now-1h"
 
 
 def parse_duration(text: str) -> float:

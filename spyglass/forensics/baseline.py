@@ -7,6 +7,7 @@ ready (a start that died loading has no steady state); the window after is from 
 engine's error share, prefill queue, graph rebuilds a minute, resident memory. A metric worse than
 the heuristic's factor (decode: below 1/factor) is marked worse. The SQL runs through run.query.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,9 +39,16 @@ UNION ALL SELECT side, 'prefill_queue', avg(prefill_queue) FROM q GROUP BY side
 UNION ALL SELECT g.side, 'rebuilds_per_minute', g.n / greatest(epoch(s.hi - s.lo) / 60, 1) FROM g JOIN side s USING (side)
 UNION ALL SELECT side, 'resident_bytes_max', max(rss)::DOUBLE FROM m GROUP BY side"""
 # metric -> (worse when higher?, additive slack below which a change is noise)
-METRICS = {"ttft_p50_ms": (True, 5.0), "ttft_p99_ms": (True, 5.0), "decode_tokens_per_second": (False, 0.5),
-           "error_share": (True, 0.01), "prefill_queue": (True, 1.0), "rebuilds_per_minute": (True, 0.5),
-           "resident_bytes_max": (True, 2**30), "requests": (None, 0.0)}
+METRICS = {
+    "ttft_p50_ms": (True, 5.0),
+    "ttft_p99_ms": (True, 5.0),
+    "decode_tokens_per_second": (False, 0.5),
+    "error_share": (True, 0.01),
+    "prefill_queue": (True, 1.0),
+    "rebuilds_per_minute": (True, 0.5),
+    "resident_bytes_max": (True, 2**30),
+    "requests": (None, 0.0),
+}
 
 
 @dataclass(frozen=True)
@@ -69,8 +77,18 @@ def windows(records: list[Deploy], n: int | None = None) -> Windows:
 
 
 def metrics_query(w: Windows) -> Query:
-    return Query(METRICS_SQL, {"from": w.before.start, "to": w.after.end, "b_from": w.before.start, "b_to": w.before.end,
-                               "a_from": w.after.start, "a_to": w.after.end, "instance": w.deploy.instance})
+    return Query(
+        METRICS_SQL,
+        {
+            "from": w.before.start,
+            "to": w.after.end,
+            "b_from": w.before.start,
+            "b_to": w.before.end,
+            "a_from": w.after.start,
+            "a_to": w.after.end,
+            "instance": w.deploy.instance,
+        },
+    )
 
 
 def compare(values: list[dict[str, Any]], factor: float) -> list[dict[str, Any]]:
@@ -82,7 +100,9 @@ def compare(values: list[dict[str, Any]], factor: float) -> list[dict[str, Any]]
         verdict = ""
         if before is not None and after is not None and higher_worse is not None:
             if higher_worse:
-                worse = after > factor * before + slack if metric != "resident_bytes_max" else after > 1.2 * before + slack
+                worse = (
+                    after > factor * before + slack if metric != "resident_bytes_max" else after > 1.2 * before + slack
+                )
             else:
                 worse = after < before / factor - slack
             verdict = "worse" if worse else "ok"
@@ -109,6 +129,7 @@ def baseline(config: Config, instance: str, n: int | None = None) -> tuple[Windo
 def describe(w: Windows) -> str:
     def span(x: Window) -> str:
         return f"{x.start:%Y-%m-%d %H:%M}Z to {x.end:%H:%M}Z"
+
     head = f"{w.deploy.instance} deploy {w.deploy.n} (started {w.deploy.at:%Y-%m-%d %H:%M:%S}Z)"
     if w.steady is None:
         return f"{head}: no earlier start reached ready, so there is no steady state to compare with"

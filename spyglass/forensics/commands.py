@@ -4,6 +4,7 @@ spyglass/cli/app.py registers these functions; everything they ask of the store 
 spyglass.forensics.run.query. Exit status: 0 with rows, 1 when the window holds nothing (said on
 stderr), 2 for a usage error (a bad time, --from after --to, an unknown report).
 """
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -21,18 +22,33 @@ if TYPE_CHECKING:
 # runs, so that registering the commands costs every other `spyglass` command nothing.
 
 ConfigOption = Annotated[Path, typer.Option("--config", "-c", help="The agent's TOML config file.")]
-From = Annotated[str | None, typer.Option("--from", help="Window start: '2026-10-19 04:45' (UTC unless it names a"
-                                                          " zone or --tz says otherwise), 2026-10-19T04:45:00Z,"
-                                                          " epoch seconds, or now-1h. Default: everything stored.")]
-To = Annotated[str | None, typer.Option("--to", help="Window end (exclusive), in the same forms. Default: everything"
-                                                      " stored.")]
-Since = Annotated[str | None, typer.Option("--since", help="The window from this long ago to now (15m, 2h, 1d),"
-                                                            " or from a time as --from takes it.")]
-Tz = Annotated[str, typer.Option("--tz", help="Zone of --from/--to/--since times that name none, e.g."
-                                              " Asia/Shanghai.")]
+From = Annotated[
+    str | None,
+    typer.Option(
+        "--from",
+        help="Window start: '2026-10-19 04:45' (UTC unless it names a"
+        " zone or --tz says otherwise), 2026-10-19T04:45:00Z,"
+        " epoch seconds, or now-1h. Default: everything stored.",
+    ),
+]
+To = Annotated[
+    str | None, typer.Option("--to", help="Window end (exclusive), in the same forms. Default: everything stored.")
+]
+Since = Annotated[
+    str | None,
+    typer.Option(
+        "--since", help="The window from this long ago to now (15m, 2h, 1d), or from a time as --from takes it."
+    ),
+]
+Tz = Annotated[str, typer.Option("--tz", help="Zone of --from/--to/--since times that name none, e.g. Asia/Shanghai.")]
 Format = Annotated[str, typer.Option("--format", "-f", help="table, json (one object a line) or csv.")]
-Parquet = Annotated[str | None, typer.Option("--parquet", help="Run over published Parquet segments instead"
-                                             " of the store, e.g. 'seg/host=*/date=*/hour=*/*.parquet'.")]
+Parquet = Annotated[
+    str | None,
+    typer.Option(
+        "--parquet",
+        help="Run over published Parquet segments instead of the store, e.g. 'seg/host=*/date=*/hour=*/*.parquet'.",
+    ),
+]
 FORMATS = ("table", "json", "csv")
 PUSHED = ("otlp", "alertmanager", "smoke")  # the sources of events posted to the agent (spans, alerts, smoke runs)
 
@@ -76,7 +92,9 @@ def fetch(config: Config, q, parquet: str | None = None) -> tuple[list[str], lis
         raise fail(str(exc), 1) from None
 
 
-def load_deploys(cfg: Config, instance: str | None, until: datetime | None = None, parquet: str | None = None) -> list[Deploy]:
+def load_deploys(
+    cfg: Config, instance: str | None, until: datetime | None = None, parquet: str | None = None
+) -> list[Deploy]:
     """The deploy records (engine starts, with what each said) up to `until`, of one instance or all;
     exit 1 on a query error. `timeline` merges them as changes; `changes` lists them."""
     from spyglass.collectors.serve_status import ServeStatusOptions
@@ -99,20 +117,36 @@ def nothing(config: Config, w, what: str, parquet: str | None = None) -> typer.E
     return fail(f"{detail} {describe(w)}", 1)
 
 
-def timeline(config: ConfigOption, start: From = None, end: To = None, since: Since = None, tz: Tz = "UTC",
-             source: Annotated[list[str] | None, typer.Option("--source", help="Only this source (repeatable).")] = None,
-             instance: Annotated[list[str] | None, typer.Option("--instance", help="Only this instance (repeatable).")] = None,
-             kind: Annotated[list[str] | None, typer.Option("--kind", help="Only this event kind (repeatable).")] = None,
-             exclude_kind: Annotated[list[str] | None, typer.Option("--exclude-kind", help="Leave this event kind out"
-                                                                     " (repeatable), e.g. --exclude-kind span.")] = None,
-             contains: Annotated[list[str] | None, typer.Option("--contains", help="Only events whose source, instance,"
-                                                                " kind, request id or fields contain this text"
-                                                                " (case-sensitive, like LogQL's |=; repeatable:"
-                                                                " all must).")] = None,
-             request: Annotated[str | None, typer.Option("--request", help="One request's events (and its"
-                                                                            " conversation's cache lines).")] = None,
-             limit: Annotated[int, typer.Option(min=1, max=100_000, help="At most this many events.")] = 1000,
-             fmt: Format = "table", parquet: Parquet = None) -> None:
+def timeline(
+    config: ConfigOption,
+    start: From = None,
+    end: To = None,
+    since: Since = None,
+    tz: Tz = "UTC",
+    source: Annotated[list[str] | None, typer.Option("--source", help="Only this source (repeatable).")] = None,
+    instance: Annotated[list[str] | None, typer.Option("--instance", help="Only this instance (repeatable).")] = None,
+    kind: Annotated[list[str] | None, typer.Option("--kind", help="Only this event kind (repeatable).")] = None,
+    exclude_kind: Annotated[
+        list[str] | None,
+        typer.Option("--exclude-kind", help="Leave this event kind out (repeatable), e.g. --exclude-kind span."),
+    ] = None,
+    contains: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--contains",
+            help="Only events whose source, instance,"
+            " kind, request id or fields contain this text"
+            " (case-sensitive, like LogQL's |=; repeatable:"
+            " all must).",
+        ),
+    ] = None,
+    request: Annotated[
+        str | None, typer.Option("--request", help="One request's events (and its conversation's cache lines).")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=100_000, help="At most this many events.")] = 1000,
+    fmt: Format = "table",
+    parquet: Parquet = None,
+) -> None:
     """Every source's events of a window (default: everything stored) in time order, UTC and Beijing time,
     one line an event (fields as key=value, cut to the terminal's width; whole to a pipe)."""
     from spyglass.forensics import output
@@ -135,7 +169,9 @@ def timeline(config: ConfigOption, start: From = None, end: To = None, since: Si
     changes: list = []
     if wants_changes(f) and fetch(cfg, starts_query(w), parquet)[1][0][0]:
         deploys = load_deploys(cfg, None, w.end, parquet)
-        changes = [r for r in change_rows(deploys, w, f.sources, f.instances, f.kinds) if f.keeps(r[2], r[3], r[4], r[6])]
+        changes = [
+            r for r in change_rows(deploys, w, f.sources, f.instances, f.kinds) if f.keeps(r[2], r[3], r[4], r[6])
+        ]
         rows = merged(rows, changes)
     if not rows:
         filtered = source or instance or kind or exclude_kind or contains or request
@@ -188,21 +224,30 @@ def check_sources(cfg: Config, sources: list[str]) -> None:
     """Exit 2 naming the valid sources when --source names none of the config's."""
     unknown = [s for s in sources if s not in cfg.sources and s not in PUSHED]
     if unknown:
-        raise fail(f"--source {unknown[0]}: no such source; the config's are {', '.join(sorted(cfg.sources))},"
-                   f" and {', '.join(PUSHED)} for what is pushed to the agent", 2)
+        raise fail(
+            f"--source {unknown[0]}: no such source; the config's are {', '.join(sorted(cfg.sources))},"
+            f" and {', '.join(PUSHED)} for what is pushed to the agent",
+            2,
+        )
 
 
-def requests(config: ConfigOption, start: From = None, end: To = None, since: Since = None, tz: Tz = "UTC",
-             slowest: Annotated[int | None, typer.Option(min=1, help="The N slowest, by gateway duration.")] = None,
-             status: Annotated[str | None, typer.Option(help="429, 200, or a class: 4xx, 5xx.")] = None,
-             session: Annotated[str | None, typer.Option(help="One session, e.g. auto:15eb3770f7f979bf.")] = None,
-             lane: Annotated[str | None, typer.Option(help="fast or normal.")] = None,
-             instance: Annotated[str | None, typer.Option(help="Engine instance, e.g. strata-b.")] = None,
-             mode: Annotated[str | None, typer.Option(help="assembled, no_rag or passthrough.")] = None,
-             finish: Annotated[str | None, typer.Option(help="stop, tool_calls, length.")] = None,
-             limit: Annotated[int, typer.Option(min=1, max=100_000, help="At most this many requests.")] = 200,
-             fmt: Format = "table",
-             parquet: Parquet = None) -> None:
+def requests(
+    config: ConfigOption,
+    start: From = None,
+    end: To = None,
+    since: Since = None,
+    tz: Tz = "UTC",
+    slowest: Annotated[int | None, typer.Option(min=1, help="The N slowest, by gateway duration.")] = None,
+    status: Annotated[str | None, typer.Option(help="429, 200, or a class: 4xx, 5xx.")] = None,
+    session: Annotated[str | None, typer.Option(help="One session, e.g. auto:15eb3770f7f979bf.")] = None,
+    lane: Annotated[str | None, typer.Option(help="fast or normal.")] = None,
+    instance: Annotated[str | None, typer.Option(help="Engine instance, e.g. strata-b.")] = None,
+    mode: Annotated[str | None, typer.Option(help="assembled, no_rag or passthrough.")] = None,
+    finish: Annotated[str | None, typer.Option(help="stop, tool_calls, length.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=100_000, help="At most this many requests.")] = 200,
+    fmt: Format = "table",
+    parquet: Parquet = None,
+) -> None:
     """Find request ids (for `spyglass trace ID` and `spyglass timeline --request ID`)."""
     from spyglass.forensics import output
     from spyglass.forensics.finder import Filters, clock_note, requests_query
@@ -234,29 +279,35 @@ def more(n: int, noun: str) -> None:
     """The line under a list cut at its limit (on stderr: json and csv stay data)."""
     from spyglass.forensics.output import counted
 
-    typer.echo(f"... {counted(n, 'more ' + noun)} match: raise --limit, or narrow the window or the filters",
-               err=True)
+    typer.echo(f"... {counted(n, 'more ' + noun)} match: raise --limit, or narrow the window or the filters", err=True)
 
 
-def report(name: Annotated[str | None, typer.Argument(help="The report; none (or an unknown name) lists them.")]
-           = None, config: Annotated[Path | None, typer.Option("--config", "-c", help="The agent's TOML config file.")]
-           = None, start: From = None, end: To = None, since: Since = None, tz: Tz = "UTC",
-           request: Annotated[str | None, typer.Option(help="One request id (only four-counts takes one).")] = None,
-           fmt: Format = "table",
-           sql: Annotated[bool, typer.Option("--sql", help="Print the SQL that would run, and stop.")] = False,
-           parquet: Parquet = None,
-           html: Annotated[Path | None, typer.Option("--html", help="Also write a self-contained HTML page here.")]
-           = None,
-           limit: Annotated[int, typer.Option(min=1, max=1_000_000, help="At most this many rows (the page has"
-                                              " them all).")] = 200) -> None:
+def report(
+    name: Annotated[str | None, typer.Argument(help="The report; none (or an unknown name) lists them.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="The agent's TOML config file.")] = None,
+    start: From = None,
+    end: To = None,
+    since: Since = None,
+    tz: Tz = "UTC",
+    request: Annotated[str | None, typer.Option(help="One request id (only four-counts takes one).")] = None,
+    fmt: Format = "table",
+    sql: Annotated[bool, typer.Option("--sql", help="Print the SQL that would run, and stop.")] = False,
+    parquet: Parquet = None,
+    html: Annotated[Path | None, typer.Option("--html", help="Also write a self-contained HTML page here.")] = None,
+    limit: Annotated[
+        int, typer.Option(min=1, max=1_000_000, help="At most this many rows (the page has them all).")
+    ] = 200,
+) -> None:
     """A canned report over a window (default: everything stored)."""
     from spyglass.forensics import output, reports
     from spyglass.forensics.times import describe
 
     check_format(fmt)
     if name is None:
-        typer.echo(f"the reports (spyglass report NAME -c CONFIG [--from ...] [--to ...]):\n"
-                   f"{reports.listing(reports.load_all())}")
+        typer.echo(
+            f"the reports (spyglass report NAME -c CONFIG [--from ...] [--to ...]):\n"
+            f"{reports.listing(reports.load_all())}"
+        )
         return
     try:
         chosen = reports.get(name)
@@ -264,8 +315,11 @@ def report(name: Annotated[str | None, typer.Argument(help="The report; none (or
         raise fail(str(exc.args[0]), 2) from None
     if request and not chosen.takes_request:
         takers = ", ".join(n for n, r in reports.load_all().items() if r.takes_request)
-        raise fail(f"--request: report {name} covers the whole window and takes no request id (only {takers}"
-                   " does; `spyglass trace ID` and `timeline --request ID` show one request)", 2)
+        raise fail(
+            f"--request: report {name} covers the whole window and takes no request id (only {takers}"
+            " does; `spyglass trace ID` and `timeline --request ID` show one request)",
+            2,
+        )
     if config is None:
         raise fail("give the store's config with --config (-c)", 2)
     cfg = load(config)
@@ -284,25 +338,36 @@ def report(name: Annotated[str | None, typer.Argument(help="The report; none (or
 
         html.write_text(report_page(cfg, chosen.title, chosen.doc, w, columns, rows, parquet), encoding="utf-8")
         typer.echo(f"wrote {html.resolve()}", err=True)
-    output.emit(output.records(columns, rows[:limit]), fmt,
-                title=f"{chosen.title}\n{describe(w)}" if fmt == "table" else None)
+    output.emit(
+        output.records(columns, rows[:limit]), fmt, title=f"{chosen.title}\n{describe(w)}" if fmt == "table" else None
+    )
     if len(rows) > limit:
         more(len(rows) - limit, "row")
 
 
-def views(sql: Annotated[str | None, typer.Argument(help="A SELECT over the views; - reads it from stdin"
-                                                      " (a query that starts with a -- comment, as diagnose prints it).")]
-          = None,
-          config: Annotated[Path | None, typer.Option("--config", "-c", help="The agent's TOML config file.")] = None,
-          start: From = None, end: To = None, since: Since = None, tz: Tz = "UTC", fmt: Format = "table",
-          parquet: Parquet = None) -> None:
+def views(
+    sql: Annotated[
+        str | None,
+        typer.Argument(
+            help="A SELECT over the views; - reads it from stdin"
+            " (a query that starts with a -- comment, as diagnose prints it)."
+        ),
+    ] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="The agent's TOML config file.")] = None,
+    start: From = None,
+    end: To = None,
+    since: Since = None,
+    tz: Tz = "UTC",
+    fmt: Format = "table",
+    parquet: Parquet = None,
+) -> None:
     """Run a SELECT over the forensic views (docs/forensics.md) in a window, or list the views."""
     from spyglass.forensics import output
     from spyglass.forensics.run import Query
     from spyglass.forensics.views import VIEWS
 
     if sql is None:
-        typer.echo("the views (spyglass views \"SELECT ... FROM VIEW\" -c CONFIG [--from ...] [--to ...]):")
+        typer.echo('the views (spyglass views "SELECT ... FROM VIEW" -c CONFIG [--from ...] [--to ...]):')
         for name, view in VIEWS.items():
             typer.echo(f"  {name:<18} {view.doc}")
         return

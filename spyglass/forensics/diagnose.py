@@ -6,6 +6,7 @@ come from the catalogue, so a finding and the alert of the same heuristic say th
 the same numbers. Building findings from rows is pure; `diagnose` is the only function that asks
 the store (through spyglass.forensics.run.query).
 """
+
 from __future__ import annotations
 
 import json
@@ -45,13 +46,23 @@ class Finding:
     trace_request_id: str | None = None  # a request standing for the finding: `spyglass trace ID`
 
     def as_json(self) -> dict[str, Any]:
-        return {"heuristic": self.heuristic, "title": self.title, "alert": self.alert, "severity": self.severity,
-                "instance": self.instance, "lane": self.lane,
-                "start": utc_text(self.start) if self.start else None,
-                "end": utc_text(self.end) if self.end else None,
-                "summary": self.summary, "figures": self.figures, "evidence": self.evidence,
-                "wrong_guess": self.wrong_guess, "check": self.check, "knobs": list(self.knobs),
-                "trace_request_id": self.trace_request_id}
+        return {
+            "heuristic": self.heuristic,
+            "title": self.title,
+            "alert": self.alert,
+            "severity": self.severity,
+            "instance": self.instance,
+            "lane": self.lane,
+            "start": utc_text(self.start) if self.start else None,
+            "end": utc_text(self.end) if self.end else None,
+            "summary": self.summary,
+            "figures": self.figures,
+            "evidence": self.evidence,
+            "wrong_guess": self.wrong_guess,
+            "check": self.check,
+            "knobs": list(self.knobs),
+            "trace_request_id": self.trace_request_id,
+        }
 
 
 @dataclass
@@ -69,9 +80,14 @@ class Diagnosis:
 
     def as_json(self) -> dict[str, Any]:
         w = self.window.params()
-        return {"window": {"from": utc_text(w["from"]), "to": utc_text(w["to"])}, "events": self.events,
-                "findings": [f.as_json() for f in self.findings], "checked": self.checked,
-                "not_checked": self.not_checked, "metrics_only": self.unchecked}
+        return {
+            "window": {"from": utc_text(w["from"]), "to": utc_text(w["to"])},
+            "events": self.events,
+            "findings": [f.as_json() for f in self.findings],
+            "checked": self.checked,
+            "not_checked": self.not_checked,
+            "metrics_only": self.unchecked,
+        }
 
 
 def number(value: Any) -> float | int | None:
@@ -79,7 +95,7 @@ def number(value: Any) -> float | int | None:
         return int(value)
     if isinstance(value, Decimal):
         value = float(value)
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 53:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         return int(value)
     return value if isinstance(value, (int, float)) else None
 
@@ -136,12 +152,25 @@ def findings_of(h: Heuristic, columns: list[str], rows: list[tuple], evidence: s
     out = []
     for values in rows:
         row = dict(zip(columns, values))
-        out.append(Finding(
-            h.id, h.title, alert.name, alert.severity, row.get("instance"), row.get("lane"),
-            instant(row.get("start_utc")), instant(row.get("end_utc")),
-            _Summary().format(probe.summary, **row),
-            figures_of(probe.figures, row), evidence, h.wrong_guess, h.check.text, h.knobs,
-            trace_request_id=row.get("trace_request_id") or None))
+        out.append(
+            Finding(
+                h.id,
+                h.title,
+                alert.name,
+                alert.severity,
+                row.get("instance"),
+                row.get("lane"),
+                instant(row.get("start_utc")),
+                instant(row.get("end_utc")),
+                _Summary().format(probe.summary, **row),
+                figures_of(probe.figures, row),
+                evidence,
+                h.wrong_guess,
+                h.check.text,
+                h.knobs,
+                trace_request_id=row.get("trace_request_id") or None,
+            )
+        )
     return out
 
 
@@ -152,8 +181,14 @@ def probe_query(h: Heuristic, config: Config, w: Window) -> Query:
 
 def census(config: Config, w: Window, parquet: str | None = None) -> tuple[int, set[str]]:
     """The events of the window, and the collector kinds with at least one of them: one read of the window."""
-    _, rows = query(config, Query("SELECT count(*), list(DISTINCT source_kind) FILTER (WHERE source_kind IS NOT NULL)"
-                                  " FROM timeline", w.params()), parquet)
+    _, rows = query(
+        config,
+        Query(
+            "SELECT count(*), list(DISTINCT source_kind) FILTER (WHERE source_kind IS NOT NULL) FROM timeline",
+            w.params(),
+        ),
+        parquet,
+    )
     if not rows:
         return 0, set()
     count, kinds = rows[0]

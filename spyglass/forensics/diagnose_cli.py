@@ -3,6 +3,7 @@
 Exit status: 0 no findings, 1 warnings only (or a window with nothing stored: nothing to judge),
 2 a critical finding or a usage error. The heavy modules load when the command runs.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -43,8 +44,12 @@ def print_table(diagnosis, out=None, config: Path | None = None) -> None:
 
     count = len(diagnosis.findings)
     copied: set[int] = set()  # the parts printed as they are, never wrapped by rich: the evidence SQL
-    parts: list = [plain(f"{count} finding{'' if count == 1 else 's'} {describe(diagnosis.window)}"
-                         f" ({diagnosis.events:,} events; checked {', '.join(diagnosis.checked)})")]
+    parts: list = [
+        plain(
+            f"{count} finding{'' if count == 1 else 's'} {describe(diagnosis.window)}"
+            f" ({diagnosis.events:,} events; checked {', '.join(diagnosis.checked)})"
+        )
+    ]
     if diagnosis.not_checked:
         parts.append(plain("could not check: " + "; ".join(f"{h} ({why})" for h, why in diagnosis.not_checked.items())))
     if diagnosis.findings:
@@ -55,12 +60,20 @@ def print_table(diagnosis, out=None, config: Path | None = None) -> None:
         table.add_column("when", no_wrap=True)
         table.add_column("summary", overflow="fold", ratio=1)
         for f in diagnosis.findings:
-            table.add_row(plain(f.severity), plain(f.heuristic), plain(f.instance or (f"lane {f.lane}" if f.lane else "")),
-                          Text(when(f.start, f.end)), plain(f.summary))
+            table.add_row(
+                plain(f.severity),
+                plain(f.heuristic),
+                plain(f.instance or (f"lane {f.lane}" if f.lane else "")),
+                Text(when(f.start, f.end)),
+                plain(f.summary),
+            )
         parts.append(table)
     for f in diagnosis.findings:
-        detail = Table(title=plain(f"{f.heuristic} {f.title} — {f.alert} ({f.instance or f.lane or 'window'})"),
-                       title_justify="left", show_header=False)
+        detail = Table(
+            title=plain(f"{f.heuristic} {f.title} — {f.alert} ({f.instance or f.lane or 'window'})"),
+            title_justify="left",
+            show_header=False,
+        )
         detail.add_column("what", style="bold", no_wrap=True)
         detail.add_column("value", overflow="fold")
         for name, value in f.figures.items():
@@ -72,10 +85,15 @@ def print_table(diagnosis, out=None, config: Path | None = None) -> None:
         detail.add_row("knobs", plain("; ".join(f.knobs)))
         sql = Text("\n").join(plain(line) for line in f.evidence.splitlines())
         copied.add(id(sql))
-        parts += [detail, Text("evidence (runs as printed; the SQL is read from stdin):", style="dim"),
-                  Text("\n").join(plain(line) for line in
-                                   evidence_command(diagnosis.window, config, terminal_width(out)).splitlines()),
-                  sql, Text("SQL")]
+        parts += [
+            detail,
+            Text("evidence (runs as printed; the SQL is read from stdin):", style="dim"),
+            Text("\n").join(
+                plain(line) for line in evidence_command(diagnosis.window, config, terminal_width(out)).splitlines()
+            ),
+            sql,
+            Text("SQL"),
+        ]
     console = console_for(out, *(p for p in parts if not isinstance(p, Text)))  # to a pipe: as wide as the tables
     for part in parts:  # the SQL to copy is never broken by rich (a terminal wraps it, and copies it whole)
         console.print(part, soft_wrap=id(part) in copied)
@@ -89,8 +107,13 @@ def evidence_command(w, config: Path | None, width: int | None = None) -> str:
     from spyglass.cli.console import command, shell_lines
     from spyglass.forensics.times import utc_text
 
-    words = [command(), "views", f"-c {shlex.quote(str(config)) if config else 'CONFIG'}",
-             *(f"--{name} {utc_text(t)}" for name, t in (("from", w.start), ("to", w.end)) if t), "- <<'SQL'"]
+    words = [
+        command(),
+        "views",
+        f"-c {shlex.quote(str(config)) if config else 'CONFIG'}",
+        *(f"--{name} {utc_text(t)}" for name, t in (("from", w.start), ("to", w.end)) if t),
+        "- <<'SQL'",
+    ]
     return shell_lines(words, width, indent="")
 
 
@@ -102,17 +125,25 @@ def stored_span(cfg, w, parquet: str | None = None):
     from spyglass.forensics.run import Query, Window, query
     from spyglass.forensics.timeline import instant
 
-    _, rows = query(cfg, Query("SELECT min(ts), max(ts) FROM events WHERE ts >= $from AND ts < $to", w.params()),
-                    parquet)
+    _, rows = query(
+        cfg, Query("SELECT min(ts), max(ts) FROM events WHERE ts >= $from AND ts < $to", w.params()), parquet
+    )
     first, last = rows[0] if rows else (None, None)
     if first is None:
         return None
     return Window(w.start or instant(first), w.end or instant(last) + timedelta(milliseconds=1))
 
 
-def diagnose(config: ConfigOption, start: From = None, end: To = None, since: Since = None, tz: Tz = "UTC",
-             as_json: Annotated[bool, typer.Option("--json", help="One JSON object: window and findings.")] = False,
-             html: Html = None, parquet: Parquet = None) -> None:
+def diagnose(
+    config: ConfigOption,
+    start: From = None,
+    end: To = None,
+    since: Since = None,
+    tz: Tz = "UTC",
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object: window and findings.")] = False,
+    html: Html = None,
+    parquet: Parquet = None,
+) -> None:
     """Run every heuristic of the catalogue over the window (default: everything stored); exit 0 healthy,
     1 warnings, 2 critical."""
     from spyglass.agent.query import QueryError
@@ -141,8 +172,11 @@ def diagnose(config: ConfigOption, start: From = None, end: To = None, since: Si
         else:
             print_table(result, config=config)
     except Exception as exc:  # noqa: BLE001 - a deploy gate must still see a critical finding's 2
-        typer.echo(f"error: printing the diagnosis failed ({type(exc).__name__}: {shown(exc)}); the exit status"
-                   f" is still the findings' ({status})", err=True)
+        typer.echo(
+            f"error: printing the diagnosis failed ({type(exc).__name__}: {shown(exc)}); the exit status"
+            f" is still the findings' ({status})",
+            err=True,
+        )
     raise typer.Exit(status)
 
 

@@ -1,4 +1,5 @@
 """docs/forensics.md, generated from the views table and the report files (spyglass.docs writes it)."""
+
 from __future__ import annotations
 
 from spyglass.forensics import reports
@@ -129,17 +130,29 @@ def segment_queries_markdown() -> list[str]:
     click = [f"-- {q.question.rstrip(':')}\n{q.clickhouse}" for q in QUERIES]
     return [
         "**DuckDB** (any version that reads Parquet; `date` comes back as a DATE, `hour` as text such as `'04'`):",
-        "", "```sql", "SET TimeZone = 'UTC';", "\n\n".join(duck), "```", "",
+        "",
+        "```sql",
+        "SET TimeZone = 'UTC';",
+        "\n\n".join(duck),
+        "```",
+        "",
         "The `date` and `hour` filters prune folders before any file is opened; a `ts` filter alone still skips",
-        "row groups by their statistics.", "",
+        "row groups by their statistics.",
+        "",
         "**ClickHouse** (`file` for a local or mounted folder). Every file carries `host` and `ts` itself, so no",
         "partition columns are needed; narrow the glob (`date=2026-10-19`, `hour={04,05}`) to skip folders. For",
         "object storage the same queries read `s3('https://bucket.s3.amazonaws.com/spyglass/host=*/date=*/hour=*/*.parquet', Parquet)`",
         "in place of `file(...)`. `tests/test_clickhouse.py` runs each of these on ClickHouse's own engine",
-        "(chdb) over two hosts' segments and requires DuckDB's rows above, in the same order:", "",
-        "```sql", "\n\n".join(click), "```", "",
+        "(chdb) over two hosts' segments and requires DuckDB's rows above, in the same order:",
+        "",
+        "```sql",
+        "\n\n".join(click),
+        "```",
+        "",
         "To keep the history in ClickHouse instead, `INSERT INTO events SELECT * FROM s3(...)` loads the same",
-        "files in bulk; the columns do not change.", ""]
+        "files in bulk; the columns do not change.",
+        "",
+    ]
 
 
 def view_markdown() -> list[str]:
@@ -152,8 +165,14 @@ def view_markdown() -> list[str]:
 
 
 def report_markdown() -> list[str]:
-    out = ["", "## Reports", "", "Each is one SQL file in `spyglass/forensics/reports/`; its leading comment says which",
-           "incident table it reproduces. `spyglass report NAME --sql` prints the whole query with the views.", ""]
+    out = [
+        "",
+        "## Reports",
+        "",
+        "Each is one SQL file in `spyglass/forensics/reports/`; its leading comment says which",
+        "incident table it reproduces. `spyglass report NAME --sql` prints the whole query with the views.",
+        "",
+    ]
     for name, report in reports.load_all().items():
         out += [f"### `{name}`", "", f"**{report.title}**", "", report.doc.replace("\n", " "), ""]
     return out
@@ -162,23 +181,33 @@ def report_markdown() -> list[str]:
 def diagnosis_markdown() -> list[str]:
     from spyglass.alerting.heuristics import catalogue
 
-    out = ["", "## Diagnosis", "",
-           "`spyglass diagnose` runs the `probe` of each heuristic in `spyglass/alerting/heuristics/` (a `.sql` file beside its module): one SELECT over the",
-           "views whose conditions are the heuristic's thresholds (the same numbers as its alert), one row a",
-           "finding. The finding carries its alert's name and severity. `--json` prints one object:",
-           '`{"window": {"from", "to"}, "events", "findings": [{"heuristic", "title", "alert", "severity", "instance",',
-           '"lane", "start", "end", "summary", "figures": {name: number}, "evidence", "wrong_guess", "check", "knobs"}],',
-           '"checked", "metrics_only"}`. A window with no events is said on stderr (exit 1: nothing to judge).', "",
-           "| heuristic | finding as | severity | figures |", "|---|---|---|---|"]
+    out = [
+        "",
+        "## Diagnosis",
+        "",
+        "`spyglass diagnose` runs the `probe` of each heuristic in `spyglass/alerting/heuristics/` (a `.sql` file beside its module): one SELECT over the",
+        "views whose conditions are the heuristic's thresholds (the same numbers as its alert), one row a",
+        "finding. The finding carries its alert's name and severity. `--json` prints one object:",
+        '`{"window": {"from", "to"}, "events", "findings": [{"heuristic", "title", "alert", "severity", "instance",',
+        '"lane", "start", "end", "summary", "figures": {name: number}, "evidence", "wrong_guess", "check", "knobs"}],',
+        '"checked", "metrics_only"}`. A window with no events is said on stderr (exit 1: nothing to judge).',
+        "",
+        "| heuristic | finding as | severity | figures |",
+        "|---|---|---|---|",
+    ]
     for h in catalogue():
         if h.probe:
             alert = next(a for a in h.alerts if a.name == h.probe.alert)
-            out.append(f"| {h.id} {h.title} | `{alert.name}` | {alert.severity} |"
-                       f" {', '.join(f'`{f}`' for f in h.probe.figures)} |")
+            out.append(
+                f"| {h.id} {h.title} | `{alert.name}` | {alert.severity} |"
+                f" {', '.join(f'`{f}`' for f in h.probe.figures)} |"
+            )
     unchecked = [h.id for h in catalogue() if not h.probe]
     out += ["", f"Metrics only (left to the alerts, no SQL check over the store): {', '.join(unchecked)}."]
     return out
 
 
 def markdown() -> str:
-    return "\n".join([INTRO, PARQUET, *segment_queries_markdown(), *view_markdown(), *report_markdown(), *diagnosis_markdown()])
+    return "\n".join(
+        [INTRO, PARQUET, *segment_queries_markdown(), *view_markdown(), *report_markdown(), *diagnosis_markdown()]
+    )

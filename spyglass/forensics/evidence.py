@@ -8,6 +8,7 @@ its threshold, the request ids behind the figures (each a link to its trace page
 checked and why, and the runbook. Every query goes through spyglass.forensics.run.query, read-only.
 Building the page asks the store; rendering it (HTML, text) is pure.
 """
+
 from __future__ import annotations
 
 import re
@@ -49,36 +50,73 @@ class Signal:
 
 
 SERIES = {
-    "decode": Signal("Decode rate per request, mean a bucket", "tok/s", "instance",
-                     f"SELECT {BUCKET} AS t, instance AS name, avg(decode_tps) AS v FROM engine_requests"
-                     " WHERE decode_tps IS NOT NULL GROUP BY ALL ORDER BY t",
-                     "engine_requests", "decode_tps IS NOT NULL ORDER BY decode_tps"),
-    "ttft": Signal("Time to first token, p95 a bucket", "s", "instance",
-                   f"SELECT {BUCKET} AS t, instance AS name, quantile_cont(ttft_ms, 0.95) / 1000 AS v FROM engine_requests"
-                   " WHERE ttft_ms IS NOT NULL GROUP BY ALL ORDER BY t",
-                   "engine_requests", "ttft_ms IS NOT NULL ORDER BY ttft_ms DESC"),
-    "evictions": Signal("Evictions a minute", "1/min", "instance",
-                        f"SELECT {BUCKET} AS t, instance AS name, count(*) * 60 / $bucket AS v FROM cache_events"
-                        " WHERE event = 'evict' GROUP BY ALL ORDER BY t",
-                        "engine_requests", "conv IN (SELECT conv FROM cache_events WHERE event = 'evict')"
-                        " ORDER BY ttft_ms DESC NULLS LAST"),
-    "thinking_only": Signal("Thinking-only responses a bucket", "responses", "lane",
-                            f"SELECT {BUCKET} AS t, lane AS name, count(*) FILTER (WHERE thinking_only) AS v"
-                            " FROM infer_requests WHERE has_body GROUP BY ALL ORDER BY t",
-                            "infer_requests", "thinking_only ORDER BY coalesce(special_literals, 0) DESC, ts_utc"),
-    "rejected": Signal("Requests answered 4xx/5xx a bucket", "requests", "lane",
-                       f"SELECT {BUCKET} AS t, lane AS name, count(*) FILTER (WHERE status >= 400) AS v"
-                       " FROM gateway_requests GROUP BY ALL ORDER BY t",
-                       "gateway_requests", "status >= 400 ORDER BY ts_utc"),
-    "requests": Signal("Requests a bucket", "requests", "lane",
-                       f"SELECT {BUCKET} AS t, lane AS name, count(*) AS v FROM gateway_requests GROUP BY ALL ORDER BY t",
-                       "gateway_requests", "true ORDER BY ts_utc"),
-    "spawns": Signal("Spawns a bucket", "spawns", "program",
-                     f"SELECT {BUCKET} AS t, program AS name, count(*) FILTER (WHERE event = 'spawned') AS v"
-                     " FROM process_events WHERE program IS NOT NULL GROUP BY ALL ORDER BY t"),
-    "events": Signal("Stored events a bucket", "events", "instance",
-                     f"SELECT {BUCKET} AS t, coalesce(instance, source) AS name, count(*) AS v FROM timeline"
-                     " GROUP BY ALL ORDER BY t"),
+    "decode": Signal(
+        "Decode rate per request, mean a bucket",
+        "tok/s",
+        "instance",
+        f"SELECT {BUCKET} AS t, instance AS name, avg(decode_tps) AS v FROM engine_requests"
+        " WHERE decode_tps IS NOT NULL GROUP BY ALL ORDER BY t",
+        "engine_requests",
+        "decode_tps IS NOT NULL ORDER BY decode_tps",
+    ),
+    "ttft": Signal(
+        "Time to first token, p95 a bucket",
+        "s",
+        "instance",
+        f"SELECT {BUCKET} AS t, instance AS name, quantile_cont(ttft_ms, 0.95) / 1000 AS v FROM engine_requests"
+        " WHERE ttft_ms IS NOT NULL GROUP BY ALL ORDER BY t",
+        "engine_requests",
+        "ttft_ms IS NOT NULL ORDER BY ttft_ms DESC",
+    ),
+    "evictions": Signal(
+        "Evictions a minute",
+        "1/min",
+        "instance",
+        f"SELECT {BUCKET} AS t, instance AS name, count(*) * 60 / $bucket AS v FROM cache_events"
+        " WHERE event = 'evict' GROUP BY ALL ORDER BY t",
+        "engine_requests",
+        "conv IN (SELECT conv FROM cache_events WHERE event = 'evict') ORDER BY ttft_ms DESC NULLS LAST",
+    ),
+    "thinking_only": Signal(
+        "Thinking-only responses a bucket",
+        "responses",
+        "lane",
+        f"SELECT {BUCKET} AS t, lane AS name, count(*) FILTER (WHERE thinking_only) AS v"
+        " FROM infer_requests WHERE has_body GROUP BY ALL ORDER BY t",
+        "infer_requests",
+        "thinking_only ORDER BY coalesce(special_literals, 0) DESC, ts_utc",
+    ),
+    "rejected": Signal(
+        "Requests answered 4xx/5xx a bucket",
+        "requests",
+        "lane",
+        f"SELECT {BUCKET} AS t, lane AS name, count(*) FILTER (WHERE status >= 400) AS v"
+        " FROM gateway_requests GROUP BY ALL ORDER BY t",
+        "gateway_requests",
+        "status >= 400 ORDER BY ts_utc",
+    ),
+    "requests": Signal(
+        "Requests a bucket",
+        "requests",
+        "lane",
+        f"SELECT {BUCKET} AS t, lane AS name, count(*) AS v FROM gateway_requests GROUP BY ALL ORDER BY t",
+        "gateway_requests",
+        "true ORDER BY ts_utc",
+    ),
+    "spawns": Signal(
+        "Spawns a bucket",
+        "spawns",
+        "program",
+        f"SELECT {BUCKET} AS t, program AS name, count(*) FILTER (WHERE event = 'spawned') AS v"
+        " FROM process_events WHERE program IS NOT NULL GROUP BY ALL ORDER BY t",
+    ),
+    "events": Signal(
+        "Stored events a bucket",
+        "events",
+        "instance",
+        f"SELECT {BUCKET} AS t, coalesce(instance, source) AS name, count(*) AS v FROM timeline"
+        " GROUP BY ALL ORDER BY t",
+    ),
 }
 LABEL_OF = {"instance": "instance", "program": "instance", "lane": "lane"}  # the alert label a series' `by` is
 
@@ -164,8 +202,11 @@ def lookback(d: Deployment, a: Alert) -> timedelta:
 
 def latest_notification(config: Config, alertname: str, labels: dict[str, str]) -> Notification | None:
     """The last notification Alertmanager sent the agent for this alert whose labels include `labels`."""
-    q = Query("SELECT status, starts_utc, ends_utc, labels::VARCHAR AS labels FROM alerts__all WHERE alertname = $name"
-              " ORDER BY ts_utc DESC, starts_utc DESC LIMIT 1000", {"from": EARLIEST, "to": LATEST, "name": alertname})
+    q = Query(
+        "SELECT status, starts_utc, ends_utc, labels::VARCHAR AS labels FROM alerts__all WHERE alertname = $name"
+        " ORDER BY ts_utc DESC, starts_utc DESC LIMIT 1000",
+        {"from": EARLIEST, "to": LATEST, "name": alertname},
+    )
     import json
 
     for status, starts, ends, text in query(config, q)[1]:
@@ -175,8 +216,15 @@ def latest_notification(config: Config, alertname: str, labels: dict[str, str]) 
     return None
 
 
-def the_window(config: Config, d: Deployment, a: Alert, labels: dict[str, str], at: datetime | None,
-               start: datetime | None, now: datetime) -> tuple[Window, Notification | None]:
+def the_window(
+    config: Config,
+    d: Deployment,
+    a: Alert,
+    labels: dict[str, str],
+    at: datetime | None,
+    start: datetime | None,
+    now: datetime,
+) -> tuple[Window, Notification | None]:
     """[start of firing - lookback, end or now) of the latest notification; or the window ending at `at`."""
     back = max(lookback(d, a), SHORTEST)
     if at is not None:
@@ -186,8 +234,10 @@ def the_window(config: Config, d: Deployment, a: Alert, labels: dict[str, str], 
         return Window(max(first, at - LONGEST), at), None
     note = latest_notification(config, a.name, labels)
     if note is None:
-        raise NotFound(f"no notification of {a.name} with {labels or 'any labels'} reached this agent;"
-                       " give `at` (RFC 3339) for the window ending there")
+        raise NotFound(
+            f"no notification of {a.name} with {labels or 'any labels'} reached this agent;"
+            " give `at` (RFC 3339) for the window ending there"
+        )
     end = note.ends if note.status == "resolved" and note.ends else now
     return Window(max(note.starts - back, end - LONGEST), end), note
 
@@ -197,8 +247,9 @@ def matches(row: dict[str, Any], labels: dict[str, str]) -> bool:
     return all(row.get(k) in (None, "") or k not in labels or str(row[k]) == labels[k] for k in ("instance", "lane"))
 
 
-def probe_rows(config: Config, h: Heuristic, w: Window, labels: dict[str, str]
-               ) -> tuple[list[tuple[Finding, dict[str, Any]]], int, str]:
+def probe_rows(
+    config: Config, h: Heuristic, w: Window, labels: dict[str, str]
+) -> tuple[list[tuple[Finding, dict[str, Any]]], int, str]:
     """The probe's findings (with their rows) for these labels, how many it found for others, and its SQL."""
     q = probe_query(h, config, w)
     columns, rows = query(config, q)
@@ -213,8 +264,15 @@ def filled(template: str, row: dict[str, Any]) -> str:
     return _Summary().format(template, **row)
 
 
-def build(config: Config, alertname: str, labels: dict[str, str], at: datetime | None = None,
-          start: datetime | None = None, now: datetime | None = None, window: Window | None = None) -> EvidencePage:
+def build(
+    config: Config,
+    alertname: str,
+    labels: dict[str, str],
+    at: datetime | None = None,
+    start: datetime | None = None,
+    now: datetime | None = None,
+    window: Window | None = None,
+) -> EvidencePage:
     """The page's content. `window` (a test's, or the CLI's) overrides the notification's."""
     from spyglass.alerting.rules import runbook_url
 
@@ -235,8 +293,10 @@ def fill(config: Config, page: EvidencePage) -> None:
     h, w = page.heuristic, page.window
     page.events, present = census(config, w)
     if h.probe is None or h.evidence is None:
-        page.not_checked.append(f"{h.id} has no probe over the store (metrics only): its evidence is the alert's"
-                                f" own PromQL in Prometheus{': ' + h.diagnosis if h.diagnosis else ''}")
+        page.not_checked.append(
+            f"{h.id} has no probe over the store (metrics only): its evidence is the alert's"
+            f" own PromQL in Prometheus{': ' + h.diagnosis if h.diagnosis else ''}"
+        )
         return
     if not page.events:
         page.not_checked.append("nothing is stored in this window: no figure, comparison or chart can be computed")
@@ -274,8 +334,13 @@ def compare(config: Config, page: EvidencePage, rows: list[dict[str, Any]]) -> N
     if not e.other:
         before = Window(page.start - HOUR, page.start)
         earlier, _, _ = probe_rows(config, page.heuristic, before, page.labels)
-        page.comparison.append(("the hour before", "; ".join(filled(e.this, r) for _, r in earlier) or
-                                "no finding: the probe is quiet over the hour before the window"))
+        page.comparison.append(
+            (
+                "the hour before",
+                "; ".join(filled(e.this, r) for _, r in earlier)
+                or "no finding: the probe is quiet over the hour before the window",
+            )
+        )
 
 
 def who(page: EvidencePage, signal: Signal) -> str | None:
@@ -292,8 +357,14 @@ def chart(config: Config, page: EvidencePage, signal: Signal) -> Chart:
             points.setdefault(str(r["name"] or "?"), []).append((instant(r["t"]), float(r["v"])))
     series = [Series(n, p) for n, p in sorted(points.items())]
     if page.threshold is not None:
-        series.append(Series(f"threshold {page.threshold:g}", [(page.start, page.threshold), (page.end, page.threshold)],
-                             dashed=True, color="#d62728"))
+        series.append(
+            Series(
+                f"threshold {page.threshold:g}",
+                [(page.start, page.threshold), (page.end, page.threshold)],
+                dashed=True,
+                color="#d62728",
+            )
+        )
     spans = [(f.start, f.end, f.summary) for f in page.findings if f.start and f.end]
     return Chart(f"{page.alert.name}: {signal.title}", signal.unit, series, [], spans)
 
@@ -304,6 +375,8 @@ def behind(config: Config, page: EvidencePage, signal: Signal) -> list[str]:
         return []
     name = who(page, signal)
     where, order = signal.requests.split(" ORDER BY ")
-    sql = (f"SELECT request_id FROM {signal.view} WHERE request_id IS NOT NULL AND ({where})"
-           f"{f' AND {signal.by} = $name' if name else ''} ORDER BY {order} LIMIT {MAX_REQUESTS}")
+    sql = (
+        f"SELECT request_id FROM {signal.view} WHERE request_id IS NOT NULL AND ({where})"
+        f"{f' AND {signal.by} = $name' if name else ''} ORDER BY {order} LIMIT {MAX_REQUESTS}"
+    )
     return [str(r[0]) for r in query(config, Query(sql, {**page.window.params(), "name": name or ""}))[1]]

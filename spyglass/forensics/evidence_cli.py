@@ -1,6 +1,7 @@
 """`spyglass evidence ALERTNAME --label k=v ... [--at T] [--from T]`: an alert's evidence page as text (and
 `--html FILE`), the page the agent serves at the notification's evidence_url. Exit 0 with the page, 1 when
 the alert never notified (and no --at was given), 2 on a usage error."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,12 +11,24 @@ import typer
 
 from spyglass.forensics.commands import ConfigOption, Tz, fail, load
 
-Labels = Annotated[list[str] | None, typer.Option("--label", "-l", help="An identifying label of the alert, NAME=VALUE"
-                                                   " (repeat it): instance=strata-b, lane=fast.")]
-At = Annotated[str | None, typer.Option("--at", help="The window ends here (forms as --from of `diagnose`); default: the"
-                                        " window of the alert's latest notification.")]
-Start = Annotated[str | None, typer.Option("--from", help="With --at: the window starts here (default: the rule's"
-                                           " lookback before --at).")]
+Labels = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--label", "-l", help="An identifying label of the alert, NAME=VALUE (repeat it): instance=strata-b, lane=fast."
+    ),
+]
+At = Annotated[
+    str | None,
+    typer.Option(
+        "--at",
+        help="The window ends here (forms as --from of `diagnose`); default: the"
+        " window of the alert's latest notification.",
+    ),
+]
+Start = Annotated[
+    str | None,
+    typer.Option("--from", help="With --at: the window starts here (default: the rule's lookback before --at)."),
+]
 Html = Annotated[Path | None, typer.Option("--html", help="Also write the page as self-contained HTML here.")]
 
 
@@ -29,8 +42,15 @@ def parse_labels(given: list[str]) -> dict[str, str]:
     return labels
 
 
-def evidence(config: ConfigOption, alertname: Annotated[str, typer.Argument(help="The alert's name, e.g. EngineEvictionStorm.")],
-             label: Labels = None, at: At = None, start: Start = None, tz: Tz = "UTC", html: Html = None) -> None:
+def evidence(
+    config: ConfigOption,
+    alertname: Annotated[str, typer.Argument(help="The alert's name, e.g. EngineEvictionStorm.")],
+    label: Labels = None,
+    at: At = None,
+    start: Start = None,
+    tz: Tz = "UTC",
+    html: Html = None,
+) -> None:
     """Print an alert's evidence: its heuristic's figures, the comparison, the requests behind them."""
     from datetime import UTC, datetime
 

@@ -2,6 +2,7 @@
 
 Filters become SQL over the `requests` view (pure); `--status 4xx` is a class, `429` one status.
 """
+
 from __future__ import annotations
 
 import re
@@ -10,8 +11,10 @@ from typing import Any
 
 from spyglass.forensics.run import Query, Window
 
-COLUMNS = ("request_id, ts_utc, ts_beijing, lane, session, mode, status, finish, tokens, tokens_gateway_estimate,"
-           " tool_calls, content_chars, ttft_ms_gateway, dur_ms_gateway, ttft_ms_engine, dur_ms_engine, seen_by")
+COLUMNS = (
+    "request_id, ts_utc, ts_beijing, lane, session, mode, status, finish, tokens, tokens_gateway_estimate,"
+    " tool_calls, content_chars, ttft_ms_gateway, dur_ms_gateway, ttft_ms_engine, dur_ms_engine, seen_by"
+)
 STATUS = re.compile(r"^([1-5])(xx|\d\d)$")
 
 
@@ -55,8 +58,10 @@ def requests_query(window: Window, filters: Filters) -> Query:
     params["limit"] = filters.slowest or filters.limit
     condition = f"\nWHERE {' AND '.join(where)}" if where else ""
     # `matched`: how many rows match before the limit, for the "N more" line (the command drops the column)
-    return Query(f"SELECT {COLUMNS}, count(*) OVER () AS matched\nFROM requests{condition}\nORDER BY {order}"
-                 "\nLIMIT $limit", params)
+    return Query(
+        f"SELECT {COLUMNS}, count(*) OVER () AS matched\nFROM requests{condition}\nORDER BY {order}\nLIMIT $limit",
+        params,
+    )
 
 
 def clock_note(records: list[dict[str, Any]]) -> str | None:
@@ -68,8 +73,10 @@ def clock_note(records: list[dict[str, Any]]) -> str | None:
     for r in records:
         ttft, dur = r.get("ttft_ms_engine"), r.get("dur_ms_engine")
         if isinstance(ttft, (int, float)) and isinstance(dur, (int, float)) and ttft > 1.5 * dur + 50:
-            return (f"clock: ttft_ms_* and dur_ms_gateway are durations as logged, dur_ms_engine is measured between"
-                    f" the engine log's timestamps, and they disagree ({r.get('request_id')}: ttft_ms_engine {ttft:,}"
-                    f" > dur_ms_engine {dur:,}): the logged durations run on another clock than the timestamps"
-                    " (the demo's emulated engines log model time)")
+            return (
+                f"clock: ttft_ms_* and dur_ms_gateway are durations as logged, dur_ms_engine is measured between"
+                f" the engine log's timestamps, and they disagree ({r.get('request_id')}: ttft_ms_engine {ttft:,}"
+                f" > dur_ms_engine {dur:,}): the logged durations run on another clock than the timestamps"
+                " (the demo's emulated engines log model time)"
+            )
     return None

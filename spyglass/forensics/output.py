@@ -4,6 +4,7 @@ Values are normalised first (`records`), so an answer read from the file and one
 through the agent's JSON API print the same: instants as ISO-8601 (`Z` for UTC, `+08:00` for the
 `_beijing` columns), JSON columns nested in JSON output.
 """
+
 from __future__ import annotations
 
 import csv
@@ -104,8 +105,9 @@ def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | Non
         if rows:
             writer = csv.writer(out)
             writer.writerow([csv_cell(c) for c in rows[0]])
-            writer.writerows([[csv_cell(json.dumps(v) if isinstance(v, (dict, list)) else v) for v in r.values()]
-                              for r in rows])
+            writer.writerows(
+                [[csv_cell(json.dumps(v) if isinstance(v, (dict, list)) else v) for v in r.values()] for r in rows]
+            )
     elif rows:
         from rich.text import Text
 

@@ -6,6 +6,7 @@ table it reproduces and the parameters it takes. Parameters every report may use
 `$long_prompt_tokens`, `$default_every` (signals.long_prompt_tokens and
 signals.default_prompt_cache_every) and `$checkpoint_only` (the checkpoint-only rule as a condition).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -12,6 +12,7 @@ then CTEs over `read_parquet(GLOB, hive_partitioning = true)` with the store's v
 an in-memory DuckDB that may read only below the glob's folder. No agent is asked: any number
 of processes read segments while agents publish them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,6 +45,7 @@ PARAMETER = re.compile(r"\$([a-z_][a-z0-9_]*)\b")
 @dataclass(frozen=True)
 class Window:
     """A half-open window [start, end) of UTC instants; either end may be open."""
+
     start: datetime | None = None
     end: datetime | None = None
 
@@ -54,6 +56,7 @@ class Window:
 @dataclass
 class Query:
     """SQL over the views, its parameters, and the full text that ran (the evidence)."""
+
     sql: str
     params: dict[str, Any] = field(default_factory=dict)
 
@@ -65,6 +68,7 @@ class Query:
 class SqlCondition:
     """A parameter that is SQL rather than a value: a rule stated once in Python (such as
     collectors.checkpoint_reuse), written in parentheses wherever a query names it."""
+
     text: str
 
 
@@ -72,9 +76,11 @@ def settings_params(config: Config) -> dict[str, Any]:
     """The parameters every report and probe may use beside the window: `$long_prompt_tokens` and
     `$default_every` (signals.long_prompt_tokens, signals.default_prompt_cache_every), and
     `$checkpoint_only` (the rule, over prompt_tokens, reused_tokens and cache_every)."""
-    return {"long_prompt_tokens": config.signals.long_prompt_tokens,
-            "default_every": config.signals.default_prompt_cache_every,
-            "checkpoint_only": SqlCondition(checkpoint_only_sql())}
+    return {
+        "long_prompt_tokens": config.signals.long_prompt_tokens,
+        "default_every": config.signals.default_prompt_cache_every,
+        "checkpoint_only": SqlCondition(checkpoint_only_sql()),
+    }
 
 
 def sql_value(value: Any) -> str:
@@ -88,11 +94,13 @@ def sql_value(value: Any) -> str:
 
 def render(sql: str, params: dict[str, Any]) -> str:
     """`sql` with each `$name` replaced by its value as a literal; an unknown name is an error."""
+
     def one(found: re.Match[str]) -> str:
         name = found.group(1)
         if name not in params:
             raise QueryError(f"query parameter ${name} has no value")
         return sql_value(params[name])
+
     return PARAMETER.sub(one, sql)
 
 
@@ -165,10 +173,12 @@ def ask_store(config: Config, text: str) -> Answer:
 
 def one_connection(command: Callable[..., None]) -> Callable[..., None]:
     """A CLI command whose queries all run in one `session`: one query process, one connection."""
+
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> None:
         with session():
             command(*args, **kwargs)
+
     return run
 
 
@@ -199,10 +209,12 @@ NO_ROWS = re.compile(r"Table with name requests_\w+ does not exist")
 def _ask_store(config: Config, q: Query, opened: _Open | None) -> Any:
     """`q` on the store; on a store from before the per-request rows (schema 2, not yet migrated by an
     agent: opened read-only, nothing may migrate it), with the rows computed from the window's events."""
+
     def ask(text: str) -> Any:
         if opened:
             return opened.store(text)
         return run_readonly(config.store_path(), text, agent_api(config), config.forensics.limits())
+
     try:
         return ask(q.text(config))
     except QueryError as exc:
@@ -222,9 +234,11 @@ def hours(start: Any, end: Any) -> str:
         return ""
     first = (start - PAD_SECONDS).astimezone(UTC).replace(minute=0, second=0, microsecond=0, tzinfo=None)
     last = (end + PAD_SECONDS).astimezone(UTC).replace(tzinfo=None)
-    return (f"\n  WHERE date BETWEEN DATE '{first:%Y-%m-%d}' AND DATE '{last:%Y-%m-%d}'"
-            f" AND date + to_hours(CAST(hour AS INTEGER)) >= TIMESTAMP '{first:%Y-%m-%d %H:%M:%S}'"
-            f" AND date + to_hours(CAST(hour AS INTEGER)) < TIMESTAMP '{last:%Y-%m-%d %H:%M:%S.%f}'")
+    return (
+        f"\n  WHERE date BETWEEN DATE '{first:%Y-%m-%d}' AND DATE '{last:%Y-%m-%d}'"
+        f" AND date + to_hours(CAST(hour AS INTEGER)) >= TIMESTAMP '{first:%Y-%m-%d %H:%M:%S}'"
+        f" AND date + to_hours(CAST(hour AS INTEGER)) < TIMESTAMP '{last:%Y-%m-%d %H:%M:%S.%f}'"
+    )
 
 
 def over_parquet(sql: str, glob: str, start: Any = None, end: Any = None) -> str:
@@ -238,7 +252,7 @@ def over_parquet(sql: str, glob: str, start: Any = None, end: Any = None) -> str
     ctes = [f"{source_view(sk)} AS ({source_view_sql(sk, segments)})" for sk in source_kinds()]
     ctes.append(f"events AS ({events_view_sql(segments)})")
     joined = ",\n".join(ctes)
-    return f"{sql[:found.end()]}{joined},\n{sql[found.end():]}"
+    return f"{sql[: found.end()]}{joined},\n{sql[found.end() :]}"
 
 
 def absolute(glob: str) -> str:
@@ -250,8 +264,13 @@ def parquet_connection(glob: str) -> Any:
     import duckdb
 
     root = GLOB_CHARS.split(absolute(glob), 1)[0].rsplit("/", 1)[0] or "/"
-    con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false",
-                                 "allow_community_extensions": "false"})
+    con = duckdb.connect(
+        config={
+            "autoinstall_known_extensions": "false",
+            "autoload_known_extensions": "false",
+            "allow_community_extensions": "false",
+        }
+    )
     con.execute("SET TimeZone = 'UTC'")
     con.execute(f"SET allowed_directories = [{literal(root + '/')}]")
     con.execute("SET enable_external_access = false")

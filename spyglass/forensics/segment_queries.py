@@ -10,6 +10,7 @@ own name (`bytes`, `ttft_ms`, `origin`), NULL on the events whose kind does not 
 The queries name the documentation's folder `ROOT`; a reader runs them with their own folder in
 its place (the test does just that).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ EVERY_FILE = f"{ROOT}/host=*/date=*/hour=*/*.parquet"
 @dataclass(frozen=True)
 class SegmentQuery:
     """One question, in DuckDB's SQL (after `SET TimeZone = 'UTC'`) and in ClickHouse's."""
+
     question: str
     duckdb: str
     clickhouse: str
@@ -37,7 +39,8 @@ GROUP BY ALL ORDER BY host, events DESC, kind;""",
         f"""SELECT host, kind, count() AS events
 FROM file('{ROOT}/host=*/date=2026-10-19/hour=*/*.parquet', Parquet)
 WHERE ts >= '2026-10-19 04:45:00' AND ts < '2026-10-19 05:00:00'
-GROUP BY host, kind ORDER BY host, events DESC, kind;"""),
+GROUP BY host, kind ORDER BY host, events DESC, kind;""",
+    ),
     SegmentQuery(
         "Evictions per host and hour, and the snapshot bytes they threw away, across every host at once:",
         f"""SELECT host, date, hour::INTEGER AS hour, count(*) AS evictions, sum(bytes) AS evicted_bytes
@@ -46,7 +49,8 @@ WHERE kind = 'evict' GROUP BY ALL ORDER BY ALL;""",
         f"""SELECT host, toDate(ts) AS date, toHour(ts) AS hour, count() AS evictions,
        sum(bytes) AS evicted_bytes
 FROM file('{EVERY_FILE}', Parquet)
-WHERE kind = 'evict' GROUP BY host, date, hour ORDER BY host, date, hour;"""),
+WHERE kind = 'evict' GROUP BY host, date, hour ORDER BY host, date, hour;""",
+    ),
     SegmentQuery(
         "How each host's prompts were restored (the engine's `restore ... from=`), and their tokens:",
         f"""SELECT host, instance, origin, count(*) AS restores, sum(tokens) AS tokens
@@ -54,7 +58,8 @@ FROM read_parquet('{EVERY_FILE}', hive_partitioning = true)
 WHERE kind = 'restore' GROUP BY ALL ORDER BY ALL;""",
         f"""SELECT host, instance, origin, count() AS restores, sum(tokens) AS tokens
 FROM file('{EVERY_FILE}', Parquet)
-WHERE kind = 'restore' GROUP BY host, instance, origin ORDER BY host, instance, origin;"""),
+WHERE kind = 'restore' GROUP BY host, instance, origin ORDER BY host, instance, origin;""",
+    ),
     SegmentQuery(
         "The five slowest first tokens of each host in an hour, with the request to `spyglass trace`:",
         f"""SELECT host, request_id, ttft_ms, prompt, ts
@@ -65,7 +70,8 @@ ORDER BY host, ttft_ms DESC, ts, request_id;""",
         f"""SELECT host, request_id, ttft_ms, prompt, ts
 FROM file('{ROOT}/host=*/date=2026-10-19/hour=04/*.parquet', Parquet)
 WHERE kind = 'done'
-ORDER BY host, ttft_ms DESC, ts, request_id LIMIT 5 BY host;"""),
+ORDER BY host, ttft_ms DESC, ts, request_id LIMIT 5 BY host;""",
+    ),
     SegmentQuery(
         "The conversation cache's last 10-second sample per host (the engine's own eviction count):",
         f"""SELECT host, instance, max(ts) AS last_sample, arg_max(evictions, ts) AS evictions,
@@ -75,7 +81,8 @@ WHERE kind = 'stats' GROUP BY ALL ORDER BY ALL;""",
         f"""SELECT host, instance, max(ts) AS last_sample, argMax(evictions, ts) AS evictions,
        argMax(used, ts) AS used_bytes, argMax(budget, ts) AS budget_bytes
 FROM file('{EVERY_FILE}', Parquet)
-WHERE kind = 'stats' GROUP BY host, instance ORDER BY host, instance;"""),
+WHERE kind = 'stats' GROUP BY host, instance ORDER BY host, instance;""",
+    ),
 ]
 
 

@@ -6,6 +6,7 @@ Besides the stored events, one row for each build change (`build_changed`) and e
 even when the start before it is outside the window. The SQL is built here (pure), and so are the
 change rows; spyglass.forensics.commands runs and prints them.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,9 +42,13 @@ class Filters:
 
     def keeps(self, source: str | None, instance: str | None, kind: str, text: str) -> bool:
         """Whether a row made outside SQL (a change row) passes the same filters."""
-        return ((not self.sources or source in self.sources) and (not self.instances or instance in self.instances)
-                and (not self.kinds or kind in self.kinds) and kind not in self.exclude_kinds
-                and all(t in text for t in self.contains))
+        return (
+            (not self.sources or source in self.sources)
+            and (not self.instances or instance in self.instances)
+            and (not self.kinds or kind in self.kinds)
+            and kind not in self.exclude_kinds
+            and all(t in text for t in self.contains)
+        )
 
 
 SEARCHED = "concat_ws(' ', source, instance, kind, request_id, fields::VARCHAR)"
@@ -53,8 +58,12 @@ def where(window: Window, f: Filters) -> tuple[str, dict[str, Any]]:
     """The WHERE clause (or "") and its parameters for `f` over the timeline view."""
     params: dict[str, Any] = dict(window.params())
     conditions = []
-    for column, values, negate in (("source", f.sources, ""), ("instance", f.instances, ""), ("kind", f.kinds, ""),
-                                   ("kind", f.exclude_kinds, "NOT ")):
+    for column, values, negate in (
+        ("source", f.sources, ""),
+        ("instance", f.instances, ""),
+        ("kind", f.kinds, ""),
+        ("kind", f.exclude_kinds, "NOT "),
+    ):
         if values:
             prefix = f"{'not_' if negate else ''}{column}"
             names = [f"${prefix}_{i}" for i in range(len(values))]
@@ -65,16 +74,19 @@ def where(window: Window, f: Filters) -> tuple[str, dict[str, Any]]:
         conditions.append(f"strpos({SEARCHED}, $contains_{i}) > 0")
     if f.request:
         params.update(request=f.request, trace=format(trace_id_for(f.request), "032x"))
-        conditions.append(f"(request_id = $request OR seq IN (SELECT seq FROM ev_otlp WHERE trace_id = $trace)\n"
-                          f"   OR {CONVERSATION})")
+        conditions.append(
+            f"(request_id = $request OR seq IN (SELECT seq FROM ev_otlp WHERE trace_id = $trace)\n   OR {CONVERSATION})"
+        )
     return (f"\nWHERE {' AND '.join(conditions)}" if conditions else ""), params
 
 
 def timeline_query(window: Window, f: Filters = Filters(), limit: int = 1000) -> Query:
     """Events in [from, to), filtered; one row more than `limit`, so truncation can be told."""
     condition, params = where(window, f)
-    return Query(f"SELECT {COLUMNS}\nFROM timeline{condition}\nORDER BY ts_utc, seq\nLIMIT $limit",
-                 {**params, "limit": limit + 1})
+    return Query(
+        f"SELECT {COLUMNS}\nFROM timeline{condition}\nORDER BY ts_utc, seq\nLIMIT $limit",
+        {**params, "limit": limit + 1},
+    )
 
 
 def count_query(window: Window, f: Filters = Filters()) -> Query:
@@ -83,16 +95,20 @@ def count_query(window: Window, f: Filters = Filters()) -> Query:
     return Query(f"SELECT count(*) FROM timeline{condition}", params)
 
 
-CHANGE_KINDS = {"build_changed": ("build", "version", "build_name"),
-                "model_changed": ("model_md5", "model_real", "model_path", "model_bytes")}
+CHANGE_KINDS = {
+    "build_changed": ("build", "version", "build_name"),
+    "model_changed": ("model_md5", "model_real", "model_path", "model_bytes"),
+}
 
 
 def starts_query(window: Window) -> Query:
     """How many engine starts [from, to) holds. Only a start brings change rows, and the deploy records
     they come from cost a pass over every start and its context (about 1 s on 10M events), so a
     window without a start (the usual 15 minutes) skips them for this count (zonemaps on ts)."""
-    return Query("SELECT count(*) FROM ev WHERE source_kind = 'engine_log' AND kind = 'start'"
-                 " AND ts >= $from AND ts < $to", window.params())
+    return Query(
+        "SELECT count(*) FROM ev WHERE source_kind = 'engine_log' AND kind = 'start' AND ts >= $from AND ts < $to",
+        window.params(),
+    )
 
 
 def wants_changes(sources: Sequence[str], kinds: Sequence[str], request: str | None) -> bool:
@@ -100,8 +116,13 @@ def wants_changes(sources: Sequence[str], kinds: Sequence[str], request: str | N
     return not request and (not kinds or any(k in CHANGE_KINDS for k in kinds))
 
 
-def change_rows(records: Sequence[Any], window: Window, sources: Sequence[str] = (), instances: Sequence[str] = (),
-                kinds: Sequence[str] = ()) -> list[tuple[Any, ...]]:
+def change_rows(
+    records: Sequence[Any],
+    window: Window,
+    sources: Sequence[str] = (),
+    instances: Sequence[str] = (),
+    kinds: Sequence[str] = (),
+) -> list[tuple[Any, ...]]:
     """Rows in the timeline's columns, one per start and kind of change, for the changes in [from, to):
     fields hold the deploy number and each changed key's before and after."""
     from spyglass.upgrades.changes import change_list
@@ -113,14 +134,20 @@ def change_rows(records: Sequence[Any], window: Window, sources: Sequence[str] =
         if kind is None or (window.start and c.at < window.start) or (window.end and c.at >= window.end):
             continue
         source = source_of.get((c.instance, c.deploy))
-        if (instances and c.instance not in instances) or (kinds and kind not in kinds) \
-                or (sources and source not in sources):
+        if (
+            (instances and c.instance not in instances)
+            or (kinds and kind not in kinds)
+            or (sources and source not in sources)
+        ):
             continue
-        row = grouped.setdefault((c.instance, c.deploy, kind), {"at": c.at, "source": source, "fields": {
-            "deploy": c.deploy}})
+        row = grouped.setdefault(
+            (c.instance, c.deploy, kind), {"at": c.at, "source": source, "fields": {"deploy": c.deploy}}
+        )
         row["fields"][c.change] = {"before": c.before, "after": c.after}
-    return [(g["at"], g["at"], g["source"], instance, kind, None, json.dumps(g["fields"]))
-            for (instance, _, kind), g in sorted(grouped.items(), key=lambda kv: kv[1]["at"])]
+    return [
+        (g["at"], g["at"], g["source"], instance, kind, None, json.dumps(g["fields"]))
+        for (instance, _, kind), g in sorted(grouped.items(), key=lambda kv: kv[1]["at"])
+    ]
 
 
 def instant(value: Any) -> datetime:
@@ -147,8 +174,13 @@ def value_text(key: str, value: Any) -> str:
     if isinstance(value, float) and key in INSTANT_KEYS and 946_684_800 <= value < 4_102_444_800:  # 2000-2100
         return datetime.fromtimestamp(value, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     if isinstance(value, float):
-        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:.6g}" if abs(value) < 1e6 \
+        return (
+            str(int(value))
+            if value.is_integer() and abs(value) < 1e15
+            else f"{value:.6g}"
+            if abs(value) < 1e6
             else f"{value:.0f}"
+        )
     if isinstance(value, (dict, list)):
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     text = str(value)
@@ -160,8 +192,11 @@ def field_parts(fields: Any, request_id: str | None) -> list[str]:
     request id left out)."""
     parts = [f"req={request_id}"] if request_id else []
     if isinstance(fields, dict):
-        parts += [f"{k}={value_text(k, v)}" for k, v in fields.items()
-                  if v is not None and not (request_id and v == request_id and k in ("req", "id", "request_id"))]
+        parts += [
+            f"{k}={value_text(k, v)}"
+            for k, v in fields.items()
+            if v is not None and not (request_id and v == request_id and k in ("req", "id", "request_id"))
+        ]
     elif fields is not None:
         parts.append(str(fields))
     return parts
@@ -204,12 +239,22 @@ def event_lines(records: Sequence[dict[str, Any]], width: int | None = None) -> 
 
     from spyglass.cli.console import shown
 
-    rows = [(r["ts_utc"].replace("T", " ").removesuffix("Z"), r["ts_beijing"][11:23], shown(r["source"] or ""),
-             shown(r["instance"] or ""), shown(r["kind"]), [shown(p) for p in field_parts(r["fields"], r["request_id"])])
-            for r in records]
+    rows = [
+        (
+            r["ts_utc"].replace("T", " ").removesuffix("Z"),
+            r["ts_beijing"][11:23],
+            shown(r["source"] or ""),
+            shown(r["instance"] or ""),
+            shown(r["kind"]),
+            [shown(p) for p in field_parts(r["fields"], r["request_id"])],
+        )
+        for r in records
+    ]
     head = ("utc", "beijing", "source", "instance", "kind", ["fields"])
     widths = [max(len(x) for x in column) for column in zip(head, *rows)][:5]
-    whole = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + " ".join(row[5]) for row in [head, *rows]]
+    whole = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + " ".join(row[5]) for row in [head, *rows]
+    ]
     if width is None or all(cell_len(line) <= width for line in whole):
         return whole
     dates = {row[0][:10] for row in rows}

@@ -4,6 +4,7 @@ Input is spyglass.cli.timeinput's grammar (RFC 3339, epoch seconds, `now-1h`, `-
 without a zone is read in the zone given (UTC unless `--tz` says otherwise); output is
 ISO-8601 with milliseconds, `Z` for UTC and `+08:00` for Beijing. Pure functions.
 """
+
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
@@ -21,8 +22,9 @@ def parse_time(text: str, tz: str = "UTC", now: datetime | None = None) -> datet
     return timeinput.parse_time(text, tz, now)
 
 
-def window(start: str | None, end: str | None, tz: str = "UTC", since: str | None = None,
-           now: datetime | None = None) -> Window:
+def window(
+    start: str | None, end: str | None, tz: str = "UTC", since: str | None = None, now: datetime | None = None
+) -> Window:
     """The window [start, end), or [since, end) with `since` a duration back from `now` (`15m`) or a
     time; ValueError when start is after end, or both start and since are given."""
     if since and start:

@@ -5,6 +5,7 @@ resolved to its request in one query: the stored request id whose `trace_id_for`
 sha256 over the distinct request ids, so it works when no span was ever pushed), else the request
 id a pushed span of that trace carries (a trace the client started itself).
 """
+
 from __future__ import annotations
 
 import json
@@ -28,11 +29,13 @@ TRACE_ID = re.compile(r"^[0-9a-f]{32}$")
 
 def request_of(config: Config, trace_hex: str) -> str:
     """The request id of a trace id (32 lowercase hex digits, already checked)."""
-    answer = ask_store(config,
-                       "SELECT request_id FROM (SELECT DISTINCT request_id FROM events WHERE request_id IS NOT NULL)"
-                          f" WHERE substr(sha256('spyglass-trace:' || request_id), 1, 32) = '{trace_hex}'"
-                          " UNION ALL (SELECT request_id FROM events_otlp WHERE kind = 'span' AND request_id IS NOT NULL"
-                          f" AND trace_id = '{trace_hex}' LIMIT 1) LIMIT 1")
+    answer = ask_store(
+        config,
+        "SELECT request_id FROM (SELECT DISTINCT request_id FROM events WHERE request_id IS NOT NULL)"
+        f" WHERE substr(sha256('spyglass-trace:' || request_id), 1, 32) = '{trace_hex}'"
+        " UNION ALL (SELECT request_id FROM events_otlp WHERE kind = 'span' AND request_id IS NOT NULL"
+        f" AND trace_id = '{trace_hex}' LIMIT 1) LIMIT 1",
+    )
     if not answer.rows:
         raise QueryError(f"no request of trace {trace_hex} in the store")
     return str(answer.rows[0][0])
@@ -44,19 +47,25 @@ def resolve(config: Config, given: str) -> str:
         return given
     if TRACE_ID.match(given.lower()):
         return request_of(config, given.lower())
-    raise QueryError(f"not a request id or a trace id: {given!r:.80} (expected YYYYMMDD-HHMMSS-hex,"
-                     " or a trace id of 32 hex digits)")
+    raise QueryError(
+        f"not a request id or a trace id: {given!r:.80} (expected YYYYMMDD-HHMMSS-hex, or a trace id of 32 hex digits)"
+    )
 
 
 def events_of(config: Config, request_id: str) -> list[Event]:
     if not REQUEST_ID.match(request_id):
         raise QueryError(f"not a request id: {request_id!r} (expected YYYYMMDD-HHMMSS-hex)")
     trace_hex = format(trace_id_for(request_id), "032x")  # client spans carry no request id, only the trace
-    answer = ask_store(config, "SELECT epoch(ts), source, kind, instance, fields::VARCHAR"
-                                 f" FROM events WHERE request_id = '{request_id}' OR seq IN (SELECT seq FROM events_otlp"
-                                 f" WHERE trace_id = '{trace_hex}') ORDER BY ts")
-    return [Event(float(ts), source, kind, instance, json.loads(fields), request_id)
-            for ts, source, kind, instance, fields in answer.rows]
+    answer = ask_store(
+        config,
+        "SELECT epoch(ts), source, kind, instance, fields::VARCHAR"
+        f" FROM events WHERE request_id = '{request_id}' OR seq IN (SELECT seq FROM events_otlp"
+        f" WHERE trace_id = '{trace_hex}') ORDER BY ts",
+    )
+    return [
+        Event(float(ts), source, kind, instance, json.loads(fields), request_id)
+        for ts, source, kind, instance, fields in answer.rows
+    ]
 
 
 STATUS_KEYS = ("http.status_code", "http.response.status_code")  # a span's HTTP answer, old and new conventions
@@ -65,9 +74,16 @@ STATUS_KEYS = ("http.status_code", "http.response.status_code")  # a span's HTTP
 def label(span: PhaseSpan) -> Text:
     """One span's line, its names and values as data (no markup read, control characters escaped)."""
     status = next((span.attributes[k] for k in STATUS_KEYS if k in span.attributes), None)
-    facts = ", ".join([*([f"status={status}"] if status is not None else []),
-                       *(f"{k.removeprefix('spyglass.').removeprefix('gen_ai.')}={v}"
-                         for k, v in span.attributes.items() if k not in STATUS_KEYS)])
+    facts = ", ".join(
+        [
+            *([f"status={status}"] if status is not None else []),
+            *(
+                f"{k.removeprefix('spyglass.').removeprefix('gen_ai.')}={v}"
+                for k, v in span.attributes.items()
+                if k not in STATUS_KEYS
+            ),
+        ]
+    )
     line = Text.assemble(plain(span.name, "bold"), f" {span.duration:.3f} s")
     if span.error:
         line.append_text(Text(" ").append_text(plain(span.error, "red")))
@@ -85,10 +101,18 @@ def live_tree(spans: list[Event], engine: PhaseSpan | None, request_id: str) -> 
     roots: list[PhaseSpan] = []
     for span in spans:
         f = span.fields
-        attributes = {k: v for k, v in f["attributes"].items()
-                      if k.startswith(("gen_ai.usage", "spyglass.tokens")) or k in STATUS_KEYS}
-        nodes[f["span_id"]] = PhaseSpan(f"{f['service']}: {f['name']}", f["start"], f["end"], attributes,
-                                        error=(f.get("status_message") or "error") if f["status"] == "error" else None)
+        attributes = {
+            k: v
+            for k, v in f["attributes"].items()
+            if k.startswith(("gen_ai.usage", "spyglass.tokens")) or k in STATUS_KEYS
+        }
+        nodes[f["span_id"]] = PhaseSpan(
+            f"{f['service']}: {f['name']}",
+            f["start"],
+            f["end"],
+            attributes,
+            error=(f.get("status_message") or "error") if f["status"] == "error" else None,
+        )
     for span in spans:
         parent = nodes.get(span.fields.get("parent_span_id") or "")  # a root's is NULL, so absent from the store
         (parent.children if parent else roots).append(nodes[span.fields["span_id"]])
@@ -140,9 +164,15 @@ def outcome(events: list[Event], kinds: dict[str, str]) -> list[Text]:
     lines = [Text.assemble(("status: ", "bold"), plain(f"{first}" + (f" {reason}" if reason else "")))]
     for retry in retries:
         f = retry.fields
-        lines.append(Text.assemble(("blind retry: ", "bold"), plain(
-            f"the gateway sent the same prompt again with max_tokens {f.get('max_from')} -> {f.get('max_to')}"
-            f" (the prompt is what did not fit): {final if final is not None else 'no answer stored'}")))
+        lines.append(
+            Text.assemble(
+                ("blind retry: ", "bold"),
+                plain(
+                    f"the gateway sent the same prompt again with max_tokens {f.get('max_from')} -> {f.get('max_to')}"
+                    f" (the prompt is what did not fit): {final if final is not None else 'no answer stored'}"
+                ),
+            )
+        )
     if final is not None and final != first:
         lines.append(Text.assemble(("answered: ", "bold"), plain(str(final))))
     return lines
@@ -162,7 +192,13 @@ def clock_notes(root: PhaseSpan) -> list[Text]:
     for span in walk(root):
         ttft = span.attributes.get("spyglass.ttft_ms")
         if isinstance(ttft, (int, float)) and ttft / 1000 > 1.5 * span.duration + 0.05:
-            notes.append(Text.assemble(("clock: ", "bold"), plain(
-                f"{span.name} logs ttft_ms={ttft:g} for a span of {span.duration * 1000:.0f} ms: the durations it logs run"
-                " on another clock than its timestamps (the demo's emulated engines log model time)")))
+            notes.append(
+                Text.assemble(
+                    ("clock: ", "bold"),
+                    plain(
+                        f"{span.name} logs ttft_ms={ttft:g} for a span of {span.duration * 1000:.0f} ms: the durations it logs run"
+                        " on another clock than its timestamps (the demo's emulated engines log model time)"
+                    ),
+                )
+            )
     return notes

@@ -10,6 +10,7 @@ What a signals object must remember between events (and across a restart) is its
 back to `restore()` by `attach_signals`. What one signals class learns that another needs (the model
 file each engine loaded) is passed explicitly, in `SignalsLinks`.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -89,8 +90,9 @@ class SignalsBase:
 
     Saved: ClassVar[type[BaseModel] | None] = None
 
-    def __init__(self, state: MetricState, settings: SignalsSettings = SignalsSettings(),
-                 links: SignalsLinks | None = None) -> None:
+    def __init__(
+        self, state: MetricState, settings: SignalsSettings = SignalsSettings(), links: SignalsLinks | None = None
+    ) -> None:
         self.state, self.settings = state, settings
         self.links = links if links is not None else SignalsLinks()
 
@@ -126,8 +128,10 @@ def check_signals_class(kind: str, cls: type) -> None:
     try:
         inspect.signature(cls).bind(object(), settings=SignalsSettings(), links=SignalsLinks())
     except TypeError as exc:
-        raise ValueError(f"{where} must be constructible as cls(state, settings=SignalsSettings(...),"
-                         f" links=SignalsLinks(...)) ({exc}); subclass SignalsBase") from None
+        raise ValueError(
+            f"{where} must be constructible as cls(state, settings=SignalsSettings(...),"
+            f" links=SignalsLinks(...)) ({exc}); subclass SignalsBase"
+        ) from None
 
 
 def attach_signals(kind: str, signals: Signals, state: MetricState) -> None:
@@ -147,8 +151,12 @@ def attach_signals(kind: str, signals: Signals, state: MetricState) -> None:
         try:
             signals.restore(saved_model.model_validate(raw))  # type: ignore[attr-defined]
         except ValidationError as exc:
-            logger.warning("signals of {}: saved state not valid, starting fresh ({} errors, first: {})", kind,
-                           exc.error_count(), exc.errors()[0]["msg"])
+            logger.warning(
+                "signals of {}: saved state not valid, starting fresh ({} errors, first: {})",
+                kind,
+                exc.error_count(),
+                exc.errors()[0]["msg"],
+            )
     state.checkpointers[kind] = lambda: signals.checkpoint().model_dump(mode="json")  # type: ignore[attr-defined]
 
 
@@ -176,8 +184,9 @@ def load_all() -> dict[str, SignalsRegistration]:
     return SIGNALS
 
 
-def start_known_counters(state: MetricState, instances: Mapping[str, Iterable[str]], lanes: Iterable[str],
-                         lane_of: Mapping[str, str]) -> None:
+def start_known_counters(
+    state: MetricState, instances: Mapping[str, Iterable[str]], lanes: Iterable[str], lane_of: Mapping[str, str]
+) -> None:
     """Create at 0 every counter series whose labels are all known before any event arrives: per
     source kind, counters labelled (instance, lane), (instance) or (lane), for the configured
     instances of that kind (`instances`: kind -> names) and the deployment's `lanes` (`lane_of`:
@@ -197,7 +206,9 @@ def start_known_counters(state: MetricState, instances: Mapping[str, Iterable[st
         kind_lanes = sorted({*lanes, *([no_lane] if no_lane else [])})
         keys_of: dict[tuple[str, ...], list[tuple[str, ...]]] = {
             ("instance", "lane"): [(name, lane_of.get(name, "")) for name in names],
-            ("instance",): [(name,) for name in names], ("lane",): [(lane,) for lane in kind_lanes]}
+            ("instance",): [(name,) for name in names],
+            ("lane",): [(lane,) for lane in kind_lanes],
+        }
         mirrored = base.mirrored_counters if base else frozenset()
         for spec in registration.specs:
             if spec.type != "counter" or spec.name in mirrored:

@@ -3,6 +3,7 @@
 It declares the OpenTelemetry instruments, the Prometheus families and docs/metrics.md. Each
 signals module contributes its rows with `declare`; nothing else names a metric.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,8 +11,14 @@ from typing import Literal, Protocol
 
 MetricType = Literal["counter", "gauge", "histogram", "info"]
 
-OTEL_UNITS = {"seconds": "s", "bytes": "By", "tokens": "{token}", "tokens_per_second": "{token}/s",
-              "ratio": "1", "": "1"}
+OTEL_UNITS = {
+    "seconds": "s",
+    "bytes": "By",
+    "tokens": "{token}",
+    "tokens_per_second": "{token}/s",
+    "ratio": "1",
+    "": "1",
+}
 
 
 @dataclass(frozen=True)
@@ -41,20 +48,36 @@ class MetricSpec:
 class SpecMaker(Protocol):
     """Makes one catalogue row of a signals module: its source and base labels preset."""
 
-    def __call__(self, name: str, type_: MetricType, help_: str, extra: tuple[str, ...] = (), unit: str = "",
-                 buckets: tuple[float, ...] = (), labels: tuple[str, ...] | None = None,
-                 exemplars: bool = False) -> MetricSpec: ...
+    def __call__(
+        self,
+        name: str,
+        type_: MetricType,
+        help_: str,
+        extra: tuple[str, ...] = (),
+        unit: str = "",
+        buckets: tuple[float, ...] = (),
+        labels: tuple[str, ...] | None = None,
+        exemplars: bool = False,
+    ) -> MetricSpec: ...
 
 
 def spec_maker(source: str, base_labels: tuple[str, ...] = ()) -> SpecMaker:
     """A short constructor for one signals module's rows: `labels` replaces the base labels, `extra`
     follows them."""
 
-    def make(name: str, type_: MetricType, help_: str, extra: tuple[str, ...] = (), unit: str = "",
-             buckets: tuple[float, ...] = (), labels: tuple[str, ...] | None = None,
-             exemplars: bool = False) -> MetricSpec:
-        return MetricSpec(name, type_, help_, base_labels + extra if labels is None else labels, unit, buckets, source,
-                          exemplars)
+    def make(
+        name: str,
+        type_: MetricType,
+        help_: str,
+        extra: tuple[str, ...] = (),
+        unit: str = "",
+        buckets: tuple[float, ...] = (),
+        labels: tuple[str, ...] | None = None,
+        exemplars: bool = False,
+    ) -> MetricSpec:
+        return MetricSpec(
+            name, type_, help_, base_labels + extra if labels is None else labels, unit, buckets, source, exemplars
+        )
 
     return make
 
@@ -92,8 +115,16 @@ class Catalogue:
                 raise ValueError(f"signals.buckets.{name}: not a histogram of this catalogue")
             if not bounds or sorted(bounds) != list(bounds) or len(set(bounds)) != len(bounds):
                 raise ValueError(f"signals.buckets.{name}: bounds must be strictly increasing")
-            specs[name] = MetricSpec(spec.name, spec.type, spec.help, spec.labels, spec.unit,
-                                     tuple(float(b) for b in bounds), spec.source, spec.exemplars)
+            specs[name] = MetricSpec(
+                spec.name,
+                spec.type,
+                spec.help,
+                spec.labels,
+                spec.unit,
+                tuple(float(b) for b in bounds),
+                spec.source,
+                spec.exemplars,
+            )
         return Catalogue(specs)
 
 

@@ -14,6 +14,7 @@ Task lines of a task never queued are counted as orphans, not as requests.
 Labels from the log (finish, cause, reason, origin, status, component) are checked against
 the closed sets below; other values are exported as `other` and counted.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,9 @@ from spyglass.signals.state import MetricState
 INSTANCE_LANE = ("instance", "lane")
 RESYNC_LINES = 3
 CLOSED = {  # label -> the values the engine writes; any other is exported as "other"
-    "finish": frozenset({"stop", "length", "tool_calls", "content_filter", "error", "abort",
-                        "unknown"}),  # unknown: llama-server logs no finish reason
+    "finish": frozenset(
+        {"stop", "length", "tool_calls", "content_filter", "error", "abort", "unknown"}
+    ),  # unknown: llama-server logs no finish reason
     "cause": frozenset({"stop", "length", "budget", "eos"}),
     "evict_reason": frozenset({"budget", "lru", "ttl", "manual", "shutdown"}),
     "rebuild_reason": frozenset({"new_shape", "resize", "invalidated"}),
@@ -48,82 +50,164 @@ CLOSED = {  # label -> the values the engine writes; any other is exported as "o
 spec = spec_maker("engine_log", INSTANCE_LANE)
 
 SPECS = [
-    spec("spyglass_engine_evictions_total", "counter",
-         "Conversation snapshots evicted, as the engine's own cumulative evictions= value (resets with the engine)."),
-    spec("spyglass_engine_implausible_values_total", "counter",
-         "Cumulative values from the log not exported because the lines between cannot explain them (a forged"
-         " or damaged line), by field; field start: a start line the start sequence did not follow (a"
-         " banner echoed in a prompt), which reset nothing.", ("field",)),
-    spec("spyglass_engine_orphan_lines_total", "counter",
-         "Task lines (prompt, thinking, tool_call, done) of a task never seen queued: not counted as requests.",
-         ("kind",)),
-    spec("spyglass_engine_evicted_snapshots_total", "counter", "Evict lines seen, by the engine's reason.", ("reason",)),
+    spec(
+        "spyglass_engine_evictions_total",
+        "counter",
+        "Conversation snapshots evicted, as the engine's own cumulative evictions= value (resets with the engine).",
+    ),
+    spec(
+        "spyglass_engine_implausible_values_total",
+        "counter",
+        "Cumulative values from the log not exported because the lines between cannot explain them (a forged"
+        " or damaged line), by field; field start: a start line the start sequence did not follow (a"
+        " banner echoed in a prompt), which reset nothing.",
+        ("field",),
+    ),
+    spec(
+        "spyglass_engine_orphan_lines_total",
+        "counter",
+        "Task lines (prompt, thinking, tool_call, done) of a task never seen queued: not counted as requests.",
+        ("kind",),
+    ),
+    spec(
+        "spyglass_engine_evicted_snapshots_total", "counter", "Evict lines seen, by the engine's reason.", ("reason",)
+    ),
     spec("spyglass_engine_evicted_bytes_total", "counter", "Bytes of conversation snapshots evicted.", unit="bytes"),
     spec("spyglass_engine_cache_parked_snapshots", "gauge", "Conversation snapshots parked in the cache."),
     spec("spyglass_engine_cache_used_bytes", "gauge", "Bytes of parked conversation snapshots.", unit="bytes"),
     spec("spyglass_engine_cache_budget_bytes", "gauge", "Byte budget of the conversation cache.", unit="bytes"),
-    spec("spyglass_engine_cache_snapshot_bytes", "histogram", "Size of each conversation snapshot parked.",
-         unit="bytes", buckets=SNAPSHOT_BYTES),
-    spec("spyglass_engine_prompt_tokens_total", "counter",
-         "Prompt tokens, by part: reused from cache or read (prefilled).", ("part",), unit="tokens"),
-    spec("spyglass_engine_request_prompt_tokens", "histogram", "Prompt length of each request in tokens.",
-         unit="tokens", buckets=PROMPT_TOKENS),
-    spec("spyglass_engine_prompt_restores_total", "counter",
-         "Prompts by where their cached prefix came from: parked snapshot, checkpoint, or none.", ("origin",)),
-    spec("spyglass_engine_long_prompts_total", "counter",
-         "Prompts at or above the long-prompt threshold (signals.long_prompt_tokens)."),
-    spec("spyglass_engine_long_prompts_checkpoint_only_total", "counter",
-         "Long prompts whose reuse was a positive multiple of prompt-cache-every: only a checkpoint saved them."),
-    spec("spyglass_engine_prompt_cache_every_tokens", "gauge",
-         "The engine's --prompt-cache-every: tokens between prompt-cache checkpoints.", unit="tokens"),
-    spec("spyglass_engine_prefill_read_seconds", "histogram", "Time to read (prefill) the uncached part of a prompt.",
-         unit="seconds", buckets=LATENCY_SECONDS),
-    spec("spyglass_engine_ttft_seconds", "histogram", "Time to first token, as the engine measured it.",
-         unit="seconds", buckets=LATENCY_SECONDS, exemplars=True),
-    spec("spyglass_engine_request_decode_tokens_per_second", "histogram", "Decode rate of each finished request.",
-         unit="tokens_per_second", buckets=TOKENS_PER_SECOND),
+    spec(
+        "spyglass_engine_cache_snapshot_bytes",
+        "histogram",
+        "Size of each conversation snapshot parked.",
+        unit="bytes",
+        buckets=SNAPSHOT_BYTES,
+    ),
+    spec(
+        "spyglass_engine_prompt_tokens_total",
+        "counter",
+        "Prompt tokens, by part: reused from cache or read (prefilled).",
+        ("part",),
+        unit="tokens",
+    ),
+    spec(
+        "spyglass_engine_request_prompt_tokens",
+        "histogram",
+        "Prompt length of each request in tokens.",
+        unit="tokens",
+        buckets=PROMPT_TOKENS,
+    ),
+    spec(
+        "spyglass_engine_prompt_restores_total",
+        "counter",
+        "Prompts by where their cached prefix came from: parked snapshot, checkpoint, or none.",
+        ("origin",),
+    ),
+    spec(
+        "spyglass_engine_long_prompts_total",
+        "counter",
+        "Prompts at or above the long-prompt threshold (signals.long_prompt_tokens).",
+    ),
+    spec(
+        "spyglass_engine_long_prompts_checkpoint_only_total",
+        "counter",
+        "Long prompts whose reuse was a positive multiple of prompt-cache-every: only a checkpoint saved them.",
+    ),
+    spec(
+        "spyglass_engine_prompt_cache_every_tokens",
+        "gauge",
+        "The engine's --prompt-cache-every: tokens between prompt-cache checkpoints.",
+        unit="tokens",
+    ),
+    spec(
+        "spyglass_engine_prefill_read_seconds",
+        "histogram",
+        "Time to read (prefill) the uncached part of a prompt.",
+        unit="seconds",
+        buckets=LATENCY_SECONDS,
+    ),
+    spec(
+        "spyglass_engine_ttft_seconds",
+        "histogram",
+        "Time to first token, as the engine measured it.",
+        unit="seconds",
+        buckets=LATENCY_SECONDS,
+        exemplars=True,
+    ),
+    spec(
+        "spyglass_engine_request_decode_tokens_per_second",
+        "histogram",
+        "Decode rate of each finished request.",
+        unit="tokens_per_second",
+        buckets=TOKENS_PER_SECOND,
+    ),
     spec("spyglass_engine_requests_finished_total", "counter", "Requests finished, by finish reason.", ("finish",)),
-    spec("spyglass_engine_last_progress_timestamp_seconds", "gauge",
-         "Time (from the line) of the engine's last sign of progress: a finished request (done) or a [stats] line."
-         " A hung engine's HTTP thread may still log queued requests; this stands still (H20).", unit="seconds"),
-    spec("spyglass_engine_completion_tokens_total", "counter", "Completion tokens of finished requests.",
-         unit="tokens"),
+    spec(
+        "spyglass_engine_last_progress_timestamp_seconds",
+        "gauge",
+        "Time (from the line) of the engine's last sign of progress: a finished request (done) or a [stats] line."
+        " A hung engine's HTTP thread may still log queued requests; this stands still (H20).",
+        unit="seconds",
+    ),
+    spec(
+        "spyglass_engine_completion_tokens_total", "counter", "Completion tokens of finished requests.", unit="tokens"
+    ),
     spec("spyglass_engine_tool_calls_total", "counter", "Tool calls the engine started writing."),
     spec("spyglass_engine_thinking_tokens_total", "counter", "Reasoning tokens used.", unit="tokens"),
     spec("spyglass_engine_thinking_stops_total", "counter", "Reasoning phases ended, by stop cause.", ("cause",)),
-    spec("spyglass_engine_thinking_budget_exhausted_total", "counter",
-         "Reasoning phases that used their whole thinking budget."),
+    spec(
+        "spyglass_engine_thinking_budget_exhausted_total",
+        "counter",
+        "Reasoning phases that used their whole thinking budget.",
+    ),
     spec("spyglass_engine_rejections_total", "counter", "Requests the engine refused, by HTTP status.", ("status",)),
     spec("spyglass_engine_graph_rebuilds_total", "counter", "Compute-graph rebuilds, by reason.", ("reason",)),
-    spec("spyglass_engine_graph_rebuild_seconds_total", "counter", "Time spent rebuilding compute graphs.",
-         unit="seconds"),
+    spec(
+        "spyglass_engine_graph_rebuild_seconds_total",
+        "counter",
+        "Time spent rebuilding compute graphs.",
+        unit="seconds",
+    ),
     spec("spyglass_engine_errors_total", "counter", "Error-level engine lines, by component.", ("component",)),
     spec("spyglass_engine_model_checksum_mismatches_total", "counter", "Model files whose md5 did not match."),
     spec("spyglass_engine_starts_total", "counter", "Engine process starts seen in the log."),
-    spec("spyglass_engine_start_time_seconds", "gauge", "Unix time of the last engine process start.",
-         unit="seconds"),
+    spec("spyglass_engine_start_time_seconds", "gauge", "Unix time of the last engine process start.", unit="seconds"),
     spec("spyglass_engine_ready", "gauge", "1 once the engine logged ready, 0 from its start line until then."),
-    spec("spyglass_engine_load_duration_seconds", "gauge", "How long the last model load took until ready.",
-         unit="seconds"),
+    spec(
+        "spyglass_engine_load_duration_seconds",
+        "gauge",
+        "How long the last model load took until ready.",
+        unit="seconds",
+    ),
     spec("spyglass_engine_experts_resident", "gauge", "Experts resident in the CPU expert arena."),
     spec("spyglass_engine_experts", "gauge", "Experts of the model."),
     spec("spyglass_engine_allowed_cpus", "gauge", "CPUs the engine process may run on (its affinity set size)."),
     spec("spyglass_engine_pool_workers", "gauge", "Worker threads of the CPU expert pool."),
     spec("spyglass_engine_cpus_info", "info", "The CPU list the engine logged at start, value 1.", ("cpus",)),
-    spec("spyglass_engine_shared_cpus", "gauge",
-         "CPUs this engine shares with another, from both engines' start lines (incident 1).", ("other",)),
+    spec(
+        "spyglass_engine_shared_cpus",
+        "gauge",
+        "CPUs this engine shares with another, from both engines' start lines (incident 1).",
+        ("other",),
+    ),
     spec("spyglass_engine_slots", "gauge", "Request slots of the engine."),
     spec("spyglass_engine_slots_busy", "gauge", "Request slots in use."),
     spec("spyglass_engine_prefill_queue_depth", "gauge", "Requests waiting in the global serial prefill queue."),
-    spec("spyglass_engine_decode_tokens_per_second", "gauge", "Engine-wide decode rate from its stats line.",
-         unit="tokens_per_second"),
+    spec(
+        "spyglass_engine_decode_tokens_per_second",
+        "gauge",
+        "Engine-wide decode rate from its stats line.",
+        unit="tokens_per_second",
+    ),
     spec("spyglass_engine_model_bytes", "gauge", "Size of the model file the engine loaded.", unit="bytes"),
     spec("spyglass_engine_build_info", "info", "Engine build, value 1.", ("build_name", "version", "build")),
-    spec("spyglass_engine_model_info", "info",
-         "Model the engine loaded, value 1: file name the path resolved to, and md5.", ("model", "md5")),
+    spec(
+        "spyglass_engine_model_info",
+        "info",
+        "Model the engine loaded, value 1: file name the path resolved to, and md5.",
+        ("model", "md5"),
+    ),
 ]
-
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,8 +263,12 @@ class Observe:
 
     def __call__(self, s: MetricState, key: Key, e: Event) -> None:
         value = e.fields[self.field]
-        s.observe(self.metric, key, value / self.per if self.per != 1.0 else value,
-                  (e.request_id, e.ts) if e.request_id else None)
+        s.observe(
+            self.metric,
+            key,
+            value / self.per if self.per != 1.0 else value,
+            (e.request_id, e.ts) if e.request_id else None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,14 +295,18 @@ class Set:
 
 
 Op = Count | Add | Observe | Set
-CACHE = (Set("spyglass_engine_cache_parked_snapshots", "parked", optional=True),  # a llama-server evict line
-         Set("spyglass_engine_cache_used_bytes", "used", optional=True),          # knows only what its
-         Set("spyglass_engine_cache_budget_bytes", "budget", optional=True))      # command line told
+CACHE = (
+    Set("spyglass_engine_cache_parked_snapshots", "parked", optional=True),  # a llama-server evict line
+    Set("spyglass_engine_cache_used_bytes", "used", optional=True),  # knows only what its
+    Set("spyglass_engine_cache_budget_bytes", "budget", optional=True),
+)  # command line told
 PROGRESS = Set("spyglass_engine_last_progress_timestamp_seconds", "ts")
 OPS: dict[str, tuple[Op, ...]] = {  # event kind -> its operations, in order; the custom rules follow them
-    "args": (Set("spyglass_engine_prompt_cache_every_tokens", "prompt_cache_every", optional=True),
-             Set("spyglass_engine_slots", "slots", optional=True),
-             Set("spyglass_engine_cache_budget_bytes", "cache_ram_mib", times=2**20, optional=True)),  # --cache-ram
+    "args": (
+        Set("spyglass_engine_prompt_cache_every_tokens", "prompt_cache_every", optional=True),
+        Set("spyglass_engine_slots", "slots", optional=True),
+        Set("spyglass_engine_cache_budget_bytes", "cache_ram_mib", times=2**20, optional=True),
+    ),  # --cache-ram
     "model": (Set("spyglass_engine_model_bytes", "bytes"),),
     "cpus": (Set("spyglass_engine_pool_workers", "pool_workers"),),
     "experts_loaded": (Set("spyglass_engine_experts_resident", "resident"), Set("spyglass_engine_experts", "total")),
@@ -223,36 +315,55 @@ OPS: dict[str, tuple[Op, ...]] = {  # event kind -> its operations, in order; th
     "error": (Count("spyglass_engine_errors_total", by="component"),),
     "queued": (Set("spyglass_engine_prefill_queue_depth", "prefill_depth"),),
     "rejected": (Count("spyglass_engine_rejections_total", by="status"),),
-    "prompt": (Add("spyglass_engine_prompt_tokens_total", "reused", label="reused"),
-               Add("spyglass_engine_prompt_tokens_total", "read", label="read"),
-               Observe("spyglass_engine_request_prompt_tokens", "prompt"),
-               Observe("spyglass_engine_prefill_read_seconds", "ms", per=1000.0),
-               Count("spyglass_engine_prompt_restores_total", label="none", when=lambda f: f["reused"] == 0)),
+    "prompt": (
+        Add("spyglass_engine_prompt_tokens_total", "reused", label="reused"),
+        Add("spyglass_engine_prompt_tokens_total", "read", label="read"),
+        Observe("spyglass_engine_request_prompt_tokens", "prompt"),
+        Observe("spyglass_engine_prefill_read_seconds", "ms", per=1000.0),
+        Count("spyglass_engine_prompt_restores_total", label="none", when=lambda f: f["reused"] == 0),
+    ),
     "restore": (Count("spyglass_engine_prompt_restores_total", by="origin"),),
-    "thinking": (Add("spyglass_engine_thinking_tokens_total", "tokens"),
-                 Count("spyglass_engine_thinking_stops_total", by="cause"),
-                 Count("spyglass_engine_thinking_budget_exhausted_total",
-                       when=lambda f: f["cause"] == "budget" or f["tokens"] >= f["max"])),
+    "thinking": (
+        Add("spyglass_engine_thinking_tokens_total", "tokens"),
+        Count("spyglass_engine_thinking_stops_total", by="cause"),
+        Count(
+            "spyglass_engine_thinking_budget_exhausted_total",
+            when=lambda f: f["cause"] == "budget" or f["tokens"] >= f["max"],
+        ),
+    ),
     "tool_call": (Count("spyglass_engine_tool_calls_total"),),
-    "done": (Count("spyglass_engine_requests_finished_total", by="finish"),
-             Add("spyglass_engine_completion_tokens_total", "completion"),
-             Observe("spyglass_engine_ttft_seconds", "ttft_ms", per=1000.0),
-             Observe("spyglass_engine_request_decode_tokens_per_second", "decode_tps"),
-             PROGRESS),
+    "done": (
+        Count("spyglass_engine_requests_finished_total", by="finish"),
+        Add("spyglass_engine_completion_tokens_total", "completion"),
+        Observe("spyglass_engine_ttft_seconds", "ttft_ms", per=1000.0),
+        Observe("spyglass_engine_request_decode_tokens_per_second", "decode_tps"),
+        PROGRESS,
+    ),
     "park": CACHE + (Observe("spyglass_engine_cache_snapshot_bytes", "bytes"),),
-    "evict": CACHE + (Count("spyglass_engine_evicted_snapshots_total", by="reason", closed="evict_reason"),
-                      Add("spyglass_engine_evicted_bytes_total", "bytes")),
-    "graph_rebuild": (Count("spyglass_engine_graph_rebuilds_total", by="reason", closed="rebuild_reason"),
-                      Add("spyglass_engine_graph_rebuild_seconds_total", "took_ms", per=1000.0)),
-    "stats": CACHE + (Set("spyglass_engine_slots_busy", "busy"), Set("spyglass_engine_slots", "slots"),
-                      Set("spyglass_engine_prefill_queue_depth", "prefill_queue"),
-                      Set("spyglass_engine_decode_tokens_per_second", "decode_tps"), PROGRESS),
+    "evict": CACHE
+    + (
+        Count("spyglass_engine_evicted_snapshots_total", by="reason", closed="evict_reason"),
+        Add("spyglass_engine_evicted_bytes_total", "bytes"),
+    ),
+    "graph_rebuild": (
+        Count("spyglass_engine_graph_rebuilds_total", by="reason", closed="rebuild_reason"),
+        Add("spyglass_engine_graph_rebuild_seconds_total", "took_ms", per=1000.0),
+    ),
+    "stats": CACHE
+    + (
+        Set("spyglass_engine_slots_busy", "busy"),
+        Set("spyglass_engine_slots", "slots"),
+        Set("spyglass_engine_prefill_queue_depth", "prefill_queue"),
+        Set("spyglass_engine_decode_tokens_per_second", "decode_tps"),
+        PROGRESS,
+    ),
 }
 
 
 # ---------------------------------------------------------------------------------------------
 # What the engine signals remember between events, typed (saved under "engine_log").
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass(slots=True)
 class EvictionsSeen:
@@ -292,8 +403,9 @@ class EngineSignals(SignalsBase):
     mirrored_counters = frozenset({"spyglass_engine_evictions_total"})
     Saved = EngineSaved
 
-    def __init__(self, state: MetricState, settings: SignalsSettings = SignalsSettings(),
-                 links: SignalsLinks | None = None) -> None:
+    def __init__(
+        self, state: MetricState, settings: SignalsSettings = SignalsSettings(), links: SignalsLinks | None = None
+    ) -> None:
         super().__init__(state, settings, links)
         self.lanes = settings.lanes
         self.long_prompt_tokens = settings.long_prompt_tokens
@@ -301,8 +413,13 @@ class EngineSignals(SignalsBase):
         self.seen: dict[str, EvictionsSeen] = {}
         self.pending: dict[str, Banner] = {}
         self.rules: dict[str, Callable[[Event, Key], None]] = {  # the custom rules, after the kind's OPS
-            "start": self.on_start, "model": self.on_model, "cpus": self.on_cpus, "prompt": self.on_prompt,
-            "park": self.on_cache, "evict": self.on_evict, "stats": self.on_cache,
+            "start": self.on_start,
+            "model": self.on_model,
+            "cpus": self.on_cpus,
+            "prompt": self.on_prompt,
+            "park": self.on_cache,
+            "evict": self.on_evict,
+            "stats": self.on_cache,
         }
 
     def checkpoint(self) -> EngineSaved:
@@ -315,10 +432,16 @@ class EngineSignals(SignalsBase):
     @staticmethod
     def from_memo(memo: dict[str, Any]) -> dict[str, Any]:
         """The memo's engine_log (instance -> value, evicts, run), engine_start_pending and model_loaded."""
-        seen = {instance: {k: v for k, v in part.items() if k in ("value", "evicts", "run")}
-                for instance, part in (memo.get("engine_log") or {}).items() if isinstance(part, dict)}
-        return {"evictions": seen, "pending_starts": memo.get("engine_start_pending") or {},
-                "loaded_models": memo.get("model_loaded") or {}}
+        seen = {
+            instance: {k: v for k, v in part.items() if k in ("value", "evicts", "run")}
+            for instance, part in (memo.get("engine_log") or {}).items()
+            if isinstance(part, dict)
+        }
+        return {
+            "evictions": seen,
+            "pending_starts": memo.get("engine_start_pending") or {},
+            "loaded_models": memo.get("model_loaded") or {},
+        }
 
     def apply(self, event: Event) -> None:
         kind = event.kind
@@ -353,8 +476,9 @@ class EngineSignals(SignalsBase):
 
     def on_start(self, e: Event, key: Key) -> None:
         f = e.fields
-        self.pending[e.instance] = Banner(ts=e.ts, build_name=str(f["build_name"]), version=str(f["version"]),
-                                          build=str(f["build"]))
+        self.pending[e.instance] = Banner(
+            ts=e.ts, build_name=str(f["build_name"]), version=str(f["version"]), build=str(f["build"])
+        )
 
     def _started(self, banner: Banner, key: Key, instance: str) -> None:
         """A start the start sequence confirmed: the one moment counters of the process reset."""
@@ -378,7 +502,7 @@ class EngineSignals(SignalsBase):
         s.set("spyglass_engine_allowed_cpus", key, len(cpu_set(cpus)))
         s.set_info("spyglass_engine_cpus_info", key + (cpus,), 2)
         # Overlap with every other instance's last start line: a replayed window shows incident 1.
-        for (instance, lane, theirs) in list(s.series("spyglass_engine_cpus_info")):
+        for instance, lane, theirs in list(s.series("spyglass_engine_cpus_info")):
             if instance != key[0]:
                 shared = len(cpu_set(cpus) & cpu_set(theirs))
                 s.set("spyglass_engine_shared_cpus", key + (instance,), shared)

@@ -5,6 +5,7 @@ outside 100-599 is exported as `other`, and both are counted in
 spyglass_source_unlisted_labels_total. Token counts carry `counted_by`: the gateway's estimate and the engine's count of the same
 prompts (incident 6: every count names who counted; the engine is the authority).
 """
+
 from __future__ import annotations
 
 from spyglass.collectors.event import Event
@@ -22,31 +23,72 @@ LANE = ("lane",)
 spec = spec_maker("gateway_log", LANE)
 
 SPECS = [
-    spec("spyglass_gateway_requests_received_total", "counter", "Requests the gateway received, by lane and mode.",
-         ("mode",)),
-    spec("spyglass_gateway_requests_total", "counter", "Requests the gateway answered, by lane and HTTP status.",
-         ("status",)),
-    spec("spyglass_gateway_assembly_dropped_messages", "histogram",
-         "Client messages RAG assembly left out of the request sent upstream.", buckets=DROPPED_BUCKETS),
-    spec("spyglass_gateway_assembly_dropped_most_total", "counter",
-         "Assembled requests that dropped more than half of the client's messages (incident 5)."),
-    spec("spyglass_gateway_prompt_tokens_total", "counter",
-         "Prompt tokens of requests, by the layer that counted them: gateway_estimate or engine.",
-         ("counted_by",), "tokens"),
-    spec("spyglass_gateway_estimate_ratio", "histogram",
-         "Gateway token estimate divided by the engine's count of the same prompt (English runs about 3.3).",
-         buckets=RATIO_BUCKETS),
+    spec(
+        "spyglass_gateway_requests_received_total",
+        "counter",
+        "Requests the gateway received, by lane and mode.",
+        ("mode",),
+    ),
+    spec(
+        "spyglass_gateway_requests_total",
+        "counter",
+        "Requests the gateway answered, by lane and HTTP status.",
+        ("status",),
+    ),
+    spec(
+        "spyglass_gateway_assembly_dropped_messages",
+        "histogram",
+        "Client messages RAG assembly left out of the request sent upstream.",
+        buckets=DROPPED_BUCKETS,
+    ),
+    spec(
+        "spyglass_gateway_assembly_dropped_most_total",
+        "counter",
+        "Assembled requests that dropped more than half of the client's messages (incident 5).",
+    ),
+    spec(
+        "spyglass_gateway_prompt_tokens_total",
+        "counter",
+        "Prompt tokens of requests, by the layer that counted them: gateway_estimate or engine.",
+        ("counted_by",),
+        "tokens",
+    ),
+    spec(
+        "spyglass_gateway_estimate_ratio",
+        "histogram",
+        "Gateway token estimate divided by the engine's count of the same prompt (English runs about 3.3).",
+        buckets=RATIO_BUCKETS,
+    ),
     spec("spyglass_gateway_clamps_total", "counter", "Requests whose max_tokens the gateway lowered to fit."),
-    spec("spyglass_gateway_overfits_total", "counter",
-         "Requests the engine refused with 400 for overfilling its window."),
-    spec("spyglass_gateway_blind_retries_total", "counter",
-         "Retries after a 400 overfit that only clamped max_tokens (incident 6)."),
-    spec("spyglass_gateway_concurrency_rejections_total", "counter",
-         "Requests rejected with 429 because the model's concurrency limit was full."),
-    spec("spyglass_gateway_ttft_seconds", "histogram", "Time to first token seen by the gateway.", unit="seconds",
-         buckets=LATENCY_SECONDS, exemplars=True),
-    spec("spyglass_gateway_request_duration_seconds", "histogram", "Whole request duration seen by the gateway.",
-         unit="seconds", buckets=LATENCY_SECONDS, exemplars=True),
+    spec(
+        "spyglass_gateway_overfits_total", "counter", "Requests the engine refused with 400 for overfilling its window."
+    ),
+    spec(
+        "spyglass_gateway_blind_retries_total",
+        "counter",
+        "Retries after a 400 overfit that only clamped max_tokens (incident 6).",
+    ),
+    spec(
+        "spyglass_gateway_concurrency_rejections_total",
+        "counter",
+        "Requests rejected with 429 because the model's concurrency limit was full.",
+    ),
+    spec(
+        "spyglass_gateway_ttft_seconds",
+        "histogram",
+        "Time to first token seen by the gateway.",
+        unit="seconds",
+        buckets=LATENCY_SECONDS,
+        exemplars=True,
+    ),
+    spec(
+        "spyglass_gateway_request_duration_seconds",
+        "histogram",
+        "Whole request duration seen by the gateway.",
+        unit="seconds",
+        buckets=LATENCY_SECONDS,
+        exemplars=True,
+    ),
     spec("spyglass_gateway_starts_total", "counter", "Gateway process starts seen in its log.", labels=()),
     spec("spyglass_gateway_info", "info", "Gateway version from its last start line, value 1.", labels=("version",)),
 ]

@@ -3,6 +3,7 @@
 These are the incident tables as counters: special-token requests vs thinking-only responses
 (incident 3: 58 vs 295), plan-then-stop (incidents 4 and 5), a lost task anchor (incident 5).
 """
+
 from __future__ import annotations
 
 from spyglass.collectors.event import Event
@@ -19,19 +20,31 @@ def counter(name: str, help_: str, extra: tuple[str, ...] = ()) -> MetricSpec:
 
 
 SPECS = [
-    counter("spyglass_infer_requests_total", "Requests recorded in the infer store, by lane, status and finish reason.",
-            ("status", "finish")),
+    counter(
+        "spyglass_infer_requests_total",
+        "Requests recorded in the infer store, by lane, status and finish reason.",
+        ("status", "finish"),
+    ),
     counter("spyglass_infer_bodies_total", "Request bodies read from the infer store's segments."),
-    counter("spyglass_infer_special_token_requests_total",
-            "Requests whose sent prompt contains special-token literals (incident 3)."),
+    counter(
+        "spyglass_infer_special_token_requests_total",
+        "Requests whose sent prompt contains special-token literals (incident 3).",
+    ),
     counter("spyglass_infer_special_token_literals_total", "Special-token literals in sent prompts."),
-    counter("spyglass_infer_thinking_only_total", "Responses with reasoning but no visible text and no tool call.",
-            ("special_tokens",)),
+    counter(
+        "spyglass_infer_thinking_only_total",
+        "Responses with reasoning but no visible text and no tool call.",
+        ("special_tokens",),
+    ),
     counter("spyglass_infer_invalid_tool_arguments_total", "Tool calls whose arguments are not valid JSON."),
-    counter("spyglass_infer_plan_then_stop_total",
-            "Responses that stopped with short text and no tool call although tools were offered (H8)."),
-    counter("spyglass_infer_anchor_lost_total",
-            "Requests whose client's first user message (the task anchor) was dropped by assembly (H9)."),
+    counter(
+        "spyglass_infer_plan_then_stop_total",
+        "Responses that stopped with short text and no tool call although tools were offered (H8).",
+    ),
+    counter(
+        "spyglass_infer_anchor_lost_total",
+        "Requests whose client's first user message (the task anchor) was dropped by assembly (H9).",
+    ),
 ]
 
 

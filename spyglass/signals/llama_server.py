@@ -12,6 +12,7 @@ llama-server answers), the gauges are dropped (no stale value is shown as curren
 not write is not exported (no invented zero): kv_cache_* exist only on builds of 2024 to mid-2025. The log's events (evictions, TTFT,
 prompt reuse, starts) go through the engine log's signals (signals/engine_log.py).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -38,50 +39,96 @@ COUNTERS = {  # llamacpp name -> (metric, extra label values)
     "spec_decode_num_accepted_tokens_total": ("spyglass_llama_draft_tokens_total", ("accepted",)),
     "spec_decode_num_drafts_total": ("spyglass_llama_draft_verifications_total", ()),
 }
-GAUGES = {"requests_deferred": "spyglass_llama_requests_deferred",
-          "predicted_tokens_seconds": "spyglass_engine_decode_tokens_per_second",
-          "kv_cache_usage_ratio": "spyglass_llama_kv_cache_usage_ratio",
-          "kv_cache_tokens": "spyglass_llama_kv_cache_tokens",
-          "n_busy_slots_per_decode": "spyglass_llama_busy_slots_per_decode"}
-DROPPED_ON_ERROR = ("spyglass_llama_ready", "spyglass_engine_slots", "spyglass_engine_slots_busy",
-                    *GAUGES.values())
+GAUGES = {
+    "requests_deferred": "spyglass_llama_requests_deferred",
+    "predicted_tokens_seconds": "spyglass_engine_decode_tokens_per_second",
+    "kv_cache_usage_ratio": "spyglass_llama_kv_cache_usage_ratio",
+    "kv_cache_tokens": "spyglass_llama_kv_cache_tokens",
+    "n_busy_slots_per_decode": "spyglass_llama_busy_slots_per_decode",
+}
+DROPPED_ON_ERROR = ("spyglass_llama_ready", "spyglass_engine_slots", "spyglass_engine_slots_busy", *GAUGES.values())
 
 spec = spec_maker("llama_server", INSTANCE_LANE)
 
 SPECS = [
-    SHARED["spyglass_engine_slots"], SHARED["spyglass_engine_slots_busy"],
+    SHARED["spyglass_engine_slots"],
+    SHARED["spyglass_engine_slots_busy"],
     SHARED["spyglass_engine_decode_tokens_per_second"],
     spec("spyglass_llama_up", "gauge", "1 when the last poll of llama-server's /health answered, else 0."),
-    spec("spyglass_llama_poll_errors_total", "counter",
-         "Failed polls of llama-server, by kind: timeout, refused, http_NNN (no answer from /health),"
-         " invalid_json (a body not JSON, or nested too deeply), bad_body (JSON of another shape).", ("error",)),
+    spec(
+        "spyglass_llama_poll_errors_total",
+        "counter",
+        "Failed polls of llama-server, by kind: timeout, refused, http_NNN (no answer from /health),"
+        " invalid_json (a body not JSON, or nested too deeply), bad_body (JSON of another shape).",
+        ("error",),
+    ),
     spec("spyglass_llama_ready", "gauge", "1 when llama-server's /health says ok, 0 while it loads (503)."),
-    spec("spyglass_llama_requests_deferred", "gauge",
-         "Requests waiting for a free slot (llamacpp:requests_deferred): the llama.cpp queue."),
-    spec("spyglass_llama_prompt_tokens_total", "counter",
-         "Prompt tokens by part: processed (prefilled) or cached (reused), from llamacpp:prompt_tokens_total and"
-         " llamacpp:prompt_tokens_cached_total.", ("part",), unit="tokens"),
-    spec("spyglass_llama_prompt_processing_seconds_total", "counter", "Time llama-server spent processing prompts.",
-         unit="seconds"),
+    spec(
+        "spyglass_llama_requests_deferred",
+        "gauge",
+        "Requests waiting for a free slot (llamacpp:requests_deferred): the llama.cpp queue.",
+    ),
+    spec(
+        "spyglass_llama_prompt_tokens_total",
+        "counter",
+        "Prompt tokens by part: processed (prefilled) or cached (reused), from llamacpp:prompt_tokens_total and"
+        " llamacpp:prompt_tokens_cached_total.",
+        ("part",),
+        unit="tokens",
+    ),
+    spec(
+        "spyglass_llama_prompt_processing_seconds_total",
+        "counter",
+        "Time llama-server spent processing prompts.",
+        unit="seconds",
+    ),
     spec("spyglass_llama_generated_tokens_total", "counter", "Tokens llama-server generated.", unit="tokens"),
-    spec("spyglass_llama_generation_seconds_total", "counter", "Time llama-server spent generating tokens.",
-         unit="seconds"),
+    spec(
+        "spyglass_llama_generation_seconds_total",
+        "counter",
+        "Time llama-server spent generating tokens.",
+        unit="seconds",
+    ),
     spec("spyglass_llama_decode_calls_total", "counter", "llama_decode() calls of llama-server."),
-    spec("spyglass_llama_kv_cache_usage_ratio", "gauge",
-         "Share of the KV cache in use (llamacpp:kv_cache_usage_ratio: builds of 2024 to mid-2025 only).",
-         unit="ratio"),
-    spec("spyglass_llama_kv_cache_tokens", "gauge",
-         "Tokens in the KV cache (llamacpp:kv_cache_tokens: builds of 2024 to mid-2025 only).", unit="tokens"),
-    spec("spyglass_llama_busy_slots_per_decode", "gauge",
-         "Average busy slots per llama_decode() call (llamacpp:n_busy_slots_per_decode, from late 2024)."),
-    spec("spyglass_llama_draft_tokens_total", "counter",
-         "Speculative decoding's draft tokens, by outcome: drafted or accepted (llamacpp:spec_decode_*, late 2025"
-         " on, with a draft model).", ("outcome",), unit="tokens"),
-    spec("spyglass_llama_draft_verifications_total", "counter",
-         "Speculative decoding's verification steps (llamacpp:spec_decode_num_drafts_total)."),
-    spec("spyglass_llama_build_info", "info", "llama-server's build (/props build_info, e.g. b1-0c1e570), value 1.",
-         ("build",)),
-    spec("spyglass_llama_restarts_total", "counter", "llama-server restarts seen: a counter of /metrics went backwards."),
+    spec(
+        "spyglass_llama_kv_cache_usage_ratio",
+        "gauge",
+        "Share of the KV cache in use (llamacpp:kv_cache_usage_ratio: builds of 2024 to mid-2025 only).",
+        unit="ratio",
+    ),
+    spec(
+        "spyglass_llama_kv_cache_tokens",
+        "gauge",
+        "Tokens in the KV cache (llamacpp:kv_cache_tokens: builds of 2024 to mid-2025 only).",
+        unit="tokens",
+    ),
+    spec(
+        "spyglass_llama_busy_slots_per_decode",
+        "gauge",
+        "Average busy slots per llama_decode() call (llamacpp:n_busy_slots_per_decode, from late 2024).",
+    ),
+    spec(
+        "spyglass_llama_draft_tokens_total",
+        "counter",
+        "Speculative decoding's draft tokens, by outcome: drafted or accepted (llamacpp:spec_decode_*, late 2025"
+        " on, with a draft model).",
+        ("outcome",),
+        unit="tokens",
+    ),
+    spec(
+        "spyglass_llama_draft_verifications_total",
+        "counter",
+        "Speculative decoding's verification steps (llamacpp:spec_decode_num_drafts_total).",
+    ),
+    spec(
+        "spyglass_llama_build_info",
+        "info",
+        "llama-server's build (/props build_info, e.g. b1-0c1e570), value 1.",
+        ("build",),
+    ),
+    spec(
+        "spyglass_llama_restarts_total", "counter", "llama-server restarts seen: a counter of /metrics went backwards."
+    ),
 ]
 
 

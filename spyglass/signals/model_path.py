@@ -5,6 +5,7 @@ The engine's loaded file comes from its last `model` banner line, which signals/
 records in the links every signals object is given (`SignalsLinks.loaded_models`: instance ->
 LoadedModel). A mismatch is left unset while that is unknown: not measured is not 0.
 """
+
 from __future__ import annotations
 
 from spyglass.collectors.event import Event
@@ -13,15 +14,24 @@ from spyglass.signals.catalogue import spec_maker
 
 spec = spec_maker("model_path", ("instance",))
 SPECS = [
-    spec("spyglass_model_path_resolves", "gauge",
-         "1 when the instance's configured model path resolves to a file, 0 when it does not (a dangling link)."),
-    spec("spyglass_model_path_changed_timestamp_seconds", "gauge",
-         "Unix time the model path last changed what it resolves to (seen by a poll, else the link's mtime).",
-         unit="seconds"),
+    spec(
+        "spyglass_model_path_resolves",
+        "gauge",
+        "1 when the instance's configured model path resolves to a file, 0 when it does not (a dangling link).",
+    ),
+    spec(
+        "spyglass_model_path_changed_timestamp_seconds",
+        "gauge",
+        "Unix time the model path last changed what it resolves to (seen by a poll, else the link's mtime).",
+        unit="seconds",
+    ),
     spec("spyglass_model_path_changes_total", "counter", "Changes of what the model path resolves to, between polls."),
-    spec("spyglass_model_path_mismatch", "gauge",
-         "1 when the model path resolves to another file (path or size) than the running engine loaded, else 0;"
-         " absent until the engine's model line is read."),
+    spec(
+        "spyglass_model_path_mismatch",
+        "gauge",
+        "1 when the model path resolves to another file (path or size) than the running engine loaded, else 0;"
+        " absent until the engine's model line is read.",
+    ),
 ]
 
 

@@ -10,6 +10,7 @@ measured"); spyglass_serve_measures_escapes says which lanes run a build with th
 escape fix (H7: build skew between lanes). State and status labels outside their closed sets
 become `other`.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -24,12 +25,17 @@ from spyglass.signals.catalogue import spec_maker
 
 INSTANCE = ("instance",)
 STATES = ("loading", "ready", "draining")
-GAUGES = (("spyglass_serve_slots", "slots", "total"), ("spyglass_serve_slots_busy", "slots", "busy"),
-          ("spyglass_serve_prefill_queue_depth", "prefill_queue", ""),
-          ("spyglass_serve_uptime_seconds", "uptime_s", ""))
-COUNTERS = (("spyglass_serve_prompt_escape_calls_total", "prompt_escapes", "calls"),
-            ("spyglass_serve_prompt_escape_literals_total", "prompt_escapes", "literals"),
-            ("spyglass_serve_stops_while_reasoning_total", "stops_while_reasoning", ""))
+GAUGES = (
+    ("spyglass_serve_slots", "slots", "total"),
+    ("spyglass_serve_slots_busy", "slots", "busy"),
+    ("spyglass_serve_prefill_queue_depth", "prefill_queue", ""),
+    ("spyglass_serve_uptime_seconds", "uptime_s", ""),
+)
+COUNTERS = (
+    ("spyglass_serve_prompt_escape_calls_total", "prompt_escapes", "calls"),
+    ("spyglass_serve_prompt_escape_literals_total", "prompt_escapes", "literals"),
+    ("spyglass_serve_stops_while_reasoning_total", "stops_while_reasoning", ""),
+)
 REQUESTS = "spyglass_serve_requests_total"
 
 
@@ -37,30 +43,58 @@ spec = spec_maker("serve_status", INSTANCE)
 
 SPECS = [
     spec("spyglass_serve_up", "gauge", "1 when the last /v1/status poll answered with a status, else 0."),
-    spec("spyglass_serve_poll_errors_total", "counter",
-         "Failed /v1/status polls, by kind: timeout, refused, http_NNN, invalid_json (nested too deeply"
-         " too), not_an_object, transport, unexpected (any other error, logged).",
-         ("error",)),
-    spec("spyglass_serve_state", "gauge", "1 for the serve's current state (loading, ready, draining), 0 for the others.",
-         ("state",)),
+    spec(
+        "spyglass_serve_poll_errors_total",
+        "counter",
+        "Failed /v1/status polls, by kind: timeout, refused, http_NNN, invalid_json (nested too deeply"
+        " too), not_an_object, transport, unexpected (any other error, logged).",
+        ("error",),
+    ),
+    spec(
+        "spyglass_serve_state",
+        "gauge",
+        "1 for the serve's current state (loading, ready, draining), 0 for the others.",
+        ("state",),
+    ),
     spec("spyglass_serve_slots", "gauge", "Request slots of the engine behind the serve."),
     spec("spyglass_serve_slots_busy", "gauge", "Request slots in use."),
     spec("spyglass_serve_prefill_queue_depth", "gauge", "Requests waiting for prefill, as the serve reports."),
-    spec("spyglass_serve_uptime_seconds", "gauge", "Seconds since the serve process started, as it reports.",
-         unit="seconds"),
-    spec("spyglass_serve_prompt_escape_calls_total", "counter",
-         "Prompts in which the serve escaped special-token literals (the serve's own count, continued across its"
-         " restarts)."),
+    spec(
+        "spyglass_serve_uptime_seconds",
+        "gauge",
+        "Seconds since the serve process started, as it reports.",
+        unit="seconds",
+    ),
+    spec(
+        "spyglass_serve_prompt_escape_calls_total",
+        "counter",
+        "Prompts in which the serve escaped special-token literals (the serve's own count, continued across its"
+        " restarts).",
+    ),
     spec("spyglass_serve_prompt_escape_literals_total", "counter", "Special-token literals the serve escaped."),
     spec("spyglass_serve_stops_while_reasoning_total", "counter", "Responses that stopped inside reasoning."),
-    spec("spyglass_serve_requests_total", "counter",
-         "Requests the serve answered, by HTTP status (its own count, continued across its restarts).", ("status",)),
-    spec("spyglass_serve_restarts_total", "counter",
-         "Serve restarts seen: its uptime or a counter went backwards between two polls."),
-    spec("spyglass_serve_measures_escapes", "gauge",
-         "1 when the serve build reports prompt_escapes (it has the escape fix), 0 when it does not."),
-    spec("spyglass_serve_info", "info", "Engine build and serve version the serve reports, value 1.",
-         ("build", "serve_version")),
+    spec(
+        "spyglass_serve_requests_total",
+        "counter",
+        "Requests the serve answered, by HTTP status (its own count, continued across its restarts).",
+        ("status",),
+    ),
+    spec(
+        "spyglass_serve_restarts_total",
+        "counter",
+        "Serve restarts seen: its uptime or a counter went backwards between two polls.",
+    ),
+    spec(
+        "spyglass_serve_measures_escapes",
+        "gauge",
+        "1 when the serve build reports prompt_escapes (it has the escape fix), 0 when it does not.",
+    ),
+    spec(
+        "spyglass_serve_info",
+        "info",
+        "Engine build and serve version the serve reports, value 1.",
+        ("build", "serve_version"),
+    ),
 ]
 
 
@@ -148,8 +182,9 @@ class ServeSignals(SignalsBase):
         seen = self.seen.get(e.instance) or ServeSeen()
         last = seen.raw
         uptime, last_uptime = self._number(body, "uptime_s", ""), seen.uptime
-        restarted = (uptime is not None and last_uptime is not None and uptime < last_uptime) or \
-            any(value < last[k] for k, value in raw.items() if k in last)
+        restarted = (uptime is not None and last_uptime is not None and uptime < last_uptime) or any(
+            value < last[k] for k, value in raw.items() if k in last
+        )
         if restarted:
             self.state.inc("spyglass_serve_restarts_total", key)
         for name, value in raw.items():
@@ -159,5 +194,6 @@ class ServeSignals(SignalsBase):
                 self.state.set(metric, series, max(self.state.series(metric).get(series, 0.0), value))
             else:
                 self.state.inc(metric, series, value if restarted else value - last[name])
-        self.seen[e.instance] = ServeSeen.model_construct(uptime=uptime if uptime is not None else last_uptime,
-                                                          raw=raw if restarted else {**last, **raw})
+        self.seen[e.instance] = ServeSeen.model_construct(
+            uptime=uptime if uptime is not None else last_uptime, raw=raw if restarted else {**last, **raw}
+        )

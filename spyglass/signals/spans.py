@@ -10,6 +10,7 @@ derives from the request id, so these spans join the live ones of the same trace
       thinking      prompt line .. thinking line                      reasoning tokens, stop cause
       decode        thinking line .. done                             completion tokens, tool call
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -38,9 +39,13 @@ def engine_span(events: Iterable[Event]) -> PhaseSpan | None:
     by_kind = {e.kind: e for e in events}
     if "rejected" in by_kind:
         e = by_kind["rejected"]
-        return PhaseSpan(f"engine {e.instance}", e.ts, e.ts, {"http.response.status_code": e.fields.get("status"),
-                                                               "spyglass.engine.reason": e.fields.get("reason")},
-                         error=f"#{e.fields.get('code')} {e.fields.get('reason')}")
+        return PhaseSpan(
+            f"engine {e.instance}",
+            e.ts,
+            e.ts,
+            {"http.response.status_code": e.fields.get("status"), "spyglass.engine.reason": e.fields.get("reason")},
+            error=f"#{e.fields.get('code')} {e.fields.get('reason')}",
+        )
     if "done" not in by_kind or "prompt" not in by_kind:
         return None
     prompt, done = by_kind["prompt"], by_kind["done"]
@@ -48,19 +53,55 @@ def engine_span(events: Iterable[Event]) -> PhaseSpan | None:
     thinking = by_kind.get("thinking")
     prefill_start = max(queued.ts, prompt.ts - prompt.fields["ms"] / 1000)
     decode_start = thinking.ts if thinking else prompt.ts
-    phases = [PhaseSpan("queue", queued.ts, prefill_start, {"spyglass.prefill_depth": queued.fields.get("prefill_depth")}),
-              PhaseSpan("prefill", prefill_start, prompt.ts, {"spyglass.prompt.reused_tokens": prompt.fields["reused"],
-                                                              "spyglass.prompt.read_tokens": prompt.fields["read"]})]
+    phases = [
+        PhaseSpan("queue", queued.ts, prefill_start, {"spyglass.prefill_depth": queued.fields.get("prefill_depth")}),
+        PhaseSpan(
+            "prefill",
+            prefill_start,
+            prompt.ts,
+            {
+                "spyglass.prompt.reused_tokens": prompt.fields["reused"],
+                "spyglass.prompt.read_tokens": prompt.fields["read"],
+            },
+        ),
+    ]
     if thinking:
-        phases.append(PhaseSpan("thinking", prompt.ts, thinking.ts, {
-            "gen_ai.usage.reasoning.output_tokens": thinking.fields["tokens"],
-            "spyglass.thinking.budget": thinking.fields["max"], "spyglass.thinking.stop": thinking.fields["cause"]}))
-    phases.append(PhaseSpan("decode", decode_start, done.ts, {
-        "gen_ai.usage.output_tokens": done.fields["completion"], "spyglass.tool_call": "tool_call" in by_kind,
-        "spyglass.decode_tps": done.fields["decode_tps"]}))
-    return PhaseSpan(f"engine {done.instance}", queued.ts, done.ts, {
-        "gen_ai.usage.input_tokens": done.fields["prompt"], "gen_ai.response.finish_reasons": [done.fields["finish"]],
-        "spyglass.tokens.engine": done.fields["prompt"], "spyglass.ttft_ms": done.fields["ttft_ms"]}, phases)
+        phases.append(
+            PhaseSpan(
+                "thinking",
+                prompt.ts,
+                thinking.ts,
+                {
+                    "gen_ai.usage.reasoning.output_tokens": thinking.fields["tokens"],
+                    "spyglass.thinking.budget": thinking.fields["max"],
+                    "spyglass.thinking.stop": thinking.fields["cause"],
+                },
+            )
+        )
+    phases.append(
+        PhaseSpan(
+            "decode",
+            decode_start,
+            done.ts,
+            {
+                "gen_ai.usage.output_tokens": done.fields["completion"],
+                "spyglass.tool_call": "tool_call" in by_kind,
+                "spyglass.decode_tps": done.fields["decode_tps"],
+            },
+        )
+    )
+    return PhaseSpan(
+        f"engine {done.instance}",
+        queued.ts,
+        done.ts,
+        {
+            "gen_ai.usage.input_tokens": done.fields["prompt"],
+            "gen_ai.response.finish_reasons": [done.fields["finish"]],
+            "spyglass.tokens.engine": done.fields["prompt"],
+            "spyglass.ttft_ms": done.fields["ttft_ms"],
+        },
+        phases,
+    )
 
 
 def gateway_span(events: Iterable[Event], engine: PhaseSpan | None) -> PhaseSpan | None:
@@ -71,11 +112,22 @@ def gateway_span(events: Iterable[Event], engine: PhaseSpan | None) -> PhaseSpan
     if first is None or last is None:
         return None
     f = {**first.fields, **last.fields}
-    span = PhaseSpan("gateway", first.ts, max(last.ts, engine.end if engine else last.ts), {
-        "spyglass.lane": f.get("lane"), "spyglass.mode": f.get("mode"), "http.response.status_code": f.get("status"),
-        "spyglass.tokens.gateway_estimate": f.get("est_tokens"), "spyglass.tokens.engine": f.get("engine_prompt"),
-        "spyglass.assembly.client_msgs": f.get("client_msgs"), "spyglass.assembly.sent_msgs": f.get("sent_msgs")},
-        [engine] if engine else [], error=None if f.get("status") in (200, None) else str(f.get("status")))
+    span = PhaseSpan(
+        "gateway",
+        first.ts,
+        max(last.ts, engine.end if engine else last.ts),
+        {
+            "spyglass.lane": f.get("lane"),
+            "spyglass.mode": f.get("mode"),
+            "http.response.status_code": f.get("status"),
+            "spyglass.tokens.gateway_estimate": f.get("est_tokens"),
+            "spyglass.tokens.engine": f.get("engine_prompt"),
+            "spyglass.assembly.client_msgs": f.get("client_msgs"),
+            "spyglass.assembly.sent_msgs": f.get("sent_msgs"),
+        },
+        [engine] if engine else [],
+        error=None if f.get("status") in (200, None) else str(f.get("status")),
+    )
     span.attributes = {k: v for k, v in span.attributes.items() if v is not None}
     return span
 

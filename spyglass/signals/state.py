@@ -4,6 +4,7 @@ Plain dicts keyed by label-value tuples, so the hot path costs a dict update per
 0.1 us, against 6 us for an OpenTelemetry SDK `add`; see docs/benchmarks.md). The pipeline holds
 `lock` while it applies a batch; exporters hold it while they copy a snapshot.
 """
+
 from __future__ import annotations
 
 import copy
@@ -23,7 +24,7 @@ Key = tuple[str, ...]
 Exemplar = tuple[str, float]
 HistogramHook = Callable[[str, Key, float], None]
 NUMBER = (int, float)  # exact classes: a bool, a str, None or a numpy scalar is refused
-MAX_VALUE = float(2 ** 63)  # counters of bytes reach 2^50 in a year; beyond this is a bug or forgery
+MAX_VALUE = float(2**63)  # counters of bytes reach 2^50 in a year; beyond this is a bug or forgery
 MAX_SERIES = 2000  # per metric: far above what bounded labels give, far below a memory problem
 DROPPED = "spyglass_state_dropped_series_total"
 MAX_INFO_LABEL = 200  # characters of a free-text info label (a build, a model file name)
@@ -119,15 +120,17 @@ class MetricState:
     def drop(self, name: str, prefix: Key) -> None:
         """Remove every series of `name` whose labels start with `prefix` (a target gone stale)."""
         values = self.values[name]
-        for key in [k for k in values if k[:len(prefix)] == prefix]:
+        for key in [k for k in values if k[: len(prefix)] == prefix]:
             del values[key]
 
     def _admit(self, name: str, key: Key, series: dict[Key, Any]) -> bool:
         """Whether a new series `key` of `name` may be made: ValueError for a key that is not one value
         per label (a short key would render a partial label set, a long one be cut); False past the cap."""
         if len(key) != self.arity[name]:
-            raise ValueError(f"{name}: {len(key)} label values {key!r:.80} for its {self.arity[name]} labels"
-                             f" {', '.join(self.catalogue[name].labels) or '(none)'}")
+            raise ValueError(
+                f"{name}: {len(key)} label values {key!r:.80} for its {self.arity[name]} labels"
+                f" {', '.join(self.catalogue[name].labels) or '(none)'}"
+            )
         return len(series) < self.max_series or not self._full(name)
 
     def _full(self, name: str) -> bool:
@@ -196,8 +199,9 @@ class MetricState:
         """A JSON-ready copy; call with `lock` held."""
         return {
             "values": {n: [[list(k), v] for k, v in s.items()] for n, s in self.values.items() if s},
-            "hists": {n: [[list(k), list(c), total] for k, (c, total) in s.items()]
-                      for n, s in self.hists.items() if s},
+            "hists": {
+                n: [[list(k), list(c), total] for k, (c, total) in s.items()] for n, s in self.hists.items() if s
+            },
             **({"signals": signals} if (signals := self.signals_json()) else {}),
         }
 
@@ -227,8 +231,13 @@ class MetricState:
             if name not in self.hists:
                 continue
             width = len(self.bounds[name]) + 1
-            if isinstance(rows, list) and rows and all(isinstance(r, list) and len(r) == 3 and isinstance(r[1], list)
-                                                       and len(r[1]) != width for r in rows):
+            if (
+                isinstance(rows, list)
+                and rows
+                and all(
+                    isinstance(r, list) and len(r) == 3 and isinstance(r[1], list) and len(r[1]) != width for r in rows
+                )
+            ):
                 logger.warning("{}: bucket bounds changed since the checkpoint; its counts restart", name)
                 continue
             restored, bad = self._rows(name, rows, functools.partial(self._histogram, width))
@@ -237,10 +246,15 @@ class MetricState:
         memo = saved.get("memo") if isinstance(saved, dict) else None  # the format before typed checkpoints
         if not isinstance(signals, dict) and isinstance(memo, dict):
             signals = {LEGACY_MEMO: memo}
-        self.saved_signals = {k: v for k, v in signals.items() if isinstance(v, dict)} if isinstance(signals, dict) else {}
+        self.saved_signals = (
+            {k: v for k, v in signals.items() if isinstance(v, dict)} if isinstance(signals, dict) else {}
+        )
         if damaged or not isinstance(values, (dict, type(None))) or not isinstance(hists, (dict, type(None))):
-            logger.error("the saved metric state was damaged: {} series dropped, the valid ones restored;"
-                         " counters of the dropped series restart from 0", damaged)
+            logger.error(
+                "the saved metric state was damaged: {} series dropped, the valid ones restored;"
+                " counters of the dropped series restart from 0",
+                damaged,
+            )
 
     def _rows(self, name: str, rows: Any, parse: Callable[[list[Any]], Any]) -> tuple[dict[Key, Any], int]:
         arity, bad = len(self.catalogue[name].labels), 0
@@ -248,8 +262,13 @@ class MetricState:
         for row in rows if isinstance(rows, list) else [None]:
             key = row[0] if isinstance(row, list) and row else None
             value = parse(row[1:]) if isinstance(row, list) and isinstance(key, list) else None
-            if value is None or not isinstance(key, list) or len(key) != arity \
-                    or not all(isinstance(k, str) for k in key) or len(restored) >= self.max_series:
+            if (
+                value is None
+                or not isinstance(key, list)
+                or len(key) != arity
+                or not all(isinstance(k, str) for k in key)
+                or len(restored) >= self.max_series
+            ):
                 bad += 1
                 continue
             restored[tuple(key)] = value
@@ -265,7 +284,10 @@ class MetricState:
         if len(rest) != 2 or not isinstance(rest[0], list) or len(rest[0]) != width:
             return None
         counts, total = rest
-        if not all(c.__class__ is int and 0 <= c <= MAX_VALUE for c in counts) \
-                or total.__class__ not in NUMBER or not -MAX_VALUE <= total <= MAX_VALUE:
+        if (
+            not all(c.__class__ is int and 0 <= c <= MAX_VALUE for c in counts)
+            or total.__class__ not in NUMBER
+            or not -MAX_VALUE <= total <= MAX_VALUE
+        ):
             return None
         return [list(counts), float(total)]

@@ -4,6 +4,7 @@ A program that dies after `startsecs` is respawned at once and never reaches FAT
 loop is visible here as spawns and unexpected exits, not waited for: alert on
 `increase(spyglass_supervisord_spawns_total[15m]) >= 3`. States follow the log's transitions.
 """
+
 from __future__ import annotations
 
 import signal
@@ -21,23 +22,46 @@ spec = spec_maker("supervisord_log", PROGRAM)
 
 SPECS = [
     spec("spyglass_supervisord_spawns_total", "counter", "Processes spawned by supervisord, restarts included."),
-    spec("spyglass_supervisord_exits_total", "counter",
-         "Process exits, by expected or not and cause (exit_N or the signal name).", ("expected", "cause")),
+    spec(
+        "spyglass_supervisord_exits_total",
+        "counter",
+        "Process exits, by expected or not and cause (exit_N or the signal name).",
+        ("expected", "cause"),
+    ),
     spec("spyglass_supervisord_core_dumps_total", "counter", "Process exits that dumped core."),
     spec("spyglass_supervisord_fatal_total", "counter", "Times a program entered FATAL (gave up restarting)."),
-    spec("spyglass_supervisord_stops_total", "counter", "Processes stopped on request, by the signal that ended them.",
-         ("signal",)),
-    spec("spyglass_supervisord_stop_kills_total", "counter",
-         "Stops escalated to SIGKILL after stopwaitsecs."),
-    spec("spyglass_supervisord_spawn_errors_total", "counter",
-         "Spawns that failed before a process existed (a missing or non-executable command).", labels=()),
-    spec("spyglass_supervisord_process_state", "gauge", "1 for the program's current state, 0 for the others.",
-         ("state",)),
-    spec("spyglass_supervisord_process_start_time_seconds", "gauge",
-         "Unix time the program was last spawned; uptime is time() minus this.", unit="seconds"),
+    spec(
+        "spyglass_supervisord_stops_total",
+        "counter",
+        "Processes stopped on request, by the signal that ended them.",
+        ("signal",),
+    ),
+    spec("spyglass_supervisord_stop_kills_total", "counter", "Stops escalated to SIGKILL after stopwaitsecs."),
+    spec(
+        "spyglass_supervisord_spawn_errors_total",
+        "counter",
+        "Spawns that failed before a process existed (a missing or non-executable command).",
+        labels=(),
+    ),
+    spec(
+        "spyglass_supervisord_process_state",
+        "gauge",
+        "1 for the program's current state, 0 for the others.",
+        ("state",),
+    ),
+    spec(
+        "spyglass_supervisord_process_start_time_seconds",
+        "gauge",
+        "Unix time the program was last spawned; uptime is time() minus this.",
+        unit="seconds",
+    ),
     spec("spyglass_supervisord_starts_total", "counter", "supervisord itself starting.", labels=()),
-    spec("spyglass_supervisord_event_overflows_total", "counter",
-         "Events an event-listener pool dropped because its buffer was full.", labels=()),
+    spec(
+        "spyglass_supervisord_event_overflows_total",
+        "counter",
+        "Events an event-listener pool dropped because its buffer was full.",
+        labels=(),
+    ),
 ]
 
 
@@ -72,8 +96,9 @@ class SupervisordSignals(SignalsBase):
             if f.get("core"):
                 s.inc("spyglass_supervisord_core_dumps_total", (program,))
             # An unexpected exit before RUNNING is supervisord's BACKOFF; the log never names it.
-            self._enter(program, "BACKOFF" if self._current(program) == "STARTING" and expected == "false"
-                        else "EXITED")
+            self._enter(
+                program, "BACKOFF" if self._current(program) == "STARTING" and expected == "false" else "EXITED"
+            )
         elif kind == "fatal":
             s.inc("spyglass_supervisord_fatal_total", (program,))
             self._enter(program, "FATAL")

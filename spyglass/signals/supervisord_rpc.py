@@ -1,4 +1,5 @@
 """supervisord XML-RPC snapshots turned into metrics (label: program)."""
+
 from __future__ import annotations
 
 from spyglass.collectors.event import Event
@@ -8,15 +9,28 @@ from spyglass.signals.supervisord_log import STATES
 
 PROGRAM = ("program",)
 SPECS = [
-    MetricSpec("spyglass_supervisord_rpc_state", "gauge",
-               "1 for the program's state as supervisord's API reports it, 0 for the others.", PROGRAM + ("state",),
-               source="supervisord_rpc"),
-    MetricSpec("spyglass_supervisord_rpc_restarts_total", "counter",
-               "Restarts seen by the API as a new (pid, start), even between two polls.", PROGRAM,
-               source="supervisord_rpc"),
-    MetricSpec("spyglass_supervisord_rpc_start_time_seconds", "gauge",
-               "Unix time of the program's last spawn attempt, from the API.", PROGRAM, "seconds",
-               source="supervisord_rpc"),
+    MetricSpec(
+        "spyglass_supervisord_rpc_state",
+        "gauge",
+        "1 for the program's state as supervisord's API reports it, 0 for the others.",
+        PROGRAM + ("state",),
+        source="supervisord_rpc",
+    ),
+    MetricSpec(
+        "spyglass_supervisord_rpc_restarts_total",
+        "counter",
+        "Restarts seen by the API as a new (pid, start), even between two polls.",
+        PROGRAM,
+        source="supervisord_rpc",
+    ),
+    MetricSpec(
+        "spyglass_supervisord_rpc_start_time_seconds",
+        "gauge",
+        "Unix time of the program's last spawn attempt, from the API.",
+        PROGRAM,
+        "seconds",
+        source="supervisord_rpc",
+    ),
 ]
 
 

@@ -1,4 +1,5 @@
 """Switch-log events turned into metrics: the engine build each instance runs, and operator actions."""
+
 from __future__ import annotations
 
 from spyglass.collectors.event import Event
@@ -6,15 +7,35 @@ from spyglass.signals import SignalsBase, signals_for
 from spyglass.signals.catalogue import MetricSpec
 
 SPECS = [
-    MetricSpec("spyglass_switch_engine_build_info", "info", "Engine build an instance was last switched to, value 1.",
-               ("instance", "build"), source="switch_log"),
-    MetricSpec("spyglass_switch_switches_total", "counter", "Engine build switches by an operator.",
-               ("instance",), source="switch_log"),
-    MetricSpec("spyglass_switch_restarts_total", "counter", "Engine restarts by an operator.", ("instance",),
-               source="switch_log"),
-    MetricSpec("spyglass_switch_last_change_timestamp_seconds", "gauge",
-               "Unix time of the last switch or operator restart of an instance.", ("instance",), "seconds",
-               source="switch_log"),
+    MetricSpec(
+        "spyglass_switch_engine_build_info",
+        "info",
+        "Engine build an instance was last switched to, value 1.",
+        ("instance", "build"),
+        source="switch_log",
+    ),
+    MetricSpec(
+        "spyglass_switch_switches_total",
+        "counter",
+        "Engine build switches by an operator.",
+        ("instance",),
+        source="switch_log",
+    ),
+    MetricSpec(
+        "spyglass_switch_restarts_total",
+        "counter",
+        "Engine restarts by an operator.",
+        ("instance",),
+        source="switch_log",
+    ),
+    MetricSpec(
+        "spyglass_switch_last_change_timestamp_seconds",
+        "gauge",
+        "Unix time of the last switch or operator restart of an instance.",
+        ("instance",),
+        "seconds",
+        source="switch_log",
+    ),
 ]
 
 

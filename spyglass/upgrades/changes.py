@@ -10,6 +10,7 @@ the runs of the instance between this start and the next). A banner that lacks t
 build or args is itself a finding (`missing`): the seed's habit of printing them on the first line.
 The SQL runs through spyglass.forensics.run.query; everything after it is pure.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -60,10 +61,26 @@ ASOF LEFT JOIN x ON x.x_program = d.instance AND x.x_ts >= d.ts_utc
 WHERE $instance IS NULL OR d.instance = $instance
 ORDER BY d.instance, d.ts_utc"""
 
-FLAG_COLUMNS = {"port": "--port", "slots": "--slots", "ctx": "--ctx", "pool_workers": "--pool-workers",
-                "cache_mib": "--conversation-cache-mib", "prompt_cache_every": "--prompt-cache-every"}
-COMPARED = ("build", "version", "build_name", "model_path", "model_real", "model_md5", "model_bytes", "cpus",
-            "serve_version", "gateway_version")
+FLAG_COLUMNS = {
+    "port": "--port",
+    "slots": "--slots",
+    "ctx": "--ctx",
+    "pool_workers": "--pool-workers",
+    "cache_mib": "--conversation-cache-mib",
+    "prompt_cache_every": "--prompt-cache-every",
+}
+COMPARED = (
+    "build",
+    "version",
+    "build_name",
+    "model_path",
+    "model_real",
+    "model_md5",
+    "model_bytes",
+    "cpus",
+    "serve_version",
+    "gateway_version",
+)
 BANNER = {"build": "build", "version": "version", "model_real": "model file", "model_md5": "md5", "cpus": "cpus"}
 
 
@@ -144,11 +161,14 @@ def deploy_of(row: dict[str, Any], n: int, probe_budget: float, expect_serve: bo
     if expect_serve and row.get("serve_version") is None:
         missing.append("serve version")
     ready = row.get("ready_seconds")
-    return Deploy(row["instance"], n, row["ts_utc"], row, args, missing,
-                  over_budget=ready is not None and ready > probe_budget)
+    return Deploy(
+        row["instance"], n, row["ts_utc"], row, args, missing, over_budget=ready is not None and ready > probe_budget
+    )
 
 
-def deploys(rows: list[dict[str, Any]], probe_budget: float, serve_instances: frozenset[str] = frozenset()) -> list[Deploy]:
+def deploys(
+    rows: list[dict[str, Any]], probe_budget: float, serve_instances: frozenset[str] = frozenset()
+) -> list[Deploy]:
     """Rows of DEPLOYS_SQL (ordered by instance, time) as records numbered per instance."""
     out: list[Any] = []
     count: dict[Any, int] = {}
@@ -176,6 +196,7 @@ def changes(before: Deploy | None, now: Deploy, known: dict[str, Any] | None = N
     """What `now` differs in from the previous start of its instance, then its own findings. A compared value
     is compared with the last one `known` of the instance's earlier starts: one that a start did not report
     (its serve crashed before a status poll, the gateway started later) and the next one did is no change."""
+
     def row(what: str, old: Any, new: Any) -> Change:
         return Change(now.instance, now.n, now.at, what, old, new)
 
@@ -232,14 +253,39 @@ def change_list(records: list[Deploy], since: datetime | None = None) -> list[Ch
 
 
 def as_dict(c: Change) -> dict[str, Any]:
-    return {"instance": c.instance, "deploy": c.deploy, "at_utc": c.at, "change": c.change,
-            "before": c.before, "after": c.after}
+    return {
+        "instance": c.instance,
+        "deploy": c.deploy,
+        "at_utc": c.at,
+        "change": c.change,
+        "before": c.before,
+        "after": c.after,
+    }
 
 
 def deploy_dict(d: Deploy) -> dict[str, Any]:
-    keep = ("build_name", "version", "build", "pid", "model_path", "model_real", "model_bytes", "model_md5", "cpus",
-            "serve_version", "gateway_version", "ready_seconds", "ended_by")
-    return {"instance": d.instance, "deploy": d.n, "at_utc": d.at, **{k: d.get(k) for k in keep},
-            "smoke": smoke_text(d),
-            "args": " ".join(f"{k} {v}".strip() for k, v in d.args.items()), "missing": d.missing,
-            "over_budget": d.over_budget}
+    keep = (
+        "build_name",
+        "version",
+        "build",
+        "pid",
+        "model_path",
+        "model_real",
+        "model_bytes",
+        "model_md5",
+        "cpus",
+        "serve_version",
+        "gateway_version",
+        "ready_seconds",
+        "ended_by",
+    )
+    return {
+        "instance": d.instance,
+        "deploy": d.n,
+        "at_utc": d.at,
+        **{k: d.get(k) for k in keep},
+        "smoke": smoke_text(d),
+        "args": " ".join(f"{k} {v}".strip() for k, v in d.args.items()),
+        "missing": d.missing,
+        "over_budget": d.over_budget,
+    }

@@ -12,6 +12,7 @@ exit, the serve's status state, the memory trend, latency per 5 minutes) with on
 spyglass.forensics.run.query; `classify_facts` decides, purely. Each finding names its class, the
 evidence, and the first check the seed gives for it.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,36 +49,38 @@ SELECT r.*, coalesce(g.rebuilds, 0) AS rebuilds, q.queue
 FROM r LEFT JOIN g USING (instance, bucket_utc) LEFT JOIN q USING (instance, bucket_utc)
 ORDER BY instance, bucket_utc"""
 
-LOAD_ERRORS = (("state_dict", re.compile(r"state_dict|missing key|unexpected key|size mismatch", re.I)),
-               ("checksum", re.compile(r"checksum|md5|truncat|corrupt", re.I)),
-               ("missing_file", re.compile(r"no such file|not found|cannot open|dangling", re.I)))
+LOAD_ERRORS = (
+    ("state_dict", re.compile(r"state_dict|missing key|unexpected key|size mismatch", re.I)),
+    ("checksum", re.compile(r"checksum|md5|truncat|corrupt", re.I)),
+    ("missing_file", re.compile(r"no such file|not found|cannot open|dangling", re.I)),
+)
 FIRST_CHECK = {
     ("process_exit", "abort"): "Read the last 200 lines before the exit: weight checks at load, resource allocation"
-                               " failures, a framework crash; then the 2x2 of old/new model x old/new environment.",
+    " failures, a framework crash; then the 2x2 of old/new model x old/new environment.",
     ("process_exit", "segfault"): "Read the last lines before the exit and the core: a framework crash or a failed"
-                                  " allocation; then the 2x2 of old/new model x old/new environment.",
+    " allocation; then the 2x2 of old/new model x old/new environment.",
     ("process_exit", "state_dict"): "Runtime drift: compare the serving image's framework and library versions with"
-                                    " the model's export environment (the seed's transformers 4.18 against 4.22).",
+    " the model's export environment (the seed's transformers 4.18 against 4.22).",
     ("process_exit", "checksum"): "Print the path actually read (readlink -f) and check the real file still exists:"
-                                  " a dangling link from a blue/green cleanup; equal md5s of source and copy prove"
-                                  " nothing about the file read.",
+    " a dangling link from a blue/green cleanup; equal md5s of source and copy prove"
+    " nothing about the file read.",
     ("process_exit", "missing_file"): "Print the path actually read (readlink -f) and list its folder: a dangling link"
-                                      " or a cleanup that raced the switch.",
+    " or a cleanup that raced the switch.",
     ("process_exit", "load_error"): "The load-phase error in the last lines: the 2x2 of old/new model x old/new"
-                                    " environment.",
+    " environment.",
     ("process_exit", "exit"): "Read the last lines before the exit and the exit status.",
     ("process_exit", "killed"): "Who sent the signal: the OOM killer (dmesg, memory.events oom_kill), a probe, or an"
-                                " operator (supervisord's stop lines, the switch log).",
+    " operator (supervisord's stop lines, the switch log).",
     ("restart_loop", "killed_while_loading"): "Probe timeout against model load time: a 40 s load under a 10 s probe"
-                                              " restarts forever; give the start its own startup budget.",
+    " restarts forever; give the start its own startup budget.",
     ("restart_loop", "restarts"): "What restarts it (probe, operator, supervisor) and the load time of each start.",
     ("latency_avalanche", "graph_rebuilds"): "Dynamic shapes: graph rebuilds per new shape, CPU busy and the"
-                                             " accelerator idle; bound the shapes and warm them up at start.",
+    " accelerator idle; bound the shapes and warm them up at start.",
     ("latency_avalanche", "queueing"): "Requests queue and nothing dies: the prefill queue against the slots and the"
-                                       " arrival rate; if the last start changed the model or build (`spyglass"
-                                       " changes`), its dynamic shapes, thread counts and pre/post-processing time.",
+    " arrival rate; if the last start changed the model or build (`spyglass"
+    " changes`), its dynamic shapes, thread counts and pre/post-processing time.",
     ("resource_growth", "oom"): "Preprocessing caches, framework memory fragmentation, log accumulation; confirm the"
-                                " OOM kill (dmesg, memory.events oom_kill).",
+    " OOM kill (dmesg, memory.events oom_kill).",
 }
 HEURISTIC = {"process_exit": "H13", "restart_loop": "H14", "latency_avalanche": "H16", "resource_growth": "H17"}
 ABORT, SEGV = ("SIGABRT", 134), ("SIGSEGV", 139)
@@ -122,8 +125,16 @@ class Facts:
 
 def queries(window: Window) -> dict[str, Query]:
     p = window.params()
-    return {name: Query(sql, p) for name, sql in (("exits", EXITS_SQL), ("engine", ENGINE_SQL), ("memory", MEMORY_SQL),
-                                                  ("states", STATE_SQL), ("latency", LATENCY_SQL))}
+    return {
+        name: Query(sql, p)
+        for name, sql in (
+            ("exits", EXITS_SQL),
+            ("engine", ENGINE_SQL),
+            ("memory", MEMORY_SQL),
+            ("states", STATE_SQL),
+            ("latency", LATENCY_SQL),
+        )
+    }
 
 
 def classify(config: Config, window: Window) -> list[CrashFinding]:
@@ -134,12 +145,21 @@ def classify(config: Config, window: Window) -> list[CrashFinding]:
     got = {name: as_rows(*query(config, q)) for name, q in queries(window).items()}
     for row in got["engine"]:
         row["fields"] = json.loads(row["fields"]) if isinstance(row["fields"], str) else row["fields"] or {}
-    return classify_facts(Facts(got["exits"], got["engine"], got["memory"], got["states"], got["latency"],
-                                config.alerts.crash_loop_spawns,
-                                timedelta(minutes=config.alerts.crash_loop_window_minutes)))
+    return classify_facts(
+        Facts(
+            got["exits"],
+            got["engine"],
+            got["memory"],
+            got["states"],
+            got["latency"],
+            config.alerts.crash_loop_spawns,
+            timedelta(minutes=config.alerts.crash_loop_window_minutes),
+        )
+    )
 
 
 # --- pure from here ---------------------------------------------------------------------------
+
 
 def exit_cause(e: dict[str, Any]) -> str:
     signal, status = e.get("signal"), e.get("exit_status")
@@ -154,7 +174,7 @@ def run_lines(engine: list[dict], instance: str, at: datetime) -> list[dict]:
     """The engine lines of `instance` from its last start up to `at` (the run that ended there)."""
     lines = [r for r in engine if r["instance"] == instance and r["ts_utc"] <= at]
     starts = [i for i, r in enumerate(lines) if r["kind"] == "start"]
-    return lines[starts[-1]:] if starts else lines[-20:]
+    return lines[starts[-1] :] if starts else lines[-20:]
 
 
 def load_error(lines: list[dict]) -> tuple[str, str] | None:
@@ -162,7 +182,10 @@ def load_error(lines: list[dict]) -> tuple[str, str] | None:
     for r in lines:
         f = r["fields"]
         if r["kind"] == "checksum_mismatch":
-            return "checksum", f"checksum mismatch reading {f.get('path')}: expected md5={f.get('expected')} got={f.get('got')}"
+            return (
+                "checksum",
+                f"checksum mismatch reading {f.get('path')}: expected md5={f.get('expected')} got={f.get('got')}",
+            )
     for r in lines:
         if r["kind"] == "error":
             text = f"[{r['fields'].get('component')}] {r['fields'].get('message')}"
@@ -198,8 +221,10 @@ def one_exit(f: Facts, e: dict) -> CrashFinding:
     instance, at = e["program"], e["ts_utc"]
     lines = run_lines(f.engine, instance, at)
     ready = any(r["kind"] == "ready" for r in lines)
-    evidence = [f"{at:%H:%M:%S}Z supervisord: {e.get('cause') or e['event']}"
-                + ("" if e.get("expected") is not False else " (not expected)")]
+    evidence = [
+        f"{at:%H:%M:%S}Z supervisord: {e.get('cause') or e['event']}"
+        + ("" if e.get("expected") is not False else " (not expected)")
+    ]
     cause, klass = exit_cause(e), "process_exit"
     found = load_error(lines)
     if found and not ready:
@@ -235,8 +260,11 @@ def merge(findings: list[CrashFinding], f: Facts, fatal: dict[str, list[datetime
         gave_up = next((t for t in fatal.get(c.instance, ()) if c.last <= t <= c.last + f.loop_window), None)
         if c.count >= f.loop_spawns or gave_up:
             span = (c.last - c.first).total_seconds() / 60
-            c.evidence.insert(0, f"{c.count} exits in {span:.0f} min: a restart loop"
-                              + (f", FATAL at {gave_up:%H:%M:%S}Z" if gave_up else ""))
+            c.evidence.insert(
+                0,
+                f"{c.count} exits in {span:.0f} min: a restart loop"
+                + (f", FATAL at {gave_up:%H:%M:%S}Z" if gave_up else ""),
+            )
     return out
 
 
@@ -253,8 +281,13 @@ def avalanches(f: Facts, died: set[tuple[str, datetime]]) -> list[CrashFinding]:
     that fills most of the window does not become its own baseline."""
     out: list[CrashFinding] = []
     for instance in sorted({r["instance"] for r in f.latency}):
-        rows = [r for r in f.latency if r["instance"] == instance and r["requests"] >= MIN_REQUESTS
-                and not warming_up(f.engine, instance, r.get("first_utc") or r["bucket_utc"])]
+        rows = [
+            r
+            for r in f.latency
+            if r["instance"] == instance
+            and r["requests"] >= MIN_REQUESTS
+            and not warming_up(f.engine, instance, r.get("first_utc") or r["bucket_utc"])
+        ]
         if len(rows) < 2:
             continue
         p50s = sorted(r["p50_ms"] for r in rows)
@@ -267,13 +300,16 @@ def avalanches(f: Facts, died: set[tuple[str, datetime]]) -> list[CrashFinding]:
             if not bad or dead:
                 current = None
                 continue
-            text = (f"{r['bucket_utc']:%H:%M}Z TTFT p99 {r['p99_ms']:.0f} ms against a steady p50 of {base:.0f} ms,"
-                    f" {r['rebuilds']} graph rebuilds, prefill queue {r.get('queue') if r.get('queue') is not None else '?'}")
+            text = (
+                f"{r['bucket_utc']:%H:%M}Z TTFT p99 {r['p99_ms']:.0f} ms against a steady p50 of {base:.0f} ms,"
+                f" {r['rebuilds']} graph rebuilds, prefill queue {r.get('queue') if r.get('queue') is not None else '?'}"
+            )
             storm = r["rebuilds"] >= REBUILDS_PER_5MIN
             first, last = r.get("first_utc") or r["bucket_utc"], r.get("last_utc") or bucket_end
             if current is None:
-                current = CrashFinding(instance, "latency_avalanche", "graph_rebuilds" if storm else "queueing",
-                                       first, last, 1, [text])
+                current = CrashFinding(
+                    instance, "latency_avalanche", "graph_rebuilds" if storm else "queueing", first, last, 1, [text]
+                )
                 out.append(current)
             else:
                 current.last, current.count = last, current.count + 1
@@ -295,5 +331,14 @@ def classify_facts(f: Facts) -> list[CrashFinding]:
 
 
 def as_dict(c: CrashFinding) -> dict[str, Any]:
-    return {"instance": c.instance, "class": c.klass, "cause": c.cause, "first_utc": c.first, "last_utc": c.last,
-            "count": c.count, "heuristic": c.heuristic, "evidence": c.evidence, "first_check": c.first_check}
+    return {
+        "instance": c.instance,
+        "class": c.klass,
+        "cause": c.cause,
+        "first_utc": c.first,
+        "last_utc": c.last,
+        "count": c.count,
+        "heuristic": c.heuristic,
+        "evidence": c.evidence,
+        "first_check": c.first_check,
+    }

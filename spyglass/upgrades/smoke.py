@@ -8,6 +8,7 @@ engine's own `x-ttft-ms` where the serve sends it, else the wall time to the ans
 failing check is the reason; `--record` writes the baseline of a run that passed.
 Pure checks; the HTTP calls and the clock are passed in.
 """
+
 from __future__ import annotations
 
 import json
@@ -95,8 +96,15 @@ class Verdict:
         return {"samples": {o.name: {"ttft_ms": o.ttft_ms} for o in self.outcomes if o.ttft_ms is not None}}
 
 
-def check(sample: Sample, status: int, body: Any, ttft_ms: float, baseline: dict[str, Any] | None,
-          factor: float, slack_ms: float) -> Outcome:
+def check(
+    sample: Sample,
+    status: int,
+    body: Any,
+    ttft_ms: float,
+    baseline: dict[str, Any] | None,
+    factor: float,
+    slack_ms: float,
+) -> Outcome:
     """The first thing wrong with one answer, or none."""
     out = Outcome(sample.name, status, ttft_ms)
     if status != 200:
@@ -117,8 +125,14 @@ def check(sample: Sample, status: int, body: Any, ttft_ms: float, baseline: dict
     return out
 
 
-def wait_ready(get: Callable[[str], httpx.Response], url: str, budget: float, clock: Callable[[], float],
-               sleep: Callable[[float], None], every: float = 0.5) -> tuple[bool, float, str]:
+def wait_ready(
+    get: Callable[[str], httpx.Response],
+    url: str,
+    budget: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    every: float = 0.5,
+) -> tuple[bool, float, str]:
     """Poll /health until it answers 200 or the budget is spent: (ready, seconds waited, last state)."""
     start, state = clock(), "no answer"
     while True:
@@ -138,10 +152,18 @@ def wait_ready(get: Callable[[str], httpx.Response], url: str, budget: float, cl
         sleep(min(every, budget - waited))
 
 
-def smoke(url: str, samples: list[Sample], baseline: dict[str, Any] | None = None, budget: float = 600.0,
-          factor: float = 2.0, slack_ms: float = 50.0, timeout: float = 120.0,
-          clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-          request_id: Callable[[], str] | None = None) -> Verdict:
+def smoke(
+    url: str,
+    samples: list[Sample],
+    baseline: dict[str, Any] | None = None,
+    budget: float = 600.0,
+    factor: float = 2.0,
+    slack_ms: float = 50.0,
+    timeout: float = 120.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    request_id: Callable[[], str] | None = None,
+) -> Verdict:
     """Wait for /health, then send each sample with a request id of its own (a run's ids never merge with
     another run's in `spyglass requests`, and `spyglass trace` takes them), and judge the answers."""
     from spyglass.engine.instrument import new_request_id
@@ -151,7 +173,9 @@ def smoke(url: str, samples: list[Sample], baseline: dict[str, Any] | None = Non
     with httpx.Client(timeout=timeout, trust_env=False) as client:
         ready, waited, state = wait_ready(client.get, url, budget, clock, sleep)
         if not ready:
-            return Verdict(False, f"{url} is not ready after {waited:.0f} s (probe budget {budget:g} s): {state}", waited)
+            return Verdict(
+                False, f"{url} is not ready after {waited:.0f} s (probe budget {budget:g} s): {state}", waited
+            )
         outcomes = []
         for sample in samples:
             began, rid = clock(), request_id()
@@ -169,7 +193,9 @@ def smoke(url: str, samples: list[Sample], baseline: dict[str, Any] | None = Non
                 body = r.json()
             except ValueError:
                 body = None
-            outcomes.append(replace(check(sample, r.status_code, body, ttft, baseline, factor, slack_ms), request_id=rid))
+            outcomes.append(
+                replace(check(sample, r.status_code, body, ttft, baseline, factor, slack_ms), request_id=rid)
+            )
             if outcomes[-1].problem:
                 break
     bad = next((o for o in outcomes if o.problem), None)

@@ -8,6 +8,7 @@ agent answers at the config's address, the store file is written directly if no 
 (DuckDB's lock says so); if one does (an agent whose HTTP server does not answer), nothing is
 written and the command says so. Either way the command exits with the gate's verdict.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -38,8 +39,11 @@ class SampleResult(BaseModel):
     ttft_ms: float | None = Field(None, ge=0)
     finish: str | None = Field(None, max_length=40)
     problem: str | None = Field(None, max_length=500)
-    request_id: str | None = Field(None, pattern=r"^\d{8}-\d{6}-[0-9a-f]{2,32}$", description="The id the sample"
-                                   " was sent with (spyglass trace ID).")
+    request_id: str | None = Field(
+        None,
+        pattern=r"^\d{8}-\d{6}-[0-9a-f]{2,32}$",
+        description="The id the sample was sent with (spyglass trace ID).",
+    )
 
 
 class SmokeResult(BaseModel):
@@ -59,12 +63,19 @@ class SmokeResult(BaseModel):
 
     def event(self, host: str) -> Event:
         ttfts = [s.ttft_ms for s in self.samples if s.ttft_ms is not None]
-        fields = {"passed": self.passed, "reason": self.reason, "url": self.url, "at": self.at,
-                  "waited_seconds": self.waited_seconds, "samples_file": self.samples_file,
-                  "samples_sha256": self.samples_sha256, "samples": len(self.samples),
-                  "ttft_ms_median": statistics.median(ttfts) if ttfts else None,
-                  "ttft_ms_max": max(ttfts) if ttfts else None,
-                  "outcomes": [s.model_dump() for s in self.samples]}
+        fields = {
+            "passed": self.passed,
+            "reason": self.reason,
+            "url": self.url,
+            "at": self.at,
+            "waited_seconds": self.waited_seconds,
+            "samples_file": self.samples_file,
+            "samples_sha256": self.samples_sha256,
+            "samples": len(self.samples),
+            "ttft_ms_median": statistics.median(ttfts) if ttfts else None,
+            "ttft_ms_max": max(ttfts) if ttfts else None,
+            "outcomes": [s.model_dump() for s in self.samples],
+        }
         return Event(self.at, SOURCE, KINDS[0] if self.passed else KINDS[1], self.instance, fields, None, host)
 
 
@@ -84,12 +95,27 @@ def decode_result(body: bytes, host: str = "", *, now: float) -> Event:
 
 def result_of(verdict: Verdict, instance: str, url: str, samples: Path, at: float) -> SmokeResult:
     digest = hashlib.sha256(samples.read_bytes()).hexdigest()
-    return SmokeResult(instance=instance, url=url, passed=verdict.ok, reason=verdict.reason[:1000], at=at,
-                       waited_seconds=verdict.waited_seconds, samples_file=str(samples)[:500], samples_sha256=digest,
-                       samples=[SampleResult(name=o.name, status=o.status, ttft_ms=o.ttft_ms, finish=o.finish,
-                                             problem=o.problem[:500] if o.problem else None,
-                                             request_id=o.request_id)
-                                for o in verdict.outcomes[:MAX_SAMPLES]])
+    return SmokeResult(
+        instance=instance,
+        url=url,
+        passed=verdict.ok,
+        reason=verdict.reason[:1000],
+        at=at,
+        waited_seconds=verdict.waited_seconds,
+        samples_file=str(samples)[:500],
+        samples_sha256=digest,
+        samples=[
+            SampleResult(
+                name=o.name,
+                status=o.status,
+                ttft_ms=o.ttft_ms,
+                finish=o.finish,
+                problem=o.problem[:500] if o.problem else None,
+                request_id=o.request_id,
+            )
+            for o in verdict.outcomes[:MAX_SAMPLES]
+        ],
+    )
 
 
 def instance_for(config: Config, url: str) -> str | None:
@@ -103,8 +129,11 @@ def instance_for(config: Config, url: str) -> str | None:
         return parts.scheme, parts.hostname, parts.port
 
     wanted = origin(url)
-    found = {o.instance for o in config.sources_of(ServeStatusOptions).values()
-             if o.url and o.instance and origin(o.url) == wanted}
+    found = {
+        o.instance
+        for o in config.sources_of(ServeStatusOptions).values()
+        if o.url and o.instance and origin(o.url) == wanted
+    }
     return found.pop() if len(found) == 1 else None
 
 
@@ -134,8 +163,10 @@ def record(config: Config, result: SmokeResult, timeout: float = 10.0) -> str:
             if answer.status_code == 200:
                 return f"recorded by the agent at {server.client_url()}"
             if answer.status_code == 404:
-                raise NotRecorded(f"the agent at {server.client_url()} keeps no store (exporters.store.enabled"
-                                  " = false) or predates /api/smoke")
+                raise NotRecorded(
+                    f"the agent at {server.client_url()} keeps no store (exporters.store.enabled"
+                    " = false) or predates /api/smoke"
+                )
             raise NotRecorded(f"the agent at {url} answered {answer.status_code}: {answer.text.strip()[:300]}")
     return write_store(config, result.event(config.agent.host))
 
@@ -156,8 +187,9 @@ def write_store(config: Config, event: Event) -> str:
         store = DuckDBStore(path, config.source_kinds())
     except duckdb.IOException as exc:
         if "lock" in str(exc).lower():
-            raise NotRecorded(f"{nobody}, and {path} is held by another process (an agent whose HTTP"
-                              " server is off or hung?)") from None
+            raise NotRecorded(
+                f"{nobody}, and {path} is held by another process (an agent whose HTTP server is off or hung?)"
+            ) from None
         raise NotRecorded(f"{path}: {exc}") from None
     try:
         con = store.con

@@ -8,6 +8,7 @@ although the window neither requires nor allows it. Precision = hits / (hits + f
 recall = hits / (hits + misses). A figure is quoted when a finding of its heuristic carries the
 number, to the seed's precision, among its figures or in its summary.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,17 +38,27 @@ class Outcome:
         return self.window.where.get(h, where) == where
 
     def fired(self) -> set[str]:
-        return {a["heuristic"] for a in self.alerts if a["alert"] not in NOT_SCORED and a["heuristic"]
-                and self._placed(a["heuristic"], _where(a["labels"]))}
+        return {
+            a["heuristic"]
+            for a in self.alerts
+            if a["alert"] not in NOT_SCORED and a["heuristic"] and self._placed(a["heuristic"], _where(a["labels"]))
+        }
 
     def found(self) -> set[str]:
         return {f["heuristic"] for f in self.findings if self._placed(f["heuristic"], _found_where(f))}
 
     def misplaced(self) -> dict[str, set[str]]:
         """Heuristics that fired on another instance or lane than the one the window names for them."""
-        return {"backtest": {a["heuristic"] for a in self.alerts if a["alert"] not in NOT_SCORED and a["heuristic"]
-                             and not self._placed(a["heuristic"], _where(a["labels"]))},
-                "diagnose": {f["heuristic"] for f in self.findings if not self._placed(f["heuristic"], _found_where(f))}}
+        return {
+            "backtest": {
+                a["heuristic"]
+                for a in self.alerts
+                if a["alert"] not in NOT_SCORED
+                and a["heuristic"]
+                and not self._placed(a["heuristic"], _where(a["labels"]))
+            },
+            "diagnose": {f["heuristic"] for f in self.findings if not self._placed(f["heuristic"], _found_where(f))},
+        }
 
     def misses(self) -> dict[str, set[str]]:
         w = self.window
@@ -55,12 +66,18 @@ class Outcome:
 
     def false_alarms(self) -> dict[str, set[str]]:
         w, misplaced = self.window, self.misplaced()
-        return {"backtest": (self.fired() - w.must - w.diagnose - w.may) | misplaced["backtest"],
-                "diagnose": (self.found() - w.must - w.diagnose - w.may) | misplaced["diagnose"]}
+        return {
+            "backtest": (self.fired() - w.must - w.diagnose - w.may) | misplaced["backtest"],
+            "diagnose": (self.found() - w.must - w.diagnose - w.may) | misplaced["diagnose"],
+        }
 
     def unquoted(self) -> list[tuple[str, float]]:
-        return [(h, x) for h, numbers in self.window.figures.items() for x in numbers
-                if not quoted(x, [f for f in self.findings if f["heuristic"] == h])]
+        return [
+            (h, x)
+            for h, numbers in self.window.figures.items()
+            for x in numbers
+            if not quoted(x, [f for f in self.findings if f["heuristic"] == h])
+        ]
 
     def _shortfalls(self) -> list[tuple[tuple[str, str], str]]:
         """Each miss and unquoted figure, keyed (heuristic, side) as `Window.known_misses` names them."""
@@ -80,12 +97,18 @@ class Outcome:
         shortfalls = self._shortfalls()
         out += [text for key, text in shortfalls if key not in self.window.known_misses and "missed" in text]
         for tool, hs in self.false_alarms().items():
-            out += [f"{tool} false alarm {h}" + (f" (elsewhere than {self.window.where[h]})" if h in self.misplaced()[tool]
-                                                 else "") for h in sorted(hs, key=order)]
+            out += [
+                f"{tool} false alarm {h}"
+                + (f" (elsewhere than {self.window.where[h]})" if h in self.misplaced()[tool] else "")
+                for h in sorted(hs, key=order)
+            ]
         out += [text for key, text in shortfalls if key not in self.window.known_misses and "missed" not in text]
         missing = {key for key, _ in shortfalls}
-        out += [f"known miss {h} ({side}) no longer misses: remove it from known_misses"
-                for h, side in self.window.known_misses if (h, side) not in missing]
+        out += [
+            f"known miss {h} ({side}) no longer misses: remove it from known_misses"
+            for h, side in self.window.known_misses
+            if (h, side) not in missing
+        ]
         return out
 
 
@@ -159,10 +182,18 @@ def run_corpus(root: Path, workers: int = 1) -> list[Outcome]:
     from spyglass.alerting.backtest_cleanup import die_with_parent
 
     # A worker gets SIGTERM when the test process dies: its backtest then stops its Prometheus itself.
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent,
-                             initargs=(signal.SIGTERM,)) as pool:
-        done = dict(zip([w.name for w in longest_first],
-                        pool.map(_run_named, [w.name for w in longest_first], [str(root)] * len(WINDOWS))))
+    with ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=die_with_parent,
+        initargs=(signal.SIGTERM,),
+    ) as pool:
+        done = dict(
+            zip(
+                [w.name for w in longest_first],
+                pool.map(_run_named, [w.name for w in longest_first], [str(root)] * len(WINDOWS)),
+            )
+        )
     return [done[w.name] for w in WINDOWS]
 
 
@@ -192,35 +223,51 @@ def _found_where(finding: dict) -> str:
 
 
 def render(outcomes: list[Outcome]) -> str:
-    lines = ["# Detection scorecard", "",
-             "Generated by `tests/test_detection.py` from the corpus in `tests/incidents/` (regenerate:",
-             "`scripts/generate`, or `scripts/test tests/test_detection.py --update-golden`). Each window",
-             "replays an incident of the seeds (or a day that must stay quiet) through every source, then",
-             "runs the real `spyglass backtest` (rules generated from the window's config) and `spyglass",
-             "diagnose` over it. A window requires some heuristics (`must`; `diagnose only` for a single",
-             "request the pager rightly ignores), allows standing conditions (`may`), and may name the",
-             "instance a heuristic must fire on (elsewhere it is a false alarm). Watchdog (H19) fires",
-             "everywhere by design and is not scored. A known miss (a window's `known_misses`: what could",
-             "not yet be fixed, with why) counts as a miss in precision and recall and is listed apart; it does",
-             "not fail the test, and one that stops missing does.", "",
-             "## Per heuristic, over the whole corpus", "",
-             "| heuristic | backtest hits | misses | false alarms | precision | recall |"
-             " diagnose hits | misses | false alarms | precision | recall | figures quoted | known misses |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Detection scorecard",
+        "",
+        "Generated by `tests/test_detection.py` from the corpus in `tests/incidents/` (regenerate:",
+        "`scripts/generate`, or `scripts/test tests/test_detection.py --update-golden`). Each window",
+        "replays an incident of the seeds (or a day that must stay quiet) through every source, then",
+        "runs the real `spyglass backtest` (rules generated from the window's config) and `spyglass",
+        "diagnose` over it. A window requires some heuristics (`must`; `diagnose only` for a single",
+        "request the pager rightly ignores), allows standing conditions (`may`), and may name the",
+        "instance a heuristic must fire on (elsewhere it is a false alarm). Watchdog (H19) fires",
+        "everywhere by design and is not scored. A known miss (a window's `known_misses`: what could",
+        "not yet be fixed, with why) counts as a miss in precision and recall and is listed apart; it does",
+        "not fail the test, and one that stops missing does.",
+        "",
+        "## Per heuristic, over the whole corpus",
+        "",
+        "| heuristic | backtest hits | misses | false alarms | precision | recall |"
+        " diagnose hits | misses | false alarms | precision | recall | figures quoted | known misses |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for h in HEURISTICS:
         b, d = _counts(outcomes, "backtest", h), _counts(outcomes, "diagnose", h)
         figures = [(o, x) for o in outcomes for x in o.window.figures.get(h, ())]
         unquoted = sum((h, x) in o.unquoted() for o, x in figures)
-        lines.append(f"| {h} | {b[0]} | {b[1]} | {b[2]} | {_ratio(b[0], b[0] + b[2])} | {_ratio(b[0], b[0] + b[1])}"
-                     f" | {d[0]} | {d[1]} | {d[2]} | {_ratio(d[0], d[0] + d[2])} | {_ratio(d[0], d[0] + d[1])}"
-                     f" | {len(figures) - unquoted} of {len(figures)} | {sum(len(o.known_of(h)) for o in outcomes)} |")
+        lines.append(
+            f"| {h} | {b[0]} | {b[1]} | {b[2]} | {_ratio(b[0], b[0] + b[2])} | {_ratio(b[0], b[0] + b[1])}"
+            f" | {d[0]} | {d[1]} | {d[2]} | {_ratio(d[0], d[0] + d[2])} | {_ratio(d[0], d[0] + d[1])}"
+            f" | {len(figures) - unquoted} of {len(figures)} | {sum(len(o.known_of(h)) for o in outcomes)} |"
+        )
     exact = sum(not o.problems() and not o.known() for o in outcomes)
-    known = [(o, text, o.window.known_misses[key]) for o in outcomes for key, text in o._shortfalls()
-             if key in o.window.known_misses]
-    lines += ["", f"{exact} of {len(outcomes)} windows exact (no miss, no false alarm, every figure quoted);"
-              f" {sum(not o.problems() and bool(o.known()) for o in outcomes)} pass with known misses only.", "",
-              "## Known misses", ""]
-    lines += ([f"- {o.window.name}: {text}. {reason}" for o, text, reason in known] or ["None."])
+    known = [
+        (o, text, o.window.known_misses[key])
+        for o in outcomes
+        for key, text in o._shortfalls()
+        if key in o.window.known_misses
+    ]
+    lines += [
+        "",
+        f"{exact} of {len(outcomes)} windows exact (no miss, no false alarm, every figure quoted);"
+        f" {sum(not o.problems() and bool(o.known()) for o in outcomes)} pass with known misses only.",
+        "",
+        "## Known misses",
+        "",
+    ]
+    lines += [f"- {o.window.name}: {text}. {reason}" for o, text, reason in known] or ["None."]
     lines += ["", "## Per window", ""]
     for o in outcomes:
         lines += _window_section(o)
@@ -230,23 +277,48 @@ def render(outcomes: list[Outcome]) -> str:
 def _window_section(o: Outcome) -> list[str]:
     w = o.window
     names = lambda hs: ", ".join(sorted(hs, key=order)) or "none"  # noqa: E731
-    lines = [f"### {w.name}: {w.what}", "",
-             f"Seed {w.seed}; {w.start:%Y-%m-%d %H:%M}-{w.end:%Y-%m-%d %H:%M} UTC. Must: {names(w.must)};"
-             f" diagnose only: {names(w.diagnose)}; may: {names(w.may)}.", ""]
+    lines = [
+        f"### {w.name}: {w.what}",
+        "",
+        f"Seed {w.seed}; {w.start:%Y-%m-%d %H:%M}-{w.end:%Y-%m-%d %H:%M} UTC. Must: {names(w.must)};"
+        f" diagnose only: {names(w.diagnose)}; may: {names(w.may)}.",
+        "",
+    ]
     alerts = [a for a in o.alerts if a["alert"] not in NOT_SCORED]
     if alerts:
         lines += ["| alert | heuristic | where | fired | resolved |", "|---|---|---|---|---|"]
-        lines += [f"| {a['alert']} | {a['heuristic']} | {_where(a['labels'])} | {a['start']} |"
-                  f" {a['end'] or 'still firing'} |" for a in alerts]
+        lines += [
+            f"| {a['alert']} | {a['heuristic']} | {_where(a['labels'])} | {a['start']} | {a['end'] or 'still firing'} |"
+            for a in alerts
+        ]
     else:
         lines.append("No alert fired (but Watchdog).")
     held = [p for p in o.pending if p["alert"] not in NOT_SCORED]
     if held:
-        lines += ["", "Pending, never fired: " + "; ".join(
-            f"{p['alert']} {_where(p['labels'])} {p['text']} from {p['since']}" for p in held) + "."]
-    lines += ["", "Diagnosis: " + ("; ".join(f"{f['heuristic']} {f['alert']} ({f.get('instance') or f.get('lane') or 'window'})"
-                                            for f in o.findings) or "no finding") + "."]
+        lines += [
+            "",
+            "Pending, never fired: "
+            + "; ".join(f"{p['alert']} {_where(p['labels'])} {p['text']} from {p['since']}" for p in held)
+            + ".",
+        ]
+    lines += [
+        "",
+        "Diagnosis: "
+        + (
+            "; ".join(
+                f"{f['heuristic']} {f['alert']} ({f.get('instance') or f.get('lane') or 'window'})" for f in o.findings
+            )
+            or "no finding"
+        )
+        + ".",
+    ]
     problems, known = o.problems(), o.known()
-    verdict = "; ".join(problems) + "." if problems else "exact." if not known else "known misses only: " + "; ".join(known) + "."
+    verdict = (
+        "; ".join(problems) + "."
+        if problems
+        else "exact."
+        if not known
+        else "known misses only: " + "; ".join(known) + "."
+    )
     lines += ["", "Verdict: " + verdict, ""]
     return lines

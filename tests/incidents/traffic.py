@@ -10,6 +10,7 @@ config that reads them all. Everyday traffic is healthy by construction: convers
 tokens that fit the cache, TTFT about a second, visible text or a tool call, the gateway's
 estimate within 5% of the engine's count, no 400 and no 429.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from fixtures.incidents.replay import ANSWER, BUDGET, EVERY, GOOD_CALL, SLOTS, Infer, body, engine_turn, gateway_line, replay_config, rid
+from fixtures.incidents.replay import (
+    ANSWER,
+    BUDGET,
+    EVERY,
+    GOOD_CALL,
+    SLOTS,
+    Infer,
+    body,
+    engine_turn,
+    gateway_line,
+    replay_config,
+    rid,
+)
 
 from spyglass.agent.runtime import open_store
 from spyglass.collectors.event import Event
@@ -54,8 +67,9 @@ class Engine:
 class History:
     """The lines of every source of one replay; `write` puts them on disk with their config."""
 
-    engines: dict[str, Engine] = field(default_factory=lambda: {i: Engine(i, task=1000 + 0x80000 * n)
-                                                                  for n, i in enumerate(PORTS)})
+    engines: dict[str, Engine] = field(
+        default_factory=lambda: {i: Engine(i, task=1000 + 0x80000 * n) for n, i in enumerate(PORTS)}
+    )
     gateway: list[tuple[datetime, bytes]] = field(default_factory=list)
     infer: Infer = field(default_factory=Infer)
     supervisord: list[bytes] = field(default_factory=list)
@@ -76,16 +90,36 @@ class History:
         self.engines[instance].cache = ConversationCache(BUDGET, EVERY)  # a new process starts empty
         self.engines[instance].convs.clear()
 
-    def turn(self, instance: str, at: datetime, conv: str, prompt: int, *, tool: bool, ms: int = 800,
-             decode_tps: float | None = None, gateway: bool = True) -> str:
+    def turn(
+        self,
+        instance: str,
+        at: datetime,
+        conv: str,
+        prompt: int,
+        *,
+        tool: bool,
+        ms: int = 800,
+        decode_tps: float | None = None,
+        gateway: bool = True,
+    ) -> str:
         """One request through gateway and engine; returns its id."""
         e = self.engines[instance]
         task = e.next_task()
         req = rid(at, task)
         parked = conv in e.cache.parked
         reused = e.convs.get(conv, 0) if parked else 0
-        lines = engine_turn(e.cache, at, task, req, conv, prompt, reused, "parked" if parked else "none",
-                            ms if parked or prompt < 20_000 else ms + prompt // 40, tool=tool)
+        lines = engine_turn(
+            e.cache,
+            at,
+            task,
+            req,
+            conv,
+            prompt,
+            reused,
+            "parked" if parked else "none",
+            ms if parked or prompt < 20_000 else ms + prompt // 40,
+            tool=tool,
+        )
         tps = decode_tps if decode_tps is not None else e.decode_tps
         e.lines += [raw.replace(b"decode_tps=77.1", f"decode_tps={tps:.1f}".encode()) for raw in lines]
         e.convs[conv] = prompt
@@ -94,30 +128,75 @@ class History:
             self._gateway_and_infer(instance, at, req, conv, prompt, tool, ms, instance not in self.unrecorded)
         return req
 
-    def _gateway_and_infer(self, instance: str, at: datetime, req: str, conv: str, prompt: int, tool: bool,
-                           ms: int, infer: bool) -> None:
+    def _gateway_and_infer(
+        self, instance: str, at: datetime, req: str, conv: str, prompt: int, tool: bool, ms: int, infer: bool
+    ) -> None:
         lane, chars, msgs = LANES[instance], int(prompt * 0.95), 1 + prompt // 4000
         calls = GOOD_CALL if tool else []
-        self.gateway.append(gateway_line(at, f"req={req} session=auto:{conv} lane={lane} mode=assembled"
-                                             f" client_msgs={msgs} sent_msgs={msgs} chars={chars} cjk=0.900"
-                                             f" est_tokens={chars} max_tokens=32000"))
-        self.gateway.append(gateway_line(at + timedelta(seconds=9), f"done req={req} status=200 engine_prompt={prompt}"
-                                         f" completion=900 finish={'tool_calls' if tool else 'stop'}"
-                                         f" tool_calls={len(calls)} content_chars={0 if tool else len(ANSWER)}"
-                                         f" ttft_ms={ms + 14} dur_ms=9100"))
+        self.gateway.append(
+            gateway_line(
+                at,
+                f"req={req} session=auto:{conv} lane={lane} mode=assembled"
+                f" client_msgs={msgs} sent_msgs={msgs} chars={chars} cjk=0.900"
+                f" est_tokens={chars} max_tokens=32000",
+            )
+        )
+        self.gateway.append(
+            gateway_line(
+                at + timedelta(seconds=9),
+                f"done req={req} status=200 engine_prompt={prompt}"
+                f" completion=900 finish={'tool_calls' if tool else 'stop'}"
+                f" tool_calls={len(calls)} content_chars={0 if tool else len(ANSWER)}"
+                f" ttft_ms={ms + 14} dur_ms=9100",
+            )
+        )
         if not infer:
             return
-        record = body(system="你是一个编程助手。", first_user="解释 generate.cpp", sent_user="解释 generate.cpp",
-                      tools=True, content="" if tool else ANSWER, calls=calls, finish="tool_calls" if tool else "stop")
-        self.infer.add(at, {"id": req, "session": f"auto:{conv}", "lane": lane, "upstream": instance,
-                            "mode": "assembled", "client_msgs": msgs, "sent_msgs": msgs, "chars": chars,
-                            "est_tokens": chars, "prompt_tokens": prompt, "completion_tokens": 900,
-                            "max_tokens": 32000, "status": 200, "finish": record["response"]["finish_reason"],
-                            "tool_calls": len(calls), "content_chars": len(record["response"]["content"]),
-                            "reasoning_chars": 800, "ttft_ms": ms + 14, "dur_ms": 9100}, record)
+        record = body(
+            system="你是一个编程助手。",
+            first_user="解释 generate.cpp",
+            sent_user="解释 generate.cpp",
+            tools=True,
+            content="" if tool else ANSWER,
+            calls=calls,
+            finish="tool_calls" if tool else "stop",
+        )
+        self.infer.add(
+            at,
+            {
+                "id": req,
+                "session": f"auto:{conv}",
+                "lane": lane,
+                "upstream": instance,
+                "mode": "assembled",
+                "client_msgs": msgs,
+                "sent_msgs": msgs,
+                "chars": chars,
+                "est_tokens": chars,
+                "prompt_tokens": prompt,
+                "completion_tokens": 900,
+                "max_tokens": 32000,
+                "status": 200,
+                "finish": record["response"]["finish_reason"],
+                "tool_calls": len(calls),
+                "content_chars": len(record["response"]["content"]),
+                "reasoning_chars": 800,
+                "ttft_ms": ms + 14,
+                "dur_ms": 9100,
+            },
+            record,
+        )
 
-    def everyday(self, instance: str, start: datetime, end: datetime, every: float = 60.0, conversations: int = 6,
-                 decode_tps: float | None = None, seed: int = 0) -> None:
+    def everyday(
+        self,
+        instance: str,
+        start: datetime,
+        end: datetime,
+        every: float = 60.0,
+        conversations: int = 6,
+        decode_tps: float | None = None,
+        seed: int = 0,
+    ) -> None:
         """Multi-turn conversations of 8-40k tokens taking turns every `every` seconds."""
         at, n = start, 0
         convs = [f"{seed:04x}{PORTS[instance]:04x}{c:08x}" for c in range(conversations)]
@@ -132,8 +211,9 @@ class History:
             at += timedelta(seconds=every)
             n += 1
 
-    def stats(self, instance: str, start: datetime, end: datetime, every: float = 10.0, busy: int = 2,
-              queue: int = 0) -> None:
+    def stats(
+        self, instance: str, start: datetime, end: datetime, every: float = 10.0, busy: int = 2, queue: int = 0
+    ) -> None:
         """`[stats]` lines whose parked/used/evictions follow the park and evict lines written before them."""
         e = self.engines[instance]
         e.lines.sort(key=lambda raw: raw[:23])
@@ -146,52 +226,104 @@ class History:
                 if b"[cache]" in e.lines[i] and (b" park " in e.lines[i] or b" evict " in e.lines[i]):
                     latest.update({k: int(v) for k, v in COUNTER.findall(e.lines[i])})
                 i += 1
-            e.lines.append(line(at.timestamp(), *stats(busy, SLOTS, queue, e.decode_tps, latest[b"parked"],
-                                                       latest[b"used"], BUDGET, latest[b"evictions"])))
+            e.lines.append(
+                line(
+                    at.timestamp(),
+                    *stats(
+                        busy,
+                        SLOTS,
+                        queue,
+                        e.decode_tps,
+                        latest[b"parked"],
+                        latest[b"used"],
+                        BUDGET,
+                        latest[b"evictions"],
+                    ),
+                )
+            )
             at += timedelta(seconds=every)
 
     # -- serve status ----------------------------------------------------------------------------
-    def polls(self, start: datetime, end: datetime, *, escape_fix: dict[str, bool],
-              state: dict[str, str] | None = None, busy: dict[str, int] | None = None,
-              queue: dict[str, int] | None = None, down: tuple[str, ...] = ()) -> None:
+    def polls(
+        self,
+        start: datetime,
+        end: datetime,
+        *,
+        escape_fix: dict[str, bool],
+        state: dict[str, str] | None = None,
+        busy: dict[str, int] | None = None,
+        queue: dict[str, int] | None = None,
+        down: tuple[str, ...] = (),
+    ) -> None:
         """`/v1/status` every 30 s per instance (none for an instance in `down`: its polls fail)."""
         at = start
         while at < end:
             for instance, port in PORTS.items():
                 if instance in down:
                     continue
-                b = {"engine": instance, "build": "Strata 0.9.3 (build 7f3c2e1)",
-                     "serve_version": "2026.10.18" if escape_fix[instance] else "2026.10.16",
-                     "state": (state or {}).get(instance, "ready"), "uptime_s": 8000.0,
-                     "slots": {"total": SLOTS, "busy": (busy or {}).get(instance, 2)},
-                     "prefill_queue": (queue or {}).get(instance, 0),
-                     "requests": {"total": self.served[instance], "by_status": {"200": self.served[instance]}}}
+                b = {
+                    "engine": instance,
+                    "build": "Strata 0.9.3 (build 7f3c2e1)",
+                    "serve_version": "2026.10.18" if escape_fix[instance] else "2026.10.16",
+                    "state": (state or {}).get(instance, "ready"),
+                    "uptime_s": 8000.0,
+                    "slots": {"total": SLOTS, "busy": (busy or {}).get(instance, 2)},
+                    "prefill_queue": (queue or {}).get(instance, 0),
+                    "requests": {"total": self.served[instance], "by_status": {"200": self.served[instance]}},
+                }
                 if escape_fix[instance]:
                     b["prompt_escapes"] = {"calls": 365, "literals": 1603}
                     b["stops_while_reasoning"] = 0
-                self.status.append((at, json.dumps({"ts": at.isoformat().replace("+00:00", "Z"),
-                                                    "url": f"http://127.0.0.1:{port}/v1/status", "body": b}).encode()))
+                self.status.append(
+                    (
+                        at,
+                        json.dumps(
+                            {
+                                "ts": at.isoformat().replace("+00:00", "Z"),
+                                "url": f"http://127.0.0.1:{port}/v1/status",
+                                "body": b,
+                            }
+                        ).encode(),
+                    )
+                )
             at += timedelta(seconds=POLL_SECONDS)
 
     # -- host samples ----------------------------------------------------------------------------
-    def samples(self, start: datetime, end: datetime, cpus: dict[str, str], *, throttled: bool = False,
-                every: float = 15.0) -> None:
+    def samples(
+        self, start: datetime, end: datetime, cpus: dict[str, str], *, throttled: bool = False, every: float = 15.0
+    ) -> None:
         """What the host source samples every `every` s: each engine's CPUs, CPU time, RSS and its cgroup's
         CFS periods (throttled in most when `throttled`), and the CPUs each pair shares."""
         at, n = start, 0
         while at < end:
             ts, n = at.timestamp(), n + 1
             for instance, allowed in cpus.items():
-                self.host.append(Event(ts, "host", "process", instance, {
-                    "cpus": allowed, "cpu_seconds": 24.0 * every * n, "rss_bytes": 180 << 30, "threads": 40,
-                    "periods": 150 * n, "throttled_periods": (120 if throttled else 0) * n,
-                    "throttled_seconds": (9.0 if throttled else 0.0) * n}, None, "replay"))
+                self.host.append(
+                    Event(
+                        ts,
+                        "host",
+                        "process",
+                        instance,
+                        {
+                            "cpus": allowed,
+                            "cpu_seconds": 24.0 * every * n,
+                            "rss_bytes": 180 << 30,
+                            "threads": 40,
+                            "periods": 150 * n,
+                            "throttled_periods": (120 if throttled else 0) * n,
+                            "throttled_seconds": (9.0 if throttled else 0.0) * n,
+                        },
+                        None,
+                        "replay",
+                    )
+                )
             names = sorted(cpus)
             for i, a in enumerate(names):
-                for b in names[i + 1:]:
+                for b in names[i + 1 :]:
                     shared = len(cpu_set(cpus[a]) & cpu_set(cpus[b]))
-                    self.host.append(Event(ts, "host", "shared_cpus", a, {"other": b, "shared": shared}, None,
-                                           "replay"))
+                    self.host.append(
+                        Event(ts, "host", "shared_cpus", a, {"other": b, "shared": shared}, None, "replay")
+                    )
             at += timedelta(seconds=every)
 
     # -- supervisord -----------------------------------------------------------------------------
@@ -202,16 +334,22 @@ class History:
         self.sup(at, "INFO", "supervisord started with pid 3426001")
         for n, program in enumerate(programs):
             self.sup(at + timedelta(seconds=1), "INFO", f"spawned: '{program}' with pid {3426010 + n}")
-            self.sup(at + timedelta(seconds=31), "INFO", f"success: {program} entered RUNNING state, process has"
-                                                         " stayed up for > than 30 seconds (startsecs)")
+            self.sup(
+                at + timedelta(seconds=31),
+                "INFO",
+                f"success: {program} entered RUNNING state, process has stayed up for > than 30 seconds (startsecs)",
+            )
 
     def restart(self, program: str, at: datetime, pid: int) -> None:
         """`supervisorctl restart`: a clean stop, then a spawn that reaches RUNNING."""
         self.sup(at, "INFO", f"waiting for {program} to stop")
         self.sup(at + timedelta(seconds=2), "WARN", f"stopped: {program} (terminated by SIGTERM)")
         self.sup(at + timedelta(seconds=3), "INFO", f"spawned: '{program}' with pid {pid}")
-        self.sup(at + timedelta(seconds=33), "INFO", f"success: {program} entered RUNNING state, process has stayed"
-                                                     " up for > than 30 seconds (startsecs)")
+        self.sup(
+            at + timedelta(seconds=33),
+            "INFO",
+            f"success: {program} entered RUNNING state, process has stayed up for > than 30 seconds (startsecs)",
+        )
 
     # -- disk ------------------------------------------------------------------------------------
     def write(self, folder: Path) -> Path:
@@ -224,8 +362,11 @@ class History:
             (folder / name).write_bytes(b"\n".join(lines) + b"\n" if lines else b"")
         db = self.infer.write(folder / "infer")
         config = folder / "spyglass.toml"
-        config.write_text(replay_config(folder, db, alerts=ALERTS, supervisord=SUPERVISORD, status=STATUS) + self.extra_config
-                          + (HOST.format(folder=folder) if self.host else ""))
+        config.write_text(
+            replay_config(folder, db, alerts=ALERTS, supervisord=SUPERVISORD, status=STATUS)
+            + self.extra_config
+            + (HOST.format(folder=folder) if self.host else "")
+        )
         if self.host:
             (folder / "no-proc").mkdir(exist_ok=True)  # the live sampler finds nothing at ingest time
             store = open_store(load_config(config))

@@ -9,6 +9,7 @@ Each window names what the seeds say must be found in it, not what the rules do 
 H19's Watchdog fires everywhere by design and is not scored.
 Seeds: 000 = the six incidents of chapter 18 (Beijing times in the text, UTC here); 004 = the upgrade article.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -52,8 +53,9 @@ class Window:
         return self.write(folder)
 
 
-def everyday(h: History, start: datetime, end: datetime, fix: dict[str, bool], *, skip: tuple[str, ...] = (),
-             seed: int = 0) -> None:
+def everyday(
+    h: History, start: datetime, end: datetime, fix: dict[str, bool], *, skip: tuple[str, ...] = (), seed: int = 0
+) -> None:
     """Both engines serving, stats, polls and supervisord from an hour before `start` to `end`."""
     begin = start - HOUR
     h.start_all(begin - 20 * MIN)
@@ -80,8 +82,9 @@ def incident1(folder: Path) -> Path:
         h.banner(instance, split + timedelta(seconds=3), "0-31", pid=49000 + n, load_seconds=300)
         h.everyday(instance, split + 6 * MIN, pinned, decode_tps=9.3, seed=2)
         h.restart(instance, pinned, 3427100 + n)
-        h.banner(instance, pinned + timedelta(seconds=3), "0-15" if n == 0 else "38-53", pid=49100 + n,
-                 load_seconds=300)
+        h.banner(
+            instance, pinned + timedelta(seconds=3), "0-15" if n == 0 else "38-53", pid=49100 + n, load_seconds=300
+        )
         h.everyday(instance, pinned + 6 * MIN, day + 5 * HOUR, decode_tps=102.0, seed=3)
     for instance in ("strata-a", "strata-b"):
         h.engines[instance].decode_tps = 9.3
@@ -162,8 +165,13 @@ def burst429(folder: Path) -> Path:
     at, n = utc("2026-10-18 17:30"), 0
     while at < utc("2026-10-18 17:42"):
         n += 1
-        h.gateway.append((at, f"[{at:%H:%M:%S}] reject req={replay.rid(at, 0xaa0000 + n)} status=429"
-                              f' reason="model concurrency full (limit 2)"'.encode()))
+        h.gateway.append(
+            (
+                at,
+                f"[{at:%H:%M:%S}] reject req={replay.rid(at, 0xAA0000 + n)} status=429"
+                f' reason="model concurrency full (limit 2)"'.encode(),
+            )
+        )
         at += timedelta(seconds=20)
     return h.write(folder)
 
@@ -180,8 +188,10 @@ def restarts(folder: Path) -> Path:
     b = h.engines["strata-b"]
     for n, stamp in enumerate(("06:20:02", "06:20:04", "06:20:07")):
         t = utc(f"2026-10-19 {stamp}").timestamp()
-        b.lines += [line(t, "I", "main", f"Strata 0.9.3 (build 7f3c2e1) starting pid={3426700 + n}"),
-                    line(t + 0.3, "E", "main", "GGML_ASSERT(ctx->n_experts > 0) failed: abort")]
+        b.lines += [
+            line(t, "I", "main", f"Strata 0.9.3 (build 7f3c2e1) starting pid={3426700 + n}"),
+            line(t + 0.3, "E", "main", "GGML_ASSERT(ctx->n_experts > 0) failed: abort"),
+        ]
     h.status = [(t, raw) for t, raw in h.status if t < dead or b'"strata-b"' not in raw]  # its polls fail
     return h.write(folder)
 
@@ -191,8 +201,12 @@ def aborts_while_loading(folder: Path) -> Path:
     later. A crash loop (H13), not a probe killing a load (H14): the cause is an abort, 50 s is far under the
     probe budget."""
     h = History()
-    start, crash, back, end = (utc("2026-10-24 07:00"), utc("2026-10-24 08:00"), utc("2026-10-24 08:30"),
-                               utc("2026-10-24 09:30"))
+    start, crash, back, end = (
+        utc("2026-10-24 07:00"),
+        utc("2026-10-24 08:00"),
+        utc("2026-10-24 08:30"),
+        utc("2026-10-24 09:30"),
+    )
     everyday(h, start, end, BOTH_FIXED, skip=("strata-a",), seed=18)
     h.everyday("strata-a", start - HOUR, crash, seed=19)
     h.stats("strata-a", start - HOUR, crash)
@@ -205,12 +219,18 @@ def aborts_while_loading(folder: Path) -> Path:
         a.lines.pop()  # no `ready`: it dies loading
         a.lines.append(line(spawn.timestamp() + 49, "E", "load", "GGML_ASSERT(n_experts_used <= n_experts) failed"))
         h.sup(spawn + timedelta(seconds=48), "WARN", "exited: strata-a (exit status 134; not expected)")
-    h.sup(crash + timedelta(seconds=300), "INFO", "gave up: strata-a entered FATAL state, too many start retries"
-                                                  " too quickly")
+    h.sup(
+        crash + timedelta(seconds=300),
+        "INFO",
+        "gave up: strata-a entered FATAL state, too many start retries too quickly",
+    )
     h.status = [(t, raw) for t, raw in h.status if t < crash or t >= back + 8 * MIN or b'"strata-a"' not in raw]
     h.sup(back, "INFO", "spawned: 'strata-a' with pid 3427100")
-    h.sup(back + timedelta(seconds=31), "INFO", "success: strata-a entered RUNNING state, process has stayed up for"
-                                                " > than 30 seconds (startsecs)")
+    h.sup(
+        back + timedelta(seconds=31),
+        "INFO",
+        "success: strata-a entered RUNNING state, process has stayed up for > than 30 seconds (startsecs)",
+    )
     h.banner("strata-a", back + timedelta(seconds=1), "0-15", pid=3427100)
     h.polls(back, back + 8 * MIN, escape_fix=BOTH_FIXED, state={"strata-a": "loading"})
     h.everyday("strata-a", back + 8 * MIN, end, seed=20)
@@ -248,8 +268,12 @@ def hung_engine(folder: Path) -> Path:
     """2026-10-25: strata-a stops finishing anything at 02:40 UTC while requests keep arriving (61 queued
     lines in 22 minutes, no done, no [stats]); /health and /v1/status say ready; restarted at 03:02."""
     h = History()
-    start, hang, back, end = (utc("2026-10-25 02:00"), utc("2026-10-25 02:40"), utc("2026-10-25 03:02"),
-                              utc("2026-10-25 04:00"))
+    start, hang, back, end = (
+        utc("2026-10-25 02:00"),
+        utc("2026-10-25 02:40"),
+        utc("2026-10-25 03:02"),
+        utc("2026-10-25 04:00"),
+    )
     everyday(h, start, end, BOTH_FIXED, skip=("strata-a",), seed=14)
     h.everyday("strata-a", start - HOUR, hang, seed=15)
     h.stats("strata-a", start - HOUR, hang)
@@ -257,11 +281,17 @@ def hung_engine(folder: Path) -> Path:
     for k in range(61):
         task = a.next_task()
         req = replay.rid(at, task)
-        a.lines.append(line(at.timestamp(), "I", "http", f"task {task} req={req} conv=c{task:x} queued"
-                                                         f" prefill_depth={k + 1}"))
-        h.gateway.append((at, f"[{at:%H:%M:%S}] req={req} session=auto:c{task:x} lane=fast mode=assembled"
-                              f" client_msgs=3 sent_msgs=3 chars=9000 cjk=0.900 est_tokens=9000"
-                              f" max_tokens=32000".encode()))
+        a.lines.append(
+            line(at.timestamp(), "I", "http", f"task {task} req={req} conv=c{task:x} queued prefill_depth={k + 1}")
+        )
+        h.gateway.append(
+            (
+                at,
+                f"[{at:%H:%M:%S}] req={req} session=auto:c{task:x} lane=fast mode=assembled"
+                f" client_msgs=3 sent_msgs=3 chars=9000 cjk=0.900 est_tokens=9000"
+                f" max_tokens=32000".encode(),
+            )
+        )
         at += (back - hang - 10 * timedelta(seconds=1)) / 61
     h.status = [(t, raw) for t, raw in h.status if not (b'"strata-a"' in raw and hang <= t < back + 8 * MIN)]
     h.polls(hang, back, escape_fix=BOTH_FIXED, busy={"strata-a": 20}, queue={"strata-a": 41})
@@ -282,8 +312,14 @@ def healthy_hour(folder: Path) -> Path:
         lines = path.read_bytes().splitlines()
         t = utc("2026-11-02 01:45").timestamp()
         while t < utc("2026-11-02 03:00").timestamp():
-            lines.append(line(t, "I", "stats", "busy=1/20 prefill_queue=0 decode_tps=77.1 parked=8"
-                                               " used=2147483648 budget=8589934592 evictions=0"))
+            lines.append(
+                line(
+                    t,
+                    "I",
+                    "stats",
+                    "busy=1/20 prefill_queue=0 decode_tps=77.1 parked=8 used=2147483648 budget=8589934592 evictions=0",
+                )
+            )
             t += 10
         path.write_bytes(b"\n".join(sorted(lines, key=lambda raw: raw[:23])) + b"\n")
     return config
@@ -301,13 +337,21 @@ def upgrade_day(folder: Path) -> Path:
     for n in range(3):
         spawn = utc("2026-11-02 06:00") + n * timedelta(seconds=910)
         supervisord.append(f"{spawn:%Y-%m-%d %H:%M:%S},000 INFO spawned: 'strata-a' with pid {49000 + n}".encode())
-        engine_a += [line(spawn.timestamp() + 1, "I", "main", f"Strata 0.9.4 (build {up.NEW}) starting pid={49000 + n}"),
-                     line(spawn.timestamp() + 1, "I", "main", f"args: {up.BASE_ARGS}")]
+        engine_a += [
+            line(spawn.timestamp() + 1, "I", "main", f"Strata 0.9.4 (build {up.NEW}) starting pid={49000 + n}"),
+            line(spawn.timestamp() + 1, "I", "main", f"args: {up.BASE_ARGS}"),
+        ]
         killed = spawn + timedelta(seconds=905)
-        supervisord.append(f"{killed:%Y-%m-%d %H:%M:%S},000 WARN exited: strata-a (terminated by SIGKILL; not"
-                           f" expected)".encode())
-    files = {"engine-b.log": sorted(up.engine_b(), key=lambda raw: raw[:23]), "engine-a.log": engine_a,
-             "supervisord.log": sorted(supervisord), "status.jsonl": up.status(), "switch-engine.log": up.switch_log()}
+        supervisord.append(
+            f"{killed:%Y-%m-%d %H:%M:%S},000 WARN exited: strata-a (terminated by SIGKILL; not expected)".encode()
+        )
+    files = {
+        "engine-b.log": sorted(up.engine_b(), key=lambda raw: raw[:23]),
+        "engine-a.log": engine_a,
+        "supervisord.log": sorted(supervisord),
+        "status.jsonl": up.status(),
+        "switch-engine.log": up.switch_log(),
+    }
     for name, lines in files.items():
         (folder / name).write_bytes(b"\n".join(lines) + b"\n")
     config = folder / "spyglass.toml"
@@ -320,45 +364,146 @@ def _f(*numbers: float) -> tuple[float, ...]:
 
 
 WINDOWS: list[Window] = [
-    Window("incident1", "000 §18.2", "both engines' expert pools on CPUs 0-31: 76.8 -> 9.3 tok/s",
-           utc("2026-10-07 01:00"), utc("2026-10-07 05:00"), must=frozenset({"H1", "H2"}),
-           may=frozenset({"H13", "H18"}), figures={"H1": _f(9.3, 76.8)}, write=incident1),
-    Window("incident2", "000 §18.3", "eviction storm on strata-b: 4.7 GB snapshots in 8 GiB, 2508 evictions",
-           *replay.WINDOWS["incident2"], must=frozenset({"H3", "H4", "H5"}),
-           figures={"H3": _f(2508, 4.7e9), "H4": _f(123, 194)}, where=dict.fromkeys(("H3", "H4", "H5"), "strata-b"), write=incident2),
-    Window("incident3", "000 §18.4", "special-token literals: 16 thinking-only of 58, 0 of 295",
-           *replay.WINDOWS["incident3"], must=frozenset({"H6"}), figures={"H6": _f(58, 16, 295)}, write=incident3),
-    Window("incident4", "000 §18.5", "bd7e62ed: a 67-character plan, then EOS",
-           utc("2026-10-18 15:30"), utc("2026-10-18 16:30"), must=frozenset({"H7"}), diagnose=frozenset({"H8"}),
-           figures={"H8": _f(67, 740)}, write=incident4),
-    Window("burst429", "000 §18.6", "429 model concurrency full (limit 2) at 01:33 Beijing",
-           utc("2026-10-18 17:00"), utc("2026-10-18 18:00"), must=frozenset({"H7", "H12"}), write=burst429),
-    Window("incident5", "000 §18.6", "848a12ed: 315 -> 147 messages, the task anchor lost, plan-then-EOS x4",
-           utc("2026-10-19 03:30"), utc("2026-10-19 04:30"), must=frozenset({"H7", "H8", "H9"}),
-           figures={"H8": _f(3240, 267), "H9": _f(315, 147)}, write=incident5),
-    Window("incident6", "000 §18.7", "1,075,447 chars, 154,796 engine tokens, 516,561 estimated; blind retries",
-           utc("2026-10-19 04:30"), utc("2026-10-19 06:20"), must=frozenset({"H7", "H11"}),
-           diagnose=frozenset({"H10"}), figures={"H10": _f(1075447, 154796, 516561, 3.34), "H11": _f(398890, 372066)},
-           write=incident6),
-    Window("restarts", "004 (restart loop)", "strata-b aborts four times in 8 s and goes FATAL",
-           utc("2026-10-19 06:00"), utc("2026-10-19 07:00"), must=frozenset({"H13"}), may=frozenset({"H7"}),
-           where={"H13": "strata-b"}, write=restarts),
-    Window("aborts-loading", "004 (restart loop)", "strata-a aborts 50 s into each load, five times, FATAL",
-           utc("2026-10-24 07:30"), utc("2026-10-24 09:30"), must=frozenset({"H13"}), where={"H13": "strata-a"},
-           write=aborts_while_loading),
-    Window("upgrade-day", "004", "dependency drift loop, dangling link, rebuild storm, probe kills a load",
-           utc("2026-11-02 01:00"), utc("2026-11-02 07:00"), must=frozenset({"H13", "H14", "H15", "H16", "H18"}),
-           may=frozenset({"H5", "H19"}), where={"H14": "strata-a", "H15": "strata-b", "H16": "strata-b",
-                                               "H18": "strata-b"}, write=upgrade_day),
-    Window("quiet-day", "-", "both lanes healthy for 24 h", utc("2026-10-28 00:00"), utc("2026-10-29 00:00"),
-           write=quiet_day),
-    Window("healthy-hour", "-", "an hour of CJK conversations that fit the cache",
-           utc("2026-11-02 02:00"), utc("2026-11-02 03:00"), write=healthy_hour),
-    Window("standing-budget", "000 §18.3 (never fixed)", "strata-b's 8 GiB budget with two 250k conversations",
-           utc("2026-10-22 02:00"), utc("2026-10-22 06:00"), may=frozenset({"H3", "H4"}), write=standing_budget),
-    Window("hung-engine", "H20", "strata-a queues 61 requests in 22 minutes and finishes none",
-           utc("2026-10-25 02:00"), utc("2026-10-25 04:00"), must=frozenset({"H20"}), may=frozenset({"H5"}),
-           figures={"H20": _f(61)}, where={"H20": "strata-a"}, write=hung_engine),
+    Window(
+        "incident1",
+        "000 §18.2",
+        "both engines' expert pools on CPUs 0-31: 76.8 -> 9.3 tok/s",
+        utc("2026-10-07 01:00"),
+        utc("2026-10-07 05:00"),
+        must=frozenset({"H1", "H2"}),
+        may=frozenset({"H13", "H18"}),
+        figures={"H1": _f(9.3, 76.8)},
+        write=incident1,
+    ),
+    Window(
+        "incident2",
+        "000 §18.3",
+        "eviction storm on strata-b: 4.7 GB snapshots in 8 GiB, 2508 evictions",
+        *replay.WINDOWS["incident2"],
+        must=frozenset({"H3", "H4", "H5"}),
+        figures={"H3": _f(2508, 4.7e9), "H4": _f(123, 194)},
+        where=dict.fromkeys(("H3", "H4", "H5"), "strata-b"),
+        write=incident2,
+    ),
+    Window(
+        "incident3",
+        "000 §18.4",
+        "special-token literals: 16 thinking-only of 58, 0 of 295",
+        *replay.WINDOWS["incident3"],
+        must=frozenset({"H6"}),
+        figures={"H6": _f(58, 16, 295)},
+        write=incident3,
+    ),
+    Window(
+        "incident4",
+        "000 §18.5",
+        "bd7e62ed: a 67-character plan, then EOS",
+        utc("2026-10-18 15:30"),
+        utc("2026-10-18 16:30"),
+        must=frozenset({"H7"}),
+        diagnose=frozenset({"H8"}),
+        figures={"H8": _f(67, 740)},
+        write=incident4,
+    ),
+    Window(
+        "burst429",
+        "000 §18.6",
+        "429 model concurrency full (limit 2) at 01:33 Beijing",
+        utc("2026-10-18 17:00"),
+        utc("2026-10-18 18:00"),
+        must=frozenset({"H7", "H12"}),
+        write=burst429,
+    ),
+    Window(
+        "incident5",
+        "000 §18.6",
+        "848a12ed: 315 -> 147 messages, the task anchor lost, plan-then-EOS x4",
+        utc("2026-10-19 03:30"),
+        utc("2026-10-19 04:30"),
+        must=frozenset({"H7", "H8", "H9"}),
+        figures={"H8": _f(3240, 267), "H9": _f(315, 147)},
+        write=incident5,
+    ),
+    Window(
+        "incident6",
+        "000 §18.7",
+        "1,075,447 chars, 154,796 engine tokens, 516,561 estimated; blind retries",
+        utc("2026-10-19 04:30"),
+        utc("2026-10-19 06:20"),
+        must=frozenset({"H7", "H11"}),
+        diagnose=frozenset({"H10"}),
+        figures={"H10": _f(1075447, 154796, 516561, 3.34), "H11": _f(398890, 372066)},
+        write=incident6,
+    ),
+    Window(
+        "restarts",
+        "004 (restart loop)",
+        "strata-b aborts four times in 8 s and goes FATAL",
+        utc("2026-10-19 06:00"),
+        utc("2026-10-19 07:00"),
+        must=frozenset({"H13"}),
+        may=frozenset({"H7"}),
+        where={"H13": "strata-b"},
+        write=restarts,
+    ),
+    Window(
+        "aborts-loading",
+        "004 (restart loop)",
+        "strata-a aborts 50 s into each load, five times, FATAL",
+        utc("2026-10-24 07:30"),
+        utc("2026-10-24 09:30"),
+        must=frozenset({"H13"}),
+        where={"H13": "strata-a"},
+        write=aborts_while_loading,
+    ),
+    Window(
+        "upgrade-day",
+        "004",
+        "dependency drift loop, dangling link, rebuild storm, probe kills a load",
+        utc("2026-11-02 01:00"),
+        utc("2026-11-02 07:00"),
+        must=frozenset({"H13", "H14", "H15", "H16", "H18"}),
+        may=frozenset({"H5", "H19"}),
+        where={"H14": "strata-a", "H15": "strata-b", "H16": "strata-b", "H18": "strata-b"},
+        write=upgrade_day,
+    ),
+    Window(
+        "quiet-day",
+        "-",
+        "both lanes healthy for 24 h",
+        utc("2026-10-28 00:00"),
+        utc("2026-10-29 00:00"),
+        write=quiet_day,
+    ),
+    Window(
+        "healthy-hour",
+        "-",
+        "an hour of CJK conversations that fit the cache",
+        utc("2026-11-02 02:00"),
+        utc("2026-11-02 03:00"),
+        write=healthy_hour,
+    ),
+    Window(
+        "standing-budget",
+        "000 §18.3 (never fixed)",
+        "strata-b's 8 GiB budget with two 250k conversations",
+        utc("2026-10-22 02:00"),
+        utc("2026-10-22 06:00"),
+        may=frozenset({"H3", "H4"}),
+        write=standing_budget,
+    ),
+    Window(
+        "hung-engine",
+        "H20",
+        "strata-a queues 61 requests in 22 minutes and finishes none",
+        utc("2026-10-25 02:00"),
+        utc("2026-10-25 04:00"),
+        must=frozenset({"H20"}),
+        may=frozenset({"H5"}),
+        figures={"H20": _f(61)},
+        where={"H20": "strata-a"},
+        write=hung_engine,
+    ),
 ]
 BY_NAME = {w.name: w for w in WINDOWS}
 assert FILES  # the engine log names every window but the upgrade day uses

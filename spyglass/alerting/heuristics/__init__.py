@@ -11,6 +11,7 @@ beyond metrics is said in `diagnosis` and left to the forensic diagnosis. Thresh
 on the deployment come from the `[alerts]` config section (`Deployment`); the others are
 constants in the builder of their heuristic, where the expression uses them.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -58,11 +59,44 @@ from spyglass.alerting.heuristics.promql import (
 )
 
 __all__ = [
-    "BURN_WINDOWS", "BYTES", "CHECKPOINT_ONLY", "DECODE", "DECODE_BASELINE", "DECODE_MEAN", "DEFAULT_LANE",
-    "ESTIMATE_RATIO", "EVICTIONS", "EVICTIONS_BASELINE", "IL", "INSTANCE", "LANE", "LOG_SILENCE", "LONG_PROMPTS",
-    "PERCENT", "SECONDS", "SLO_ERRORS", "SNAPSHOT_SHARE", "STOPS_REASONING", "THINKING_ONLY", "TTFT", "VALUE",
-    "Alert", "Check", "Deployment", "Evidence", "Heuristic", "Probe", "Recording", "Severity", "Threshold",
-    "BUILDERS", "by_id", "catalogue", "per_lane", "ratio", "recording_rules",
+    "BURN_WINDOWS",
+    "BYTES",
+    "CHECKPOINT_ONLY",
+    "DECODE",
+    "DECODE_BASELINE",
+    "DECODE_MEAN",
+    "DEFAULT_LANE",
+    "ESTIMATE_RATIO",
+    "EVICTIONS",
+    "EVICTIONS_BASELINE",
+    "IL",
+    "INSTANCE",
+    "LANE",
+    "LOG_SILENCE",
+    "LONG_PROMPTS",
+    "PERCENT",
+    "SECONDS",
+    "SLO_ERRORS",
+    "SNAPSHOT_SHARE",
+    "STOPS_REASONING",
+    "THINKING_ONLY",
+    "TTFT",
+    "VALUE",
+    "Alert",
+    "Check",
+    "Deployment",
+    "Evidence",
+    "Heuristic",
+    "Probe",
+    "Recording",
+    "Severity",
+    "Threshold",
+    "BUILDERS",
+    "by_id",
+    "catalogue",
+    "per_lane",
+    "ratio",
+    "recording_rules",
 ]
 
 FOLDER = Path(__file__).parent
@@ -70,8 +104,9 @@ FOLDER = Path(__file__).parent
 
 def _builders() -> tuple[Callable[[Deployment], Heuristic], ...]:
     """Every `hNN_*.py` module's `build`, in the order of its number."""
-    return tuple(importlib.import_module(f"{__name__}.{path.stem}").build
-                 for path in sorted(FOLDER.glob("h[0-9][0-9]_*.py")))
+    return tuple(
+        importlib.import_module(f"{__name__}.{path.stem}").build for path in sorted(FOLDER.glob("h[0-9][0-9]_*.py"))
+    )
 
 
 BUILDERS = _builders()

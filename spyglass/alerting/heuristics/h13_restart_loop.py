@@ -1,4 +1,5 @@
 """H13: Restart loop. Incident upgrade (crashes within minutes; rolling back seemed to fix it)."""
+
 from __future__ import annotations
 
 from spyglass.alerting.heuristics.model import (
@@ -20,45 +21,96 @@ def build(d: Deployment) -> Heuristic:
     s = d.settings
     window = f"{s.crash_loop_window_minutes}m"
     planned = 900  # seconds after an announced restart during which its latency alerts are expected
-    probe = Probe(needs=("supervisord_log|supervisord_rpc",), alert="ProgramCrashLoop", sql=probe_sql(__file__,
-                                                                                                      crash_loop_window_minutes=s.crash_loop_window_minutes,
-                                                          crash_loop_spawns=s.crash_loop_spawns),
+    probe = Probe(
+        needs=("supervisord_log|supervisord_rpc",),
+        alert="ProgramCrashLoop",
+        sql=probe_sql(
+            __file__, crash_loop_window_minutes=s.crash_loop_window_minutes, crash_loop_spawns=s.crash_loop_spawns
+        ),
         summary="supervisord spawned {instance} {spawns} times ({restarts} restarts, {most_spawns_in_window} within"
         f" {window}); {{unexpected_exits}} unexpected exits ({{exit_causes}}); FATAL: {{fatal}}.",
-        figures=("spawns", "restarts", "unexpected_exits", "core_dumps", "fatal", "most_spawns_in_window", "exit_causes"))
-    spawns = (f"max_over_time(spyglass_supervisord_spawns_total[{window}]) - min_over_time(spyglass_supervisord_spawns_total[{window}])"
-              )
+        figures=(
+            "spawns",
+            "restarts",
+            "unexpected_exits",
+            "core_dumps",
+            "fatal",
+            "most_spawns_in_window",
+            "exit_causes",
+        ),
+    )
+    spawns = f"max_over_time(spyglass_supervisord_spawns_total[{window}]) - min_over_time(spyglass_supervisord_spawns_total[{window}])"
     return Heuristic(
         evidence=Evidence(
             control="hour before",
             text="Spawns of the program against the hour before.",
             this="{spawns} spawns, {restarts} restarts; exits {exit_causes}",
-            series="spawns"),
-        id="H13", title="Restart loop", incident="upgrade (crashes within minutes; rolling back seemed to fix it)",
+            series="spawns",
+        ),
+        id="H13",
+        title="Restart loop",
+        incident="upgrade (crashes within minutes; rolling back seemed to fix it)",
         symptom=f"A program is spawned {s.crash_loop_spawns}+ times in {window}, or enters FATAL.",
         wrong_guess="the new model is broken",
-        check=Check(text="2x2 old/new model x old/new environment; the exit reason and the last log lines before it.",
-              sql="SELECT ts, program, kind, status, signal"
-                  " FROM events_supervisord_log WHERE kind IN ('spawned', 'exited', 'fatal') ORDER BY ts DESC LIMIT 30",
-              shell="tail -n 200 ~/Strata/strata-iq3_xxs-b.log"),
+        check=Check(
+            text="2x2 old/new model x old/new environment; the exit reason and the last log lines before it.",
+            sql="SELECT ts, program, kind, status, signal"
+            " FROM events_supervisord_log WHERE kind IN ('spawned', 'exited', 'fatal') ORDER BY ts DESC LIMIT 30",
+            shell="tail -n 200 ~/Strata/strata-iq3_xxs-b.log",
+        ),
         knobs=("supervisord startretries / startsecs", "the environment (image, libraries) pinned with the model"),
-        thresholds=(Threshold(name="spawns", value=s.crash_loop_spawns, unit="spawns", meaning="spawns in the window",
-                              setting="alerts.crash_loop_spawns"),
-         Threshold(name="window_minutes", value=s.crash_loop_window_minutes, unit="min", meaning="crash-loop window",
-                   setting="alerts.crash_loop_window_minutes"),
-         Threshold(name="planned_restart_seconds", value=planned, unit="s",
-                   meaning="an announced restart silences latency alerts this long")),
-        alerts=(Alert(name="ProgramCrashLoop", severity="critical",
-               expr=f'label_replace({spawns}, "instance", "$1", "program", "(.*)") >= {s.crash_loop_spawns}', for_="0m",
-               summary=f"{INSTANCE} is restarting in a loop.",
-               description=f"supervisord spawned {INSTANCE} {VALUE} times in {window}.", keep_firing_for="10m",
-               inhibits_latency=True),
-         Alert(name="ProgramFatal", severity="critical",
-               expr='label_replace(spyglass_supervisord_process_state{state="FATAL"}, "instance", "$1", "program", "(.*)") == 1',
-               for_="0m", summary=f"{INSTANCE} entered FATAL: supervisord gave up restarting it.",
-               description=f"{INSTANCE} is FATAL: it exited too quickly too many times.", inhibits_latency=True),
-         Alert(name="EnginePlannedRestart", severity="info",
-               expr=f"time() - spyglass_switch_last_change_timestamp_seconds < {planned}", for_="0m",
-               summary=f"{INSTANCE} was switched or restarted by an operator (switch log).",
-               description=f"The switch log announced a switch or restart of {INSTANCE} {SECONDS} ago; its latency and"
-               " throughput alerts are silenced meanwhile.", inhibits_latency=True)), probe=probe)
+        thresholds=(
+            Threshold(
+                name="spawns",
+                value=s.crash_loop_spawns,
+                unit="spawns",
+                meaning="spawns in the window",
+                setting="alerts.crash_loop_spawns",
+            ),
+            Threshold(
+                name="window_minutes",
+                value=s.crash_loop_window_minutes,
+                unit="min",
+                meaning="crash-loop window",
+                setting="alerts.crash_loop_window_minutes",
+            ),
+            Threshold(
+                name="planned_restart_seconds",
+                value=planned,
+                unit="s",
+                meaning="an announced restart silences latency alerts this long",
+            ),
+        ),
+        alerts=(
+            Alert(
+                name="ProgramCrashLoop",
+                severity="critical",
+                expr=f'label_replace({spawns}, "instance", "$1", "program", "(.*)") >= {s.crash_loop_spawns}',
+                for_="0m",
+                summary=f"{INSTANCE} is restarting in a loop.",
+                description=f"supervisord spawned {INSTANCE} {VALUE} times in {window}.",
+                keep_firing_for="10m",
+                inhibits_latency=True,
+            ),
+            Alert(
+                name="ProgramFatal",
+                severity="critical",
+                expr='label_replace(spyglass_supervisord_process_state{state="FATAL"}, "instance", "$1", "program", "(.*)") == 1',
+                for_="0m",
+                summary=f"{INSTANCE} entered FATAL: supervisord gave up restarting it.",
+                description=f"{INSTANCE} is FATAL: it exited too quickly too many times.",
+                inhibits_latency=True,
+            ),
+            Alert(
+                name="EnginePlannedRestart",
+                severity="info",
+                expr=f"time() - spyglass_switch_last_change_timestamp_seconds < {planned}",
+                for_="0m",
+                summary=f"{INSTANCE} was switched or restarted by an operator (switch log).",
+                description=f"The switch log announced a switch or restart of {INSTANCE} {SECONDS} ago; its latency and"
+                " throughput alerts are silenced meanwhile.",
+                inhibits_latency=True,
+            ),
+        ),
+        probe=probe,
+    )

@@ -1,6 +1,7 @@
 """The catalogue's types: a heuristic, its check, thresholds, alerts and probe, and the deployment
 facts (`Deployment`) its numbers depend on. Every type is keyword-only: a heuristic module names
 each field it fills, so no two positional strings can be swapped unnoticed."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -147,7 +148,8 @@ class Deployment:
     evidence_base_url: str = "http://127.0.0.1:9464"
     # status endpoints: source -> (instance, seconds within which a poll is due even while it fails)
     status_sources: dict[str, tuple[str, float]] = field(
-        default_factory=lambda: {"serve-a": ("strata-a", 67.0), "serve-b": ("strata-b", 67.0)})
+        default_factory=lambda: {"serve-a": ("strata-a", 67.0), "serve-b": ("strata-b", 67.0)}
+    )
 
     @classmethod
     def of(cls, config: Config) -> Deployment:
@@ -155,12 +157,20 @@ class Deployment:
         lanes.update(config.alerts.lanes)
         lanes = lanes or {"": DEFAULT_LANE}  # no lanes: one objective for every series, whose lane label is ""
         engines = {name: o.instance for name, o in config.sources_of(EngineLogOptions).items() if o.instance}
-        status = {name: (o.instance or name, o.next_poll_within())
-                  for name, o in config.sources_of(ServeStatusOptions).items() if o.url}
+        status = {
+            name: (o.instance or name, o.next_poll_within())
+            for name, o in config.sources_of(ServeStatusOptions).items()
+            if o.url
+        }
         evidence = config.alerts.evidence_base_url or config.exporters.prometheus.client_url()
-        return cls(settings=config.alerts, signals=config.signals, lanes=dict(sorted(lanes.items())), engine_sources=engines,
-                   status_sources=status, evidence_base_url=evidence)
-
+        return cls(
+            settings=config.alerts,
+            signals=config.signals,
+            lanes=dict(sorted(lanes.items())),
+            engine_sources=engines,
+            status_sources=status,
+            evidence_base_url=evidence,
+        )
 
 
 def probe_sql(module: str, **values: object) -> str:

@@ -1,5 +1,6 @@
 """PromQL the heuristics share: number formatting, 0/0-safe ratios, per-lane joins, and the recording
 rules (level:metric:operations) that alerts and dashboards both read."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -45,7 +46,7 @@ def spoken(duration: str) -> str:
 
 
 def last(duration: str) -> str:
-    """"the last ..." of a duration: "1h" -> "the last hour", "15m" -> "the last 15 minutes"."""
+    """ "the last ..." of a duration: "1h" -> "the last hour", "15m" -> "the last 15 minutes"."""
     return f"the last {UNIT_WORDS[duration[-1]]}" if int(duration[:-1]) == 1 else f"the last {spoken(duration)}"
 
 
@@ -101,58 +102,103 @@ def _slo_errors(d: Deployment, window: str) -> str:
     def build(lane: str, o: LaneObjective) -> str:
         total = f'rate({TTFT}_count{{lane="{lane}"}}[{window}])'
         fast = f'rate({TTFT}_bucket{{lane="{lane}", le="{le_label(o.ttft_seconds)}"}}[{window}])'
-        return (f"(sum by ({IL}) ({total}) - sum by ({IL}) ({fast}))\n"
-                f"  / (sum by ({IL}) ({total}) > 0)")
+        return f"(sum by ({IL}) ({total}) - sum by ({IL}) ({fast}))\n  / (sum by ({IL}) ({total}) > 0)"
 
     return per_lane(d, build)
 
 
 def _silence(d: Deployment) -> str:
-    parts = [f'label_replace(time() - spyglass_source_last_event_timestamp_seconds{{source="{source}"}},'
-             f' "instance", "{instance}", "", "")' for source, instance in d.engine_sources.items()]
+    parts = [
+        f'label_replace(time() - spyglass_source_last_event_timestamp_seconds{{source="{source}"}},'
+        f' "instance", "{instance}", "", "")'
+        for source, instance in d.engine_sources.items()
+    ]
     return "max by (host, instance) (\n  " + "\n  or\n  ".join(parts) + "\n)" if parts else "vector(0) > 1"
 
 
 def recording_rules(d: Deployment) -> tuple[Recording, ...]:
     """Every recording rule, from raw metrics only."""
-    baselines = [f'label_replace({mean_rate(DECODE, HOURLY, off)}, "baseline", "{off}", "", "")'
-                 for off in DECODE_BASELINE_OFFSETS]
+    baselines = [
+        f'label_replace({mean_rate(DECODE, HOURLY, off)}, "baseline", "{off}", "", "")'
+        for off in DECODE_BASELINE_OFFSETS
+    ]
     decode_baseline = "max by (host, instance, lane) (\n  " + "\n  or\n  ".join(baselines) + "\n)"
-    rules = [Recording(record=f"instance_lane:{TTFT}:p{int(q * 100)}_rate{w}", expr=ttft_quantile(q, w))
-             for q, w in TTFT_QUANTILES]
+    rules = [
+        Recording(record=f"instance_lane:{TTFT}:p{int(q * 100)}_rate{w}", expr=ttft_quantile(q, w))
+        for q, w in TTFT_QUANTILES
+    ]
     rules += [Recording(record=f"{SLO_ERRORS}{w}", expr=_slo_errors(d, w)) for w in BURN_WINDOWS]
     rules += [
         Recording(record=DECODE_MEAN, expr=mean_rate(DECODE, RECENT)),
         Recording(record=DECODE_BASELINE, expr=decode_baseline),
         Recording(record=EVICTIONS, expr=f"sum by ({IL}) (rate(spyglass_engine_evictions_total[{RECENT}]))"),
-        Recording(record=EVICTIONS_BASELINE, expr=f"sum by ({IL}) (rate(spyglass_engine_evictions_total[{HOURLY}] offset {RECENT}))"),
-        Recording(record=SNAPSHOT_SHARE, expr="spyglass_engine_cache_used_bytes / clamp_min(spyglass_engine_cache_parked_snapshots, 1)"
-                                  "\n  / (spyglass_engine_cache_budget_bytes > 0)"),
-        Recording(record=CHECKPOINT_ONLY, expr=ratio(f"rate(spyglass_engine_long_prompts_checkpoint_only_total[{HOURLY}])",
-                                         f"rate(spyglass_engine_long_prompts_total[{HOURLY}])", IL)),
+        Recording(
+            record=EVICTIONS_BASELINE,
+            expr=f"sum by ({IL}) (rate(spyglass_engine_evictions_total[{HOURLY}] offset {RECENT}))",
+        ),
+        Recording(
+            record=SNAPSHOT_SHARE,
+            expr="spyglass_engine_cache_used_bytes / clamp_min(spyglass_engine_cache_parked_snapshots, 1)"
+            "\n  / (spyglass_engine_cache_budget_bytes > 0)",
+        ),
+        Recording(
+            record=CHECKPOINT_ONLY,
+            expr=ratio(
+                f"rate(spyglass_engine_long_prompts_checkpoint_only_total[{HOURLY}])",
+                f"rate(spyglass_engine_long_prompts_total[{HOURLY}])",
+                IL,
+            ),
+        ),
         Recording(record=LONG_PROMPTS, expr=f"sum by ({IL}) (increase(spyglass_engine_long_prompts_total[{HOURLY}]))"),
-        Recording(record=THINKING_ONLY, expr=ratio(f"rate(spyglass_infer_thinking_only_total[{HOURLY}])",
-                                       f"rate(spyglass_infer_requests_total[{HOURLY}])", "host, lane")),
-        Recording(record=STOPS_REASONING, expr=ratio(f"rate(spyglass_serve_stops_while_reasoning_total[{HOURLY}])",
-                                         f"rate(spyglass_serve_requests_total[{HOURLY}])", "host, instance")),
-        Recording(record=ESTIMATE_RATIO, expr=ratio(
-            f'rate(spyglass_gateway_prompt_tokens_total{{counted_by="gateway_estimate"}}[{HOURLY}])',
-            f'rate(spyglass_gateway_prompt_tokens_total{{counted_by="engine"}}[{HOURLY}])', "host, lane")),
+        Recording(
+            record=THINKING_ONLY,
+            expr=ratio(
+                f"rate(spyglass_infer_thinking_only_total[{HOURLY}])",
+                f"rate(spyglass_infer_requests_total[{HOURLY}])",
+                "host, lane",
+            ),
+        ),
+        Recording(
+            record=STOPS_REASONING,
+            expr=ratio(
+                f"rate(spyglass_serve_stops_while_reasoning_total[{HOURLY}])",
+                f"rate(spyglass_serve_requests_total[{HOURLY}])",
+                "host, instance",
+            ),
+        ),
+        Recording(
+            record=ESTIMATE_RATIO,
+            expr=ratio(
+                f'rate(spyglass_gateway_prompt_tokens_total{{counted_by="gateway_estimate"}}[{HOURLY}])',
+                f'rate(spyglass_gateway_prompt_tokens_total{{counted_by="engine"}}[{HOURLY}])',
+                "host, lane",
+            ),
+        ),
         Recording(record=LOG_SILENCE, expr=_silence(d)),
-        Recording(record=PROGRESS_SILENCE,
-                  expr="time() - max by (host, instance) (spyglass_engine_last_progress_timestamp_seconds)"),
+        Recording(
+            record=PROGRESS_SILENCE,
+            expr="time() - max by (host, instance) (spyglass_engine_last_progress_timestamp_seconds)",
+        ),
     ]
     return tuple(rules)
 
 
 def busy() -> str:
     """Per instance: work waiting or in progress, by the engine's last stats line or the serve's status."""
-    return " or ".join(f"(max by (host, instance) ({m}) > 0)" for m in (
-        "spyglass_serve_prefill_queue_depth", "spyglass_serve_slots_busy",
-        "spyglass_engine_prefill_queue_depth", "spyglass_engine_slots_busy"))
+    return " or ".join(
+        f"(max by (host, instance) ({m}) > 0)"
+        for m in (
+            "spyglass_serve_prefill_queue_depth",
+            "spyglass_serve_slots_busy",
+            "spyglass_engine_prefill_queue_depth",
+            "spyglass_engine_slots_busy",
+        )
+    )
 
 
 def since_path_change(condition: str) -> str:
     """Seconds since the model path last changed, where `condition` holds (0 when no change time is known)."""
-    return (f"(time() - spyglass_model_path_changed_timestamp_seconds and on (host, instance) ({condition}))\n"
-            f"  or (0 * ({condition}))")
+    return (
+        f"(time() - spyglass_model_path_changed_timestamp_seconds and on (host, instance) ({condition}))\n"
+        f"  or (0 * ({condition}))"
+    )

@@ -13,6 +13,7 @@ engine's cache and host), lifecycle (processes, deploys, status polls), verdicts
 gates) and the timeline; schema holds their parts (Fields names the typed columns), registry the
 table, compose puts them in front of a query.
 """
+
 from __future__ import annotations
 
 from spyglass.forensics.views.compose import literal, needed, with_views

@@ -1,4 +1,5 @@
 """A query with the views it names in front, as CTEs over the window's events (`with_views`)."""
+
 from __future__ import annotations
 
 import re
@@ -15,8 +16,10 @@ from spyglass.forensics.views.schema import PAD
 def source_kinds_sql(sources: dict[str, Any]) -> str:
     """The configured sources, and the received ones (spans, alerts, smoke), as a VALUES list of
     (source, source_kind, lane)."""
-    rows = [f"({literal(name)}, {literal(o.kind)}, {literal(getattr(o, 'lane', '') or None)})"
-            for name, o in sorted(sources.items())]
+    rows = [
+        f"({literal(name)}, {literal(o.kind)}, {literal(getattr(o, 'lane', '') or None)})"
+        for name, o in sorted(sources.items())
+    ]
     rows += [f"({literal(name)}, {literal(kind)}, NULL)" for name, kind in RECEIVED.items() if name not in sources]
     return f"SELECT * FROM (VALUES {', '.join(rows)}) AS t(source, source_kind, lane)"
 
@@ -43,8 +46,10 @@ def ev_source(source_kind: str) -> str:
     """`ev_<source kind>`: the window's events of one source kind, typed columns, with their source's lane
     (from the config) unless its events carry their own `lane` field (the gateway's, the infer store's)."""
     lane = "" if "lane" in declared_fields_of(source_kind) else ", k.lane"
-    return (f"ev_{source_kind} AS (SELECT e.*, '{source_kind}' AS source_kind{lane}\n"
-            f"  FROM {source_view(source_kind)} e LEFT JOIN source_kinds k ON k.source = e.source WHERE {WINDOW})")
+    return (
+        f"ev_{source_kind} AS (SELECT e.*, '{source_kind}' AS source_kind{lane}\n"
+        f"  FROM {source_view(source_kind)} e LEFT JOIN source_kinds k ON k.source = e.source WHERE {WINDOW})"
+    )
 
 
 def literal(value: Any) -> str:
@@ -129,7 +134,7 @@ def with_views(sql: str, sources: dict[str, Any], json_events: bool = False, fro
     """`sql` (one SELECT, which may start with comments and its own WITH) with the views it names in front."""
     text = sql.strip().rstrip(";")
     comments = re.match(r"(?:[ \t]*--[^\n]*\n)*", text).group(0)  # type: ignore[union-attr] # * matches always
-    body = text[len(comments):].lstrip()
+    body = text[len(comments) :].lstrip()
     head = ",\n".join(ctes(body, sources, json_events, from_events))
     own = re.match(r"(?is)^with\s+(?!recursive\b)", body)
-    return f"{comments}WITH {head},\n{body[own.end():]}" if own else f"{comments}WITH {head}\n{body}"
+    return f"{comments}WITH {head},\n{body[own.end() :]}" if own else f"{comments}WITH {head}\n{body}"

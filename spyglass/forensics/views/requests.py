@@ -1,19 +1,26 @@
 """What happened to a request, layer by layer: the engine's task, the gateway's lines, the infer store's row and
 raw record, their join by request id, and the trace spans. The three layers' views read the per-request rows
 the store maintains at ingest (`rows_<table>`: exporters/request_rows.py), not the events."""
+
 from __future__ import annotations
 
 from spyglass.forensics.views.schema import SPAN, TS, View, clock_columns, clocks, cols
 
-ENGINE_REQUESTS = View("engine_requests", "One row per engine task, from the engine log: queued, prompt reused/read,"
-                       " thinking, tool call, done, or the engine's own 400.", f"""
-SELECT {clocks('t.ts')}, t.source, t.instance, k.lane, t.request_id, t.task, t.conv, t.prefill_depth,
+ENGINE_REQUESTS = View(
+    "engine_requests",
+    "One row per engine task, from the engine log: queued, prompt reused/read,"
+    " thinking, tool call, done, or the engine's own 400.",
+    f"""
+SELECT {clocks("t.ts")}, t.source, t.instance, k.lane, t.request_id, t.task, t.conv, t.prefill_depth,
   t.prompt_tokens, t.reused_tokens, t.read_tokens, t.prefill_ms, t.reuse_origin,
   t.thinking_tokens, t.thinking_max, t.thinking_cause, t.wrote_tool_call, t.finish, t.completion_tokens,
-  t.ttft_ms, t.decode_tps, {clocks('t.done_ts', 'done')},
+  t.ttft_ms, t.decode_tps, {clocks("t.done_ts", "done")},
   round(epoch(t.done_ts - t.ts) * 1000)::BIGINT AS duration_ms,
   t.rejected_status, t.rejected_code::VARCHAR AS rejected_code, t.rejected_prompt, t.rejected_window
-FROM rows_requests_engine t LEFT JOIN source_kinds k ON k.source = t.source""", (*TS, *cols("""
+FROM rows_requests_engine t LEFT JOIN source_kinds k ON k.source = t.source""",
+    (
+        *TS,
+        *cols("""
     source text: Engine-log source
     instance text: Engine instance
     lane text: Lane of the instance (its source's `lane`)
@@ -34,24 +41,34 @@ FROM rows_requests_engine t LEFT JOIN source_kinds k ON k.source = t.source""", 
     completion_tokens int: Completion tokens, counted by the engine
     ttft_ms int: Time to first token, the engine's own figure
     decode_tps float: Decode rate, the engine's own figure
-"""), *clock_columns("done", "When the engine finished it"), *cols("""
+"""),
+        *clock_columns("done", "When the engine finished it"),
+        *cols("""
     duration_ms int: From queued to done, on the engine's clock
     rejected_status int: Status of the engine's refusal (400), if refused
     rejected_code text: The refusal's code (545: prompt too long)
     rejected_prompt int: Prompt tokens the engine counted when refusing it
     rejected_window int: The context window it refused against
-""")))
+"""),
+    ),
+)
 
-GATEWAY_REQUESTS = View("gateway_requests", "One row per request id from the gateway log: what the client sent, what"
-                        " assembly kept, the gateway's estimate, the precheck, the clamp, and how it ended.", f"""
-SELECT {clocks('ts')}, request_id, instance, session, lane, mode, client_msgs, sent_msgs, chars, cjk, est_tokens,
+GATEWAY_REQUESTS = View(
+    "gateway_requests",
+    "One row per request id from the gateway log: what the client sent, what"
+    " assembly kept, the gateway's estimate, the precheck, the clamp, and how it ended.",
+    f"""
+SELECT {clocks("ts")}, request_id, instance, session, lane, mode, client_msgs, sent_msgs, chars, cjk, est_tokens,
   max_tokens, precheck_tokens, precheck_window, precheck_room, clamped_max_tokens, thinking_budget,
   coalesce(done_status, overfit_status, reject_status) AS status, engine_prompt, completion_tokens, finish, tool_calls,
   content_chars, ttft_ms, dur_ms, overfits, overfit_prompt, overfit_max, overfit_upstream,
   TRY_CAST(regexp_extract(overfit_upstream, ': (\\d+) > (\\d+)', 1) AS BIGINT) AS upstream_prompt,
   TRY_CAST(regexp_extract(overfit_upstream, ': (\\d+) > (\\d+)', 2) AS BIGINT) AS upstream_window,
   retried, reject_reason
-FROM rows_requests_gateway""", (*TS, *cols("""
+FROM rows_requests_gateway""",
+    (
+        *TS,
+        *cols("""
     request_id text: The gateway's request id (Beijing time of arrival inside)
     instance text: The gateway instance
     session text: Conversation session (auto:<hash of the first user message>)
@@ -84,16 +101,24 @@ FROM rows_requests_gateway""", (*TS, *cols("""
     upstream_window int: Window inside that text
     retried bool: The gateway retried the overfit with max_tokens clamped (blind retry)
     reject_reason text: Why the gateway refused it (429: model concurrency full)
-""")))
+"""),
+    ),
+)
 
-INFER_REQUESTS = View("infer_requests", "One row per request id from the infer store: the infer.db row (outcome, engine"
-                      " counts) and the facts of its raw record in infer-segs (special-token literals, thinking-only,"
-                      " broken tool JSON, task anchor, plan-then-stop), never its text.", f"""
-SELECT {clocks('ts')}, request_id, session, lane, upstream, mode, client_msgs, sent_msgs, chars, est_tokens,
+INFER_REQUESTS = View(
+    "infer_requests",
+    "One row per request id from the infer store: the infer.db row (outcome, engine"
+    " counts) and the facts of its raw record in infer-segs (special-token literals, thinking-only,"
+    " broken tool JSON, task anchor, plan-then-stop), never its text.",
+    f"""
+SELECT {clocks("ts")}, request_id, session, lane, upstream, mode, client_msgs, sent_msgs, chars, est_tokens,
   prompt_tokens, completion_tokens, max_tokens, status, finish, tool_calls, content_chars, reasoning_chars, ttft_ms,
   dur_ms, segment, has_body, special_literals, thinking_only, invalid_tool_json, anchor_survived, offered_tools,
   plan_then_stop, body_finish, body_tool_calls, body_content_chars
-FROM (SELECT * REPLACE (coalesce(seg, segment) AS segment) FROM rows_requests_infer)""", (*clock_columns("ts", "Arrival (the row's ts, Beijing time in the file)"), *cols("""
+FROM (SELECT * REPLACE (coalesce(seg, segment) AS segment) FROM rows_requests_infer)""",
+    (
+        *clock_columns("ts", "Arrival (the row's ts, Beijing time in the file)"),
+        *cols("""
     request_id text: Request id
     session text: Session
     lane text: Lane
@@ -124,15 +149,23 @@ FROM (SELECT * REPLACE (coalesce(seg, segment) AS segment) FROM rows_requests_in
     body_finish text: finish_reason of the raw record
     body_tool_calls int: Tool calls in the raw record
     body_content_chars int: Visible text length in the raw record
-""")))
+"""),
+    ),
+)
 
-SPANS = View("spans", "Trace spans pushed to the agent's /v1/traces (gateway and serve), one row a span.", f"""
-SELECT {clocks('ts')}, request_id, {SPAN('trace_id')} AS trace_id, {SPAN('span_id')} AS span_id,
-  {SPAN('parent_span_id')} AS parent_span_id, {SPAN('name')} AS name, {SPAN('service')} AS service, {SPAN('kind')} AS span_kind,
-  {clocks(f"to_timestamp({SPAN('end')})", 'end')},
-  round(({SPAN('end')} - {SPAN('start')}) * 1000, 3) AS duration_ms,
-  {SPAN('status')} AS status, {SPAN('status_message')} AS status_message, {SPAN('attributes')} AS attributes
-FROM ev_otlp WHERE kind = 'span'""", (*clock_columns("ts", "When the span started"), *cols("""
+SPANS = View(
+    "spans",
+    "Trace spans pushed to the agent's /v1/traces (gateway and serve), one row a span.",
+    f"""
+SELECT {clocks("ts")}, request_id, {SPAN("trace_id")} AS trace_id, {SPAN("span_id")} AS span_id,
+  {SPAN("parent_span_id")} AS parent_span_id, {SPAN("name")} AS name, {SPAN("service")} AS service, {SPAN("kind")} AS span_kind,
+  {clocks(f"to_timestamp({SPAN('end')})", "end")},
+  round(({SPAN("end")} - {SPAN("start")}) * 1000, 3) AS duration_ms,
+  {SPAN("status")} AS status, {SPAN("status_message")} AS status_message, {SPAN("attributes")} AS attributes
+FROM ev_otlp WHERE kind = 'span'""",
+    (
+        *clock_columns("ts", "When the span started"),
+        *cols("""
     request_id text: spyglass.request.id of the span
     trace_id text: Trace id, hex
     span_id text: Span id, hex
@@ -140,17 +173,24 @@ FROM ev_otlp WHERE kind = 'span'""", (*clock_columns("ts", "When the span starte
     name text: Span name
     service text: service.name of the process that made it
     span_kind text: SERVER, CLIENT, INTERNAL, ...
-"""), *clock_columns("end", "When the span ended"), *cols("""
+"""),
+        *clock_columns("end", "When the span ended"),
+        *cols("""
     duration_ms float: end - start
     status text: unset, ok or error
     status_message text: The error text of an error span
     attributes json: The span's attributes (no prompt text is ever one)
-""")))
+"""),
+    ),
+)
 
-REQUESTS = View("requests", "One row per request id, joining the gateway log, the infer store and the engine log:"
-                " every layer's token count named by who counted it, status and finish, the raw record's facts,"
-                " and TTFT and duration at the gateway and at the engine.", f"""
-SELECT {clocks('least(g.ts_utc, i.ts_utc, e.ts_utc)')}, ids.request_id,
+REQUESTS = View(
+    "requests",
+    "One row per request id, joining the gateway log, the infer store and the engine log:"
+    " every layer's token count named by who counted it, status and finish, the raw record's facts,"
+    " and TTFT and duration at the gateway and at the engine.",
+    f"""
+SELECT {clocks("least(g.ts_utc, i.ts_utc, e.ts_utc)")}, ids.request_id,
   coalesce(g.lane, i.lane, e.lane) AS lane, coalesce(g.session, i.session) AS session, coalesce(g.mode, i.mode) AS mode,
   coalesce(i.upstream, e.instance) AS instance, coalesce(g.client_msgs, i.client_msgs) AS client_msgs,
   coalesce(g.sent_msgs, i.sent_msgs) AS sent_msgs,
@@ -187,7 +227,10 @@ LEFT JOIN gateway_requests__all g USING (request_id)
 LEFT JOIN infer_requests__all i USING (request_id)
 LEFT JOIN (SELECT *, count(*) OVER (PARTITION BY request_id) AS attempts FROM engine_requests__all
            WHERE request_id IS NOT NULL QUALIFY row_number() OVER (PARTITION BY request_id ORDER BY ts_utc DESC) = 1) e
-  USING (request_id)""", (*clock_columns("ts", "When the first layer saw it"), *cols("""
+  USING (request_id)""",
+    (
+        *clock_columns("ts", "When the first layer saw it"),
+        *cols("""
     request_id text: The gateway's request id: what `spyglass trace` and `timeline --request` take
     lane text: fast or normal
     session text: Session
@@ -241,4 +284,6 @@ LEFT JOIN (SELECT *, count(*) OVER (PARTITION BY request_id) AS attempts FROM en
     conv text: The engine's conversation id
     engine_attempts int: Engine tasks with this request id (a retry that was queued makes two)
     seen_by text: Layers that logged it: gateway, infer, engine
-""")))
+"""),
+    ),
+)

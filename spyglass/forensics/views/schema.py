@@ -6,6 +6,7 @@ which refuses, when the view is defined (at import), a field no kind of that sou
 (collectors/fields.py): a renamed regex group fails the build, it does not become a NULL column.
 Only the timeline reads `ev`, every event with its fields as JSON.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,8 +17,15 @@ from spyglass.exporters.event_schema import column_name, quoted
 
 PAD = "INTERVAL 1 HOUR"
 BEIJING = BEIJING_ZONE_NAME
-TZ, BJ, INT, FLOAT, TEXT, BOOL, JSON = ("TIMESTAMP WITH TIME ZONE", "TIMESTAMP", "BIGINT", "DOUBLE", "VARCHAR",
-                                        "BOOLEAN", "JSON")
+TZ, BJ, INT, FLOAT, TEXT, BOOL, JSON = (
+    "TIMESTAMP WITH TIME ZONE",
+    "TIMESTAMP",
+    "BIGINT",
+    "DOUBLE",
+    "VARCHAR",
+    "BOOLEAN",
+    "JSON",
+)
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,7 @@ class Column:
 class View:
     """A named SELECT over `ev` (the window's events) and other views' `NAME__all`; its documented
     columns are exactly what it returns (tests/test_forensics_views.py checks names and types)."""
+
     name: str
     doc: str
     sql: str
@@ -71,7 +80,12 @@ class Fields:
         return f"max({column}) FILTER (WHERE kind = '{where}')" if where else column
 
 
-ENGINE, GATEWAY, INFER, SERVE = Fields("engine_log"), Fields("gateway_log"), Fields("infer_store"), Fields("serve_status")
+ENGINE, GATEWAY, INFER, SERVE = (
+    Fields("engine_log"),
+    Fields("gateway_log"),
+    Fields("infer_store"),
+    Fields("serve_status"),
+)
 PROCESS = Fields("supervisord_log", "supervisord_rpc", "switch_log")
 ALERT, SMOKE, SPAN, HOST = Fields("alertmanager"), Fields("smoke"), Fields("otlp"), Fields("host")
 
