@@ -29,20 +29,17 @@ from spyglass.alerting.backfill import (
     parse_time,
     replay,
 )
-from spyglass.alerting.backtest import (
+from spyglass.alerting.backtest import episodes
+from spyglass.alerting.backtest_cleanup import process_start
+from spyglass.alerting.backtest_report import BacktestResult, Firing, Pending, show
+from spyglass.alerting.backtest_rules import (
     MAX_RULE_FILE_BYTES,
     AlertRule,
     BacktestError,
-    BacktestResult,
-    Firing,
-    Pending,
     config_rules,
-    episodes,
     inline,
     load_rules,
-    show,
 )
-from spyglass.alerting.backtest_cleanup import process_start
 from spyglass.cli.app import app
 from spyglass.collectors.clock import SystemClock
 from spyglass.config import load_config

@@ -12,231 +12,36 @@ when it would have resolved.
 
 Evaluation starts at `--from`: an alert whose condition already held before it is pending from
 there. The replay starts `lookback` earlier so that windows and baselines have their history.
+
+The rules are read and inlined in spyglass.alerting.backtest_rules; what was found, and its printing,
+is in spyglass.alerting.backtest_report.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
 import shutil
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
-import yaml
 
-from spyglass.alerting.backfill import (
-    OPENMETRICS_FILE,
-    BackfillError,
-    BackfillResult,
-    UsageError,
-    iso,
-    parse_duration,
-    replay,
-)
+from spyglass.alerting.backfill import OPENMETRICS_FILE, UsageError, iso, replay
 from spyglass.alerting.backtest_cleanup import die_with_parent, make_workdir, sweep_orphans, unwind_on_signals
+from spyglass.alerting.backtest_report import BacktestResult, Firing, Pending, duration_text
+from spyglass.alerting.backtest_rules import AlertRule, BacktestError, config_rules, inline, load_rules
 from spyglass.config import Config
 from spyglass.engine.emulator.ports import free_port
 
 MAX_POINTS = 10_000  # Prometheus refuses a query_range of more than 11,000 points per series
-MAX_RULE_FILE_BYTES = 4 << 20  # the generated rules are about 60 kB
 MIN_STEP = 1.0  # seconds between replayed samples, at least
 MAX_WINDOW = 31 * 86400.0  # --from to --to, at most
 MAX_LOOKBACK = 7 * 86400.0
 MAX_SAMPLE_TIMES = 200_000  # (window + lookback) / step: 31 days at 15 s is 178,560
-NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!=|!~|=)\s*"((?:[^"\\]|\\.)*)"\s*,?')
-
-
-class BacktestError(BackfillError):
-    """A backtest that cannot run: a rule that cannot be inlined, a Prometheus that failed."""
-
-
-@dataclass(frozen=True)
-class AlertRule:
-    name: str
-    expr: str
-    interval: float
-    hold: float  # for:
-    keep_firing: float  # keep_firing_for:
-    labels: dict[str, str]
-
-
-@dataclass
-class Firing:
-    """One firing episode of one alert (one label set): fired at `start`, resolved at `end` (None:
-    still firing when the window ended)."""
-
-    alert: str
-    heuristic: str | None
-    severity: str | None
-    labels: dict[str, str]
-    start: str
-    end: str | None
-    active_since: str = field(default="", repr=False)  # when it became pending
-
-
-class NoAliasLoader(yaml.SafeLoader):
-    """A safe YAML loader that refuses anchors' aliases: a rule file never needs them, and a few hundred
-    bytes of nested aliases expand to gigabytes (the "billion laughs")."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, f"an alias (*{event.anchor}) is not allowed in a rule file", event.start_mark
-            )
-        return super().compose_node(parent, index)
-
-
-def read_rule_file(file: Path) -> Any:
-    """The YAML document of one rule file, refused when larger than MAX_RULE_FILE_BYTES or holding aliases."""
-    try:
-        size = file.stat().st_size
-        if size > MAX_RULE_FILE_BYTES:
-            raise BacktestError(
-                f"{file}: {size:,} bytes, more than a rule file may have"
-                f" ({MAX_RULE_FILE_BYTES:,}); is it the right file?"
-            )
-        with open(file, "rb") as handle:
-            text = handle.read(MAX_RULE_FILE_BYTES + 1)
-        return yaml.load(text, Loader=NoAliasLoader) or {}  # noqa: S506 - a SafeLoader that also refuses aliases
-    except (OSError, yaml.YAMLError) as exc:
-        raise BacktestError(f"{file}: not a readable rule file: {exc}") from None
-    except RecursionError:  # `[[[[...`: the YAML composer recurses once per level
-        raise BacktestError(f"{file}: not a rule file: nested too deeply") from None
-
-
-def load_rules(path: Path, default_interval: float) -> tuple[dict[str, str], list[AlertRule]]:
-    """The recording rules (name -> expression) and alerting rules of a file or of every *.yml in a folder."""
-    files = sorted(p for p in path.glob("*.y*ml")) if path.is_dir() else [path]
-    if not files:
-        raise BacktestError(f"no rule files (*.yml) in {path}")
-    records: dict[str, str] = {}
-    alerts: list[AlertRule] = []
-    for file in files:
-        document = read_rule_file(file)
-        if not isinstance(document, dict) or not isinstance(document.get("groups"), list):
-            continue  # e.g. alertmanager.yml beside the rules
-        more_records, more_alerts = rules_of(document, default_interval, str(file))
-        records.update(more_records)
-        alerts += more_alerts
-    if not alerts:
-        raise BacktestError(f"no alerting rules in {path}")
-    return records, alerts
-
-
-def rules_of(document: dict[str, Any], default_interval: float, origin: str) -> tuple[dict[str, str], list[AlertRule]]:
-    """Recording and alerting rules of one rule document ({"groups": [...]})."""
-    records: dict[str, str] = {}
-    alerts: list[AlertRule] = []
-    try:
-        for group in document["groups"]:
-            interval = parse_duration(group["interval"]) if group.get("interval") else default_interval
-            for rule in group.get("rules", []):
-                if "record" in rule:
-                    records[rule["record"]] = str(rule["expr"])
-                else:
-                    alerts.append(
-                        AlertRule(
-                            rule["alert"],
-                            str(rule["expr"]),
-                            interval,
-                            parse_duration(rule["for"]) if rule.get("for") else 0.0,
-                            parse_duration(rule["keep_firing_for"]) if rule.get("keep_firing_for") else 0.0,
-                            {k: str(v) for k, v in (rule.get("labels") or {}).items()},
-                        )
-                    )
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise BacktestError(f"{origin}: not a Prometheus rule file (missing or malformed {exc})") from None
-    return records, alerts
-
-
-def config_rules(config: Config) -> tuple[dict[str, str], list[AlertRule]]:
-    """The rules `spyglass rules --config` would write for this config, generated in memory."""
-    from spyglass.alerting.heuristics import Deployment
-    from spyglass.alerting.rules import rule_groups
-
-    return rules_of(rule_groups(Deployment.of(config)), config.alerts.evaluation_interval_seconds, "--config")
-
-
-def _skip_string(expr: str, i: int) -> int:
-    quote, i = expr[i], i + 1
-    while i < len(expr) and expr[i] != quote:
-        i += 2 if expr[i] == "\\" else 1
-    return i + 1
-
-
-def _selector_suffix(expr: str, i: int, name: str) -> tuple[list[tuple[str, str]], str, int]:
-    """After a recorded name at `i`: its `{label="value"}` matchers, its `[range]`, and where it ends."""
-    j = len(expr) - len(expr[i:].lstrip())
-    matchers: list[tuple[str, str]] = []
-    if expr[j : j + 1] == "{":
-        end = expr.index("}", j)
-        body, k = expr[j + 1 : end], 0
-        while k < len(body.strip()):
-            m = MATCHER.match(body, k)
-            if not m:
-                raise BacktestError(f"cannot read the matchers of {name}: {body!r}")
-            if m.group(2) != "=":
-                raise BacktestError(f"{name}{{{body}}}: only = matchers on a recorded name can be inlined")
-            matchers.append((m.group(1), m.group(3)))
-            k = m.end()
-        i = j = end + 1
-        j = len(expr) - len(expr[i:].lstrip())
-    window = ""
-    if expr[j : j + 1] == "[":
-        end = expr.index("]", j)
-        window, i = expr[j + 1 : end].strip(), end + 1
-    if re.match(r"\s*offset\b", expr[i:]):
-        raise BacktestError(f"{name} offset ...: an offset on a recorded name cannot be inlined")
-    return matchers, window, i
-
-
-def inline(expr: str, records: dict[str, str], interval: float, depth: int = 0) -> str:
-    """`expr` with every recorded name replaced by its rule's expression, in parentheses.
-
-    `name{l="v"}` keeps only the series with l="v" (`and on (l)` a vector labelled so); `name[5m]`
-    becomes a subquery at the evaluation interval, what the recorded series would have held."""
-    if depth > 8:
-        raise BacktestError("recording rules refer to each other too deeply")
-    out, i = [], 0
-    while i < len(expr):
-        c = expr[i]
-        if c in "\"'`":
-            j = _skip_string(expr, i)
-            out.append(expr[i:j])
-            i = j
-            continue
-        m = (
-            NAME.match(expr, i)
-            if (c.isalpha() or c in "_:") and (i == 0 or not (expr[i - 1].isalnum() or expr[i - 1] in "_:"))
-            else None
-        )
-        if not m:
-            out.append(c)
-            i += 1
-            continue
-        name = m.group(0)
-        if name not in records:
-            out.append(name)
-            i = m.end()
-            continue
-        matchers, window, i = _selector_suffix(expr, m.end(), name)
-        inner = f"({inline(records[name], records, interval, depth + 1)})"
-        for label, value in matchers:
-            inner = f'({inner} and on ({label}) label_replace(vector(1), "{label}", "{value}", "", ""))'
-        if window:
-            inner = f"{inner}[{window}:{int(interval)}s]"
-        out.append(inner)
-    return "".join(out)
 
 
 class Prometheus:
@@ -323,28 +128,6 @@ class Prometheus:
             self.log.close()
 
 
-@dataclass
-class Pending:
-    """An alert (one label set) that was pending in the window and never fired there: the longest hold."""
-
-    alert: str
-    heuristic: str | None
-    labels: dict[str, str]
-    since: str
-    held: float  # seconds its condition held, from `since`
-    hold: float  # the rule's for:
-
-    def text(self) -> str:
-        return f"held {duration_text(self.held)} of for: {duration_text(self.hold)}"
-
-
-def duration_text(seconds: float) -> str:
-    """Prometheus-style: 0s, 45s, 3m, 1h30m, 31d."""
-    seconds = int(round(seconds))
-    parts = [(seconds // 86400, "d"), (seconds % 86400 // 3600, "h"), (seconds % 3600 // 60, "m"), (seconds % 60, "s")]
-    return "".join(f"{n}{unit}" for n, unit in parts if n) or "0s"
-
-
 def episodes(
     rule: AlertRule,
     presence: dict[tuple[tuple[str, str], ...], set[float]],
@@ -426,22 +209,6 @@ def evaluate(
         raise BacktestError(f"alert {rule.name}: {exc}") from None
     pending: list[Pending] = []
     return episodes(rule, presence, times, pending), pending
-
-
-@dataclass
-class BacktestResult:
-    alerts: list[Firing]
-    backfill: BackfillResult
-    rules: int
-    seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase
-    pending: list[Pending] = field(default_factory=list)  # pending in the window, never fired there
-    rules_from: str = ""
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "alerts": [{k: v for k, v in asdict(a).items() if k != "active_since"} for a in self.alerts],
-            "pending": [{**asdict(p), "text": p.text()} for p in self.pending],
-        }
 
 
 def build_blocks(om_file: Path, data: Path, span: float, promtool: str = "promtool") -> None:
@@ -549,57 +316,3 @@ def backtest(
         pending,
         str(rules) if rules is not None else "generated from --config",
     )
-
-
-def _rest(labels: dict[str, str]) -> str:
-    return " ".join(
-        f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("severity", "heuristic", "instance", "job")
-    )
-
-
-def show(result: BacktestResult, start: float, end: float, out: Any = None) -> None:
-    """The firings, then the alerts that were pending but never fired, then a summary; laid out as every table
-    (spyglass.cli.layout: the alert, instance and times whole), to a pipe at full width."""
-    from rich.text import Text
-
-    from spyglass.cli.console import console_for
-    from spyglass.forensics.output import print_table  # labels are data: a `[/x]` in one prints as written
-
-    print_table(
-        ["alert", "severity", "heuristic", "instance", "labels", "fired_utc", "resolved_utc"],
-        [
-            [
-                a.alert,
-                a.severity or "",
-                a.heuristic or "",
-                a.labels.get("instance", ""),
-                _rest(a.labels),
-                a.start,
-                a.end or "(still firing)",
-            ]
-            for a in result.alerts
-        ],
-        Text(f"alerts that would have fired between {iso(start)} and {iso(end)}"),
-        out,
-    )
-    if result.pending:
-        print_table(
-            ["alert", "heuristic", "instance", "labels", "pending_since_utc", "held"],
-            [
-                [p.alert, p.heuristic or "", p.labels.get("instance", ""), _rest(p.labels), p.since, p.text()]
-                for p in result.pending
-            ],
-            Text("pending in the window, never fired there"),
-            out,
-        )
-    b = result.backfill
-    summary = Text(
-        f"{len(result.alerts)} firings of {result.rules} alert rules ({result.rules_from}); replayed"
-        f" {b.events} events ({b.events_in_window} in the window) into {b.samples} samples at"
-        f" {b.times} times; " + ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items())
-    )
-    console_for(out).print(summary, soft_wrap=True)
-
-
-def dumps(result: BacktestResult) -> str:
-    return json.dumps(result.as_json(), indent=2)

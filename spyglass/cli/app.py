@@ -517,7 +517,7 @@ def backtest(
     under 1s, more than 200,000 sample times)."""
     from spyglass.alerting.backfill import BackfillError, UsageError, parse_duration, parse_time
     from spyglass.alerting.backtest import backtest as run_backtest
-    from spyglass.alerting.backtest import dumps, show
+    from spyglass.alerting.backtest_report import dumps, show
 
     cfg = _config(config)
     try:
