@@ -5,21 +5,10 @@ from __future__ import annotations
 
 from spyglass.alerting.heuristics import LOG_SILENCE, Deployment
 from spyglass.dashboards.model import links
-from spyglass.dashboards.panels import (
-    GREEN,
-    RED,
-    Q,
-    above,
-    board,
-    rate,
-    runbook,
-    s,
-    stat_panel,
-    steps,
-    table_panel,
-    threshold,
-    timeseries_panel,
-)
+from spyglass.dashboards.panels import Q, stat_panel, table_panel, timeseries_panel
+from spyglass.dashboards.promql import rate, s
+from spyglass.dashboards.skeleton import board
+from spyglass.dashboards.thresholds import GREEN, RED, above, runbook, steps, threshold
 
 UID = "spyglass-agent"
 TITLE = "Spyglass / spyglass itself"

@@ -12,7 +12,10 @@ from spyglass.alerting.heuristics import (
     Deployment,
 )
 from spyglass.dashboards.model import links
-from spyglass.dashboards.panels import Q, above, board, heatmap_panel, rate, runbook, s, threshold, timeseries_panel
+from spyglass.dashboards.panels import Q, heatmap_panel, timeseries_panel
+from spyglass.dashboards.promql import rate, s
+from spyglass.dashboards.skeleton import board
+from spyglass.dashboards.thresholds import above, runbook, threshold
 
 UID = "spyglass-cache"
 TITLE = "Spyglass / Conversation cache"

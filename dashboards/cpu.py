@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from spyglass.alerting.heuristics import Deployment
 from spyglass.dashboards.model import links
-from spyglass.dashboards.panels import Q, above, board, rate, runbook, s, table_panel, threshold, timeseries_panel
+from spyglass.dashboards.panels import Q, table_panel, timeseries_panel
+from spyglass.dashboards.promql import rate, s
+from spyglass.dashboards.skeleton import board
+from spyglass.dashboards.thresholds import above, runbook, threshold
 
 UID = "spyglass-cpu"
 TITLE = "Spyglass / CPU contention"

@@ -5,18 +5,10 @@ from __future__ import annotations
 
 from spyglass.alerting.heuristics import DECODE_BASELINE, DECODE_MEAN, SLO_ERRORS, TTFT, Deployment
 from spyglass.dashboards.model import links
-from spyglass.dashboards.panels import (
-    Q,
-    above,
-    board,
-    heatmap_panel,
-    quantile,
-    rate,
-    runbook,
-    s,
-    threshold,
-    timeseries_panel,
-)
+from spyglass.dashboards.panels import Q, heatmap_panel, timeseries_panel
+from spyglass.dashboards.promql import quantile, rate, s
+from spyglass.dashboards.skeleton import board
+from spyglass.dashboards.thresholds import above, runbook, threshold
 
 UID = "spyglass-latency"
 TITLE = "Spyglass / Latency"

@@ -8,24 +8,10 @@ from grafana_foundation_sdk.models.common import BigValueTextMode
 
 from spyglass.alerting.heuristics import Deployment
 from spyglass.dashboards.model import links
-from spyglass.dashboards.panels import (
-    GREEN,
-    ORANGE,
-    RED,
-    Q,
-    above,
-    board,
-    change_annotation_queries,
-    rate,
-    runbook,
-    s,
-    stat_panel,
-    steps,
-    table_panel,
-    threshold,
-    timeseries_panel,
-    with_annotations,
-)
+from spyglass.dashboards.panels import Q, stat_panel, table_panel, timeseries_panel
+from spyglass.dashboards.promql import rate, s
+from spyglass.dashboards.skeleton import board, change_annotation_queries, with_annotations
+from spyglass.dashboards.thresholds import GREEN, ORANGE, RED, above, runbook, steps, threshold
 
 UID = "spyglass-lifecycle"
 TITLE = "Spyglass / Process lifecycle and upgrades"

@@ -12,7 +12,7 @@ from typing import Any
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 from spyglass.alerting.heuristics import Deployment
-from spyglass.dashboards.panels import title_formats
+from spyglass.dashboards.skeleton import title_formats
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERATED = Path(__file__).resolve().parent / "generated"

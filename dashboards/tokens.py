@@ -5,19 +5,10 @@ from __future__ import annotations
 
 from spyglass.alerting.heuristics import ESTIMATE_RATIO, Deployment
 from spyglass.dashboards.model import links
-from spyglass.dashboards.panels import (
-    GREEN,
-    RED,
-    Q,
-    board,
-    heatmap_panel,
-    rate,
-    runbook,
-    s,
-    steps,
-    threshold,
-    timeseries_panel,
-)
+from spyglass.dashboards.panels import Q, heatmap_panel, timeseries_panel
+from spyglass.dashboards.promql import rate, s
+from spyglass.dashboards.skeleton import board
+from spyglass.dashboards.thresholds import GREEN, RED, runbook, steps, threshold
 
 UID = "spyglass-tokens"
 TITLE = "Spyglass / Token accounting"

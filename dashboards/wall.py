@@ -27,29 +27,18 @@ from spyglass.alerting.heuristics import EVICTIONS, EVICTIONS_BASELINE, TTFT, Al
 from spyglass.alerting.rules import alerts, runbook_url
 from spyglass.dashboards.model import links
 from spyglass.dashboards.panels import (
-    BLUE,
-    GREEN,
-    GREY,
-    ORANGE,
-    RED,
     Q,
-    below,
-    board,
     dashed,
-    exclude,
     fixed_color,
-    match,
     own_thresholds,
-    rate,
-    runbook,
-    s,
     stat_panel,
-    steps,
     table_panel,
-    threshold,
     timeseries_panel,
     value_colors,
 )
+from spyglass.dashboards.promql import exclude, match, rate, s
+from spyglass.dashboards.skeleton import board
+from spyglass.dashboards.thresholds import BLUE, GREEN, GREY, ORANGE, RED, below, runbook, steps, threshold
 
 UID = "spyglass-wall"
 TITLE = "Spyglass / Wall"

@@ -121,7 +121,8 @@ def test_the_harness_can_fail(promtool, tmp_path):
 
 
 def test_the_preview_ticks_on_round_values_and_says_since_when():
-    from spyglass.dashboards.preview import _nice_step, fmt
+    from spyglass.dashboards.preview_format import fmt
+    from spyglass.dashboards.preview_panels import _nice_step
 
     assert _nice_step(64 * 2**30, "bytes") == 16 * 2**30  # 0, 16, 32, 48, 64 GiB: not 18.6, 37.3
     assert _nice_step(8 * 2**30, "bytes") == 2 * 2**30

@@ -41,7 +41,8 @@ from spyglass.alerting.heuristics import Deployment
 from spyglass.alerting.rules import write as write_rules
 from spyglass.config import AlertsConfig, parse_config
 from spyglass.dashboards.model import Board
-from spyglass.dashboards.preview import browse, draw, run_queries, size_of
+from spyglass.dashboards.preview_page import browse, draw, size_of
+from spyglass.dashboards.preview_query import run_queries
 from spyglass.engine.emulator.ports import free_port, free_port_base
 from spyglass.engine.emulator.scenarios import SCENARIOS, run_scenario
 from spyglass.engine.emulator.stack import Stack
