@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from spyglass import signals
-from spyglass.cli.demo import Board, Faster, Increase, Signal
+from spyglass.cli.demo_board import Board, Faster, Increase, Signal
 from spyglass.signals.state import MetricState
 
 

@@ -370,11 +370,12 @@ def test_the_demos_live_table_has_the_trace_hint_and_nothing_prints_over_it(monk
 
     from rich.console import Console
 
-    import spyglass.cli.demo as demo
+    import spyglass.cli.demo_screen as screen
     from spyglass import signals
+    from spyglass.cli.demo_board import Board
     from spyglass.signals.state import MetricState
 
-    monkeypatch.setattr(demo, "finished_request", lambda agent, settled_seconds=6.0: "20261202-235234-e1eb42")
+    monkeypatch.setattr(screen, "finished_request", lambda agent, settled_seconds=6.0: "20261202-235234-e1eb42")
     agent = SimpleNamespace(
         pipeline=SimpleNamespace(state=MetricState(signals.full_catalogue())), stop=threading.Event()
     )
@@ -392,10 +393,10 @@ def test_the_demos_live_table_has_the_trace_hint_and_nothing_prints_over_it(monk
 
     monkeypatch.setattr(console, "print", recording)
     stopping = threading.Event()
-    board = demo.Board()
+    board = Board()
     try:
         threading.Timer(6.5, stopping.set).start()  # the hint thread looks first after 5 s
-        demo._watch(agent, runner, board, console, 0, Path("c.toml"), stopping)  # type: ignore[arg-type]
+        screen.watch(agent, runner, board, console, 0, Path("c.toml"), stopping)  # type: ignore[arg-type]
     finally:
         agent.stop.set()
         runner.join()
