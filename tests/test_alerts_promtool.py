@@ -10,13 +10,14 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import yaml
 from alert_scenarios import Scenario, background, scenarios
 
 from spyglass.alerting.heuristics import Deployment
-from spyglass.alerting.rules import alerts
+from spyglass.alerting.rules import LABELS_QUERY, alerts
 from spyglass.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +42,9 @@ def _alerts_series(firing: list[tuple[str, dict[str, str]]]) -> list[dict]:
 
 
 def _expand(template: str, labels: dict[str, str], value: str) -> str:
-    text = re.sub(r"\{\{ \$value( \| \w+)? \}\}", value, template)
+    query = "".join(f"{k}={quote(v, safe='')}&" for k, v in sorted(labels.items()))
+    text = template.replace(LABELS_QUERY, query)
+    text = re.sub(r"\{\{ \$value( \| \w+)? \}\}", value, text)
     return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], text)
 
 

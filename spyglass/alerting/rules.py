@@ -74,7 +74,8 @@ def runbook_url(d: Deployment, name: str) -> str:
 
 # The alert's labels (as the rule's expression gives them: alertname, severity and heuristic are not among
 # them) as a query string; Go's text/template ranges over a map in the order of its keys.
-LABELS_QUERY = "{{ range $name, $value := $labels }}{{ $name }}={{ $value | urlquery }}&{{ end }}"
+# An alert on a bare selector carries the series' __name__ in $labels: it is no label of the alert.
+LABELS_QUERY = '{{ range $name, $value := $labels }}{{ if ne $name "__name__" }}{{ $name }}={{ $value | urlquery }}&{{ end }}{{ end }}'
 
 
 def evidence_url(d: Deployment, name: str) -> str:
