@@ -29,6 +29,7 @@ from spyglass.config import ConfigError, engine_log_toml, parse_config
 from spyglass.engine.emulator.ports import free_port
 from spyglass.engine.instrument import trace_id_for
 from spyglass.exporters import event_schema
+from spyglass.exporters.request_rows import row_tables
 
 JSON_BODY = {"Content-Type": "application/json"}
 PROTOBUF_BODY = {"Content-Type": "application/x-protobuf"}
@@ -193,6 +194,7 @@ def test_no_statement_can_write_the_store_and_ingest_goes_on(start_agent):
         "agent_state",
         "store_schema",
         *event_schema.table_names(),
+        *row_tables(),
         "events",
         *map(event_schema.source_view, event_schema.source_kinds()),
     }

@@ -150,7 +150,7 @@ def test_a_healthy_hour_finds_nothing_and_exits_0(healthy):
     assert report["findings"] == [] and report["events"] > 900
     assert {"H3", "H4", "H5", "H6", "H10", "H13"} <= set(report["checked"])
     table = diagnose(healthy, *HEALTHY, code=0).stdout
-    assert "0 findings between 2026-11-02T02:00:00.000Z" in table
+    assert "0 findings between 2026-11-02 02:00:00Z" in table
 
 
 def test_the_table_carries_summary_figures_check_and_evidence(replay):
@@ -167,7 +167,7 @@ def test_from_after_to_is_a_usage_error(replay):
 
 def test_an_empty_window_says_so(replay):
     result = diagnose(replay, utc("2030-01-01 00:00"), utc("2030-01-01 01:00"), "--json", code=1)
-    assert "no events are stored between 2030-01-01T00:00:00.000Z" in result.stderr
+    assert "no events are stored between 2030-01-01 00:00:00Z" in result.stderr
     assert json.loads(result.stdout)["findings"] == []
 
 
