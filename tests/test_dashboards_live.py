@@ -56,7 +56,7 @@ NOT_EXERCISED = {
     ("spyglass-lifecycle", "Exits, by cause"): "no program exits while the scenarios run",
     ("spyglass-agent", "Values refused"): "nothing forged or malformed in the emulator's lines",
     ("spyglass-agent", "File troubles"): "a rotation happens only in some runs",
-    ("spyglass-agent", "Unmatched share of lines (format drift)"): "every line of the stack parses",
+    ("spyglass-agent", "Unmatched and unreadable share of lines (format drift)"): "every line of the stack parses",
     (
         "spyglass-agent",
         "Failed commits (retried, nothing dropped)",
