@@ -214,19 +214,22 @@ def test_usage_errors_exit_2_and_say_why(replay, args, words):
     assert words in run(replay, *args, code=2)
 
 
-def test_timeline_prints_one_line_an_event_cut_to_the_terminal(replay):
-    """At 100 columns source, instance and kind were cut to `su…` and one event took 38 lines."""
+def test_timeline_prints_an_event_a_row_its_fields_wrapped_to_the_terminal(replay):
+    """At 100 columns source, instance and kind were cut to `su…`; now they stay whole, the shared date and
+    the second clock move to the header, and the fields wrap under themselves so a request id stays whole."""
     result = CliRunner().invoke(app, ["timeline", "--config", replay, "--limit", "40"], env={"COLUMNS": "100"})
     assert result.exit_code == 0, result.output
     header, columns, *lines = result.stdout.splitlines()
     stored = len(rows(replay, "timeline", "--limit", "100000"))
     assert header.startswith(f"the first 40 of {stored:,} events between the beginning and the end")
-    assert columns.split() == ["utc", "beijing", "source", "instance", "kind", "fields"]
-    assert len(lines) == 40 and all(len(line) <= 100 for line in lines)
-    assert any(line.endswith("…") for line in lines) and all("su…" not in line for line in lines)
+    words = columns.split()
+    assert words[0] == "utc" and words[2:6] == ["source", "instance", "kind", "fields"] and "Beijing" in columns
+    events = [line for line in lines if not line.startswith(" ")]
+    assert len(events) == 40 and all(len(line) <= 100 for line in lines)
+    assert all("su…" not in line for line in lines)
     first = rows(replay, "timeline", "--limit", "1")[0]
-    assert lines[0].split()[3:6] == [first["source"], first["instance"], first["kind"]]
-    assert f"{next(iter(first['fields']))}=" in lines[0]
+    assert events[0].split()[1:4] == [first["source"], first["instance"], first["kind"]]
+    assert f"{next(iter(first['fields']))}=" in events[0]
 
 
 def test_timeline_leaves_kinds_out_and_keeps_lines_that_contain_a_text(replay):
