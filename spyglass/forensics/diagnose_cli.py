@@ -162,6 +162,8 @@ def diagnose(
     except QueryError as exc:
         raise fail(str(exc), 1) from None
     if not result.events:  # one message, not "0 findings ... checked H1, ..." over nothing
+        if as_json:  # a program reading --json still gets its document
+            typer.echo(json_line(result.as_json()))
         raise fail(f"no events are stored {describe(w)}: nothing to diagnose", 1)
     status = result.exit_status()  # decided by the findings, before and whatever the printing does
     if html:
