@@ -179,7 +179,8 @@ START_MARKERS = frozenset({"start", "build", "verbosity"})
 # llama.cpp's lines that carry no signal: what a server prints at the default verbosity besides the
 # patterns, in every period; and the prefixes of its libraries' start-up dumps.
 KNOWN = re.compile(
-    rb"(?:slot +[\w()~]+: +id +\d+ \| task -?\d+ \| (?:new prompt|kv cache rm|n_past = |n_tokens = |cached n_tokens|prompt processing"
+    rb"(?:slot +[\w()~]+: +id +\d+ \| task -?\d+ \| (?:new prompt|tokenizing prompt|prompt tokenized"
+    rb"|kv cache rm|n_past = |n_tokens = |cached n_tokens|prompt processing"
     rb"|prompt done|sampler |init sampler|need to evaluate|reusing chunk|input truncated|n_gen|n_decoded|draft acceptance"
     rb"|memory_seq_rm|restored context checkpoint|saved context checkpoint|new slot|id_slot|stop processing|slot is not"
     rb"|released|generation|empty prompt|erased|created context|update_slots|\d)"
@@ -187,6 +188,7 @@ KNOWN = re.compile(
     rb"| *- (?:looking|found|saving|cache state|prompt)|initializing slots|loaded|loading|init:|thinking|the draft|spawning"
     rb"|  |\S+ = |model |load_model|cancel task|params_from_|No tokens|clearing|idle slots|chat template|for more info"
     rb"|context checkpoints|slot|HTTP|setting|cleaning|update_slots|logging|cache|n_|--|/|router )"
+    rb"|request: (?:GET|POST|PUT|DELETE|OPTIONS|HEAD) "
     rb"|que +\w+: |main: |cmn +\w+: |build: |system[ _]info: |system info|log_info: |common_\w+: |llama_\w+: |llm_\w+: "
     rb"|llama\w*: |load\w*: |print_info: |ggml_\w+: |gguf_\w+: |clip_\w+: |mtmd_\w+: |sched_\w+: |graph_\w+: |\w+_init\w*: "
     rb"|set_\w+: |init: |statistics |begin: |reasoning-budget: |  Device \d+: |\.+$| +- |\s+\w+ = |lib\w[\w.-]*\.so"
