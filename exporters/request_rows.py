@@ -11,9 +11,11 @@ Three tables, one per layer that logs requests (`ROW_TABLES`):
 
 Each column is an aggregate of its request's events (`Column.agg`: the views' own definitions) with a
 rule merging an old value with a batch's (`Column.merge`: least, greatest, or, sum), so a commit folds
-its events into the rows in the same transaction as it stores them (`maintain`): exactly once across
-kill -9, equal to the aggregate over all the request's events whatever the batches
-(tests/test_request_rows.py holds it equal to the old views). A request's row is found again for up to
+the events stored since the last fold into the rows in the same transaction as it stores its own
+(`maintain`): exactly once across kill -9, equal to the aggregate over all the request's events
+whatever the batches (tests/test_request_rows.py holds it equal to the old views). Between folds the
+store says its rows are behind (`STATE`), and a query reading them then fails on `behind_guard_sql`
+and computes the rows from the events instead (the agent folds at its next start). A request's row is found again for up to
 `SPAN` after its first event; an event later than that starts a row of its own. `rebuild_statements`
 fills the tables from stored events (a store made before them); `from_events_sql` gives the same rows
 from any relation of typed events (Parquet segments), for a query that has no tables.
@@ -21,7 +23,7 @@ from any relation of typed events (Parquet segments), for a query that has no ta
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
@@ -362,22 +364,22 @@ UPDATE {ENGINE_TABLE} t SET reuse_origin = p.origin FROM (
 ) p WHERE {_match(table, "t", "p")} AND t.ts >= $lo AND t.reuse_origin IS DISTINCT FROM p.origin"""
 
 
-def maintain(con: Any, written: Mapping[str, Any], first: int, last: int) -> None:
-    """Fold the events just stored (seqs `first`..`last`; `written`: the Arrow tables by kind table, as the
-    commit inserted them) into the rows, on `con`, inside the caller's transaction: per row table one MERGE
-    of the batch's aggregate (and for the engine one UPDATE of the origins), nothing fetched into Python."""
-    restores = written.get(_restore_table())
+def maintain(con: Any, first: int, last: int) -> None:
+    """Fold the stored events with seqs `first`..`last` into the rows, on `con`, inside the caller's
+    transaction: one read of where the range begins in time, then per row table one MERGE of the
+    range's aggregate (and for the engine one UPDATE of the origins), nothing else fetched into Python.
+    Its cost is mostly fixed (a few statements to plan), so the agent folds every
+    `agent.request_rows_seconds`, not every commit."""
+    earliest = _earliest(con, first, last)
+    restores = earliest.get(_restore_table())
     for table in row_tables().values():
-        names = [name for name in table.tables() if name in written]
+        names = [name for name in table.tables() if earliest.get(name) is not None]
         origins = table.name == ENGINE_TABLE and (bool(names) or restores is not None)
         if not names and not origins:
             continue
-        earliest = [_earliest(written[name]) for name in names]
+        found = [earliest[name] for name in names]
         if origins and restores is not None:
-            earliest.append(_earliest(restores))
-        found = [x for x in earliest if x is not None]
-        if not found:
-            continue
+            found.append(restores)
         params = {"lo": min(found) - SPAN}
         batch = f"(SELECT * FROM {ENGINE_TABLE} WHERE false)"
         if names:
@@ -388,7 +390,30 @@ def maintain(con: Any, written: Mapping[str, Any], first: int, last: int) -> Non
             con.execute(origin_sql(batch), {**params, "first": first, "last": last})
 
 
-def _earliest(arrow: Any) -> Any:
-    import pyarrow.compute as pc
+@cache
+def read_tables() -> frozenset[str]:
+    """Every kind table whose events a row reads (the restores included)."""
+    return frozenset({name for t in row_tables().values() for name in t.tables()} | {_restore_table()})
 
-    return pc.min(arrow["ts"]).as_py() if arrow.num_rows else None
+
+def _earliest(con: Any, first: int, last: int) -> dict[str, Any]:
+    """The first timestamp of the range's events in each kind table the rows read (absent: none)."""
+    names = sorted(read_tables())
+    sql = " UNION ALL ".join(
+        f"SELECT '{name}', min(ts) FROM {quoted(name)} WHERE seq BETWEEN {int(first)} AND {int(last)}" for name in names
+    )
+    return {name: ts for name, ts in con.execute(sql).fetchall() if ts is not None}
+
+
+STATE = "request_rows"  # agent_state: {"through": seq, "behind": true} while later events wait for their fold
+BEHIND = "spyglass: the per-request rows are behind the stored events"
+
+
+def behind_guard_sql() -> str:
+    """A one-row relation whose `ok` is true, or an error (BEHIND) when the store's rows wait for a fold
+    (an agent killed between folds, read before its next start): a reader then computes the rows from
+    the events instead."""
+    return (
+        "(SELECT CASE WHEN coalesce(bool_or(CAST(state->>'behind' AS BOOLEAN)), false)"
+        f" THEN error('{BEHIND}') ELSE true END AS ok FROM agent_state WHERE name = '{STATE}')"
+    )

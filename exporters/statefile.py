@@ -29,13 +29,15 @@ class Store(Protocol):
     """Where the pipeline commits: `commit` is atomic, and `load` returns the last whole commit."""
 
     keeps_events: bool
+    rows_behind: bool  # events stored but not yet folded into their requests' rows (a later commit with fold)
 
     def load(self) -> SavedState: ...
 
     def commit(
-        self, events: list[Event], checkpoints: dict[str, dict[str, Any]], metrics: dict[str, Any]
+        self, events: list[Event], checkpoints: dict[str, dict[str, Any]], metrics: dict[str, Any], *, fold: bool = True
     ) -> list[Event]:
-        """Commit all in one step; returns the events set aside as unstorable (never raised for)."""
+        """Commit all in one step (with `fold`, the per-request rows caught up too); returns the events set
+        aside as unstorable (never raised for)."""
 
     def close(self) -> None: ...
 
@@ -46,6 +48,7 @@ class StateFile:
     folder); an unreadable file is moved aside, logged, and loads as empty, never a crash."""
 
     keeps_events = False
+    rows_behind = False
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,7 +72,7 @@ class StateFile:
             return SavedState()
 
     def commit(
-        self, events: list[Event], checkpoints: dict[str, dict[str, Any]], metrics: dict[str, Any]
+        self, events: list[Event], checkpoints: dict[str, dict[str, Any]], metrics: dict[str, Any], *, fold: bool = True
     ) -> list[Event]:
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:

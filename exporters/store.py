@@ -132,6 +132,7 @@ class DuckDBStore:
                 _rollback(self.con)
                 raise
         self.next_seq = self._first_free_seq()
+        self._load_rows_state()
         # Analysts query through this connection (/api/sql): no file access, settings frozen.
         self.con.execute("SET enable_external_access = false")
         self.con.execute("SET lock_configuration = true")
@@ -232,6 +233,7 @@ class DuckDBStore:
         many events were migrated (0 when nothing was to do)."""
         version = self.schema_version()
         if version == event_schema.SCHEMA_VERSION:
+            self.fold_rows()
             return 0
         con = self.con
         con.begin()
@@ -239,11 +241,13 @@ class DuckDBStore:
             moved = self._migrate_v1(progress, rows) if version == 1 else 0
             self._ensure_typed()
             self._rebuild_rows(rebuilt)
+            con.execute("DELETE FROM agent_state WHERE name = ?", [request_rows.STATE])
             con.execute("INSERT INTO store_schema VALUES (?, now())", [event_schema.SCHEMA_VERSION])
             con.commit()
         except BaseException:
             _rollback(con)
             raise
+        self.rows_behind, self.rows_through = False, self.next_seq - 1
         if moved:
             logger.info(
                 "the store {} was migrated to schema {}: {} events", self.path, event_schema.SCHEMA_VERSION, moved
@@ -347,10 +351,17 @@ class DuckDBStore:
         return saved
 
     def commit(
-        self, events: list[Event], checkpoints: dict[str, dict[str, Any]], metrics: dict[str, Any]
+        self,
+        events: list[Event],
+        checkpoints: dict[str, dict[str, Any]],
+        metrics: dict[str, Any],
+        *,
+        fold: bool = True,
     ) -> list[Event]:
         """One transaction: the events appended from Arrow, the checkpoints that changed in one
-        UPDATE (new sources in one INSERT), the metric state in one UPDATE. INSERT OR REPLACE
+        UPDATE (new sources in one INSERT), the metric state in one UPDATE, and with `fold` every
+        event stored since the last fold folded into its request's row (request_rows.maintain;
+        without, the store records once that its rows are behind). INSERT OR REPLACE
         cost 3-4 times an UPDATE of the same row, and register + INSERT ... SELECT 3 times
         `from_arrow().insert_into` (profiled: docs/benchmarks.md). Returns the events set aside as
         unstorable (`storable_table`); the rest are committed."""
@@ -369,8 +380,7 @@ class DuckDBStore:
         try:
             for name, table in tables.items():
                 con.from_arrow(table).insert_into(name)
-            if stored:
-                request_rows.maintain(con, tables, self.next_seq, self.next_seq + stored - 1)
+            behind = self._fold_or_mark(fold, self.next_seq + stored - 1, now, tables)
             self._write_checkpoints(changed, now)
             if self._has_metrics:
                 con.execute(
@@ -399,7 +409,50 @@ class DuckDBStore:
         self._written.update(changed)
         self._has_metrics = True
         self.next_seq += stored
+        self.rows_behind = behind
+        if not behind:
+            self.rows_through = self.next_seq - 1
         return refused
+
+    def _load_rows_state(self) -> None:
+        """Whether the per-request rows wait for a fold, and through which seq they hold every event."""
+        rows = self.con.execute("SELECT state FROM agent_state WHERE name = ?", [request_rows.STATE]).fetchall()
+        saved = json.loads(rows[0][0]) if rows else {}
+        self.rows_behind = bool(saved.get("behind"))
+        self.rows_through = int(saved["through"]) if self.rows_behind else self.next_seq - 1
+
+    def _fold_or_mark(self, fold: bool, last: int, now: float, written: Mapping[str, Any] | None = None) -> bool:
+        """Inside a commit (which wrote the kind tables `written`): fold the events through seq `last` not yet
+        folded, or record that the rows are behind (once: until the next fold). Returns whether they are
+        behind after it. Events no row reads (polls, host samples) leave caught-up rows caught up."""
+        relevant = written is None or not request_rows.read_tables().isdisjoint(written)
+        if last <= self.rows_through or not (self.rows_behind or relevant):
+            return self.rows_behind
+        if fold:
+            request_rows.maintain(self.con, self.rows_through + 1, last)
+        if fold == self.rows_behind:  # the recorded state changes: behind from now, or caught up
+            self.con.execute(
+                "INSERT OR REPLACE INTO agent_state VALUES (?, ?, to_timestamp(?))",
+                [
+                    request_rows.STATE,
+                    json.dumps({"through": last if fold else self.rows_through, "behind": not fold}),
+                    now,
+                ],
+            )
+        return not fold
+
+    def fold_rows(self) -> None:
+        """Fold, in a transaction of its own, what a killed agent stored without folding."""
+        if not self.rows_behind:
+            return
+        self.con.begin()
+        try:
+            self._fold_or_mark(True, self.next_seq - 1, time.time())
+            self.con.commit()
+        except BaseException:
+            _rollback(self.con)
+            raise
+        self.rows_behind, self.rows_through = False, self.next_seq - 1
 
     def _write_checkpoints(self, changed: dict[str, str], now: float) -> None:
         old = [(source, state) for source, state in changed.items() if source in self._written]

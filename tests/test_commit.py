@@ -40,7 +40,7 @@ def test_many_steps_in_one_interval_make_one_commit_and_metrics_show_only_it(tmp
     p = open_pipeline(tmp_path, log, clock, commit_interval_seconds=1.0)
     commits = []
     commit = p.store.commit
-    p.store.commit = lambda *args: (commits.append(len(args[0])), commit(*args))  # counts, then commits
+    p.store.commit = lambda *args, **kwargs: (commits.append(len(args[0])), commit(*args, **kwargs))  # counts, commits
     try:
         for line in LINES:
             with open(log, "ab") as f:
@@ -113,5 +113,41 @@ def test_the_state_file_commits_by_time_too(tmp_path):
         clock.advance(1.0)
         p.commit_if_due()
         assert lines_saved() == 20 and lines_on(p.exposed) == 20
+    finally:
+        p.close()
+
+
+def request_rows(p: Pipeline) -> int:
+    return p.store.con.execute("SELECT count(*) FROM requests_engine").fetchone()[0]
+
+
+def test_request_rows_are_folded_once_an_interval_and_at_a_clean_stop(tmp_path):
+    """Commits every second store the events; the per-request rows catch up every request_rows_seconds, in
+    the commit then due, and at the last commit of a clean stop."""
+    log, clock = tmp_path / "engine.log", ManualClock()
+    log.write_bytes(b"")
+    p = open_pipeline(tmp_path, log, clock, commit_interval_seconds=1.0, request_rows_seconds=10.0)
+    try:
+        half = len(LINES) // 2
+        for chunk in (LINES[:half], LINES[half:]):
+            with open(log, "ab") as f:
+                f.write(b"".join(chunk))
+            clock.advance(1.0)
+            p.step()
+            p.commit_if_due()
+        assert stored(p) == 35 and request_rows(p) == 0 and p.store.rows_behind
+        clock.advance(10.0)
+        p.step()
+        p.commit_if_due()  # nothing new, but the rows wait: their fold is due
+        folded = request_rows(p)
+        assert folded > 0 and not p.store.rows_behind
+        with open(log, "ab") as f:
+            f.write(LINES[7].replace(b"task 18231", b"task 901"))  # a later request's queued line
+        clock.advance(1.0)
+        p.step()
+        p.commit_if_due()
+        assert p.store.rows_behind and request_rows(p) == folded
+        p.committer.flush()
+        assert not p.store.rows_behind
     finally:
         p.close()

@@ -4,6 +4,7 @@ join, whatever batches the events were committed in and in whatever order their 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -149,20 +150,32 @@ def streams(draw: st.DrawFn) -> tuple[list[Event], list[int]]:
             events += engine_task(draw, at, request_id)
         events += layer_events(draw, at, request_id)
     cuts = sorted(set(draw(st.lists(st.integers(1, max(1, len(events) - 1)), max_size=6))))
-    return events, cuts
+    folds = draw(st.lists(st.booleans(), min_size=len(cuts) + 1, max_size=len(cuts) + 1))
+    return events, cuts, folds
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(streams())
 def test_rows_maintained_commit_by_commit_equal_the_rows_of_every_event_at_once(tmp_path_factory, stream):
-    events, cuts = stream
-    store = DuckDBStore(tmp_path_factory.mktemp("rows") / "spyglass.duckdb", SOURCES)
+    """Whichever commits fold (the agent folds every `request_rows_seconds`), once one has, or the store
+    reopens (a kill between folds), the rows are those of every event at once."""
+    events, cuts, folds = stream
+    db = tmp_path_factory.mktemp("rows") / "spyglass.duckdb"
+    store = DuckDBStore(db, SOURCES)
     try:
-        for first, last in zip([0, *cuts], [*cuts, len(events)]):
-            store.commit(events[first:last], {}, {})
-        assert maintained(store.con) == as_the_views_had_them(store.con)
+        for first, last, fold in zip([0, *cuts], [*cuts, len(events)], folds, strict=True):
+            store.commit(events[first:last], {}, {}, fold=fold)
+        if folds[-1]:
+            assert not store.rows_behind
+            assert maintained(store.con) == as_the_views_had_them(store.con)
     finally:
         store.close()
+    again = DuckDBStore(db, SOURCES)  # as an agent starting after a kill: it folds what waits
+    try:
+        assert not again.rows_behind
+        assert maintained(again.con) == as_the_views_had_them(again.con)
+    finally:
+        again.close()
 
 
 def test_a_store_without_rows_gets_them_rebuilt_from_its_events(tmp_path):
@@ -236,3 +249,48 @@ def test_real_engine_and_gateway_logs_give_the_same_rows_in_any_commits(tmp_path
         assert found == as_the_views_had_them(con)
     finally:
         con.close()
+
+
+def test_rows_behind_are_said_and_read_from_the_events_until_the_next_start_folds_them(tmp_path, spawns):
+    """A commit that does not fold records that the rows are behind; a read-only query of the request
+    views then computes them from the events (the same answer); the next writer folds them."""
+    from spyglass.config import parse_config
+    from spyglass.forensics.run import Query, query
+
+    db = tmp_path / "state" / "spyglass.duckdb"
+    config = parse_config(
+        {
+            "agent": {"host": "h1", "state_dir": str(tmp_path / "state")},
+            "exporters": {"prometheus": {"enabled": False}},
+            "sources": {name: {"kind": kind, "path": str(tmp_path / f"{name}.log")} for name, kind in SOURCES.items()},
+        },
+        "test",
+    )
+    first = [
+        Event(T0, "engine-a", "queued", "strata-a", {"task": 1, "conv": "c1"}, "r1", "h1"),
+        Event(T0 + 1, "engine-a", "prompt", "strata-a", {"task": 1, "prompt": 9}, "r1", "h1"),
+    ]
+    later = [
+        Event(T0 + 2, "engine-a", "done", "strata-a", {"task": 1, "completion": 4, "ttft_ms": 900.0}, "r1", "h1"),
+        Event(T0 + 3, "engine-a", "queued", "strata-a", {"task": 2, "conv": "c2"}, "r2", "h1"),
+    ]
+    store = DuckDBStore(db, SOURCES)
+    store.commit(first, {}, {})
+    store.commit(later, {}, {}, fold=False)
+    assert store.rows_behind
+    assert len(maintained(store.con)["requests_engine"]) == 1  # r2 and r1's done wait for the fold
+    store.close()
+
+    window = {"from": datetime.fromtimestamp(T0 - 60, UTC), "to": datetime.fromtimestamp(T0 + 60, UTC)}
+    asked = Query("SELECT request_id, completion_tokens FROM engine_requests ORDER BY request_id", window)
+    _, answered = query(config, asked)
+    assert answered == [("r1", 4), ("r2", None)]
+
+    again = DuckDBStore(db, SOURCES)
+    try:
+        assert not again.rows_behind
+        assert maintained(again.con) == as_the_views_had_them(again.con)
+        assert len(maintained(again.con)["requests_engine"]) == 2
+    finally:
+        again.close()
+    assert query(config, asked)[1] == answered

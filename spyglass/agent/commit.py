@@ -4,7 +4,9 @@ Lines are applied to the live metric state as soon as they are read; the events 
 checkpoints after them and the state with them applied are committed together, in one store
 transaction, at most once per `agent.commit_interval_seconds` (sooner once
 `agent.commit_max_events` wait). A DuckDB commit costs milliseconds whatever its size, so
-committing per wake (about 100 a second under a busy writer) was most of the agent's CPU.
+committing per wake (about 100 a second under a busy writer) was most of the agent's CPU; for the same
+reason the per-request rows are folded at most once per `agent.request_rows_seconds` (and at a clean
+stop), in the commit then due.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class Committer:
         saved_checkpoints: dict[str, Any],
         hooks: list[Callable[[list[Event]], None]],
         quiet_interval: float = 0.0,
+        fold_interval: float = 0.0,
     ) -> None:
         self.store, self.state, self.clock = store, state, clock
         self.interval, self.max_events = interval, max_events
@@ -70,6 +73,8 @@ class Committer:
         self.quiet = False  # only repeated polls applied since the last commit
         self.quiet_interval = max(interval, quiet_interval)
         self._committed_at = clock.monotonic()
+        self.fold_interval = fold_interval
+        self._fold_due = self._committed_at + fold_interval  # the store folded what it held when it opened
         self.failures = 0  # consecutive failed commits
         self._last_checkpoints = saved_checkpoints
         self._due = clock.monotonic()  # the next commit (or retry) may not start before this
@@ -140,12 +145,16 @@ class Committer:
                 raise
             self._failed(exc)
 
-    def commit(self) -> None:
-        """Commit now if anything changed; raises what the store raised (`spyglass ingest`)."""
+    def commit(self, *, fold: bool = False) -> None:
+        """Commit now if anything changed (or, with `fold`, the store's rows wait for one), folding the
+        per-request rows if `fold` or their interval passed; raises what the store raised (`spyglass ingest`)."""
         now = self.clock.monotonic()
+        fold = fold or now >= self._fold_due
         with self.state.lock:
             checkpoints = self.checkpoints()
-            if not (self.pending or self.dirty or checkpoints != self._last_checkpoints):
+            if not (
+                self.pending or self.dirty or checkpoints != self._last_checkpoints or fold and self.store.rows_behind
+            ):
                 return  # still due: a line after a quiet spell is committed (and shown) at once
             events, waiters = self.pending, self.waiters
             if self.store.keeps_events and events:
@@ -154,7 +163,7 @@ class Committer:
             self.state.set("spyglass_store_healthy", (), 1.0)
             snapshot, exemplars = self.state.to_json(), self.state.copy_exemplars()
         try:
-            refused = self.store.commit(events, checkpoints, snapshot)
+            refused = self.store.commit(events, checkpoints, snapshot, fold=fold)
         except BaseException:
             with self.state.lock:
                 if self.store.keeps_events and events:
@@ -164,6 +173,8 @@ class Committer:
             logger.info("store commits again after {} failed attempts; nothing was lost", self.failures)
         self.failures, self.dirty, self.quiet = 0, False, False
         self._committed_at = now
+        if fold:
+            self._fold_due = now + self.fold_interval
         self.pending, self.waiters = [], []
         for waiter in waiters:
             waiter.set()
@@ -176,9 +187,9 @@ class Committer:
             hook(events)
 
     def flush(self) -> None:
-        """The last commit at a clean stop; if it fails, the lines are read again at the next start."""
+        """The last commit at a clean stop, rows folded; if it fails, the lines are read again at the next start."""
         try:
-            self.commit()
+            self.commit(fold=True)
         except Exception as exc:  # noqa: BLE001
             logger.error("the last commit failed ({}); what it held is read again at the next start", exc)
 

@@ -186,6 +186,7 @@ class Pipeline:
             saved_checkpoints=saved.checkpoints,
             hooks=self.event_hooks,
             quiet_interval=agent.quiet_commit_seconds,
+            fold_interval=agent.request_rows_seconds,
         )
         self.exposed = self.committer.exposed
         self.publisher = self._build_publisher()
@@ -386,7 +387,7 @@ class Pipeline:
             self.committer.tick(retry=False)
             if self.publisher is not None:
                 self.publisher.tick()
-        self.committer.commit()
+        self.committer.commit(fold=True)  # what ingest leaves has its rows whole
         if self.publisher is not None:
             self.publisher.flush()
         return total

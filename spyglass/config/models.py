@@ -49,6 +49,14 @@ class AgentConfig(Strict):
         " is stored, but alone waits up to this long for a commit instead of commit_interval_seconds: an idle"
         " agent does not write its store every second. Anything new commits them at the next interval.",
     )
+    request_rows_seconds: float = Field(
+        30.0,
+        ge=0,
+        le=3600,
+        description="The per-request rows (requests_engine, ...) are caught up with the stored events at"
+        " most this often, and at a clean stop: each catch-up costs about as much as a commit whatever"
+        " it holds. Meanwhile a query of a stopped agent's store computes them from the events.",
+    )
     commit_max_events: int = Field(
         20_000,
         ge=1,

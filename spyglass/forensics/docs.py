@@ -21,9 +21,11 @@ kinds of view read them: `events_<source kind>` (every kind of a source kind, e.
 `SELECT reason, count(*) FROM events_engine_log WHERE kind = 'evict' GROUP BY ALL`), and `events`, every
 event with its `source_kind` and its fields rebuilt as JSON, so a query written for the old one-table
 store (`fields->>'reason'`) runs unchanged, only slower. Beside the events, the agent keeps one row per
-request and layer, filled in by the commit that stores its events (`requests_engine`: one a task, with the
-restore its prompt reused; `requests_gateway`; `requests_infer`: exporters/request_rows.py); the request
-views read those rows, not the events (over Parquet they compute the same rows from the window's events).
+request and layer, caught up with the stored events at most every `agent.request_rows_seconds` and at a
+clean stop (`requests_engine`: one a task, with the restore its prompt reused; `requests_gateway`;
+`requests_infer`: exporters/request_rows.py); the request views read those rows, not the events (over
+Parquet, through a running agent's copies, or when a killed agent left them behind, they compute the same
+rows from the window's events).
 `spyglass store migrate --config F` converts a store of schema 1 or 2 in one transaction (the agent does it
 at start: the rows are built from the stored events); `store_schema` records the version.
 The views below give each kind of thing an analyst asks about its own typed columns, so nobody has to know

@@ -28,6 +28,7 @@ from typing import Any
 from spyglass.agent.query import Answer, QueryError, Session, agent_api, run_readonly
 from spyglass.collectors.checkpoint_reuse import checkpoint_only_sql
 from spyglass.config import Config
+from spyglass.exporters import request_rows
 from spyglass.exporters.event_schema import source_kinds, source_view
 from spyglass.exporters.segment_schema import events_view_sql, source_view_sql
 from spyglass.forensics.views import PAD, literal, with_views
@@ -203,12 +204,13 @@ def query(config: Config, q: Query, parquet: str | None = None) -> Result:
     return execute(opened.parquet_con, over_parquet(text, absolute(parquet), start, end))
 
 
-NO_ROWS = re.compile(r"Table with name requests_\w+ does not exist")
+NO_ROWS = re.compile(rf"Table with name requests_\w+ does not exist|{re.escape(request_rows.BEHIND)}")
 
 
 def _ask_store(config: Config, q: Query, opened: _Open | None) -> Any:
     """`q` on the store; on a store from before the per-request rows (schema 2, not yet migrated by an
-    agent: opened read-only, nothing may migrate it), with the rows computed from the window's events."""
+    agent: opened read-only, nothing may migrate it), or whose rows wait for a fold (its agent was killed
+    between two), with the rows computed from the window's events."""
 
     def ask(text: str) -> Any:
         if opened:

@@ -8,7 +8,7 @@ from typing import Any
 from spyglass.collectors.fields import columns as declared_fields_of
 from spyglass.collectors.received import RECEIVED
 from spyglass.exporters.event_schema import json_typed_select, source_kinds, source_view
-from spyglass.exporters.request_rows import from_events_sql, row_tables
+from spyglass.exporters.request_rows import behind_guard_sql, from_events_sql, row_tables
 from spyglass.forensics.views.registry import VIEWS
 from spyglass.forensics.views.schema import PAD
 
@@ -34,12 +34,16 @@ ROWS = re.compile(r"\brows_(requests_\w+)\b")
 
 
 def rows_source(table: str, from_events: bool) -> str:
-    """`rows_<table>`: the per-request rows of the window (widened by PAD), read from the store's table,
-    or with `from_events` computed from the window's events (Parquet, or a store from before the rows)."""
+    """`rows_<table>`: the per-request rows of the window (widened by PAD), read from the store's table
+    (an error if they wait for a fold: `behind_guard_sql`), or with `from_events` computed from the window's
+    events (Parquet, a store from before the rows, or one whose rows are behind)."""
     found = row_tables()[table]
     if from_events:
         return f"rows_{table} AS ({from_events_sql(found, f'ev_{found.source_kind}')})"
-    return f"rows_{table} AS (SELECT * FROM {table} WHERE ts >= $from - {PAD} AND ts < $to + {PAD})"
+    return (
+        f"rows_{table} AS (SELECT t.* FROM {behind_guard_sql()} g, {table} t"
+        f" WHERE g.ok AND t.ts >= $from - {PAD} AND t.ts < $to + {PAD})"
+    )
 
 
 def ev_source(source_kind: str) -> str:
