@@ -210,6 +210,9 @@ def test_answers_are_bounded_and_say_so(start_agent):
     assert 0 < len(wide["rows"]) < 100 and "more than 100000 bytes" in wide["truncated"]
     small = sql(url, "SELECT count(*) AS n FROM events").json()
     assert small["truncated"] is None and time.time() - small["as_of"] < 60
+    wrong = httpx.get(f"{url}/api/sql")  # a new user's first try: said what to send instead of "not found"
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "POST" and '{"query"' in wrong.text
+    assert httpx.post(f"{url}/health").status_code == 405 and httpx.get(f"{url}/nowhere").status_code == 404
     started = time.monotonic()
     slow = sql(url, "SELECT count(*) FROM range(100000000000000)")
     assert slow.status_code == 400 and "interrupted after 4 s" in slow.json()["error"]

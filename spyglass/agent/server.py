@@ -259,6 +259,12 @@ class AgentHandler(BaseHTTPRequestHandler):
         if not self._allowed(path):
             return
         if route is None:
+            other = "POST" if method == "GET" else "GET"
+            if site.routes.get((other, path)) or site.routes.get((other, prefix(path))):
+                hint = ' with a JSON body {"query": "SELECT ..."}' if path == "/api/sql" else ""
+                self.close_connection = method == "POST"  # its body is not read
+                self.answer(405, "text/plain", f"{path} takes {other}{hint}\n".encode(), {"Allow": other})
+                return
             self.answer(404, "text/plain", b"not found\n")
             return
         if method == "GET":
