@@ -300,6 +300,28 @@ def test_parquet_queries_read_nothing_outside_the_segments(replay, tmp_path):
     assert result.exit_code == 1 and "No files found" in result.stderr
 
 
+def test_segments_written_before_a_field_was_declared_answer_as_the_store(replay, tmp_path):
+    """Segments of an older release lack the columns of fields declared since: they read as NULLs."""
+    config, segments_glob = replay
+    root = Path(segments_glob.split("/host=")[0])
+    tables = {path: pq.read_table(path, partitioning=None) for path in root.rglob("*.parquet")}
+    empty = set.intersection(
+        *(
+            {c for c in t.column_names if c not in ("ts", "seq") and t.column(c).null_count == len(t)}
+            for t in tables.values()
+        )
+    )
+    assert len(empty) > 10
+    for path, table in tables.items():
+        copy = tmp_path / "old" / path.relative_to(root)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table.drop_columns(sorted(empty)), copy)
+    start, end = (f"{t:%Y-%m-%d %H:%M}" for t in WINDOWS[sorted(WINDOWS)[0]])
+    for command in (["timeline", "--limit", "100000"], ["requests"], ["report", "cache"]):
+        args = [*command, "--config", config, "--from", start, "--to", end, "--format", "json"]
+        assert cli(*args, "--parquet", glob(tmp_path / "old")) == cli(*args), command
+
+
 @pytest.mark.parametrize(
     "start, end",
     [

@@ -30,7 +30,7 @@ from spyglass.collectors.checkpoint_reuse import checkpoint_only_sql
 from spyglass.config import Config
 from spyglass.exporters import request_rows
 from spyglass.exporters.event_schema import source_kinds, source_view
-from spyglass.exporters.segment_schema import events_view_sql, source_view_sql
+from spyglass.exporters.segment_schema import events_view_sql, every_column_sql, source_view_sql
 from spyglass.forensics.views import PAD, literal, with_views
 
 Result = tuple[list[str], list[tuple[Any, ...]]]
@@ -249,7 +249,8 @@ def over_parquet(sql: str, glob: str, start: Any = None, end: Any = None) -> str
     found = LEADING_COMMENTS.match(sql)
     if found is None:
         raise QueryError("a query over Parquet must start with the views' WITH")
-    segments = f"(SELECT * FROM read_parquet({literal(glob)}, hive_partitioning = true){hours(start, end)})"
+    read = f"SELECT * FROM read_parquet({literal(glob)}, hive_partitioning = true){hours(start, end)}"
+    segments = f"({every_column_sql()} UNION ALL BY NAME {read})"  # older segments lack newer fields' columns
     # each view scans the files itself: a CTE named by many would be materialized whole
     ctes = [f"{source_view(sk)} AS ({source_view_sql(sk, segments)})" for sk in source_kinds()]
     ctes.append(f"events AS ({events_view_sql(segments)})")
