@@ -80,16 +80,19 @@ class Process:
             self.proc.kill()
 
 
-def spyglass(folder: Path, log: Path, store: bool, coalesce_seconds: float | None = None) -> Process:
-    name = "store" if store else "metrics"
+def spyglass(folder: Path, log: Path, store: bool, coalesce_seconds: float | None = None, agent: str = "") -> Process:
+    """`spyglass run` on `log`; `agent` ("key=value, ...") sets [agent] keys, and names the process by them."""
+    name = ("store" if store else "metrics") + ("-" + agent.replace(" ", "").replace(",", "-") if agent else "")
     port = free_port()
     config = folder / f"spyglass-{name}.toml"
     text = engine_log_toml(log, folder / f"state-{name}", store=store, listen=f"127.0.0.1:{port}")
     if coalesce_seconds is not None:  # agent.coalesce_seconds instead of its default
         text = text.replace("[agent]\n", f"[agent]\ncoalesce_seconds = {coalesce_seconds}\n", 1)
+    for setting in filter(None, (part.strip() for part in agent.split(","))):
+        text = text.replace("[agent]\n", f"[agent]\n{setting.replace('=', ' = ', 1)}\n", 1)
     config.write_text(text)
     return Process(
-        f"spyglass run, {'with the store' if store else 'metrics only'}",
+        f"spyglass run, {'with the store' if store else 'metrics only'}{f' ({agent})' if agent else ''}",
         [sys.executable, "-m", "spyglass.cli.app", "run", "-c", str(config)],
         f"http://127.0.0.1:{port}/metrics",
     )
@@ -212,6 +215,13 @@ def main() -> None:
         default=None,
         help="agent.coalesce_seconds of both agents (default: the config's default)",
     )
+    parser.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE,...",
+        help="one more agent with the store, these [agent] settings (e.g. commit_interval_seconds=5); repeatable",
+    )
     args = parser.parse_args()
     folder = OUT / "live-run"
     shutil.rmtree(folder, ignore_errors=True)
@@ -226,6 +236,7 @@ def main() -> None:
     log.write_bytes(b"")
 
     ours = [spyglass(folder, log, True, args.coalesce_seconds)]
+    ours += [spyglass(folder, log, True, args.coalesce_seconds, agent) for agent in args.also]
     if not args.no_metrics_only:
         ours.append(spyglass(folder, log, False, args.coalesce_seconds))
     theirs = mtail(log)
