@@ -300,6 +300,22 @@ def test_parquet_queries_read_nothing_outside_the_segments(replay, tmp_path):
     assert result.exit_code == 1 and "No files found" in result.stderr
 
 
+@pytest.mark.parametrize("window", sorted(WINDOWS))
+def test_diagnose_finds_the_same_from_parquet(replay, window):
+    """Over Parquet the probes read rows computed once for the window (run.share_rows): the same findings."""
+    config, segments_glob = replay
+    start, end = (f"{t:%Y-%m-%d %H:%M}" for t in WINDOWS[window])
+    args = ["diagnose", "--config", config, "--from", start, "--to", end, "--json"]
+    from_store = CliRunner().invoke(app, args)
+    from_parquet = CliRunner().invoke(app, [*args, "--parquet", segments_glob])
+    assert from_parquet.exit_code == from_store.exit_code, from_parquet.output
+
+    def findings(stdout: str) -> list[dict]:
+        return [{k: v for k, v in f.items() if k != "evidence"} for f in json.loads(stdout)["findings"]]
+
+    assert findings(from_parquet.stdout) == findings(from_store.stdout)
+
+
 def test_segments_written_before_a_field_was_declared_answer_as_the_store(replay, tmp_path):
     """Segments of an older release lack the columns of fields declared since: they read as NULLs."""
     config, segments_glob = replay
