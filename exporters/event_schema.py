@@ -108,12 +108,18 @@ class KindTable:
         return f"json_merge_patch('{{}}', json_object({pairs}), coalesce(extra, '{{}}'))"
 
     def arrow_schema(self) -> pa.Schema:
-        import pyarrow as pa
-
-        types = arrow_types()
-        return pa.schema([*base_arrow(), *((column_name(f), types[t]) for f, t in self.fields), ("extra", pa.string())])
+        return _arrow_schema(self)
 
 
+@cache
+def _arrow_schema(table: KindTable) -> pa.Schema:
+    import pyarrow as pa
+
+    types = arrow_types()
+    return pa.schema([*base_arrow(), *((column_name(f), types[t]) for f, t in table.fields), ("extra", pa.string())])
+
+
+@cache
 def table_name(source_kind: str, kind: str) -> str:
     return "ev_" + re.sub(r"\W", "_", f"{source_kind}__{kind}")
 
@@ -240,8 +246,9 @@ def kind_arrow(table: KindTable, events: list[Event], seqs: list[int]) -> pa.Tab
     declared = {f for f, _ in table.fields}
     extras: list[dict[str, Any] | None] = [None] * len(events)
     columns = _base(events, seqs)
+    given = [e.fields for e in events]
     for name, type_ in table.fields:
-        values = [e.fields.get(name) for e in events]
+        values = [f.get(name) for f in given]
         try:
             if type_ == "json":
                 raise TypeError  # encoded value by value
@@ -276,16 +283,28 @@ def other_arrow(events: list[Event], seqs: list[int]) -> pa.Table:
 
 def split(events: list[Event], first_seq: int, sources: Mapping[str, str]) -> dict[str, pa.Table]:
     """The events as Arrow tables by table name, numbered from `first_seq` in the order given."""
-    groups: dict[str, tuple[KindTable | None, list[Event], list[int]]] = {}
+    tables = kind_tables()
+    groups: dict[tuple[str, str], tuple[list[Event], list[int]]] = {}
     for seq, event in enumerate(events, first_seq):
-        table = table_of(event, sources)
-        group = groups.setdefault(table.name if table else OTHER, (table, [], []))
-        group[1].append(event)
-        group[2].append(seq)
-    return {
-        name: kind_arrow(table, found, seqs) if table else other_arrow(found, seqs)
-        for name, (table, found, seqs) in groups.items()
-    }
+        key = (sources.get(event.source, ""), event.kind)  # grouped by key: a KindTable hashes all its fields
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = ([], [])
+        group[0].append(event)
+        group[1].append(seq)
+    out: dict[str, pa.Table] = {}
+    others: tuple[list[Event], list[int]] = ([], [])
+    for key, (found, seqs) in groups.items():
+        table = tables.get(key) if key[0] else None
+        if table is None:
+            others[0].extend(found)
+            others[1].extend(seqs)
+        else:
+            out[table.name] = kind_arrow(table, found, seqs)
+    if others[0]:
+        order = sorted(range(len(others[1])), key=others[1].__getitem__)  # in seq order, as one group was
+        out[OTHER] = other_arrow([others[0][i] for i in order], [others[1][i] for i in order])
+    return out
 
 
 def declared_columns(source_kind: str) -> KindFields:

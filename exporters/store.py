@@ -35,7 +35,10 @@ CREATE TABLE IF NOT EXISTS checkpoints (source VARCHAR PRIMARY KEY, state JSON N
 CREATE TABLE IF NOT EXISTS agent_state (name VARCHAR PRIMARY KEY, state JSON NOT NULL, updated TIMESTAMPTZ);
 CREATE TABLE IF NOT EXISTS store_schema (version INTEGER NOT NULL, migrated TIMESTAMPTZ);
 """
-MIGRATION_ROWS = 50_000  # events read, typed and written per step of a migration
+MIGRATION_ROWS = 50_000
+# A fold's memory grows with its events (a 750k-event fold of a catch-up ran out of 64 MiB): they are folded
+# in steps of at most this many, and at once when this many wait, whatever agent.request_rows_seconds says.
+FOLD_MAX_EVENTS = 100_000  # events read, typed and written per step of a migration
 SET_ASIDE = "migration_set_aside"  # rows of an old store a migration could not convert, kept as they were
 UNCONVERTIBLE = (TypeError, ValueError, OverflowError, AttributeError, pa.ArrowException, orjson.JSONDecodeError)
 
@@ -428,8 +431,10 @@ class DuckDBStore:
         relevant = written is None or not request_rows.read_tables().isdisjoint(written)
         if last <= self.rows_through or not (self.rows_behind or relevant):
             return self.rows_behind
+        fold = fold or last - self.rows_through > FOLD_MAX_EVENTS
         if fold:
-            request_rows.maintain(self.con, self.rows_through + 1, last)
+            for first in range(self.rows_through + 1, last + 1, FOLD_MAX_EVENTS):
+                request_rows.maintain(self.con, first, min(last, first + FOLD_MAX_EVENTS - 1))
         if fold == self.rows_behind:  # the recorded state changes: behind from now, or caught up
             self.con.execute(
                 "INSERT OR REPLACE INTO agent_state VALUES (?, ?, to_timestamp(?))",

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from unittest.mock import patch
 
 import duckdb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spyglass.collectors.event import Event
+from spyglass.exporters import store as store_module
 from spyglass.exporters.event_schema import quoted, source_view
 from spyglass.exporters.request_rows import from_events_sql, row_tables
 from spyglass.exporters.store import DuckDBStore
@@ -155,16 +157,18 @@ def streams(draw: st.DrawFn) -> tuple[list[Event], list[int]]:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(streams())
-def test_rows_maintained_commit_by_commit_equal_the_rows_of_every_event_at_once(tmp_path_factory, stream):
-    """Whichever commits fold (the agent folds every `request_rows_seconds`), once one has, or the store
-    reopens (a kill between folds), the rows are those of every event at once."""
+@given(streams(), st.integers(1, 40))
+def test_rows_maintained_commit_by_commit_equal_the_rows_of_every_event_at_once(tmp_path_factory, stream, step):
+    """Whichever commits fold (the agent folds every `request_rows_seconds`), in whatever steps a fold goes
+    (FOLD_MAX_EVENTS), once one has, or the store reopens (a kill between folds), the rows are those of
+    every event at once."""
     events, cuts, folds = stream
     db = tmp_path_factory.mktemp("rows") / "spyglass.duckdb"
     store = DuckDBStore(db, SOURCES)
     try:
-        for first, last, fold in zip([0, *cuts], [*cuts, len(events)], folds, strict=True):
-            store.commit(events[first:last], {}, {}, fold=fold)
+        with patch.object(store_module, "FOLD_MAX_EVENTS", step):
+            for first, last, fold in zip([0, *cuts], [*cuts, len(events)], folds, strict=True):
+                store.commit(events[first:last], {}, {}, fold=fold)
         if folds[-1]:
             assert not store.rows_behind
             assert maintained(store.con) == as_the_views_had_them(store.con)

@@ -221,10 +221,11 @@ class StoreConfig(Strict):
     )
     memory_limit_mib: int = Field(
         96,
-        ge=16,
+        ge=64,
         description="DuckDB's memory_limit for the agent's store connection (its buffers; the"
         " libraries and Arrow batches are outside it). A 4M-line catch-up peaks at 275 MiB with it, 355 MiB"
-        " without (docs/benchmarks.md).",
+        " without (docs/benchmarks.md). At least 64: a fold of the per-request rows (up to 100k events) needs"
+        " about 40 MiB, and at 32 MiB one of 20k events runs out.",
     )
     threads: int = Field(
         1,
