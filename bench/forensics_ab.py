@@ -9,7 +9,8 @@ Both versions read the same store (bench/out/forensics/, migrated first to this 
 that predates the per-request rows ignores their tables), each from its own tree (its imports and its
 `spyglass diagnose` process), the older first: the commands' queries as bench/forensics_bench.py measures
 them (end to end through spyglass.forensics.run.query, the median of `--runs` warm runs; `diagnose` of a
-day in process once after a warm run, and as a command once after a warm run). The store's migration (the
+day in process once after a warm run, and as a command once after a warm run; with the Parquet segments of
+`forensics_bench.py --parquet-days N` present, `diagnose` of the same day over them in process too). The store's migration (the
 rows built from every event) is timed too. Results into bench/out/forensics_ab.json.
 """
 
@@ -51,6 +52,10 @@ for name, q in (("timeline, 15 min", timeline_query(window)), ("requests, 15 min
 out["diagnose, 1 day (in process)"] = median_ms(partial(findings, cfg, one_day, None), 1)
 print(out["diagnose, 1 day (in process)"], flush=True)
 out["spyglass diagnose, 1 day (process)"] = [diagnose_command(config, day)["median_ms"], 0]
+if list((OUT / "pq").glob("host=*/date=*/hour=*/*.parquet")):  # the segments of forensics_bench.py --parquet-days
+    segments = str(OUT / "pq" / "host=*" / "date=*" / "hour=*" / "*.parquet")
+    out["diagnose, 1 day, Parquet (in process)"] = median_ms(partial(findings, cfg, one_day, segments), 1)
+    print(out["diagnose, 1 day, Parquet (in process)"], flush=True)
 print(json.dumps(out))
 """
 

@@ -121,7 +121,7 @@ def _escape(regex: str, i: int, in_class: bool, message: bool) -> str:
 def re2_checked(pattern: str) -> str:
     """`pattern` if RE2 compiles it, else NotRe2 with RE2's reason."""
     try:
-        pc.match_substring_regex(pa.array([], pa.binary()), pattern)
+        pc.match_substring_regex(pa.nulls(1, pa.binary()), pattern)  # an empty array compiles nothing
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise NotRe2(f"RE2: {exc}") from None
     return pattern

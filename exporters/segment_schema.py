@@ -67,6 +67,18 @@ def segment_schema() -> pa.Schema:
     return pa.schema([*COMMON, *((c, ARROW[t]) for c, t in segment_types().items()), ("extra", JSON)])
 
 
+READ_AS = {"int": "BIGINT", "float": "DOUBLE", "text": "VARCHAR", "bool": "BOOLEAN", "json": "VARCHAR"}
+
+
+def every_column_sql() -> str:
+    """No rows, but every column of today's segments, typed as DuckDB reads them: its UNION ALL BY NAME with
+    older segments gives them the columns they lack (fields declared since they were written) as NULLs."""
+    common = {"ts": "TIMESTAMPTZ", "seq": "BIGINT"}
+    typed = [(c, common.get(c, "VARCHAR")) for c, _ in COMMON]
+    typed += [(c, READ_AS[t]) for c, t in segment_types().items()] + [("extra", "VARCHAR")]
+    return "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {quoted(c)}" for c, t in typed) + " WHERE false"
+
+
 def _stored(column: str, type_: FieldType) -> str:
     """A kind table's column as the segments store it (JSON as text: Arrow gets it as a string)."""
     wide = segment_types()[column]

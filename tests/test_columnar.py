@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spyglass.collectors.columnar import NotRe2, to_re2
+from spyglass.collectors.columnar import NotRe2, re2_checked, to_re2
 from spyglass.collectors.engine_log import EngineLogOptions, EngineLogSource
 
 FIXTURE = Path(__file__).parent / "fixtures" / "engine_log" / "strata-iq3_xxs-b.log"
@@ -257,6 +257,13 @@ def test_message_anchors_are_refused():
     with pytest.raises(NotRe2):
         to_re2(r"\bevict", message=True)
     assert to_re2(r"^x\b", message=False) == r"^x\b"
+
+
+def test_re2_checked_compiles_the_pattern():
+    """RE2 compiles a pattern only for an array with a row: against an empty one any pattern passed."""
+    assert re2_checked(r"^(?P<a>\d+) x") == r"^(?P<a>\d+) x"
+    with pytest.raises(NotRe2, match="RE2: .*invalid perl operator"):
+        re2_checked(r"(?<=a)b")
 
 
 def test_debug_sources_names_the_pattern_that_keeps_a_source_per_line(tmp_path):

@@ -300,6 +300,44 @@ def test_parquet_queries_read_nothing_outside_the_segments(replay, tmp_path):
     assert result.exit_code == 1 and "No files found" in result.stderr
 
 
+@pytest.mark.parametrize("window", sorted(WINDOWS))
+def test_diagnose_finds_the_same_from_parquet(replay, window):
+    """Over Parquet the probes read rows computed once for the window (run.share_rows): the same findings."""
+    config, segments_glob = replay
+    start, end = (f"{t:%Y-%m-%d %H:%M}" for t in WINDOWS[window])
+    args = ["diagnose", "--config", config, "--from", start, "--to", end, "--json"]
+    from_store = CliRunner().invoke(app, args)
+    from_parquet = CliRunner().invoke(app, [*args, "--parquet", segments_glob])
+    assert from_parquet.exit_code == from_store.exit_code, from_parquet.output
+
+    def findings(stdout: str) -> list[dict]:
+        return [{k: v for k, v in f.items() if k != "evidence"} for f in json.loads(stdout)["findings"]]
+
+    assert findings(from_parquet.stdout) == findings(from_store.stdout)
+
+
+def test_segments_written_before_a_field_was_declared_answer_as_the_store(replay, tmp_path):
+    """Segments of an older release lack the columns of fields declared since: they read as NULLs."""
+    config, segments_glob = replay
+    root = Path(segments_glob.split("/host=")[0])
+    tables = {path: pq.read_table(path, partitioning=None) for path in root.rglob("*.parquet")}
+    empty = set.intersection(
+        *(
+            {c for c in t.column_names if c not in ("ts", "seq") and t.column(c).null_count == len(t)}
+            for t in tables.values()
+        )
+    )
+    assert len(empty) > 10
+    for path, table in tables.items():
+        copy = tmp_path / "old" / path.relative_to(root)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table.drop_columns(sorted(empty)), copy)
+    start, end = (f"{t:%Y-%m-%d %H:%M}" for t in WINDOWS[sorted(WINDOWS)[0]])
+    for command in (["timeline", "--limit", "100000"], ["requests"], ["report", "cache"]):
+        args = [*command, "--config", config, "--from", start, "--to", end, "--format", "json"]
+        assert cli(*args, "--parquet", glob(tmp_path / "old")) == cli(*args), command
+
+
 @pytest.mark.parametrize(
     "start, end",
     [

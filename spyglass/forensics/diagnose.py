@@ -18,7 +18,7 @@ from typing import Any
 
 from spyglass.alerting.heuristics import Deployment, Heuristic, catalogue
 from spyglass.config import Config
-from spyglass.forensics.run import Query, Window, query, render, session, settings_params
+from spyglass.forensics.run import Query, Window, query, render, session, settings_params, share_rows
 from spyglass.forensics.times import utc_text
 
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -213,6 +213,8 @@ def diagnose(config: Config, w: Window, parquet: str | None = None) -> Diagnosis
 def _diagnose(config: Config, w: Window, parquet: str | None) -> Diagnosis:
     events, present = census(config, w, parquet)
     result = Diagnosis(w, events, parquet=parquet)
+    if parquet is not None and events:
+        share_rows(config, w, parquet)  # the probes' per-request rows, computed once instead of once a probe
     for h in catalogue(Deployment.of(config)):
         if h.probe is None:
             result.unchecked.append(h.id)

@@ -122,7 +122,10 @@ and query them together; each host writes only its own `host=` folder, so host n
 `events` then comes from `read_parquet(GLOB, hive_partitioning = true)` in an in-memory DuckDB that may
 read only below the glob's folder; no agent is involved, so this works on any machine that sees the files.
 A query whose listing raced the compaction of an hour can fail with "No such file" (DuckDB lists the
-files before it opens them); run it again.
+files before it opens them); run it again. Segments written before a field was declared lack its column,
+which then reads as NULL; a glob that mixes them with newer segments fails DuckDB's schema check across
+the files (query each side on its own). The segments hold no per-request rows: each query computes them
+from the window's events, and `diagnose` computes them once for all its probes.
 """
 
 

@@ -5,15 +5,23 @@
 WITH cache AS (
   SELECT instance, lane, ts_utc, event, snapshot_bytes, used_bytes, parked, budget_bytes, slots
   FROM cache_events__all WHERE ts_utc < $to
-), rate AS (
-  SELECT instance, ts_utc,
-    count(*) OVER (PARTITION BY instance ORDER BY ts_utc
-                   RANGE BETWEEN {recent} PRECEDING AND CURRENT ROW) / {recent_minutes} AS per_minute,
-    count(*) OVER (PARTITION BY instance ORDER BY ts_utc
-                   RANGE BETWEEN {baseline_from} PRECEDING AND {baseline_to} PRECEDING) / {hourly_minutes} AS baseline,
-    count(*) OVER (PARTITION BY instance ORDER BY ts_utc
-                   RANGE BETWEEN {peak} PRECEDING AND CURRENT ROW) AS in_a_minute
+), evictions AS (  -- each eviction, with the evictions of its instance at or before its time (`ts`: the time as a
+  -- plain TIMESTAMP, whose arithmetic needs no time zone)
+  SELECT instance, ts_utc, make_timestamp(epoch_us(ts_utc)) AS ts, count(*) OVER (PARTITION BY instance ORDER BY ts_utc) AS upto
   FROM cache WHERE event = 'evict'
+), rate AS (  -- each RANGE frame's count as the difference of two of those, the earlier found by an ASOF join: DuckDB
+  -- evaluates a RANGE frame row by row (one ending before the current row slowest of all), most of a day's diagnose
+  SELECT e.instance, e.ts_utc,
+    (e.upto - coalesce(recent.upto, 0)) / {recent_minutes} AS per_minute,
+    (coalesce(baseline_to.upto, 0) - coalesce(baseline_from.upto, 0)) / {hourly_minutes} AS baseline,
+    e.upto - coalesce(peak.upto, 0) AS in_a_minute
+  FROM evictions e
+  ASOF LEFT JOIN evictions recent ON recent.instance IS NOT DISTINCT FROM e.instance AND recent.ts < e.ts - {recent}
+  ASOF LEFT JOIN evictions baseline_from
+    ON baseline_from.instance IS NOT DISTINCT FROM e.instance AND baseline_from.ts < e.ts - {baseline_from}
+  ASOF LEFT JOIN evictions baseline_to
+    ON baseline_to.instance IS NOT DISTINCT FROM e.instance AND baseline_to.ts <= e.ts - {baseline_to}
+  ASOF LEFT JOIN evictions peak ON peak.instance IS NOT DISTINCT FROM e.instance AND peak.ts < e.ts - {peak}
 ), share AS (
   SELECT instance, ts_utc, used_bytes / greatest(parked, 1) / budget_bytes AS snapshot_share
   FROM cache WHERE budget_bytes > 0 AND used_bytes IS NOT NULL

@@ -33,11 +33,15 @@ SOURCE_EV = re.compile(r"\bev_(\w+)\b")
 ROWS = re.compile(r"\brows_(requests_\w+)\b")
 
 
-def rows_source(table: str, from_events: bool) -> str:
+def rows_source(table: str, from_events: bool, shared: bool = False) -> str:
     """`rows_<table>`: the per-request rows of the window (widened by PAD), read from the store's table
     (an error if they wait for a fold: `behind_guard_sql`), or with `from_events` computed from the window's
-    events (Parquet, a store from before the rows, or one whose rows are behind)."""
+    events (Parquet, a store from before the rows, or one whose rows are behind); with `shared`, read from
+    the temp table of that name that the same computation filled once for every query of the window
+    (run.share_rows: diagnose's probes over Parquet)."""
     found = row_tables()[table]
+    if shared:
+        return f"rows_{table} AS (SELECT * FROM {table})"
     if from_events:
         return f"rows_{table} AS ({from_events_sql(found, f'ev_{found.source_kind}')})"
     return (
@@ -115,30 +119,35 @@ def needed_sources(sql: str, views: list[str], from_events: bool = False) -> lis
     return sorted({sk for sk in SOURCE_EV.findall(text) if sk in known} | rows)
 
 
-def ctes(sql: str, sources: dict[str, Any], json_events: bool = False, from_events: bool = False) -> list[str]:
+def ctes(
+    sql: str, sources: dict[str, Any], json_events: bool = False, from_events: bool = False, shared_rows: bool = False
+) -> list[str]:
     """The CTEs in front of `sql`. With `json_events` (Parquet segments of the JSON layout), each
     source kind's typed events are extracted from `events`' JSON fields instead of read from the
     store's `events_<source kind>` view; with it or `from_events` (segments, which hold no rows), the
-    per-request rows are computed from the window's events instead of read from the store's tables."""
+    per-request rows are computed from the window's events instead of read from the store's tables (with
+    `shared_rows`, read from the temp tables that computation filled once: `rows_source`)."""
     views = needed(sql)
     from_events = from_events or json_events
-    kinds = needed_sources(sql, views, from_events)
+    kinds = needed_sources(sql, views, from_events and not shared_rows)
     out = [f"source_kinds AS ({source_kinds_sql(sources)})", f"ev AS ({EV})"]
     if json_events:
         out += [f"{source_view(sk)} AS ({json_typed_select(sk, 'events', 'source_kinds')})" for sk in kinds]
     out += [ev_source(sk) for sk in kinds]
-    out += [rows_source(table, from_events) for table in needed_rows(sql, views)]
+    out += [rows_source(table, from_events, shared_rows) for table in needed_rows(sql, views)]
     for name in views:
         out.append(f"{name}__all AS ({VIEWS[name].sql.strip()})")
         out.append(f"{name} AS (SELECT * FROM {name}__all WHERE ts_utc >= $from AND ts_utc < $to)")
     return out
 
 
-def with_views(sql: str, sources: dict[str, Any], json_events: bool = False, from_events: bool = False) -> str:
+def with_views(
+    sql: str, sources: dict[str, Any], json_events: bool = False, from_events: bool = False, shared_rows: bool = False
+) -> str:
     """`sql` (one SELECT, which may start with comments and its own WITH) with the views it names in front."""
     text = sql.strip().rstrip(";")
     comments = re.match(r"(?:[ \t]*--[^\n]*\n)*", text).group(0)  # type: ignore[union-attr] # * matches always
     body = text[len(comments) :].lstrip()
-    head = ",\n".join(ctes(body, sources, json_events, from_events))
+    head = ",\n".join(ctes(body, sources, json_events, from_events, shared_rows))
     own = re.match(r"(?is)^with\s+(?!recursive\b)", body)
     return f"{comments}WITH {head},\n{body[own.end() :]}" if own else f"{comments}WITH {head}\n{body}"
