@@ -319,11 +319,11 @@ def test_a_duplicate_in_flight_is_answered_only_once_the_first_is_committed(tmp_
         store, gate, reached = agent.pipeline.store, threading.Event(), threading.Event()
         commit = store.commit
 
-        def gated(events, *rest):
+        def gated(events, *rest, **options):
             if any(e.kind == "alert" for e in events):
                 reached.set()  # marked as taken, submitted, and not committed: the window of the race
                 assert gate.wait(60)
-            return commit(events, *rest)
+            return commit(events, *rest, **options)
 
         monkeypatch.setattr(store, "commit", gated)
         body = notification(alert("firing", name="InFlight"))

@@ -44,9 +44,9 @@ def test_steps_follow_the_commits_not_the_wakes(tmp_path):
         steps[0] += 1
         return step()
 
-    def counted_commit() -> None:
+    def counted_commit(**options: bool) -> None:
         commits[0] += 1
-        commit()
+        commit(**options)
 
     pipeline.step, pipeline.committer.commit = counted_step, counted_commit  # type: ignore[method-assign]
     wake, stop = Wake(), threading.Event()
