@@ -60,7 +60,7 @@ def test_check_log_shows_what_it_cannot_read() -> None:
     result = CliRunner().invoke(app, ["check-log", str(UNKNOWN), "--preset", "llama_server"])
     assert result.exit_code == 0, result.output
     assert "37 unreadable (90%)" in result.output and "I [main] Strata 9.9.9 (build 9f9c9e9)" in result.output
-    assert "SpyglassSourceUnreadable" in result.output
+    assert "SpyglassSourceUnreadable" in result.output and "a source of its own kind" in result.output
     auto = CliRunner().invoke(app, ["check-log", str(UNKNOWN)])
     assert "read with preset strata (llama_server reads 10%, strata reads 90%" in auto.output
 

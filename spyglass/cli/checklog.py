@@ -135,13 +135,15 @@ def advice(preset: str, share: float, reading: Reading) -> str:
         return (
             "most lines have no shape spyglass knows: try the other --preset, check the capture, or add"
             " [sources.NAME.patterns] for them (docs/config.md); the drift alarm SpyglassSourceUnreadable"
-            " would fire on this log"
+            " would fire on this log. check-log reads engine logs (llama-server, Strata's engine): a gateway,"
+            " supervisord or switch log is a source of its own kind (docs/config.md)"
         )
     if not reading.events:
         return "no event: is this the server's log (not its stdout of another program)?"
+    guide = "docs/llama-server.md" if preset == "llama_server" else "docs/config.md"
     return (
         f'configure it as [sources.NAME] kind = "engine_log", preset = "{preset}", path = ... and run'
-        " `spyglass ingest --config FILE` (docs/llama-server.md)"
+        f" `spyglass ingest --config FILE` ({guide})"
     )
 
 
