@@ -20,12 +20,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 from conftest import wait_until
 from live_prometheus import ProcessGroups, scraping, start_prometheus
-from test_pager_e2e import DEFAULTS, Webhook, alertmanager_config, answers, deployment, pinned
+from test_pager_e2e import DEFAULTS, Webhook, answers, pager_setup, pinned
 
-from spyglass.engine.emulator.ports import free_port, free_port_base
+from spyglass.engine.emulator.ports import free_port_base
 from spyglass.engine.emulator.scenarios import SCENARIOS, run_scenario
 from spyglass.engine.emulator.stack import Stack
 
@@ -83,16 +82,7 @@ def test_the_pages_evidence_url_opens_the_figures_in_chromium(tmp_path: Path, up
         {"estimate_by_engine": True, "segment_records": 1, **scenario.gateway_patch},
         set(scenario.crash_loop),
     )
-    listen, am_port, prom_port = f"127.0.0.1:{free_port()}", free_port(), free_port()
-    config = deployment(stack, tmp_path, listen, hook.url)
-    rules = tmp_path / "alerts"
-    subprocess.run(
-        [sys.executable, "-m", "spyglass.cli.app", "rules", "--config", str(config), "--out", str(rules)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    (tmp_path / "am.yml").write_text(yaml.safe_dump(alertmanager_config(hook.url, f"http://{listen}/api/alerts")))
+    listen, am_port, prom_port, config, rules = pager_setup(stack, tmp_path, hook.url)
     group = ProcessGroups()
     try:
         stack.start()

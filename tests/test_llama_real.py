@@ -32,10 +32,9 @@ from pathlib import Path
 import httpx
 import pytest
 import tomli_w
-import yaml
 from conftest import wait_until
 from live_prometheus import ProcessGroups, query, scraping, start_prometheus
-from test_pager_e2e import DEFAULTS, Webhook, alertmanager_config, answers
+from test_pager_e2e import DEFAULTS, Webhook, answers, write_rules
 
 from spyglass.collectors.event import Event
 from spyglass.collectors.supervisord_log import SupervisordLogOptions, SupervisordLogSource
@@ -184,14 +183,7 @@ def deployment(spawns, llama: LlamaBuild, tmp_path_factory: pytest.TempPathFacto
     }
     config = folder / "spyglass.toml"
     config.write_text(tomli_w.dumps(document))
-    rules = folder / "alerts"
-    subprocess.run(
-        [sys.executable, "-m", "spyglass.cli.app", "rules", "--config", str(config), "--out", str(rules)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    (folder / "am.yml").write_text(yaml.safe_dump(alertmanager_config(hook.url, f"http://{listen}/api/alerts")))
+    rules = write_rules(config, folder, hook.url, listen)
     group = ProcessGroups()
     deployed = Deployment(stack, config, f"http://127.0.0.1:{prom_port}", f"http://{listen}", hook)
     watching = threading.Event()

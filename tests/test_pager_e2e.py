@@ -227,6 +227,27 @@ def deployment(stack: Stack, folder: Path, listen: str, hook: str) -> Path:
     return path
 
 
+def pager_setup(stack: Stack, folder: Path, hook: str) -> tuple[str, int, int, Path, Path]:
+    """Ports, the agent's config, its generated rules (`spyglass rules`) and Alertmanager's config in
+    `folder` for a pager test: (listen, Alertmanager port, Prometheus port, config, rules folder)."""
+    listen, am_port, prom_port = f"127.0.0.1:{free_port()}", free_port(), free_port()
+    config = deployment(stack, folder, listen, hook)
+    return listen, am_port, prom_port, config, write_rules(config, folder, hook, listen)
+
+
+def write_rules(config: Path, folder: Path, hook: str, listen: str) -> Path:
+    """`spyglass rules` for `config` into folder/alerts (returned), and Alertmanager's config in folder/am.yml."""
+    rules = folder / "alerts"
+    subprocess.run(
+        [sys.executable, "-m", "spyglass.cli.app", "rules", "--config", str(config), "--out", str(rules)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    (folder / "am.yml").write_text(yaml.safe_dump(alertmanager_config(hook, f"http://{listen}/api/alerts")))
+    return rules
+
+
 def firing_in_prometheus(api: str) -> set[tuple[str, str]]:
     alerts = httpx.get(f"{api}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
     return {(a["labels"]["alertname"], a["labels"].get("instance", "")) for a in alerts if a["state"] == "firing"}
@@ -267,16 +288,7 @@ def test_the_pager_rings_for_the_incident_and_stops_when_it_is_fixed(
         gateway,
         set(scenario.crash_loop),
     )
-    listen, am_port, prom_port = f"127.0.0.1:{free_port()}", free_port(), free_port()
-    config = deployment(stack, tmp_path, listen, webhook.url)
-    rules = tmp_path / "alerts"
-    subprocess.run(
-        [sys.executable, "-m", "spyglass.cli.app", "rules", "--config", str(config), "--out", str(rules)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    (tmp_path / "am.yml").write_text(yaml.safe_dump(alertmanager_config(webhook.url, f"http://{listen}/api/alerts")))
+    listen, am_port, prom_port, config, rules = pager_setup(stack, tmp_path, webhook.url)
     am_api, agent_api = f"http://127.0.0.1:{am_port}", f"http://{listen}"
     group, seen = ProcessGroups(), len(webhook)
     started = time.monotonic()
