@@ -213,6 +213,8 @@ def test_answers_are_bounded_and_say_so(start_agent):
     wrong = httpx.get(f"{url}/api/sql")  # a new user's first try: said what to send instead of "not found"
     assert wrong.status_code == 405 and wrong.headers["allow"] == "POST" and '{"query"' in wrong.text
     assert httpx.post(f"{url}/health").status_code == 405 and httpx.get(f"{url}/nowhere").status_code == 404
+    echoed = httpx.post(f"{url}/trace/" + "<script>" * 500)  # a GET-only route under a prefix
+    assert echoed.status_code == 405 and echoed.text == "/trace/ takes GET\n"
     started = time.monotonic()
     slow = sql(url, "SELECT count(*) FROM range(100000000000000)")
     assert slow.status_code == 400 and "interrupted after 4 s" in slow.json()["error"]

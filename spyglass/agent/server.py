@@ -260,10 +260,17 @@ class AgentHandler(BaseHTTPRequestHandler):
             return
         if route is None:
             other = "POST" if method == "GET" else "GET"
-            if site.routes.get((other, path)) or site.routes.get((other, prefix(path))):
-                hint = ' with a JSON body {"query": "SELECT ..."}' if path == "/api/sql" else ""
+            known = (
+                path
+                if site.routes.get((other, path))
+                else prefix(path)
+                if site.routes.get((other, prefix(path)))
+                else ""
+            )
+            if known:  # named by the route, never by the rest of the path the client sent
+                hint = ' with a JSON body {"query": "SELECT ..."}' if known == "/api/sql" else ""
                 self.close_connection = method == "POST"  # its body is not read
-                self.answer(405, "text/plain", f"{path} takes {other}{hint}\n".encode(), {"Allow": other})
+                self.answer(405, "text/plain", f"{known} takes {other}{hint}\n".encode(), {"Allow": other})
                 return
             self.answer(404, "text/plain", b"not found\n")
             return
