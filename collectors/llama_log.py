@@ -72,6 +72,7 @@ MAX_TASKS = 4096
 MAX_SHAPES = 64
 JOINED = "joined"  # a line that became part of another line's event (timing lines)
 STAMP = Miss.invalid("stamp")
+UNUSABLE = frozenset({Miss.UNMATCHED, Miss.UNPREFIXED})
 
 _TASKED: dict[str, FieldType] = {"task": "int", "slot": "int"}
 LLAMA_FIELDS: SourceFields = {
@@ -259,10 +260,13 @@ class LlamaLogSource(LineSourceBase):
         events: list[Event] = []
         for begins, run in self._segments(items, misses):
             events += self._segment_events(begins, run, misses)
-        unreadable = misses[Miss.UNMATCHED] + misses[Miss.UNPREFIXED]
+        # Unusable: of no shape or pattern known, or refused (a stamp, a wrapper's clock or body): the drift alarm's
+        # count. The running count is stored with each batch that has an unreadable line (a lone refused line adds
+        # no event of its own: one bad stamp changes nothing but its count).
+        unusable = sum(n for miss, n in misses.items() if miss in UNUSABLE or miss.startswith(Miss.INVALID))
         self.lines_read += len(lines)
-        self.lines_unread += unreadable
-        if unreadable:
+        self.lines_unread += unusable
+        if unread:
             events.append(self._unread(events, items, unread))
         return events, misses, unread[:512]
 
