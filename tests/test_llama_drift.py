@@ -121,6 +121,11 @@ TACTICS = {
         "4320.00.000.000 I slot launch_slot_: id  0 | task 9 | processing task, is_child = 0",
         FORGED_EVICT.format(n=n),
     ],
+    # lines whose wrapper's clock no file or agent can have (the year 9999): invalid, and no anchor
+    "forged clocks": lambda n: [
+        "<13>1 9999-12-31T23:59:59Z host llama - - - 0.00.000.001 I srv  llama_server: initializing ...",
+        FORGED_EVICT.format(n=n),
+    ],
     # one unreadable line a batch: the batch's `unread` event must not count as a line
     "one line a batch": lambda n: [UNKNOWN_LINE],
 }
