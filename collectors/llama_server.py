@@ -114,6 +114,11 @@ class LlamaServerOptions(PolledOptions):
     max_body_bytes: int = Field(1 << 20, ge=1024, description="A longer body is a poll error (too_large).")
     max_backoff_seconds: float = Field(60.0, gt=0, description="Longest wait between polls while it fails.")
 
+    def next_poll_within(self) -> float:
+        """Seconds within which the next poll is due, even while the endpoint fails (the longest backoff):
+        the poller's events are llama-server's liveness (SpyglassSourceSilent), its idle log says nothing."""
+        return max(self.interval_seconds, self.max_backoff_seconds) + self.timeout_seconds
+
 
 def value_ok(name: str, value: object) -> bool:
     """Every llamacpp family counts or measures something that is never negative; a ratio is at most 1."""
