@@ -5,12 +5,12 @@ each field it fills, so no two positional strings can be swapped unnoticed."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from spyglass.collectors.engine_log import EngineLogOptions
 from spyglass.collectors.serve_status import ServeStatusOptions
 from spyglass.config import AlertsConfig, Config, LaneObjective, SignalsConfig
+from spyglass.resources import beside
 
 Severity = Literal["critical", "warning", "info"]
 
@@ -174,6 +174,7 @@ class Deployment:
 
 
 def probe_sql(module: str, **values: object) -> str:
-    """The probe SQL beside a heuristic's module (`hNN_name.sql` for `hNN_name.py`), with each
-    `{name}` filled from `values` (str.format: a literal brace is doubled)."""
-    return Path(module).with_suffix(".sql").read_text().strip().format(**values)
+    """The probe SQL beside a heuristic's module (`hNN_name.sql` for the module `__name__` names), with
+    each `{name}` filled from `values` (str.format: a literal brace is doubled). Package data, so an
+    installed spyglass reads it as a checkout does."""
+    return beside(module, ".sql").strip().format(**values)
