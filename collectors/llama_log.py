@@ -54,6 +54,7 @@ from spyglass.collectors.event import Event
 from spyglass.collectors.fields import ERROR_KIND, FieldType, SourceFields, from_patterns
 from spyglass.collectors.grammar import Miss
 from spyglass.collectors.llama_grammar import PATTERNS, START_MARKERS, TEXT_FIELDS, Line, LlamaLineParser
+from spyglass.collectors.llama_noise import SIGNAL_MARK, opens_block, shape
 from spyglass.collectors.llama_process import ARG_FLAGS, Writer, find_writer, parse_args, process_start, request_id
 from spyglass.collectors.llama_wrap import unwrap
 from spyglass.collectors.timebounds import EARLIEST_SECONDS, FUTURE_SLACK_SECONDS
@@ -77,6 +78,7 @@ BACKSTEP = 1.0  # seconds a stamp may go back without being a restart (the logge
 SPIKE = 60.0  # seconds a lone stamp may run ahead of the lines around it before it is refused
 MAX_TASKS = 4096
 MAX_SHAPES = 64
+MAX_CONTINUED = 256  # lines a multi-line message may run over (a chat template dump is under 200)
 JOINED = "joined"  # a line that became part of another line's event (timing lines)
 AGREE = 2.0  # seconds two lines' implied start instants may differ by and agree (1 s stamps, clock ticks)
 STAMP = Miss.invalid("stamp")
@@ -196,11 +198,13 @@ class LlamaLogSource(LineSourceBase):
         self.segment: Segment | None = None
         self.captures: Counter[str] = Counter()  # lines per capture (check-log)
         self.forms: Counter[str] = Counter()  # lines per llama.cpp format (check-log)
-        self.shapes: Counter[str] = Counter()  # unreadable lines by shape (check-log)
+        self.shapes: Counter[str] = Counter()  # unreadable lines by shape (check-log, /debug/sources)
+        self.max_shapes: int | None = MAX_SHAPES  # None: every shape (check-log --catalogue)
         self.builds: list[str] = []  # the builds the log named
         self.anchors: list[str] = []  # how each segment was placed in time
         self.lines_read = self.lines_unread = 0  # since the source's first line (checkpointed): the `unread` event
         self.doubt: float | None = None  # the segment's doubt at the end of the last batch (see _segments)
+        self.continuing = 0  # lines since one that may go on over lines of no shape (1: that line), 0: none
 
     # -- the LineSource protocol ------------------------------------------------------------------
     def file_mtime(self, mtime: float) -> None:
@@ -263,6 +267,14 @@ class LlamaLogSource(LineSourceBase):
                 misses[Miss.IGNORED] += 1
                 continue
             result = self.parser.parse(wrapped.payload)
+            if result == Miss.UNPREFIXED and 0 < self.continuing <= MAX_CONTINUED:
+                self.continuing += 1  # a line of a multi-line message (a chat template, a quoted value)
+                misses[Miss.IGNORED] += 1
+                continue
+            if opens_block(wrapped.payload):
+                self.continuing = 1
+            elif not (result == Miss.IGNORED and self.continuing and not wrapped.payload[:1].isdigit()):
+                self.continuing = 0  # a known line of no stamp within a multi-line message does not end it
             if isinstance(result, str):
                 misses[result] = misses.get(result, 0) + 1
                 if result in (Miss.UNMATCHED, Miss.UNPREFIXED):
@@ -312,10 +324,12 @@ class LlamaLogSource(LineSourceBase):
         )
 
     def _shape(self, payload: bytes) -> None:
-        """The unreadable line's shape: digits as 9, its first 60 bytes (bounded: check-log's top shapes)."""
-        shape = payload[:60].translate(DIGITS).decode("utf-8", "replace")
-        if shape in self.shapes or len(self.shapes) < MAX_SHAPES:
-            self.shapes[shape] += 1
+        """The unreadable line's shape, as the noise catalogue writes one (bounded: check-log's and /debug/sources'
+        list); a line that holds a signal pattern's words is marked so: a reworded signal, not noise to add."""
+        key = self.parser.noise_key(payload)
+        found = shape(key) if key is not None else SIGNAL_MARK + shape(self.parser.message_key(payload))
+        if found in self.shapes or self.max_shapes is None or len(self.shapes) < self.max_shapes:
+            self.shapes[found] += 1
 
     # -- segments and their start instants --------------------------------------------------------
     def _segments(self, items: list[Item], misses: dict[str, int]) -> list[tuple[Start | None, list[Item]]]:
