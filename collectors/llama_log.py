@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spyglass.collectors import LineSourceBase
+from spyglass.collectors import LineSourceBase, register_preset
+from spyglass.collectors import engine_log as _kind  # noqa: F401 - the kind this preset extends, registered first
 from spyglass.collectors.clock import Clock, SystemClock
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import ERROR_KIND, FieldType, SourceFields, from_patterns
@@ -176,8 +177,12 @@ class Segment:
         return self.start + self.last_rel
 
 
+@register_preset("engine_log", "llama_server", fields=LLAMA_FIELDS)
 class LlamaLogSource(LineSourceBase):
     """llama-server log lines in, Strata-shaped events out (see the module's rules for time)."""
+
+    idle_lines = None  # llama-server writes nothing while idle: its liveness is the poller's /health
+    reports_unread = True  # its `unread` events replay the drift alarm (spyglass/alerting/backfill.py)
 
     parse_note = "per line (llama_server preset)"
 
