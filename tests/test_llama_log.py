@@ -468,3 +468,31 @@ def test_an_anchor_later_lines_contradict_is_dropped(tmp_path: Path) -> None:
     src.restore(src.checkpoint() or {})
     again, _, _ = read(src, [journald(START + 20, f"0.20.000.000 {EVICT}")], START + 21)
     assert [round(e.ts - START) for e in again if e.kind == "evict"] == [20]
+
+
+def test_two_forged_stamps_in_a_row_neither_freeze_nor_rewind_the_eviction_counter(tmp_path: Path) -> None:
+    """Round 4: two lines stamped back in time start a phantom process; its evict lines then count from 1,
+    below the 30 already exported, and were dropped as implausible: 30 stayed 30 after 25 more evictions.
+    The counter is a sum of the evict events stored: 55, and it never went down on the way."""
+    config = parse_config(
+        {"sources": {"engine-a": {"kind": "engine_log", "preset": "llama_server", "path": str(tmp_path / "l.log")}}}
+    )
+    config.sources["engine-a"].instance, config.sources["engine-a"].lane = "llama-a", "normal"
+    state: MetricState = metric_state(config)
+    signals = build_signals(config, state)["engine_log"]
+    src = source(tmp_path, [None, None])
+    key = ("llama-a", "normal")
+    seen: list[float] = []
+
+    def apply(lines: list[str], mtime: float) -> None:
+        for event in read(src, lines, mtime)[0]:
+            signals.apply(event)
+            seen.append(state.series("spyglass_engine_evictions_total").get(key, 0.0))
+
+    apply([*banner(), *(f"0.{10 + n // 10}.{n % 10:01d}00.000 {EVICT}" for n in range(30))], START + 14)
+    forged = "0.00.500.000 E srv    load_model: failed to load model, '/models/gone.gguf'"
+    apply([forged, forged], START + 14)
+    apply([f"0.{20 + n // 10}.{n % 10:01d}00.000 {EVICT}" for n in range(25)], START + 23)
+    assert state.series("spyglass_engine_evictions_total")[key] == 55
+    assert seen == sorted(seen)
+
