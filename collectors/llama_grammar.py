@@ -28,11 +28,11 @@ its message (wording drift), and `unprefixed` when it has no shape spyglass know
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from spyglass.collectors import bounded_json
 from spyglass.collectors.grammar import Miss, PatternOverride, build_kinds
 
 STAMP = re.compile(rb"(?P<min>\d{1,9})\.(?P<sec>\d\d)\.(?P<ms>\d{3})\.(?P<us>\d{3}) ")
@@ -331,7 +331,9 @@ class LlamaLineParser:
 
     def _json(self, line: bytes) -> Line | str:
         try:
-            record = json.loads(line)
+            record = bounded_json.loads(line, bounded_json.MAX_LINE_BYTES)
+        except bounded_json.TooLarge:
+            return Miss.invalid("json")  # nested or sized past the bound: one invalid line, never a lost batch
         except ValueError:
             return Miss.UNPREFIXED
         if not isinstance(record, dict) or not isinstance(record.get("level"), str):
@@ -365,8 +367,8 @@ def extras(text: bytes) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, raw in EXTRA.findall(text):
         try:
-            out[key.decode()] = json.loads(raw)
-        except ValueError:
+            out[key.decode()] = bounded_json.loads(raw, bounded_json.MAX_LINE_BYTES)
+        except ValueError:  # not JSON, or past the bounds (TooLarge): kept as text
             out[key.decode()] = raw.decode("utf-8", "replace")
     return out
 

@@ -496,3 +496,42 @@ def test_two_forged_stamps_in_a_row_neither_freeze_nor_rewind_the_eviction_count
     assert state.series("spyglass_engine_evictions_total")[key] == 55
     assert seen == sorted(seen)
 
+
+# -- adversarial round 4: a deeply nested line is one invalid line, never a lost batch ----------------------
+DEEP = {
+    # a 60 KB journald JSON line nested 5,000 deep
+    "journald json": b'{"__REALTIME_TIMESTAMP": "1796000005000000", "MESSAGE": "x", "a": '
+    + b"[" * 5000
+    + b"]" * 5000
+    + b"}",
+    # llama.cpp's 2024 JSON log
+    "2024 json": b'{"level": "INFO", "msg": "x", "a": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+    # a 2024 text line's ` | key=value` tail
+    "2024 extras": b"INFO [            main] x | tid=1 timestamp=1796000005 a=" + b"[" * 5000 + b"]",
+}
+
+
+@pytest.mark.parametrize("line", list(DEEP.values()), ids=list(DEEP))
+def test_a_line_nested_five_thousand_deep_costs_itself_only(tmp_path: Path, line: bytes) -> None:
+    """Round 4: RecursionError escaped the JSON wrapper's decoder and every line of the batch was counted
+    invalid (16 of 398 evictions counted at one such line a second). Now it is at most that one line."""
+    src = source(tmp_path, [None])
+    src.file_mtime(START + 9)
+    lines = [f"{text}\n".encode() for text in [*banner(), f"0.05.000.000 {EVICT}"]]
+    events, misses, _ = src.handle_lines([*lines, line + b"\n", f"0.06.000.000 {EVICT}\n".encode()])
+    assert evictions(events) == [1, 2]
+    assert sum(n for miss, n in misses.items() if miss != "joined") <= 1, misses
+
+
+def test_check_log_reads_a_deeply_nested_line_as_one_invalid_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from spyglass.cli.app import app
+
+    log = tmp_path / "deep.log"
+    log.write_bytes(
+        b"\n".join([*(t.encode() for t in banner()), DEEP["journald json"], f"0.05.000.000 {EVICT}".encode()])
+    )
+    result = CliRunner().invoke(app, ["check-log", str(log), "--preset", "llama_server"])
+    assert result.exit_code == 0 and result.exception is None, result.output
+    assert "1 invalid" in result.output and "evict 1" in result.output, result.output
