@@ -20,6 +20,7 @@ from loguru import logger
 from spyglass import __version__, collectors, signals
 from spyglass.agent.affinity import cpu_list
 from spyglass.agent.commit import Committer
+from spyglass.agent.unreadable import UnreadableWatch
 from spyglass.collectors import LineSource, NotesItsParser, PolledSource, PollPolicy, SaysWhatItSamples, timebounds
 from spyglass.collectors.clock import Clock
 from spyglass.collectors.event import Event
@@ -29,6 +30,14 @@ from spyglass.config import Config
 from spyglass.exporters.statefile import Store
 from spyglass.signals import Signals, SignalsLinks, SignalsSettings
 from spyglass.signals.state import MetricState
+
+
+def unreadable_watch(config: Config) -> UnreadableWatch:
+    """The running agent's warning of an unreadable source, at H19's thresholds for this deployment."""
+    from spyglass.alerting.heuristics import Deployment, by_id
+
+    h19 = by_id(Deployment.of(config))["H19"]
+    return UnreadableWatch(h19.threshold("unreadable_share"), int(h19.threshold("unreadable_lines")))
 
 
 def build_signals(config: Config, state: MetricState) -> dict[str, Signals]:
@@ -160,6 +169,7 @@ class Pipeline:
         if bind is not None:  # the typed store files each event under its source's kind
             bind(config.source_kinds())
         self.state = metric_state(config)
+        self.unreadable = unreadable_watch(config)
         saved = store.load()
         if saved.metrics:
             self.state.load_json(saved.metrics)
@@ -493,6 +503,10 @@ class Pipeline:
             )
 
     def _update_health(self, rt: TailedRuntime) -> None:
+        preset = getattr(self.config.sources[rt.name], "preset", None)
+        self.unreadable.look(
+            rt.name, rt.outcomes, f"spyglass check-log {rt.tailer.path}" + (f" --preset {preset}" if preset else "")
+        )
         tailer = rt.tailer
         s, key, stats = self.state, (rt.name,), tailer.stats
         s.set("spyglass_source_up", key, 1.0 if tailer.error is None and tailer.live else 0.0)
@@ -514,12 +528,17 @@ class Pipeline:
         s.set("spyglass_source_lag_bytes", key, tailer.lag_bytes())
 
     def problems(self) -> list[str]:
-        """What /health names: each file source whose path holds something it refuses to read."""
-        return [
+        """What /health names: each file source whose path holds something it refuses to read, and what a
+        polled source says it cannot read (an endpoint switched off: llama-server's /metrics without --metrics)."""
+        found = [
             f"source {rt.name}: {rt.tailer.path} is {rt.tailer.error}"
             for rt in self.tailed_sources()
             if rt.tailer.error is not None and rt.tailer.error.startswith(("not a regular", "a symlink loop"))
         ]
+        for rt in self.polled_sources():
+            says = getattr(rt.source, "problems", None)
+            found += says() if callable(says) else []
+        return found
 
     def debug_sources(self) -> dict[str, Any]:
         """Per-source state for /debug/sources: error, outcomes, the last line no pattern matched,

@@ -170,7 +170,12 @@ SPECS = [
     spec("spyglass_engine_model_checksum_mismatches_total", "counter", "Model files whose md5 did not match."),
     spec("spyglass_engine_starts_total", "counter", "Engine process starts seen in the log."),
     spec("spyglass_engine_start_time_seconds", "gauge", "Unix time of the last engine process start.", unit="seconds"),
-    spec("spyglass_engine_ready", "gauge", "1 once the engine logged ready, 0 from its start line until then."),
+    spec(
+        "spyglass_engine_ready",
+        "gauge",
+        "1 once the engine logged ready, 0 from its start line until then; for llama-server also as its /health"
+        " answers: 0 while it does not answer or loads.",
+    ),
     spec(
         "spyglass_engine_load_duration_seconds",
         "gauge",
