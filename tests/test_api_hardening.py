@@ -553,6 +553,10 @@ def test_with_a_token_every_path_but_metrics_and_health_requires_it(start_agent)
             assert response.status_code == 401, (path, headers)
             assert response.headers["WWW-Authenticate"] == "Bearer"
     assert httpx.get(f"{url}/debug/sources", headers=auth).status_code == 200
+    # round 4: the scheme is case-insensitive (RFC 7235), and every refusal says nosniff
+    assert httpx.get(f"{url}/debug/sources", headers={"Authorization": f"bearer {TOKEN}"}).status_code == 200
+    refused = httpx.get(f"{url}/nope", headers=auth)
+    assert refused.status_code == 404 and refused.headers["X-Content-Type-Options"] == "nosniff"
     assert sql(url, "SELECT count(*) FROM events", auth).json()["rows"] == [[35]]
     out = subprocess.run(
         [
@@ -602,3 +606,23 @@ def test_an_otlp_attribute_nested_three_thousand_deep_is_refused_as_no_export():
     body = _field(1, _field(2, _field(2, span + _field(9, _field(1, b"a") + _field(2, value)))))
     with pytest.raises(ValueError, match="not an OTLP trace export"):
         decode_spans(body, now=time.time())
+
+
+def test_a_request_that_keeps_failing_logs_one_traceback_then_counts():
+    """Round 4: 2,000 requests failing in 8 s added 15.7 MB of tracebacks to the agent's log."""
+    from loguru import logger
+
+    from spyglass.agent import server
+
+    lines: list[str] = []
+    sink = logger.add(lines.append, format="{message}")
+    try:
+        for _ in range(2000):
+            try:
+                raise OverflowError("date value out of range")
+            except OverflowError as exc:
+                server.failed(exc, "GET /evidence/X")
+    finally:
+        logger.remove(sink)
+    assert sum("Traceback" in line for line in lines) == 1 and len(lines) <= 5, lines
+    assert server.FAILURES["OverflowError"] >= 2000
