@@ -20,7 +20,6 @@ from incidents.windows import BY_NAME
 from spyglass.cli import warm
 from spyglass.engine.emulator.ports import free_port
 
-pytestmark = pytest.mark.usefixtures("spawns")  # ingest, the commands, an agent and its query processes
 SPYGLASS = str(Path(sys.executable).parent / "spyglass")
 WINDOW = ["--from", "2026-10-17 14:00", "--to", "2026-10-17 14:20"]
 
@@ -60,7 +59,7 @@ def here(argv: list[str], columns: str | None = None) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def store(tmp_path_factory, spawns):
     """Incident 3's window ingested into a store, an agent's listen address in its config."""
     folder = tmp_path_factory.mktemp("warm")
     config = BY_NAME["incident3"].build(folder)
@@ -143,8 +142,14 @@ def test_what_the_client_must_run_itself_is_refused_or_not_sent(store, agent, tm
     assert httpx.get(f"http://{agent}/health").status_code == 200  # and the agent lives on
 
 
-def test_the_client_imports_nothing_heavy() -> None:
+def test_the_client_imports_nothing_heavy(spawns) -> None:
     heavy = {"duckdb", "pyarrow", "typer", "pydantic", "rich", "httpx", "loguru", "numpy"}
     probe = f"import sys, spyglass.cli.warm; print(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy!r}))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_client_names_the_commands_the_agent_answers() -> None:
+    from spyglass.cli import answered
+
+    assert set(answered.COMMANDS) == warm.COMMANDS

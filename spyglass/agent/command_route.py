@@ -3,8 +3,8 @@
 The body names the command's words (its config's path absolute), what it reads on stdin and the client's
 terminal; the answer is {"exit", "stdout", "stderr"}: what the command printed, as it would have printed
 it there. Every query it makes is /api/sql's (`ask`): a warm read-only process on the store's newest copy,
-with /api/sql's bounds and sandbox. The agent runs only the commands of `warm.COMMANDS`, only for its own
-config file, and nothing that reads or writes a file the client names (`warm.HERE_ONLY`): those answer
+with /api/sql's bounds and sandbox. The agent runs only the commands of `serving.COMMANDS`, only for its own
+config file, and nothing that reads or writes a file the client names (`serving.HERE_ONLY`): those answer
 409, and the client runs the command itself.
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 
 from loguru import logger
 
+from spyglass import serving
 from spyglass.agent.query import Answer
-from spyglass.cli import warm
 
 COMMAND = "/api/command"
 _local = threading.local()
@@ -92,9 +92,9 @@ def captured(stdin: str, tty: bool) -> Iterator[tuple[io.StringIO, io.StringIO]]
 
 def refusal(argv: list[str], at: int, config_path: Path | None) -> str | None:
     """Why the agent does not run these words (the client then runs them itself), or None."""
-    if not argv or argv[0] not in warm.COMMANDS:
+    if not argv or argv[0] not in serving.COMMANDS:
         return "not a command the agent runs"
-    if any(a.split("=", 1)[0] in warm.HERE_ONLY for a in argv):
+    if any(a.split("=", 1)[0] in serving.HERE_ONLY for a in argv):
         return "the command reads or writes a file on the client's side"
     if not 0 < at < len(argv) or argv[at - 1] not in ("--config", "-c"):
         return "no --config"
@@ -105,7 +105,7 @@ def refusal(argv: list[str], at: int, config_path: Path | None) -> str | None:
 
 def run(argv: list[str], stdin: str, terminal: dict[str, Any], ask: Callable[[str], Answer]) -> dict[str, Any]:
     """The command's exit status and output, run here with every query through `ask`."""
-    from spyglass.cli.app import app
+    from spyglass.cli.answered import answered_app
     from spyglass.cli.console import CLIENT, Terminal
     from spyglass.forensics.run import session
 
@@ -115,7 +115,7 @@ def run(argv: list[str], stdin: str, terminal: dict[str, Any], ask: Callable[[st
     with captured(stdin, client.size is not None) as (out, err), session(ask=ask):
         token = CLIENT.set(client)
         try:
-            app(args=argv, prog_name="spyglass")
+            answered_app()(args=argv, prog_name="spyglass")
         except SystemExit as exc:
             status = exc.code
         except Exception as exc:  # noqa: BLE001 - a bug: the client hears of it, the agent goes on
@@ -147,7 +147,7 @@ def command(config_path: Path | None, ask: Callable[[str], Answer], request: Any
         environ = terminal.get("environ") or {}
         if not isinstance(environ, dict) or not all(isinstance(v, str) for v in environ.values()):
             raise ValueError("terminal.environ must map names to strings")
-        terminal = {"environ": {k: v for k, v in environ.items() if k in warm.ENVIRON}, "size": size}
+        terminal = {"environ": {k: v for k, v in environ.items() if k in serving.ENVIRON}, "size": size}
     except (ValueError, KeyError, TypeError) as exc:
         request.answer(400, "application/json", json.dumps({"error": str(exc)}).encode())
         return

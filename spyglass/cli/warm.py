@@ -17,9 +17,8 @@ import os
 import socket
 import sys
 
-COMMANDS = frozenset({"timeline", "requests", "trace", "sql", "report", "views"})
-HERE_ONLY = ("--parquet", "--html", "--file", "--help")  # files on this side, or typer's help: run here
-ENVIRON = ("TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
+from spyglass.serving import COMMANDS, ENVIRON, HERE_ONLY
+
 CONNECT_SECONDS = 1.0
 ANSWER_SECONDS = 3600.0  # the longest sql_timeout_seconds a config may set; the agent bounds each query
 
