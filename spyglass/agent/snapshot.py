@@ -9,6 +9,7 @@ a process of its own (spyglass.agent.query.run_bounded).
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import tempfile
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import duckdb
 
-from spyglass.exporters import event_schema
+from spyglass.exporters import event_schema, request_rows
 from spyglass.exporters.duckdb_open import connect
 from spyglass.exporters.store import SCHEMA
 
@@ -178,7 +179,8 @@ class Snapshots:
                     (event_schema.quoted(name), f"WHERE seq >= {start} AND seq < {end}")
                     for name in event_schema.table_names()
                 ]
-                for table, where in (*events, ("checkpoints", ""), ("agent_state", ""), ("store_schema", "")):
+                whole = [("checkpoints", ""), ("agent_state", ""), ("store_schema", "")]
+                for table, where in (*events, *whole, *self._rows(cursor, out)):
                     out.register("batch", cursor.sql(f"SELECT * FROM {table} {where}").to_arrow_reader(BATCH_ROWS))
                     out.execute(f"INSERT INTO {table} SELECT * FROM batch")
                     out.unregister("batch")
@@ -196,6 +198,25 @@ class Snapshots:
             )
         partial.rename(path)
         return Copy(path, as_of, end)
+
+    @staticmethod
+    def _rows(cursor: duckdb.DuckDBPyConnection, out: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+        """The per-request row tables to copy whole, emptied in `out`: all of them when the store's rows hold
+        every stored event (an idle agent's, after its fold), so the commands read them as from the file; none
+        while they wait for a fold (the copy's agent_state says so, and its readers compute them from events)."""
+        state = cursor.execute("SELECT state FROM agent_state WHERE name = ?", [request_rows.STATE]).fetchall()
+        if state and json.loads(state[0][0]).get("behind"):
+            return []
+        names = [
+            t
+            for t in request_rows.row_tables()
+            if cursor.execute(f"SELECT 1 FROM duckdb_tables() WHERE table_name = '{t}'").fetchall()
+        ]
+        for statement in request_rows.create_statements():
+            out.execute(statement)
+        for name in names:
+            out.execute(f"DELETE FROM {event_schema.quoted(name)}")
+        return [(event_schema.quoted(name), "") for name in names]
 
     @staticmethod
     def _finish(out: duckdb.DuckDBPyConnection) -> None:
