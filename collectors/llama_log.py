@@ -90,7 +90,7 @@ LLAMA_FIELDS: SourceFields = {
             },
         ).items()
         if not kind.startswith("timing_")
-        and kind not in ("launch", "model", "ready", "evict", "release", "crash", "build")
+        and kind not in ("launch", "model", "ready", "evict", "release", "crash", "build", "build_params")
     },
     "start": {
         "build_name": "text",
@@ -190,6 +190,7 @@ class LlamaLogSource(LineSourceBase):
         self.anchors: list[str] = []  # how each segment was placed in time
         self.lines_read = self.lines_unread = 0  # since the source's first line (checkpointed): the `unread` event
         self.continuing = 0  # lines since one that may go on over lines of no shape (1: that line), 0: none
+        self.dated: float | None = None  # the time a runner's header line gave the lines after it (LM Studio)
 
     # -- the LineSource protocol ------------------------------------------------------------------
     def file_mtime(self, mtime: float) -> None:
@@ -245,7 +246,15 @@ class LlamaLogSource(LineSourceBase):
             wrapped = unwrap(raw.rstrip(b"\r\n"), ref, self.options.tz)
             self.captures[wrapped.capture] += 1
             if wrapped.foreign:
+                if wrapped.dating:
+                    self.dated = wrapped.wall  # LM Studio's header: the time of the lines after it
                 misses[Miss.IGNORED] += 1
+                continue
+            wall = wrapped.wall if wrapped.wall is not None else self.dated
+            glued = self.parser.glued(wrapped.payload)
+            if glued:  # two messages on one line, each read (ik_llama.cpp's checkpoint line, then a 2024 one)
+                self.forms.update(line.form for line in glued)
+                items += [Item(line, wall if line.wall is None else line.wall) for line in glued]
                 continue
             result = self.parser.parse(wrapped.payload)
             if result == Miss.UNPREFIXED and 0 < self.continuing <= MAX_CONTINUED:
@@ -267,7 +276,7 @@ class LlamaLogSource(LineSourceBase):
                 misses[Miss.UNMATCHED] += 1
                 unread = raw
                 self._shape(wrapped.payload)
-            items.append(Item(result, wrapped.wall if wrapped.wall is not None else result.wall))
+            items.append(Item(result, wrapped.wall if wrapped.wall is not None else result.wall or self.dated))
         events: list[Event] = []
         for begins, run in self._segments(items, misses):
             events += self._segment_events(begins, run, misses)

@@ -19,7 +19,7 @@ from spyglass.cli.app import app
 from spyglass.cli.checklog import read_log
 from spyglass.collectors.clock import ManualClock
 from spyglass.collectors.grammar import Miss
-from spyglass.collectors.llama_grammar import PATTERNS, SIGNAL_2024, Line, LlamaLineParser
+from spyglass.collectors.llama_grammar import ALIASES, PATTERNS, SIGNAL_2024, Line, LlamaLineParser
 from spyglass.collectors.llama_noise import RESERVED, SIGNAL_MARK, Catalogue, shape
 from spyglass.collectors.llama_shapes import SHAPES
 from spyglass.collectors.llama_wrap import unwrap
@@ -29,7 +29,11 @@ from spyglass.exporters.statefile import StateFile
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # Real logs, the recorded builds' first (every version, verbosity and mode), then users' public ones.
-REAL = sorted(FIXTURES.glob("llama/*/*/server.log")) + [FIXTURES / "llama_server" / "llama-server.log"]
+REAL = (
+    sorted(FIXTURES.glob("llama/*/*/server.log"))
+    + sorted(FIXTURES.glob("llama_levels/*/*/server.log"))
+    + [FIXTURES / "llama_server" / "llama-server.log"]
+)
 PUBLIC = sorted((FIXTURES / "llama_users").glob("*.log"))
 MTIME = 1_796_000_000.0
 PARSER = LlamaLineParser()
@@ -46,7 +50,7 @@ def kind_of(payload: bytes) -> str | None:
 
 def first_lines(kind: str) -> tuple[Path, list[int]]:
     """The first real log with lines of `kind` that hold its literal, and those lines' numbers."""
-    literal = LITERALS[kind].encode()
+    literal, kind = LITERALS[kind].encode(), ALIASES.get(kind, kind)
     for path in REAL + PUBLIC:
         lines = path.read_bytes().splitlines()
         found = [n for n, raw in enumerate(lines) if literal in raw and kind_of(unwrap(raw, MTIME).payload) == kind]
@@ -91,7 +95,7 @@ def test_a_reworded_signal_literal_is_unreadable_on_metrics_and_in_check_log(kin
     reworded = list(lines)
     for n in numbers:
         reworded[n] = lines[n].replace(literal.encode(), reword(literal).encode(), 1)
-    assert all(kind_of(unwrap(reworded[n].rstrip(), MTIME).payload) != kind for n in numbers)
+    assert all(kind_of(unwrap(reworded[n].rstrip(), MTIME).payload) != ALIASES.get(kind, kind) for n in numbers)
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     before, _ = unreadable_on_metrics(tmp_path / "a", b"".join(lines))
@@ -196,3 +200,33 @@ def test_a_recorded_run_is_read_but_for_its_signals_in_the_making(path: Path) ->
     left = {s for s in reading.source.shapes if not any(w in s for w in RESERVED)}
     assert left <= {"{…}"}, left
     assert reading.misses[Miss.UNPREFIXED] + reading.misses[Miss.UNMATCHED] == reading.unreadable
+
+
+NOISE_FLOOR = [
+    *sorted(FIXTURES.glob("llama_levels/*/lv*/server.log")),
+    *sorted(FIXTURES.glob("llama/*/default/server.log")),
+    *sorted(FIXTURES.glob("llama/*/verbose/server.log")),
+]
+
+
+def noise_floor_rows() -> str:
+    """docs/llama-server.md's table of the drift alarm's noise floor, measured on the recorded real runs."""
+    rows = []
+    for path in NOISE_FLOOR:
+        reading = read_log(path, "llama_server", shapes=None)
+        version, mode = path.parts[-3], path.parts[-2]
+        flags = {"default": "default (3)", "verbose": "`-v`"}.get(mode, f"`-lv {mode[2:]}`")
+        share = reading.unreadable / reading.lines if reading.lines else 0.0
+        shapes = reading.source.shapes.most_common()
+        left = ", ".join(f"`{s}` ({n})".replace("|", "\\|") for s, n in shapes) or "none"
+        rows.append(f"| {version} | {flags} | {reading.lines:,} | {reading.unreadable:,} | {share:.1%} | {left} |")
+    return "\n".join(rows)
+
+
+def test_the_noise_floor_is_measured_in_the_docs_and_under_two_percent_at_the_default_level() -> None:
+    default = read_log(FIXTURES / "llama_levels" / "0.3.36" / "lv3" / "server.log", "llama_server")
+    assert default.lines >= 50 and default.unreadable / default.lines <= 0.02
+    doc = (Path(__file__).parent.parent / "docs" / "llama-server.md").read_text()
+    assert noise_floor_rows() in doc, (
+        "docs/llama-server.md's noise floor: paste tests/test_llama_noise.noise_floor_rows()"
+    )
