@@ -30,11 +30,12 @@ and a zone-less stamp is read in `tz`.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
+
+from spyglass.collectors.bounded_json import TooLarge, loads
 
 MONTHS = {
     m: n for n, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)
@@ -62,6 +63,7 @@ LEMONADE = re.compile(rb"\[(?:Trace|Debug|Info|Warn|Warning|Error|Fatal)\] \(Pro
 LMSTUDIO_HEAD = re.compile(rb"\[(?:DEBUG|INFO|WARN|WARNING|ERROR)\]$")  # after its date: the next lines' clock
 ROUTER = re.compile(rb"\[(?P<port>\d{1,5})\] ")
 # A runner's own lines: Ollama (slog, Go log), llama-swap (bracketed level).
+MAX_JSON_BYTES = 256 << 10  # a journald or docker JSON record: a llama line and its fields, far below this
 FOREIGN = re.compile(
     rb"time=\d{4}-\d\d-\d\dT\S+ level=[A-Z]+ source=|\d{4}/\d\d/\d\d \d\d:\d\d:\d\d \S+\.go:\d+: "
     rb"|\[(?:INFO|DEBUG|WARN|ERROR)\] "
@@ -76,20 +78,26 @@ FOREIGN = re.compile(
 class Unwrapped:
     """A line without its wrappers: the payload, the wrapper's absolute time (epoch seconds, None: none),
     the captures it came through (outermost first, e.g. "journald-iso+router"), whether it is a
-    runner's own line rather than llama.cpp's, and whether it is a header that dates the lines after it."""
+    runner's own line rather than llama.cpp's, and whether it is a header that dates the lines after it.
+    `refused`: why a wrapper past its bounds (a JSON record nested too deep or too large) was not taken
+    off; the line is then one invalid line."""
 
     payload: bytes
     wall: float | None = None
     capture: str = "plain"
     foreign: bool = False
+    refused: str | None = None
     dating: bool = False  # a runner's header line whose time is the next lines' (LM Studio)
 
 
 def unwrap(line: bytes, ref: float, tz: str = "UTC") -> Unwrapped:
     """`line` (no newline) without its captures' wrappers; `ref` dates a year-less stamp."""
-    payload, wall, layers = line, None, []
+    payload, wall, layers = line, None, list[str]()
     for _ in range(4):  # wrappers nest at most a few deep; a loop bound, not a format rule
-        found = _one(payload, ref, tz)
+        try:
+            found = _one(payload, ref, tz)
+        except TooLarge as exc:
+            return Unwrapped(b"", None, "+".join([*layers, "json"]), refused=str(exc))
         if found is None:
             break
         payload, stamp, name = found
@@ -99,7 +107,7 @@ def unwrap(line: bytes, ref: float, tz: str = "UTC") -> Unwrapped:
         payload = ANSI.sub(b"", payload)
     payload = payload.lstrip(b"\r")
     if layers and layers[-1] == "dated" and LMSTUDIO_HEAD.match(payload) is not None:
-        return Unwrapped(b"", wall, "+".join(layers[:-1] + ["lmstudio"]), True, True)
+        return Unwrapped(b"", wall, "+".join(layers[:-1] + ["lmstudio"]), foreign=True, dating=True)
     if payload[:1] == b" " and payload[1:2] not in b" \t":
         payload = payload[1:]  # LM Studio's message line, one blank in; 2024's ` ERR [...]` reads the same without
     return Unwrapped(payload, wall, "+".join(layers) or "plain", FOREIGN.match(payload) is not None)
@@ -151,7 +159,9 @@ def _json(line: bytes) -> tuple[bytes, float | None, str] | None:
     if not (line.startswith(b'{"log":') or b'"__REALTIME_TIMESTAMP"' in line):
         return None
     try:
-        record = json.loads(line)
+        record = loads(line, MAX_JSON_BYTES)
+    except TooLarge:
+        raise
     except ValueError:
         return None
     if not isinstance(record, dict):

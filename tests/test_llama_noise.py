@@ -66,7 +66,7 @@ def reword(literal: str) -> str:
 
 
 def unreadable_on_metrics(tmp: Path, log: bytes) -> tuple[int, dict[str, int]]:
-    """spyglass_source_lines_total of the unreadable outcomes on the agent's /metrics after it read `log`, and
+    """spyglass_source_lines_total of the unusable outcomes (H19's numerator) on /metrics after it read `log`, and
     the unread shapes /debug/sources lists."""
     (tmp / "llama.log").write_bytes(log)
     os.utime(tmp / "llama.log", (MTIME, MTIME))
@@ -83,7 +83,9 @@ def unreadable_on_metrics(tmp: Path, log: bytes) -> tuple[int, dict[str, int]]:
         shapes = pipeline.debug_sources()["llama"]["unread_shapes"]
     finally:
         pipeline.close()
-    found = re.findall(r'spyglass_source_lines_total\{[^}]*outcome="(unmatched|unprefixed)"[^}]*\} (\S+)', metrics)
+    found = re.findall(
+        r'spyglass_source_lines_total\{[^}]*outcome="(unmatched|unprefixed|invalid[^"]*)"[^}]*\} (\S+)', metrics
+    )
     return sum(int(float(value)) for _, value in found), shapes
 
 

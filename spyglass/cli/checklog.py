@@ -6,6 +6,7 @@ the lines a source could not read."""
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,6 @@ from spyglass import collectors
 from spyglass.collectors.grammar import Miss
 from spyglass.collectors.llama_log import MAX_SHAPES
 
-PRESETS = ("llama_server", "strata")
 CHUNK = 4096  # lines per batch, as a tailer hands them over
 SAMPLE = 2000  # lines each preset reads when none is given
 ANCHORS = {
@@ -81,15 +81,19 @@ def _feed(reading: Reading, batch: list[bytes], mtime: float) -> None:
 def choose_preset(path: Path, tz: str) -> tuple[str, str]:
     """The preset that reads more of the file's first lines, and why."""
     shares = {}
-    for preset in PRESETS:
+    presets = collectors.preset_names("engine_log")
+    for preset in presets:
         sample = read_log(path, preset, tz, SAMPLE)
         shares[preset] = 1 - sample.unreadable / sample.lines if sample.lines else 0.0
-    best = max(PRESETS, key=lambda p: shares[p])
-    return best, ", ".join(f"{p} reads {shares[p]:.0%}" for p in PRESETS) + f" of the first {SAMPLE:,} lines"
+    best = max(presets, key=lambda p: shares[p])
+    return best, ", ".join(f"{p} reads {shares[p]:.0%}" for p in presets) + f" of the first {SAMPLE:,} lines"
 
 
-def report(path: Path, preset: str | None, tz: str = "UTC", top: int = 8) -> tuple[str, Reading]:
-    """The check-log report of `path`, and the reading it describes."""
+def report(
+    path: Path, preset: str | None, tz: str = "UTC", top: int = 8, url: str | None = None
+) -> tuple[str, Reading]:
+    """The check-log report of `path`, and the reading it describes; with `url`, what the llama-server there
+    answers on each endpoint the agent polls, and the fix for each one switched off."""
     why = "as given"
     if preset is None:
         preset, why = choose_preset(path, tz)
@@ -133,8 +137,33 @@ def report(path: Path, preset: str | None, tz: str = "UTC", top: int = 8) -> tup
             else "unreadable shapes (digits as 9):"
         )
         out += [f"  {n:>7,}  {shape}" for shape, n in shapes.most_common(top)]
+    if url:
+        out.append("endpoints:   " + endpoints(url))
     out.append("next:        " + advice(preset, share, reading))
     return "\n".join(out), reading
+
+
+def endpoints(url: str) -> str:
+    """One poll of the llama-server at `url`, as the agent's llama_server source makes it: each endpoint's
+    answer, and the fix for one switched off (`/metrics` answers 501 without --metrics)."""
+    from spyglass.collectors.llama_server import ENDPOINTS, LlamaServerOptions, LlamaServerSource, fix_for
+
+    source = LlamaServerSource("check-log", LlamaServerOptions(url=url))
+    try:
+        event = source.poll(time.time()).events[0]
+    finally:
+        source.close()
+    if event.kind == "poll_error":
+        return f"{url}/health: no answer ({event.fields.get('error')}): is llama-server running there?"
+    health = event.fields.get("health")
+    if health != "ok":
+        return f"{url}/health answers {health}: the others are read once it is ok"
+    off = event.fields.get("unavailable") or {}
+    said = [
+        f"/{e} {'ok' if e not in off else off[e].replace('_', ' ').upper() + ': ' + fix_for(e, off[e])}"
+        for e in ENDPOINTS
+    ]
+    return "; ".join(["/health ok", *said])
 
 
 def advice(preset: str, share: float, reading: Reading) -> str:
