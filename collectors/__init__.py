@@ -16,6 +16,12 @@ each (serve_status polls a URL or replays a file): a source whose options name a
 
 from __future__ import annotations
 
+if __name__ != "spyglass.collectors":  # an editable install puts the checkout's root on sys.path too
+    raise ImportError(
+        f"import spyglass.collectors, not {__name__}: spyglass is one package, and a second copy of "
+        "its modules would register every source and metric twice"
+    )
+
 import importlib
 import inspect
 import pkgutil

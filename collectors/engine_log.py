@@ -170,6 +170,10 @@ def _declared() -> None:
 _declared()
 
 
+# What each engine writes while idle and up: Strata a [stats] line every 10 s; llama-server nothing.
+IDLE_LINES: dict[str, str | None] = {"strata": "a [stats] line every 10 s", "llama_server": None}
+
+
 class EngineLogOptions(SourceOptions):
     kind: Literal["engine_log"] = "engine_log"
     preset: Literal["strata", "llama_server"] = Field(
@@ -205,6 +209,11 @@ class EngineLogOptions(SourceOptions):
         description="Smallest block the auto mode parses"
         " column-wise (below it, the per-line path costs less; docs/benchmarks.md).",
     )
+
+    def idle_lines(self) -> str | None:
+        """What the engine writes while idle and up, if anything (IDLE_LINES): its log's silence is then a
+        sign; llama-server writes nothing while idle, so its liveness is its /health poll."""
+        return IDLE_LINES[self.preset]
 
 
 def parse_args(text: str) -> dict[str, int | str]:

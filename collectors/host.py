@@ -42,7 +42,8 @@ class HostOptions(PolledOptions):
         "spyglass-agent",
         description="Name (`other`) under which the agent's own CPUs (its"
         " affinity, agent.cpus) are compared with each process's: a shared_cpus pair of an engine"
-        " and the agent is the agent taking the engine's CPUs (H2). Empty: not compared.",
+        " and the agent is the agent taking the engine's CPUs (H2). Empty: not compared. Unset in a config"
+        " without agent.cpus: an agent the scheduler places may run on every CPU, the engine's too, by design.",
     )
 
     def instances_named(self) -> set[str]:

@@ -4,9 +4,12 @@
 One poll is a `llama_status` event: `health` (ok, loading, or http_NNN), `metrics` (the known
 `llamacpp:` families, by name without the prefix; numbers checked), `slots` (total, busy, and the prompt
 tokens the busy slots took from cache and processed), `build` (`/props` build_info, e.g. b1-0c1e570),
-`invalid` (the samples refused: negative, beyond 2**53, a ratio outside 0..1). An endpoint that is switched
-off (`/metrics` without `--metrics` answers 501, `/slots` with `--no-slots`) is left out of the event, never
-reported as 0; so is a family the build does not write (the families came and went between builds:
+`invalid` (the samples refused: negative, beyond 2**53, a ratio outside 0..1), `unavailable` (each endpoint
+that answered other than 200, with its status: `{"metrics": "http_501"}`). An endpoint that is switched
+off (`/metrics` without `--metrics` answers 501, `/slots` with `--no-slots`, `/props` or `/slots` on a build
+without them 404) is left out of the event, never reported as 0, and named in `unavailable`: a counted poll
+error, one warning in the agent's log with its fix (`FIXES`), and a line of the agent's /health; so is a
+family the build does not write (the families came and went between builds:
 `kv_cache_*` until mid-2025, `n_busy_slots_per_decode` from late 2024, `prompt_tokens_cached_total`,
 `n_tokens_max` and `spec_decode_*` in late-2025 builds; tests/fixtures/llama/ has each build's bodies).
 `/slots` has two shapes: `state` until early 2025 (0 idle, else busy), later `is_processing`.
@@ -55,6 +58,7 @@ METRICS = (
     "spec_decode_num_drafts_total",
 )
 RATIOS = frozenset({"kv_cache_usage_ratio"})  # a share: 0..1
+DRAFTS = tuple(name for name in METRICS if name.startswith("spec_decode_"))
 
 declare(
     "llama_server",
@@ -65,11 +69,37 @@ declare(
             "slots": "json",
             "build": "text",
             "invalid": "json",
+            "unavailable": "json",
             "poll_ms": "int",
         },
         **POLL_ERROR,
     },
 )
+
+
+ENDPOINTS = ("metrics", "slots", "props")  # polled after /health answered 200
+# What to do about an endpoint that answered this status: the fix the agent's log, /health and check-log name.
+FIXES = {
+    ("metrics", 501): "start llama-server with --metrics (its llamacpp:* counters)",
+    ("slots", 501): "start llama-server without --no-slots (per-slot state)",
+    ("metrics", 404): "this build has no /metrics: a newer llama-server build (with --metrics)",
+    ("slots", 404): "this build has no /slots: a newer llama-server build",
+    ("props", 404): "this build has no /props (its build name): a newer llama-server build",
+    ("props", 501): "this build has no /props (its build name): a newer llama-server build",
+}
+
+
+def fix_for(endpoint: str, status: str) -> str:
+    """The fix for an endpoint's answer (`http_501`), or what it means when there is no known fix."""
+    code = int(status.removeprefix("http_")) if status.removeprefix("http_").isdigit() else 0
+    return FIXES.get(
+        (endpoint, code), f"/{endpoint} answers {status.replace('_', ' ').upper()}: see llama-server's log"
+    )
+
+
+def unavailable_text(name: str, url: str, endpoint: str, status: str) -> str:
+    """One line naming a switched-off endpoint and its fix (the agent's log, /health, check-log)."""
+    return f"source {name}: {url}/{endpoint} answers {status.replace('_', ' ').upper()}: {fix_for(endpoint, status)}"
 
 
 class BadBody(ValueError):
@@ -83,6 +113,11 @@ class LlamaServerOptions(PolledOptions):
     timeout_seconds: float = Field(2.0, gt=0, description="Deadline of one whole poll (all three requests).")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="A longer body is a poll error (too_large).")
     max_backoff_seconds: float = Field(60.0, gt=0, description="Longest wait between polls while it fails.")
+
+    def next_poll_within(self) -> float:
+        """Seconds within which the next poll is due, even while the endpoint fails (the longest backoff):
+        the poller's events are llama-server's liveness (SpyglassSourceSilent), its idle log says nothing."""
+        return max(self.interval_seconds, self.max_backoff_seconds) + self.timeout_seconds
 
 
 def value_ok(name: str, value: object) -> bool:
@@ -157,6 +192,15 @@ class _Parsed:
         return value
 
 
+def drafting(props: Any, metrics: dict[str, float]) -> bool:
+    """Whether the server drafts (speculative decoding with a draft model): /props's `speculative.types`
+    other than none (late-2025 builds), or a draft counter that moved (older builds name no type)."""
+    settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+    params = settings.get("params") if isinstance(settings, dict) else None
+    types = params.get("speculative.types") if isinstance(params, dict) else None
+    return (isinstance(types, str) and types not in ("", "none")) or any(metrics.get(n) for n in DRAFTS)
+
+
 def decode_json(body: bytes) -> Any:
     """A JSON body; one nested deeper than the decoder goes (RecursionError) is a ValueError like any bad one."""
     try:
@@ -177,20 +221,29 @@ def _poll(http: HttpPoller, base: str, cap: int, parsed: _Parsed) -> dict[str, A
     fields["health"] = {200: "ok", 503: "loading"}.get(status, f"http_{status}")
     if status != 200:
         return fields
-    status, body = http.get(base + "/metrics", cap)
-    if status == 200:
-        metrics, refused = parsed("/metrics", body, _metrics)
+    bodies, unavailable = {}, {}
+    for endpoint in ENDPOINTS:
+        status, body = http.get(f"{base}/{endpoint}", cap)
+        if status == 200:
+            bodies[endpoint] = body
+        else:
+            unavailable[endpoint] = f"http_{status}"
+    if "metrics" in bodies:
+        metrics, refused = parsed("/metrics", bodies["metrics"], _metrics)
         fields["metrics"] = dict(metrics)  # a copy: one event's fields are never another's
         invalid += refused
-    status, body = http.get(base + "/slots", cap)
-    if status == 200:
-        fields["slots"] = dict(parsed("/slots", body, lambda b: summarise_slots(decode_json(b))))
-    status, body = http.get(base + "/props", cap)
-    props = parsed("/props", body, decode_json) if status == 200 else None
+    if "slots" in bodies:
+        fields["slots"] = dict(parsed("/slots", bodies["slots"], lambda b: summarise_slots(decode_json(b))))
+    props = parsed("/props", bodies["props"], decode_json) if "props" in bodies else None
     if isinstance(props, dict) and isinstance(props.get("build_info"), str):
         fields["build"] = props["build_info"][:64]
+    if "metrics" in fields and not drafting(props, fields["metrics"]):
+        for name in DRAFTS:  # written as 0 by a server without a draft model: a series it cannot move
+            fields["metrics"].pop(name, None)
     if invalid:
         fields["invalid"] = invalid
+    if unavailable:
+        fields["unavailable"] = unavailable
     return fields
 
 
@@ -208,6 +261,22 @@ class LlamaServerSource(PolledSourceBase):
         self.base = options.url.rstrip("/")
         self.http = HttpPoller(self.base)  # one kept-alive connection for the source's life
         self.parsed = _Parsed()
+        self.unavailable: dict[str, str] = {}  # endpoint -> its last answer other than 200 (/health's problems)
+        self.logged: set[tuple[str, str]] = set()  # (endpoint, status) said once in the agent's log
+
+    def problems(self) -> list[str]:
+        """Each polled endpoint that answers other than 200, with its fix: lines of the agent's /health."""
+        return [unavailable_text(self.name, self.base, e, s) for e, s in sorted(self.unavailable.items())]
+
+    def _note(self, unavailable: dict[str, str]) -> None:
+        self.unavailable = dict(unavailable)
+        for endpoint, status in unavailable.items():
+            if (endpoint, status) not in self.logged:  # once a source and answer: not a line every poll
+                self.logged.add((endpoint, status))
+                logger.warning(
+                    "{}; counted in spyglass_llama_poll_errors_total",
+                    unavailable_text(self.name, self.base, endpoint, status),
+                )
 
     def poll_policy(self) -> PollPolicy:
         return PollPolicy(self.options.interval_seconds, self.options.max_backoff_seconds)
@@ -226,6 +295,8 @@ class LlamaServerSource(PolledSourceBase):
             error = Event(now, self.name, "poll_error", self.instance, {"error": kind}, None, self.host)
             return PollResult([error], ok=False)
         fields["poll_ms"] = round((time.monotonic() - started) * 1000)
+        if fields.get("health") == "ok":  # the others are asked only then
+            self._note(fields.get("unavailable") or {})
         return PollResult([Event(now, self.name, "llama_status", self.instance, fields, None, self.host)])
 
     def close(self) -> None:

@@ -15,6 +15,12 @@ the catalogue in spyglass/signals/ or the recording rules (`level:metric:operati
 
 from __future__ import annotations
 
+if __name__ != "spyglass.dashboards":  # an editable install puts the checkout's root on sys.path too
+    raise ImportError(
+        f"import spyglass.dashboards, not {__name__}: spyglass is one package, and a second copy of "
+        "its modules would register every source and metric twice"
+    )
+
 from spyglass.dashboards.model import DASHBOARDS, Board, build_all, generated, write
 
 __all__ = ["Board", "DASHBOARDS", "build_all", "generated", "write"]

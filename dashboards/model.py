@@ -11,11 +11,11 @@ from typing import Any
 
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
+from spyglass import resources
 from spyglass.alerting.heuristics import Deployment
 from spyglass.dashboards.skeleton import title_formats
 
-ROOT = Path(__file__).resolve().parents[1]
-GENERATED = Path(__file__).resolve().parent / "generated"
+GENERATED = Path(str(resources.folder("spyglass.dashboards", "generated")))
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,8 @@ def deployment() -> Deployment:
     """The deployment the committed JSON is for: examples/strata.toml, as alerts/ is."""
     from spyglass.config import load_config
 
-    return Deployment.of(load_config(ROOT / "examples" / "strata.toml"))
+    with resources.as_file(resources.folder("spyglass", "examples", "strata.toml")) as example:
+        return Deployment.of(load_config(example))
 
 
 def build_all(d: Deployment | None = None) -> dict[str, dict[str, Any]]:

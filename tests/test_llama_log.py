@@ -134,18 +134,19 @@ def test_lines_that_are_no_event_are_counted_and_never_raise(tmp_path: Path) -> 
         [
             *banner(),
             "no prefix at all",
-            "0.00.200.000 I llama_model_loader: - kv 0: x",
+            "0.00.200.000 I llama_model_loader: - kv   0:                       general.architecture str = qwen3moe",
             "0.00.300.000 D slot debug line",
             "0.00.400.000 I slot print_timing: id  x | task y |",
         ],
         START + 1,
     )
-    assert misses["unprefixed"] == 1 and misses["ignored"] == 2 and misses["unmatched"] == 1  # the loader dump is known
+    # The loader dump is a known shape; a debug line of no known shape is unread like any other (levels are no filter).
+    assert misses["unprefixed"] == 1 and misses["ignored"] == 1 and misses["unmatched"] == 2
     assert last.startswith(b"0.00.400.000")
     assert [e.kind for e in events] == ["start", "model_unreadable", "ready", "unread"]
     assert events[-1].fields == {
         "lines": 7,
-        "unreadable": 2,
+        "unreadable": 3,
         "shape": "9.99.999.999 I slot print_timing: id  x | task y |",
     }
 
@@ -417,3 +418,54 @@ def test_a_restart_without_a_banner_is_seen_when_each_line_is_read_alone(tmp_pat
     for line in task_lines(0.5, 0, 0, 10.0, 100, 4, 103):
         kinds += [e.kind for e in read(src, [line], START + 40)[0]]
     assert kinds.count("start") == 1 and kinds.count("done") == 1
+
+
+# -- adversarial round 4: a clock is evidence, not authority ----------------------------------------------
+def journald(at: float, line: str) -> str:
+    """`line` as `journalctl -o short-iso` shows it, at epoch `at`."""
+    from datetime import UTC, datetime
+
+    return f"{datetime.fromtimestamp(at, tz=UTC):%Y-%m-%dT%H:%M:%S+0000} host llama-server[42]: {line}"
+
+
+FORGED_ANCHORS = {
+    "syslog-5424 in 9999": "<13>1 9999-12-31T23:59:59Z host llama - - - 0.00.000.001 I srv  llama_server: initializing ...",
+    "journald json, 19 digits": '{"__REALTIME_TIMESTAMP": "9999999999999999999", "MESSAGE": "0.00.000.001 I srv  '
+    'llama_server: initializing ..."}',
+}
+
+
+@pytest.mark.parametrize("forged", list(FORGED_ANCHORS.values()), ids=list(FORGED_ANCHORS))
+def test_a_forged_wrapper_clock_anchors_nothing(tmp_path: Path, forged: str) -> None:
+    """One line whose wrapper claims the year 9999 (or 19 digits of microseconds) is refused as `invalid:clock`;
+    every later line, a restart's, an agent restart's and a new file's, is read and placed before the mtime."""
+    src = source(tmp_path, [None, None, None])
+    read(src, [*banner(), f"0.05.000.000 {EVICT}"], START + 6)
+    events, misses, _ = read(src, [forged, f"0.06.000.000 {EVICT}"], START + 7)
+    assert evictions(events) == [2] and all(START <= e.ts <= START + 7 for e in events)
+    assert misses["invalid:clock"] == 1
+    later, misses, _ = read(src, [forged, *task_lines(8.0, 0, 1, 10.0, 100, 4, 103)], START + 9)
+    restart, _, _ = read(src, [*banner(), f"0.01.000.000 {EVICT}"], START + 101)
+    src.restore(src.checkpoint() or {})  # an agent restart, then a new file: the same source state
+    newer, _, _ = read(src, [forged, *task_lines(2.0, 0, 0, 10.0, 100, 4, 103)], START + 103)
+    assert [e.kind for e in later].count("done") == 1 and [e.kind for e in newer].count("done") == 1
+    assert evictions(restart) == [1] and "start" in [e.kind for e in restart]
+    assert all(START <= e.ts <= START + 103 for e in [*events, *later, *restart, *newer])
+
+
+def test_an_anchor_later_lines_contradict_is_dropped(tmp_path: Path) -> None:
+    """A forged start-up line with a believable but false clock (a year early) starts a process of its own;
+    the real lines after it contradict it: the first is refused, the second agrees with it and moves the anchor,
+    and every line after is placed by the real clock, across an agent restart too."""
+    src = source(tmp_path, [None])
+    lines = [journald(START + 0.0, line) for line in banner()]
+    read(src, lines, START + 1)
+    forged = journald(START - 365 * 86400, "0.00.000.001 I srv  llama_server: initializing ...")
+    after = [journald(START + 5 + n, f"0.{5 + n:02d}.000.000 {EVICT}") for n in range(4)]
+    events, misses, _ = read(src, [forged, *after], START + 9)
+    placed = [e for e in events if e.kind == "evict"]
+    assert len(placed) >= 3 and all(abs(e.ts - (START + 5 + n)) < 2 for e, n in zip(placed[::-1], range(3, -1, -1)))
+    assert misses.get("invalid:stamp", 0) <= 1, misses
+    src.restore(src.checkpoint() or {})
+    again, _, _ = read(src, [journald(START + 20, f"0.20.000.000 {EVICT}")], START + 21)
+    assert [round(e.ts - START) for e in again if e.kind == "evict"] == [20]

@@ -26,7 +26,6 @@ from spyglass.signals.state import MetricState
 FIXTURES = Path(__file__).parent / "fixtures"
 LEGACY = json.loads((FIXTURES / "state" / "memo-format.json").read_text())
 KEY = ("strata-b", "normal")
-BANNER_TS = 1792387205.0  # 2026-10-19 05:20:05, the pending start line of the fixture
 
 
 def pipeline_on(tmp: Path, engine: bytes, serve: list[dict], saved: dict | None) -> Pipeline:

@@ -86,7 +86,9 @@ class Stack:
             "[rpcinterface:supervisor]\nsupervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface\n",
             f"[supervisorctl]\nserverurl=unix://{self.folder}/supervisor.sock\n",
         ]
-        root = Path(__file__).resolve().parents[2]  # the repository: engine/emulator/stack.py
+        # The folder on sys.path that holds the package (spyglass/engine/emulator/stack.py: unresolved, a checkout's
+        # spyglass/engine link and an installed wheel alike), for a child started outside any venv.
+        root = Path(__file__).parents[3]
         for name, command in programs.items():
             retries = 100 if name in self.crash_loop else 3
             # Programs run in the stack's folder (a core dump lands there, not in the work tree).

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from spyglass import resources
 from spyglass.alerting.heuristics import Alert, Deployment, Heuristic, catalogue, recording_rules
 
 RULES_FILE = "spyglass-rules.yml"
@@ -62,13 +63,10 @@ def scaled_expr(d: Deployment, expr: str) -> str:
     return DURATION.sub(lambda m: scaled(d, m.group(0)), expr)
 
 
-RUNBOOKS = Path(__file__).resolve().parents[2] / "alerts" / "runbooks"
-
-
 def runbook_url(d: Deployment, name: str) -> str:
     """An absolute link to the alert's runbook: alerts.runbook_base_url, else the file:// URL of the runbooks
-    folder this deployment's files are written to (the checkout's alerts/runbooks when none was named)."""
-    base = d.settings.runbook_base_url or d.runbooks_url or RUNBOOKS.as_uri()
+    folder this deployment's files are written to (the runbooks the package ships when none was named)."""
+    base = d.settings.runbook_base_url or d.runbooks_url or resources.runbooks().resolve().as_uri()
     return f"{base.rstrip('/')}/{name}.md"
 
 
@@ -293,8 +291,9 @@ def main() -> None:
     """Regenerate the committed alerts/ folder and docs/alerts.md from examples/strata.toml."""
     from spyglass.config import load_config
 
-    root = Path(__file__).resolve().parents[2]
-    d = Deployment.of(load_config(root / "examples" / "strata.toml"))
+    root = Path.cwd()  # scripts/generate runs it at the checkout's root
+    with resources.as_file(resources.folder("spyglass", "examples", "strata.toml")) as example:
+        d = Deployment.of(load_config(example))
     write(d, root / "alerts")
     (root / "docs" / "alerts.md").write_text(render_docs(d))
 

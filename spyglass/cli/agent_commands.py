@@ -238,15 +238,33 @@ def check_log(
         typer.Option(help="The engine log's preset; default: the one that reads more of the file's first lines."),
     ] = None,
     tz: Annotated[str, typer.Option(help="IANA zone of stamps that name none.")] = "UTC",
+    url: Annotated[
+        str | None,
+        typer.Option(
+            help="llama-server's base URL (http://127.0.0.1:8081): poll its /health, /metrics, /slots and /props"
+            " once, as the agent does, and name the fix for each one switched off (/metrics without --metrics)."
+        ),
+    ] = None,
+    catalogue: Annotated[
+        str | None,
+        typer.Option(
+            help="Print the shapes of llama-server's lines this log holds that are neither read nor known, as a"
+            " group of the noise catalogue (collectors/llama_shapes.py) named by this text (a recorded build and"
+            " mode, or the public log's URL), for review."
+        ),
+    ] = None,
 ) -> None:
     """Read a log without a store or a config: the events it yields by kind, the build and capture found, the
     time anchor used, and the shapes of the lines it could not read. Run it first on your own log."""
-    from spyglass.cli.checklog import report
+    from spyglass.cli.checklog import catalogue_group, report
 
     if not file.is_file():
         typer.echo(f"error: no file at {file}", err=True)
         raise typer.Exit(2)
-    text, _ = report(file, preset.value if preset else None, tz)
+    if catalogue is not None:
+        typer.echo(catalogue_group(file, catalogue, tz))
+        return
+    text, _ = report(file, preset.value if preset else None, tz, url=url)
     typer.echo(text)
 
 

@@ -9,7 +9,7 @@ import typer
 from loguru import logger
 
 from spyglass import __version__
-from spyglass.cli import agent_commands, alert_commands, store_commands
+from spyglass.cli import agent_commands, alert_commands, example_commands, store_commands
 from spyglass.forensics import commands as forensics
 from spyglass.forensics import diagnose_cli, evidence_cli
 from spyglass.forensics.run import one_connection
@@ -53,6 +53,7 @@ app.command("changes")(one_connection(upgrades.changes))
 app.command("crashes")(one_connection(upgrades.crashes))
 app.command("baseline")(one_connection(upgrades.baseline))
 app.command()(alert_commands.rules)
+app.command()(example_commands.example)
 app.add_typer(store_commands.store_app, name="store")
 app.command()(alert_commands.backfill)
 app.command()(alert_commands.backtest)

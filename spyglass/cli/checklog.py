@@ -6,6 +6,7 @@ the lines a source could not read."""
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 from spyglass import collectors
 from spyglass.collectors.grammar import Miss
+from spyglass.collectors.llama_log import MAX_SHAPES
 
 PRESETS = ("llama_server", "strata")
 CHUNK = 4096  # lines per batch, as a tailer hands them over
@@ -41,14 +43,18 @@ class Reading:
         return sum(self.misses[m] for m in UNREADABLE)
 
 
-def read_log(path: Path, preset: str, tz: str = "UTC", limit: int | None = None) -> Reading:
-    """`path` read whole (or its first `limit` lines) by the engine log's `preset`, as the agent would."""
+def read_log(
+    path: Path, preset: str, tz: str = "UTC", limit: int | None = None, shapes: int | None = MAX_SHAPES
+) -> Reading:
+    """`path` read whole (or its first `limit` lines) by the engine log's `preset`, as the agent would, keeping
+    at most `shapes` shapes of unread lines (None: every one)."""
     from spyglass.collectors.engine_log import EngineLogOptions
 
     options = EngineLogOptions(path=path, preset=preset, tz=tz, instance="check-log", columnar="never")
     source: Any = collectors.load_all()["engine_log"].build_tailed("check-log", options)
     if hasattr(source, "writer_of"):
         source.writer_of = lambda log, now: None  # a file, not a running process: placed by its own times
+        source.max_shapes = shapes
     reading = Reading(preset, source=source)
     mtime = os.stat(path).st_mtime
     batch: list[bytes] = []
@@ -83,8 +89,11 @@ def choose_preset(path: Path, tz: str) -> tuple[str, str]:
     return best, ", ".join(f"{p} reads {shares[p]:.0%}" for p in PRESETS) + f" of the first {SAMPLE:,} lines"
 
 
-def report(path: Path, preset: str | None, tz: str = "UTC", top: int = 8) -> tuple[str, Reading]:
-    """The check-log report of `path`, and the reading it describes."""
+def report(
+    path: Path, preset: str | None, tz: str = "UTC", top: int = 8, url: str | None = None
+) -> tuple[str, Reading]:
+    """The check-log report of `path`, and the reading it describes; with `url`, what the llama-server there
+    answers on each endpoint the agent polls, and the fix for each one switched off."""
     why = "as given"
     if preset is None:
         preset, why = choose_preset(path, tz)
@@ -122,10 +131,39 @@ def report(path: Path, preset: str | None, tz: str = "UTC", top: int = 8) -> tup
     )
     shapes: Counter[str] = Counter(getattr(src, "shapes", None) or {})
     if shapes:
-        out.append("unreadable shapes (digits as 9):")
+        out.append(
+            "unread shapes (as collectors/llama_shapes.py writes them; `--catalogue WHERE` prints them as a group):"
+            if preset == "llama_server"
+            else "unreadable shapes (digits as 9):"
+        )
         out += [f"  {n:>7,}  {shape}" for shape, n in shapes.most_common(top)]
+    if url:
+        out.append("endpoints:   " + endpoints(url))
     out.append("next:        " + advice(preset, share, reading))
     return "\n".join(out), reading
+
+
+def endpoints(url: str) -> str:
+    """One poll of the llama-server at `url`, as the agent's llama_server source makes it: each endpoint's
+    answer, and the fix for one switched off (`/metrics` answers 501 without --metrics)."""
+    from spyglass.collectors.llama_server import ENDPOINTS, LlamaServerOptions, LlamaServerSource, fix_for
+
+    source = LlamaServerSource("check-log", LlamaServerOptions(url=url))
+    try:
+        event = source.poll(time.time()).events[0]
+    finally:
+        source.close()
+    if event.kind == "poll_error":
+        return f"{url}/health: no answer ({event.fields.get('error')}): is llama-server running there?"
+    health = event.fields.get("health")
+    if health != "ok":
+        return f"{url}/health answers {health}: the others are read once it is ok"
+    off = event.fields.get("unavailable") or {}
+    said = [
+        f"/{e} {'ok' if e not in off else off[e].replace('_', ' ').upper() + ': ' + fix_for(e, off[e])}"
+        for e in ENDPOINTS
+    ]
+    return "; ".join(["/health ok", *said])
 
 
 def advice(preset: str, share: float, reading: Reading) -> str:
@@ -169,3 +207,20 @@ def unread_summary(pipeline: Any, before: dict[str, tuple[dict[str, int], int]] 
     preset = getattr(options, "preset", None)
     hint = f"spyglass check-log {options.path}" + (f" --preset {preset}" if preset else "")
     return f"could not read {'; '.join(parts)}: run `{hint}` to see their shapes"
+
+
+def catalogue_group(path: Path, where: str, tz: str = "UTC") -> str:
+    """The shapes of `path`'s lines that are neither read nor known, as a group of collectors/llama_shapes.py
+    named `where` (a recorded build and mode, or a public log's URL), for review before it is pasted in. A
+    line that holds a signal pattern's literal, or a wording that is to become a signal, is left out: a
+    reworded signal is drift, never noise."""
+    from spyglass.collectors.llama_noise import RESERVED, SIGNAL_MARK
+
+    reading = read_log(path, "llama_server", tz, shapes=None)
+    found = sorted(
+        entry
+        for entry in reading.source.shapes
+        if entry.strip() and not entry.startswith(SIGNAL_MARK) and not any(word in entry for word in RESERVED)
+    )
+    body = "".join(f"        {entry!r},\n" for entry in found)
+    return f"    {where!r}: (\n{body}    ),"

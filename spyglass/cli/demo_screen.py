@@ -17,6 +17,7 @@ from loguru import logger
 from rich.console import Console
 from rich.live import Live
 
+from spyglass import resources
 from spyglass.agent.runtime import Agent
 from spyglass.cli.console import command, shell_lines
 from spyglass.cli.demo_board import Board
@@ -87,7 +88,7 @@ def window_commands(config: Path, start: datetime, end: datetime, width: int | N
     """The diagnose, timeline and backtest commands for the demo's own window [start, end)."""
     spyglass, c = command(), f"-c {shlex.quote(str(config))}"
     first, last = f"{start:%Y-%m-%dT%H:%M:%SZ}", f"{end:%Y-%m-%dT%H:%M:%SZ}"
-    rules = Path(__file__).resolve().parents[2] / "alerts"
+    rules = Path(str(resources.folder("spyglass", "alerts")))  # the rules for examples/strata.toml, shipped
     with contextlib.suppress(ValueError):
         rules = rules.relative_to(Path.cwd())
     span = [f"--from {first}", f"--to {last}"]

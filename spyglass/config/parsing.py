@@ -81,7 +81,20 @@ def parse_config(data: dict[str, Any], file: str = "<config>") -> Config:
     _check_parquet(config, file)
     for name, options in config.sources.items():  # what a source takes from the others (its kind's options say)
         options.complete([o for other, o in config.sources.items() if other != name])
+    _agent_unpinned(config)
     return config
+
+
+def _agent_unpinned(config: Config) -> None:
+    """An agent without `agent.cpus` runs wherever the scheduler puts it, so its CPU set holds every engine's:
+    the host source compares it with the engines (H2) only once it is pinned, unless `agent_name` says."""
+    from spyglass.collectors.host import HostOptions
+
+    if config.agent.cpus is not None:
+        return
+    for options in config.sources_of(HostOptions).values():
+        if "agent_name" not in options.model_fields_set:
+            options.agent_name = ""
 
 
 def _check_parquet(config: Config, file: str) -> None:

@@ -10,12 +10,10 @@ signals.default_prompt_cache_every) and `$checkpoint_only` (the checkpoint-only 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
+from spyglass import resources
 from spyglass.config import Config
 from spyglass.forensics.run import Query, Window, settings_params
-
-FOLDER = Path(__file__).parent / "reports"
 
 
 @dataclass(frozen=True)
@@ -47,7 +45,8 @@ def parse(name: str, text: str) -> Report:
 
 
 def load_all() -> dict[str, Report]:
-    return {path.stem: parse(path.stem, path.read_text()) for path in sorted(FOLDER.glob("*.sql"))}
+    found = [f for f in resources.folder("spyglass.forensics", "reports").iterdir() if f.name.endswith(".sql")]
+    return {f.name[:-4]: parse(f.name[:-4], f.read_text(encoding="utf-8")) for f in sorted(found, key=lambda f: f.name)}
 
 
 def listing(known: dict[str, Report]) -> str:

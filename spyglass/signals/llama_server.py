@@ -15,6 +15,7 @@ prompt reuse, starts) go through the engine log's signals (signals/engine_log.py
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,11 +47,15 @@ GAUGES = {
     "kv_cache_tokens": "spyglass_llama_kv_cache_tokens",
     "n_busy_slots_per_decode": "spyglass_llama_busy_slots_per_decode",
 }
+DRAFTS = ("spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total", "spec_decode_num_drafts_total")
+BUILD = re.compile(r"b(\d+)-")
 DROPPED_ON_ERROR = ("spyglass_llama_ready", "spyglass_engine_slots", "spyglass_engine_slots_busy", *GAUGES.values())
 
 spec = spec_maker("llama_server", INSTANCE_LANE)
 
 SPECS = [
+    SHARED["spyglass_engine_ready"],
+    SHARED["spyglass_engine_build_info"],
     SHARED["spyglass_engine_slots"],
     SHARED["spyglass_engine_slots_busy"],
     SHARED["spyglass_engine_decode_tokens_per_second"],
@@ -59,7 +64,8 @@ SPECS = [
         "spyglass_llama_poll_errors_total",
         "counter",
         "Failed polls of llama-server, by kind: timeout, refused, http_NNN (no answer from /health),"
-        " invalid_json (a body not JSON, or nested too deeply), bad_body (JSON of another shape).",
+        " invalid_json (a body not JSON, or nested too deeply), bad_body (JSON of another shape), and"
+        " ENDPOINT_http_NNN for an endpoint switched off or missing (metrics_http_501: no --metrics), each poll.",
         ("error",),
     ),
     spec("spyglass_llama_ready", "gauge", "1 when llama-server's /health says ok, 0 while it loads (503)."),
@@ -161,6 +167,7 @@ class LlamaServerSignals(SignalsBase):
         s, key = self.state, (e.instance, self.settings.lanes.get(e.instance, ""))
         if e.kind == "poll_error":
             s.set("spyglass_llama_up", key, 0.0)
+            s.set("spyglass_engine_ready", key, 0.0)  # a server that does not answer serves nothing
             s.inc("spyglass_llama_poll_errors_total", key + (str(e.fields.get("error", "")),))
             for metric in DROPPED_ON_ERROR:
                 s.drop(metric, key)
@@ -171,9 +178,13 @@ class LlamaServerSignals(SignalsBase):
         for name in f.get("invalid") or ():
             s.inc("spyglass_source_invalid_fields_total", (e.source, str(name)[:64]))
         s.set("spyglass_llama_up", key, 1.0)
-        s.set("spyglass_llama_ready", key, 1.0 if f.get("health") == "ok" else 0.0)
+        ready = 1.0 if f.get("health") == "ok" else 0.0
+        s.set("spyglass_llama_ready", key, ready)
+        s.set("spyglass_engine_ready", key, ready)
+        for endpoint, status in sorted((f.get("unavailable") or {}).items()):
+            s.inc("spyglass_llama_poll_errors_total", key + (f"{endpoint}_{status}"[:32],))
         if isinstance(f.get("build"), str):
-            s.set_info("spyglass_llama_build_info", key + (f["build"],), 2)
+            self._build(key, f["build"])
         slots = f.get("slots")
         if isinstance(slots, dict):
             for metric, part in (("spyglass_engine_slots", "total"), ("spyglass_engine_slots_busy", "busy")):
@@ -190,6 +201,12 @@ class LlamaServerSignals(SignalsBase):
         if "slots" not in f and number_ok(metrics.get("requests_processing")):
             s.set("spyglass_engine_slots_busy", key, metrics["requests_processing"])
         self._counters(e.instance, key, metrics)
+
+    def _build(self, key: tuple[str, str], build: str) -> None:
+        """/props's build names the engine's build too: the log's start line does not (build info is filled)."""
+        self.state.set_info("spyglass_llama_build_info", key + (build,), 2)
+        version = m.group(1) if (m := BUILD.match(build)) else ""
+        self.state.set_info("spyglass_engine_build_info", key + ("llama.cpp", version, build), 2)
 
     def _counters(self, instance: str, key: tuple[str, str], metrics: dict) -> None:
         """Each llamacpp counter as increments since the last poll; a counter that went backwards means a

@@ -1,4 +1,4 @@
-"""The heuristics catalogue H1-H20: one table that the rule files, the runbooks and the forensic
+"""The heuristics catalogue H1-H22: one table that the rule files, the runbooks and the forensic
 diagnosis all read, so no two of them can disagree on a number.
 
 One module a heuristic (`hNN_name.py`, found by a glob as the forensic reports are: adding a
@@ -15,8 +15,9 @@ constants in the builder of their heuristic, where the expression uses them.
 from __future__ import annotations
 
 import importlib
+import pkgutil
+import re
 from collections.abc import Callable
-from pathlib import Path
 
 from spyglass.alerting.heuristics.model import (
     BURN_WINDOWS,
@@ -99,14 +100,14 @@ __all__ = [
     "recording_rules",
 ]
 
-FOLDER = Path(__file__).parent
+HEURISTIC_MODULE = re.compile(r"h\d\d_\w+")
 
 
 def _builders() -> tuple[Callable[[Deployment], Heuristic], ...]:
-    """Every `hNN_*.py` module's `build`, in the order of its number."""
-    return tuple(
-        importlib.import_module(f"{__name__}.{path.stem}").build for path in sorted(FOLDER.glob("h[0-9][0-9]_*.py"))
-    )
+    """Every `hNN_*` module's `build`, in the order of its number (found as the import system finds
+    modules, so an installed wheel lists the same ones as a checkout)."""
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if HEURISTIC_MODULE.fullmatch(m.name))
+    return tuple(importlib.import_module(f"{__name__}.{name}").build for name in names)
 
 
 BUILDERS = _builders()

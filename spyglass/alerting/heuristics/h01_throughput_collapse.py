@@ -34,7 +34,7 @@ def build(d: Deployment) -> Heuristic:
         needs=("engine_log",),
         alert="EngineThroughputCollapse",
         sql=probe_sql(
-            __file__,
+            __name__,
             drop=num(drop),
             recent=sql_interval(RECENT),
             baseline_from=sql_interval(HOURLY, DECODE_BASELINE_OFFSETS[0]),

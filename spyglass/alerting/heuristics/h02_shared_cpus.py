@@ -24,7 +24,7 @@ def build(d: Deployment) -> Heuristic:
     probe = Probe(
         needs=("engine_log",),
         alert="EngineCPUsShared",
-        sql=probe_sql(__file__, shared=num(shared)),
+        sql=probe_sql(__name__, shared=num(shared)),
         summary="{instance} may run on CPUs {cpus} and {other} on {other_cpus}: {shared_cpus} CPUs shared; per"
         " request {instance} decoded {decode_tps:g} tok/s and {other} {other_decode_tps:g} in the window.",
         figures=("shared_cpus", "decode_tps", "other_decode_tps", "requests"),

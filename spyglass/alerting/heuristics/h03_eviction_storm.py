@@ -41,7 +41,7 @@ def build(d: Deployment) -> Heuristic:
         needs=("engine_log",),
         alert="EngineEvictionStorm",
         sql=probe_sql(
-            __file__,
+            __name__,
             floor=num(floor),
             spike=num(spike),
             share=num(share),

@@ -23,7 +23,7 @@ def build(d: Deployment) -> Heuristic:
     probe = Probe(
         needs=("engine_log",),
         alert="EngineLongPromptsCheckpointOnly",
-        sql=probe_sql(__file__, share=num(share), least=num(least), hourly=sql_interval(HOURLY)),
+        sql=probe_sql(__name__, share=num(share), least=num(least), hourly=sql_interval(HOURLY)),
         summary="{checkpoint_only} of {instance}'s {long_prompts} long prompts reused only a checkpoint (a multiple of"
         " --prompt-cache-every {prompt_cache_every}): their parked snapshots had been evicted.",
         figures=(

@@ -45,7 +45,7 @@ def build(d: Deployment) -> Heuristic:
         needs=("engine_log",),
         alert="EngineTTFTSpike",
         sql=probe_sql(
-            __file__,
+            __name__,
             objectives=objectives,
             fast_burn=num(fast[0]),
             slow_burn=num(slow[0]),

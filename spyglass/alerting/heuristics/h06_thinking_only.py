@@ -57,7 +57,7 @@ def build(d: Deployment) -> Heuristic:
     probe = Probe(
         needs=("infer_store",),
         alert="ThinkingOnlyResponses",
-        sql=probe_sql(__file__, share=num(share), least=num(least), factor=num(factor)),
+        sql=probe_sql(__name__, share=num(share), least=num(least), factor=num(factor)),
         summary="On lane {lane}, {with_literals_thinking_only} of {with_literals_requests} responses to prompts with"
         " special-token literals were thinking-only, against {without_literals_thinking_only} of"
         " {without_literals_requests} without; visible text {with_literals_visible_content} against"

@@ -10,7 +10,7 @@ def build(d: Deployment) -> Heuristic:
     probe = Probe(
         needs=("serve_status",),
         alert="ServeBuildSkew",
-        sql=probe_sql(__file__, hold_minutes=hold_minutes),
+        sql=probe_sql(__name__, hold_minutes=hold_minutes),
         summary="{instance}'s serve ({serve_version}) reported no prompt_escapes for {minutes_without_fix:g}"
         " minutes ({polls_without_fix} polls) while {fixed_instance}'s ({fixed_version}) did: its lane runs"
         " without the special-token escape fix.",

@@ -22,7 +22,7 @@ def build(d: Deployment) -> Heuristic:
     probe = Probe(
         needs=("infer_store",),
         alert="PlanThenStop",
-        sql=probe_sql(__file__, least=num(least), hourly=sql_interval(HOURLY)),
+        sql=probe_sql(__name__, least=num(least), hourly=sql_interval(HOURLY)),
         summary="{plan_then_stop} responses on lane {lane} ({sessions} sessions) ended the turn after a short plan, tools"
         " offered and none called (up to {most_in_an_hour} in an hour); the first, {trace_request_id}, with"
         " {content_chars} characters of text. Completions of {least_completion} to {most_completion} tokens against"

@@ -20,7 +20,7 @@ def build(d: Deployment) -> Heuristic:
     probe = Probe(
         needs=("infer_store",),
         alert="AssemblyLostTaskAnchor",
-        sql=probe_sql(__file__),
+        sql=probe_sql(__name__),
         summary="{anchor_lost} requests on lane {lane} ({sessions} sessions) were sent without the client's first user"
         " message; the worst sent {sent_msgs} of the client's {client_msgs} messages.",
         figures=("anchor_lost", "sessions", "sent_msgs", "client_msgs", "most_dropped_msgs"),

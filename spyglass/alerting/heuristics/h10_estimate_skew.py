@@ -22,7 +22,7 @@ def build(d: Deployment) -> Heuristic:
     probe = Probe(
         needs=("gateway_log",),
         alert="GatewayEstimateSkew",
-        sql=probe_sql(__file__, high=num(high), low=num(low)),
+        sql=probe_sql(__name__, high=num(high), low=num(low)),
         summary="On lane {lane} the gateway estimated {estimated_tokens:,} tokens for {characters:,} characters that the"
         " engine counted as {engine_tokens:,}: {ratio:g}x ({requests} requests). The worst request: {worst_characters:,}"
         " characters, {worst_estimated_tokens:,} estimated against {worst_engine_tokens:,} counted, {worst_ratio:g}x.",

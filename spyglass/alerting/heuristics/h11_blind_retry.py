@@ -21,7 +21,7 @@ def build(d: Deployment) -> Heuristic:
     probe = Probe(
         needs=("gateway_log",),
         alert="GatewayBlindRetries",
-        sql=probe_sql(__file__),
+        sql=probe_sql(__name__),
         summary="{blind_retries} requests on lane {lane} were retried after a 400 overfit with only max_tokens clamped; the"
         " relay said {relayed_prompt_tokens:,} > {relayed_window:,}, the engine {engine_prompt_tokens:,} >"
         " {engine_window:,}.",

@@ -25,7 +25,7 @@ def build(d: Deployment) -> Heuristic:
     probe = Probe(
         needs=("gateway_log",),
         alert="GatewayConcurrencyFull",
-        sql=probe_sql(__file__, share=num(share)),
+        sql=probe_sql(__name__, share=num(share)),
         summary="{rejected} of {requests} requests (lane {lane}) were answered 429: the model's concurrency was full.",
         figures=("requests", "rejected", "share"),
     )

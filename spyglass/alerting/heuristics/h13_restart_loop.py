@@ -25,7 +25,7 @@ def build(d: Deployment) -> Heuristic:
         needs=("supervisord_log|supervisord_rpc",),
         alert="ProgramCrashLoop",
         sql=probe_sql(
-            __file__, crash_loop_window_minutes=s.crash_loop_window_minutes, crash_loop_spawns=s.crash_loop_spawns
+            __name__, crash_loop_window_minutes=s.crash_loop_window_minutes, crash_loop_spawns=s.crash_loop_spawns
         ),
         summary="supervisord spawned {instance} {spawns} times ({restarts} restarts, {most_spawns_in_window} within"
         f" {window}); {{unexpected_exits}} unexpected exits ({{exit_causes}}); FATAL: {{fatal}}.",

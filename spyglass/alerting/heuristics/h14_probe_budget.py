@@ -46,7 +46,7 @@ def build(d: Deployment) -> Heuristic:
     probe = Probe(
         needs=("engine_log",),
         alert="EngineLoadOverProbeBudget",
-        sql=probe_sql(__file__, budget=num(budget)),
+        sql=probe_sql(__name__, budget=num(budget)),
         summary="{instance}: {slow_loads} loads longer than the probe budget ({probe_budget_seconds:g} s; the longest"
         " {ready_seconds:g} s), {killed_while_loading} starts killed while loading (after up to {killed_after_seconds:g} s),"
         " none crashing on its own.",

@@ -22,7 +22,7 @@ def build(d: Deployment) -> Heuristic:
     probe = Probe(
         needs=("engine_log",),
         alert="EngineModelChecksumMismatch",
-        sql=probe_sql(__file__),
+        sql=probe_sql(__name__),
         summary="{instance} logged {checksum_mismatches} model checksum mismatches.",
         figures=("checksum_mismatches",),
     )

@@ -24,7 +24,7 @@ def build(d: Deployment) -> Heuristic:
         needs=("engine_log",),
         alert="EngineRecompileStorm",
         sql=probe_sql(
-            __file__,
+            __name__,
             per_minute=num(per_minute),
             recent=sql_interval(RECENT),
             recent_minutes=minutes(RECENT),

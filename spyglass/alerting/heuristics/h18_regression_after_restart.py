@@ -69,7 +69,7 @@ def build(d: Deployment) -> Heuristic:
     probe = Probe(
         needs=("engine_log",),
         alert="EngineRegressionAfterRestart",
-        sql=probe_sql(__file__, factor=num(factor), least=least),
+        sql=probe_sql(__name__, factor=num(factor), least=least),
         summary="Median TTFT on {instance} (lane {lane}) since its start at {started_utc} is {after_p50_ms:g} ms, {ratio:g}x"
         " the {before_p50_ms:g} ms of the steady state before it (start {before_started_utc}); p99 {before_p99_ms:g} ->"
         " {after_p99_ms:g} ms over {before_requests} and {after_requests} requests.",

@@ -15,15 +15,16 @@ def _since_last(source: str, instance: str) -> str:
 
 
 def _silent(d: Deployment, silent: float, polls_missed: float) -> str:
-    """Only sources that should be speaking: an engine log while its process runs and it is ready (a
-    [stats] line every 10 s while up; a loading engine writes none), a status endpoint past
-    `polls_missed` times the time its next poll was due. A supervisord, switch or gateway log is quiet
-    by nature when nothing happens."""
+    """Only sources that should be speaking: an engine log that writes while idle (Strata's [stats] line
+    every 10 s; a loading engine writes none) while its process runs and it is ready, a status endpoint
+    (a serve's, llama-server's) past `polls_missed` times the time its next poll was due. A supervisord,
+    switch or gateway log is quiet by nature when nothing happens, and so is an idle llama-server's log:
+    its poller's events are its liveness."""
     engines = [
         f"({_since_last(source, instance)} > {num(silent)}\n"
         "    and on (host, instance) (spyglass_host_process_up == 1)\n"
         "    and on (host, instance) (max by (host, instance) (spyglass_engine_ready) == 1))"
-        for source, instance in d.engine_sources.items()
+        for source, instance in d.heartbeat_sources.items()
     ]
     status = [
         f"{_since_last(source, instance)} > {num(max(silent / 6, polls_missed * due))}"
@@ -73,7 +74,8 @@ def build(d: Deployment) -> Heuristic:
                 name="unreadable_share",
                 value=unreadable,
                 unit="ratio",
-                meaning="share of a source's lines of no known shape or pattern, with or without a level letter",
+                meaning="share of a source's lines it could not use: of no known shape or pattern (with or without a level"
+                " letter) or refused as invalid (a forged stamp or clock, a body past its bounds); at or above it fires",
             ),
             Threshold(
                 name="unreadable_lines",
@@ -112,8 +114,9 @@ def build(d: Deployment) -> Heuristic:
                 summary="A source that should be speaking is silent: {{ $labels.source }} of " + INSTANCE + ".",
                 description="No event from {{ $labels.source }} ("
                 + INSTANCE
-                + f") for {SECONDS}: a ready engine writes a"
-                " [stats] line every 10 s while its process runs, a status endpoint is polled even while it fails.",
+                + f") for {SECONDS}: a ready Strata engine writes a"
+                " [stats] line every 10 s while its process runs, a status endpoint (a serve's, llama-server's) is"
+                " polled even while it fails; an idle llama-server's log is quiet, and not watched for silence.",
             ),
             Alert(
                 name="SpyglassUnparsedLines",
@@ -134,17 +137,18 @@ def build(d: Deployment) -> Heuristic:
                 name="SpyglassSourceUnreadable",
                 severity="warning",
                 expr=ratio(
-                    f'increase({lines}{{outcome=~"unmatched|unprefixed"}}[{read_window}])',
+                    f'increase({lines}{{outcome=~"unmatched|unprefixed|invalid"}}[{read_window}])',
                     f"increase({lines}[{read_window}])",
                     "host, source",
                 )
-                + f" > {num(unreadable)}\n"
+                + f" >= {num(unreadable)}\n"
                 f"  and on (host, source) sum by (host, source) (increase({lines}[{read_window}])) >= {unreadable_lines}",
                 for_=read_hold,
                 summary="A source writes lines spyglass cannot read: {{ $labels.source }}.",
                 description="{{ $value | humanizePercentage }} of source {{ $labels.source }}'s lines over "
                 + spoken(read_window)
-                + " have no shape or pattern spyglass knows: a new build's format, a wrong preset or an unknown wrapper."
+                + " could not be used: of no shape or pattern spyglass knows (a new build's format, a wrong preset, an"
+                " unknown wrapper) or refused as invalid (stamps or clocks it cannot believe)."
                 " Run `spyglass check-log` on the file to see what it reads and the shapes it cannot.",
             ),
             Alert(

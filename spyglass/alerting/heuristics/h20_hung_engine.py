@@ -22,7 +22,7 @@ def build(d: Deployment) -> Heuristic:
     probe = Probe(
         needs=("engine_log", "serve_status"),
         alert="EngineHung",
-        sql=probe_sql(__file__, minutes=minutes),
+        sql=probe_sql(__name__, minutes=minutes),
         summary="{instance} finished no request and wrote no [stats] line for {silent_minutes:g} minutes while its"
         " serve said ready with {queued} queued and {busy} slots busy; it logged {queued_lines} requests queued"
         " meanwhile.",

@@ -37,7 +37,7 @@ def build(d: Deployment) -> Heuristic:
     probe = Probe(
         needs=("engine_log",),
         alert="EngineRequestsFailing",
-        sql=probe_sql(__file__, share=num(share), least=least, window=sql_interval(window)),
+        sql=probe_sql(__name__, share=num(share), least=least, window=sql_interval(window)),
         summary="{failed} of {requests} requests on {instance} ended badly within {window_minutes:g} minutes:"
         " {errors} answered with an error ({reasons}), {cancelled} cancelled by their client.",
         figures=("requests", "failed", "errors", "cancelled", "share", "reasons"),

@@ -27,7 +27,7 @@ def build(d: Deployment) -> Heuristic:
     probe = Probe(
         needs=("engine_log",),
         alert="EngineKVCacheFull",
-        sql=probe_sql(__file__, splits=splits, window=sql_interval(window)),
+        sql=probe_sql(__name__, splits=splits, window=sql_interval(window)),
         summary="{instance}'s KV cache was full: {refused} decodes refused at batch size 1 ({failed} requests"
         " answered `Context size has been exceeded.`), {retries} batches split and retried, {shifts} context"
         " shifts, {restores} cached prompts that did not fit back.",

@@ -5,12 +5,13 @@ each field it fills, so no two positional strings can be swapped unnoticed."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from spyglass.collectors.engine_log import EngineLogOptions
+from spyglass.collectors.llama_server import LlamaServerOptions
 from spyglass.collectors.serve_status import ServeStatusOptions
 from spyglass.config import AlertsConfig, Config, LaneObjective, SignalsConfig
+from spyglass.resources import beside
 
 Severity = Literal["critical", "warning", "info"]
 
@@ -135,13 +136,15 @@ class Heuristic:
 @dataclass(frozen=True, kw_only=True)
 class Deployment:
     """The deployment facts the rules depend on: [alerts] settings, lanes, which engine-log source
-    belongs to which instance (for silence and hung-engine rules), and which status endpoint is polled
-    for which instance, with the time within which its next poll is due."""
+    belongs to which instance (for silence and hung-engine rules), and which status endpoint (a serve's,
+    llama-server's) is polled for which instance, with the time within which its next poll is due."""
 
     settings: AlertsConfig = field(default_factory=AlertsConfig)
     signals: SignalsConfig = field(default_factory=SignalsConfig)  # what the metrics count (a long prompt's size)
     lanes: dict[str, LaneObjective] = field(default_factory=lambda: {"fast": DEFAULT_LANE, "normal": DEFAULT_LANE})
     engine_sources: dict[str, str] = field(default_factory=lambda: {"engine-a": "strata-a", "engine-b": "strata-b"})
+    # the engine logs that write while idle (Strata's [stats] line): their silence is a sign (H19); not llama-server's
+    heartbeat_sources: dict[str, str] = field(default_factory=lambda: {"engine-a": "strata-a", "engine-b": "strata-b"})
     # where the runbooks lie when alerts.runbook_base_url is unset: the file:// URL of the folder written
     runbooks_url: str = ""
     # where the agent's evidence pages are: alerts.evidence_base_url, else the agent's listen address
@@ -156,11 +159,16 @@ class Deployment:
         lanes = {lane: config.alerts.lanes.get(lane, DEFAULT_LANE) for lane in config.lanes().values()}
         lanes.update(config.alerts.lanes)
         lanes = lanes or {"": DEFAULT_LANE}  # no lanes: one objective for every series, whose lane label is ""
-        engines = {name: o.instance for name, o in config.sources_of(EngineLogOptions).items() if o.instance}
+        logs = {name: o for name, o in config.sources_of(EngineLogOptions).items() if o.instance}
+        engines = {name: o.instance for name, o in logs.items()}
         status = {
             name: (o.instance or name, o.next_poll_within())
             for name, o in config.sources_of(ServeStatusOptions).items()
             if o.url
+        }
+        status |= {
+            name: (o.instance or name, o.next_poll_within())
+            for name, o in config.sources_of(LlamaServerOptions).items()
         }
         evidence = config.alerts.evidence_base_url or config.exporters.prometheus.client_url()
         return cls(
@@ -168,12 +176,14 @@ class Deployment:
             signals=config.signals,
             lanes=dict(sorted(lanes.items())),
             engine_sources=engines,
+            heartbeat_sources={name: i for name, i in engines.items() if logs[name].idle_lines()},
             status_sources=status,
             evidence_base_url=evidence,
         )
 
 
 def probe_sql(module: str, **values: object) -> str:
-    """The probe SQL beside a heuristic's module (`hNN_name.sql` for `hNN_name.py`), with each
-    `{name}` filled from `values` (str.format: a literal brace is doubled)."""
-    return Path(module).with_suffix(".sql").read_text().strip().format(**values)
+    """The probe SQL beside a heuristic's module (`hNN_name.sql` for the module `__name__` names), with
+    each `{name}` filled from `values` (str.format: a literal brace is doubled). Package data, so an
+    installed spyglass reads it as a checkout does."""
+    return beside(module, ".sql").strip().format(**values)
