@@ -167,11 +167,12 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     # ... a memory slot for batch` later), the server's retry with a smaller batch (2024's `update_slots :
     # ... smaller n_batch = N`, later `... smaller batch size, off = ...`), a failed decode, and a prompt
     # restored from the host cache that did not fit (`state_read_meta: failed to find N available cells`).
-    "task_error": ("", "error: ", SRV + r"task id = (?P<task>-?\d+), error: (?P<message>.{0,400})"),
+    # No literal: llama-server writes it at level E, so a reworded one is still an `error` event, never noise.
+    "task_error": ("", "", SRV + r"task id = (?P<task>-?\d+), error: (?P<message>.{0,400})"),
     "cancel": ("", "cancel task, id_task = ", SRV + r"cancel task, id_task = (?P<task>\d+)"),
     "kv_no_slot": (
         "",
-        "failed to find ",
+        "batch of size ",
         r"(?:\w+: +)?failed to find (?:a memory slot|KV cache slot) for u?batch of size (?P<batch>\d+)",
     ),
     "kv_retry": (
@@ -189,9 +190,14 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     ),
     "cache_restore_failed": (
         "",
-        "failed to ",
-        r"(?:srv +[\w()~]+: +|\w+: +)?failed to (?:find (?:(?P<cells>\d+) )?available cells in kv cache"
-        r"|restore (?:state with size (?P<state_bytes>\d+)|sequence state|kv cache(?::.{0,120})?))",
+        "failed to restore ",
+        r"(?:srv +[\w()~]+: +|\w+: +)?failed to restore (?:state with size (?P<state_bytes>\d+)|sequence state"
+        r"|kv cache(?::.{0,120})?)",
+    ),
+    "restore_no_cells": (
+        "",
+        "available cells in kv cache",
+        r"(?:\w+: +)?failed to find (?:(?P<cells>\d+) )?available cells in kv cache",
     ),
     "crash": (
         "",

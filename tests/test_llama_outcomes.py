@@ -62,7 +62,7 @@ LINES = [
     # tools/server/server-task.cpp): a prompt from the host cache that does not fit back
     (
         b"0.09.000.001 E state_read_meta: failed to find 12 available cells in kv cache",
-        "cache_restore_failed",
+        "restore_no_cells",
         {"cells": 12},
     ),
     (

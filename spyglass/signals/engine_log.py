@@ -373,9 +373,12 @@ OPS: dict[str, tuple[Op, ...]] = {  # event kind -> its operations, in order; th
     "kv_no_slot": (Count(KV_PRESSURE, label="memory_slot"),),
     "kv_retry": (Count(KV_PRESSURE, label="batch_retry"),),
     "context_shift": (Count(KV_PRESSURE, label="context_shift"),),
+    # One restore that did not fit back: libllama's reasons (`failed to find N available cells in kv cache`,
+    # `failed to restore sequence state`) are events; the server's `failed to restore state with size N`,
+    # one for each restore it tried, is counted.
     "cache_restore_failed": (
-        Count(KV_PRESSURE, label="restore_failed"),
-        Count("spyglass_engine_errors_total", label="cache"),
+        Count(KV_PRESSURE, label="restore_failed", when=lambda f: "state_bytes" in f),
+        Count("spyglass_engine_errors_total", label="cache", when=lambda f: "state_bytes" in f),
     ),
     # llama_decode's 1: no KV slot for the batch (llama.h); another code is no KV matter. The server's
     # `decode() failed: CAUSE` line that follows names no code and is counted once, by the line before it.
