@@ -172,6 +172,45 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
         + r"(?:, took \d+\.\d+ ms)?\)",  # ik_llama.cpp says how long it took
     ),
     "reasoning_budget": ("", "reasoning budget", r"(?P<message>.{0,200}reasoning budget.{0,200})"),
+    # A request's end and the KV cache's pressure (docs/llama-server.md, "Outcomes and KV pressure"), in the
+    # wording of each build that prints them: `send_error` (late 2024 on; 2024's JSON `task error` in
+    # from_2024), the cancel of a task whose client went away (`cancel_tasks:` late 2024, `stop:` 2026),
+    # libllama's memory-slot line (`llama_decode_internal: ... KV cache slot for ubatch` 2024-2025, `decode:
+    # ... a memory slot for batch` later), the server's retry with a smaller batch (2024's `update_slots :
+    # ... smaller n_batch = N`, later `... smaller batch size, off = ...`), a failed decode, and a prompt
+    # restored from the host cache that did not fit (`state_read_meta: failed to find N available cells`).
+    # No literal: llama-server writes it at level E, so a reworded one is still an `error` event, never noise.
+    "task_error": ("", "", SRV + r"task id = (?P<task>-?\d+), error: (?P<message>.{0,400})"),
+    "cancel": ("", "cancel task, id_task = ", SRV + r"cancel task, id_task = (?P<task>\d+)"),
+    "kv_no_slot": (
+        "",
+        "batch of size ",
+        r"(?:\w+: +)?failed to find (?:a memory slot|KV cache slot) for u?batch of size (?P<batch>\d+)",
+    ),
+    "kv_retry": (
+        "",
+        "failed to find free space in the KV cache",
+        r"(?:srv +[\w()~]+: +|\w+ ?: +)?failed to find free space in the KV cache, retrying with smaller"
+        r" (?:batch size)?(?:.{0,200}?n_batch = (?P<n_batch>\d+))?.{0,300}",
+    ),
+    "decode_failed": (
+        "",
+        "",
+        r"(?:srv +[\w()~]+: +|\w+ ?: +)?(?:(?:failed to decode(?: the batch, n_batch = \d+)?"
+        r"|(?P<message>Context size has been exceeded\.|Invalid input batch\.|Compute error\.) off = \d+,"
+        r" n_batch = \d+),? ret = (?P<ret>-?\d+)|decode\(\) failed: (?P<cause>.{1,200}))",
+    ),
+    "cache_restore_failed": (
+        "",
+        "failed to restore ",
+        r"(?:srv +[\w()~]+: +|\w+: +)?failed to restore (?:state with size (?P<state_bytes>\d+)|sequence state"
+        r"|kv cache(?::.{0,120})?)",
+    ),
+    "restore_no_cells": (
+        "",
+        "available cells in kv cache",
+        r"(?:\w+: +)?failed to find (?:(?P<cells>\d+) )?available cells in kv cache",
+    ),
     "crash": (
         "",
         "",
@@ -346,7 +385,7 @@ class LlamaLineParser:
         if line.startswith(b"{"):
             try:
                 record = bounded_json.loads(line, bounded_json.MAX_LINE_BYTES)
-            except (bounded_json.TooLarge, ValueError):
+            except ValueError:  # not JSON, or past the bounds (TooLarge)
                 record = None
         if isinstance(record, dict) and isinstance(record.get("function"), str):
             message = record.get("msg", record.get("message"))
@@ -455,6 +494,8 @@ def from_2024(level: str, function: str, msg: str, record: dict[str, Any], form:
     timing = TIMING_2024.match(msg.strip())
     if timing is not None and tasked:
         return _timing_2024(timing, record, tasked, line)
+    if msg == "task error" and _int(record, "id_task") is not None:
+        return line("task_error", {"task": record["id_task"], "message": str(record.get("error", ""))[:400]})
     if msg == "build info" and _int(record, "build") is not None:
         return line("build", {"number": record["build"], "commit": str(record.get("commit", ""))[:40]})
     if msg == "model loaded":
