@@ -376,6 +376,9 @@ SHAPES: dict[str, tuple[str, ...]] = {
     ),
     'https://github.com/ggml-org/llama.cpp/pull/22929': (
         'begin: ngram_mod occupancy = <n>/<n> (<n>)',
+        'slot update_slots: id <n> | task <n> | Checking checkpoint with [<n>, <n>] against <n>...',
+        'srv params_from_: message_spans: last user message: byte_pos=<n>, text_n_tokens=<n>, checkpoint_n_tokens=<n>',
+        'reasoning-budget: activated, budget=<n> tokens',
         'reasoning-budget: deactivated (natural end)',
         'statistics ngram-mod: #calls(b,g,a) = <n> <n> <n>, #gen drafts = <n>, #acc drafts = <n>, #gen tokens = <n>, #acc tokens = <n>, dur(b,g,a) = <n>, <n>, <n> ms',
     ),

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from spyglass import collectors
 from spyglass.collectors.engine_log import EngineLogOptions
 from spyglass.collectors.llama_log import LlamaLogSource
+from spyglass.collectors.llama_wrap import unwrap
 
 USERS = Path(__file__).parent / "fixtures" / "llama_users"
 MTIME = 1_796_000_000.0
@@ -151,7 +152,7 @@ def test_a_joined_task_has_its_timings() -> None:
 
 def test_a_runners_wrapper_gives_its_clock() -> None:
     """LM Studio's header line dates the lines after it; LocalAI's time of day falls on the file's day (or the
-    day before, when that would be ahead of the file)."""
+    day before, when that would be ahead of the file); Lemonade's stamp is to the millisecond."""
     lines = (USERS / "lmstudio-2026-lmstudio-2006.log").read_bytes().splitlines()
     events, _, _ = source(USERS / "x").handle_lines(lines)
     queued = next(e for e in events if e.kind == "queued")
@@ -162,6 +163,8 @@ def test_a_runners_wrapper_gives_its_clock() -> None:
     queued = next(e for e in events if e.kind == "queued")
     at = datetime.fromtimestamp(queued.ts, tz=UTC)
     assert (at.hour, at.minute) == (19, 23) and 0 < MTIME - queued.ts < 86400
+    line = (USERS / "lemonade-2026-lemonade-1623.log").read_bytes().splitlines()[10]
+    assert unwrap(line, MTIME).wall == datetime(2026, 4, 9, 21, 52, 11, 806000, tzinfo=UTC).timestamp()
 
 
 def test_logger_s_default_line_names_no_host() -> None:
