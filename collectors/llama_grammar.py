@@ -291,6 +291,7 @@ class LlamaLineParser:
                 + [literal.encode() for _, literal, _ in PATTERNS.values() if literal]
             )
         )
+        self.guard = re.compile(b"|".join(re.escape(literal) for literal in self.literals))  # one C-level scan
         self.noise = catalogue()
 
     def parse(self, line: bytes) -> Line | str:
@@ -407,7 +408,7 @@ class LlamaLineParser:
 
     def guarded(self, message: bytes) -> bool:
         """Whether a line no pattern matched holds a signal pattern's literal: a reworded signal line, never noise."""
-        return any(literal in message for literal in self.literals)
+        return self.guard.search(message) is not None
 
     def _json(self, line: bytes) -> Line | str:
         try:
