@@ -33,7 +33,10 @@ Parsing a line is pure; this source (the I/O edge) adds time and the state a lin
 Tasks: `launch_slot_` is `queued` (prefill_depth 0: llama.cpp has no serial prefill queue); the timing
 lines (with their task, or continuation lines joined to the `print_timing` header before them) and the
 release line, in either order (builds of 2025 release first), make `prompt` (prompt = reused + read) and
-`done` (ttft_ms = prompt eval time, decode_tps, completion); a release with no timings is `release`.
+`done` (ttft_ms = prompt eval time, decode_tps, completion); a release with no timings is `release`. Every
+task ends with one `done` carrying its `outcome` (collectors/llama_outcome.py): a `send_error` for the task
+(`task_error` event) or its client's cancel (`cancel` event) ends it at its release, or at once if it never
+had a slot; a 2024 release without timings is a cancel; a line of a task after its end joins its request.
 Other events: `start` (build_name llama.cpp; the build where the log names it), `args`, `model`, `ready`,
 `evict` (bytes, reason budget, evictions = evict lines of this process so far), `error` (E lines and a
 crash's raw output), and llama.cpp's own (`slot_select`, `reprocess`, `checkpoint`, `cache_state`, ...).
@@ -51,12 +54,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spyglass.collectors import LineSourceBase
+from spyglass.collectors import LineSourceBase, register_preset
+from spyglass.collectors import engine_log as _kind  # noqa: F401 - the kind this preset extends, registered first
 from spyglass.collectors.clock import Clock, SystemClock
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import ERROR_KIND, FieldType, SourceFields, from_patterns
 from spyglass.collectors.grammar import Miss
 from spyglass.collectors.llama_grammar import PATTERNS, START_MARKERS, TEXT_FIELDS, Line, LlamaLineParser
+from spyglass.collectors.llama_noise import SIGNAL_MARK, opens_block, shape
+from spyglass.collectors.llama_outcome import error_reason, finish_of
 from spyglass.collectors.llama_process import ARG_FLAGS, Writer, find_writer, parse_args, process_start, request_id
 from spyglass.collectors.llama_wrap import unwrap
 from spyglass.collectors.timebounds import EARLIEST_SECONDS, FUTURE_SLACK_SECONDS
@@ -82,6 +88,7 @@ MAX_TASKS = 4096
 MAX_CHILDREN = 64  # router mode: the children's timelines kept (the least recently heard from go first)
 SPAWNED = re.compile(rb"spawning server instance with name=(?P<model>\S{1,200}) on port (?P<port>\d{1,5})")
 MAX_SHAPES = 64
+MAX_CONTINUED = 256  # lines a multi-line message may run over (a chat template dump is under 200)
 JOINED = "joined"  # a line that became part of another line's event (timing lines)
 AGREE = 2.0  # seconds two lines' implied start instants may differ by and agree (1 s stamps, clock ticks)
 STAMP = Miss.invalid("stamp")
@@ -102,6 +109,8 @@ LLAMA_FIELDS: SourceFields = {
                 "prompt_progress": {"tps": "float"},
                 "context_shift": {"n_keep": "int", "n_left": "int", "n_discard": "int"},
                 "slot_select": {"t_last": "int", "keep": "float"},
+                "task_error": {"slot": "int", "error_reason": "text", "status": "int"},
+                "cancel": {"slot": "int"},
             },
         ).items()
         if not kind.startswith("timing_")
@@ -139,6 +148,10 @@ LLAMA_FIELDS: SourceFields = {
         "truncated": "int",
         "n_tokens": "int",
         "graphs_reused": "int",
+        "outcome": "text",
+        "error_reason": "text",
+        "status": "int",
+        "message": "text",
     },
     **ERROR_KIND,
 }
@@ -182,8 +195,12 @@ class Segment:
         return self.start + self.last_rel
 
 
+@register_preset("engine_log", "llama_server", fields=LLAMA_FIELDS)
 class LlamaLogSource(LineSourceBase):
     """llama-server log lines in, Strata-shaped events out (see the module's rules for time)."""
+
+    idle_lines = None  # llama-server writes nothing while idle: its liveness is the poller's /health
+    reports_unread = True  # its `unread` events replay the drift alarm (spyglass/alerting/backfill.py)
 
     parse_note = "per line (llama_server preset)"
 
@@ -204,7 +221,8 @@ class LlamaLogSource(LineSourceBase):
         self.segment: Segment | None = None
         self.captures: Counter[str] = Counter()  # lines per capture (check-log)
         self.forms: Counter[str] = Counter()  # lines per llama.cpp format (check-log)
-        self.shapes: Counter[str] = Counter()  # unreadable lines by shape (check-log)
+        self.shapes: Counter[str] = Counter()  # unreadable lines by shape (check-log, /debug/sources)
+        self.max_shapes: int | None = MAX_SHAPES  # None: every shape (check-log --catalogue)
         self.builds: list[str] = []  # the builds the log named
         self.anchors: list[str] = []  # how each segment was placed in time
         self.lines_read = self.lines_unread = 0  # since the source's first line (checkpointed): the `unread` event
@@ -214,6 +232,7 @@ class LlamaLogSource(LineSourceBase):
         self.child = ""  # the timeline being read
         self.main: Segment | None = None  # the server's (or router's) segment while a child's is read
         self.child_models: OrderedDict[str, str] = OrderedDict()  # router mode: port -> the model it serves
+        self.continuing = 0  # lines since one that may go on over lines of no shape (1: that line), 0: none
 
     # -- the LineSource protocol ------------------------------------------------------------------
     def file_mtime(self, mtime: float) -> None:
@@ -266,6 +285,14 @@ class LlamaLogSource(LineSourceBase):
             if not wrapped.child and b"spawning server instance with name=" in wrapped.payload:
                 self._spawned(wrapped.payload)
             result = self.parser.parse(wrapped.payload)
+            if result == Miss.UNPREFIXED and 0 < self.continuing <= MAX_CONTINUED:
+                self.continuing += 1  # a line of a multi-line message (a chat template, a quoted value)
+                misses[Miss.IGNORED] += 1
+                continue
+            if opens_block(wrapped.payload):
+                self.continuing = 1
+            elif not (result == Miss.IGNORED and self.continuing and not wrapped.payload[:1].isdigit()):
+                self.continuing = 0  # a known line of no stamp within a multi-line message does not end it
             if isinstance(result, str):
                 misses[result] = misses.get(result, 0) + 1
                 if result in (Miss.UNMATCHED, Miss.UNPREFIXED):
@@ -342,10 +369,12 @@ class LlamaLogSource(LineSourceBase):
         )
 
     def _shape(self, payload: bytes) -> None:
-        """The unreadable line's shape: digits as 9, its first 60 bytes (bounded: check-log's top shapes)."""
-        shape = payload[:60].translate(DIGITS).decode("utf-8", "replace")
-        if shape in self.shapes or len(self.shapes) < MAX_SHAPES:
-            self.shapes[shape] += 1
+        """The unreadable line's shape, as the noise catalogue writes one (bounded: check-log's and /debug/sources'
+        list); a line that holds a signal pattern's words is marked so: a reworded signal, not noise to add."""
+        key = self.parser.noise_key(payload)
+        found = shape(key) if key is not None else SIGNAL_MARK + shape(self.parser.message_key(payload))
+        if found in self.shapes or self.max_shapes is None or len(self.shapes) < self.max_shapes:
+            self.shapes[found] += 1
 
     # -- segments and their start instants --------------------------------------------------------
     def _segments(self, items: list[Item], misses: dict[str, int]) -> list[tuple[Start | None, list[Item]]]:
@@ -563,7 +592,11 @@ class LlamaLogSource(LineSourceBase):
             self._task(segment, task).update(ts=ts, slot=f["slot"], req=req)
             return [make(ts, "queued", {"task": task, "slot": f["slot"], "prefill_depth": 0}, req)]
         if kind == "release" and isinstance(task, int):
-            return self._released(segment, task, f, ts)
+            return self._released(segment, task, f, ts, line.form)
+        if kind == "cancel" and isinstance(task, int):
+            return self._cancelled(segment, task, ts)
+        if kind == "task_error" and isinstance(task, int):
+            return self._errored(segment, task, str(f.get("message", "")), ts)
         fields = {key: value for key, value in f.items() if key != "func"}
         owner = segment.tasks.get(task, {}).get("req") if isinstance(task, int) else None
         return [make(ts, kind or "unknown", fields, owner)]
@@ -588,15 +621,29 @@ class LlamaLogSource(LineSourceBase):
         state[kind] = {key: value for key, value in f.items() if key in ("ms", "tokens", "tps", "graphs_reused")}
         released = state.get("released")
         if kind == "timing_total" and released is not None and "timing_prompt" in state and "timing_eval" in state:
-            segment.tasks.pop(task, None)
+            self._end(segment, task, state)
             return self._finished(state, task, released, ts)
         return []
 
-    def _released(self, segment: Segment, task: int, f: dict[str, Any], ts: float) -> list[Event]:
+    @staticmethod
+    def _end(segment: Segment, task: int, state: dict[str, Any]) -> None:
+        """The task has its outcome: what is left of it is its request id (a later line of it, a cancel that
+        came after its end, joins that request and starts no other)."""
+        segment.tasks[task] = {"ended": True, "req": state.get("req")}
+
+    def _released(self, segment: Segment, task: int, f: dict[str, Any], ts: float, form: str) -> list[Event]:
         state = self._task(segment, task)
         released = {"slot": f["slot"], "n_tokens": f["n_tokens"], "truncated": f["truncated"], "ts": ts}
-        if "timing_prompt" in state and "timing_eval" in state:
-            segment.tasks.pop(task, None)
+        timed = "timing_prompt" in state and "timing_eval" in state
+        if state.get("ended"):
+            return [self._event(ts, "release", {"task": task, **{k: released[k] for k in RELEASE}}, state.get("req"))]
+        if form != "common" and not any(key.startswith("timing_") for key in state):
+            state["cancelled"] = ts  # a 2024 build prints a task's timings before its release, and no cancel line
+        if "error" in state or "cancelled" in state:
+            self._end(segment, task, state)
+            return self._ended(state, task, released, ts)
+        if timed:
+            self._end(segment, task, state)
             return self._finished(state, task, released, ts)
         state["released"] = released
         return [
@@ -608,7 +655,56 @@ class LlamaLogSource(LineSourceBase):
             )
         ]
 
-    def _finished(self, state: dict[str, Any], task: int, released: dict[str, Any], ts: float) -> list[Event]:
+    def _cancelled(self, segment: Segment, task: int, ts: float) -> list[Event]:
+        """The client went away: a launched task ends at its release; one still waiting for a slot ends here."""
+        state = self._task(segment, task)
+        req = self._req(segment, task, state, ts)
+        events = [self._event(ts, "cancel", {"task": task}, req)]
+        if state.get("ended"):
+            return events
+        state["cancelled"] = ts
+        if "ts" not in state:
+            self._end(segment, task, state)
+            events += self._ended(state, task, {}, ts)
+        return events
+
+    def _errored(self, segment: Segment, task: int, message: str, ts: float) -> list[Event]:
+        """llama-server answered the task with an error: a launched task ends at its release (which follows
+        the error), one refused before it had a slot ends here."""
+        state = self._task(segment, task)
+        req = self._req(segment, task, state, ts)
+        reason, status = error_reason(message)
+        error = {"error_reason": reason, "message": message[:240], **({"status": status} if status else {})}
+        events = [self._event(ts, "task_error", {"task": task, **error}, req)]
+        if state.get("ended") or "error" in state:
+            return events
+        state["error"] = error
+        if "ts" not in state:
+            self._end(segment, task, state)
+            events += self._ended(state, task, {}, ts)
+        return events
+
+    def _req(self, segment: Segment, task: int, state: dict[str, Any], ts: float) -> str:
+        """The task's request id: the one made when it got a slot, else one made now (it never got one)."""
+        if state.get("req") is None:
+            state["req"] = request_id(self.instance, segment.start, task, ts)
+        return str(state["req"])
+
+    def _ended(self, state: dict[str, Any], task: int, released: dict[str, Any], ts: float) -> list[Event]:
+        """The `done` of a task that was cancelled or failed: its outcome, and its timings where it has them."""
+        outcome = "error" if "error" in state else "cancelled"
+        if "timing_prompt" in state and "timing_eval" in state and released:
+            return self._finished(state, task, released, ts, outcome)
+        fields: dict[str, Any] = {"task": task, "finish": finish_of(outcome), "outcome": outcome}
+        if state.get("slot") is not None or released:
+            fields["slot"] = released.get("slot", state.get("slot"))
+        fields.update({k: released[k] for k in ("n_tokens", "truncated") if k in released})
+        fields.update(state.get("error", {}))
+        return [self._event(ts, "done", fields, state.get("req"))]
+
+    def _finished(
+        self, state: dict[str, Any], task: int, released: dict[str, Any], ts: float, outcome: str = ""
+    ) -> list[Event]:
         """The task's prompt and done events, from its timing lines and its release line."""
         prompt_timing, eval_timing = state["timing_prompt"], state["timing_eval"]
         req = state.get("req")
@@ -619,6 +715,7 @@ class LlamaLogSource(LineSourceBase):
         launched = state.get("ts", ts)
         tps = eval_timing.get("tps")
         common = {"task": task, "slot": released["slot"]}
+        outcome = outcome or ("truncated" if released["truncated"] else "done")
         return [
             self._event(
                 min(launched + prompt_timing["ms"] / 1000, ts),
@@ -631,7 +728,9 @@ class LlamaLogSource(LineSourceBase):
                 "done",
                 {
                     **common,
-                    "finish": "unknown",
+                    "finish": finish_of(outcome),
+                    "outcome": outcome,
+                    **state.get("error", {}),
                     "prompt": prompt,
                     "completion": generated,
                     "ttft_ms": ms,
@@ -657,6 +756,7 @@ class LlamaLogSource(LineSourceBase):
         return Event(ts, self.name, kind, self.instance, fields, req, self.host)
 
 
+RELEASE = ("slot", "n_tokens", "truncated")
 DIGITS = bytes.maketrans(b"0123456789", b"9999999999")
 
 

@@ -108,6 +108,26 @@ def build(d: Deployment):
             width=12,
         ),
     )
+    layout.row("How requests end, and the KV cache")
+    layout.add(
+        timeseries_panel(
+            "Requests ended, by outcome (a minute)",
+            "short",
+            Q(
+                f"60 * {rate('spyglass_engine_request_outcomes_total', 'instance, outcome')}",
+                "{{instance}} {{outcome}}",
+            ),
+            width=12,
+            links=[runbook(d, "EngineRequestsFailing")],
+        ),
+        timeseries_panel(
+            "KV cache full: splits, refusals, shifts (a minute)",
+            "short",
+            Q(f"60 * {rate('spyglass_engine_kv_pressure_events_total', 'instance, event')}", "{{instance}} {{event}}"),
+            width=12,
+            links=[runbook(d, "EngineKVCacheFull")],
+        ),
+    )
     layout.row("Decode")
     drop = threshold(d, "H1", "drop_ratio")
     layout.add(

@@ -60,10 +60,10 @@ def backtest(cfg: Path, start: float, end: float) -> list[dict]:
 def test_check_log_shows_what_it_cannot_read() -> None:
     result = CliRunner().invoke(app, ["check-log", str(UNKNOWN), "--preset", "llama_server"])
     assert result.exit_code == 0, result.output
-    assert "37 unreadable (90%)" in result.output and "I [main] Strata 9.9.9 (build 9f9c9e9)" in result.output
+    assert "38 unreadable (93%)" in result.output and "[main] Strata <n> (build <x>) starting" in result.output
     assert "SpyglassSourceUnreadable" in result.output and "a source of its own kind" in result.output
     auto = CliRunner().invoke(app, ["check-log", str(UNKNOWN)])
-    assert "read with preset strata (llama_server reads 10%, strata reads 90%" in auto.output
+    assert "read with preset strata (llama_server reads 7%, strata reads 90%" in auto.output
 
 
 def test_ingest_names_the_lines_it_could_not_read_and_the_backtest_fires(tmp_path: Path, spawns: None) -> None:
@@ -72,7 +72,7 @@ def test_ingest_names_the_lines_it_could_not_read_and_the_backtest_fires(tmp_pat
     assert result.exit_code == 0, result.output
     last = result.output.strip().splitlines()[-1]
     assert last == (
-        f"could not read 37 of 41 lines of sources.llama-a: run `spyglass check-log {tmp_path / 'llama.log'}"
+        f"could not read 38 of 41 lines of sources.llama-a: run `spyglass check-log {tmp_path / 'llama.log'}"
         " --preset llama_server` to see their shapes"
     ), result.output
     start = 1_792_384_200.0  # 2026-10-19T04:30:00Z
@@ -102,7 +102,7 @@ def test_run_says_at_start_up_what_earlier_runs_could_not_read(tmp_path: Path) -
     pipeline = Pipeline(load_config(cfg), SystemClock(), open_store(load_config(cfg)))
     try:
         assert unread_summary(pipeline) == (
-            f"could not read 37 lines of sources.llama-a: run `spyglass check-log"
+            f"could not read 38 lines of sources.llama-a: run `spyglass check-log"
             f" {tmp_path / 'llama.log'} --preset llama_server` to see their shapes"
         )
     finally:

@@ -285,10 +285,11 @@ def record_mode(build: LlamaBuild, row: LlamaVersion, mode: Mode, model: Path, o
             "start": processes,
             "ready": processes,
             "queued": tally.sent,
-            "done": tally.completed,
+            "done": tally.completed + tally.aborted,  # every request ends: each `done` carries its outcome
             "prompt": tally.completed,
             "evict": evictions,
         },
+        "outcomes": {"done": tally.completed, "cancelled": tally.aborted},
     }
 
 

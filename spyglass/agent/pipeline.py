@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -30,6 +31,8 @@ from spyglass.config import Config
 from spyglass.exporters.statefile import Store
 from spyglass.signals import Signals, SignalsLinks, SignalsSettings
 from spyglass.signals.state import MetricState
+
+UNREAD_SHAPES = 16  # shapes of unread lines /debug/sources lists per source, the most first
 
 
 def unreadable_watch(config: Config) -> UnreadableWatch:
@@ -542,7 +545,8 @@ class Pipeline:
 
     def debug_sources(self) -> dict[str, Any]:
         """Per-source state for /debug/sources: error, outcomes, the last line no pattern matched,
-        and which path parses its blocks (per line, or columnar; why a pattern keeps it per line)."""
+        which path parses its blocks (per line, or columnar; why a pattern keeps it per line), and the
+        shapes of the lines it could not read, the most first (a source that keeps them: llama-server's)."""
         return {
             rt.name: {
                 "kind": rt.kind,
@@ -551,6 +555,7 @@ class Pipeline:
                 "outcomes": dict(rt.outcomes),
                 "last_unmatched": rt.last_unmatched.decode("utf-8", "replace"),
                 "parser": rt.parser() if isinstance(rt, TailedRuntime) else "per line",
+                "unread_shapes": dict(Counter(getattr(rt.source, "shapes", None) or {}).most_common(UNREAD_SHAPES)),
             }
             for rt in self.sources
         }

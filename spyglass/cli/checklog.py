@@ -16,8 +16,8 @@ from typing import IO, Any
 
 from spyglass import collectors
 from spyglass.collectors.grammar import Miss
+from spyglass.collectors.llama_log import MAX_SHAPES
 
-PRESETS = ("llama_server", "strata")
 CHUNK = 4096  # lines per batch, as a tailer hands them over
 CHUNK_BYTES = 8 << 20  # ... and at most this many bytes of them
 SAMPLE = 2000  # lines each preset reads when none is given
@@ -74,22 +74,26 @@ def batches(lines: Iterator[bytes], most: int, most_bytes: int) -> Iterator[list
         yield batch
 
 
-def reader(path: Path, preset: str, tz: str) -> Reading:
-    """A Reading whose source is the engine log's `preset`, as the agent would build it for `path`."""
+def reader(path: Path, preset: str, tz: str, shapes: int | None = MAX_SHAPES) -> Reading:
+    """A Reading whose source is the engine log's `preset`, as the agent would build it for `path`, keeping at
+    most `shapes` shapes of unread lines (None: every one)."""
     from spyglass.collectors.engine_log import EngineLogOptions
 
     options = EngineLogOptions(path=path, preset=preset, tz=tz, instance="check-log", columnar="never")
     source: Any = collectors.load_all()["engine_log"].build_tailed("check-log", options)
     if hasattr(source, "writer_of"):
         source.writer_of = lambda log, now: None  # a file, not a running process: placed by its own times
+        source.max_shapes = shapes
     return Reading(preset, source=source)
 
 
-def read_log(path: Path, preset: str, tz: str = "UTC", limit: int | None = None) -> Reading:
+def read_log(
+    path: Path, preset: str, tz: str = "UTC", limit: int | None = None, shapes: int | None = MAX_SHAPES
+) -> Reading:
     """`path` read whole (or its first `limit` lines) by the engine log's `preset`, as the agent would: in
-    one pass, in bounded memory."""
+    one pass, in bounded memory, keeping at most `shapes` shapes of unread lines (None: every one)."""
     with open(path, "rb") as file:
-        return read_rest(reader(path, preset, tz), file, os.fstat(file.fileno()).st_mtime, [], limit)
+        return read_rest(reader(path, preset, tz, shapes), file, os.fstat(file.fileno()).st_mtime, [], limit)
 
 
 def read_rest(reading: Reading, file: IO[bytes], mtime: float, head: list[bytes], limit: int | None = None) -> Reading:
@@ -115,17 +119,36 @@ def _feed(reading: Reading, batch: list[bytes], mtime: float) -> None:
     reading.misses.update({k: v for k, v in misses.items() if v})
 
 
-def choose_preset(head: list[bytes], path: Path, mtime: float, tz: str) -> tuple[str, str]:
-    """The preset that reads more of the file's first lines (`head`, read once), and why."""
+def choose_preset(path: Path, tz: str) -> tuple[str, str]:
+    """The preset that reads more of the file's first lines, and why."""
+    with open(path, "rb") as file:
+        return _choose(head_of(file), path, os.fstat(file.fileno()).st_mtime, tz)
+
+
+def head_of(file: IO[bytes], reading: Reading | None = None) -> list[bytes]:
+    """The first SAMPLE lines of `file`, at most SAMPLE_BYTES of them (each cut to MAX_LINE)."""
+    head: list[bytes] = []
+    size = 0
+    for line in lines_of(file, reading):
+        head.append(line)
+        size += len(line)
+        if len(head) == SAMPLE or size >= SAMPLE_BYTES:
+            break
+    return head
+
+
+def _choose(head: list[bytes], path: Path, mtime: float, tz: str) -> tuple[str, str]:
+    """The preset that reads more of `head` (the file's first lines, read once), and why."""
     shares = {}
-    for preset in PRESETS:
+    presets = collectors.preset_names("engine_log")
+    for preset in presets:
         sample = reader(path, preset, tz)
         for batch in batches(iter(head), CHUNK, CHUNK_BYTES):
             sample.lines += len(batch)
             _feed(sample, batch, mtime)
         shares[preset] = 1 - sample.unreadable / sample.lines if sample.lines else 0.0
-    best = max(PRESETS, key=lambda p: shares[p])
-    return best, ", ".join(f"{p} reads {shares[p]:.0%}" for p in PRESETS) + f" of the first {len(head):,} lines"
+    best = max(presets, key=lambda p: shares[p])
+    return best, ", ".join(f"{p} reads {shares[p]:.0%}" for p in presets) + f" of the first {len(head):,} lines"
 
 
 def read_file(path: Path, preset: str | None, tz: str) -> tuple[Reading, str]:
@@ -136,14 +159,8 @@ def read_file(path: Path, preset: str | None, tz: str) -> tuple[Reading, str]:
         if preset is not None:
             return read_rest(reader(path, preset, tz), file, mtime, []), "as given"
         long_lines = Reading("")
-        head: list[bytes] = []
-        size = 0
-        for line in lines_of(file, long_lines):
-            head.append(line)
-            size += len(line)
-            if len(head) == SAMPLE or size >= SAMPLE_BYTES:
-                break
-        chosen, why = choose_preset(head, path, mtime, tz)
+        head = head_of(file, long_lines)
+        chosen, why = _choose(head, path, mtime, tz)
         reading = reader(path, chosen, tz)
         reading.long_lines = long_lines.long_lines
         return read_rest(reading, file, mtime, head), why
@@ -190,7 +207,11 @@ def report(
     )
     shapes: Counter[str] = Counter(getattr(src, "shapes", None) or {})
     if shapes:
-        out.append("unreadable shapes (digits as 9):")
+        out.append(
+            "unread shapes (as collectors/llama_shapes.py writes them; `--catalogue WHERE` prints them as a group):"
+            if preset == "llama_server"
+            else "unreadable shapes (digits as 9):"
+        )
         out += [f"  {n:>7,}  {shape}" for shape, n in shapes.most_common(top)]
     if url:
         out.append("endpoints:   " + endpoints(url))
@@ -262,3 +283,20 @@ def unread_summary(pipeline: Any, before: dict[str, tuple[dict[str, int], int]] 
     preset = getattr(options, "preset", None)
     hint = f"spyglass check-log {options.path}" + (f" --preset {preset}" if preset else "")
     return f"could not read {'; '.join(parts)}: run `{hint}` to see their shapes"
+
+
+def catalogue_group(path: Path, where: str, tz: str = "UTC") -> str:
+    """The shapes of `path`'s lines that are neither read nor known, as a group of collectors/llama_shapes.py
+    named `where` (a recorded build and mode, or a public log's URL), for review before it is pasted in. A
+    line that holds a signal pattern's literal, or a wording that is to become a signal, is left out: a
+    reworded signal is drift, never noise."""
+    from spyglass.collectors.llama_noise import RESERVED, SIGNAL_MARK
+
+    reading = read_log(path, "llama_server", tz, shapes=None)
+    found = sorted(
+        entry
+        for entry in reading.source.shapes
+        if entry.strip() and not entry.startswith(SIGNAL_MARK) and not any(word in entry for word in RESERVED)
+    )
+    body = "".join(f"        {entry!r},\n" for entry in found)
+    return f"    {where!r}: (\n{body}    ),"

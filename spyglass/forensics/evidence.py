@@ -103,6 +103,24 @@ SERIES = {
         "gateway_requests",
         "true ORDER BY ts_utc",
     ),
+    "failed": Signal(
+        "Requests ended by an error or a cancel a bucket",
+        "requests",
+        "instance",
+        f"SELECT {BUCKET} AS t, instance AS name, count(*) FILTER (WHERE outcome IN ('error', 'cancelled')) AS v"
+        " FROM engine_requests GROUP BY ALL ORDER BY t",
+        "engine_requests",
+        "outcome IN ('error', 'cancelled') ORDER BY ts_utc",
+    ),
+    "kv_pressure": Signal(
+        "KV-full lines a bucket (memory slot, batch retry, refused decode)",
+        "lines",
+        "instance",
+        f"SELECT {BUCKET} AS t, instance AS name, count(*) AS v FROM timeline"
+        " WHERE source_kind = 'engine_log' AND kind IN ('kv_no_slot', 'kv_retry', 'decode_failed') GROUP BY ALL ORDER BY t",
+        "engine_requests",
+        "outcome = 'error' ORDER BY ts_utc",
+    ),
     "spawns": Signal(
         "Spawns a bucket",
         "spawns",

@@ -16,6 +16,11 @@ SELECT {clocks("t.ts")}, t.source, t.instance, k.lane, t.request_id, t.task, t.c
   t.thinking_tokens, t.thinking_max, t.thinking_cause, t.wrote_tool_call, t.finish, t.completion_tokens,
   t.ttft_ms, t.decode_tps, {clocks("t.done_ts", "done")},
   round(epoch(t.done_ts - t.ts) * 1000)::BIGINT AS duration_ms,
+  coalesce(t.outcome, CASE WHEN t.rejected_status IS NOT NULL OR t.finish = 'error' THEN 'error'
+    WHEN t.finish = 'abort' THEN 'cancelled' WHEN t.done_ts IS NOT NULL THEN 'done' ELSE 'open' END) AS outcome,
+  coalesce(t.error_reason, CASE WHEN t.rejected_window IS NOT NULL THEN 'context_exceeded'
+    WHEN t.rejected_status IS NOT NULL THEN 'invalid_request' END) AS error_reason,
+  coalesce(t.error_status, t.rejected_status) AS error_status, t.error_message,
   t.rejected_status, t.rejected_code::VARCHAR AS rejected_code, t.rejected_prompt, t.rejected_window
 FROM rows_requests_engine t LEFT JOIN source_kinds k ON k.source = t.source""",
     (
@@ -45,6 +50,10 @@ FROM rows_requests_engine t LEFT JOIN source_kinds k ON k.source = t.source""",
         *clock_columns("done", "When the engine finished it"),
         *cols("""
     duration_ms int: From queued to done, on the engine's clock
+    outcome text: How it ended: done, truncated (the context ran out), cancelled (the client went away), error; open: no end logged yet
+    error_reason text: An error's reason: context_exceeded, invalid_request, internal, other
+    error_status int: The HTTP status the engine answered the error with, where its message fixes it
+    error_message text: The engine's error message (llama-server's send_error)
     rejected_status int: Status of the engine's refusal (400), if refused
     rejected_code text: The refusal's code (545: prompt too long)
     rejected_prompt int: Prompt tokens the engine counted when refusing it
@@ -209,7 +218,8 @@ SELECT {clocks("least(g.ts_utc, i.ts_utc, e.ts_utc)")}, ids.request_id,
         / coalesce(e.prompt_tokens, g.engine_prompt, i.prompt_tokens, e.rejected_prompt, g.upstream_prompt), 3)
     AS estimate_ratio,
   coalesce(g.max_tokens, i.max_tokens) AS max_tokens, g.clamped_max_tokens,
-  coalesce(i.status, g.status, e.rejected_status, CASE WHEN e.finish IS NOT NULL THEN 200 END) AS status,
+  coalesce(i.status, g.status, e.error_status, CASE WHEN e.outcome IN ('done', 'truncated') THEN 200 END) AS status,
+  e.outcome, e.error_reason,
   coalesce(i.finish, i.body_finish, g.finish, e.finish) AS finish, e.finish AS finish_engine,
   coalesce(i.tool_calls, i.body_tool_calls, g.tool_calls) AS tool_calls, e.wrote_tool_call,
   coalesce(i.content_chars, i.body_content_chars, g.content_chars) AS content_chars, i.reasoning_chars,
@@ -254,6 +264,8 @@ LEFT JOIN (SELECT *, count(*) OVER (PARTITION BY request_id) AS attempts FROM en
     max_tokens int: max_tokens the client asked for
     clamped_max_tokens int: max_tokens after the gateway's clamp
     status int: HTTP status (infer store, else gateway log, else the engine's)
+    outcome text: How the engine's task ended: done, truncated, cancelled, error, open (no end logged yet)
+    error_reason text: An error's reason at the engine: context_exceeded, invalid_request, internal, other
     finish text: Finish reason (infer store, raw record, gateway log, engine log, in that order)
     finish_engine text: Finish reason in the engine's done line
     tool_calls int: Tool calls in the response
