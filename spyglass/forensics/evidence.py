@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from spyglass.agent.query import QueryError
+from spyglass.agent.query import NotFound, QueryError
 from spyglass.alerting.heuristics import Alert, Deployment, Heuristic
 from spyglass.config import Config
 from spyglass.forensics.charts import Chart, Series
@@ -137,10 +137,6 @@ SERIES = {
     ),
 }
 LABEL_OF = {"instance": "instance", "program": "instance", "lane": "lane"}  # the alert label a series' `by` is
-
-
-class NotFound(QueryError):
-    """No such alert in the catalogue, or no notification of it: a 404, with why."""
 
 
 @dataclass
