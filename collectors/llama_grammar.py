@@ -31,11 +31,11 @@ signal is never noise). A level letter or word is no filter: a debug line is rea
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from spyglass.collectors import bounded_json
 from spyglass.collectors.grammar import Miss, PatternOverride, build_kinds
 from spyglass.collectors.llama_noise import catalogue
 
@@ -355,8 +355,8 @@ class LlamaLineParser:
         record: Any = None
         if line.startswith(b"{"):
             try:
-                record = json.loads(line)
-            except ValueError:
+                record = bounded_json.loads(line, bounded_json.MAX_LINE_BYTES)
+            except ValueError:  # not JSON, or past the bounds (TooLarge)
                 record = None
         if isinstance(record, dict) and isinstance(record.get("function"), str):
             message = record.get("msg", record.get("message"))
@@ -382,7 +382,9 @@ class LlamaLineParser:
 
     def _json(self, line: bytes) -> Line | str:
         try:
-            record = json.loads(line)
+            record = bounded_json.loads(line, bounded_json.MAX_LINE_BYTES)
+        except bounded_json.TooLarge:
+            return Miss.invalid("json")  # nested or sized past the bound: one invalid line, never a lost batch
         except ValueError:
             return Miss.UNPREFIXED
         if not isinstance(record, dict) or not isinstance(record.get("level"), str):
@@ -420,8 +422,8 @@ def extras(text: bytes) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, raw in EXTRA.findall(text):
         try:
-            out[key.decode()] = json.loads(raw)
-        except ValueError:
+            out[key.decode()] = bounded_json.loads(raw, bounded_json.MAX_LINE_BYTES)
+        except ValueError:  # not JSON, or past the bounds (TooLarge): kept as text
             out[key.decode()] = raw.decode("utf-8", "replace")
     return out
 

@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spyglass.collectors import LineSourceBase
+from spyglass.collectors import LineSourceBase, register_preset
+from spyglass.collectors import engine_log as _kind  # noqa: F401 - the kind this preset extends, registered first
 from spyglass.collectors.clock import Clock, SystemClock
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import ERROR_KIND, FieldType, SourceFields, from_patterns
@@ -87,9 +88,9 @@ MAX_CONTINUED = 256  # lines a multi-line message may run over (a chat template 
 JOINED = "joined"  # a line that became part of another line's event (timing lines)
 AGREE = 2.0  # seconds two lines' implied start instants may differ by and agree (1 s stamps, clock ticks)
 STAMP = Miss.invalid("stamp")
-CLOCK = Miss.invalid(
-    "clock"
-)  # a wrapper's (or the 2024 formats') absolute time past the file's mtime or the agent's clock
+WRAPPER = Miss.invalid("wrapper")  # a JSON wrapper past its depth or size bound (collectors/bounded_json.py)
+# a wrapper's (or the 2024 formats') absolute time past the file's mtime or the agent's clock
+CLOCK = Miss.invalid("clock")
 UNUSABLE = frozenset({Miss.UNMATCHED, Miss.UNPREFIXED})
 
 _TASKED: dict[str, FieldType] = {"task": "int", "slot": "int"}
@@ -190,8 +191,12 @@ class Segment:
         return self.start + self.last_rel
 
 
+@register_preset("engine_log", "llama_server", fields=LLAMA_FIELDS)
 class LlamaLogSource(LineSourceBase):
     """llama-server log lines in, Strata-shaped events out (see the module's rules for time)."""
+
+    idle_lines = None  # llama-server writes nothing while idle: its liveness is the poller's /health
+    reports_unread = True  # its `unread` events replay the drift alarm (spyglass/alerting/backfill.py)
 
     parse_note = "per line (llama_server preset)"
 
@@ -280,6 +285,9 @@ class LlamaLogSource(LineSourceBase):
         for raw in lines:
             wrapped = unwrap(raw.rstrip(b"\r\n"), ref, self.options.tz)
             self.captures[wrapped.capture] += 1
+            if wrapped.refused is not None:
+                misses[WRAPPER] = misses.get(WRAPPER, 0) + 1  # one line, whatever it holds
+                continue
             if wrapped.foreign:
                 misses[Miss.IGNORED] += 1
                 continue

@@ -469,3 +469,70 @@ def test_an_anchor_later_lines_contradict_is_dropped(tmp_path: Path) -> None:
     src.restore(src.checkpoint() or {})
     again, _, _ = read(src, [journald(START + 20, f"0.20.000.000 {EVICT}")], START + 21)
     assert [round(e.ts - START) for e in again if e.kind == "evict"] == [20]
+
+
+def test_two_forged_stamps_in_a_row_neither_freeze_nor_rewind_the_eviction_counter(tmp_path: Path) -> None:
+    """Round 4: two lines stamped back in time start a phantom process; its evict lines then count from 1,
+    below the 30 already exported, and were dropped as implausible: 30 stayed 30 after 25 more evictions.
+    The counter is a sum of the evict events stored: 55, and it never went down on the way."""
+    config = parse_config(
+        {"sources": {"engine-a": {"kind": "engine_log", "preset": "llama_server", "path": str(tmp_path / "l.log")}}}
+    )
+    config.sources["engine-a"].instance, config.sources["engine-a"].lane = "llama-a", "normal"
+    state: MetricState = metric_state(config)
+    signals = build_signals(config, state)["engine_log"]
+    src = source(tmp_path, [None, None])
+    key = ("llama-a", "normal")
+    seen: list[float] = []
+
+    def apply(lines: list[str], mtime: float) -> None:
+        for event in read(src, lines, mtime)[0]:
+            signals.apply(event)
+            seen.append(state.series("spyglass_engine_evictions_total").get(key, 0.0))
+
+    apply([*banner(), *(f"0.{10 + n // 10}.{n % 10:01d}00.000 {EVICT}" for n in range(30))], START + 14)
+    forged = "0.00.500.000 E srv    load_model: failed to load model, '/models/gone.gguf'"
+    apply([forged, forged], START + 14)
+    apply([f"0.{20 + n // 10}.{n % 10:01d}00.000 {EVICT}" for n in range(25)], START + 23)
+    assert state.series("spyglass_engine_evictions_total")[key] == 55
+    assert seen == sorted(seen)
+
+
+# -- adversarial round 4: a deeply nested line is one invalid line, never a lost batch ----------------------
+DEEP = {
+    # a 60 KB journald JSON line nested 5,000 deep
+    "journald json": b'{"__REALTIME_TIMESTAMP": "1796000005000000", "MESSAGE": "x", "a": '
+    + b"[" * 5000
+    + b"]" * 5000
+    + b"}",
+    # llama.cpp's 2024 JSON log
+    "2024 json": b'{"level": "INFO", "msg": "x", "a": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+    # a 2024 text line's ` | key=value` tail
+    "2024 extras": b"INFO [            main] x | tid=1 timestamp=1796000005 a=" + b"[" * 5000 + b"]",
+}
+
+
+@pytest.mark.parametrize("line", list(DEEP.values()), ids=list(DEEP))
+def test_a_line_nested_five_thousand_deep_costs_itself_only(tmp_path: Path, line: bytes) -> None:
+    """Round 4: RecursionError escaped the JSON wrapper's decoder and every line of the batch was counted
+    invalid (16 of 398 evictions counted at one such line a second). Now it is at most that one line."""
+    src = source(tmp_path, [None])
+    src.file_mtime(START + 9)
+    lines = [f"{text}\n".encode() for text in [*banner(), f"0.05.000.000 {EVICT}"]]
+    events, misses, _ = src.handle_lines([*lines, line + b"\n", f"0.06.000.000 {EVICT}\n".encode()])
+    assert evictions(events) == [1, 2]
+    assert sum(n for miss, n in misses.items() if miss != "joined") <= 1, misses
+
+
+def test_check_log_reads_a_deeply_nested_line_as_one_invalid_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from spyglass.cli.app import app
+
+    log = tmp_path / "deep.log"
+    log.write_bytes(
+        b"\n".join([*(t.encode() for t in banner()), DEEP["journald json"], f"0.05.000.000 {EVICT}".encode()])
+    )
+    result = CliRunner().invoke(app, ["check-log", str(log), "--preset", "llama_server"])
+    assert result.exit_code == 0 and result.exception is None, result.output
+    assert "1 invalid" in result.output and "evict 1" in result.output, result.output

@@ -16,7 +16,6 @@ from spyglass import collectors
 from spyglass.collectors.grammar import Miss
 from spyglass.collectors.llama_log import MAX_SHAPES
 
-PRESETS = ("llama_server", "strata")
 CHUNK = 4096  # lines per batch, as a tailer hands them over
 SAMPLE = 2000  # lines each preset reads when none is given
 ANCHORS = {
@@ -82,11 +81,12 @@ def _feed(reading: Reading, batch: list[bytes], mtime: float) -> None:
 def choose_preset(path: Path, tz: str) -> tuple[str, str]:
     """The preset that reads more of the file's first lines, and why."""
     shares = {}
-    for preset in PRESETS:
+    presets = collectors.preset_names("engine_log")
+    for preset in presets:
         sample = read_log(path, preset, tz, SAMPLE)
         shares[preset] = 1 - sample.unreadable / sample.lines if sample.lines else 0.0
-    best = max(PRESETS, key=lambda p: shares[p])
-    return best, ", ".join(f"{p} reads {shares[p]:.0%}" for p in PRESETS) + f" of the first {SAMPLE:,} lines"
+    best = max(presets, key=lambda p: shares[p])
+    return best, ", ".join(f"{p} reads {shares[p]:.0%}" for p in presets) + f" of the first {SAMPLE:,} lines"
 
 
 def report(
