@@ -115,7 +115,7 @@ LLAMA_FIELDS: SourceFields = {
             },
         ).items()
         if not kind.startswith("timing_")
-        and kind not in ("launch", "model", "ready", "evict", "release", "crash", "build", "arrival")
+        and kind not in ("launch", "model", "ready", "evict", "release", "crash", "build", "arrival", "build_params")
     },
     "start": {
         "build_name": "text",
@@ -238,6 +238,7 @@ class LlamaLogSource(LineSourceBase):
         self.main: Segment | None = None  # the server's (or router's) segment while a child's is read
         self.child_models: OrderedDict[str, str] = OrderedDict()  # router mode: port -> the model it serves
         self.continuing = 0  # lines since one that may go on over lines of no shape (1: that line), 0: none
+        self.dated: float | None = None  # the time a runner's header line gave the lines after it (LM Studio)
 
     # -- the LineSource protocol ------------------------------------------------------------------
     def file_mtime(self, mtime: float) -> None:
@@ -288,10 +289,22 @@ class LlamaLogSource(LineSourceBase):
                 misses[WRAPPER] = misses.get(WRAPPER, 0) + 1  # one line, whatever it holds
                 continue
             if wrapped.foreign:
+                if wrapped.dating:
+                    self.dated = wrapped.wall  # LM Studio's header: the time of the lines after it
                 misses[Miss.IGNORED] += 1
                 continue
             if not wrapped.child and b"spawning server instance with name=" in wrapped.payload:
                 self._spawned(wrapped.payload)
+            glued = self.parser.glued(wrapped.payload)
+            if glued:  # two messages on one line, each read (ik_llama.cpp's checkpoint line, then a 2024 one)
+                self.forms.update(line.form for line in glued)
+                for line in glued:
+                    at = wrapped.wall if wrapped.wall is not None else line.wall
+                    if at is not None and not EARLIEST_SECONDS <= at <= latest:
+                        misses[CLOCK] = misses.get(CLOCK, 0) + 1
+                        break
+                    items.append(Item(line, at if at is not None else self.dated, wrapped.child))
+                continue
             result = self.parser.parse(wrapped.payload)
             if result == Miss.UNPREFIXED and 0 < self.continuing <= MAX_CONTINUED:
                 self.continuing += 1  # a line of a multi-line message (a chat template, a quoted value)
@@ -316,7 +329,7 @@ class LlamaLogSource(LineSourceBase):
             if wall is not None and not EARLIEST_SECONDS <= wall <= latest:
                 misses[CLOCK] = misses.get(CLOCK, 0) + 1  # evidence against the file and the agent: no anchor
                 continue
-            items.append(Item(result, wall, wrapped.child))
+            items.append(Item(result, wall if wall is not None else self.dated, wrapped.child))
         events: list[Event] = []
         for child, group in by_child(items):
             self._enter(child)
