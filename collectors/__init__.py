@@ -33,6 +33,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 from spyglass.collectors.event import Event
+from spyglass.collectors.fields import SourceFields, extend
 
 
 class SourceOptions(BaseModel):
@@ -266,22 +267,52 @@ def register(kind: str, options: type[SourceOptions]) -> Callable[[SourceClass],
     return decorate
 
 
-def register_preset(kind: str, preset: str) -> Callable[[SourceClass], SourceClass]:
+def register_preset(
+    kind: str, preset: str, *, fields: SourceFields | None = None
+) -> Callable[[SourceClass], SourceClass]:
     """Register the line source of one preset of `kind` (options.preset == `preset`): another grammar and
-    clock for the same events, options and signals (the engine log's llama_server preset)."""
+    clock for the same events, options and signals (the engine log's strata and llama_server presets), in the
+    preset's own module. `fields` are the event kinds and fields it writes beyond the kind's own (declared into
+    the kind's table); the class says what the engine writes while idle (`idle_lines`, None: nothing). The
+    options' accepted names, the CLI's choices and check-log's list come from here (`preset_names`)."""
 
     def decorate(cls: SourceClass) -> SourceClass:
         if check_source_class(kind, cls) != "tailed":
             raise ValueError(f"source kind {kind!r}: preset {preset!r} must be a line source")
+        if not hasattr(cls, "idle_lines"):
+            raise ValueError(f"source kind {kind!r}: preset {preset!r} must say what it writes while idle (idle_lines)")
         current = REGISTRY.get(kind)
         if current is None:
             raise ValueError(f"source kind {kind!r}: register the kind before its preset {preset!r}")
         if current.presets.get(preset) not in (None, cls):
             raise ValueError(f"source kind {kind!r}: preset {preset!r} registered twice")
+        if fields:
+            extend(kind, fields)
         REGISTRY[kind] = replace(current, presets={**current.presets, preset: cls})
         return cls
 
     return decorate
+
+
+def preset_names(kind: str) -> tuple[str, ...]:
+    """Every preset registered for `kind` (every module of this package loaded), sorted."""
+    registration = load_all().get(kind)
+    return tuple(sorted(registration.presets)) if registration else ()
+
+
+def preset_source(kind: str, preset: str) -> Callable[..., LineSource]:
+    """The line source class of one preset; ValueError naming the registered ones."""
+    presets = load_all()[kind].presets
+    if preset not in presets:
+        raise ValueError(f"no preset {preset!r} of {kind}; the presets are: {', '.join(preset_names(kind))}")
+    return presets[preset]
+
+
+def reports_unread(options: SourceOptions) -> bool:
+    """Whether the source these options build stores `unread` events (its running count of the lines it read and
+    could not use): its preset's class says so (`reports_unread`)."""
+    preset = getattr(options, "preset", None)
+    return preset is not None and bool(getattr(preset_source(options.kind, preset), "reports_unread", False))
 
 
 # Support modules that register no source and import a heavy library (pyarrow: ~100 MiB); the

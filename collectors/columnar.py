@@ -303,41 +303,47 @@ class BlockGrammar:
     def _emit(
         self, kind: _Kind, matched: pa.StructArray, positions: list[int], rows: _Rows, found: list, per_line: list[int]
     ) -> None:
-        names, plan = kind.kind.names, kind.kind.plan
-        raw = [matched.field(name).to_pylist() for name in names]
-        redo: set[int] = set()
-        for empty_is_absent, column in zip(kind.empty_is_absent, raw):
-            if not empty_is_absent and b"" in column:
-                redo.update(j for j, value in enumerate(column) if value == b"")
-        name, lines = kind.kind.kind, rows.rows
-        times = None if name in self.special else rows.times
-        columns = _typed_columns(plan, raw, kind.empty_is_absent) if raw and times is not None else None
-        epochs = [times[p] for p in positions] if columns is not None and times is not None else [None]
-        if None not in epochs and kind.events is not None:  # every row an Event: typed columns into Events
-            results = kind.events(epochs, columns, self.source, name, self.instance, self.host, Event)
-        elif times is None:  # the parser's own event(): a zone, a special kind
-            values = _convert(plan, raw, kind.empty_is_absent, kind.dicts) if raw else [{} for _ in positions]
-            stamps, fractions = rows.stamps, rows.fractions
-            results = [
-                fields if isinstance(fields, str) else self.event(stamps[p], name, fields, fractions[p])
-                for p, fields in zip(positions, values)
-            ]
-        else:
-            values = _convert(plan, raw, kind.empty_is_absent, kind.dicts) if raw else [{} for _ in positions]
-            source, instance, host = self.source, self.instance, self.host
-            results = [
-                fields
-                if isinstance(fields, str)
-                else Event(ts, source, name, fields.get("instance") or instance, fields, fields.get("req"), host)
-                if (ts := times[p]) is not None
-                else Miss.UNMATCHED
-                for p, fields in zip(positions, values)
-            ]
+        """The rows one kind matched, as (line, Event or Miss) into `found`; rows with an empty group that the
+        per-line parser reads differently go to `per_line` instead."""
+        raw = [matched.field(name).to_pylist() for name in kind.kind.names]
+        redo = _empty_groups(kind, raw)
+        results = self._results(kind, raw, positions, rows)
+        lines = rows.rows
         if redo:
             per_line += [lines[positions[j]] for j in sorted(redo)]
             found += [(lines[p], result) for j, (p, result) in enumerate(zip(positions, results)) if j not in redo]
         else:
             found += [(lines[p], result) for p, result in zip(positions, results)]
+
+    def _results(self, kind: _Kind, raw: list[list[Any]], positions: list[int], rows: _Rows) -> list[Any]:
+        name, plan = kind.kind.kind, kind.kind.plan
+        times = None if name in self.special else rows.times
+        columns = _typed_columns(plan, raw, kind.empty_is_absent) if raw and times is not None else None
+        epochs = [times[p] for p in positions] if columns is not None and times is not None else [None]
+        if None not in epochs and kind.events is not None:  # every row an Event: typed columns into Events
+            return kind.events(epochs, columns, self.source, name, self.instance, self.host, Event)
+        values = _convert(plan, raw, kind.empty_is_absent, kind.dicts) if raw else [{} for _ in positions]
+        if times is None:  # the parser's own event(): a zone, a special kind
+            return self._own_events(name, positions, values, rows)
+        return self._events(name, positions, values, times)
+
+    def _own_events(self, name: str, positions: list[int], values: list[Any], rows: _Rows) -> list[Any]:
+        stamps, fractions = rows.stamps, rows.fractions
+        return [
+            fields if isinstance(fields, str) else self.event(stamps[p], name, fields, fractions[p])
+            for p, fields in zip(positions, values)
+        ]
+
+    def _events(self, name: str, positions: list[int], values: list[Any], times: list[float | None]) -> list[Any]:
+        source, instance, host = self.source, self.instance, self.host
+        return [
+            fields
+            if isinstance(fields, str)
+            else Event(ts, source, name, fields.get("instance") or instance, fields, fields.get("req"), host)
+            if (ts := times[p]) is not None
+            else Miss.UNMATCHED
+            for p, fields in zip(positions, values)
+        ]
 
     def _fractions(self, heads: pa.StructArray, dots: pa.Array) -> pa.Array:
         """The per-line parser's fraction of a second, with its arithmetic: int(ms) / 10**len(ms),
@@ -508,3 +514,12 @@ def _row(plan: tuple, row: tuple[bytes, ...], empty_is_absent: list[bool]) -> di
             except ValueError:
                 return Miss.invalid(name)
     return {name: conv(value) for (name, conv), value in zip(plan, values) if value is not None}
+
+
+def _empty_groups(kind: _Kind, raw: list[list[Any]]) -> set[int]:
+    """Rows where a group matched empty text that the per-line parser does not read as absent."""
+    redo: set[int] = set()
+    for empty_is_absent, column in zip(kind.empty_is_absent, raw):
+        if not empty_is_absent and b"" in column:
+            redo.update(j for j, value in enumerate(column) if value == b"")
+    return redo

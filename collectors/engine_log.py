@@ -13,9 +13,9 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from spyglass.collectors import LineSourceBase, SourceOptions, register, register_preset
+from spyglass.collectors import LineSourceBase, SourceOptions, preset_source, register, register_preset
 from spyglass.collectors.dated_log import DatedLogParser
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import ERROR_KIND, declare, from_patterns, merge
@@ -160,28 +160,23 @@ _ORPHAN = {kind: {"orphan": "bool"} for kind in TASK_LINES}
 
 
 def _declared() -> None:
-    from spyglass.collectors.llama_log import LLAMA_FIELDS  # the llama_server preset writes the same kinds, and its own
-
+    """The kind's fields, as the strata preset writes them; another preset adds its own (register_preset)."""
     strata = from_patterns(PATTERNS, TEXT_FIELDS)
     strata["args"] = {}  # the `args` text is parsed into its flags
-    declare("engine_log", merge(strata, _ARGS, _ORPHAN, ERROR_KIND, LLAMA_FIELDS))  # type: ignore[arg-type]
+    declare("engine_log", merge(strata, _ARGS, _ORPHAN, ERROR_KIND))  # type: ignore[arg-type]
 
 
 _declared()
 
 
-# What each engine writes while idle and up: Strata a [stats] line every 10 s; llama-server nothing.
-IDLE_LINES: dict[str, str | None] = {"strata": "a [stats] line every 10 s", "llama_server": None}
-
-
 class EngineLogOptions(SourceOptions):
     kind: Literal["engine_log"] = "engine_log"
-    preset: Literal["strata", "llama_server"] = Field(
+    preset: str = Field(
         "strata",
-        description="Which engine writes the log: strata (dated lines, this module's patterns) or"
-        " llama_server (llama.cpp's llama-server, any build since 2024, plain or through journald, syslog,"
-        " docker or router mode; its stamps count from the process start, see collectors/llama_log.py"
-        " and docs/llama-server.md; `spyglass check-log FILE` shows what it reads).",
+        description="Which engine writes the log, one of the presets registered for engine_log: strata (dated"
+        " lines, this module's patterns) or llama_server (llama.cpp's llama-server, any build since 2024, plain"
+        " or through journald, syslog, docker or router mode; its stamps count from the process start, see"
+        " collectors/llama_log.py and docs/llama-server.md; `spyglass check-log FILE` shows what it reads).",
     )
     tz: str = "UTC"
     lane: str = Field("", description="Lane label of this instance (fast, normal); empty = unknown.")
@@ -210,10 +205,16 @@ class EngineLogOptions(SourceOptions):
         " column-wise (below it, the per-line path costs less; docs/benchmarks.md).",
     )
 
+    @field_validator("preset")
+    @classmethod
+    def _registered(cls, preset: str) -> str:
+        preset_source("engine_log", preset)  # ValueError naming the presets
+        return preset
+
     def idle_lines(self) -> str | None:
-        """What the engine writes while idle and up, if anything (IDLE_LINES): its log's silence is then a
-        sign; llama-server writes nothing while idle, so its liveness is its /health poll."""
-        return IDLE_LINES[self.preset]
+        """What the engine writes while idle and up, if anything (its preset's `idle_lines`): its log's silence
+        is then a sign; llama-server writes nothing while idle, so its liveness is its /health poll."""
+        return getattr(preset_source("engine_log", self.preset), "idle_lines", None)
 
 
 def parse_args(text: str) -> dict[str, int | str]:
@@ -316,9 +317,12 @@ class EngineLogParser(DatedLogParser):
         return super().event(stamp, kind, fields, fraction)
 
 
+@register_preset("engine_log", "strata")
 @register("engine_log", EngineLogOptions)
 class EngineLogSource(LineSourceBase):
     """Engine log lines in, events out; joins `task N` to the request id its `queued` line named."""
+
+    idle_lines = "a [stats] line every 10 s"  # Strata's engine while idle and up
 
     def __init__(self, name: str, options: EngineLogOptions, host: str = "", max_tasks: int = 4096) -> None:
         self.name, self.options = name, options
@@ -439,13 +443,3 @@ class EngineLogSource(LineSourceBase):
             if event.kind in ("done", "rejected"):
                 self._requests.pop(task, None)
         return event
-
-
-def _llama_preset() -> None:
-    """The llama_server preset: its own line source (collectors/llama_log.py), registered with the kind."""
-    from spyglass.collectors.llama_log import LlamaLogSource
-
-    register_preset("engine_log", "llama_server")(LlamaLogSource)
-
-
-_llama_preset()

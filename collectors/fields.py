@@ -107,6 +107,15 @@ def declare(source_kind: str, kinds: SourceFields) -> SourceFields:
     return kinds
 
 
+def extend(source_kind: str, kinds: SourceFields) -> SourceFields:
+    """Add a preset's event kinds and fields to a declared source kind (collectors.register_preset): the
+    union, held to the same one-type-per-field rule as `declare`."""
+    if source_kind not in _DECLARED:
+        raise ValueError(f"source kind {source_kind!r}: declare its fields before a preset extends them")
+    merged = merge(_DECLARED.pop(source_kind), kinds)
+    return declare(source_kind, merged)
+
+
 def fields() -> dict[str, SourceFields]:
     """{source kind: {event kind: {field: type}}} for every collector and every received kind, sorted by
     source kind. This is the one table the store's typed columns and the views' field names come from."""

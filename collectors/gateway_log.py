@@ -28,8 +28,6 @@ from spyglass.collectors.grammar import Miss, PatternOverride, build_kinds
 
 PREFIX = re.compile(rb"\[(\d\d):(\d\d):(\d\d)\] ")
 REQ_ID = re.compile(rb"req=(\d{8})-(\d{6})-")
-KV = r"(?P<{0}>\S+)"
-
 # kind: (component, literal, regex); the gateway has no component, so all share "".
 PATTERNS: dict[str, tuple[str, str, str]] = {
     "started": ("", "rag-proxy started", r"rag-proxy started pid=(?P<pid>\d+) version=(?P<version>\S+)"),

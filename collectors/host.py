@@ -50,13 +50,28 @@ class HostOptions(PolledOptions):
         return super().instances_named() | set(self.processes)
 
 
+MAX_CPU = 8191  # the highest CPU number a Linux kernel can have (NR_CPUS is at most 8192)
+POSSIBLE = Path("/sys/devices/system/cpu/possible")
+
+
 def cpu_set(text: str) -> set[int]:
-    """The CPUs of a Linux cpu list such as '0-15,38-53'."""
+    """The CPUs of a Linux cpu list such as '0-15,38-53'; ValueError for a CPU past MAX_CPU (a list from a
+    log line or a config, `0-999999999`, would otherwise build a set of a billion numbers)."""
     cpus: set[int] = set()
     for part in filter(None, text.strip().split(",")):
         low, _, high = part.partition("-")
+        if int(high or low) > MAX_CPU:
+            raise ValueError(f"CPU {int(high or low)} in {text[:60]!r}: no machine has a CPU past {MAX_CPU}")
         cpus.update(range(int(low), int(high or low) + 1))
     return cpus
+
+
+def machine_cpus() -> set[int]:
+    """The CPUs this machine can have (/sys/devices/system/cpu/possible), or those the process may run on."""
+    try:
+        return cpu_set(POSSIBLE.read_text())
+    except (OSError, ValueError):
+        return set(range(os.cpu_count() or 1))
 
 
 def parse_status(text: str) -> dict[str, Any]:

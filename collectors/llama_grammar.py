@@ -21,19 +21,23 @@ Formats, as llama.cpp's own format strings wrote them (tools/server, examples/se
 - raw stderr of a crash: `.../ggml.c:1554: GGML_ASSERT(...) failed`, `terminate called after ...`,
   `Assertion '...' failed.`
 
-Besides events, a line is `ignored` when it is known to carry no signal (the model loader's dump, the
-request log, a debug line), `unmatched` when it has the shape of a llama.cpp line but no pattern knows
-its message (wording drift), and `unprefixed` when it has no shape spyglass knows (another format).
+Besides events, a line is `ignored` when its whole shape is in the noise catalogue (collectors/llama_noise.py,
+collectors/llama_shapes.py: what real builds print besides their signals, at every verbosity), `unmatched`
+when it has the shape of a llama.cpp line but no pattern and no catalogued shape knows its message (wording
+drift), and `unprefixed` when it has no shape spyglass knows (another format). A line that holds a signal
+pattern's literal and does not match a pattern is `unmatched`, whatever it looks like (the guard: a reworded
+signal is never noise). A level letter or word is no filter: a debug line is read like any other.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from spyglass.collectors import bounded_json
 from spyglass.collectors.grammar import Miss, PatternOverride, build_kinds
+from spyglass.collectors.llama_noise import catalogue
 
 STAMP = re.compile(rb"(?P<min>\d{1,9})\.(?P<sec>\d\d)\.(?P<ms>\d{3})\.(?P<us>\d{3}) ")
 LEVEL = re.compile(rb"(?P<level>[DIWE]) ")
@@ -75,14 +79,15 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     "slot_select": (
         "",
         "selected slot by ",
-        SLOT + r"selected slot by (?P<by>LRU|LCP similarity|id|lru|lcs similarity)(?:, t_last = (?P<t_last>-?\d+)"
+        SLOT
+        + r"selected slot by (?P<by>LRU|LCP similarity|id|lru|lcs similarity|lcp similarity)(?:, t_last = (?P<t_last>-?\d+)"
         r"|, (?:f_)?sim_best = (?P<similarity>\d+\.\d+) \(> (?P<threshold>\d+\.\d+) thold\), f_keep = (?P<keep>-?\d+\.\d+)"
-        r"|, lcs_len = \d+, similarity = (?P<lcs_similarity>\d+\.\d+)| \((?P<id>\d+)\))",
+        r"|, (?:lcs_len|max_lcp_len) = \d+, similarity = (?P<lcs_similarity>\d+\.\d+)| \((?P<id>\d+)\))",
     ),
-    "launch": ("", "processing task", SLOT + r"processing task(?:, is_child = (?P<child>\d))?"),
+    "launch": ("", "| processing task", SLOT + r"processing task(?:, is_child = (?P<child>\d))?"),
     "timing_header": (
         "",
-        "print_timing",
+        "print_timing: id",
         r"slot +(?P<func>print_timing): id +(?P<slot>\d+) \| task (?P<task>-?\d+) \| ?",
     ),
     "timing_prompt": (
@@ -97,6 +102,12 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
         r" \( *(?:\d+\.\d+|inf|nan|-nan) ms per token, +(?P<tps>\d+\.\d+|inf|nan|-nan) tokens per second\)",
     ),
     "timing_graphs": ("", "graphs reused =", OPT_SLOT + r"graphs reused = +(?P<graphs_reused>\d+)"),
+    "timing_draft": (
+        "",
+        "draft acceptance =",
+        OPT_SLOT
+        + r"draft acceptance = (?P<acceptance>\d+\.\d+) \( *(?P<accepted>\d+) accepted / +(?P<generated>\d+) generated\)",
+    ),
     "timing_total": ("", "total time =", OPT_SLOT + r"total time = +(?P<ms>\d+\.\d+) ms / +(?P<tokens>\d+) tokens"),
     "decode_progress": (
         "",
@@ -145,7 +156,7 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     ),
     "checkpoint": (
         "",
-        "context checkpoint",
+        "context checkpoint ",
         SLOT + r"(?P<action>created|restored|erasing old|erased invalidated) context checkpoint.*size = " + MIB + r"\)",
     ),
     "reasoning_budget": ("", "reasoning budget", r"(?P<message>.{0,200}reasoning budget.{0,200})"),
@@ -176,26 +187,6 @@ TEXT_FIELDS = frozenset(
 )
 # Start-up lines: one of them begins a segment (what one process wrote) unless the segment has seen only start-up lines.
 START_MARKERS = frozenset({"start", "build", "verbosity"})
-# llama.cpp's lines that carry no signal: what a server prints at the default verbosity besides the
-# patterns, in every period; and the prefixes of its libraries' start-up dumps.
-KNOWN = re.compile(
-    rb"(?:slot +[\w()~]+: +id +\d+ \| task -?\d+ \| (?:new prompt|tokenizing prompt|prompt tokenized"
-    rb"|kv cache rm|n_past = |n_tokens = |cached n_tokens|prompt processing"
-    rb"|prompt done|sampler |init sampler|need to evaluate|reusing chunk|input truncated|n_gen|n_decoded|draft acceptance"
-    rb"|memory_seq_rm|restored context checkpoint|saved context checkpoint|new slot|id_slot|stop processing|slot is not"
-    rb"|released|generation|empty prompt|erased|created context|update_slots|\d)"
-    rb"|srv +[\w()~]+: +(?:all slots are idle|request: |done request|Chat format|chat format|updating prompt cache|prompt cache update"
-    rb"| *- (?:looking|found|saving|cache state|prompt)|initializing slots|loaded|loading|init:|thinking|the draft|spawning"
-    rb"|  |\S+ = |model |load_model|cancel task|params_from_|No tokens|clearing|idle slots|chat template|for more info"
-    rb"|context checkpoints|slot|HTTP|setting|cleaning|update_slots|logging|cache|n_|--|/|router )"
-    rb"|request: (?:GET|POST|PUT|DELETE|OPTIONS|HEAD) "
-    rb"|que +\w+: |main: |cmn +\w+: |build: |system[ _]info: |system info|log_info: |common_\w+: |llama_\w+: |llm_\w+: "
-    rb"|llama\w*: |load\w*: |print_info: |ggml_\w+: |gguf_\w+: |clip_\w+: |mtmd_\w+: |sched_\w+: |graph_\w+: |\w+_init\w*: "
-    rb"|set_\w+: |init: |statistics |begin: |reasoning-budget: |  Device \d+: |\.+$| +- |\s+\w+ = |lib\w[\w.-]*\.so"
-    rb"|/\S*\(\+0x|\S+\(\+0x|\[New |\[Thread |\[Inferior |warning: |Available slots|  -> Slot|all slots are idle"
-    rb"|slot \d+ |print_timings: |srv +\w+: *$|\S+\.(?:cpp|c|h):\d+: |$)"
-)
-
 # Builds of late 2024 print their errors with no level letter: a failed load is known by its words.
 UNLEVELLED_ERROR = re.compile(
     rb"(?:srv +load_model|main): .{0,40}?(?:failed to load model|exiting due to model loading error)"
@@ -212,33 +203,8 @@ TIMING_2024 = re.compile(
     r"(?: / +(?P<tokens>\d+) (?:tokens|runs))?"
     r"(?: +\( *[\d.naif-]+ ms per token, +(?P<tps>[\d.naif-]+) tokens per second\))?"
 )
-NOISE_2024 = frozenset(
-    {
-        "all slots are idle",
-        "request",
-        "slot data",
-        "kv cache rm [p0, end)",
-        "new slot",
-        "system info",
-        "loading model",
-        "HTTP server listening",
-        "chat template",
-        "Running without SSL",
-        "Running with SSL",
-        "initializing slots",
-        "model loaded",
-        "slot self-extend",
-        "empty prompt - releasing slot",
-        "we have to evaluate at least 1 token to generate logits",
-        "waiting for new tasks",
-        "update_multitasks",
-        "slot progression",
-        "slot unavailable",
-        "slot context shift",
-        "build info",
-        "starting the main loop",
-    }
-)
+# 2024's messages that from_2024 turns into events: one of them in a message it could not read is drift.
+SIGNAL_2024 = (b"slot is processing task", b"slot released", b"build info", b"model loaded", b"initializing slots")
 
 
 @dataclass(frozen=True)
@@ -261,6 +227,14 @@ class LlamaLineParser:
     def __init__(self, overrides: dict[str, str | PatternOverride] | None = None, where: str = "patterns") -> None:
         kinds = build_kinds(PATTERNS, overrides or {}, where, TEXT_FIELDS)
         self.kinds = [kind for kind in kinds if kind.kind != "crash"] + [kind for kind in kinds if kind.kind == "crash"]
+        # The guard's literals: every signal pattern's prefilter, the built-in one too when config replaced it.
+        self.literals = tuple(
+            dict.fromkeys(
+                [kind.literal for kind in self.kinds if kind.literal]
+                + [literal.encode() for _, literal, _ in PATTERNS.values() if literal]
+            )
+        )
+        self.noise = catalogue()
 
     def parse(self, line: bytes) -> Line | str:
         line = line.rstrip(b"\r\n")
@@ -269,7 +243,7 @@ class LlamaLineParser:
         if line[:1] in b"IWEVD " and line[:1]:
             found = TEXT_2024.fullmatch(line)
             if found is not None:
-                return from_2024(
+                return self._from_2024(
                     found.group("level").strip().decode(),
                     found.group("function").decode(),
                     found.group("msg").decode("utf-8", "replace"),
@@ -314,8 +288,6 @@ class LlamaLineParser:
                 "error",
                 {"component": error_component(message), "message": message[:240].decode("utf-8", "replace")},
             )
-        if level == "D":
-            return Miss.IGNORED
         if not level and UNLEVELLED_ERROR.match(message) is not None:
             return Line(
                 rel,
@@ -323,15 +295,55 @@ class LlamaLineParser:
                 "error",
                 {"component": error_component(message), "message": message[:240].decode("utf-8", "replace")},
             )
-        if KNOWN.match(message) is not None and not _drifted(message):
+        if self.guarded(message):
+            return Line(rel, level, None)
+        if self.noise.knows(message):
             return Miss.IGNORED
         if rel is None and not level and not _llama_shaped(message):
             return Miss.UNPREFIXED
         return Line(rel, level, None)
 
+    def noise_key(self, line: bytes) -> bytes | None:
+        """What the catalogue knows a line by, or None for a line that holds a signal's literal: never noise."""
+        key = self.message_key(line)
+        return None if self.guarded(key) or any(word in key for word in SIGNAL_2024) else key
+
+    def message_key(self, line: bytes) -> bytes:
+        """A line's message without stamp and level (2024's formats: `function: msg`)."""
+        line = line.rstrip(b"\r\n")
+        record: Any = None
+        if line.startswith(b"{"):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+        if isinstance(record, dict) and isinstance(record.get("function"), str):
+            message = record.get("msg", record.get("message"))
+            if isinstance(message, str):
+                return record["function"].encode() + b": " + message.encode()
+        found = TEXT_2024.fullmatch(line) if line[:1] in b"IWEVD " and line[:1] else None
+        if found is not None:
+            return found.group("function") + b": " + found.group("msg")
+        stamp = STAMP.match(line)
+        at = stamp.end() if stamp is not None else 0
+        head = LEVEL.match(line, at)
+        return line[head.end() if head is not None else at :].lstrip(b"\r")
+
+    def _key_2024(self, function: str, msg: str) -> bytes | None:
+        text = msg.encode()
+        if self.guarded(text) or any(word in text for word in SIGNAL_2024):
+            return None
+        return function.encode() + b": " + text
+
+    def guarded(self, message: bytes) -> bool:
+        """Whether a line no pattern matched holds a signal pattern's literal: a reworded signal line, never noise."""
+        return any(literal in message for literal in self.literals)
+
     def _json(self, line: bytes) -> Line | str:
         try:
-            record = json.loads(line)
+            record = bounded_json.loads(line, bounded_json.MAX_LINE_BYTES)
+        except bounded_json.TooLarge:
+            return Miss.invalid("json")  # nested or sized past the bound: one invalid line, never a lost batch
         except ValueError:
             return Miss.UNPREFIXED
         if not isinstance(record, dict) or not isinstance(record.get("level"), str):
@@ -340,17 +352,21 @@ class LlamaLineParser:
         function = record.get("function")
         if not isinstance(message, str) or not isinstance(function, str):
             return Miss.UNPREFIXED
-        return from_2024(record["level"], function, message, record, "json")
+        return self._from_2024(record["level"], function, message, record, "json")
+
+    def _from_2024(self, level: str, function: str, msg: str, record: dict[str, Any], form: str) -> Line | str:
+        """A 2024 record as a Line; one that is no event and no drift, by its `function: msg` shape, ignored."""
+        found = from_2024(level, function, msg, record, form)
+        if isinstance(found, Line) and found.kind is None:
+            key = self._key_2024(function, msg)
+            if key is not None and self.noise.knows(key):
+                return Miss.IGNORED
+        return found
 
 
 def _llama_shaped(message: bytes) -> bool:
     """Whether a line with no stamp nor level still has a llama.cpp server line's shape."""
     return message.startswith((b"slot ", b"srv ", b"que ", b"main: ", b"cmn "))
-
-
-def _drifted(message: bytes) -> bool:
-    """A slot or server line whose message was a pattern's once: known noise must not hide its drift."""
-    return any(word in message for word in (b"processing task", b"stop processing", b"eval time", b"removing oldest"))
 
 
 def error_component(message: bytes) -> str:
@@ -365,8 +381,8 @@ def extras(text: bytes) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, raw in EXTRA.findall(text):
         try:
-            out[key.decode()] = json.loads(raw)
-        except ValueError:
+            out[key.decode()] = bounded_json.loads(raw, bounded_json.MAX_LINE_BYTES)
+        except ValueError:  # not JSON, or past the bounds (TooLarge): kept as text
             out[key.decode()] = raw.decode("utf-8", "replace")
     return out
 
@@ -398,8 +414,6 @@ def from_2024(level: str, function: str, msg: str, record: dict[str, Any], form:
     def line(kind: str | None, fields: dict[str, Any] | None = None) -> Line:
         return Line(None, letter, kind, fields or {}, wall, form)
 
-    if letter == "D":
-        return Miss.IGNORED
     if msg == "slot is processing task" and tasked:
         return line("launch", tasked)
     if msg == "slot released" and tasked and _int(record, "n_past") is not None:
@@ -422,8 +436,6 @@ def from_2024(level: str, function: str, msg: str, record: dict[str, Any], form:
         )
     if letter == "E":
         return line("error", {"component": error_component(msg.encode()), "message": msg[:240]})
-    if msg in NOISE_2024 or letter == "W":
-        return Miss.IGNORED
     return line(None)
 
 

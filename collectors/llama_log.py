@@ -16,9 +16,15 @@ Parsing a line is pure; this source (the I/O edge) adds time and the state a lin
   line names this log file, if its lines fit it. Else (`"mtime"`): the file's mtime minus the last stamp
   read, for the last segment of a read. A segment followed by another in the same read is placed to end
   where the next begins (`"next"`). Never before the previous segment's last line, nor after the file's mtime.
-- A stamp that would put its line after the file's last write (or far past its wrapper's time), or a
-  lone stamp far ahead of the lines around it, is refused (`invalid:stamp`): one bad stamp never moves
-  the segment. A line with no time at all takes the time it was read (the file's mtime).
+- A clock is evidence, not authority. A line's absolute time past the file's last write (with no mtime,
+  the agent's clock) by more than a minute, more than a day past the agent's clock, or before 2000 is
+  refused (`invalid:clock`) and anchors nothing. A line whose absolute time implies another start than
+  its segment's (by more than a minute) is refused (`invalid:stamp`); two in a row that agree with each
+  other drop the anchor and move the segment's start to theirs (the same process, placed anew), so a
+  forged anchor, checkpointed or not, lasts one line. A stamp with no clock of its own that would put
+  its line after the file's last write, or a lone stamp far ahead of the lines around it, is refused
+  (`invalid:stamp`): one bad stamp never moves the segment. A line with no time at all takes the time
+  it was read (the file's mtime). A checkpointed start outside 2000 to a day past now is dropped.
 - `--cache-ram`, `-np`, `-c` and the model path come from the writer's command line (/proc/PID/cmdline),
   as an `args` event after `start`; when the writer is not running, no budget is reported.
 
@@ -42,14 +48,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spyglass.collectors import LineSourceBase
+from spyglass.collectors import LineSourceBase, register_preset
+from spyglass.collectors import engine_log as _kind  # noqa: F401 - the kind this preset extends, registered first
 from spyglass.collectors.clock import Clock, SystemClock
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import ERROR_KIND, FieldType, SourceFields, from_patterns
 from spyglass.collectors.grammar import Miss
 from spyglass.collectors.llama_grammar import PATTERNS, START_MARKERS, TEXT_FIELDS, Line, LlamaLineParser
+from spyglass.collectors.llama_noise import SIGNAL_MARK, opens_block, shape
 from spyglass.collectors.llama_process import ARG_FLAGS, Writer, find_writer, parse_args, process_start, request_id
 from spyglass.collectors.llama_wrap import unwrap
+from spyglass.collectors.timebounds import EARLIEST_SECONDS, FUTURE_SLACK_SECONDS
 
 __all__ = [
     "LLAMA_FIELDS",
@@ -70,8 +79,14 @@ BACKSTEP = 1.0  # seconds a stamp may go back without being a restart (the logge
 SPIKE = 60.0  # seconds a lone stamp may run ahead of the lines around it before it is refused
 MAX_TASKS = 4096
 MAX_SHAPES = 64
+MAX_CONTINUED = 256  # lines a multi-line message may run over (a chat template dump is under 200)
 JOINED = "joined"  # a line that became part of another line's event (timing lines)
+AGREE = 2.0  # seconds two lines' implied start instants may differ by and agree (1 s stamps, clock ticks)
 STAMP = Miss.invalid("stamp")
+WRAPPER = Miss.invalid("wrapper")  # a JSON wrapper past its depth or size bound (collectors/bounded_json.py)
+# a wrapper's (or the 2024 formats') absolute time past the file's mtime or the agent's clock
+CLOCK = Miss.invalid("clock")
+UNUSABLE = frozenset({Miss.UNMATCHED, Miss.UNPREFIXED})
 
 _TASKED: dict[str, FieldType] = {"task": "int", "slot": "int"}
 LLAMA_FIELDS: SourceFields = {
@@ -140,6 +155,7 @@ class Start:
     at: float
     anchor: str  # wrapper, process, mtime or next
     writer: Writer | None
+    moved: bool = False  # the current segment's start moved (its anchor contradicted), not a new process
 
 
 @dataclass
@@ -155,13 +171,18 @@ class Segment:
     back: float | None = None  # an unconfirmed step back of the stamps (a restart if the next line agrees)
     timing_owner: list[int] | None = None  # [slot, task] of the last print_timing header
     tasks: OrderedDict[int, dict[str, Any]] = field(default_factory=OrderedDict)
+    doubt: float | None = None  # the start instant one line's clock implied against the anchor (unconfirmed)
 
     def end(self) -> float:
         return self.start + self.last_rel
 
 
+@register_preset("engine_log", "llama_server", fields=LLAMA_FIELDS)
 class LlamaLogSource(LineSourceBase):
     """llama-server log lines in, Strata-shaped events out (see the module's rules for time)."""
+
+    idle_lines = None  # llama-server writes nothing while idle: its liveness is the poller's /health
+    reports_unread = True  # its `unread` events replay the drift alarm (spyglass/alerting/backfill.py)
 
     parse_note = "per line (llama_server preset)"
 
@@ -182,10 +203,13 @@ class LlamaLogSource(LineSourceBase):
         self.segment: Segment | None = None
         self.captures: Counter[str] = Counter()  # lines per capture (check-log)
         self.forms: Counter[str] = Counter()  # lines per llama.cpp format (check-log)
-        self.shapes: Counter[str] = Counter()  # unreadable lines by shape (check-log)
+        self.shapes: Counter[str] = Counter()  # unreadable lines by shape (check-log, /debug/sources)
+        self.max_shapes: int | None = MAX_SHAPES  # None: every shape (check-log --catalogue)
         self.builds: list[str] = []  # the builds the log named
         self.anchors: list[str] = []  # how each segment was placed in time
         self.lines_read = self.lines_unread = 0  # since the source's first line (checkpointed): the `unread` event
+        self.doubt: float | None = None  # the segment's doubt at the end of the last batch (see _segments)
+        self.continuing = 0  # lines since one that may go on over lines of no shape (1: that line), 0: none
 
     # -- the LineSource protocol ------------------------------------------------------------------
     def file_mtime(self, mtime: float) -> None:
@@ -227,6 +251,9 @@ class LlamaLogSource(LineSourceBase):
             )
         except (KeyError, TypeError, ValueError):
             self.segment = None  # an unreadable checkpoint: the next lines start a segment afresh
+            return
+        if not EARLIEST_SECONDS <= self.segment.start <= self.clock.now() + FUTURE_SLACK_SECONDS:
+            self.segment = None  # a start no clock can have (saved before clocks were bounded): placed afresh
 
     def close(self) -> None:
         pass
@@ -237,13 +264,25 @@ class LlamaLogSource(LineSourceBase):
         unread = b""
         items: list[Item] = []
         ref = self.mtime if self.mtime is not None else self.clock.now()
+        latest = self._latest_wall()
         for raw in lines:
             wrapped = unwrap(raw.rstrip(b"\r\n"), ref, self.options.tz)
             self.captures[wrapped.capture] += 1
+            if wrapped.refused is not None:
+                misses[WRAPPER] = misses.get(WRAPPER, 0) + 1  # one line, whatever it holds
+                continue
             if wrapped.foreign:
                 misses[Miss.IGNORED] += 1
                 continue
             result = self.parser.parse(wrapped.payload)
+            if result == Miss.UNPREFIXED and 0 < self.continuing <= MAX_CONTINUED:
+                self.continuing += 1  # a line of a multi-line message (a chat template, a quoted value)
+                misses[Miss.IGNORED] += 1
+                continue
+            if opens_block(wrapped.payload):
+                self.continuing = 1
+            elif not (result == Miss.IGNORED and self.continuing and not wrapped.payload[:1].isdigit()):
+                self.continuing = 0  # a known line of no stamp within a multi-line message does not end it
             if isinstance(result, str):
                 misses[result] = misses.get(result, 0) + 1
                 if result in (Miss.UNMATCHED, Miss.UNPREFIXED):
@@ -255,16 +294,31 @@ class LlamaLogSource(LineSourceBase):
                 misses[Miss.UNMATCHED] += 1
                 unread = raw
                 self._shape(wrapped.payload)
-            items.append(Item(result, wrapped.wall if wrapped.wall is not None else result.wall))
+            wall = wrapped.wall if wrapped.wall is not None else result.wall
+            if wall is not None and not EARLIEST_SECONDS <= wall <= latest:
+                misses[CLOCK] = misses.get(CLOCK, 0) + 1  # evidence against the file and the agent: no anchor
+                continue
+            items.append(Item(result, wall))
         events: list[Event] = []
         for begins, run in self._segments(items, misses):
             events += self._segment_events(begins, run, misses)
-        unreadable = misses[Miss.UNMATCHED] + misses[Miss.UNPREFIXED]
+        if self.segment is not None:
+            self.segment.doubt = self.doubt
+        # Unusable: of no shape or pattern known, or refused (a stamp, a wrapper's clock or body): the drift alarm's
+        # count. The running count is stored with each batch that has an unreadable line (a lone refused line adds
+        # no event of its own: one bad stamp changes nothing but its count).
+        unusable = sum(n for miss, n in misses.items() if miss in UNUSABLE or miss.startswith(Miss.INVALID))
         self.lines_read += len(lines)
-        self.lines_unread += unreadable
-        if unreadable:
+        self.lines_unread += unusable
+        if unread:
             events.append(self._unread(events, items, unread))
         return events, misses, unread[:512]
+
+    def _latest_wall(self) -> float:
+        """The latest absolute time a line's wrapper may claim: the file's last write (a line is written before
+        it) or, with no mtime, the agent's clock, plus STAMP_SLACK; never past a day ahead of the agent's clock."""
+        now = self.clock.now()
+        return min(self._seen() + STAMP_SLACK, now + FUTURE_SLACK_SECONDS)
 
     def _unread(self, events: list[Event], items: list[Item], line: bytes) -> Event:
         """The source's running count of lines read and of those it could not read, stamped with the batch's
@@ -278,10 +332,12 @@ class LlamaLogSource(LineSourceBase):
         )
 
     def _shape(self, payload: bytes) -> None:
-        """The unreadable line's shape: digits as 9, its first 60 bytes (bounded: check-log's top shapes)."""
-        shape = payload[:60].translate(DIGITS).decode("utf-8", "replace")
-        if shape in self.shapes or len(self.shapes) < MAX_SHAPES:
-            self.shapes[shape] += 1
+        """The unreadable line's shape, as the noise catalogue writes one (bounded: check-log's and /debug/sources'
+        list); a line that holds a signal pattern's words is marked so: a reworded signal, not noise to add."""
+        key = self.parser.noise_key(payload)
+        found = shape(key) if key is not None else SIGNAL_MARK + shape(self.parser.message_key(payload))
+        if found in self.shapes or self.max_shapes is None or len(self.shapes) < self.max_shapes:
+            self.shapes[found] += 1
 
     # -- segments and their start instants --------------------------------------------------------
     def _segments(self, items: list[Item], misses: dict[str, int]) -> list[tuple[Start | None, list[Item]]]:
@@ -290,9 +346,12 @@ class LlamaLogSource(LineSourceBase):
         runs: list[list[Item]] = [[]]
         seg = self.segment
         new = [seg is None]
+        moves: list[float | None] = [None]  # a run that moves the current segment's start: where to
         last = seg.last_rel if seg is not None else None
         busy = seg.busy if seg is not None else False
         back = seg.back if seg is not None else None
+        anchor = seg.start if seg is not None else None  # the start instant the lines so far were placed by
+        doubt = seg.doubt if seg is not None else None
         stamped = [i for i, item in enumerate(items) if item.line.rel is not None]
         after = {
             i: (items[j].line.rel if n + 1 < len(stamped) else None)
@@ -304,7 +363,7 @@ class LlamaLogSource(LineSourceBase):
             went_back = rel is not None and last is not None and rel < last - BACKSTEP
             reset = line.kind in START_MARKERS and (busy or went_back)
             if rel is not None and last is not None and not reset:
-                if self._refused(rel, last, after.get(i), item.wall, None if new[-1] else seg, seen):
+                if item.wall is None and self._refused(rel, last, after.get(i), None if new[-1] else seg, seen):
                     misses[STAMP] = misses.get(STAMP, 0) + 1
                     continue
                 following = after.get(i)
@@ -318,35 +377,58 @@ class LlamaLogSource(LineSourceBase):
                 if runs[-1] or not new[-1]:
                     runs.append([])
                     new.append(True)
+                    moves.append(None)
                 else:
                     new[-1] = True
-                busy, back, last = False, None, None
+                busy, back, last, anchor, doubt = False, None, None, None, None
+            elif rel is not None and item.wall is not None and anchor is not None:
+                # A clock is evidence, not authority: a line whose clock contradicts the anchor is refused, and
+                # two lines whose clocks agree with each other and not with the anchor move it.
+                implied = item.wall - rel
+                if abs(implied - anchor) <= STAMP_SLACK:
+                    doubt = None
+                elif doubt is not None and abs(implied - doubt) <= AGREE:
+                    runs.append([])
+                    new.append(False)
+                    moves.append(implied)
+                    anchor, doubt = implied, None
+                else:
+                    doubt = implied
+                    misses[STAMP] = misses.get(STAMP, 0) + 1
+                    continue
             runs[-1].append(item)
+            if anchor is None and item.wall is not None:
+                anchor = item.wall - (rel or 0.0)  # the run's start, as _placed will find it
             if line.kind is not None and line.kind not in START_MARKERS:
                 busy = True
             if rel is not None and (last is None or not went_back or reset):
                 last = rel if last is None else max(last, rel)
         if seg is not None and not new[0]:
             seg.back = back
-        return self._placed(runs, new)
+        self.doubt = doubt
+        return self._placed(runs, new, moves)
 
     @staticmethod
-    def _refused(
-        rel: float, last: float, following: float | None, wall: float | None, seg: Segment | None, seen: float
-    ) -> bool:
-        """Whether a stamp is impossible: for a placed segment, past the wrapper's time or the file's last
-        write (when the segment's start is a guess, only as a lone jump: a read cut short by the read
-        budget goes on past the mtime it was placed by); or a spike ahead of the lines on both sides."""
+    def _refused(rel: float, last: float, following: float | None, seg: Segment | None, seen: float) -> bool:
+        """Whether the stamp of a line with no clock of its own is impossible: for a placed segment, past the
+        file's last write (when the segment's start is a guess, only as a lone jump: a read cut short by the
+        read budget goes on past the mtime it was placed by); or a spike ahead of the lines on both sides."""
         jump = rel > last + SPIKE and (following is None or following < rel - BACKSTEP)
-        if seg is not None and seg.start + rel > (wall if wall is not None else seen) + STAMP_SLACK:
+        if seg is not None and seg.start + rel > seen + STAMP_SLACK:
             return seg.anchor in TRUSTED or jump
         return jump and following is not None and following >= last - BACKSTEP
 
-    def _placed(self, runs: list[list[Item]], new: list[bool]) -> list[tuple[Start | None, list[Item]]]:
-        """Each run with the start instant of its new segment (see the module's rules)."""
+    def _placed(
+        self, runs: list[list[Item]], new: list[bool], moves: list[float | None]
+    ) -> list[tuple[Start | None, list[Item]]]:
+        """Each run with the start instant of its new segment, or of the current one moved (see the module's rules)."""
         starts: list[Start | None] = [None] * len(runs)
         after: float | None = None  # the next segment's start, for the ones before it
         for i in range(len(runs) - 1, -1, -1):
+            moved = moves[i]
+            if moved is not None:
+                starts[i] = Start(moved, "wrapper", None, moved=True)
+                continue
             if not new[i] or not runs[i]:
                 continue
             last_rel = max((item.line.rel for item in runs[i] if item.line.rel is not None), default=0.0)
@@ -392,7 +474,10 @@ class LlamaLogSource(LineSourceBase):
 
     def _segment_events(self, begins: Start | None, run: list[Item], misses: dict[str, int]) -> list[Event]:
         events: list[Event] = []
-        if begins is not None:
+        if begins is not None and begins.moved and self.segment is not None:
+            self.segment.start, self.segment.anchor = begins.at, begins.anchor  # the same process, placed anew
+            self.anchors.append("moved")
+        elif begins is not None:
             last_rel = max((item.line.rel for item in run if item.line.rel is not None), default=0.0)
             events += self._start_events(self._begin(begins, last_rel), run, begins.writer)
         segment = self.segment

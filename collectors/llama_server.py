@@ -24,14 +24,13 @@ llama-server (collectors/http_poll.py), and a body that did not change since the
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Literal
 
 from loguru import logger
 from pydantic import Field
 
-from spyglass.collectors import PolledOptions, PolledSourceBase, PollPolicy, PollResult, register
+from spyglass.collectors import PolledOptions, PolledSourceBase, PollPolicy, PollResult, bounded_json, register
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import POLL_ERROR, declare
 from spyglass.collectors.grammar import number_ok
@@ -202,11 +201,9 @@ def drafting(props: Any, metrics: dict[str, float]) -> bool:
 
 
 def decode_json(body: bytes) -> Any:
-    """A JSON body; one nested deeper than the decoder goes (RecursionError) is a ValueError like any bad one."""
-    try:
-        return json.loads(body)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
+    """A JSON body (/slots, /props); one nested deeper than bounded_json.MAX_DEPTH is a ValueError like any bad
+    one (its size is the poll's cap)."""
+    return bounded_json.loads(body, len(body))
 
 
 def _metrics(body: bytes) -> tuple[dict[str, float], list[str]]:

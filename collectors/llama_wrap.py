@@ -22,11 +22,12 @@ and a zone-less stamp is read in `tz`.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
+
+from spyglass.collectors.bounded_json import TooLarge, loads
 
 MONTHS = {
     m: n for n, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)
@@ -47,6 +48,7 @@ DOCKER_T = re.compile(ISO + rb" (?=\S)")  # docker logs -t (RFC 3339), or a naiv
 COMPOSE = re.compile(rb"(?P<service>[\w.-]{1,64}) +\| ")
 ROUTER = re.compile(rb"\[(?P<port>\d{1,5})\] ")
 # A runner's own lines: Ollama (slog, Go log), llama-swap (bracketed level).
+MAX_JSON_BYTES = 256 << 10  # a journald or docker JSON record: a llama line and its fields, far below this
 FOREIGN = re.compile(
     rb"time=\d{4}-\d\d-\d\dT\S+ level=[A-Z]+ source=|\d{4}/\d\d/\d\d \d\d:\d\d:\d\d \S+\.go:\d+: "
     rb"|\[(?:INFO|DEBUG|WARN|ERROR)\] "
@@ -57,19 +59,24 @@ FOREIGN = re.compile(
 class Unwrapped:
     """A line without its wrappers: the payload, the wrapper's absolute time (epoch seconds, None: none),
     the captures it came through (outermost first, e.g. "journald-iso+router"), and whether it is a
-    runner's own line rather than llama.cpp's."""
+    runner's own line rather than llama.cpp's. `refused`: why a wrapper past its bounds (a JSON record
+    nested too deep or too large) was not taken off; the line is then one invalid line."""
 
     payload: bytes
     wall: float | None = None
     capture: str = "plain"
     foreign: bool = False
+    refused: str | None = None
 
 
 def unwrap(line: bytes, ref: float, tz: str = "UTC") -> Unwrapped:
     """`line` (no newline) without its captures' wrappers; `ref` dates a year-less stamp."""
-    payload, wall, layers = line, None, []
+    payload, wall, layers = line, None, list[str]()
     for _ in range(4):  # wrappers nest at most a few deep; a loop bound, not a format rule
-        found = _one(payload, ref, tz)
+        try:
+            found = _one(payload, ref, tz)
+        except TooLarge as exc:
+            return Unwrapped(b"", None, "+".join([*layers, "json"]), refused=str(exc))
         if found is None:
             break
         payload, stamp, name = found
@@ -121,7 +128,9 @@ def _json(line: bytes) -> tuple[bytes, float | None, str] | None:
     if not (line.startswith(b'{"log":') or b'"__REALTIME_TIMESTAMP"' in line):
         return None
     try:
-        record = json.loads(line)
+        record = loads(line, MAX_JSON_BYTES)
+    except TooLarge:
+        raise
     except ValueError:
         return None
     if not isinstance(record, dict):

@@ -15,7 +15,6 @@ Fixture: tests/fixtures/serve_status/snapshots.jsonl
 
 from __future__ import annotations
 
-import json
 import socket
 from datetime import UTC, datetime
 from http.client import HTTPException
@@ -31,6 +30,7 @@ from spyglass.collectors import (
     PolledSourceBase,
     PollPolicy,
     PollResult,
+    bounded_json,
     register,
 )
 from spyglass.collectors.dated_log import handle_lines
@@ -166,7 +166,7 @@ def fetch(http: HttpPoller, url: str, deadline: float, cap: int) -> Any:
     source's kept-alive connection."""
     http.start(deadline)
     _, body = http.get(url, cap, ok_only=True)
-    return json.loads(body)
+    return bounded_json.loads(body, cap)
 
 
 def error_kind(exc: Exception) -> str:
@@ -232,11 +232,13 @@ class ServeStatusReplay(LineSourceBase):
     def handle(self, line: bytes) -> Event | str:
         """One recorded snapshot: {"ts": ISO-8601 or epoch seconds, "url": ..., "body": {...}}."""
         try:
-            record = json.loads(line)
+            record = bounded_json.loads(line, bounded_json.MAX_LINE_BYTES)
             ts = record["ts"]
             if not isinstance(ts, (int, float)):
                 stamp = datetime.fromisoformat(ts)
                 ts = (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()  # naive: UTC
+        except bounded_json.TooLarge:
+            return Miss.invalid("json")  # nested or sized past the bound: one invalid line
         except (ValueError, KeyError, TypeError):
             return Miss.UNMATCHED if line.strip() else Miss.UNPREFIXED
         if not number_ok(ts) or not 0 <= ts < LAST_TS:

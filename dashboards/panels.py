@@ -15,11 +15,8 @@ from grafana_foundation_sdk.builders import common as common_builder
 from grafana_foundation_sdk.builders import dashboard, heatmap, prometheus, stat, table, timeseries
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models.dashboard import (
-    DashboardSpecialValueMapOptions,
     DataTransformerConfig,
     DynamicConfigValue,
-    SpecialValueMap,
-    SpecialValueMatch,
     Threshold,
     ThresholdsMode,
     ValueMap,
@@ -282,12 +279,3 @@ def table_panel(
         Q(q.expr if isinstance(q, Q) else q, q.legend if isinstance(q, Q) else "", instant=True) for q in queries
     ]
     return _common(panel, title, unit, instant, width, height, description, None, links)
-
-
-def special_no_data(text: str, color: str):
-    """A mapping for 'no value' (an absent series), for tiles where absence is itself the news."""
-    return SpecialValueMap(
-        options=DashboardSpecialValueMapOptions(
-            match=SpecialValueMatch.NULL_AND_NAN, result=ValueMappingResult(text=text, color=color)
-        )
-    )

@@ -7,7 +7,6 @@ from functools import cache
 
 from grafana_foundation_sdk.models.dashboard import DataSourceRef
 
-from spyglass.alerting.heuristics import Deployment, recording_rules
 from spyglass.signals import full_catalogue
 
 DATASOURCE = "datasource"  # the datasource variable's name
@@ -25,11 +24,6 @@ def catalogue():
 def rule_labels(record: str) -> tuple[str, ...]:
     """The labels a recording rule keeps: its `level` (instance_lane -> instance, lane)."""
     return tuple(record.split(":")[0].split("_"))
-
-
-@cache
-def rule_names(d: Deployment) -> frozenset[str]:
-    return frozenset(r.record for r in recording_rules(d))
 
 
 def base_name(series: str) -> str:

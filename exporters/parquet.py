@@ -98,7 +98,6 @@ JSON_SEGMENT_SCHEMA = pa.schema(
         ("fields", pa.string()),
     ]
 )  # before the typed store
-GLOB = "host=*/date=*/hour=*/*.parquet"
 ROW_GROUP = 122_880  # DuckDB's own row group: a 15-minute window reads a few, not the hour
 SORT = [("ts", "ascending"), ("seq", "ascending")]
 MIN_ROWS = 1_000  # the smallest batch a failing publication shrinks to

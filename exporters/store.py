@@ -43,10 +43,6 @@ SET_ASIDE = "migration_set_aside"  # rows of an old store a migration could not 
 UNCONVERTIBLE = (TypeError, ValueError, OverflowError, AttributeError, pa.ArrowException, orjson.JSONDecodeError)
 
 
-class StoreNeedsMigration(Exception):
-    """A store of an older schema opened where it cannot be migrated (read-only)."""
-
-
 LAST_STORABLE_SECONDS = 253_402_300_800.0  # 10000-01-01T00:00:00Z: past it no Python date, no Parquet partition
 
 
@@ -522,14 +518,6 @@ class DuckDBStore:
     def last_seq(self) -> int:
         """The seq of the last committed event (-1 if none was ever stored)."""
         return self.next_seq - 1
-
-    def events_between(self, first: int, last: int) -> pa.Table:
-        """The committed events with first <= seq <= last, ordered by (ts, seq), `fields` as text."""
-        return self.con.sql(
-            "SELECT ts, seq, source, kind, instance, host, request_id, fields::VARCHAR AS fields"
-            " FROM events WHERE seq BETWEEN ? AND ? ORDER BY ts, seq",
-            params=[first, last],
-        ).to_arrow_table()
 
     def delete_published(self, before: float, upto_seq: int) -> int:
         """Delete the events older than `before` (epoch seconds) whose seq <= `upto_seq`; how many."""

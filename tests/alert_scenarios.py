@@ -497,6 +497,18 @@ def scenarios() -> list[Scenario]:
             },
             {125: [], 140: [("SpyglassSourceUnreadable", {"source": "engine-b"})]},
         ),
+        # Round 4's keep-quiet tactics: one readable line per unusable one (exactly half), the unusable ones
+        # refused as invalid (forged stamps or clocks) as much as unreadable: at the threshold, it fires.
+        Scenario(
+            "H19 half the lines unusable, invalid or unreadable",
+            N,
+            {
+                'spyglass_source_lines_total{source="engine-b", outcome="event"}': counter((T0, 100), (rest, 100)),
+                'spyglass_source_lines_total{source="engine-b", outcome="invalid"}': counter((T0, 0), (rest, 60)),
+                'spyglass_source_lines_total{source="engine-b", outcome="unprefixed"}': counter((T0, 0), (rest, 40)),
+            },
+            {125: [], 150: [("SpyglassSourceUnreadable", {"source": "engine-b"})]},
+        ),
         Scenario(
             "H19 a source's clock 8 h ahead",
             N,

@@ -26,6 +26,27 @@ def test_a_bad_cpu_list_names_the_key(bad: str, tmp_path: Path) -> None:
         parse_config({"agent": {"state_dir": str(tmp_path), "cpus": bad}}, "t")
 
 
+@pytest.mark.parametrize("huge", ["0-999999999", "0-9999999", f"0-{max(os.sched_getaffinity(0)) + 8193}"])
+def test_a_cpu_list_past_the_machines_cpus_is_refused_in_one_line(huge: str, tmp_path: Path) -> None:
+    """Round 4: `0-999999999` passed validation and built a set of a billion numbers (MemoryError at 1.26 GB);
+    `0-9999999` started after a 1.28 GB peak. Now each is one line naming the key, and no set is built."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ConfigError, match=r"agent\.cpus.*is not on this machine") as refused:
+        parse_config({"agent": {"state_dir": str(tmp_path), "cpus": huge}}, "t")
+    assert len(str(refused.value).strip().splitlines()) <= 2
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB: no billion-number set
+
+
+def test_a_cpu_list_from_a_log_line_is_bounded() -> None:
+    from spyglass.collectors.host import cpu_set
+
+    with pytest.raises(ValueError, match="no machine has a CPU past 8191"):
+        cpu_set("0-999999999")
+    assert cpu_set("0-3,8") == {0, 1, 2, 3, 8}
+
+
 def test_the_agent_pins_every_thread_and_lowers_its_priority(spawns: None) -> None:
     last = max(os.sched_getaffinity(0))
     code = (

@@ -553,6 +553,10 @@ def test_with_a_token_every_path_but_metrics_and_health_requires_it(start_agent)
             assert response.status_code == 401, (path, headers)
             assert response.headers["WWW-Authenticate"] == "Bearer"
     assert httpx.get(f"{url}/debug/sources", headers=auth).status_code == 200
+    # round 4: the scheme is case-insensitive (RFC 7235), and every refusal says nosniff
+    assert httpx.get(f"{url}/debug/sources", headers={"Authorization": f"bearer {TOKEN}"}).status_code == 200
+    refused = httpx.get(f"{url}/nope", headers=auth)
+    assert refused.status_code == 404 and refused.headers["X-Content-Type-Options"] == "nosniff"
     assert sql(url, "SELECT count(*) FROM events", auth).json()["rows"] == [[35]]
     out = subprocess.run(
         [
@@ -578,3 +582,47 @@ def test_open_paths_are_configurable(start_agent):
     assert httpx.get(f"{agent['url']}/health").status_code == 200
     assert httpx.get(f"{agent['url']}/metrics").status_code == 401
     assert httpx.get(f"{agent['url']}/metrics", headers=agent["headers"]).status_code == 200
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field (wire type 2)."""
+    size, n = b"", len(payload)
+    while True:
+        size += bytes([(n & 0x7F) | (0x80 if n > 0x7F else 0)])
+        n >>= 7
+        if not n:
+            break
+    return bytes([number << 3 | 2]) + size + payload
+
+
+def test_an_otlp_attribute_nested_three_thousand_deep_is_refused_as_no_export():
+    """Round 4's depth bound on OTLP: a kvlist value in a kvlist value, 3,000 deep (40 KB), is a ValueError
+    (a 400), never a RecursionError; protobuf's decoder stops at its own depth limit (100)."""
+    value = _field(1, b"x")  # AnyValue.string_value
+    for _ in range(3000):
+        value = _field(6, _field(1, _field(1, b"k") + _field(2, value)))  # kvlist_value.values[0].value
+    now = int(time.time() * 1e9).to_bytes(8, "little")
+    span = _field(1, b"0" * 16) + _field(2, b"1" * 8) + _field(5, b"s") + b"\x39" + now + b"\x41" + now
+    body = _field(1, _field(2, _field(2, span + _field(9, _field(1, b"a") + _field(2, value)))))
+    with pytest.raises(ValueError, match="not an OTLP trace export"):
+        decode_spans(body, now=time.time())
+
+
+def test_a_request_that_keeps_failing_logs_one_traceback_then_counts():
+    """Round 4: 2,000 requests failing in 8 s added 15.7 MB of tracebacks to the agent's log."""
+    from loguru import logger
+
+    from spyglass.agent import server
+
+    lines: list[str] = []
+    sink = logger.add(lines.append, format="{message}")
+    try:
+        for _ in range(2000):
+            try:
+                raise OverflowError("date value out of range")
+            except OverflowError as exc:
+                server.failed(exc, "GET /evidence/X")
+    finally:
+        logger.remove(sink)
+    assert sum("Traceback" in line for line in lines) == 1 and len(lines) <= 5, lines
+    assert server.FAILURES["OverflowError"] >= 2000

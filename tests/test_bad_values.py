@@ -87,7 +87,7 @@ def test_bad_numbers_are_counted_invalid_by_field_and_never_stop_the_agent(tmp_p
         ("gateway", "dur_ms"): 1,
     }
     # nothing of those lines reached the state: the fixture's values stand
-    assert values["spyglass_engine_evictions_total"][("strata-b", "normal")] == 0.0
+    assert values["spyglass_engine_evictions_total"][("strata-b", "normal")] == 1.0  # the fixture's evict line
     assert values["spyglass_engine_load_duration_seconds"][("strata-b", "normal")] == 430.0
     assert values["spyglass_engine_slots"][("strata-b", "normal")] == 20.0
     assert "spyglass_engine_ready" in text  # the scrape renders

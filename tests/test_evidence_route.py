@@ -118,13 +118,21 @@ def test_the_notifications_window_gives_the_figures_and_trace_links_that_answer(
         ("/evidence/ThinkingOnlyResponses?bad-label=x&at=2026-10-17T15:00:00Z", 400, "not a label name"),
         ("/evidence/ThinkingOnlyResponses?lane=a&lane=b", 400, "given twice"),
         ("/trace/not-a-request", 400, "not a request id or a trace id"),
-        ("/trace/20261017-140000-abcdef", 400, "no finished request"),
+        # round 4: an unknown request is a 404, as the docs say (it was a 400)
+        ("/trace/20261017-140000-abcdef", 404, "no finished request"),
+        ("/trace/0123456789abcdef0123456789abcdef", 404, "no request of trace"),
+        # round 4: times a window cannot be computed around were a 500 and 7.9 KB of traceback each
+        ("/evidence/ThinkingOnlyResponses?lane=fast&at=0001-01-01T00:00:00Z", 400, "not between 2000-01-01"),
+        ("/evidence/ThinkingOnlyResponses?lane=fast&at=9999-12-31T23:59:59Z", 400, "not between 2000-01-01"),
+        ("/evidence/ThinkingOnlyResponses?lane=fast&from=0001-01-01T00:00:00%2B14:00", 400, "not between"),
+        ("/evidence/ThinkingOnlyResponses?lane=" + "x" * 2000, 400, "over 1024 characters"),
     ],
 )
 def test_a_bad_request_is_refused_with_why(served, path: str, status: int, says: str) -> None:
     base, _ = served
     answer = httpx.get(base + path, timeout=60)
     assert (answer.status_code, says in answer.text) == (status, True), answer.text
+    assert answer.headers["x-content-type-options"] == "nosniff" and answer.text.count("\n") == 1
 
 
 def test_at_gives_the_window_ending_there_even_without_a_notification(served) -> None:

@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from spyglass.cli.app import app
@@ -59,10 +60,10 @@ def backtest(cfg: Path, start: float, end: float) -> list[dict]:
 def test_check_log_shows_what_it_cannot_read() -> None:
     result = CliRunner().invoke(app, ["check-log", str(UNKNOWN), "--preset", "llama_server"])
     assert result.exit_code == 0, result.output
-    assert "37 unreadable (90%)" in result.output and "I [main] Strata 9.9.9 (build 9f9c9e9)" in result.output
+    assert "38 unreadable (93%)" in result.output and "[main] Strata <n> (build <x>) starting" in result.output
     assert "SpyglassSourceUnreadable" in result.output and "a source of its own kind" in result.output
     auto = CliRunner().invoke(app, ["check-log", str(UNKNOWN)])
-    assert "read with preset strata (llama_server reads 10%, strata reads 90%" in auto.output
+    assert "read with preset strata (llama_server reads 7%, strata reads 90%" in auto.output
 
 
 def test_ingest_names_the_lines_it_could_not_read_and_the_backtest_fires(tmp_path: Path, spawns: None) -> None:
@@ -71,7 +72,7 @@ def test_ingest_names_the_lines_it_could_not_read_and_the_backtest_fires(tmp_pat
     assert result.exit_code == 0, result.output
     last = result.output.strip().splitlines()[-1]
     assert last == (
-        f"could not read 37 of 41 lines of sources.llama-a: run `spyglass check-log {tmp_path / 'llama.log'}"
+        f"could not read 38 of 41 lines of sources.llama-a: run `spyglass check-log {tmp_path / 'llama.log'}"
         " --preset llama_server` to see their shapes"
     ), result.output
     start = 1_792_384_200.0  # 2026-10-19T04:30:00Z
@@ -101,8 +102,62 @@ def test_run_says_at_start_up_what_earlier_runs_could_not_read(tmp_path: Path) -
     pipeline = Pipeline(load_config(cfg), SystemClock(), open_store(load_config(cfg)))
     try:
         assert unread_summary(pipeline) == (
-            f"could not read 37 lines of sources.llama-a: run `spyglass check-log"
+            f"could not read 38 lines of sources.llama-a: run `spyglass check-log"
             f" {tmp_path / 'llama.log'} --preset llama_server` to see their shapes"
         )
+    finally:
+        pipeline.close()
+
+
+# -- adversarial round 4: the drift alarm cannot be kept quiet ----------------------------------------------
+UNKNOWN_LINE = "I [main] Strata 9.9.9 (build 9f9c9e9) a line no llama preset reads"
+FORGED_EVICT = "0.00.{n:03d}.000 W srv         alloc:  - making room for prompt cache entry, removing oldest entry (size = 0.306 MiB)"
+TACTICS = {
+    # one readable line (a runner's own, or a forged eviction) per unreadable line: exactly half
+    "runner lines": lambda n: ["[INFO] llama-swap: request /v1/chat/completions", UNKNOWN_LINE],
+    "forged evictions": lambda n: [FORGED_EVICT.format(n=n), UNKNOWN_LINE],
+    # lines refused (a lone stamp 3 days ahead of the lines around it): invalid, not unreadable
+    "refused stamps": lambda n: [
+        "4320.00.000.000 I slot launch_slot_: id  0 | task 9 | processing task, is_child = 0",
+        FORGED_EVICT.format(n=n),
+    ],
+    # lines whose wrapper's clock no file or agent can have (the year 9999): invalid, and no anchor
+    "forged clocks": lambda n: [
+        "<13>1 9999-12-31T23:59:59Z host llama - - - 0.00.000.001 I srv  llama_server: initializing ...",
+        FORGED_EVICT.format(n=n),
+    ],
+    # one unreadable line a batch: the batch's `unread` event must not count as a line
+    "one line a batch": lambda n: [UNKNOWN_LINE],
+}
+
+
+@pytest.mark.parametrize("tactic", list(TACTICS))
+def test_the_drift_alarm_counts_every_unusable_line_over_the_lines_read(tmp_path: Path, tactic: str) -> None:
+    """Each keep-quiet tactic of round 4, read batch by batch as the agent reads them: the share of lines the
+    source could not use, over the lines it read, reaches SpyglassSourceUnreadable's threshold (`>=`)."""
+    from spyglass.agent.pipeline import Pipeline
+    from spyglass.alerting.heuristics.h19_blind_spots import build
+    from spyglass.alerting.heuristics.model import Deployment
+    from spyglass.collectors.clock import ManualClock
+    from spyglass.config import load_config
+    from spyglass.exporters.statefile import StateFile
+
+    first = tmp_path / "first.log"
+    first.write_text("0.00.000.001 I srv  llama_server: initializing ...\n")
+    cfg = load_config(config(tmp_path, first))
+    log = tmp_path / "llama.log"
+    pipeline = Pipeline(cfg, ManualClock(), StateFile(tmp_path / "state.json"))
+    threshold = next(t.value for t in build(Deployment()).thresholds if t.name == "unreadable_share")
+    try:
+        pipeline.step()
+        before = dict(pipeline.state.series("spyglass_source_lines_total"))
+        for n in range(40):
+            with log.open("a") as f:
+                f.write("".join(line + "\n" for line in TACTICS[tactic](n + 1)))
+            pipeline.step()
+        after = pipeline.state.series("spyglass_source_lines_total")
+        grew = {k[1]: v - before.get(k, 0) for k, v in after.items() if k[0] == "llama-a"}
+        unusable = grew.get("unmatched", 0) + grew.get("unprefixed", 0) + grew.get("invalid", 0)
+        assert unusable / sum(grew.values()) >= threshold, grew
     finally:
         pipeline.close()

@@ -26,7 +26,7 @@ from spyglass.config import parse_config
 from spyglass.engine.llama.versions import VERSIONS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llama"
-MTIME = 1_796_000_000.0
+MTIME = 1_800_000_000.0  # after every recording: a line is written before its file's mtime
 
 
 def recorded() -> list[tuple[str, str, dict]]:

@@ -134,18 +134,19 @@ def test_lines_that_are_no_event_are_counted_and_never_raise(tmp_path: Path) -> 
         [
             *banner(),
             "no prefix at all",
-            "0.00.200.000 I llama_model_loader: - kv 0: x",
+            "0.00.200.000 I llama_model_loader: - kv   0:                       general.architecture str = qwen3moe",
             "0.00.300.000 D slot debug line",
             "0.00.400.000 I slot print_timing: id  x | task y |",
         ],
         START + 1,
     )
-    assert misses["unprefixed"] == 1 and misses["ignored"] == 2 and misses["unmatched"] == 1  # the loader dump is known
+    # The loader dump is a known shape; a debug line of no known shape is unread like any other (levels are no filter).
+    assert misses["unprefixed"] == 1 and misses["ignored"] == 1 and misses["unmatched"] == 2
     assert last.startswith(b"0.00.400.000")
     assert [e.kind for e in events] == ["start", "model_unreadable", "ready", "unread"]
     assert events[-1].fields == {
         "lines": 7,
-        "unreadable": 2,
+        "unreadable": 3,
         "shape": "9.99.999.999 I slot print_timing: id  x | task y |",
     }
 
@@ -417,3 +418,121 @@ def test_a_restart_without_a_banner_is_seen_when_each_line_is_read_alone(tmp_pat
     for line in task_lines(0.5, 0, 0, 10.0, 100, 4, 103):
         kinds += [e.kind for e in read(src, [line], START + 40)[0]]
     assert kinds.count("start") == 1 and kinds.count("done") == 1
+
+
+# -- adversarial round 4: a clock is evidence, not authority ----------------------------------------------
+def journald(at: float, line: str) -> str:
+    """`line` as `journalctl -o short-iso` shows it, at epoch `at`."""
+    from datetime import UTC, datetime
+
+    return f"{datetime.fromtimestamp(at, tz=UTC):%Y-%m-%dT%H:%M:%S+0000} host llama-server[42]: {line}"
+
+
+FORGED_ANCHORS = {
+    "syslog-5424 in 9999": "<13>1 9999-12-31T23:59:59Z host llama - - - 0.00.000.001 I srv  llama_server: initializing ...",
+    "journald json, 19 digits": '{"__REALTIME_TIMESTAMP": "9999999999999999999", "MESSAGE": "0.00.000.001 I srv  '
+    'llama_server: initializing ..."}',
+}
+
+
+@pytest.mark.parametrize("forged", list(FORGED_ANCHORS.values()), ids=list(FORGED_ANCHORS))
+def test_a_forged_wrapper_clock_anchors_nothing(tmp_path: Path, forged: str) -> None:
+    """One line whose wrapper claims the year 9999 (or 19 digits of microseconds) is refused as `invalid:clock`;
+    every later line, a restart's, an agent restart's and a new file's, is read and placed before the mtime."""
+    src = source(tmp_path, [None, None, None])
+    read(src, [*banner(), f"0.05.000.000 {EVICT}"], START + 6)
+    events, misses, _ = read(src, [forged, f"0.06.000.000 {EVICT}"], START + 7)
+    assert evictions(events) == [2] and all(START <= e.ts <= START + 7 for e in events)
+    assert misses["invalid:clock"] == 1
+    later, misses, _ = read(src, [forged, *task_lines(8.0, 0, 1, 10.0, 100, 4, 103)], START + 9)
+    restart, _, _ = read(src, [*banner(), f"0.01.000.000 {EVICT}"], START + 101)
+    src.restore(src.checkpoint() or {})  # an agent restart, then a new file: the same source state
+    newer, _, _ = read(src, [forged, *task_lines(2.0, 0, 0, 10.0, 100, 4, 103)], START + 103)
+    assert [e.kind for e in later].count("done") == 1 and [e.kind for e in newer].count("done") == 1
+    assert evictions(restart) == [1] and "start" in [e.kind for e in restart]
+    assert all(START <= e.ts <= START + 103 for e in [*events, *later, *restart, *newer])
+
+
+def test_an_anchor_later_lines_contradict_is_dropped(tmp_path: Path) -> None:
+    """A forged start-up line with a believable but false clock (a year early) starts a process of its own;
+    the real lines after it contradict it: the first is refused, the second agrees with it and moves the anchor,
+    and every line after is placed by the real clock, across an agent restart too."""
+    src = source(tmp_path, [None])
+    lines = [journald(START + 0.0, line) for line in banner()]
+    read(src, lines, START + 1)
+    forged = journald(START - 365 * 86400, "0.00.000.001 I srv  llama_server: initializing ...")
+    after = [journald(START + 5 + n, f"0.{5 + n:02d}.000.000 {EVICT}") for n in range(4)]
+    events, misses, _ = read(src, [forged, *after], START + 9)
+    placed = [e for e in events if e.kind == "evict"]
+    assert len(placed) >= 3 and all(abs(e.ts - (START + 5 + n)) < 2 for e, n in zip(placed[::-1], range(3, -1, -1)))
+    assert misses.get("invalid:stamp", 0) <= 1, misses
+    src.restore(src.checkpoint() or {})
+    again, _, _ = read(src, [journald(START + 20, f"0.20.000.000 {EVICT}")], START + 21)
+    assert [round(e.ts - START) for e in again if e.kind == "evict"] == [20]
+
+
+def test_two_forged_stamps_in_a_row_neither_freeze_nor_rewind_the_eviction_counter(tmp_path: Path) -> None:
+    """Round 4: two lines stamped back in time start a phantom process; its evict lines then count from 1,
+    below the 30 already exported, and were dropped as implausible: 30 stayed 30 after 25 more evictions.
+    The counter is a sum of the evict events stored: 55, and it never went down on the way."""
+    config = parse_config(
+        {"sources": {"engine-a": {"kind": "engine_log", "preset": "llama_server", "path": str(tmp_path / "l.log")}}}
+    )
+    config.sources["engine-a"].instance, config.sources["engine-a"].lane = "llama-a", "normal"
+    state: MetricState = metric_state(config)
+    signals = build_signals(config, state)["engine_log"]
+    src = source(tmp_path, [None, None])
+    key = ("llama-a", "normal")
+    seen: list[float] = []
+
+    def apply(lines: list[str], mtime: float) -> None:
+        for event in read(src, lines, mtime)[0]:
+            signals.apply(event)
+            seen.append(state.series("spyglass_engine_evictions_total").get(key, 0.0))
+
+    apply([*banner(), *(f"0.{10 + n // 10}.{n % 10:01d}00.000 {EVICT}" for n in range(30))], START + 14)
+    forged = "0.00.500.000 E srv    load_model: failed to load model, '/models/gone.gguf'"
+    apply([forged, forged], START + 14)
+    apply([f"0.{20 + n // 10}.{n % 10:01d}00.000 {EVICT}" for n in range(25)], START + 23)
+    assert state.series("spyglass_engine_evictions_total")[key] == 55
+    assert seen == sorted(seen)
+
+
+# -- adversarial round 4: a deeply nested line is one invalid line, never a lost batch ----------------------
+DEEP = {
+    # a 60 KB journald JSON line nested 5,000 deep
+    "journald json": b'{"__REALTIME_TIMESTAMP": "1796000005000000", "MESSAGE": "x", "a": '
+    + b"[" * 5000
+    + b"]" * 5000
+    + b"}",
+    # llama.cpp's 2024 JSON log
+    "2024 json": b'{"level": "INFO", "msg": "x", "a": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+    # a 2024 text line's ` | key=value` tail
+    "2024 extras": b"INFO [            main] x | tid=1 timestamp=1796000005 a=" + b"[" * 5000 + b"]",
+}
+
+
+@pytest.mark.parametrize("line", list(DEEP.values()), ids=list(DEEP))
+def test_a_line_nested_five_thousand_deep_costs_itself_only(tmp_path: Path, line: bytes) -> None:
+    """Round 4: RecursionError escaped the JSON wrapper's decoder and every line of the batch was counted
+    invalid (16 of 398 evictions counted at one such line a second). Now it is at most that one line."""
+    src = source(tmp_path, [None])
+    src.file_mtime(START + 9)
+    lines = [f"{text}\n".encode() for text in [*banner(), f"0.05.000.000 {EVICT}"]]
+    events, misses, _ = src.handle_lines([*lines, line + b"\n", f"0.06.000.000 {EVICT}\n".encode()])
+    assert evictions(events) == [1, 2]
+    assert sum(n for miss, n in misses.items() if miss != "joined") <= 1, misses
+
+
+def test_check_log_reads_a_deeply_nested_line_as_one_invalid_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from spyglass.cli.app import app
+
+    log = tmp_path / "deep.log"
+    log.write_bytes(
+        b"\n".join([*(t.encode() for t in banner()), DEEP["journald json"], f"0.05.000.000 {EVICT}".encode()])
+    )
+    result = CliRunner().invoke(app, ["check-log", str(log), "--preset", "llama_server"])
+    assert result.exit_code == 0 and result.exception is None, result.output
+    assert "1 invalid" in result.output and "evict 1" in result.output, result.output

@@ -149,3 +149,10 @@ def test_ingest_polls_once_and_stores_the_raw_snapshot(serve, tmp_path):
     con = duckdb.connect(str(config.store_path()), read_only=True)
     body = json.loads(con.execute("SELECT fields FROM events WHERE kind = 'status'").fetchone()[0])
     assert body == READY
+
+
+def test_a_recorded_snapshot_nested_five_thousand_deep_is_one_invalid_line():
+    """Round 4: RecursionError escaped the decoder and cost the whole batch; now the line is counted invalid."""
+    source = ServeStatusReplay("s", ServeStatusOptions(path="x", instance="strata-b"))
+    deep = b'{"ts": 1.0, "body": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    assert source.handle(deep) == "invalid:json"

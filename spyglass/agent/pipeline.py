@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -30,6 +31,8 @@ from spyglass.config import Config
 from spyglass.exporters.statefile import Store
 from spyglass.signals import Signals, SignalsLinks, SignalsSettings
 from spyglass.signals.state import MetricState
+
+UNREAD_SHAPES = 16  # shapes of unread lines /debug/sources lists per source, the most first
 
 
 def unreadable_watch(config: Config) -> UnreadableWatch:
@@ -279,8 +282,9 @@ class Pipeline:
         now = self.clock.now()
         with self.state.lock:
             for rt, lines in batches:
-                events = self._within_time_bounds(rt, self._parse(rt, lines), now)
-                self._apply(rt, events)
+                parsed, used = self._parse(rt, lines)
+                events = self._within_time_bounds(rt, parsed, now)
+                self._apply(rt, events, used - (len(parsed) - len(events)))
                 self._update_health(rt)
                 stored += events
             quiet = 0  # polled events that only repeat their source's last poll
@@ -437,13 +441,14 @@ class Pipeline:
             rt.close()
         self.store.close()
 
-    def _parse(self, rt: TailedRuntime, lines: list[bytes]) -> list[Event]:
+    def _parse(self, rt: TailedRuntime, lines: list[bytes]) -> tuple[list[Event], int]:
+        """The batch's events, and how many of its lines made them (the rest are counted by their miss)."""
         try:
             events, misses, unmatched = rt.source.handle_lines(lines)
         except Exception:  # noqa: BLE001 - a parser bug must cost lines, not the agent
             logger.exception("{}: parsing a batch of {} lines failed; they are counted invalid", rt.name, len(lines))
             rt.outcomes["invalid"] = rt.outcomes.get("invalid", 0) + len(lines)
-            return []
+            return [], 0
         for miss, count in misses.items():
             if count:
                 outcome, field = split_outcome(miss)
@@ -452,7 +457,7 @@ class Pipeline:
                     self.state.inc("spyglass_source_invalid_fields_total", (rt.name, field), count)
         if unmatched:
             rt.last_unmatched = unmatched
-        return events
+        return events, max(0, len(lines) - sum(misses.values()))
 
     def _within_time_bounds(self, rt: SourceRuntime, events: list[Event], now: float) -> list[Event]:
         """The events whose timestamp lies between 2000 and a day past `now` (collectors/timebounds.py);
@@ -474,8 +479,11 @@ class Pipeline:
                 )
         return kept
 
-    def _apply(self, rt: SourceRuntime, events: list[Event]) -> None:
-        apply, good = rt.signals.apply if rt.signals is not None else None, []
+    def _apply(self, rt: SourceRuntime, events: list[Event], lines: int | None = None) -> None:
+        """Apply each event to the signals. Outcome `event` counts, for a file source, the `lines` that made an
+        event (less one per event refused here or for its time: the drift alarm's ratio is over lines read, and
+        an event no line made, such as a batch's `unread` count, is no line); for a polled source, its events."""
+        apply, good, offered = rt.signals.apply if rt.signals is not None else None, [], len(events)
         for event in events:
             try:
                 if apply is not None:
@@ -483,7 +491,8 @@ class Pipeline:
                 good.append(event)
             except Exception as exc:  # noqa: BLE001 - e.g. a pattern override without a field we need
                 self._refused(rt, event, exc)
-        rt.outcomes["event"] = rt.outcomes.get("event", 0) + len(good)
+        made = len(good) if lines is None else max(0, lines - (offered - len(good)))
+        rt.outcomes["event"] = rt.outcomes.get("event", 0) + made
         events[:] = good
         if good:
             rt.last_event_ts = max(rt.last_event_ts, max(e.ts for e in good))
@@ -536,7 +545,8 @@ class Pipeline:
 
     def debug_sources(self) -> dict[str, Any]:
         """Per-source state for /debug/sources: error, outcomes, the last line no pattern matched,
-        and which path parses its blocks (per line, or columnar; why a pattern keeps it per line)."""
+        which path parses its blocks (per line, or columnar; why a pattern keeps it per line), and the
+        shapes of the lines it could not read, the most first (a source that keeps them: llama-server's)."""
         return {
             rt.name: {
                 "kind": rt.kind,
@@ -545,6 +555,7 @@ class Pipeline:
                 "outcomes": dict(rt.outcomes),
                 "last_unmatched": rt.last_unmatched.decode("utf-8", "replace"),
                 "parser": rt.parser() if isinstance(rt, TailedRuntime) else "per line",
+                "unread_shapes": dict(Counter(getattr(rt.source, "shapes", None) or {}).most_common(UNREAD_SHAPES)),
             }
             for rt in self.sources
         }

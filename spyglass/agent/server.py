@@ -22,6 +22,7 @@ import json
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -215,8 +216,8 @@ class Site:
     loopback: int | None = None
 
     @property
-    def expected_authorization(self) -> bytes | None:
-        return f"Bearer {self.limits.token}".encode() if self.limits.token else None
+    def expected_token(self) -> bytes | None:
+        return self.limits.token.encode() if self.limits.token else None
 
 
 class AgentHandler(BaseHTTPRequestHandler):
@@ -283,8 +284,8 @@ class AgentHandler(BaseHTTPRequestHandler):
         self.connection.settimeout(site.limits.request_timeout_seconds)  # for writing the answer
         try:
             route(self, body)
-        except Exception:  # noqa: BLE001 - a bug a body found: said to the sender and logged, never a silent hang-up
-            logger.exception("POST {} failed", path)
+        except Exception as exc:  # noqa: BLE001 - a bug a body found: said to the sender and logged, never a silent hang-up
+            failed(exc, f"POST {path}")
             self.answer(500, "text/plain", b"internal error (logged by the agent); nothing was stored\n")
 
     def _allowed(self, path: str) -> bool:
@@ -293,11 +294,12 @@ class AgentHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.answer(421, "text/plain", b"Host is not this agent's loopback address (DNS rebinding?)\n")
             return False
-        expected = site.expected_authorization
+        expected = site.expected_token
         if expected is None or path in site.limits.open_paths:
             return True
-        given = self.headers.get("Authorization", "").encode()
-        if hmac.compare_digest(given, expected):
+        scheme, _, given = self.headers.get("Authorization", "").strip().partition(" ")
+        # RFC 7235: the scheme is case-insensitive (`bearer` too); the token compared in constant time
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected):
             return True
         self.answer(401, "text/plain", b"a bearer token is required\n", {"WWW-Authenticate": "Bearer"})
         return False
@@ -333,13 +335,25 @@ class AgentHandler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        for name, value in (headers or {}).items():
+        for name, value in {"X-Content-Type-Options": "nosniff", **(headers or {})}.items():
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
 
     def log_message(self, *args: Any) -> None:
         pass  # scrapes every 15 s would drown the agent's own log
+
+
+def failed(exc: Exception, what: str) -> None:
+    """A request that failed: its traceback logged the first time its kind fails, then a count at each power of
+    ten (a client repeating a request that fails cannot fill the agent's log)."""
+    kind = type(exc).__name__
+    FAILURES[kind] += 1
+    n = FAILURES[kind]
+    if n == 1:
+        logger.opt(exception=exc).error("{} failed ({}; said once per kind of failure)", what, kind)
+    elif str(n).rstrip("0") == "1":  # 10, 100, 1000, ...
+        logger.error("{} failed ({}): {} requests have failed so far with this kind", what, kind, n)
 
 
 def metrics(registry: CollectorRegistry, with_exemplars: CollectorRegistry, request: AgentHandler, body: bytes) -> None:
@@ -449,6 +463,7 @@ def route_table(
 
 
 METRICS_ONLY = (("GET", "/metrics"), ("GET", "/health"))
+FAILURES: Counter[str] = Counter()  # requests that failed (a 500), by kind of failure (the exception's type)
 
 
 class AgentServer:

@@ -32,6 +32,7 @@ import orjson
 from spyglass.agent.pipeline import build_signals, metric_state
 from spyglass.alerting.replay_state import ReplayState
 from spyglass.cli import timeinput
+from spyglass.collectors import reports_unread
 from spyglass.collectors.event import Event
 from spyglass.config import Config
 from spyglass.exporters.duckdb_open import connect
@@ -244,7 +245,7 @@ def replay(
             )
         state = metric_state(config)
         for name, options in config.sources.items():  # counted from 0, so that the first `unread` is an increase
-            if getattr(options, "preset", "") == "llama_server":
+            if reports_unread(options):
                 state.set(LINES, (name, "event"), 0)
                 state.set(LINES, (name, "unprefixed"), 0)
         signals = build_signals(config, state)

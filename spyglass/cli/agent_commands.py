@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -220,11 +219,6 @@ def ingest(
         raise typer.Exit(130)
 
 
-class Preset(str, Enum):
-    llama_server = "llama_server"
-    strata = "strata"
-
-
 def check_log(
     file: Annotated[
         Path,
@@ -234,8 +228,11 @@ def check_log(
         ),
     ],
     preset: Annotated[
-        Preset | None,
-        typer.Option(help="The engine log's preset; default: the one that reads more of the file's first lines."),
+        str | None,
+        typer.Option(
+            help="The engine log's preset (llama_server, strata, or another registered one); default: the one that"
+            " reads more of the file's first lines."
+        ),
     ] = None,
     tz: Annotated[str, typer.Option(help="IANA zone of stamps that name none.")] = "UTC",
     url: Annotated[
@@ -245,15 +242,30 @@ def check_log(
             " once, as the agent does, and name the fix for each one switched off (/metrics without --metrics)."
         ),
     ] = None,
+    catalogue: Annotated[
+        str | None,
+        typer.Option(
+            help="Print the shapes of llama-server's lines this log holds that are neither read nor known, as a"
+            " group of the noise catalogue (collectors/llama_shapes.py) named by this text (a recorded build and"
+            " mode, or the public log's URL), for review."
+        ),
+    ] = None,
 ) -> None:
     """Read a log without a store or a config: the events it yields by kind, the build and capture found, the
     time anchor used, and the shapes of the lines it could not read. Run it first on your own log."""
-    from spyglass.cli.checklog import report
+    from spyglass.cli.checklog import catalogue_group, report
+    from spyglass.collectors import preset_names
 
     if not file.is_file():
         typer.echo(f"error: no file at {file}", err=True)
         raise typer.Exit(2)
-    text, _ = report(file, preset.value if preset else None, tz, url=url)
+    if preset is not None and preset not in preset_names("engine_log"):
+        typer.echo(f"error: --preset: no preset {preset!r}; the presets are: {', '.join(preset_names('engine_log'))}")
+        raise typer.Exit(2)
+    if catalogue is not None:
+        typer.echo(catalogue_group(file, catalogue, tz))
+        return
+    text, _ = report(file, preset, tz, url=url)
     typer.echo(text)
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from spyglass import collectors
 from spyglass.collectors.grammar import Miss
+from spyglass.collectors.llama_log import MAX_SHAPES
 
-PRESETS = ("llama_server", "strata")
 CHUNK = 4096  # lines per batch, as a tailer hands them over
 SAMPLE = 2000  # lines each preset reads when none is given
 ANCHORS = {
@@ -42,14 +42,18 @@ class Reading:
         return sum(self.misses[m] for m in UNREADABLE)
 
 
-def read_log(path: Path, preset: str, tz: str = "UTC", limit: int | None = None) -> Reading:
-    """`path` read whole (or its first `limit` lines) by the engine log's `preset`, as the agent would."""
+def read_log(
+    path: Path, preset: str, tz: str = "UTC", limit: int | None = None, shapes: int | None = MAX_SHAPES
+) -> Reading:
+    """`path` read whole (or its first `limit` lines) by the engine log's `preset`, as the agent would, keeping
+    at most `shapes` shapes of unread lines (None: every one)."""
     from spyglass.collectors.engine_log import EngineLogOptions
 
     options = EngineLogOptions(path=path, preset=preset, tz=tz, instance="check-log", columnar="never")
     source: Any = collectors.load_all()["engine_log"].build_tailed("check-log", options)
     if hasattr(source, "writer_of"):
         source.writer_of = lambda log, now: None  # a file, not a running process: placed by its own times
+        source.max_shapes = shapes
     reading = Reading(preset, source=source)
     mtime = os.stat(path).st_mtime
     batch: list[bytes] = []
@@ -77,11 +81,12 @@ def _feed(reading: Reading, batch: list[bytes], mtime: float) -> None:
 def choose_preset(path: Path, tz: str) -> tuple[str, str]:
     """The preset that reads more of the file's first lines, and why."""
     shares = {}
-    for preset in PRESETS:
+    presets = collectors.preset_names("engine_log")
+    for preset in presets:
         sample = read_log(path, preset, tz, SAMPLE)
         shares[preset] = 1 - sample.unreadable / sample.lines if sample.lines else 0.0
-    best = max(PRESETS, key=lambda p: shares[p])
-    return best, ", ".join(f"{p} reads {shares[p]:.0%}" for p in PRESETS) + f" of the first {SAMPLE:,} lines"
+    best = max(presets, key=lambda p: shares[p])
+    return best, ", ".join(f"{p} reads {shares[p]:.0%}" for p in presets) + f" of the first {SAMPLE:,} lines"
 
 
 def report(
@@ -126,7 +131,11 @@ def report(
     )
     shapes: Counter[str] = Counter(getattr(src, "shapes", None) or {})
     if shapes:
-        out.append("unreadable shapes (digits as 9):")
+        out.append(
+            "unread shapes (as collectors/llama_shapes.py writes them; `--catalogue WHERE` prints them as a group):"
+            if preset == "llama_server"
+            else "unreadable shapes (digits as 9):"
+        )
         out += [f"  {n:>7,}  {shape}" for shape, n in shapes.most_common(top)]
     if url:
         out.append("endpoints:   " + endpoints(url))
@@ -198,3 +207,20 @@ def unread_summary(pipeline: Any, before: dict[str, tuple[dict[str, int], int]] 
     preset = getattr(options, "preset", None)
     hint = f"spyglass check-log {options.path}" + (f" --preset {preset}" if preset else "")
     return f"could not read {'; '.join(parts)}: run `{hint}` to see their shapes"
+
+
+def catalogue_group(path: Path, where: str, tz: str = "UTC") -> str:
+    """The shapes of `path`'s lines that are neither read nor known, as a group of collectors/llama_shapes.py
+    named `where` (a recorded build and mode, or a public log's URL), for review before it is pasted in. A
+    line that holds a signal pattern's literal, or a wording that is to become a signal, is left out: a
+    reworded signal is drift, never noise."""
+    from spyglass.collectors.llama_noise import RESERVED, SIGNAL_MARK
+
+    reading = read_log(path, "llama_server", tz, shapes=None)
+    found = sorted(
+        entry
+        for entry in reading.source.shapes
+        if entry.strip() and not entry.startswith(SIGNAL_MARK) and not any(word in entry for word in RESERVED)
+    )
+    body = "".join(f"        {entry!r},\n" for entry in found)
+    return f"    {where!r}: (\n{body}    ),"

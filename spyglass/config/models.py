@@ -82,6 +82,7 @@ class AgentConfig(Strict):
         None,
         description='CPUs the agent and all its threads may run on, a Linux cpu list such as "62-63"'
         " (sched_setaffinity at start): the host's housekeeping CPUs, never an engine's (docs/deploy.md)."
+        " Each CPU must be one this machine has (/sys/devices/system/cpu/possible)."
         " Unset: the CPUs it was started on.",
     )
     nice: int = Field(
@@ -99,10 +100,18 @@ class AgentConfig(Strict):
             return None
         if not re.fullmatch(r"\s*\d+(-\d+)?(\s*,\s*\d+(-\d+)?)*\s*", value):
             raise ValueError(f'not a cpu list such as "62-63" or "0,2,4-7": {value!r}')
+        from spyglass.collectors.host import machine_cpus
+
+        highest = max(machine_cpus())
         for part in value.split(","):
             low, _, high = part.strip().partition("-")
             if high and int(high) < int(low):
                 raise ValueError(f"the range {part.strip()!r} runs backwards")
+            if int(high or low) > highest:  # checked before any set is built: "0-999999999" is a billion CPUs
+                raise ValueError(
+                    f"CPU {int(high or low)} is not on this machine (its CPUs: 0-{highest},"
+                    " /sys/devices/system/cpu/possible)"
+                )
         return value
 
 

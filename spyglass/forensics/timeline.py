@@ -202,11 +202,6 @@ def field_parts(fields: Any, request_id: str | None) -> list[str]:
     return parts
 
 
-def fields_text(fields: Any, request_id: str | None) -> str:
-    """`req=ID key=value ...`: an event's fields on one line."""
-    return " ".join(field_parts(fields, request_id))
-
-
 def wrapped(parts: list[str], first: int, indent: int, width: int) -> list[str]:
     """`parts` joined by spaces into lines: the first `first` cells wide, the others `width - indent`; a part
     is never split unless it alone is wider than a line (then it is folded, never cut)."""

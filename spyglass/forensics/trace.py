@@ -37,7 +37,9 @@ def request_of(config: Config, trace_hex: str) -> str:
         f" AND trace_id = '{trace_hex}' LIMIT 1) LIMIT 1",
     )
     if not answer.rows:
-        raise QueryError(f"no request of trace {trace_hex} in the store")
+        from spyglass.forensics.evidence import NotFound
+
+        raise NotFound(f"no request of trace {trace_hex} in the store")
     return str(answer.rows[0][0])
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from html import escape
 
-from spyglass.agent.query import QueryError
 from spyglass.collectors.clock import format_both
 from spyglass.collectors.trace_ids import trace_id_for
 from spyglass.config import Config
+from spyglass.forensics.evidence import NotFound
 from spyglass.forensics.page import CSS
 from spyglass.forensics.trace import (
     clock_notes,
@@ -31,7 +31,7 @@ def tree_html(span: PhaseSpan) -> str:
 
 
 def trace_page(config: Config, given: str) -> str:
-    """The page of the request `given` names (a request id or a trace id); QueryError when there is none."""
+    """The page of the request `given` names (a request id or a trace id); NotFound (a QueryError) when there is none."""
     request_id = resolve(config, given.strip())
     events = events_of(config, request_id)
     kinds = {name: options.kind for name, options in config.sources.items()}
@@ -41,7 +41,7 @@ def trace_page(config: Config, given: str) -> str:
     root = root or request_tree(engine, [e for e in events if kinds.get(e.source) == "gateway_log"])
     if root is None:
         if not events:
-            raise QueryError(f"no finished request {request_id} in the store")
+            raise NotFound(f"no finished request {request_id} in the store")
         return events_page(request_id, events)
     trace_hex = format(trace_id_for(request_id), "032x")
     notes = "".join(f"<li>{escape(t.plain)}</li>" for t in outcome(events, kinds) + clock_notes(root))

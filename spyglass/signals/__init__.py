@@ -81,8 +81,8 @@ class SignalsBase:
     implements `checkpoint() -> Saved` and `restore(Saved)`; `from_memo` reads the untyped memo
     a saved state had before."""
 
-    # Counters that copy a cumulative count the source reports (the engine's evictions=, a serve's
-    # own totals) rather than counting events: they start where the source is, never at 0, or the
+    # Counters that copy a cumulative count the source reports (a serve's own totals,
+    # llama-server's /metrics) rather than counting events: they start where the source is, never at 0, or the
     # first report would read as that many increments (see start_known_counters).
     mirrored_counters: frozenset[str] = frozenset()
     # The lane an event without one is counted under, if the class has one: a known lane too.

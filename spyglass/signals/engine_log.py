@@ -1,15 +1,15 @@
 """Engine-log events turned into metrics (labels: instance, lane; never a conversation or request).
 
-Counters the engine reports cumulatively (`evictions=`) are exported as the engine's own value:
-an agent restart cannot double them, and an engine restart shows as a reset to 0 next to a new
-`spyglass_engine_start_time_seconds`. Everything else is counted from events.
+Every counter is a sum of the events the agent stored, so it is monotone by construction: an engine
+restart, a phantom process (forged stamps, a forged banner) or a forged cumulative value can neither
+freeze nor rewind it. `spyglass_engine_evictions_total` counts evict events (the engine's own
+`evictions=` stays in the stored event, for the forensic views); the metric state is committed with
+the tailer's offsets, so an agent restart never doubles a count.
 
-A line can be forged (a prompt the engine echoes may start a line with a valid prefix), so the
-engine's value is exported only when plausible: it may grow by at most the evict lines seen
-since the last accepted value. Anything else is counted in spyglass_engine_implausible_values_total
-and not exported, until RESYNC_LINES values in a row agree with each other and are not lower (lines
-were lost, the engine moved on). Only a start the start sequence confirms resets the counter:
-a start banner alone (one echoed in a prompt) resets nothing and is counted implausible.
+A line can be forged (a prompt the engine echoes may start a line with a valid prefix): each forged
+line adds one event's worth, never more. A start banner resets `engine_ready` and the start time
+only when the start sequence confirms it: a start banner alone (one echoed in a prompt) resets
+nothing and is counted implausible.
 Task lines of a task never queued are counted as orphans, not as requests.
 Labels from the log (finish, cause, reason, origin, status, component) are checked against
 the closed sets below; other values are exported as `other` and counted.
@@ -35,7 +35,6 @@ from spyglass.signals.catalogue import spec_maker
 from spyglass.signals.state import MetricState
 
 INSTANCE_LANE = ("instance", "lane")
-RESYNC_LINES = 3
 CLOSED = {  # label -> the values the engine writes; any other is exported as "other"
     "finish": frozenset(
         {"stop", "length", "tool_calls", "content_filter", "error", "abort", "unknown"}
@@ -53,13 +52,12 @@ SPECS = [
     spec(
         "spyglass_engine_evictions_total",
         "counter",
-        "Conversation snapshots evicted, as the engine's own cumulative evictions= value (resets with the engine).",
+        "Conversation snapshots evicted: evict events stored (a sum, never lowered by a restart or a forged line).",
     ),
     spec(
         "spyglass_engine_implausible_values_total",
         "counter",
-        "Cumulative values from the log not exported because the lines between cannot explain them (a forged"
-        " or damaged line), by field; field start: a start line the start sequence did not follow (a"
+        "Lines not believed, by field; field start: a start line the start sequence did not follow (a"
         " banner echoed in a prompt), which reset nothing.",
         ("field",),
     ),
@@ -347,6 +345,7 @@ OPS: dict[str, tuple[Op, ...]] = {  # event kind -> its operations, in order; th
     "park": CACHE + (Observe("spyglass_engine_cache_snapshot_bytes", "bytes"),),
     "evict": CACHE
     + (
+        Count("spyglass_engine_evictions_total"),
         Count("spyglass_engine_evicted_snapshots_total", by="reason", closed="evict_reason"),
         Add("spyglass_engine_evicted_bytes_total", "bytes"),
     ),
@@ -372,9 +371,7 @@ OPS: dict[str, tuple[Op, ...]] = {  # event kind -> its operations, in order; th
 
 @dataclass(slots=True)
 class EvictionsSeen:
-    """The last accepted evictions= of an instance, the evict lines since, and a run of values that
-    agree with each other but not with `value` (value, evicts at its start, length): see `_plausible`.
-    A plain dataclass (it changes on every cache line); `EngineSaved` validates it when restored."""
+    """What a checkpoint written before evictions were counted from events holds (restored, then unused)."""
 
     value: int | None = None
     evicts: int = 0
@@ -395,17 +392,16 @@ class Banner(BaseModel):
 class EngineSaved(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    evictions: dict[str, EvictionsSeen] = Field(default_factory=dict)
+    evictions: dict[str, EvictionsSeen] = Field(default_factory=dict)  # read from old checkpoints, unused
     pending_starts: dict[str, Banner] = Field(default_factory=dict)
     loaded_models: dict[str, LoadedModel] = Field(default_factory=dict)
 
 
 @signals_for("engine_log", SPECS)
 class EngineSignals(SignalsBase):
-    """Each event's kind's OPS, then its custom rule (start banners, the evictions walk, the
+    """Each event's kind's OPS, then its custom rule (start banners, the
     long-prompt rule, the model and CPU lines), on the series (instance, lane)."""
 
-    mirrored_counters = frozenset({"spyglass_engine_evictions_total"})
     Saved = EngineSaved
 
     def __init__(
@@ -415,23 +411,19 @@ class EngineSignals(SignalsBase):
         self.lanes = settings.lanes
         self.long_prompt_tokens = settings.long_prompt_tokens
         self.default_every = settings.default_prompt_cache_every
-        self.seen: dict[str, EvictionsSeen] = {}
         self.pending: dict[str, Banner] = {}
         self.rules: dict[str, Callable[[Event, Key], None]] = {  # the custom rules, after the kind's OPS
             "start": self.on_start,
             "model": self.on_model,
             "cpus": self.on_cpus,
             "prompt": self.on_prompt,
-            "park": self.on_cache,
-            "evict": self.on_evict,
-            "stats": self.on_cache,
         }
 
     def checkpoint(self) -> EngineSaved:
-        return EngineSaved(evictions=self.seen, pending_starts=self.pending, loaded_models=self.links.loaded_models)
+        return EngineSaved(pending_starts=self.pending, loaded_models=self.links.loaded_models)
 
     def restore(self, saved: EngineSaved) -> None:
-        self.seen, self.pending = dict(saved.evictions), dict(saved.pending_starts)
+        self.pending = dict(saved.pending_starts)
         self.links.loaded_models.update(saved.loaded_models)
 
     @staticmethod
@@ -491,8 +483,6 @@ class EngineSignals(SignalsBase):
         s.inc("spyglass_engine_starts_total", key)
         s.set("spyglass_engine_start_time_seconds", key, banner.ts)
         s.set("spyglass_engine_ready", key, 0.0)
-        s.set("spyglass_engine_evictions_total", key, 0.0)  # a new process counts from 0
-        self.seen[instance] = EvictionsSeen(value=0)
         s.set_info("spyglass_engine_build_info", key + (banner.build_name, banner.version, banner.build), 2)
 
     def on_model(self, e: Event, key: Key) -> None:
@@ -522,36 +512,3 @@ class EngineSignals(SignalsBase):
             every = int(s.values["spyglass_engine_prompt_cache_every_tokens"].get(key, self.default_every))
             if checkpoint_only(prompt, e.fields["reused"], every):
                 s.inc("spyglass_engine_long_prompts_checkpoint_only_total", key)
-
-    def on_evict(self, e: Event, key: Key) -> None:
-        seen = self.seen.setdefault(e.instance, EvictionsSeen())
-        seen.evicts += 1
-        self.on_cache(e, key)
-
-    def on_cache(self, e: Event, key: Key) -> None:
-        """The engine's own evictions= value, exported when the evict lines since explain it."""
-        value = e.fields["evictions"]
-        if self._plausible(e.instance, value):
-            self.state.set("spyglass_engine_evictions_total", key, value)
-        else:
-            self.state.inc("spyglass_engine_implausible_values_total", key + ("evictions",))
-
-    def _plausible(self, instance: str, value: int) -> bool:
-        """Is the engine's evictions= `value` explained by the evict lines since the last one?
-
-        Accepted: the first value ever seen, and one that grew by at most the evict lines since
-        the last accepted value. Otherwise RESYNC_LINES values in a row that agree with each
-        other (each explained by the evict lines since the one before) are accepted, if not lower
-        than the last accepted one: only a confirmed start lowers the exported counter."""
-        seen = self.seen.setdefault(instance, EvictionsSeen())
-        last, evicts, run = seen.value, seen.evicts, seen.run
-        if last is None or last <= value <= last + evicts:
-            seen.value, seen.evicts, seen.run = value, 0, None
-            return True
-        agrees = run is not None and run[0] <= value <= run[0] + evicts - run[1]
-        run = (value, evicts, run[2] + 1 if agrees and run is not None else 1)
-        if run[2] >= RESYNC_LINES and value >= last:  # a counter never goes down but at a confirmed start
-            seen.value, seen.evicts, seen.run = value, 0, None
-            return True
-        seen.run = run
-        return False

@@ -79,7 +79,7 @@ class MetricState:
         self.with_exemplars = frozenset(spec.name for spec in catalogue if spec.exemplars)
         self.histogram_hooks: list[HistogramHook] = []
         # What each signals object must remember to derive a value (the last raw counters of a
-        # serve, the engine's last plausible evictions=), by its source kind: saved with the series
+        # serve, the start banners waiting for their sequence), by its source kind: saved with the series
         # (`checkpointers` give the current ones; `saved_signals` holds what was loaded, for a
         # signals object to restore), so a restart derives exactly what one pass would. Its owner
         # validates what it reads back (signals.attach_signals).

@@ -74,7 +74,8 @@ def build(d: Deployment) -> Heuristic:
                 name="unreadable_share",
                 value=unreadable,
                 unit="ratio",
-                meaning="share of a source's lines of no known shape or pattern, with or without a level letter",
+                meaning="share of a source's lines it could not use: of no known shape or pattern (with or without a level"
+                " letter) or refused as invalid (a forged stamp or clock, a body past its bounds); at or above it fires",
             ),
             Threshold(
                 name="unreadable_lines",
@@ -136,17 +137,18 @@ def build(d: Deployment) -> Heuristic:
                 name="SpyglassSourceUnreadable",
                 severity="warning",
                 expr=ratio(
-                    f'increase({lines}{{outcome=~"unmatched|unprefixed"}}[{read_window}])',
+                    f'increase({lines}{{outcome=~"unmatched|unprefixed|invalid"}}[{read_window}])',
                     f"increase({lines}[{read_window}])",
                     "host, source",
                 )
-                + f" > {num(unreadable)}\n"
+                + f" >= {num(unreadable)}\n"
                 f"  and on (host, source) sum by (host, source) (increase({lines}[{read_window}])) >= {unreadable_lines}",
                 for_=read_hold,
                 summary="A source writes lines spyglass cannot read: {{ $labels.source }}.",
                 description="{{ $value | humanizePercentage }} of source {{ $labels.source }}'s lines over "
                 + spoken(read_window)
-                + " have no shape or pattern spyglass knows: a new build's format, a wrong preset or an unknown wrapper."
+                + " could not be used: of no shape or pattern spyglass knows (a new build's format, a wrong preset, an"
+                " unknown wrapper) or refused as invalid (stamps or clocks it cannot believe)."
                 " Run `spyglass check-log` on the file to see what it reads and the shapes it cannot.",
             ),
             Alert(

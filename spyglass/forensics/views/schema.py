@@ -80,12 +80,7 @@ class Fields:
         return f"max({column}) FILTER (WHERE kind = '{where}')" if where else column
 
 
-ENGINE, GATEWAY, INFER, SERVE = (
-    Fields("engine_log"),
-    Fields("gateway_log"),
-    Fields("infer_store"),
-    Fields("serve_status"),
-)
+ENGINE, GATEWAY, SERVE = Fields("engine_log"), Fields("gateway_log"), Fields("serve_status")
 PROCESS = Fields("supervisord_log", "supervisord_rpc", "switch_log")
 ALERT, SMOKE, SPAN, HOST = Fields("alertmanager"), Fields("smoke"), Fields("otlp"), Fields("host")
 
