@@ -182,6 +182,8 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     # No literal: llama-server writes it at level E, so a reworded one is still an `error` event, never noise.
     "task_error": ("", "", SRV + r"task id = (?P<task>-?\d+), error: (?P<message>.{0,400})"),
     "cancel": ("", "cancel task, id_task = ", SRV + r"cancel task, id_task = (?P<task>\d+)"),
+    # A request's arrival: its task posted to the queue (debug verbosity, `-v`): what its wait for a slot starts at.
+    "arrival": ("", "post: new task, id = ", r"que +post: new task, id = (?P<task>\d+)(?:/\d+)?, front = \d+"),
     "kv_no_slot": (
         "",
         "batch of size ",

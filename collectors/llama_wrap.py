@@ -87,12 +87,13 @@ class Unwrapped:
     capture: str = "plain"
     foreign: bool = False
     refused: str | None = None
+    child: str = ""  # router mode: the child's port (its `[PORT] ` prefix); "" for the router's or a plain server's
     dating: bool = False  # a runner's header line whose time is the next lines' (LM Studio)
 
 
 def unwrap(line: bytes, ref: float, tz: str = "UTC") -> Unwrapped:
     """`line` (no newline) without its captures' wrappers; `ref` dates a year-less stamp."""
-    payload, wall, layers = line, None, list[str]()
+    payload, wall, layers, child = line, None, list[str](), ""
     for _ in range(4):  # wrappers nest at most a few deep; a loop bound, not a format rule
         try:
             found = _one(payload, ref, tz)
@@ -100,6 +101,9 @@ def unwrap(line: bytes, ref: float, tz: str = "UTC") -> Unwrapped:
             return Unwrapped(b"", None, "+".join([*layers, "json"]), refused=str(exc))
         if found is None:
             break
+        if found[2] == "router":
+            port = ROUTER.match(payload)
+            child = port.group("port").decode() if port is not None else ""
         payload, stamp, name = found
         layers.append(name)
         wall = wall if wall is not None else stamp  # the outermost clock received the line first
@@ -110,7 +114,7 @@ def unwrap(line: bytes, ref: float, tz: str = "UTC") -> Unwrapped:
         return Unwrapped(b"", wall, "+".join(layers[:-1] + ["lmstudio"]), foreign=True, dating=True)
     if payload[:1] == b" " and payload[1:2] not in b" \t":
         payload = payload[1:]  # LM Studio's message line, one blank in; 2024's ` ERR [...]` reads the same without
-    return Unwrapped(payload, wall, "+".join(layers) or "plain", FOREIGN.match(payload) is not None)
+    return Unwrapped(payload, wall, "+".join(layers) or "plain", FOREIGN.match(payload) is not None, child=child)
 
 
 def _one(line: bytes, ref: float, tz: str) -> tuple[bytes, float | None, str] | None:
