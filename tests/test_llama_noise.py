@@ -246,6 +246,7 @@ KNOWN_EXACT = sorted(
         if PARSER.parse(line) == Miss.IGNORED
         and shape(PARSER.message_key(line)) in PARSER.noise.exact
         and line.endswith(PARSER.message_key(line))  # the message ends the line (2024's extras follow theirs)
+        and not shape(PARSER.message_key(line)).endswith("{…}")  # a JSON value runs to the line's end
     }
 )
 
