@@ -31,6 +31,10 @@ class QueryError(Exception):
     """A query that was refused or failed, phrased for the analyst."""
 
 
+class NotFound(QueryError):
+    """No such alert in the catalogue, no notification of it, or no such request: a 404, with why."""
+
+
 @dataclass(frozen=True)
 class Limits:
     """What one query may cost: wall time (start to encoded answer), memory, rows and bytes."""

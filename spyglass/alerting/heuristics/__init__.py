@@ -1,4 +1,4 @@
-"""The heuristics catalogue H1-H20: one table that the rule files, the runbooks and the forensic
+"""The heuristics catalogue H1-H22: one table that the rule files, the runbooks and the forensic
 diagnosis all read, so no two of them can disagree on a number.
 
 One module a heuristic (`hNN_name.py`, found by a glob as the forensic reports are: adding a
@@ -38,6 +38,7 @@ from spyglass.alerting.heuristics.model import (
     Recording,
     Severity,
     Threshold,
+    Words,
 )
 from spyglass.alerting.heuristics.promql import (
     CHECKPOINT_ONLY,
@@ -92,6 +93,7 @@ __all__ = [
     "Recording",
     "Severity",
     "Threshold",
+    "Words",
     "BUILDERS",
     "by_id",
     "catalogue",
