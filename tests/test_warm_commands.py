@@ -137,6 +137,9 @@ def test_what_the_client_must_run_itself_is_refused_or_not_sent(store, agent, tm
     body = {"argv": ["ingest", "-c", str(config)], "config_at": 2, "terminal": {}}
     refused = httpx.post(f"http://{agent}/api/command", json=body, timeout=30)
     assert refused.status_code == 409 and "not a command" in refused.json()["local"]
+    twice = {"argv": ["timeline", "-c", str(config), "-c", str(other)], "config_at": 2, "terminal": {}}
+    refused = httpx.post(f"http://{agent}/api/command", json=twice, timeout=30)
+    assert refused.status_code == 409 and "more than one" in refused.json()["local"]
     bad = httpx.post(f"http://{agent}/api/command", json={"argv": "timeline"}, timeout=30)
     assert bad.status_code == 400
     assert httpx.get(f"http://{agent}/health").status_code == 200  # and the agent lives on

@@ -98,6 +98,8 @@ def refusal(argv: list[str], at: int, config_path: Path | None) -> str | None:
         return "the command reads or writes a file on the client's side"
     if not 0 < at < len(argv) or argv[at - 1] not in ("--config", "-c"):
         return "no --config"
+    if sum(a in ("--config", "-c") or a.startswith("--config=") for a in argv) != 1:
+        return "more than one --config"  # the last would win, and name a file the agent was not given
     if config_path is None or not os.path.isabs(argv[at]) or os.path.realpath(argv[at]) != str(config_path.resolve()):
         return "another config than this agent's"
     return None
