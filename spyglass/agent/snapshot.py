@@ -182,7 +182,9 @@ class Snapshots:
                 whole = [("checkpoints", ""), ("agent_state", ""), ("store_schema", "")]
                 for table, where in (*events, *whole, *self._rows(cursor, out)):
                     out.register("batch", cursor.sql(f"SELECT * FROM {table} {where}").to_arrow_reader(BATCH_ROWS))
-                    out.execute(f"INSERT INTO {table} SELECT * FROM batch")
+                    out.execute(
+                        f"INSERT INTO {table} BY NAME SELECT * FROM batch"
+                    )  # a table altered since may order its columns otherwise
                     out.unregister("batch")
                 self._finish(out)
             finally:
