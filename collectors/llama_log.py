@@ -64,6 +64,7 @@ from spyglass.collectors.llama_grammar import PATTERNS, START_MARKERS, TEXT_FIEL
 from spyglass.collectors.llama_noise import SIGNAL_MARK, opens_block, shape
 from spyglass.collectors.llama_outcome import error_reason, finish_of
 from spyglass.collectors.llama_process import ARG_FLAGS, Writer, find_writer, parse_args, process_start, request_id
+from spyglass.collectors.llama_queue import QueueWatch
 from spyglass.collectors.llama_wrap import unwrap
 from spyglass.collectors.timebounds import EARLIEST_SECONDS, FUTURE_SLACK_SECONDS
 
@@ -114,7 +115,7 @@ LLAMA_FIELDS: SourceFields = {
             },
         ).items()
         if not kind.startswith("timing_")
-        and kind not in ("launch", "model", "ready", "evict", "release", "crash", "build")
+        and kind not in ("launch", "model", "ready", "evict", "release", "crash", "build", "arrival", "build_params")
     },
     "start": {
         "build_name": "text",
@@ -134,7 +135,7 @@ LLAMA_FIELDS: SourceFields = {
     "model_unreadable": {"path": "text"},
     "ready": {"seconds": "float", "address": "text"},
     "evict": {"bytes": "int", "reason": "text", "cause": "text", "evictions": "int", "budget": "int"},
-    "queued": {**_TASKED, "prefill_depth": "int"},
+    "queued": {**_TASKED, "prefill_depth": "int", "queue_ms": "int", "queue_basis": "text"},
     "release": {**_TASKED, "n_tokens": "int", "truncated": "int"},
     "unread": {"lines": "int", "unreadable": "int", "shape": "text"},
     "prompt": {**_TASKED, "prompt": "int", "reused": "int", "read": "int", "ms": "int"},
@@ -152,6 +153,9 @@ LLAMA_FIELDS: SourceFields = {
         "error_reason": "text",
         "status": "int",
         "message": "text",
+        "queue_ms": "int",
+        "queue_basis": "text",
+        "client_wait_ms": "int",
     },
     **ERROR_KIND,
 }
@@ -226,6 +230,7 @@ class LlamaLogSource(LineSourceBase):
         self.builds: list[str] = []  # the builds the log named
         self.anchors: list[str] = []  # how each segment was placed in time
         self.lines_read = self.lines_unread = 0  # since the source's first line (checkpointed): the `unread` event
+        self.queue = QueueWatch()  # the current process's slots: each task's wait for one (llama_queue.py)
         self.doubt: float | None = None  # the segment's doubt at the end of the last batch (see _segments)
         # One timeline per process writing to the log: "" the server (or a router), each router child by its port.
         self.timelines: OrderedDict[str, Segment] = OrderedDict()
@@ -233,6 +238,7 @@ class LlamaLogSource(LineSourceBase):
         self.main: Segment | None = None  # the server's (or router's) segment while a child's is read
         self.child_models: OrderedDict[str, str] = OrderedDict()  # router mode: port -> the model it serves
         self.continuing = 0  # lines since one that may go on over lines of no shape (1: that line), 0: none
+        self.dated: float | None = None  # the time a runner's header line gave the lines after it (LM Studio)
 
     # -- the LineSource protocol ------------------------------------------------------------------
     def file_mtime(self, mtime: float) -> None:
@@ -246,9 +252,12 @@ class LlamaLogSource(LineSourceBase):
             saved["children"] = {child: saved_segment(s) for child, s in self.timelines.items()}
         if self.child_models:
             saved["child_models"] = dict(self.child_models)
+        if self.segment is not None:
+            saved["queue"] = self.queue.saved()
         return saved if self.lines_read or self.segment is not None else None
 
     def restore(self, saved: dict[str, Any]) -> None:
+        self.queue = QueueWatch.restored(saved.get("queue", {}))
         counts = saved.get("lines")
         if isinstance(counts, list) and len(counts) == 2 and all(isinstance(n, int) and n >= 0 for n in counts):
             self.lines_read, self.lines_unread = counts
@@ -280,10 +289,22 @@ class LlamaLogSource(LineSourceBase):
                 misses[WRAPPER] = misses.get(WRAPPER, 0) + 1  # one line, whatever it holds
                 continue
             if wrapped.foreign:
+                if wrapped.dating:
+                    self.dated = wrapped.wall  # LM Studio's header: the time of the lines after it
                 misses[Miss.IGNORED] += 1
                 continue
             if not wrapped.child and b"spawning server instance with name=" in wrapped.payload:
                 self._spawned(wrapped.payload)
+            glued = self.parser.glued(wrapped.payload)
+            if glued:  # two messages on one line, each read (ik_llama.cpp's checkpoint line, then a 2024 one)
+                self.forms.update(line.form for line in glued)
+                for line in glued:
+                    at = wrapped.wall if wrapped.wall is not None else line.wall
+                    if at is not None and not EARLIEST_SECONDS <= at <= latest:
+                        misses[CLOCK] = misses.get(CLOCK, 0) + 1
+                        break
+                    items.append(Item(line, at if at is not None else self.dated, wrapped.child))
+                continue
             result = self.parser.parse(wrapped.payload)
             if result == Miss.UNPREFIXED and 0 < self.continuing <= MAX_CONTINUED:
                 self.continuing += 1  # a line of a multi-line message (a chat template, a quoted value)
@@ -308,7 +329,7 @@ class LlamaLogSource(LineSourceBase):
             if wall is not None and not EARLIEST_SECONDS <= wall <= latest:
                 misses[CLOCK] = misses.get(CLOCK, 0) + 1  # evidence against the file and the agent: no anchor
                 continue
-            items.append(Item(result, wall, wrapped.child))
+            items.append(Item(result, wall if wall is not None else self.dated, wrapped.child))
         events: list[Event] = []
         for child, group in by_child(items):
             self._enter(child)
@@ -507,6 +528,7 @@ class LlamaLogSource(LineSourceBase):
             if isinstance(ram, int) and ram > 0:
                 segment.budget_bytes = ram << 20
         self.segment = segment
+        self.queue = QueueWatch()  # a new process: its own slots
         self.anchors.append(begins.anchor)
         return segment
 
@@ -589,8 +611,19 @@ class LlamaLogSource(LineSourceBase):
         task = f.get("task")
         if kind == "launch" and isinstance(task, int):
             req = request_id(self.instance, segment.start, task, ts)
-            self._task(segment, task).update(ts=ts, slot=f["slot"], req=req)
-            return [make(ts, "queued", {"task": task, "slot": f["slot"], "prefill_depth": 0}, req)]
+            state = self._task(segment, task)
+            state.update(ts=ts, slot=f["slot"], req=req)
+            fields = {"task": task, "slot": f["slot"], "prefill_depth": 0}
+            waited = self.queue.launched(task, f["slot"], ts)
+            if waited is not None:
+                state["queue_ms"], state["queue_basis"] = waited
+                fields.update(queue_ms=waited[0], queue_basis=waited[1])
+            return [make(ts, "queued", fields, req)]
+        if kind == "arrival" and isinstance(task, int):
+            self.queue.arrived(task, ts)
+            return []
+        if kind == "slots_config" and isinstance(f.get("slots"), int):
+            self.queue.slots = f["slots"]
         if kind == "release" and isinstance(task, int):
             return self._released(segment, task, f, ts, line.form)
         if kind == "cancel" and isinstance(task, int):
@@ -632,6 +665,7 @@ class LlamaLogSource(LineSourceBase):
         segment.tasks[task] = {"ended": True, "req": state.get("req")}
 
     def _released(self, segment: Segment, task: int, f: dict[str, Any], ts: float, form: str) -> list[Event]:
+        self.queue.released(f["slot"], ts)
         state = self._task(segment, task)
         released = {"slot": f["slot"], "n_tokens": f["n_tokens"], "truncated": f["truncated"], "ts": ts}
         timed = "timing_prompt" in state and "timing_eval" in state
@@ -700,6 +734,7 @@ class LlamaLogSource(LineSourceBase):
             fields["slot"] = released.get("slot", state.get("slot"))
         fields.update({k: released[k] for k in ("n_tokens", "truncated") if k in released})
         fields.update(state.get("error", {}))
+        fields.update({k: state[k] for k in ("queue_ms", "queue_basis") if k in state})
         return [self._event(ts, "done", fields, state.get("req"))]
 
     def _finished(
@@ -731,6 +766,7 @@ class LlamaLogSource(LineSourceBase):
                     "finish": finish_of(outcome),
                     "outcome": outcome,
                     **state.get("error", {}),
+                    **self._waited(state, ms),
                     "prompt": prompt,
                     "completion": generated,
                     "ttft_ms": ms,
@@ -742,6 +778,15 @@ class LlamaLogSource(LineSourceBase):
                 req,
             ),
         ]
+
+    @staticmethod
+    def _waited(state: dict[str, Any], prefill_ms: int) -> dict[str, Any]:
+        """The task's wait for a slot and the client's wait for its first token (that wait plus the engine's
+        prefill), where the wait is known."""
+        if "queue_ms" not in state:
+            return {}
+        queue = state["queue_ms"]
+        return {"queue_ms": queue, "queue_basis": state["queue_basis"], "client_wait_ms": queue + prefill_ms}
 
     def _model(self, ts: float, path: str) -> Event:
         """The model file the process loads: its resolved path and size where it can be read (I/O at the edge)."""

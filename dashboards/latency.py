@@ -24,7 +24,7 @@ def build(d: Deployment):
     layout.row("Time to first token")
     layout.add(
         heatmap_panel(
-            "Engine TTFT",
+            "Engine TTFT (from its slot: the engine's prefill)",
             "s",
             Q(f"sum by (le) (rate({s(f'{TTFT}_bucket')}[$__rate_interval]))", exemplar=True),
             width=12,
@@ -72,6 +72,28 @@ def build(d: Deployment):
         ),
     )
     layout.row("Queue and prefill")
+    layout.add(
+        timeseries_panel(
+            "The client's wait for its first token p95: queue + engine prefill",
+            "s",
+            Q(
+                quantile(0.95, "spyglass_engine_client_wait_seconds", "instance"),
+                "{{instance}} client wait",
+                exemplar=True,
+            ),
+            Q(quantile(0.95, "spyglass_engine_queue_wait_seconds", "instance"), "{{instance}} wait for a slot"),
+            Q(quantile(0.95, TTFT, "instance"), "{{instance}} engine prefill (engine TTFT)"),
+            width=12,
+        ),
+        timeseries_panel(
+            "Requests waiting for a slot (llama-server, polled each second)",
+            "short",
+            Q(rate("spyglass_llama_queue_seconds_total", "instance"), "{{instance}} share of time with a queue"),
+            Q(rate("spyglass_llama_queued_request_seconds_total", "instance"), "{{instance}} mean requests waiting"),
+            width=12,
+            links=[runbook(d, "EngineRequestsDeferred")],
+        ),
+    )
     layout.add(
         heatmap_panel(
             "Prefill read time",

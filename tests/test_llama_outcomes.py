@@ -170,16 +170,16 @@ def lines(*texts: str) -> list[bytes]:
     return [t.encode() + b"\n" for t in texts]
 
 
-LAUNCH = "0.01.000.{ms:03d} I slot launch_slot_: id  {slot} | task {task} | processing task, is_child = 0"
+LAUNCH = "0.01.{ms:03d}.000 I slot launch_slot_: id  {slot} | task {task} | processing task, is_child = 0"
 RELEASE = (
-    "0.01.000.{ms:03d} I slot      release: id  {slot} | task {task} | stop processing: n_tokens = 5, truncated = {t}"
+    "0.01.{ms:03d}.000 I slot      release: id  {slot} | task {task} | stop processing: n_tokens = 5, truncated = {t}"
 )
 TIMING = (
-    "0.01.000.{ms:03d} I slot print_timing: id  {slot} | task {task} | prompt eval time =  1.00 ms /  4 tokens (  0.25 ms"
+    "0.01.{ms:03d}.000 I slot print_timing: id  {slot} | task {task} | prompt eval time =  1.00 ms /  4 tokens (  0.25 ms"
     " per token, 4000.00 tokens per second)",
-    "0.01.000.{ms:03d} I slot print_timing: id  {slot} | task {task} |        eval time =  1.00 ms /  2 tokens (  0.50 ms"
+    "0.01.{ms:03d}.000 I slot print_timing: id  {slot} | task {task} |        eval time =  1.00 ms /  2 tokens (  0.50 ms"
     " per token, 2000.00 tokens per second)",
-    "0.01.000.{ms:03d} I slot print_timing: id  {slot} | task {task} |       total time =  2.00 ms /  6 tokens",
+    "0.01.{ms:03d}.000 I slot print_timing: id  {slot} | task {task} |       total time =  2.00 ms /  6 tokens",
 )
 
 
@@ -188,22 +188,22 @@ def test_orders_of_error_cancel_and_release_give_one_outcome_each() -> None:
     cancelled mid-decode, a truncated generation, and a task refused before it had a slot: one `done` each."""
     log = lines(
         LAUNCH.format(ms=1, slot=0, task=1),
-        "0.01.000.002 E srv    send_error: task id = 1, error: Context size has been exceeded.",
-        "0.01.000.003 W srv          stop: cancel task, id_task = 1",
+        "0.01.002.000 E srv    send_error: task id = 1, error: Context size has been exceeded.",
+        "0.01.003.000 W srv          stop: cancel task, id_task = 1",
         RELEASE.format(ms=4, slot=0, task=1, t=0),
         LAUNCH.format(ms=5, slot=1, task=2),
-        "0.01.000.006 E srv    send_error: task id = 2, error: request (9 tokens) exceeds the available context size"
+        "0.01.006.000 E srv    send_error: task id = 2, error: request (9 tokens) exceeds the available context size"
         " (4 tokens), try increasing it",
         RELEASE.format(ms=7, slot=1, task=2, t=0),
-        "0.01.000.008 W srv          stop: cancel task, id_task = 2",
+        "0.01.008.000 W srv          stop: cancel task, id_task = 2",
         LAUNCH.format(ms=9, slot=0, task=3),
-        "0.01.000.010 W srv          stop: cancel task, id_task = 3",
+        "0.01.010.000 W srv          stop: cancel task, id_task = 3",
         RELEASE.format(ms=11, slot=0, task=3, t=0),
         LAUNCH.format(ms=12, slot=1, task=4),
         RELEASE.format(ms=13, slot=1, task=4, t=1),
         *(t.format(ms=14, slot=1, task=4) for t in TIMING),
-        "0.01.000.015 E srv    send_error: task id = 5, error: Invalid slot ID",
-        "0.01.000.016 W srv          stop: cancel task, id_task = 6",
+        "0.01.015.000 E srv    send_error: task id = 5, error: Invalid slot ID",
+        "0.01.016.000 W srv          stop: cancel task, id_task = 6",
     )
     events, _ = read(Path("/nonexistent.log"), log)
     done = {e.fields["task"]: e for e in events if e.kind == "done"}
@@ -315,8 +315,76 @@ def test_requests_filters_by_outcome_and_the_table_drops_empty_columns() -> None
 @given(st.binary(max_size=300))
 def test_no_bytes_after_an_outcome_prefix_break_the_parser(tail: bytes) -> None:
     for head in (
-        b"0.01.000.001 E srv    send_error: task id = 3, error: ",
+        b"0.01.001.000 E srv    send_error: task id = 3, error: ",
         b"srv  cancel_tasks: cancel task, id_task = ",
     ):
         parsed = LlamaLineParser().parse(head + tail)
         assert isinstance(parsed, str) or parsed.kind is None or isinstance(parsed.kind, str)
+
+
+def test_the_client_wait_of_each_queued_request_of_the_recorded_burst_is_its_time_to_first_byte() -> None:
+    """Six streamed requests at once on two slots (0.3.36 at the default verbosity: no arrival line): four
+    waited for a slot. spyglass's client wait (its wait for a slot, bounded by the run of full slots, plus
+    the engine's prefill) is within 100 ms of each client's time to its first byte; matched by rank, as the
+    log does not say which request a task was."""
+    client = json.loads((RECORDED / "client.json").read_text())["requests"]
+    events, _ = read(RECORDED / "server.log")
+    burst = sorted(c["ttfb"] * 1000 for c in client if c["name"].startswith("burst-"))
+    done = [
+        e
+        for e in events
+        if e.kind == "done" and e.fields["task"] > max(e.fields["task"] for e in events if e.kind == "task_error")
+    ]
+    ours = sorted(e.fields["client_wait_ms"] for e in done)
+    assert len(ours) == len(burst) == 6
+    assert [e.fields["queue_basis"] for e in sorted(done, key=lambda e: e.fields["queue_ms"])].count("slots_full") == 4
+    assert all(abs(a - b) <= 100 for a, b in zip(ours, burst, strict=True)), (ours, burst)
+    assert max(ours) > 300  # the last two waited for two requests each: a wait worth measuring
+
+
+def test_an_arrival_line_gives_the_wait_exactly_and_a_free_slot_waits_nothing() -> None:
+    log = lines(
+        "0.01.000.001 I srv    load_model: initializing, n_slots = 1, n_ctx_slot = 4096, kv_unified = 'false'",
+        "0.02.000.000 D que          post: new task, id = 1, front = 0",
+        LAUNCH.format(ms=5, slot=0, task=1).replace("0.01.", "0.02."),
+        "0.02.100.000 D que          post: new task, id = 2, front = 0",
+        RELEASE.format(ms=900, slot=0, task=1, t=0).replace("0.01.", "0.02."),
+        LAUNCH.format(ms=901, slot=0, task=2).replace("0.01.", "0.02."),
+    )
+    events, _ = read(Path("/nonexistent.log"), log)
+    waits = {
+        e.fields["task"]: (e.fields.get("queue_ms"), e.fields.get("queue_basis")) for e in events if e.kind == "queued"
+    }
+    assert waits == {1: (5, "arrival"), 2: (801, "arrival")}
+
+
+def test_without_arrival_lines_a_deferred_task_waits_from_the_run_of_full_slots() -> None:
+    log = lines(
+        "0.01.000.001 I srv    load_model: initializing, n_slots = 1, n_ctx_slot = 4096, kv_unified = 'false'",
+        LAUNCH.format(ms=100, slot=0, task=1),
+        RELEASE.format(ms=600, slot=0, task=1, t=0),
+        LAUNCH.format(ms=601, slot=0, task=2),  # deferred: launched as the slot was freed
+        RELEASE.format(ms=900, slot=0, task=2, t=0),
+        LAUNCH.format(ms=950, slot=0, task=3),  # 50 ms later: it found the slot free
+    )
+    events, _ = read(Path("/nonexistent.log"), log)
+    waits = {
+        e.fields["task"]: (e.fields.get("queue_ms"), e.fields.get("queue_basis")) for e in events if e.kind == "queued"
+    }
+    assert waits == {1: (0, "none"), 2: (501, "slots_full"), 3: (0, "none")}
+
+
+def test_the_poller_keeps_the_time_with_a_queue() -> None:
+    from spyglass.signals.llama_server import LlamaServerSignals
+
+    state = MetricState(full_catalogue())
+    poller = LlamaServerSignals(state, settings=SignalsSettings(lanes={"llama-a": "normal"}))
+    for ts, deferred in ((0.0, 0), (1.0, 3), (2.0, 1), (3.0, 0), (60.0, 2), (61.0, 0)):
+        poller.apply(
+            Event(
+                ts, "metrics-a", "llama_status", "llama-a", {"health": "ok", "metrics": {"requests_deferred": deferred}}
+            )
+        )
+    key = ("llama-a", "normal")
+    assert state.values["spyglass_llama_queue_seconds_total"][key] == 3.0  # 1-2, 2-3 and 60-61; not the gap 3-60
+    assert state.values["spyglass_llama_queued_request_seconds_total"][key] == 3 + 1 + 2

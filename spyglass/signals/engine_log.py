@@ -131,10 +131,26 @@ SPECS = [
     spec(
         "spyglass_engine_ttft_seconds",
         "histogram",
-        "Time to first token, as the engine measured it.",
+        "Time to first token as the engine measures it, from the request's slot: the engine's prefill (llama-server:"
+        " its prompt eval time). The client also waited for the slot: spyglass_engine_client_wait_seconds.",
         unit="seconds",
         buckets=LATENCY_SECONDS,
         exemplars=True,
+    ),
+    spec(
+        "spyglass_engine_queue_wait_seconds",
+        "histogram",
+        "Time a request waited for a slot (llama-server: from its arrival to its slot; from the log's arrival line at"
+        " -v, else bounded by the run of full slots it waited in: docs/llama-server.md).",
+        unit="seconds",
+        buckets=LATENCY_SECONDS,
+    ),
+    spec(
+        "spyglass_engine_client_wait_seconds",
+        "histogram",
+        "The client's wait for its first token: the wait for a slot plus the engine's prefill (llama-server).",
+        unit="seconds",
+        buckets=LATENCY_SECONDS,
     ),
     spec(
         "spyglass_engine_request_decode_tokens_per_second",
@@ -368,6 +384,8 @@ OPS: dict[str, tuple[Op, ...]] = {  # event kind -> its operations, in order; th
         Add("spyglass_engine_completion_tokens_total", "completion", optional=True),
         Observe("spyglass_engine_ttft_seconds", "ttft_ms", per=1000.0, optional=True),
         Observe("spyglass_engine_request_decode_tokens_per_second", "decode_tps", optional=True),
+        Observe("spyglass_engine_queue_wait_seconds", "queue_ms", per=1000.0, optional=True),
+        Observe("spyglass_engine_client_wait_seconds", "client_wait_ms", per=1000.0, optional=True),
         PROGRESS,
     ),
     "kv_no_slot": (Count(KV_PRESSURE, label="memory_slot"),),

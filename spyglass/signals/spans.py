@@ -55,7 +55,20 @@ def engine_span(events: Iterable[Event]) -> PhaseSpan | None:
     thinking = by_kind.get("thinking")
     prefill_start = max(queued.ts, prompt.ts - prompt.fields["ms"] / 1000)
     decode_start = thinking.ts if thinking else prompt.ts
+    waited = done.fields.get("queue_ms")
     phases = [
+        *(  # llama-server: the wait for a slot, before its task was logged
+            [
+                PhaseSpan(
+                    "wait for a slot",
+                    queued.ts - waited / 1000,
+                    queued.ts,
+                    {"spyglass.queue.basis": done.fields.get("queue_basis")},
+                )
+            ]
+            if isinstance(waited, int) and waited > 0
+            else []
+        ),
         PhaseSpan("queue", queued.ts, prefill_start, {"spyglass.prefill_depth": queued.fields.get("prefill_depth")}),
         PhaseSpan(
             "prefill",
@@ -95,7 +108,7 @@ def engine_span(events: Iterable[Event]) -> PhaseSpan | None:
     outcome = done.fields.get("outcome")
     return PhaseSpan(
         f"engine {done.instance}",
-        queued.ts,
+        phases[0].start,
         done.ts,
         {
             "gen_ai.usage.input_tokens": done.fields["prompt"],
@@ -103,6 +116,7 @@ def engine_span(events: Iterable[Event]) -> PhaseSpan | None:
             "spyglass.tokens.engine": done.fields["prompt"],
             "spyglass.ttft_ms": done.fields["ttft_ms"],
             **({"spyglass.outcome": outcome} if outcome else {}),
+            **({"spyglass.client_wait_ms": done.fields["client_wait_ms"]} if "client_wait_ms" in done.fields else {}),
         },
         phases,
         error=what_ended(done) if outcome not in (None, "done") else None,
