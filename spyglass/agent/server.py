@@ -142,6 +142,8 @@ class _Reception:
             now = time.monotonic()
             while self.pending and next(iter(self.pending.values()))[2] <= now:
                 self._drop(next(iter(self.pending)))
+        while not self.incoming.empty():
+            self.incoming.get()[0].close()
         for sock in [*self.pending, self.wake, self.waker]:
             self._drop(sock)
         self.selector.close()
