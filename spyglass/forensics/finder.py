@@ -12,7 +12,7 @@ from typing import Any
 from spyglass.forensics.run import Query, Window
 
 COLUMNS = (
-    "request_id, ts_utc, ts_beijing, lane, session, mode, status, finish, tokens, tokens_gateway_estimate,"
+    "request_id, ts_utc, ts_local, lane, session, mode, status, finish, tokens, tokens_gateway_estimate,"
     " tool_calls, content_chars, ttft_ms_gateway, dur_ms_gateway, ttft_ms_engine, dur_ms_engine, seen_by"
 )
 STATUS = re.compile(r"^([1-5])(xx|\d\d)$")
