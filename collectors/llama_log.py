@@ -25,13 +25,18 @@ Parsing a line is pure; this source (the I/O edge) adds time and the state a lin
   its line after the file's last write, or a lone stamp far ahead of the lines around it, is refused
   (`invalid:stamp`): one bad stamp never moves the segment. A line with no time at all takes the time
   it was read (the file's mtime). A checkpointed start outside 2000 to a day past now is dropped.
+- Router mode: one timeline per process, the router's own lines and each child's by its port (its
+  `[PORT] ` prefix): the rules above hold per timeline, and a child's `start` names its port and model.
 - `--cache-ram`, `-np`, `-c` and the model path come from the writer's command line (/proc/PID/cmdline),
   as an `args` event after `start`; when the writer is not running, no budget is reported.
 
 Tasks: `launch_slot_` is `queued` (prefill_depth 0: llama.cpp has no serial prefill queue); the timing
 lines (with their task, or continuation lines joined to the `print_timing` header before them) and the
 release line, in either order (builds of 2025 release first), make `prompt` (prompt = reused + read) and
-`done` (ttft_ms = prompt eval time, decode_tps, completion); a release with no timings is `release`.
+`done` (ttft_ms = prompt eval time, decode_tps, completion); a release with no timings is `release`. Every
+task ends with one `done` carrying its `outcome` (collectors/llama_outcome.py): a `send_error` for the task
+(`task_error` event) or its client's cancel (`cancel` event) ends it at its release, or at once if it never
+had a slot; a 2024 release without timings is a cancel; a line of a task after its end joins its request.
 Other events: `start` (build_name llama.cpp; the build where the log names it), `args`, `model`, `ready`,
 `evict` (bytes, reason budget, evictions = evict lines of this process so far), `error` (E lines and a
 crash's raw output), and llama.cpp's own (`slot_select`, `reprocess`, `checkpoint`, `cache_state`, ...).
@@ -42,6 +47,7 @@ Fixtures: tests/fixtures/llama_server/ (the real build's log), tests/fixtures/ll
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,7 +62,9 @@ from spyglass.collectors.fields import ERROR_KIND, FieldType, SourceFields, from
 from spyglass.collectors.grammar import Miss
 from spyglass.collectors.llama_grammar import PATTERNS, START_MARKERS, TEXT_FIELDS, Line, LlamaLineParser
 from spyglass.collectors.llama_noise import SIGNAL_MARK, opens_block, shape
+from spyglass.collectors.llama_outcome import error_reason, finish_of
 from spyglass.collectors.llama_process import ARG_FLAGS, Writer, find_writer, parse_args, process_start, request_id
+from spyglass.collectors.llama_queue import QueueWatch
 from spyglass.collectors.llama_wrap import unwrap
 from spyglass.collectors.timebounds import EARLIEST_SECONDS, FUTURE_SLACK_SECONDS
 
@@ -78,6 +86,8 @@ TRUSTED = frozenset({"process", "wrapper"})  # anchors that are the writer's tru
 BACKSTEP = 1.0  # seconds a stamp may go back without being a restart (the logger's threads, clock reads)
 SPIKE = 60.0  # seconds a lone stamp may run ahead of the lines around it before it is refused
 MAX_TASKS = 4096
+MAX_CHILDREN = 64  # router mode: the children's timelines kept (the least recently heard from go first)
+SPAWNED = re.compile(rb"spawning server instance with name=(?P<model>\S{1,200}) on port (?P<port>\d{1,5})")
 MAX_SHAPES = 64
 MAX_CONTINUED = 256  # lines a multi-line message may run over (a chat template dump is under 200)
 JOINED = "joined"  # a line that became part of another line's event (timing lines)
@@ -100,10 +110,12 @@ LLAMA_FIELDS: SourceFields = {
                 "prompt_progress": {"tps": "float"},
                 "context_shift": {"n_keep": "int", "n_left": "int", "n_discard": "int"},
                 "slot_select": {"t_last": "int", "keep": "float"},
+                "task_error": {"slot": "int", "error_reason": "text", "status": "int"},
+                "cancel": {"slot": "int"},
             },
         ).items()
         if not kind.startswith("timing_")
-        and kind not in ("launch", "model", "ready", "evict", "release", "crash", "build")
+        and kind not in ("launch", "model", "ready", "evict", "release", "crash", "build", "arrival", "build_params")
     },
     "start": {
         "build_name": "text",
@@ -112,6 +124,8 @@ LLAMA_FIELDS: SourceFields = {
         "anchor": "float",
         "pid": "int",
         "capture": "text",
+        "child": "text",  # router mode: the child's port
+        "child_model": "text",  # ... and the model the router spawned it for
     },
     "args": {
         **{name: "text" if name == "model" else "int" for name in dict.fromkeys(ARG_FLAGS.values())},
@@ -121,7 +135,7 @@ LLAMA_FIELDS: SourceFields = {
     "model_unreadable": {"path": "text"},
     "ready": {"seconds": "float", "address": "text"},
     "evict": {"bytes": "int", "reason": "text", "cause": "text", "evictions": "int", "budget": "int"},
-    "queued": {**_TASKED, "prefill_depth": "int"},
+    "queued": {**_TASKED, "prefill_depth": "int", "queue_ms": "int", "queue_basis": "text"},
     "release": {**_TASKED, "n_tokens": "int", "truncated": "int"},
     "unread": {"lines": "int", "unreadable": "int", "shape": "text"},
     "prompt": {**_TASKED, "prompt": "int", "reused": "int", "read": "int", "ms": "int"},
@@ -135,6 +149,13 @@ LLAMA_FIELDS: SourceFields = {
         "truncated": "int",
         "n_tokens": "int",
         "graphs_reused": "int",
+        "outcome": "text",
+        "error_reason": "text",
+        "status": "int",
+        "message": "text",
+        "queue_ms": "int",
+        "queue_basis": "text",
+        "client_wait_ms": "int",
     },
     **ERROR_KIND,
 }
@@ -146,6 +167,7 @@ class Item:
 
     line: Line
     wall: float | None
+    child: str = ""  # router mode: the child's port; "" for the router's own lines or a plain server's
 
 
 @dataclass(frozen=True)
@@ -208,52 +230,47 @@ class LlamaLogSource(LineSourceBase):
         self.builds: list[str] = []  # the builds the log named
         self.anchors: list[str] = []  # how each segment was placed in time
         self.lines_read = self.lines_unread = 0  # since the source's first line (checkpointed): the `unread` event
+        self.queue = QueueWatch()  # the current process's slots: each task's wait for one (llama_queue.py)
         self.doubt: float | None = None  # the segment's doubt at the end of the last batch (see _segments)
+        # One timeline per process writing to the log: "" the server (or a router), each router child by its port.
+        self.timelines: OrderedDict[str, Segment] = OrderedDict()
+        self.child = ""  # the timeline being read
+        self.main: Segment | None = None  # the server's (or router's) segment while a child's is read
+        self.child_models: OrderedDict[str, str] = OrderedDict()  # router mode: port -> the model it serves
         self.continuing = 0  # lines since one that may go on over lines of no shape (1: that line), 0: none
+        self.dated: float | None = None  # the time a runner's header line gave the lines after it (LM Studio)
 
     # -- the LineSource protocol ------------------------------------------------------------------
     def file_mtime(self, mtime: float) -> None:
         self.mtime = mtime
 
     def checkpoint(self) -> dict[str, Any] | None:
-        s = self.segment
-        if s is None:
-            return {"lines": [self.lines_read, self.lines_unread]} if self.lines_read else None
-        return {
-            "lines": [self.lines_read, self.lines_unread],
-            "start": s.start,
-            "anchor": s.anchor,
-            "last_rel": s.last_rel,
-            "evictions": s.evictions,
-            "budget_bytes": s.budget_bytes,
-            "busy": s.busy,
-            "back": s.back,
-            "timing_owner": s.timing_owner,
-            "tasks": {str(k): v for k, v in s.tasks.items()},
-        }
+        saved: dict[str, Any] = {"lines": [self.lines_read, self.lines_unread]}
+        if self.segment is not None:
+            saved.update(saved_segment(self.segment))
+        if self.timelines:
+            saved["children"] = {child: saved_segment(s) for child, s in self.timelines.items()}
+        if self.child_models:
+            saved["child_models"] = dict(self.child_models)
+        if self.segment is not None:
+            saved["queue"] = self.queue.saved()
+        return saved if self.lines_read or self.segment is not None else None
 
     def restore(self, saved: dict[str, Any]) -> None:
+        self.queue = QueueWatch.restored(saved.get("queue", {}))
         counts = saved.get("lines")
         if isinstance(counts, list) and len(counts) == 2 and all(isinstance(n, int) and n >= 0 for n in counts):
             self.lines_read, self.lines_unread = counts
-        try:
-            owner = saved.get("timing_owner")
-            self.segment = Segment(
-                float(saved["start"]),
-                str(saved["anchor"]),
-                float(saved["last_rel"]),
-                int(saved["evictions"]),
-                saved.get("budget_bytes"),
-                bool(saved.get("busy", True)),
-                None if saved.get("back") is None else float(saved["back"]),
-                [int(owner[0]), int(owner[1])] if isinstance(owner, list) and len(owner) == 2 else None,
-                OrderedDict((int(k), dict(v)) for k, v in saved.get("tasks", {}).items()),
-            )
-        except (KeyError, TypeError, ValueError):
-            self.segment = None  # an unreadable checkpoint: the next lines start a segment afresh
-            return
-        if not EARLIEST_SECONDS <= self.segment.start <= self.clock.now() + FUTURE_SLACK_SECONDS:
-            self.segment = None  # a start no clock can have (saved before clocks were bounded): placed afresh
+        latest = self.clock.now() + FUTURE_SLACK_SECONDS
+        self.segment = restored_segment(saved, latest)
+        children, models = saved.get("children"), saved.get("child_models")
+        if isinstance(children, dict):
+            for child, part in list(children.items())[-MAX_CHILDREN:]:
+                segment = restored_segment(part, latest) if isinstance(part, dict) else None
+                if segment is not None:
+                    self.timelines[str(child)] = segment
+        if isinstance(models, dict):
+            self.child_models.update((str(k), str(v)[:200]) for k, v in list(models.items())[-MAX_CHILDREN:])
 
     def close(self) -> None:
         pass
@@ -272,7 +289,21 @@ class LlamaLogSource(LineSourceBase):
                 misses[WRAPPER] = misses.get(WRAPPER, 0) + 1  # one line, whatever it holds
                 continue
             if wrapped.foreign:
+                if wrapped.dating:
+                    self.dated = wrapped.wall  # LM Studio's header: the time of the lines after it
                 misses[Miss.IGNORED] += 1
+                continue
+            if not wrapped.child and b"spawning server instance with name=" in wrapped.payload:
+                self._spawned(wrapped.payload)
+            glued = self.parser.glued(wrapped.payload)
+            if glued:  # two messages on one line, each read (ik_llama.cpp's checkpoint line, then a 2024 one)
+                self.forms.update(line.form for line in glued)
+                for line in glued:
+                    at = wrapped.wall if wrapped.wall is not None else line.wall
+                    if at is not None and not EARLIEST_SECONDS <= at <= latest:
+                        misses[CLOCK] = misses.get(CLOCK, 0) + 1
+                        break
+                    items.append(Item(line, at if at is not None else self.dated, wrapped.child))
                 continue
             result = self.parser.parse(wrapped.payload)
             if result == Miss.UNPREFIXED and 0 < self.continuing <= MAX_CONTINUED:
@@ -298,12 +329,13 @@ class LlamaLogSource(LineSourceBase):
             if wall is not None and not EARLIEST_SECONDS <= wall <= latest:
                 misses[CLOCK] = misses.get(CLOCK, 0) + 1  # evidence against the file and the agent: no anchor
                 continue
-            items.append(Item(result, wall))
+            items.append(Item(result, wall if wall is not None else self.dated, wrapped.child))
         events: list[Event] = []
-        for begins, run in self._segments(items, misses):
-            events += self._segment_events(begins, run, misses)
-        if self.segment is not None:
-            self.segment.doubt = self.doubt
+        for child, group in by_child(items):
+            self._enter(child)
+            for begins, run in self._segments(group, misses):
+                events += self._segment_events(begins, run, misses)
+            self._leave()
         # Unusable: of no shape or pattern known, or refused (a stamp, a wrapper's clock or body): the drift alarm's
         # count. The running count is stored with each batch that has an unreadable line (a lone refused line adds
         # no event of its own: one bad stamp changes nothing but its count).
@@ -313,6 +345,32 @@ class LlamaLogSource(LineSourceBase):
         if unread:
             events.append(self._unread(events, items, unread))
         return events, misses, unread[:512]
+
+    def _spawned(self, payload: bytes) -> None:
+        found = SPAWNED.search(payload)
+        if found is not None:
+            self.child_models[found.group("port").decode()] = found.group("model").decode("utf-8", "replace")
+            while len(self.child_models) > MAX_CHILDREN:
+                self.child_models.popitem(last=False)
+
+    def _enter(self, child: str) -> None:
+        """Read `child`'s timeline: its segment is the current one (`self.segment` is the server's, or the
+        router's, between batches)."""
+        self.child, self.main = child, self.segment
+        if child:
+            self.segment = self.timelines.get(child)
+
+    def _leave(self) -> None:
+        if self.segment is not None:
+            self.segment.doubt = self.doubt
+        if self.child:
+            if self.segment is not None:
+                self.timelines[self.child] = self.segment
+                self.timelines.move_to_end(self.child)
+                while len(self.timelines) > MAX_CHILDREN:
+                    self.timelines.popitem(last=False)
+            self.segment = self.main
+        self.child = ""
 
     def _latest_wall(self) -> float:
         """The latest absolute time a line's wrapper may claim: the file's last write (a line is written before
@@ -446,7 +504,8 @@ class LlamaLogSource(LineSourceBase):
         """The start of the last new segment of a read: its running writer's start, or the file's mtime
         minus its last stamp."""
         seen = self._seen()
-        writer = self.writer_of(Path(self.options.path), self.clock.now) if self.options.path is not None else None
+        named = self.options.path is not None and not self.child  # the writer naming the file is the router
+        writer = self.writer_of(Path(self.options.path), self.clock.now) if named else None
         if (
             writer is not None
             and writer.start + last_rel <= seen + SEGMENT_TOLERANCE
@@ -469,6 +528,7 @@ class LlamaLogSource(LineSourceBase):
             if isinstance(ram, int) and ram > 0:
                 segment.budget_bytes = ram << 20
         self.segment = segment
+        self.queue = QueueWatch()  # a new process: its own slots
         self.anchors.append(begins.anchor)
         return segment
 
@@ -505,6 +565,8 @@ class LlamaLogSource(LineSourceBase):
         command line's flags."""
         ts = segment.start
         fields: dict[str, Any] = {"build_name": "llama.cpp", "version": "", "build": "", "anchor": segment.anchor}
+        if self.child:
+            fields["child"], fields["child_model"] = self.child, self.child_models.get(self.child, "")
         build = next((item.line.fields for item in run[:64] if item.line.kind == "build"), None)
         if build is not None:
             fields["version"] = str(build.get("number", ""))
@@ -549,10 +611,25 @@ class LlamaLogSource(LineSourceBase):
         task = f.get("task")
         if kind == "launch" and isinstance(task, int):
             req = request_id(self.instance, segment.start, task, ts)
-            self._task(segment, task).update(ts=ts, slot=f["slot"], req=req)
-            return [make(ts, "queued", {"task": task, "slot": f["slot"], "prefill_depth": 0}, req)]
+            state = self._task(segment, task)
+            state.update(ts=ts, slot=f["slot"], req=req)
+            fields = {"task": task, "slot": f["slot"], "prefill_depth": 0}
+            waited = self.queue.launched(task, f["slot"], ts)
+            if waited is not None:
+                state["queue_ms"], state["queue_basis"] = waited
+                fields.update(queue_ms=waited[0], queue_basis=waited[1])
+            return [make(ts, "queued", fields, req)]
+        if kind == "arrival" and isinstance(task, int):
+            self.queue.arrived(task, ts)
+            return []
+        if kind == "slots_config" and isinstance(f.get("slots"), int):
+            self.queue.slots = f["slots"]
         if kind == "release" and isinstance(task, int):
-            return self._released(segment, task, f, ts)
+            return self._released(segment, task, f, ts, line.form)
+        if kind == "cancel" and isinstance(task, int):
+            return self._cancelled(segment, task, ts)
+        if kind == "task_error" and isinstance(task, int):
+            return self._errored(segment, task, str(f.get("message", "")), ts)
         fields = {key: value for key, value in f.items() if key != "func"}
         owner = segment.tasks.get(task, {}).get("req") if isinstance(task, int) else None
         return [make(ts, kind or "unknown", fields, owner)]
@@ -577,15 +654,30 @@ class LlamaLogSource(LineSourceBase):
         state[kind] = {key: value for key, value in f.items() if key in ("ms", "tokens", "tps", "graphs_reused")}
         released = state.get("released")
         if kind == "timing_total" and released is not None and "timing_prompt" in state and "timing_eval" in state:
-            segment.tasks.pop(task, None)
+            self._end(segment, task, state)
             return self._finished(state, task, released, ts)
         return []
 
-    def _released(self, segment: Segment, task: int, f: dict[str, Any], ts: float) -> list[Event]:
+    @staticmethod
+    def _end(segment: Segment, task: int, state: dict[str, Any]) -> None:
+        """The task has its outcome: what is left of it is its request id (a later line of it, a cancel that
+        came after its end, joins that request and starts no other)."""
+        segment.tasks[task] = {"ended": True, "req": state.get("req")}
+
+    def _released(self, segment: Segment, task: int, f: dict[str, Any], ts: float, form: str) -> list[Event]:
+        self.queue.released(f["slot"], ts)
         state = self._task(segment, task)
         released = {"slot": f["slot"], "n_tokens": f["n_tokens"], "truncated": f["truncated"], "ts": ts}
-        if "timing_prompt" in state and "timing_eval" in state:
-            segment.tasks.pop(task, None)
+        timed = "timing_prompt" in state and "timing_eval" in state
+        if state.get("ended"):
+            return [self._event(ts, "release", {"task": task, **{k: released[k] for k in RELEASE}}, state.get("req"))]
+        if form != "common" and not any(key.startswith("timing_") for key in state):
+            state["cancelled"] = ts  # a 2024 build prints a task's timings before its release, and no cancel line
+        if "error" in state or "cancelled" in state:
+            self._end(segment, task, state)
+            return self._ended(state, task, released, ts)
+        if timed:
+            self._end(segment, task, state)
             return self._finished(state, task, released, ts)
         state["released"] = released
         return [
@@ -597,7 +689,57 @@ class LlamaLogSource(LineSourceBase):
             )
         ]
 
-    def _finished(self, state: dict[str, Any], task: int, released: dict[str, Any], ts: float) -> list[Event]:
+    def _cancelled(self, segment: Segment, task: int, ts: float) -> list[Event]:
+        """The client went away: a launched task ends at its release; one still waiting for a slot ends here."""
+        state = self._task(segment, task)
+        req = self._req(segment, task, state, ts)
+        events = [self._event(ts, "cancel", {"task": task}, req)]
+        if state.get("ended"):
+            return events
+        state["cancelled"] = ts
+        if "ts" not in state:
+            self._end(segment, task, state)
+            events += self._ended(state, task, {}, ts)
+        return events
+
+    def _errored(self, segment: Segment, task: int, message: str, ts: float) -> list[Event]:
+        """llama-server answered the task with an error: a launched task ends at its release (which follows
+        the error), one refused before it had a slot ends here."""
+        state = self._task(segment, task)
+        req = self._req(segment, task, state, ts)
+        reason, status = error_reason(message)
+        error = {"error_reason": reason, "message": message[:240], **({"status": status} if status else {})}
+        events = [self._event(ts, "task_error", {"task": task, **error}, req)]
+        if state.get("ended") or "error" in state:
+            return events
+        state["error"] = error
+        if "ts" not in state:
+            self._end(segment, task, state)
+            events += self._ended(state, task, {}, ts)
+        return events
+
+    def _req(self, segment: Segment, task: int, state: dict[str, Any], ts: float) -> str:
+        """The task's request id: the one made when it got a slot, else one made now (it never got one)."""
+        if state.get("req") is None:
+            state["req"] = request_id(self.instance, segment.start, task, ts)
+        return str(state["req"])
+
+    def _ended(self, state: dict[str, Any], task: int, released: dict[str, Any], ts: float) -> list[Event]:
+        """The `done` of a task that was cancelled or failed: its outcome, and its timings where it has them."""
+        outcome = "error" if "error" in state else "cancelled"
+        if "timing_prompt" in state and "timing_eval" in state and released:
+            return self._finished(state, task, released, ts, outcome)
+        fields: dict[str, Any] = {"task": task, "finish": finish_of(outcome), "outcome": outcome}
+        if state.get("slot") is not None or released:
+            fields["slot"] = released.get("slot", state.get("slot"))
+        fields.update({k: released[k] for k in ("n_tokens", "truncated") if k in released})
+        fields.update(state.get("error", {}))
+        fields.update({k: state[k] for k in ("queue_ms", "queue_basis") if k in state})
+        return [self._event(ts, "done", fields, state.get("req"))]
+
+    def _finished(
+        self, state: dict[str, Any], task: int, released: dict[str, Any], ts: float, outcome: str = ""
+    ) -> list[Event]:
         """The task's prompt and done events, from its timing lines and its release line."""
         prompt_timing, eval_timing = state["timing_prompt"], state["timing_eval"]
         req = state.get("req")
@@ -608,6 +750,7 @@ class LlamaLogSource(LineSourceBase):
         launched = state.get("ts", ts)
         tps = eval_timing.get("tps")
         common = {"task": task, "slot": released["slot"]}
+        outcome = outcome or ("truncated" if released["truncated"] else "done")
         return [
             self._event(
                 min(launched + prompt_timing["ms"] / 1000, ts),
@@ -620,7 +763,10 @@ class LlamaLogSource(LineSourceBase):
                 "done",
                 {
                     **common,
-                    "finish": "unknown",
+                    "finish": finish_of(outcome),
+                    "outcome": outcome,
+                    **state.get("error", {}),
+                    **self._waited(state, ms),
                     "prompt": prompt,
                     "completion": generated,
                     "ttft_ms": ms,
@@ -632,6 +778,15 @@ class LlamaLogSource(LineSourceBase):
                 req,
             ),
         ]
+
+    @staticmethod
+    def _waited(state: dict[str, Any], prefill_ms: int) -> dict[str, Any]:
+        """The task's wait for a slot and the client's wait for its first token (that wait plus the engine's
+        prefill), where the wait is known."""
+        if "queue_ms" not in state:
+            return {}
+        queue = state["queue_ms"]
+        return {"queue_ms": queue, "queue_basis": state["queue_basis"], "client_wait_ms": queue + prefill_ms}
 
     def _model(self, ts: float, path: str) -> Event:
         """The model file the process loads: its resolved path and size where it can be read (I/O at the edge)."""
@@ -646,4 +801,48 @@ class LlamaLogSource(LineSourceBase):
         return Event(ts, self.name, kind, self.instance, fields, req, self.host)
 
 
+RELEASE = ("slot", "n_tokens", "truncated")
 DIGITS = bytes.maketrans(b"0123456789", b"9999999999")
+
+
+def by_child(items: list[Item]) -> list[tuple[str, list[Item]]]:
+    """The items of each timeline, in the order each first appears (one group for a plain server's log)."""
+    groups: dict[str, list[Item]] = {}
+    for item in items:
+        groups.setdefault(item.child, []).append(item)
+    return list(groups.items())
+
+
+def saved_segment(s: Segment) -> dict[str, Any]:
+    return {
+        "start": s.start,
+        "anchor": s.anchor,
+        "last_rel": s.last_rel,
+        "evictions": s.evictions,
+        "budget_bytes": s.budget_bytes,
+        "busy": s.busy,
+        "back": s.back,
+        "timing_owner": s.timing_owner,
+        "tasks": {str(k): v for k, v in s.tasks.items()},
+    }
+
+
+def restored_segment(saved: dict[str, Any], latest: float) -> Segment | None:
+    """The segment a checkpoint saved; None for one unreadable (the next lines start a segment afresh), or
+    whose start no clock can have (saved before clocks were bounded: placed afresh)."""
+    try:
+        owner = saved.get("timing_owner")
+        segment = Segment(
+            float(saved["start"]),
+            str(saved["anchor"]),
+            float(saved["last_rel"]),
+            int(saved["evictions"]),
+            saved.get("budget_bytes"),
+            bool(saved.get("busy", True)),
+            None if saved.get("back") is None else float(saved["back"]),
+            [int(owner[0]), int(owner[1])] if isinstance(owner, list) and len(owner) == 2 else None,
+            OrderedDict((int(k), dict(v)) for k, v in saved.get("tasks", {}).items()),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return segment if EARLIEST_SECONDS <= segment.start <= latest else None

@@ -108,7 +108,12 @@ class BadBody(ValueError):
 class LlamaServerOptions(PolledOptions):
     kind: Literal["llama_server"] = "llama_server"
     url: str = Field(description="llama-server's base URL, e.g. http://127.0.0.1:8080 (/health, /metrics, /slots).")
-    interval_seconds: float = Field(5.0, gt=0, description="Seconds between polls while it answers.")
+    interval_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="Seconds between polls while it answers: each second by default, so a queue of deferred"
+        " requests (llamacpp:requests_deferred) of a second or more is seen.",
+    )
     timeout_seconds: float = Field(2.0, gt=0, description="Deadline of one whole poll (all three requests).")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="A longer body is a poll error (too_large).")
     max_backoff_seconds: float = Field(60.0, gt=0, description="Longest wait between polls while it fails.")

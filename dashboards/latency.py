@@ -24,7 +24,7 @@ def build(d: Deployment):
     layout.row("Time to first token")
     layout.add(
         heatmap_panel(
-            "Engine TTFT",
+            "Engine TTFT (from its slot: the engine's prefill)",
             "s",
             Q(f"sum by (le) (rate({s(f'{TTFT}_bucket')}[$__rate_interval]))", exemplar=True),
             width=12,
@@ -73,6 +73,28 @@ def build(d: Deployment):
     )
     layout.row("Queue and prefill")
     layout.add(
+        timeseries_panel(
+            "The client's wait for its first token p95: queue + engine prefill",
+            "s",
+            Q(
+                quantile(0.95, "spyglass_engine_client_wait_seconds", "instance"),
+                "{{instance}} client wait",
+                exemplar=True,
+            ),
+            Q(quantile(0.95, "spyglass_engine_queue_wait_seconds", "instance"), "{{instance}} wait for a slot"),
+            Q(quantile(0.95, TTFT, "instance"), "{{instance}} engine prefill (engine TTFT)"),
+            width=12,
+        ),
+        timeseries_panel(
+            "Requests waiting for a slot (llama-server, polled each second)",
+            "short",
+            Q(rate("spyglass_llama_queue_seconds_total", "instance"), "{{instance}} share of time with a queue"),
+            Q(rate("spyglass_llama_queued_request_seconds_total", "instance"), "{{instance}} mean requests waiting"),
+            width=12,
+            links=[runbook(d, "EngineRequestsDeferred")],
+        ),
+    )
+    layout.add(
         heatmap_panel(
             "Prefill read time",
             "s",
@@ -106,6 +128,26 @@ def build(d: Deployment):
             "s",
             Q(quantile(0.95, "spyglass_engine_prefill_read_seconds", "instance"), "{{instance}}"),
             width=12,
+        ),
+    )
+    layout.row("How requests end, and the KV cache")
+    layout.add(
+        timeseries_panel(
+            "Requests ended, by outcome (a minute)",
+            "short",
+            Q(
+                f"60 * {rate('spyglass_engine_request_outcomes_total', 'instance, outcome')}",
+                "{{instance}} {{outcome}}",
+            ),
+            width=12,
+            links=[runbook(d, "EngineRequestsFailing")],
+        ),
+        timeseries_panel(
+            "KV cache full: splits, refusals, shifts (a minute)",
+            "short",
+            Q(f"60 * {rate('spyglass_engine_kv_pressure_events_total', 'instance, event')}", "{{instance}} {{event}}"),
+            width=12,
+            links=[runbook(d, "EngineKVCacheFull")],
         ),
     )
     layout.row("Decode")

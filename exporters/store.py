@@ -206,6 +206,10 @@ class DuckDBStore:
             changed = True
         for statement in request_rows.create_statements():
             con.execute(statement)
+        for table in request_rows.row_tables().values():  # a column added since: NULL in the rows folded before it
+            for column in table.columns:
+                if table.name in have and column.name not in have[table.name]:
+                    con.execute(f"ALTER TABLE {quoted(table.name)} ADD COLUMN {quoted(column.name)} {column.type}")
         views = ["events", *map(event_schema.source_view, event_schema.source_kinds())]
         if changed or not all(view in have for view in views):
             for statement in event_schema.view_statements():

@@ -27,6 +27,8 @@ def text(package: str, *parts: str) -> str:
 def beside(module: str, suffix: str) -> str:
     """The text of the data file named as a module (dotted `__name__`) with another suffix:
     beside("spyglass.alerting.heuristics.h03_eviction_storm", ".sql") reads h03_eviction_storm.sql."""
+    if "/" in module or "\\" in module:
+        raise ValueError(f"resources.beside takes a module's dotted __name__, not a path: {module}")
     package, _, stem = module.rpartition(".")
     return text(package, stem + suffix)
 

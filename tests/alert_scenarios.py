@@ -532,6 +532,57 @@ def scenarios() -> list[Scenario]:
             {123: [], 130: [("EngineHung", {"instance": "strata-b"})]},
             {"EngineHung": (130, {"instance": "strata-b"}, "11m 0s")},
         ),
+        # llama-server (issue 37): 60 requests a minute, 1 a minute cancelled by its client as always; from
+        # T0 60 a minute more answered 500 `Context size has been exceeded.`: half of them now fail.
+        Scenario(
+            "H21 requests failing: errors rise from 2% to half",
+            N,
+            {
+                f'spyglass_engine_request_outcomes_total{{{a_il}, outcome="done", reason="none"}}': counter((N, 60)),
+                f'spyglass_engine_request_outcomes_total{{{a_il}, outcome="cancelled", reason="none"}}': counter(
+                    (N, 1)
+                ),
+                f'spyglass_engine_request_outcomes_total{{{a_il}, outcome="error", reason="context_exceeded"}}': counter(
+                    (T0, 0), (rest, 60)
+                ),
+            },
+            {T0 - 5: [], T0 + 2: [], T0 + 12: [("EngineRequestsFailing", {"instance": "strata-a"})]},
+        ),
+        # A chat UI whose users press stop: a third of its requests are cancelled, every hour alike. Not rising.
+        Scenario(
+            "H21 a steady share of cancels is no alert",
+            N,
+            {
+                f'spyglass_engine_request_outcomes_total{{{a_il}, outcome="done", reason="none"}}': counter((N, 40)),
+                f'spyglass_engine_request_outcomes_total{{{a_il}, outcome="cancelled", reason="none"}}': counter(
+                    (N, 20)
+                ),
+            },
+            {T0: [], N - 5: []},
+        ),
+        # llama-server's KV cache full (issue 37): from T0 it halves a batch 3 times a minute; at T0 + 30 a
+        # decode is refused at batch size 1 (its requests answered 500), once.
+        Scenario(
+            "H22 KV cache full: batches split, then a decode refused",
+            N,
+            {
+                f'spyglass_engine_kv_pressure_events_total{{{a_il}, event="batch_retry"}}': counter(
+                    (T0, 0), (30, 3), (rest - 30, 0)
+                ),
+                f'spyglass_engine_kv_pressure_events_total{{{b_il}, event="context_full"}}': gauge(
+                    (T0 + 30, 0), (rest - 30, 1)
+                ),
+            },
+            {
+                T0 + 3: [],
+                T0 + 12: [("EngineKVCacheFull", {"instance": "strata-a"})],
+                T0 + 32: [
+                    ("EngineKVCacheFull", {"instance": "strata-a"}),
+                    ("EngineKVCacheFull", {"instance": "strata-b"}),
+                ],
+                T0 + 55: [],
+            },
+        ),
         Scenario(
             "planned restart announced in the switch log",
             N,

@@ -151,12 +151,13 @@ def test_a_kind_with_both_classes_tails_only_when_given_a_path():
 
 def test_the_engine_operations_name_declared_metrics_of_their_type_and_parsed_kinds():
     from spyglass.collectors.engine_log import PATTERNS
+    from spyglass.collectors.llama_grammar import PATTERNS as LLAMA_PATTERNS
     from spyglass.signals.engine_log import CLOSED, OPS, SPECS, Add, Count, Observe, Set
 
     types = {spec.name: spec.type for spec in SPECS}
     wanted = {Count: "counter", Add: "counter", Observe: "histogram", Set: "gauge"}
     for kind, ops in OPS.items():
-        assert kind in PATTERNS or kind == "error", kind
+        assert kind in PATTERNS or kind in LLAMA_PATTERNS or kind == "error", kind
         for op in ops:
             assert types.get(op.metric) == wanted[type(op)], (kind, op)
             if isinstance(op, Count) and op.by:

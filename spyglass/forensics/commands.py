@@ -203,16 +203,14 @@ def rows_total(cfg: Config, w, f, parquet: str | None, fetched: int, limit: int)
 
 def print_timeline(records: list[dict], total: int, w) -> None:
     """One line an event, cut to the terminal's width; to a pipe or a file, whole."""
-    import os
     import sys
     import textwrap
 
-    from spyglass.cli.console import console_for
+    from spyglass.cli.console import terminal_width
     from spyglass.forensics.timeline import event_lines
     from spyglass.forensics.times import describe
 
-    console = console_for(sys.stdout)
-    width = console.width if console.is_terminal or "COLUMNS" in os.environ else None
+    width = terminal_width(sys.stdout)
     shown = f"the first {len(records):,} of {total:,}" if total > len(records) else f"{total:,}"
     title = f"{shown} event{'' if total == 1 else 's'} {describe(w)}"
     sys.stdout.write((textwrap.fill(title, width) if width else title) + "\n")
@@ -244,20 +242,23 @@ def requests(
     instance: Annotated[str | None, typer.Option(help="Engine instance, e.g. strata-b.")] = None,
     mode: Annotated[str | None, typer.Option(help="assembled, no_rag or passthrough.")] = None,
     finish: Annotated[str | None, typer.Option(help="stop, tool_calls, length.")] = None,
+    outcome: Annotated[
+        str | None, typer.Option(help="done, truncated, cancelled, error, or open (no end logged yet).")
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=100_000, help="At most this many requests.")] = 200,
     fmt: Format = "table",
     parquet: Parquet = None,
 ) -> None:
     """Find request ids (for `spyglass trace ID` and `spyglass timeline --request ID`)."""
     from spyglass.forensics import output
-    from spyglass.forensics.finder import Filters, clock_note, requests_query
+    from spyglass.forensics.finder import Filters, clock_note, requests_query, with_values
     from spyglass.forensics.times import describe
 
     check_format(fmt)
     cfg = load(config)
     w = the_window(start, end, tz, since)
     try:
-        q = requests_query(w, Filters(session, lane, instance, mode, finish, status, slowest, limit))
+        q = requests_query(w, Filters(session, lane, instance, mode, finish, status, outcome, slowest, limit))
     except ValueError as exc:
         raise fail(str(exc), 2) from None
     columns, rows = fetch(cfg, q, parquet)
@@ -270,6 +271,8 @@ def requests(
     note = clock_note(records)
     if note and fmt != "table":
         typer.echo(note, err=True)  # json and csv stay data on stdout
+    if fmt == "table":  # the table shows the columns with a value; json and csv keep every column
+        records = with_values(records)
     output.emit(records, fmt, title=(f"{title}\n{note}" if note else title) if fmt == "table" else None)
     if matched > len(rows) and not slowest:
         more(matched - len(rows), "request")

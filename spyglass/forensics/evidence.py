@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from spyglass.agent.query import QueryError
+from spyglass.agent.query import NotFound, QueryError
 from spyglass.alerting.heuristics import Alert, Deployment, Heuristic
 from spyglass.alerting.heuristics.model import ENGINE_NAMES
 from spyglass.config import Config
@@ -104,6 +104,24 @@ SERIES = {
         "gateway_requests",
         "true ORDER BY ts_utc",
     ),
+    "failed": Signal(
+        "Requests ended by an error or a cancel a bucket",
+        "requests",
+        "instance",
+        f"SELECT {BUCKET} AS t, instance AS name, count(*) FILTER (WHERE outcome IN ('error', 'cancelled')) AS v"
+        " FROM engine_requests GROUP BY ALL ORDER BY t",
+        "engine_requests",
+        "outcome IN ('error', 'cancelled') ORDER BY ts_utc",
+    ),
+    "kv_pressure": Signal(
+        "KV-full lines a bucket (memory slot, batch retry, refused decode)",
+        "lines",
+        "instance",
+        f"SELECT {BUCKET} AS t, instance AS name, count(*) AS v FROM timeline"
+        " WHERE source_kind = 'engine_log' AND kind IN ('kv_no_slot', 'kv_retry', 'decode_failed') GROUP BY ALL ORDER BY t",
+        "engine_requests",
+        "outcome = 'error' ORDER BY ts_utc",
+    ),
     "spawns": Signal(
         "Spawns a bucket",
         "spawns",
@@ -120,10 +138,6 @@ SERIES = {
     ),
 }
 LABEL_OF = {"instance": "instance", "program": "instance", "lane": "lane"}  # the alert label a series' `by` is
-
-
-class NotFound(QueryError):
-    """No such alert in the catalogue, or no notification of it: a 404, with why."""
 
 
 @dataclass

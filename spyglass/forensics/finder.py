@@ -12,9 +12,11 @@ from typing import Any
 from spyglass.forensics.run import Query, Window
 
 COLUMNS = (
-    "request_id, ts_utc, ts_local, lane, session, mode, status, finish, tokens, tokens_gateway_estimate,"
-    " tool_calls, content_chars, ttft_ms_gateway, dur_ms_gateway, ttft_ms_engine, dur_ms_engine, seen_by"
+    "request_id, ts_utc, ts_local, lane, session, mode, instance, outcome, error_reason, status, finish, tokens,"
+    " tokens_gateway_estimate, tool_calls, content_chars, ttft_ms_gateway, dur_ms_gateway, queue_ms_engine,"
+    " ttft_ms_engine, client_wait_ms_engine, dur_ms_engine, seen_by"
 )
+OUTCOMES = ("done", "truncated", "cancelled", "error", "open")
 STATUS = re.compile(r"^([1-5])(xx|\d\d)$")
 
 
@@ -26,6 +28,7 @@ class Filters:
     mode: str | None = None
     finish: str | None = None
     status: str | None = None  # 4xx, 429, 200
+    outcome: str | None = None  # done, truncated, cancelled, error, open
     slowest: int | None = None
     limit: int = 200
 
@@ -51,6 +54,11 @@ def requests_query(window: Window, filters: Filters) -> Query:
             where.append(f"{column} = ${column}")
     if filters.status:
         where.append(status_condition(filters.status, params))
+    if filters.outcome:
+        if filters.outcome not in OUTCOMES:
+            raise ValueError(f"--outcome: one of {', '.join(OUTCOMES)} (got {filters.outcome!r})")
+        params["outcome"] = filters.outcome
+        where.append("outcome = $outcome")
     order = "ts_utc, request_id"
     if filters.slowest:
         order = "coalesce(dur_ms_gateway, dur_ms_engine) DESC NULLS LAST, ts_utc"
@@ -62,6 +70,13 @@ def requests_query(window: Window, filters: Filters) -> Query:
         f"SELECT {COLUMNS}, count(*) OVER () AS matched\nFROM requests{condition}\nORDER BY {order}\nLIMIT $limit",
         params,
     )
+
+
+def with_values(records: list[dict[str, Any]], keep: tuple[str, ...] = ("request_id",)) -> list[dict[str, Any]]:
+    """The records without the columns that have no value in any of them (a llama instance has no gateway,
+    no session, no mode): a table shows what the instances in view have."""
+    shown = [c for c in (records[0] if records else {}) if c in keep or any(r.get(c) is not None for r in records)]
+    return [{c: r.get(c) for c in shown} for r in records]
 
 
 def clock_note(records: list[dict[str, Any]]) -> str | None:

@@ -29,6 +29,7 @@ from spyglass.collectors.engine_log import follows_a_start
 from spyglass.collectors.event import Event
 from spyglass.collectors.host import cpu_set
 from spyglass.collectors.http_status import HTTP_STATUS_CODES
+from spyglass.collectors.llama_outcome import OUTCOMES, REASONS
 from spyglass.signals import LoadedModel, SignalsBase, SignalsLinks, SignalsSettings, signals_for
 from spyglass.signals.buckets import LATENCY_SECONDS, PROMPT_TOKENS, SNAPSHOT_BYTES, TOKENS_PER_SECOND
 from spyglass.signals.catalogue import spec_maker
@@ -45,6 +46,9 @@ CLOSED = {  # label -> the values the engine writes; any other is exported as "o
     "origin": frozenset({"parked", "checkpoint", "disk", "none"}),
     "component": frozenset({"main", "load", "http", "slot", "cache", "graph", "stats", "sched", "pool"}),
     "status": HTTP_STATUS_CODES,
+    "outcome": frozenset(OUTCOMES),
+    "error_reason": frozenset(REASONS),
+    "event": frozenset({"memory_slot", "batch_retry", "context_shift", "context_full", "restore_failed"}),
 }
 spec = spec_maker("engine_log", INSTANCE_LANE)
 
@@ -127,10 +131,26 @@ SPECS = [
     spec(
         "spyglass_engine_ttft_seconds",
         "histogram",
-        "Time to first token, as the engine measured it.",
+        "Time to first token as the engine measures it, from the request's slot: the engine's prefill (llama-server:"
+        " its prompt eval time). The client also waited for the slot: spyglass_engine_client_wait_seconds.",
         unit="seconds",
         buckets=LATENCY_SECONDS,
         exemplars=True,
+    ),
+    spec(
+        "spyglass_engine_queue_wait_seconds",
+        "histogram",
+        "Time a request waited for a slot (llama-server: from its arrival to its slot; from the log's arrival line at"
+        " -v, else bounded by the run of full slots it waited in: docs/llama-server.md).",
+        unit="seconds",
+        buckets=LATENCY_SECONDS,
+    ),
+    spec(
+        "spyglass_engine_client_wait_seconds",
+        "histogram",
+        "The client's wait for its first token: the wait for a slot plus the engine's prefill (llama-server).",
+        unit="seconds",
+        buckets=LATENCY_SECONDS,
     ),
     spec(
         "spyglass_engine_request_decode_tokens_per_second",
@@ -140,6 +160,21 @@ SPECS = [
         buckets=TOKENS_PER_SECOND,
     ),
     spec("spyglass_engine_requests_finished_total", "counter", "Requests finished, by finish reason.", ("finish",)),
+    spec(
+        "spyglass_engine_request_outcomes_total",
+        "counter",
+        "Requests ended, by outcome: done, truncated (the context ran out), cancelled (the client went away) or"
+        " error, and an error's reason (context_exceeded, invalid_request, internal, other; none otherwise).",
+        ("outcome", "reason"),
+    ),
+    spec(
+        "spyglass_engine_kv_pressure_events_total",
+        "counter",
+        "Signs of a full KV cache, by event: memory_slot (no room for a batch), batch_retry (the batch split and"
+        " retried), context_shift (a slot's context shifted), context_full (a decode refused at batch size 1:"
+        " its requests fail), restore_failed (a prompt from the host cache that did not fit back).",
+        ("event",),
+    ),
     spec(
         "spyglass_engine_last_progress_timestamp_seconds",
         "gauge",
@@ -243,14 +278,18 @@ class Count:
 
 @dataclass(frozen=True, slots=True)
 class Add:
-    """+ the field's value (divided by `per`: milliseconds to seconds) to `metric`, labelled by `label` if any."""
+    """+ the field's value (divided by `per`: milliseconds to seconds) to `metric`, labelled by `label` if any.
+    `optional`: an event without the field (a llama task cancelled before its timings) adds nothing."""
 
     metric: str
     field: str
     per: float = 1.0
     label: str = ""
+    optional: bool = False
 
     def __call__(self, s: MetricState, key: Key, e: Event) -> None:
+        if self.optional and self.field not in e.fields:
+            return
         value = e.fields[self.field]
         s.inc(self.metric, key + (self.label,) if self.label else key, value / self.per if self.per != 1.0 else value)
 
@@ -263,8 +302,11 @@ class Observe:
     metric: str
     field: str
     per: float = 1.0
+    optional: bool = False  # an event without the field observes nothing
 
     def __call__(self, s: MetricState, key: Key, e: Event) -> None:
+        if self.optional and self.field not in e.fields:
+            return
         value = e.fields[self.field]
         s.observe(
             self.metric,
@@ -304,6 +346,8 @@ CACHE = (
     Set("spyglass_engine_cache_budget_bytes", "budget", optional=True),
 )  # command line told
 PROGRESS = Set("spyglass_engine_last_progress_timestamp_seconds", "ts")
+KV_PRESSURE = "spyglass_engine_kv_pressure_events_total"
+OUTCOMES_TOTAL = "spyglass_engine_request_outcomes_total"
 OPS: dict[str, tuple[Op, ...]] = {  # event kind -> its operations, in order; the custom rules follow them
     "args": (
         Set("spyglass_engine_prompt_cache_every_tokens", "prompt_cache_every", optional=True),
@@ -335,12 +379,31 @@ OPS: dict[str, tuple[Op, ...]] = {  # event kind -> its operations, in order; th
         ),
     ),
     "tool_call": (Count("spyglass_engine_tool_calls_total"),),
-    "done": (
+    "done": (  # a llama task that was cancelled or failed has no timings
         Count("spyglass_engine_requests_finished_total", by="finish"),
-        Add("spyglass_engine_completion_tokens_total", "completion"),
-        Observe("spyglass_engine_ttft_seconds", "ttft_ms", per=1000.0),
-        Observe("spyglass_engine_request_decode_tokens_per_second", "decode_tps"),
+        Add("spyglass_engine_completion_tokens_total", "completion", optional=True),
+        Observe("spyglass_engine_ttft_seconds", "ttft_ms", per=1000.0, optional=True),
+        Observe("spyglass_engine_request_decode_tokens_per_second", "decode_tps", optional=True),
+        Observe("spyglass_engine_queue_wait_seconds", "queue_ms", per=1000.0, optional=True),
+        Observe("spyglass_engine_client_wait_seconds", "client_wait_ms", per=1000.0, optional=True),
         PROGRESS,
+    ),
+    "kv_no_slot": (Count(KV_PRESSURE, label="memory_slot"),),
+    "kv_retry": (Count(KV_PRESSURE, label="batch_retry"),),
+    "context_shift": (Count(KV_PRESSURE, label="context_shift"),),
+    # One restore that did not fit back: libllama's reasons (`failed to find N available cells in kv cache`,
+    # `failed to restore sequence state`) are events; the server's `failed to restore state with size N`,
+    # one for each restore it tried, is counted.
+    "cache_restore_failed": (
+        Count(KV_PRESSURE, label="restore_failed", when=lambda f: "state_bytes" in f),
+        Count("spyglass_engine_errors_total", label="cache", when=lambda f: "state_bytes" in f),
+    ),
+    # llama_decode's 1: no KV slot for the batch (llama.h); another code is no KV matter. The server's
+    # `decode() failed: CAUSE` line that follows names no code and is counted once, by the line before it.
+    "decode_failed": (
+        Count(KV_PRESSURE, label="context_full", when=lambda f: f.get("ret") == 1),
+        Count("spyglass_engine_errors_total", label="cache", when=lambda f: f.get("ret") == 1),
+        Count("spyglass_engine_errors_total", label="main", when=lambda f: f.get("ret") not in (1, None)),
     ),
     "park": CACHE + (Observe("spyglass_engine_cache_snapshot_bytes", "bytes"),),
     "evict": CACHE
@@ -417,6 +480,7 @@ class EngineSignals(SignalsBase):
             "model": self.on_model,
             "cpus": self.on_cpus,
             "prompt": self.on_prompt,
+            "done": self.on_done,
         }
 
     def checkpoint(self) -> EngineSaved:
@@ -502,6 +566,23 @@ class EngineSignals(SignalsBase):
                 shared = len(cpu_set(cpus) & cpu_set(theirs))
                 s.set("spyglass_engine_shared_cpus", key + (instance,), shared)
                 s.set("spyglass_engine_shared_cpus", (instance, lane, key[0]), shared)
+
+    def on_done(self, e: Event, key: Key) -> None:
+        """The request's outcome: llama's `done` names it; Strata's is read off its finish reason (a Strata
+        refusal before queueing, 400 #545, is counted in spyglass_engine_rejections_total: H10, H11)."""
+        f = e.fields
+        finish = f.get("finish")
+        outcome = f.get("outcome") or {"error": "error", "abort": "cancelled"}.get(str(finish), "done")
+        reason = f.get("error_reason") or ("other" if outcome == "error" else "none")
+        self._outcome(e, key, str(outcome), str(reason))
+
+    def _outcome(self, e: Event, key: Key, outcome: str, reason: str) -> None:
+        s = self.state
+        labels = (
+            s.listed(e.source, "outcome", outcome, CLOSED["outcome"]),
+            s.listed(e.source, "error_reason", reason, CLOSED["error_reason"]),
+        )
+        s.inc(OUTCOMES_TOTAL, key + labels)
 
     def on_prompt(self, e: Event, key: Key) -> None:
         """The long-prompt rule: long prompts, and those only a checkpoint saved (H4)."""

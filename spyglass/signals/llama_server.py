@@ -75,6 +75,20 @@ SPECS = [
         "Requests waiting for a free slot (llamacpp:requests_deferred): the llama.cpp queue.",
     ),
     spec(
+        "spyglass_llama_queue_seconds_total",
+        "counter",
+        "Time with at least one request waiting for a slot, from the polls of llamacpp:requests_deferred (each"
+        " second by default; a queue shorter than the interval between polls is missed).",
+        unit="seconds",
+    ),
+    spec(
+        "spyglass_llama_queued_request_seconds_total",
+        "counter",
+        "Request-seconds spent waiting for a slot, from the same polls: its rate over the rate of requests"
+        " finished is the mean wait.",
+        unit="seconds",
+    ),
+    spec(
         "spyglass_llama_prompt_tokens_total",
         "counter",
         "Prompt tokens by part: processed (prefilled) or cached (reused), from llamacpp:prompt_tokens_total and"
@@ -138,6 +152,9 @@ SPECS = [
 ]
 
 
+QUEUE_STEP = 10.0  # seconds between two polls at most for the queue seen at the first to count until the second
+
+
 class LlamaSaved(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -152,6 +169,7 @@ class LlamaServerSignals(SignalsBase):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.last: dict[str, dict[str, float]] = {}  # instance -> each llamacpp counter at the last poll
+        self.deferred: dict[str, tuple[float, float]] = {}  # instance -> (time, requests deferred) at the last poll
 
     def checkpoint(self) -> LlamaSaved:
         return LlamaSaved.model_construct(counters=self.last)
@@ -198,9 +216,21 @@ class LlamaServerSignals(SignalsBase):
                 s.set(metric, key, metrics[name])
             else:  # not written by this build, or refused: not shown at an old value
                 s.drop(metric, key)
+        if value_ok("requests_deferred", metrics.get("requests_deferred")):
+            self._queue(key, e.instance, e.ts, float(metrics["requests_deferred"]))
         if "slots" not in f and number_ok(metrics.get("requests_processing")):
             s.set("spyglass_engine_slots_busy", key, metrics["requests_processing"])
         self._counters(e.instance, key, metrics)
+
+    def _queue(self, key: tuple[str, str], instance: str, ts: float, deferred: float) -> None:
+        """The queue the last poll saw, held until this one: time with a queue, and request-seconds waited. A
+        gap longer than QUEUE_STEP (polls failing, the agent stopped) counts nothing."""
+        last = self.deferred.get(instance)
+        self.deferred[instance] = (ts, deferred)
+        if last is None or not 0 < ts - last[0] <= QUEUE_STEP or last[1] <= 0:
+            return
+        self.state.inc("spyglass_llama_queue_seconds_total", key, ts - last[0])
+        self.state.inc("spyglass_llama_queued_request_seconds_total", key, (ts - last[0]) * last[1])
 
     def _build(self, key: tuple[str, str], build: str) -> None:
         """/props's build names the engine's build too: the log's start line does not (build info is filled)."""

@@ -46,6 +46,8 @@ def engine_span(events: Iterable[Event]) -> PhaseSpan | None:
             {"http.response.status_code": e.fields.get("status"), "spyglass.engine.reason": e.fields.get("reason")},
             error=f"#{e.fields.get('code')} {e.fields.get('reason')}",
         )
+    if "done" in by_kind and "prompt" not in by_kind:
+        return ended_span(by_kind)
     if "done" not in by_kind or "prompt" not in by_kind:
         return None
     prompt, done = by_kind["prompt"], by_kind["done"]
@@ -53,7 +55,20 @@ def engine_span(events: Iterable[Event]) -> PhaseSpan | None:
     thinking = by_kind.get("thinking")
     prefill_start = max(queued.ts, prompt.ts - prompt.fields["ms"] / 1000)
     decode_start = thinking.ts if thinking else prompt.ts
+    waited = done.fields.get("queue_ms")
     phases = [
+        *(  # llama-server: the wait for a slot, before its task was logged
+            [
+                PhaseSpan(
+                    "wait for a slot",
+                    queued.ts - waited / 1000,
+                    queued.ts,
+                    {"spyglass.queue.basis": done.fields.get("queue_basis")},
+                )
+            ]
+            if isinstance(waited, int) and waited > 0
+            else []
+        ),
         PhaseSpan("queue", queued.ts, prefill_start, {"spyglass.prefill_depth": queued.fields.get("prefill_depth")}),
         PhaseSpan(
             "prefill",
@@ -90,17 +105,60 @@ def engine_span(events: Iterable[Event]) -> PhaseSpan | None:
             },
         )
     )
+    outcome = done.fields.get("outcome")
     return PhaseSpan(
         f"engine {done.instance}",
-        queued.ts,
+        phases[0].start,
         done.ts,
         {
             "gen_ai.usage.input_tokens": done.fields["prompt"],
             "gen_ai.response.finish_reasons": [done.fields["finish"]],
             "spyglass.tokens.engine": done.fields["prompt"],
             "spyglass.ttft_ms": done.fields["ttft_ms"],
+            **({"spyglass.outcome": outcome} if outcome else {}),
+            **({"spyglass.client_wait_ms": done.fields["client_wait_ms"]} if "client_wait_ms" in done.fields else {}),
         },
         phases,
+        error=what_ended(done) if outcome not in (None, "done") else None,
+    )
+
+
+def what_ended(done: Event) -> str:
+    """What became of a task that did not simply finish, in the engine's words."""
+    f = done.fields
+    outcome = f.get("outcome") or {"abort": "cancelled"}.get(str(f.get("finish")), "error")
+    if outcome == "cancelled":
+        return "cancelled: the client went away before the answer was complete"
+    if outcome == "truncated":
+        return f"truncated: the context ran out at {f.get('n_tokens')} tokens"
+    status = f" (HTTP {f['status']})" if f.get("status") else ""
+    return f"error {f.get('error_reason', 'other')}{status}: {f.get('message', '')}".rstrip(": ")
+
+
+def ended_span(by_kind: dict[str, Event]) -> PhaseSpan:
+    """A task that ended without its timings (cancelled, or answered with an error): from its slot (or the
+    moment it was refused) to its end, and the lines that say what happened."""
+    done = by_kind["done"]
+    queued = by_kind.get("queued", done)
+    f = done.fields
+    attributes = {
+        "spyglass.outcome": f.get("outcome"),
+        "spyglass.error.reason": f.get("error_reason"),
+        "http.response.status_code": f.get("status"),
+        "spyglass.engine.n_tokens": f.get("n_tokens"),
+    }
+    phases = [
+        PhaseSpan(e.kind.replace("_", " "), e.ts, e.ts, {"spyglass.task": e.fields.get("task")})
+        for kind in ("cancel", "task_error")
+        if (e := by_kind.get(kind)) is not None
+    ]
+    return PhaseSpan(
+        f"engine {done.instance}",
+        queued.ts,
+        done.ts,
+        {k: v for k, v in attributes.items() if v is not None},
+        phases,
+        error=what_ended(done),
     )
 
 

@@ -1,4 +1,4 @@
-"""The heuristics catalogue H1-H20: one table that the rule files, the runbooks and the forensic
+"""The heuristics catalogue H1-H22: one table that the rule files, the runbooks and the forensic
 diagnosis all read, so no two of them can disagree on a number.
 
 One module a heuristic (`hNN_name.py`, found by a glob as the forensic reports are: adding a

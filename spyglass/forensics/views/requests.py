@@ -16,6 +16,12 @@ SELECT {clocks("t.ts")}, t.source, t.instance, k.lane, t.request_id, t.task, t.c
   t.thinking_tokens, t.thinking_max, t.thinking_cause, t.wrote_tool_call, t.finish, t.completion_tokens,
   t.ttft_ms, t.decode_tps, {clocks("t.done_ts", "done")},
   round(epoch(t.done_ts - t.ts) * 1000)::BIGINT AS duration_ms,
+  coalesce(t.outcome, CASE WHEN t.rejected_status IS NOT NULL OR t.finish = 'error' THEN 'error'
+    WHEN t.finish = 'abort' THEN 'cancelled' WHEN t.done_ts IS NOT NULL THEN 'done' ELSE 'open' END) AS outcome,
+  coalesce(t.error_reason, CASE WHEN t.rejected_window IS NOT NULL THEN 'context_exceeded'
+    WHEN t.rejected_status IS NOT NULL THEN 'invalid_request' END) AS error_reason,
+  coalesce(t.error_status, t.rejected_status) AS error_status, t.error_message,
+  t.queue_ms, t.queue_basis, t.client_wait_ms,
   t.rejected_status, t.rejected_code::VARCHAR AS rejected_code, t.rejected_prompt, t.rejected_window
 FROM rows_requests_engine t LEFT JOIN source_kinds k ON k.source = t.source""",
     (
@@ -39,12 +45,19 @@ FROM rows_requests_engine t LEFT JOIN source_kinds k ON k.source = t.source""",
     wrote_tool_call bool: The engine logged `writing a tool call`
     finish text: Finish reason of the done line
     completion_tokens int: Completion tokens, counted by the engine
-    ttft_ms int: Time to first token, the engine's own figure
+    ttft_ms int: Time to first token, the engine's own figure: from its slot (its prefill), not the client's wait
     decode_tps float: Decode rate, the engine's own figure
 """),
         *clock_columns("done", "When the engine finished it"),
         *cols("""
     duration_ms int: From queued to done, on the engine's clock
+    outcome text: How it ended: done, truncated (the context ran out), cancelled (the client went away), error; open: no end logged yet
+    error_reason text: An error's reason: context_exceeded, invalid_request, internal, other
+    error_status int: The HTTP status the engine answered the error with, where its message fixes it
+    error_message text: The engine's error message (llama-server's send_error)
+    queue_ms int: Its wait for a slot (llama-server: arrival to slot; basis in queue_basis)
+    queue_basis text: How queue_ms is known: arrival (the log's arrival line, -v), slots_full (bounded by the run of full slots it waited in), none (a slot was free)
+    client_wait_ms int: The client's wait for its first token: queue_ms plus the engine's prefill (ttft_ms)
     rejected_status int: Status of the engine's refusal (400), if refused
     rejected_code text: The refusal's code (545: prompt too long)
     rejected_prompt int: Prompt tokens the engine counted when refusing it
@@ -209,7 +222,8 @@ SELECT {clocks("least(g.ts_utc, i.ts_utc, e.ts_utc)")}, ids.request_id,
         / coalesce(e.prompt_tokens, g.engine_prompt, i.prompt_tokens, e.rejected_prompt, g.upstream_prompt), 3)
     AS estimate_ratio,
   coalesce(g.max_tokens, i.max_tokens) AS max_tokens, g.clamped_max_tokens,
-  coalesce(i.status, g.status, e.rejected_status, CASE WHEN e.finish IS NOT NULL THEN 200 END) AS status,
+  coalesce(i.status, g.status, e.error_status, CASE WHEN e.outcome IN ('done', 'truncated') THEN 200 END) AS status,
+  e.outcome, e.error_reason,
   coalesce(i.finish, i.body_finish, g.finish, e.finish) AS finish, e.finish AS finish_engine,
   coalesce(i.tool_calls, i.body_tool_calls, g.tool_calls) AS tool_calls, e.wrote_tool_call,
   coalesce(i.content_chars, i.body_content_chars, g.content_chars) AS content_chars, i.reasoning_chars,
@@ -217,7 +231,8 @@ SELECT {clocks("least(g.ts_utc, i.ts_utc, e.ts_utc)")}, ids.request_id,
   i.special_literals, i.thinking_only, i.invalid_tool_json, i.anchor_survived, i.offered_tools, i.plan_then_stop,
   g.retried, g.overfits, g.reject_reason,
   coalesce(g.ttft_ms, i.ttft_ms) AS ttft_ms_gateway, coalesce(g.dur_ms, i.dur_ms) AS dur_ms_gateway,
-  e.ttft_ms AS ttft_ms_engine, e.duration_ms AS dur_ms_engine, e.prefill_ms, e.reused_tokens, e.read_tokens,
+  e.ttft_ms AS ttft_ms_engine, e.queue_ms AS queue_ms_engine, e.client_wait_ms AS client_wait_ms_engine,
+  e.duration_ms AS dur_ms_engine, e.prefill_ms, e.reused_tokens, e.read_tokens,
   e.reuse_origin, e.thinking_tokens, e.thinking_max, e.thinking_cause, e.conv, coalesce(e.attempts, 0) AS engine_attempts,
   concat_ws(',', CASE WHEN g.request_id IS NOT NULL THEN 'gateway' END, CASE WHEN i.request_id IS NOT NULL THEN 'infer' END,
             CASE WHEN e.request_id IS NOT NULL THEN 'engine' END) AS seen_by
@@ -254,6 +269,8 @@ LEFT JOIN (SELECT *, count(*) OVER (PARTITION BY request_id) AS attempts FROM en
     max_tokens int: max_tokens the client asked for
     clamped_max_tokens int: max_tokens after the gateway's clamp
     status int: HTTP status (infer store, else gateway log, else the engine's)
+    outcome text: How the engine's task ended: done, truncated, cancelled, error, open (no end logged yet)
+    error_reason text: An error's reason at the engine: context_exceeded, invalid_request, internal, other
     finish text: Finish reason (infer store, raw record, gateway log, engine log, in that order)
     finish_engine text: Finish reason in the engine's done line
     tool_calls int: Tool calls in the response
@@ -272,7 +289,9 @@ LEFT JOIN (SELECT *, count(*) OVER (PARTITION BY request_id) AS attempts FROM en
     reject_reason text: Why the gateway refused it
     ttft_ms_gateway int: Time to first token at the gateway
     dur_ms_gateway int: Duration at the gateway
-    ttft_ms_engine int: Time to first token at the engine
+    ttft_ms_engine int: Time to first token at the engine, from its slot: the engine's prefill, not the client's wait
+    queue_ms_engine int: Its wait for a slot at the engine (llama-server)
+    client_wait_ms_engine int: The client's wait for its first token as the engine log gives it: queue plus prefill
     dur_ms_engine int: Queued to done at the engine
     prefill_ms int: The engine's prompt reuse + read time
     reused_tokens int: Prompt tokens reused from the cache

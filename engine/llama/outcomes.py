@@ -1,0 +1,196 @@
+"""A load driver that records, per request, what its client saw: the HTTP status, whether the client hung up
+(a cancelled stream), and the time to the first byte of the answer. What spyglass makes of llama-server's log
+is held against it (tests/test_llama_real.py); `python -m spyglass.engine.llama.outcomes` records the
+fixture tests/fixtures/llama/<version>/outcomes/ (the log and client.json) from the cached build.
+
+The workload, on one llama-server with `-c 1024 -np 2 --kv-unified` (both slots share one 1,024-cell KV cache):
+a warm request; a prompt longer than the context (400, context exceeded); a stream the client closes after
+its first bytes (cancelled); two long prompts at once whose tokens do not fit the shared cache together (the
+server halves its batch down to 1, then answers both 500 `Context size has been exceeded.`); a burst of six
+streamed requests on the two slots (four of them wait for a slot). Every request streams, so its first byte
+is its first token: the wait a client sees. Loopback only; every request has a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+from spyglass.engine.llama.build import REPO_ROOT, LlamaBuild, ensure_built
+from spyglass.engine.llama.load import text
+from spyglass.engine.llama.model import ensure_model
+from spyglass.engine.llama.versions import PINNED
+
+FLAGS = ("-c", "1024", "-np", "2", "--kv-unified", "--cache-ram", "1", "-t", "1")
+BURST = 6
+
+
+@dataclass(frozen=True)
+class ClientSaw:
+    """One request as its client saw it; `sent` is the wall clock when it was sent (time.time())."""
+
+    name: str
+    sent: float
+    status: int  # 0: no answer
+    cancelled: bool
+    ttfb: float | None  # seconds from sending to the first byte of the body
+    total: float
+    error_code: int | None = None  # the code of an error event in a stream already answered 200
+
+    @property
+    def outcome(self) -> str:
+        """What spyglass must name it: the client hung up, was answered an error, or got its answer."""
+        if self.cancelled:
+            return "cancelled"
+        return "done" if self.status == 200 and self.error_code is None else "error"
+
+    @property
+    def error_status(self) -> int | None:
+        """The status of the error the client got: the HTTP status, or the code of the stream's error event."""
+        return self.error_code if self.error_code is not None else (self.status if self.status != 200 else None)
+
+
+def stream_error(body: bytes) -> int | None:
+    """The code of an error event in a server-sent-events body (`error: {"code": 500, ...}`, or a `data:`
+    event holding `{"error": {...}}`), if any."""
+    for line in body.splitlines():
+        event: object = None
+        if line.startswith((b"error: ", b"data: {")):
+            try:
+                event = json.loads(line.split(b": ", 1)[1])
+            except ValueError:
+                continue
+        if isinstance(event, dict) and line.startswith(b"data: "):
+            event = event.get("error")
+        if isinstance(event, dict) and isinstance(event.get("code"), int):
+            return int(event["code"])
+    return None
+
+
+async def ask(
+    client: httpx.AsyncClient, url: str, name: str, prompt: str, n_predict: int, hang_up: bool = False
+) -> ClientSaw:
+    """One streamed /completion; `hang_up`: close the connection after the first bytes."""
+    body = {"prompt": prompt, "n_predict": n_predict, "cache_prompt": True, "temperature": 0.0, "stream": True}
+    if hang_up:
+        body["ignore_eos"] = True
+    sent, start = time.time(), time.monotonic()
+    first: float | None = None
+    status, chunks = 0, []
+    try:
+        async with client.stream("POST", url + "/completion", json=body, timeout=120) as response:
+            status = response.status_code
+            async for chunk in response.aiter_bytes():
+                if first is None:
+                    first = time.monotonic() - start
+                if hang_up:
+                    break
+                chunks.append(chunk)
+    except httpx.HTTPError:
+        pass
+    code = stream_error(b"".join(chunks)) if status == 200 else None
+    return ClientSaw(name, sent, status, hang_up, first, time.monotonic() - start, code)
+
+
+async def workload(url: str) -> list[ClientSaw]:
+    """The workload of the module's docstring, in order."""
+    async with httpx.AsyncClient() as client:
+        seen = [await ask(client, url, "warm", text(100, "warm"), 8)]
+        seen.append(await ask(client, url, "too-long", text(1500, "long"), 8))
+        seen.append(await ask(client, url, "hang-up", text(200, "hangup"), 400, hang_up=True))
+        await asyncio.sleep(0.5)  # the server notices the closed stream and releases the slot
+        seen += await asyncio.gather(*(ask(client, url, f"kv-{k}", text(500, f"kv{k}"), 400) for k in "ab"))
+        seen += await asyncio.gather(
+            *(ask(client, url, f"burst-{i}", text(150, f"burst{i}"), 160) for i in range(BURST))
+        )
+    return list(seen)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_argv(build: LlamaBuild, model: Path, port: int, log: Path) -> list[str]:
+    return [
+        str(build.server),
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *FLAGS,
+        "--metrics",
+        "--slots",
+        "--log-prefix",
+        "--log-timestamps",
+        "--log-file",
+        str(log),
+    ]
+
+
+def wait_healthy(proc: subprocess.Popen, url: str, timeout: float = 120) -> None:
+    pause, deadline = threading.Event(), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"llama-server exited ({proc.returncode})")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        pause.wait(0.1)
+    raise TimeoutError(f"llama-server not healthy after {timeout:.0f} s")
+
+
+def record(out: Path, version: str = PINNED) -> list[ClientSaw]:
+    """Run the workload on a fresh llama-server of `version`; its log and client.json into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    build, model, port = ensure_built(version), ensure_model(), free_port()
+    log = out / "server.log"
+    log.unlink(missing_ok=True)
+    argv = server_argv(build, model, port, log)
+    proc = subprocess.Popen(argv, env=build.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(proc, url)
+        seen = asyncio.run(workload(url))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    flags = [Path(a).name if a.startswith("/") else a for a in argv[1:]]
+    (out / "client.json").write_text(
+        json.dumps(
+            {
+                "argv": flags,
+                "requests": [asdict(s) | {"outcome": s.outcome, "error_status": s.error_status} for s in seen],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    return seen
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    version = args[0] if args else PINNED
+    seen = record(REPO_ROOT / "tests" / "fixtures" / "llama" / version / "outcomes", version)
+    for s in seen:
+        print(f"{s.name:10} {s.status} {s.outcome:9} {s.error_status} ttfb {s.ttfb}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
