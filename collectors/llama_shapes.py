@@ -152,8 +152,6 @@ SHAPES: dict[str, tuple[str, ...]] = {
         "parameter_order: '…'",
         "per_call_end: '…'",
         "per_call_start: '…'",
-        'que post: new task, id = <n>, front = <n>',
-        'que post: new task, id = <n>/<n>, front = <n>',
         'que process_new_: processing task, id = <n>',
         'que process_new_: task declined, id = <n>',
         'que process_new_: terminate',
@@ -462,6 +460,16 @@ SHAPES: dict[str, tuple[str, ...]] = {
     ),
     'https://github.com/lmstudio-ai/lmstudio-bug-tracker/issues/2006': (
         'slot update_slots: id <n> | task <n> | cache reuse is not supported - ignoring n_cache_reuse = <n>',
+    ),
+    'https://github.com/gpustack/llama-box/issues/41': (
+        'srv log_server_request: rid <n> | <w> <p> <n>',
+        'srv log_server_response: rid <n> | <w> <p> <n> | status <n> | cost <n>s',
+        'srv main: initializing server',
+        'srv main: starting server',
+    ),
+    'recorded: 0.3.36 router-lv4 (tests/fixtures/llama_levels/0.3.36/router-lv4/server.log)': (
+        'srv load_models: Loaded <n> cached model presets from <p>',
+        'srv load_models: Loaded <n> local model presets from <p>',
     ),
 }
 # fmt: on

@@ -208,6 +208,7 @@ def test_a_recorded_run_is_read_but_for_its_signals_in_the_making(path: Path) ->
 
 NOISE_FLOOR = [
     *sorted(FIXTURES.glob("llama_levels/*/lv*/server.log")),
+    *sorted(FIXTURES.glob("llama_levels/*/router-lv*/server.log")),
     *sorted(FIXTURES.glob("llama/*/default/server.log")),
     *sorted(FIXTURES.glob("llama/*/verbose/server.log")),
 ]
@@ -219,7 +220,8 @@ def noise_floor_rows() -> str:
     for path in NOISE_FLOOR:
         reading = read_log(path, "llama_server", shapes=None)
         version, mode = path.parts[-3], path.parts[-2]
-        flags = {"default": "default (3)", "verbose": "`-v`"}.get(mode, f"`-lv {mode[2:]}`")
+        level = f"`-lv {mode.rsplit('lv', 1)[-1]}`" + (" (router mode)" if mode.startswith("router") else "")
+        flags = {"default": "default (3)", "verbose": "`-v`"}.get(mode, level)
         share = reading.unreadable / reading.lines if reading.lines else 0.0
         shapes = reading.source.shapes.most_common()
         left = ", ".join(f"`{s}` ({n})".replace("|", "\\|") for s, n in shapes) or "none"
@@ -244,6 +246,7 @@ KNOWN_EXACT = sorted(
         if PARSER.parse(line) == Miss.IGNORED
         and shape(PARSER.message_key(line)) in PARSER.noise.exact
         and line.endswith(PARSER.message_key(line))  # the message ends the line (2024's extras follow theirs)
+        and not shape(PARSER.message_key(line)).endswith("{…}")  # a JSON value runs to the line's end
     }
 )
 

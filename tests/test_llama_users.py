@@ -95,6 +95,7 @@ EXPECTED: dict[str, dict[str, int]] = {
     "windows-2025-llama.cpp-14826.log": {"start": 1},
     # the release, with no timings before it in the excerpt, ends the task as 2024's cancel would
     "text-2026-ik_llama.cpp-1346.log": {"start": 1, "checkpoint": 1, "done": 1},
+    "level-2025-llama-box-41.log": {"start": 1, "slots_config": 1},
 }
 BUILDS = {
     "plain-2025-llama.cpp-18546.log": ["b6945-cc98f8d34"],

@@ -1,4 +1,5 @@
-"""Record the pinned llama-server at every verbosity level (`-lv 0` to `-lv 4`, with stamps and level letters)
+"""Record the pinned llama-server at every verbosity level (`-lv 0` to `-lv 4`, with stamps and level letters,
+and router mode at `-lv 4`)
 under the recorder's workload (spyglass/engine/llama/record.py): the logs of tests/fixtures/llama_levels/, on
 which tests/test_llama_noise.py measures the drift alarm's noise floor (the share of a real run's lines that
 count as unreadable, per level; docs/llama-server.md) and from which the noise catalogue takes its shapes.
@@ -30,8 +31,10 @@ def record_levels(name: str = PINNED) -> None:
     out.mkdir(parents=True)
     flags_known = help_text(build)
     logs = {}
-    for level in LEVELS:
-        mode = Mode(f"lv{level}", ("--log-prefix", "--log-timestamps", "-lv", str(level)), log_file=True)
+    stamped = ("--log-prefix", "--log-timestamps")
+    modes = [Mode(f"lv{level}", (*stamped, "-lv", str(level)), log_file=True) for level in LEVELS]
+    modes.append(Mode("router-lv4", (*stamped, "-lv", "4"), log_file=True, router=True))  # the router's and a child's
+    for mode in modes:
         print(f"recording {name} {mode.name}", file=sys.stderr)
         logs[mode.name] = record_mode(build, row, mode, model, out, flags_known)
         for body in ("metrics.txt", "slots.json", "slots-busy.json", "props.json"):
