@@ -58,6 +58,11 @@ class SourceOptions(BaseModel):
         """The instances these options name: its `instance` (a kind whose options name more adds them)."""
         return {self.instance} if self.instance else set()
 
+    def request_id_zone(self) -> str | None:
+        """The zone of the time inside the request ids this source's events carry (None: it makes none), so
+        `timeline --request ID` looks where the request's events lie."""
+        return None
+
     def complete(self, others: list[SourceOptions]) -> None:
         """Fill in, once every source of the config is valid, what this one takes from the others (the
         config's other sources' options); nothing unless the kind says."""

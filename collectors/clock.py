@@ -8,13 +8,17 @@ force before the jump.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from datetime import UTC, datetime, timezone
+from pathlib import Path
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
 UTC = UTC
-# The zone of the seeds, the request ids and the stack's own local logs; the one place it is named.
+# The zone of the seeds, the Strata stack's request ids and its own local logs (a source's zone, not the display
+# zone: that is [agent] display_tz, display_zone()); the one place it is named.
 BEIJING_ZONE_NAME = "Asia/Shanghai"
 BEIJING = ZoneInfo(BEIJING_ZONE_NAME)
 
@@ -108,12 +112,57 @@ class ZonedParser:
         return local_to_epoch(wall, self.tz)
 
 
-def format_both(ts: float) -> str:
-    """'2026-10-19 04:49:00Z (12:49:00 Beijing)': storage is UTC, analysts read Beijing time."""
+def host_zone() -> str:
+    """The host's IANA zone: $TZ, else the zone /etc/localtime links to, else /etc/timezone, else UTC."""
+    name = os.environ.get("TZ", "").lstrip(":")
+    if not name:
+        with contextlib.suppress(OSError):
+            link = os.readlink("/etc/localtime")
+            name = link.split("zoneinfo/", 1)[1] if "zoneinfo/" in link else ""
+    if not name:
+        with contextlib.suppress(OSError):
+            name = Path("/etc/timezone").read_text().strip()
+    try:
+        zone(name or "UTC")
+    except ValueError:
+        return "UTC"
+    return name or "UTC"
+
+
+_DISPLAY: list[str] = []  # the process's display zone ([agent] display_tz), set once its config is loaded
+
+
+def set_display_zone(name: str) -> None:
+    """The zone every second clock is shown in (`[agent] display_tz`): set where a config file is loaded."""
+    zone(name)
+    _DISPLAY[:] = [name]
+
+
+def display_zone() -> str:
+    """`[agent] display_tz` of the loaded config, else the host's zone."""
+    return _DISPLAY[0] if _DISPLAY else host_zone()
+
+
+def zone_label(name: str, when: datetime | None = None) -> str:
+    """A short name of the zone for a column or a clock: UTC, or its abbreviation then (CST, CET)."""
+    if name.upper() in ("UTC", "Z", "ETC/UTC"):
+        return "UTC"
+    return (when or datetime.now(UTC)).astimezone(zone(name)).strftime("%Z") or name
+
+
+def offset_note(name: str, when: datetime | None = None) -> str:
+    """`Asia/Shanghai is UTC+08:00`: what a column of the display zone left out of a table was."""
+    offset = (when or datetime.now(UTC)).astimezone(zone(name)).strftime("%z")
+    return f"{name} is UTC{offset[:3]}:{offset[3:]}" if offset else f"{name} is UTC"
+
+
+def format_both(ts: float, tz: str | None = None) -> str:
+    """'2026-10-19 04:49:00Z (12:49:00 Asia/Shanghai)': storage is UTC, analysts also read the display zone."""
+    name = tz or display_zone()
     utc = datetime.fromtimestamp(ts, tz=UTC)
-    bj = utc.astimezone(BEIJING)
-    day = "" if bj.date() == utc.date() else bj.strftime("%m-%d ")
-    return f"{utc:%Y-%m-%d %H:%M:%S}Z ({day}{bj:%H:%M:%S} Beijing)"
+    local = utc.astimezone(zone(name))
+    day = "" if local.date() == utc.date() else local.strftime("%m-%d ")
+    return f"{utc:%Y-%m-%d %H:%M:%S}Z ({day}{local:%H:%M:%S} {name})"
 
 
 def to_iso(ts: float) -> str:
@@ -128,6 +177,11 @@ __all__ = [
     "zone",
     "local_to_epoch",
     "format_both",
+    "host_zone",
+    "display_zone",
+    "set_display_zone",
+    "zone_label",
+    "offset_note",
     "to_iso",
     "UTC",
     "BEIJING",

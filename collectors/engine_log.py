@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from spyglass.collectors import LineSourceBase, SourceOptions, preset_source, register, register_preset
+from spyglass.collectors.clock import BEIJING_ZONE_NAME
 from spyglass.collectors.dated_log import DatedLogParser
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import ERROR_KIND, declare, from_patterns, merge
@@ -210,6 +211,11 @@ class EngineLogOptions(SourceOptions):
     def _registered(cls, preset: str) -> str:
         preset_source("engine_log", preset)  # ValueError naming the presets
         return preset
+
+    def request_id_zone(self) -> str | None:
+        """llama-server's task ids are its tasks' UTC times (collectors/llama_process.request_id); Strata's log
+        carries the Strata stack's ids (engine/instrument.py), in Beijing time."""
+        return "UTC" if self.preset == "llama_server" else BEIJING_ZONE_NAME
 
     def idle_lines(self) -> str | None:
         """What the engine writes while idle and up, if anything (its preset's `idle_lines`): its log's silence

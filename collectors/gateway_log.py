@@ -93,6 +93,10 @@ class GatewayLogOptions(SourceOptions):
     kind: Literal["gateway_log"] = "gateway_log"
     tz: str = "UTC"
     request_id_tz: str = Field(BEIJING_ZONE_NAME, description="Zone of the time inside request ids.")
+
+    def request_id_zone(self) -> str | None:
+        return self.request_id_tz
+
     patterns: dict[str, str | PatternOverride] = Field(
         default_factory=dict, description="Per-kind message regex overrides."
     )

@@ -58,6 +58,10 @@ CONTROL_LITERALS = [
 class InferStoreOptions(PolledOptions):
     kind: Literal["infer_store"] = "infer_store"
     tz: str = BEIJING_ZONE_NAME
+
+    def request_id_zone(self) -> str | None:
+        return self.tz
+
     segments: Path | None = Field(
         None, description="Folder of YYYYMMDD/seg-*.jsonl.gz; default infer-segs beside path."
     )

@@ -112,10 +112,7 @@ UNSHOWN: dict[str, str] = {
     "spyglass_llama_poll_errors_total": LLAMA_OWN,
     "spyglass_llama_prompt_processing_seconds_total": LLAMA_OWN,
     "spyglass_llama_prompt_tokens_total": LLAMA_OWN,
-    "spyglass_llama_ready": LLAMA_OWN,
-    "spyglass_llama_requests_deferred": LLAMA_OWN,
     "spyglass_llama_restarts_total": LLAMA_OWN,
-    "spyglass_llama_up": LLAMA_OWN,
 }
 
 

@@ -46,7 +46,13 @@ TITLE = "Spyglass / Wall"
 INSTANCE_COLORS = ("#5794f2", "#b877d9", "#fade2a", "#8ab8ff", "#ff9ede", "#96d98d")
 SEVERITY_COLORS = {"critical": ("CRITICAL", RED), "warning": ("WARNING", ORANGE), "info": ("INFO", BLUE)}
 # Process state per program: only FATAL is red (ProgramFatal pages at once); the rest say their state.
-PROCESS_STATES = {"0": ("RUNNING", GREEN), "1": ("STARTING", GREY), "2": ("STOPPED", GREY), "3": ("FATAL", RED)}
+PROCESS_STATES = {
+    "0": ("RUNNING", GREEN),
+    "1": ("STARTING", GREY),
+    "2": ("STOPPED", GREY),
+    "3": ("FATAL", RED),
+    "4": ("NO ANSWER", ORANGE),  # a llama-server without supervisord: its /health did not answer (SpyglassSourceDown)
+}
 # Source state per source, from the alerts about it: both are warnings.
 SOURCE_STATES = {"0": ("OK", GREEN), "1": ("SILENT", ORANGE), "2": ("DOWN", ORANGE)}
 LIST_COLUMNS = {
@@ -164,6 +170,18 @@ def _errors(series: str) -> str:
     return f"({failed} or {every} * 0)\n/ ({every} > 0)"
 
 
+def _failed_share() -> str:
+    """The serve's 4xx/5xx share (Strata); an instance without a serve (llama-server): its requests ended in error."""
+    outcomes = "spyglass_engine_request_outcomes_total"
+    every = rate(outcomes, "instance")
+    failed = rate(outcomes, "instance", outcome="error")
+    return f"{_errors('spyglass_serve_requests_total')}\nor\n({failed} or {every} * 0)\n/ ({every} > 0)"
+
+
+# What an indicator shows where the engine does not report it, instead of "No data".
+UNLOGGED = {"Cache use of its budget": "not logged"}  # llama-server writes its cache's size at -lv 4 only
+
+
 def first_look(d: Deployment) -> list:
     used = f"max by (host, instance) ({s('spyglass_engine_cache_used_bytes')})"
     budget = f"max by (host, instance) ({s('spyglass_engine_cache_budget_bytes')})"
@@ -189,14 +207,17 @@ def first_look(d: Deployment) -> list:
         (
             "Waiting requests",
             "none",
-            f"max by (host, instance) ({s('spyglass_engine_prefill_queue_depth')})",
-            "Requests in the global serial prefill queue.",
+            f"max by (host, instance) ({s('spyglass_engine_prefill_queue_depth')})\n"
+            f"or max by (host, instance) ({s('spyglass_llama_requests_deferred')})",
+            "Requests waiting: Strata's global serial prefill queue; llama-server's requests deferred for a free"
+            " slot (llamacpp:requests_deferred).",
         ),
         (
             "Error share",
             "percentunit",
-            _errors("spyglass_serve_requests_total"),
-            "Share of the serve's answers with a 4xx or 5xx status.",
+            _failed_share(),
+            "Share of the serve's answers with a 4xx or 5xx status; where no serve answers (llama-server), of the"
+            " requests that ended in error.",
         ),
         (
             "Cache use of its budget",
@@ -216,6 +237,7 @@ def first_look(d: Deployment) -> list:
             graph_mode=BigValueGraphMode.AREA,
             text_mode=BigValueTextMode.VALUE_AND_NAME,
             description=description + " An indicator, not an alert: never coloured.",
+            no_value=UNLOGGED.get(title, ""),
         )
         for title, unit, expr, description in indicators
     ]
@@ -281,14 +303,21 @@ def cache_panels(d: Deployment, instance: str, width: int) -> list:
 
 
 def process_state() -> str:
-    """Per program 0 running, 1 starting/backoff/stopping, 2 exited/stopped, 3 FATAL."""
+    """Per program 0 running, 1 starting/backoff/stopping, 2 exited/stopped, 3 FATAL, from supervisord; a
+    llama-server no supervisord runs (systemd's) from its poller: 0 ready, 1 loading, 4 no answer from /health."""
     state = "spyglass_supervisord_process_state"
+    llama = (
+        f"label_replace(max by (host, instance) (1 - {s('spyglass_llama_ready')})\n"
+        f"    or max by (host, instance) ({s('spyglass_llama_up')} == 0) * 0 + 4,"
+        ' "program", "$1", "instance", "(.*)")'
+    )
     return (
         "max by (host, program) (\n"
         f"  ({s(state, state='RUNNING')} == 1) * 0\n"
         f"  or ({s(state, state=match('STARTING|BACKOFF|STOPPING'))} == 1) * 1\n"
         f"  or ({s(state, state=match('EXITED|STOPPED|UNKNOWN'))} == 1) * 2\n"
-        f"  or ({s(state, state='FATAL')} == 1) * 3\n)"
+        f"  or ({s(state, state='FATAL')} == 1) * 3\n)\n"
+        f"or on (host, program) {llama}"
     )
 
 

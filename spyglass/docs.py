@@ -87,7 +87,9 @@ def _model_rows(model: type[BaseModel], prefix: str) -> list[str]:
             rows += _model_rows(annotation, f"{prefix}{name}.")
             continue
         if field.default_factory is not None:
-            default = "(computed)" if name == "host" else repr(field.get_default(call_default_factory=True))
+            default = (
+                "(computed)" if name in ("host", "display_tz") else repr(field.get_default(call_default_factory=True))
+            )
         elif field.default is PydanticUndefined:
             default = "required"
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,12 @@ def kill_at_random_until_done(
         if after_kill is not None:
             after_kill()
     raise AssertionError(f"{command[3:]} never finished within 100 runs")
+
+
+@pytest.fixture(autouse=True)
+def _display_zone_of_its_own() -> Iterator[None]:
+    """Each test starts with no display zone loaded (a config it loads sets the process's: collectors.clock)."""
+    from spyglass.collectors import clock
+
+    yield
+    clock._DISPLAY.clear()

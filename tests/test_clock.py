@@ -8,7 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spyglass.collectors.clock import ManualClock, ZonedParser, format_both, local_to_epoch, zone
+from spyglass.collectors.clock import (
+    ManualClock,
+    ZonedParser,
+    display_zone,
+    format_both,
+    host_zone,
+    local_to_epoch,
+    zone,
+)
+from spyglass.config import ConfigError, load_config
 
 
 def utc(stamp: bytes, tz: str) -> str:
@@ -44,9 +53,21 @@ def test_malformed_stamp_raises_value_error():
 
 def test_both_zones_for_humans():
     ts = ZonedParser("UTC").seconds(b"2026-10-19 04:49:00")
-    assert format_both(ts) == "2026-10-19 04:49:00Z (12:49:00 Beijing)"
+    assert format_both(ts, "Asia/Shanghai") == "2026-10-19 04:49:00Z (12:49:00 Asia/Shanghai)"
     late = ZonedParser("UTC").seconds(b"2026-10-19 17:33:10")
-    assert format_both(late) == "2026-10-19 17:33:10Z (10-20 01:33:10 Beijing)"
+    assert format_both(late, "Asia/Shanghai") == "2026-10-19 17:33:10Z (10-20 01:33:10 Asia/Shanghai)"
+    assert format_both(late, "America/New_York") == "2026-10-19 17:33:10Z (13:33:10 America/New_York)"
+
+
+def test_the_display_zone_is_the_configs_else_the_hosts(monkeypatch, tmp_path):
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    assert host_zone() == "Europe/Berlin" and display_zone() == "Europe/Berlin"
+    config = tmp_path / "spyglass.toml"
+    config.write_text('[agent]\ndisplay_tz = "Asia/Shanghai"\n')
+    assert load_config(config).agent.display_tz == "Asia/Shanghai" and display_zone() == "Asia/Shanghai"
+    config.write_text('[agent]\ndisplay_tz = "Mars/Olympus"\n')
+    with pytest.raises(ConfigError, match="agent.display_tz"):
+        load_config(config)
 
 
 def test_manual_clock_moves_only_when_told():

@@ -98,8 +98,8 @@ def test_the_notifications_window_gives_the_figures_and_trace_links_that_answer(
     shown = visible(page.text)
     assert "with_literals_thinking_only 16" in shown and "with_literals_requests 58" in shown
     assert "16 of 58 with literals thinking-only" in shown and "0 of 295 without literals" in shown
-    assert "notification fired 2026-10-17 14:00:00 UTC (2026-10-17 22:00:00 BJT), resolved" in shown
-    assert "window (Beijing)" in shown and "summary Lane fast answers with reasoning only." in shown
+    assert "notification fired 2026-10-17 14:00:00 UTC (2026-10-17 22:00:00 CST), resolved" in shown
+    assert "window (Asia/Shanghai)" in shown and "summary Lane fast answers with reasoning only." in shown
     links = re.findall(r'href="(/trace/[^"]+)"', page.text)
     assert links, "no trace link"
     trace = httpx.get(base + links[0], timeout=60)

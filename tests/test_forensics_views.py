@@ -132,28 +132,28 @@ def test_spans_alerts_and_snapshots_are_typed(replay):
         with session(replay) as con:
             return con.execute(Query(sql, Window().params()).text(replay)).fetchone()
 
-    assert one("SELECT request_id, service, span_kind, duration_ms, ts_beijing FROM spans") == (
+    assert one("SELECT request_id, service, span_kind, duration_ms, ts_local FROM spans") == (
         "20261019-124900-7aa82c",
         "rag-proxy",
         "SERVER",
         15520.0,
         datetime(2026, 10, 19, 12, 49),
     )
-    assert one("SELECT alertname, severity, instance, starts_beijing, ends_utc FROM alerts ORDER BY ts_utc") == (
+    assert one("SELECT alertname, severity, instance, starts_local, ends_utc FROM alerts ORDER BY ts_utc") == (
         "SpyglassEvictionStorm",
         "critical",
         "strata-b",
         datetime(2026, 10, 7, 15, 40),
         None,
     )
-    assert one("SELECT starts_utc, ends_utc, ends_beijing FROM alerts WHERE alertname = 'SpyglassCrashLoop'") == (
+    assert one("SELECT starts_utc, ends_utc, ends_local FROM alerts WHERE alertname = 'SpyglassCrashLoop'") == (
         datetime(2026, 10, 19, 4, 40, tzinfo=UTC),
         datetime(2026, 10, 19, 4, 45, 30, tzinfo=UTC),
         datetime(2026, 10, 19, 12, 45, 30),
     )  # the webhook stores epoch seconds: both cast (issue 21 item 12)
     assert one(
         "SELECT instance, passed, reason, samples, ttft_ms_median, ttft_ms_max, outcomes->1->>'problem',"
-        " ts_beijing FROM smoke_gates"
+        " ts_local FROM smoke_gates"
     ) == ("strata-b", False, "sample s1: HTTP 503", 2, 24.0, 40.0, "HTTP 503", datetime(2026, 10, 19, 12, 49))
     assert one(
         "SELECT count(*) FILTER (WHERE has_escape_fix), max(escape_literals), count(*) FILTER"
@@ -170,7 +170,7 @@ def test_every_report_runs_and_says_which_incident_it_reproduces(replay):
 
 def test_views_do_not_depend_on_the_session_time_zone(replay):
     text = Query(
-        "SELECT request_id, ts_utc, ts_beijing, dur_ms_engine FROM requests ORDER BY request_id",
+        "SELECT request_id, ts_utc, ts_local, dur_ms_engine FROM requests ORDER BY request_id",
         window("2026-10-19 03:45", "2026-10-19 06:20").params(),
     ).text(replay)
     with session(replay, "UTC") as utc, session(replay, "America/New_York") as other:

@@ -19,7 +19,7 @@ def utc(e: Event) -> str:
     return datetime.fromtimestamp(e.ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def test_switch_log_is_beijing_time_and_names_its_instance():
+def test_switch_log_is_local_time_and_names_its_instance():
     source = SwitchLogSource("switch", SwitchLogOptions(path="x", instances=["strata-a", "strata-b"]))
     events, _, _ = source.handle_lines((FIXTURES / "switch_log" / "switch-engine.log").read_bytes().splitlines())
     assert [(e.kind, e.instance, utc(e)) for e in events] == [

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from html import unescape
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from spyglass.forensics.diagnose import diagnose, fields_of, finding_of, instant
 from spyglass.forensics.evidence import build
 from spyglass.forensics.evidence_page import html, text
 from spyglass.forensics.run import Query, Window, query
+from spyglass.forensics.times import request_id_zones, request_window
 
 # Strata's engine flags and its heartbeat, and the Strata stack's gateway: never on a llama-server page.
 STRATA = (
@@ -145,3 +146,21 @@ def test_diagnose_and_every_evidence_page_of_a_real_llama_log(llama_store: Path)
             a.name,
             [line for line in shown.splitlines() if "?" in line],
         )
+
+
+def test_timeline_and_trace_find_a_llama_request_by_its_utc_id(llama_store: Path) -> None:
+    """Issue 37, item 6: a llama request id holds its task's UTC time; `timeline --request ID --since 30m` and
+    `trace ID` find it (read as Beijing time, its window ended 8 hours before it began)."""
+    config = load_config(llama_store)
+    assert request_id_zones(config) == {"UTC"}
+    _, rows = query(
+        config, Query("SELECT request_id FROM engine_requests WHERE request_id IS NOT NULL", Window().params())
+    )
+    request = rows[0][0]
+    utc_arrival = datetime.strptime(request[:15], "%Y%m%d-%H%M%S").replace(tzinfo=UTC)
+    assert request_window(request, {"UTC"}).start == utc_arrival - timedelta(minutes=1)
+    runner = CliRunner()
+    found = runner.invoke(app, ["timeline", "--config", str(llama_store), "--request", request, "--since", "30m"])
+    assert found.exit_code == 0 and f"req={request}" in found.output, found.output[-800:]
+    traced = runner.invoke(app, ["trace", "--config", str(llama_store), request])
+    assert traced.exit_code == 0 and request in traced.output, traced.output[-800:]

@@ -19,7 +19,7 @@ def definitions_of_the_zone(root: Path) -> list[str]:
     ]
 
 
-def test_the_beijing_zone_is_named_once():
+def test_the_local_zone_is_named_once():
     assert definitions_of_the_zone(ROOT) == ["collectors/clock.py"]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+from spyglass.collectors.clock import set_display_zone
 from spyglass.forensics.output import emit
 
 LINE = "[load] model=/models/[blue]x[/blue] [bold red]ok"
@@ -29,7 +30,7 @@ def test_to_a_pipe_a_wide_table_prints_whole_rows(monkeypatch):
     rows = [
         {
             "ts_utc": "2026-10-19T04:49:00.000Z",
-            "ts_beijing": "2026-10-19T12:49:00.000+08:00",
+            "ts_local": "2026-10-19T12:49:00.000+08:00",
             "instance": "strata-b",
             "kind": "evict",
             "detail": f"conv={n:016x} bytes=3541434456 reason=budget evictions={n}" * 3,
@@ -135,11 +136,12 @@ def test_at_100_columns_a_table_keeps_its_keys_and_gives_way_in_its_labels(monke
 
 def test_the_second_clock_moves_to_a_header_line_before_anything_wraps(monkeypatch):
     monkeypatch.setenv("COLUMNS", "70")
+    set_display_zone("Asia/Shanghai")
     rows = [
         {
             "request_id": f"20261203-17411{n}-0e0d7{n}",
             "ts_utc": f"2026-12-0{n + 1}T09:41:15.000Z",
-            "ts_beijing": f"2026-12-0{n + 1}T17:41:15.000+08:00",
+            "ts_local": f"2026-12-0{n + 1}T17:41:15.000+08:00",
             "session": "auto:15eb3770f7f979bf",
             "tokens": 154_796,
         }
@@ -148,7 +150,7 @@ def test_the_second_clock_moves_to_a_header_line_before_anything_wraps(monkeypat
     out = io.StringIO()
     emit(rows, "table", out=out)
     text = out.getvalue()
-    assert "ts_beijing left out: Beijing time is UTC+8" in text and "17:41:15" not in text
+    assert "ts_local left out: Asia/Shanghai is UTC+08:00" in text and "17:41:15" not in text
     assert all(r["request_id"] in text for r in rows) and "154,796" in text and "…" not in text
 
 

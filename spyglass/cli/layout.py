@@ -1,7 +1,7 @@
 """One table layout for every command: which columns a person acts on, and what gives way first.
 
 A column is a key (an alert, an instance, a request or trace id, a UTC time, a figure: what a user
-copies into the next command or quotes), the second clock (Beijing time, beside UTC), a label (a
+copies into the next command or quotes), the second clock (the display zone's time, beside UTC), a label (a
 set of labels, a session: context), or text (a summary, fields). A table wider than the terminal
 gives way in this order, and a key is never cut:
   1. the second clock and columns that hold one value in every row move to a header line;
@@ -17,12 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spyglass.collectors.clock import display_zone, offset_note
+
 KEY_NAME = re.compile(
     r"(^|_)(alert|alertname|instance|request_id|trace_id|id|severity|program|deploy|utc"
     r"|fired|resolved|since|status|exit_status|pid|port)$|^(at|when|where|figure|value|n|count)$"
 )
 LABEL_NAME = re.compile(r"(^|_)(labels|session|tags|missing|heuristic)$")
-SECOND_CLOCK = re.compile(r"(^|_)beijing$")
+SECOND_CLOCK = re.compile(r"(^|_)local$")
 WRAP_FLOOR = 8  # the narrowest a wrapped column gets, in cells
 BORDER = 3  # a column's padding and rule
 
@@ -34,8 +36,8 @@ class Column:
 
 
 def role(name: str, values: Sequence[Any], names: Sequence[str] = ()) -> str:
-    """What a column is to its reader: `key` (never cut), `clock` (Beijing time beside its UTC column in `names`),
-    `label` or `text`. A Beijing column with no UTC beside it (a report's `day_beijing`) is a key."""
+    """What a column is to its reader: `key` (never cut), `clock` (the display zone's time beside its UTC column in `names`),
+    `label` or `text`. A display-zone column with no UTC beside it (a report's `day_local`) is a key."""
     if SECOND_CLOCK.search(name):
         return "clock" if SECOND_CLOCK.sub(lambda m: f"{m[1]}utc", name) in names else "key"
     if KEY_NAME.search(name):
@@ -109,7 +111,7 @@ def plan(
         if c.role == "key" and date:
             undated[c.name] = date
         if c.role == "clock":
-            header.append(f"{c.name} left out: Beijing time is UTC+8")
+            header.append(f"{c.name} left out: {offset_note(display_zone())}")
         elif c.role != "key" and len(texts) > 1 and values == {""}:
             empty.append(c.name)
         elif c.role != "key" and len(texts) > 1 and len(values) == 1:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from spyglass import collectors, serving
+from spyglass.collectors.clock import host_zone, zone
 
 if TYPE_CHECKING:  # spyglass.agent.query imports httpx: not for every config load
     from spyglass.agent.query import Limits
@@ -30,6 +31,11 @@ class Strict(BaseModel):
 class AgentConfig(Strict):
     host: str = Field(default_factory=socket.gethostname, description="Host name stamped on events.")
     state_dir: Path = Field(Path("~/.local/state/spyglass"), description="Checkpoints and the store live here.")
+    display_tz: str = Field(
+        default_factory=host_zone,
+        description="IANA zone of the second clock every table, page and chart shows beside UTC (the `_local`"
+        " columns of the forensic views); default: the host's zone ($TZ, /etc/localtime).",
+    )
     poll_interval_seconds: float = Field(0.25, gt=0, le=60, description="Polling pass period; inotify only hints.")
     grace_seconds: float = Field(5.0, ge=0, description="How long a rotated file is still read after its last growth.")
     max_line_bytes: int = Field(1 << 20, ge=256, description="Longer lines are truncated to this and counted.")
@@ -92,6 +98,12 @@ class AgentConfig(Strict):
         description="Niceness the agent adds to its own at start (0: none);"
         " with `cpus`, how little it weighs against whatever else shares them.",
     )
+
+    @field_validator("display_tz")
+    @classmethod
+    def _display_zone(cls, value: str) -> str:
+        zone(value)  # ValueError names the zone
+        return value
 
     @field_validator("cpus")
     @classmethod

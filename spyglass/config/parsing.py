@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 
 from spyglass import collectors
-from spyglass.collectors.clock import zone
+from spyglass.collectors.clock import set_display_zone, zone
 from spyglass.config.models import Config
 
 
@@ -182,4 +182,6 @@ def load_config(path: Path) -> Config:
         raise ConfigError(f"{path}: no such file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return parse_config(data, str(path))
+    config = parse_config(data, str(path))
+    set_display_zone(config.agent.display_tz)  # the process's second clock, for every table and page it shows
+    return config

@@ -1,7 +1,7 @@
 """Time-series charts as inline SVG, for the report page: pure functions, no I/O, no network.
 
 A chart guarantees: every series drawn on one time axis over [start, end], ticks labelled in UTC
-and Beijing time, markers (restarts, deploys) as labelled vertical lines, findings as shaded spans.
+and the display zone's time, markers (restarts, deploys) as labelled vertical lines, findings as shaded spans.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from html import escape
 
-from spyglass.collectors.clock import BEIJING
+from spyglass.collectors.clock import display_zone, zone, zone_label
 
 WIDTH, HEIGHT = 1240, 250
 LEFT, RIGHT, TOP, BOTTOM = 84, 44, 34, 56
@@ -133,13 +133,13 @@ def svg(chart: Chart, start: datetime, end: datetime) -> str:
         math.ceil(start.timestamp() / every.total_seconds()) * every.total_seconds(), start.tzinfo
     )
     while t <= end:
-        local = t.astimezone(BEIJING)
+        local = t.astimezone(zone(display_zone()))
         fmt = "%H:%M" if every < timedelta(days=1) else "%m-%d"
         out.append(
             f'<line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{TOP}" y2="{TOP + plot_h}" stroke="#f3f3f3"/>'
             f'<text x="{x(t):.1f}" y="{TOP + plot_h + 16}" text-anchor="middle" class="tick">'
             f'{t:{fmt}} UTC</text><text x="{x(t):.1f}" y="{TOP + plot_h + 30}" text-anchor="middle"'
-            f' class="tick bj">{local:{fmt}} BJT</text>'
+            f' class="tick bj">{local:{fmt}} {zone_label(display_zone(), t)}</text>'
         )
         t += every
     legend_x = LEFT + 8.5 * len(chart.title) + 24

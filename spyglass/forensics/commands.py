@@ -147,12 +147,12 @@ def timeline(
     fmt: Format = "table",
     parquet: Parquet = None,
 ) -> None:
-    """Every source's events of a window (default: everything stored) in time order, UTC and Beijing time,
+    """Every source's events of a window (default: everything stored) in time order, UTC and the display zone,
     one line an event (fields as key=value, cut to the terminal's width; whole to a pipe)."""
     from spyglass.forensics import output
     from spyglass.forensics.run import Window
     from spyglass.forensics.timeline import Filters, change_rows, merged, starts_query, timeline_query
-    from spyglass.forensics.times import request_window
+    from spyglass.forensics.times import request_id_zones, request_window
 
     check_format(fmt)
     cfg = load(config)
@@ -160,7 +160,7 @@ def timeline(
     w = the_window(start, end, tz, since)
     if request:
         try:
-            around = request_window(request)
+            around = request_window(request, request_id_zones(cfg))
         except ValueError as exc:
             raise fail(str(exc), 2) from None
         w = Window(w.start or around.start, w.end or around.end)

@@ -38,9 +38,11 @@ How they run:
 - **In a window.** Every view reads the events of the window [`$from`, `$to`) widened by `{PAD}` on each
   side (so a request that began just before `--from` still joins its lines) and returns the rows whose
   `ts_utc` is in the window. Without `--from`/`--to` the window is everything stored.
-- **Both clocks.** Every timestamp is a pair: `X_utc` (TIMESTAMPTZ, UTC) and `X_beijing` (the naive
-  Asia/Shanghai wall time the seeds are written in). Nothing depends on the session's TimeZone, which
-  every session pins to UTC anyway; command output writes `Z` and `+08:00`.
+- **Both clocks.** Every timestamp is a pair: `X_utc` (TIMESTAMPTZ, UTC) and `X_local` (the naive
+  wall time in the display zone, `[agent] display_tz`: the host's zone unless the config names one;
+  examples/strata.toml names Asia/Shanghai, the zone the seeds are written in). Nothing depends on the
+  session's TimeZone, which every session pins to UTC anyway; command output writes `Z` and the zone's
+  offset (`+08:00`).
 - **Who counted it.** Token counts are named by the layer that counted them (`tokens_gateway_estimate`,
   `tokens_precheck`, `tokens_engine`, ...); the engine's count is the authority (`tokens`,
   `tokens_counted_by`).
@@ -49,19 +51,19 @@ How they run:
 
 | command | what |
 |---|---|
-| `spyglass timeline --config F [--from T] [--to T \\| --since D] [--source S] [--instance I] [--kind K] [--exclude-kind K] [--contains TEXT] [--request ID] [--tz Z] [--format table\\|json\\|csv]` | every event of the window (default: everything stored), all sources merged in time order, UTC and Beijing, and a `build_changed` / `model_changed` row at each start whose build or model differs from the instance's start before (fields: the deploy number, each changed key's before and after); `--request` alone takes the window from the id and adds the cache lines of the request's conversation. `--exclude-kind` leaves kinds out (`--exclude-kind span`); `--contains` keeps the events whose source, instance, kind, request id or fields hold the text (case-sensitive, like LogQL's `\\|=`; repeated, all must). A table is one line an event, `req=ID` and the fields as `key=value` (a span's `start` and `end` as times), under a header that says how many it shows of how many (`the first 1,000 of 11,894 events`); wider than the terminal, Beijing time (and a date all rows share) moves to the header and the fields wrap under themselves, a `key=value` never cut (a request id copies whole into `trace`) |
+| `spyglass timeline --config F [--from T] [--to T \\| --since D] [--source S] [--instance I] [--kind K] [--exclude-kind K] [--contains TEXT] [--request ID] [--tz Z] [--format table\\|json\\|csv]` | every event of the window (default: everything stored), all sources merged in time order, UTC and the display zone (`[agent] display_tz`), and a `build_changed` / `model_changed` row at each start whose build or model differs from the instance's start before (fields: the deploy number, each changed key's before and after); `--request` alone takes the window from the id and adds the cache lines of the request's conversation. `--exclude-kind` leaves kinds out (`--exclude-kind span`); `--contains` keeps the events whose source, instance, kind, request id or fields hold the text (case-sensitive, like LogQL's `\\|=`; repeated, all must). A table is one line an event, `req=ID` and the fields as `key=value` (a span's `start` and `end` as times), under a header that says how many it shows of how many (`the first 1,000 of 11,894 events`); wider than the terminal, the display zone's time (and a date all rows share) moves to the header and the fields wrap under themselves, a `key=value` never cut (a request id copies whole into `trace`) |
 | `spyglass requests --config F [--from T --to T \\| --since D] [--slowest N] [--status 4xx] [--session S] [--lane L] [--instance I] [--mode M] [--finish F] [--limit N]` | request ids (for `spyglass trace ID` and `timeline --request ID`) with their status, tokens and timings; at most `--limit` (200), and a `... N more requests match` line on stderr when more do |
 | `spyglass report NAME --config F [--from T --to T \\| --since D] [--request ID] [--sql] [--limit N]` | a canned report (below); `--sql` prints the query it runs; at most `--limit` rows (200; the `--html` page has them all), and a `... N more rows match` line on stderr |
 | `spyglass views "SELECT ... FROM requests" --config F [--from T --to T \\| --since D]`, or `spyglass views -c F ... - <<'SQL'` (the query on stdin) | any SELECT over the views; without a query, lists them. A query that starts with a `--` comment goes on stdin (as `diagnose` prints its evidence: pasted whole, it runs) |
 | `spyglass diagnose --config F [--from T] [--to T \\| --since D] [--json] [--html FILE]` | every heuristic's SQL check over the window (an open end: the first or last stored event, so by default everything stored) (below): findings with severity, where, when, summary, figures, the evidence query, the usual wrong guess, the check and the knobs; exit 0 none, 1 warnings, 2 critical, decided by the findings whatever the printing does (a broken pipe or a full disk is said on stderr) |
 | `spyglass evidence ALERTNAME --config F [--label K=V ...] [--at T [--from T]] [--html FILE]` | an alert's evidence page as text: its heuristic's figures (diagnose's numbers), the comparison its runbook names, the requests behind them, what could not be checked; the window of its latest notification, or the one ending at `--at` (docs/alerting.md); the agent serves the same page at the rules' `evidence_url` |
-| `spyglass report NAME ... --html FILE`, `spyglass diagnose ... --html FILE` | also write one self-contained HTML page: the findings or the report's table, and charts of TTFT, evictions and parked bytes against the budget, restarts and deploys as markers, UTC and Beijing |
+| `spyglass report NAME ... --html FILE`, `spyglass diagnose ... --html FILE` | also write one self-contained HTML page: the findings or the report's table, and charts of TTFT, evictions and parked bytes against the budget, restarts and deploys as markers, UTC and the display zone |
 
 Every command that takes a window reads times in one grammar (`spyglass/cli/timeinput.py`; `backfill` and
 `backtest` too): RFC 3339 (`2026-10-19T04:49:00.120Z`, `2026-10-19 12:49+08:00`, `2026-10-19 04:49`,
 `2026-10-19`), epoch seconds (`1792385340`), or relative to now (`now`, `now-1h`, `now-90m`); `--since 15m`
 is the window from 15 minutes ago to now (`--since` also takes a time). Times without a zone are UTC
-(`--tz Asia/Shanghai` reads them as Beijing time). Without `--from`/`--to`/`--since` the window is
+(`--tz Asia/Shanghai` reads them as Beijing time); `--request ID` reads the id's time in the zone of the sources that make ids (llama-server's: UTC; the Strata gateway's: its `request_id_tz`). Without `--from`/`--to`/`--since` the window is
 everything stored. `--from` after `--to`, or `--from` with `--since`, is a usage
 error (exit 2); a window with nothing in it is said on stderr, with whether any event is stored there at
 all (exit 1). `--format json` writes one object a line with `fields` nested.
@@ -70,7 +72,7 @@ Exit status, every forensic command: 0 with rows; 1 when there is nothing to sho
 window; `crashes` with no crash, failed start or latency avalanche in it; `changes` with no engine start
 stored; an empty `diagnose` says `nothing to diagnose` once); 2 for a usage error; `diagnose` 0/1/2 by its
 findings (below). A table wider than the terminal keeps the columns a user acts on whole (alert, instance,
-request and trace ids, UTC times, figures): Beijing time beside UTC, a date every row shares and columns
+request and trace ids, UTC times, figures): the display zone's time beside UTC, a date every row shares and columns
 with one value in every row move to a line above it, text and labels wrap, then labels are left out (said
 under it; `--format json` has them all), and only a row of keys wider than the terminal prints a block a
 row (`spyglass/cli/layout.py`). To a pipe or a file a table is as wide as it is: nothing is cut.

@@ -7,10 +7,11 @@ import re
 from html import escape
 from urllib.parse import quote, urlencode
 
+from spyglass.collectors.clock import display_zone, zone_label
 from spyglass.forensics.charts import svg
 from spyglass.forensics.evidence import EvidencePage
 from spyglass.forensics.page import CSS
-from spyglass.forensics.times import beijing_text, utc_text
+from spyglass.forensics.times import local_text, utc_text
 
 EXTRA_CSS = ".links a { margin-right: 10px; font-family: ui-monospace, monospace; } .none { color: #8a6d00; }"
 
@@ -22,7 +23,7 @@ def evidence_path(alertname: str, labels: dict[str, str]) -> str:
 
 
 def both(t) -> str:
-    return f"{utc_text(t)[:19].replace('T', ' ')} UTC ({beijing_text(t)[:19].replace('T', ' ')} BJT)"
+    return f"{utc_text(t)[:19].replace('T', ' ')} UTC ({local_text(t)[:19].replace('T', ' ')} {zone_label(display_zone(), t)})"
 
 
 def notified(page: EvidencePage) -> str:
@@ -109,7 +110,7 @@ def html(page: EvidencePage, trace_base: str = "") -> str:
         f"<style>{CSS}{EXTRA_CSS}</style></head><body>\n<h1>{escape(a.name)} <small>{escape(labels)}</small></h1>"
         f'<dl><dt>heuristic</dt><dd>{h.id} {escape(h.title)}</dd><dt>severity</dt><dd class="sev {a.severity}">'
         f"{a.severity}</dd><dt>window (UTC)</dt><dd>{escape(utc_text(page.start))} to {escape(utc_text(page.end))}</dd>"
-        f"<dt>window (Beijing)</dt><dd>{escape(beijing_text(page.start))} to {escape(beijing_text(page.end))}</dd>"
+        f"<dt>window ({escape(display_zone())})</dt><dd>{escape(local_text(page.start))} to {escape(local_text(page.end))}</dd>"
         f"{fired}<dt>summary</dt><dd>{escape(summary(page))}</dd></dl>"
         f'<p class="verdict {klass}">{escape(verdict(page))}</p>\n'
         f"<h2>The figures</h2>{figures or '<p>No figures: see below what could not be checked.</p>'}\n"
@@ -131,7 +132,7 @@ def text(page: EvidencePage) -> list[str]:
         f"{a.name} {' '.join(f'{k}={v}' for k, v in page.labels.items())}".rstrip(),
         f"heuristic {h.id} {h.title} · severity {a.severity}",
         f"window {utc_text(page.start)} to {utc_text(page.end)} (UTC)",
-        f"       {beijing_text(page.start)} to {beijing_text(page.end)} (Beijing)",
+        f"       {local_text(page.start)} to {local_text(page.end)} ({display_zone()})",
     ]
     if page.notification:
         lines.append(f"notification: {notified(page)}")

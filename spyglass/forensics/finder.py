@@ -12,7 +12,7 @@ from typing import Any
 from spyglass.forensics.run import Query, Window
 
 COLUMNS = (
-    "request_id, ts_utc, ts_beijing, lane, session, mode, instance, outcome, error_reason, status, finish, tokens,"
+    "request_id, ts_utc, ts_local, lane, session, mode, instance, outcome, error_reason, status, finish, tokens,"
     " tokens_gateway_estimate, tool_calls, content_chars, ttft_ms_gateway, dur_ms_gateway, queue_ms_engine,"
     " ttft_ms_engine, client_wait_ms_engine, dur_ms_engine, seen_by"
 )

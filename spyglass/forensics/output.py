@@ -2,7 +2,7 @@
 
 Values are normalised first (`records`), so an answer read from the file and one that came
 through the agent's JSON API print the same: instants as ISO-8601 (`Z` for UTC, `+08:00` for the
-`_beijing` columns), JSON columns nested in JSON output.
+`_local` columns), JSON columns nested in JSON output.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any, TextIO
 
 from spyglass.cli.console import csv_cell, json_line, plain
-from spyglass.forensics.times import beijing_text, utc_text
+from spyglass.forensics.times import local_text, utc_text
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([+-]\d\d:?\d\d|Z)?$")
 
@@ -30,7 +30,7 @@ def value_of(column: str, value: Any) -> Any:
     if isinstance(value, str) and ISO.match(value):
         value = datetime.fromisoformat(value)  # a timestamp that came through the agent's API as text
     if isinstance(value, datetime):
-        return beijing_text(value) if column.endswith("_beijing") else utc_text(value)
+        return local_text(value) if column.endswith("_local") else utc_text(value)
     if isinstance(value, Decimal):
         return float(value)
     return value
@@ -48,7 +48,7 @@ def records(columns: list[str], rows: list[tuple[Any, ...]], json_columns: tuple
 
 
 def cell(value: Any, column: str = "") -> str:
-    if isinstance(value, str) and column.endswith(("_utc", "_beijing")) and ISO.match(value):
+    if isinstance(value, str) and column.endswith(("_utc", "_local")) and ISO.match(value):
         return value.replace("T", " ", 1).removesuffix("Z").removesuffix("+08:00")  # the header names the zone
     if value is None:
         return ""

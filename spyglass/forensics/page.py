@@ -2,7 +2,7 @@
 
 It holds the window's findings (or a report's table), and charts of the signals around them:
 engine TTFT, evictions, parked bytes against the budget, with restarts and deploys as markers and
-findings as shaded spans, on a UTC axis labelled in Beijing time too. The signal queries go
+findings as shaded spans, on a UTC axis labelled in the display zone's time too. The signal queries go
 through spyglass.forensics.run.query like every other forensic query.
 """
 
@@ -12,11 +12,12 @@ from datetime import UTC, datetime, timedelta
 from html import escape
 from typing import Any
 
+from spyglass.collectors.clock import display_zone, zone_label
 from spyglass.config import Config
 from spyglass.forensics.charts import Chart, Marker, Series, human, svg
 from spyglass.forensics.output import cell, records
 from spyglass.forensics.run import Query, Window, query
-from spyglass.forensics.times import beijing_text, utc_text
+from spyglass.forensics.times import local_text, utc_text
 
 BUCKETS = 120
 WIDE_COLUMNS = 8  # a report with more columns than this is turned on its side
@@ -139,7 +140,8 @@ def charts(signals: dict[str, list[dict]], spans: list[tuple[datetime, datetime,
 
 def both_clocks(t: datetime | None) -> str:
     return (
-        f"{utc_text(t)[:19].replace('T', ' ')} UTC<br><small>{beijing_text(t)[:19].replace('T', ' ')} BJT</small>"
+        f"{utc_text(t)[:19].replace('T', ' ')} UTC<br><small>{local_text(t)[:19].replace('T', ' ')}"
+        f" {zone_label(display_zone(), t)}</small>"
         if t
         else ""
     )
@@ -213,7 +215,7 @@ def findings_html(diagnosis) -> tuple[str, str]:
 
 
 def page(title: str, start: datetime, end: datetime, body: str, chart_list: list[Chart], after: str = "") -> str:
-    window = f"{utc_text(start)} to {utc_text(end)} (UTC) · {beijing_text(start)} to {beijing_text(end)} (Beijing)"
+    window = f"{utc_text(start)} to {utc_text(end)} (UTC) · {local_text(start)} to {local_text(end)} ({display_zone()})"
     drawn = "\n".join(svg(c, start, end) for c in chart_list)
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'

@@ -64,7 +64,8 @@ class Query:
     def text(
         self, config: Config, json_events: bool = False, from_events: bool = False, shared_rows: bool = False
     ) -> str:
-        return render(with_views(self.sql, config.sources, json_events, from_events, shared_rows), self.params)
+        params = {"display_tz": config.agent.display_tz, **self.params}  # the views' `_local` clocks
+        return render(with_views(self.sql, config.sources, json_events, from_events, shared_rows), params)
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from spyglass.collectors.clock import display_zone, offset_note, zone_label
 from spyglass.collectors.trace_ids import trace_id_for
 from spyglass.forensics.run import Query, Window
 
-COLUMNS = "ts_utc, ts_beijing, source, instance, kind, request_id, fields::VARCHAR AS fields"
+COLUMNS = "ts_utc, ts_local, source, instance, kind, request_id, fields::VARCHAR AS fields"
 # The cache lines of the request's conversation carry no request id; they belong on its timeline.
 CONVERSATION = """(source_kind = 'engine_log' AND kind IN ('restore', 'park', 'evict')
       AND seq IN (SELECT seq FROM ev_engine_log WHERE kind IN ('restore', 'park', 'evict') AND conv IN
@@ -225,9 +226,9 @@ def wrapped(parts: list[str], first: int, indent: int, width: int) -> list[str]:
 
 
 def event_lines(records: Sequence[dict[str, Any]], width: int | None = None) -> list[str]:
-    """The header and one line an event: UTC date and time, Beijing time of day, source, instance, kind
-    padded to their widest, then the fields as key=value. Wider than `width` (None: any width, a pipe), the
-    Beijing column moves to the header and the fields wrap under themselves, a key=value never cut: a request
+    """The header and one line an event: UTC date and time, the display zone's time of day, source, instance,
+    kind padded to their widest, then the fields as key=value. Wider than `width` (None: any width, a pipe), the
+    display zone's column moves to the header and the fields wrap under themselves, a key=value never cut: a request
     id stays whole to copy into `spyglass trace`. Control characters in the data are shown escaped
     (spyglass.cli.console.shown)."""
     from rich.cells import cell_len
@@ -237,7 +238,7 @@ def event_lines(records: Sequence[dict[str, Any]], width: int | None = None) -> 
     rows = [
         (
             r["ts_utc"].replace("T", " ").removesuffix("Z"),
-            r["ts_beijing"][11:23],
+            r["ts_local"][11:23],
             shown(r["source"] or ""),
             shown(r["instance"] or ""),
             shown(r["kind"]),
@@ -245,7 +246,7 @@ def event_lines(records: Sequence[dict[str, Any]], width: int | None = None) -> 
         )
         for r in records
     ]
-    head = ("utc", "beijing", "source", "instance", "kind", ["fields"])
+    head = ("utc", zone_label(display_zone()).lower(), "source", "instance", "kind", ["fields"])
     widths = [max(len(x) for x in column) for column in zip(head, *rows)][:5]
     whole = [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + " ".join(row[5]) for row in [head, *rows]
@@ -262,7 +263,7 @@ def event_lines(records: Sequence[dict[str, Any]], width: int | None = None) -> 
     beside = width - indent >= 24  # else too narrow beside the columns: the fields go under them, indented 4
     indent = indent if beside else 4
     header = "  ".join(c.ljust(w) for c, w in zip((head[0], *head[2:5]), widths)) + "  fields"
-    note = "(Beijing time is UTC+8)"
+    note = f"({offset_note(display_zone())})"
     lines = [f"{header} {note}"] if cell_len(header) + 1 + len(note) <= width else [note, header]
     for row in rows:
         prefix = "  ".join(cell.ljust(w) for cell, w in zip((row[0], *row[2:5]), widths)) + "  "

@@ -1,16 +1,20 @@
-"""Times an analyst types, and how instants are written back: UTC and Beijing side by side.
+"""Times an analyst types, and how instants are written back: UTC and the display zone side by side.
 
 Input is spyglass.cli.timeinput's grammar (RFC 3339, epoch seconds, `now-1h`, `--since 15m`); a time
 without a zone is read in the zone given (UTC unless `--tz` says otherwise); output is
-ISO-8601 with milliseconds, `Z` for UTC and `+08:00` for Beijing. Pure functions.
+ISO-8601 with milliseconds, `Z` for UTC and the offset (`+08:00`) for the display zone, `[agent]
+display_tz` (collectors.clock.display_zone: the host's zone unless the config names one). A request id's
+time is read in the zone of the source that makes such ids (`request_id_zones`). Pure functions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from spyglass.cli import timeinput
-from spyglass.collectors.clock import BEIJING
+from spyglass.collectors.clock import BEIJING_ZONE_NAME, display_zone, zone
+from spyglass.config import Config
 from spyglass.forensics.run import Window
 from spyglass.forensics.trace import REQUEST_ID
 
@@ -36,12 +40,22 @@ def window(
     return w
 
 
-def request_window(request_id: str) -> Window:
-    """Where a request's events lie: its id is its Beijing arrival time; its lines follow within an hour."""
+def request_window(request_id: str, zones: Iterable[str] = (BEIJING_ZONE_NAME,)) -> Window:
+    """Where a request's events lie: its id holds its arrival time in the zone of the source that made it
+    (`zones`: each zone a configured source writes its ids in, request_id_zones; the window covers every
+    reading); its lines follow within an hour."""
     if not REQUEST_ID.match(request_id):
         raise ValueError(f"not a request id: {request_id!r} (expected YYYYMMDD-HHMMSS-hex)")
-    arrived = datetime.strptime(request_id[:15], "%Y%m%d-%H%M%S").replace(tzinfo=BEIJING).astimezone(UTC)
-    return Window(arrived - timedelta(minutes=1), arrived + timedelta(hours=1))
+    wall = datetime.strptime(request_id[:15], "%Y%m%d-%H%M%S")
+    arrivals = [wall.replace(tzinfo=zone(name)).astimezone(UTC) for name in sorted(set(zones)) or ["UTC"]]
+    return Window(min(arrivals) - timedelta(minutes=1), max(arrivals) + timedelta(hours=1))
+
+
+def request_id_zones(config: Config) -> set[str]:
+    """The zones the configured sources write request ids in (each kind's options say: `request_id_zone`):
+    llama-server's tasks' ids are UTC, the Strata gateway's and serve's Beijing time as configured."""
+    found = {z for o in config.sources.values() if (z := getattr(o, "request_id_zone", lambda: None)())}
+    return found or {"UTC"}
 
 
 def utc_text(value: datetime) -> str:
@@ -49,14 +63,15 @@ def utc_text(value: datetime) -> str:
     return aware.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def beijing_text(value: datetime) -> str:
-    """A naive Beijing wall time (the views' `_beijing` columns) or any aware instant, in Beijing."""
-    local = value.replace(tzinfo=BEIJING) if value.tzinfo is None else value.astimezone(BEIJING)
+def local_text(value: datetime, tz: str | None = None) -> str:
+    """A naive wall time of the display zone (the views' `_local` columns) or any aware instant, in that zone."""
+    where = zone(tz or display_zone())
+    local = value.replace(tzinfo=where) if value.tzinfo is None else value.astimezone(where)
     return local.isoformat(timespec="milliseconds")
 
 
 def describe(w: Window) -> str:
-    """`between 2026-12-03 09:00:00Z (17:00:00 Beijing) and 09:20:00Z (17:20:00 Beijing)`: the end's date
+    """`between 2026-12-03 09:00:00Z (17:00:00 Asia/Shanghai) and 09:20:00Z (17:20:00 Asia/Shanghai)`: the end's date
     only where it differs from the start's."""
     from spyglass.collectors.clock import format_both
 

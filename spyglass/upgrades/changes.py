@@ -38,7 +38,7 @@ gated AS (SELECT d.source AS gd_source, d.ts_utc AS gd_ts, count(*) AS smoke_run
             arg_max(m.passed, m.ts_utc) AS smoke_passed, arg_max(m.reason, m.ts_utc) AS smoke_reason
           FROM smoke_gates__all m ASOF JOIN d ON d.instance = m.instance AND m.ts_utc >= d.ts_utc
           GROUP BY ALL)
-SELECT d.ts_utc, d.ts_beijing, d.source, d.instance, d.lane, d.build_name, d.version, d.build, d.pid,
+SELECT d.ts_utc, d.ts_local, d.source, d.instance, d.lane, d.build_name, d.version, d.build, d.pid,
   d.model_path, d.model_real, d.model_md5, d.model_bytes, d.port, d.slots, d.ctx, d.pool_workers, d.cache_mib,
   d.prompt_cache_every, d.cpus, d.load_seconds, d.ready_utc, d.ready_seconds, d.checksum_mismatch, d.next_utc,
   CASE WHEN a.a_ts < coalesce(d.next_utc, 'infinity'::TIMESTAMPTZ) THEN a.argv END AS argv,

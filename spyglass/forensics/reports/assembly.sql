@@ -9,7 +9,7 @@ SELECT session, count(*) AS requests, string_agg(DISTINCT mode, ',' ORDER BY mod
   count(*) FILTER (WHERE anchor_survived) AS anchor_kept, count(*) FILTER (WHERE NOT anchor_survived) AS anchor_lost,
   arg_max(anchor_survived, ts_utc) FILTER (WHERE anchor_survived IS NOT NULL) AS anchor_at_last,
   count(*) FILTER (WHERE plan_then_stop) AS plan_then_stop,
-  min(ts_utc) AS first_utc, min(ts_beijing) AS first_beijing, max(ts_utc) AS last_utc, max(ts_beijing) AS last_beijing
+  min(ts_utc) AS first_utc, min(ts_local) AS first_local, max(ts_utc) AS last_utc, max(ts_local) AS last_local
 FROM requests
 WHERE session IS NOT NULL
 GROUP BY session

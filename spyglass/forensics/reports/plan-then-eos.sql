@@ -11,7 +11,7 @@ WITH turns AS (
   FROM requests WHERE session IS NOT NULL
   WINDOW w AS (PARTITION BY session ORDER BY ts_utc)
 )
-SELECT session, request_id, ts_utc, ts_beijing, session_requests, session_plan_stops, client_msgs, sent_msgs,
+SELECT session, request_id, ts_utc, ts_local, session_requests, session_plan_stops, client_msgs, sent_msgs,
   anchor_survived, tokens, previous_tokens, tokens > previous_tokens AS prompt_grew, completion_tokens, max_tokens,
   content_chars, tool_calls, finish, thinking_tokens, thinking_max, thinking_cause, wrote_tool_call,
   previous_request, previous_tool_calls

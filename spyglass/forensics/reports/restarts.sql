@@ -19,7 +19,7 @@ WITH causes AS (
     count(*) FILTER (WHERE event = 'stop_kill') AS sigkill_escalations,
     count(*) FILTER (WHERE event = 'restarted') AS api_restarts,
     count(*) FILTER (WHERE event = 'operator_restart') AS operator_restarts,
-    min(ts_utc) AS first_utc, min(ts_beijing) AS first_beijing, max(ts_utc) AS last_utc, max(ts_beijing) AS last_beijing
+    min(ts_utc) AS first_utc, min(ts_local) AS first_local, max(ts_utc) AS last_utc, max(ts_local) AS last_local
   FROM process_events WHERE program IS NOT NULL
   GROUP BY program
 )
@@ -27,6 +27,6 @@ SELECT p.program, spawns, restarts, unexpected_exits, expected_exits, core_dumps
   api_restarts, operator_restarts,
   (SELECT string_agg(cause || ' x' || n, ', ' ORDER BY n DESC, cause) FROM causes c WHERE c.program = p.program)
     AS exit_causes,
-  first_utc, first_beijing, last_utc, last_beijing
+  first_utc, first_local, last_utc, last_local
 FROM per_program p
 ORDER BY unexpected_exits DESC, restarts DESC, program

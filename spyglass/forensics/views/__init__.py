@@ -5,7 +5,7 @@ this table. Views are never written into the store: a query that names them gets
 in front of it (`with_views`), so they work on a read-only file and through the agent's
 read-only query path alike. Every view reads the events of a window widened by PAD on each
 side (a request that began before the window still joins its lines) and returns the rows whose
-`ts_utc` falls in [$from, $to). Every timestamp comes as a `_utc` (TIMESTAMPTZ) and `_beijing`
+`ts_utc` falls in [$from, $to). Every timestamp comes as a `_utc` (TIMESTAMPTZ) and `_local`
 (naive Asia/Shanghai wall time) pair; nothing depends on the session's TimeZone.
 
 The views live by what they answer: requests (one request through every layer), resources (the

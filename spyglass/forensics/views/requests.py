@@ -130,7 +130,7 @@ SELECT {clocks("ts")}, request_id, session, lane, upstream, mode, client_msgs, s
   plan_then_stop, body_finish, body_tool_calls, body_content_chars
 FROM (SELECT * REPLACE (coalesce(seg, segment) AS segment) FROM rows_requests_infer)""",
     (
-        *clock_columns("ts", "Arrival (the row's ts, Beijing time in the file)"),
+        *clock_columns("ts", "Arrival (the row's ts, the store's zone in the file)"),
         *cols("""
     request_id text: Request id
     session text: Session

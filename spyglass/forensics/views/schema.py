@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spyglass.collectors.clock import BEIJING_ZONE_NAME
 from spyglass.collectors.fields import fields as declared_fields
 from spyglass.exporters.event_schema import column_name, quoted
 
 PAD = "INTERVAL 1 HOUR"
-BEIJING = BEIJING_ZONE_NAME
 TZ, BJ, INT, FLOAT, TEXT, BOOL, JSON = (
     "TIMESTAMP WITH TIME ZONE",
     "TIMESTAMP",
@@ -47,12 +45,16 @@ class View:
 
 
 def clocks(expr: str, name: str = "ts") -> str:
-    """`expr` as the pair NAME_utc, NAME_beijing."""
-    return f"{expr} AS {name}_utc, timezone('{BEIJING}', {expr}) AS {name}_beijing"
+    """`expr` as the pair NAME_utc, NAME_local: the wall time in `$display_tz` ([agent] display_tz, filled in
+    by every query's text, spyglass.forensics.run.Query)."""
+    return f"{expr} AS {name}_utc, timezone($display_tz, {expr}) AS {name}_local"
 
 
 def clock_columns(name: str, what: str) -> tuple[Column, Column]:
-    return (Column(f"{name}_utc", TZ, f"{what} (UTC)"), Column(f"{name}_beijing", BJ, f"{what}, Beijing wall time"))
+    return (
+        Column(f"{name}_utc", TZ, f"{what} (UTC)"),
+        Column(f"{name}_local", BJ, f"{what}, wall time in the display zone ([agent] display_tz)"),
+    )
 
 
 class UnknownField(ValueError):
