@@ -152,8 +152,6 @@ SHAPES: dict[str, tuple[str, ...]] = {
         "parameter_order: '…'",
         "per_call_end: '…'",
         "per_call_start: '…'",
-        'que post: new task, id = <n>, front = <n>',
-        'que post: new task, id = <n>/<n>, front = <n>',
         'que process_new_: processing task, id = <n>',
         'que process_new_: task declined, id = <n>',
         'que process_new_: terminate',
