@@ -18,8 +18,11 @@ Formats, as llama.cpp's own format strings wrote them (tools/server, examples/se
   `f_sim_best`; `main: server is listening on` or `srv llama_server: listening on`; the first line
   `build: 4205 (c6bc7395) with cc ... for ...`, `log_info: verbosity = 3` or `srv llama_server:
   initializing ...`;
-- raw stderr of a crash: `.../ggml.c:1554: GGML_ASSERT(...) failed`, `terminate called after ...`,
-  `Assertion '...' failed.`
+- raw stderr of a crash: `.../ggml.c:1554: GGML_ASSERT(...) failed`, before 2024 `GGML_ASSERT: file:line:
+  cond`, ggml_abort's `file.cu:102: CUDA error`, `terminate called after ...`, `Assertion '...' failed.`; a
+  shell's `terminated by signal SIGABRT`; Windows' `0xC0000005` (access violation), `0xC0000409`;
+- forks: ik_llama.cpp's checkpoint line with `took N ms` (written without its new line, a 2024 text line
+  after it: both are read); early 2024's `slot_id`/`task_id` for `id_slot`/`id_task`.
 
 Besides events, a line is `ignored` when its whole shape is in the noise catalogue (collectors/llama_noise.py,
 collectors/llama_shapes.py: what real builds print besides their signals, at every verbosity), `unmatched`
@@ -51,8 +54,14 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     "start": ("", "initializing ...", SRV + r"initializing \.\.\."),
     "build": (
         "",
-        "build",
-        r"(?:cmn +\w+: +)?(?:build: |common_params_print_info: build )(?P<number>\d+) \((?P<commit>\w+)\)"
+        "build: ",
+        r"(?:cmn +\w+: +)?build: (?P<number>\d+) \((?P<commit>\w+)\) with (?P<compiler>.{1,200}) for (?P<target>.{1,200})",
+    ),
+    # 2026's wording of the same line: a kind of its own so that each literal is exact ("build" alone is in paths)
+    "build_params": (
+        "",
+        "print_info: build ",
+        r"(?:cmn +\w+: +)?common_params_print_info: build (?P<number>\d+) \((?P<commit>\w+)\)"
         r" with (?P<compiler>.{1,200}) for (?P<target>.{1,200})",
     ),
     "model": ("", "loading model '", SRV + r"loading model '(?P<path>.+)'"),
@@ -164,7 +173,10 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     "checkpoint": (
         "",
         "context checkpoint ",
-        SLOT + r"(?P<action>created|restored|erasing old|erased invalidated) context checkpoint.*size = " + MIB + r"\)",
+        SLOT
+        + r"(?P<action>created|restored|erasing old|erased invalidated) context checkpoint.*size = "
+        + MIB
+        + r"(?:, took \d+\.\d+ ms)?\)",  # ik_llama.cpp says how long it took
     ),
     "reasoning_budget": ("", "reasoning budget", r"(?P<message>.{0,200}reasoning budget.{0,200})"),
     # A request's end and the KV cache's pressure (docs/llama-server.md, "Outcomes and KV pressure"), in the
@@ -218,7 +230,11 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
         "",
         r"(?P<message>(?:.{0,300}: )?GGML_ASSERT\(.{1,400}\) failed|terminate called .{1,300}"
         r"|.{0,300}Assertion .{1,400} failed\.?|Segmentation fault.{0,100}|Aborted.{0,100}|  what\(\):  .{1,400}"
-        r"|\S{0,200}\(ggml_abort\+0x[0-9a-f]{1,16}\)\[0x[0-9a-f]{1,16}\])",
+        r"|\S{0,200}\(ggml_abort\+0x[0-9a-f]{1,16}\)\[0x[0-9a-f]{1,16}\]"
+        r"|GGML_ASSERT: \S{1,300}:\d{1,7}: .{1,400}"  # before 2024: GGML_ASSERT: file:line: condition
+        r"|\S{0,300}\.(?:c|cc|cpp|cu|h|hpp|m|mm|metal):\d{1,7}: .{1,400}"  # ggml_abort: file.cpp:NNN: message
+        r"|.{0,300} terminated by signal SIG[A-Z]{2,8}.{0,100}"  # a shell's word for it (fish)
+        r"|.{0,300}\b0x[cC]0000(?:005|409)\b.{0,300})",  # Windows: access violation, fail-fast
     ),
 }
 TEXT_FIELDS = frozenset(
@@ -239,6 +255,7 @@ TEXT_FIELDS = frozenset(
         "addr",
     }
 )
+ALIASES = {"build_params": "build"}  # kinds read as another kind's line
 # Start-up lines: one of them begins a segment (what one process wrote) unless the segment has seen only start-up lines.
 START_MARKERS = frozenset({"start", "build", "verbosity"})
 # Builds of late 2024 print their errors with no level letter: a failed load is known by its words.
@@ -246,9 +263,10 @@ UNLEVELLED_ERROR = re.compile(
     rb"(?:srv +load_model|main): .{0,40}?(?:failed to load model|exiting due to model loading error)"
 )
 
+GLUED_2024 = re.compile(rb"\s{2,}(?=(?:INFO|WARN|ERR|VERB|ERROR|WARNING|DEBUG) \[ *[\w:~<>]{1,48}\] )")
 # 2024's server_log: levels, the message of each kind (by `msg`, or its start), the extras' keys.
 TEXT_2024 = re.compile(
-    rb"(?P<level>INFO|WARN| ERR|ERR|VERB|ERROR|WARNING|DEBUG) \[ *(?P<function>[\w:~<>]{1,48})\] (?P<msg>.*?)"
+    rb"\s*(?P<level>INFO|WARN|ERR|VERB|ERROR|WARNING|DEBUG) \[ *(?P<function>[\w:~<>]{1,48})\] (?P<msg>.*?)"
     rb"(?: \| (?P<extras>\w+=.*))?"
 )
 EXTRA = re.compile(rb'(\w+)=("(?:[^"\\]|\\.)*"|\{.*?\}|\[.*?\]|\S+)')
@@ -288,13 +306,14 @@ class LlamaLineParser:
                 + [literal.encode() for _, literal, _ in PATTERNS.values() if literal]
             )
         )
+        self.guard = re.compile(b"|".join(re.escape(literal) for literal in self.literals))  # one C-level scan
         self.noise = catalogue()
 
     def parse(self, line: bytes) -> Line | str:
         line = line.rstrip(b"\r\n")
         if line.startswith(b"{"):
             return self._json(line)
-        if line[:1] in b"IWEVD " and line[:1]:
+        if line[:1] in b"IWEVD \t" and line[:1]:
             found = TEXT_2024.fullmatch(line)
             if found is not None:
                 return self._from_2024(
@@ -334,7 +353,7 @@ class LlamaLineParser:
                             "error",
                             {"component": "main", "message": fields.get("message", "")[:240]},
                         )
-                    return Line(rel, level, kind.kind, fields)
+                    return Line(rel, level, ALIASES.get(kind.kind, kind.kind), fields)
         if level == "E":
             return Line(
                 rel,
@@ -357,6 +376,19 @@ class LlamaLineParser:
             return Miss.UNPREFIXED
         return Line(rel, level, None)
 
+    def glued(self, line: bytes) -> list[Line]:
+        """The messages of a line that holds two, each read (ik_llama.cpp writes its checkpoint line without its
+        new line, then a 2024 text line); [] for any other line."""
+        found = GLUED_2024.search(line, 1)
+        if found is None:
+            return []
+        parts = [self.parse(line[: found.start()]), self.parse(line[found.end() :])]
+        return (
+            [part for part in parts if isinstance(part, Line) and part.kind is not None]
+            if all(isinstance(part, Line) and part.kind is not None for part in parts)
+            else []
+        )
+
     def noise_key(self, line: bytes) -> bytes | None:
         """What the catalogue knows a line by, or None for a line that holds a signal's literal: never noise."""
         key = self.message_key(line)
@@ -375,7 +407,7 @@ class LlamaLineParser:
             message = record.get("msg", record.get("message"))
             if isinstance(message, str):
                 return record["function"].encode() + b": " + message.encode()
-        found = TEXT_2024.fullmatch(line) if line[:1] in b"IWEVD " and line[:1] else None
+        found = TEXT_2024.fullmatch(line) if line[:1] in b"IWEVD \t" and line[:1] else None
         if found is not None:
             return found.group("function") + b": " + found.group("msg")
         stamp = STAMP.match(line)
@@ -391,7 +423,7 @@ class LlamaLineParser:
 
     def guarded(self, message: bytes) -> bool:
         """Whether a line no pattern matched holds a signal pattern's literal: a reworded signal line, never noise."""
-        return any(literal in message for literal in self.literals)
+        return self.guard.search(message) is not None
 
     def _json(self, line: bytes) -> Line | str:
         try:
@@ -462,7 +494,8 @@ def from_2024(level: str, function: str, msg: str, record: dict[str, Any], form:
     )
     stamp = _num(record, "timestamp")
     wall = stamp if stamp is not None and stamp > 0 else None
-    slot, task = _int(record, "id_slot"), _int(record, "id_task")
+    slot = _int(record, "id_slot") if "id_slot" in record else _int(record, "slot_id")  # slot_id, task_id: early 2024
+    task = _int(record, "id_task") if "id_task" in record else _int(record, "task_id")
     tasked = {"slot": slot, "task": task} if slot is not None and task is not None else None
 
     def line(kind: str | None, fields: dict[str, Any] | None = None) -> Line:

@@ -25,6 +25,8 @@ Parsing a line is pure; this source (the I/O edge) adds time and the state a lin
   its line after the file's last write, or a lone stamp far ahead of the lines around it, is refused
   (`invalid:stamp`): one bad stamp never moves the segment. A line with no time at all takes the time
   it was read (the file's mtime). A checkpointed start outside 2000 to a day past now is dropped.
+- Router mode: one timeline per process, the router's own lines and each child's by its port (its
+  `[PORT] ` prefix): the rules above hold per timeline, and a child's `start` names its port and model.
 - `--cache-ram`, `-np`, `-c` and the model path come from the writer's command line (/proc/PID/cmdline),
   as an `args` event after `start`; when the writer is not running, no budget is reported.
 
@@ -45,6 +47,7 @@ Fixtures: tests/fixtures/llama_server/ (the real build's log), tests/fixtures/ll
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,6 +86,8 @@ TRUSTED = frozenset({"process", "wrapper"})  # anchors that are the writer's tru
 BACKSTEP = 1.0  # seconds a stamp may go back without being a restart (the logger's threads, clock reads)
 SPIKE = 60.0  # seconds a lone stamp may run ahead of the lines around it before it is refused
 MAX_TASKS = 4096
+MAX_CHILDREN = 64  # router mode: the children's timelines kept (the least recently heard from go first)
+SPAWNED = re.compile(rb"spawning server instance with name=(?P<model>\S{1,200}) on port (?P<port>\d{1,5})")
 MAX_SHAPES = 64
 MAX_CONTINUED = 256  # lines a multi-line message may run over (a chat template dump is under 200)
 JOINED = "joined"  # a line that became part of another line's event (timing lines)
@@ -110,7 +115,7 @@ LLAMA_FIELDS: SourceFields = {
             },
         ).items()
         if not kind.startswith("timing_")
-        and kind not in ("launch", "model", "ready", "evict", "release", "crash", "build", "arrival")
+        and kind not in ("launch", "model", "ready", "evict", "release", "crash", "build", "arrival", "build_params")
     },
     "start": {
         "build_name": "text",
@@ -119,6 +124,8 @@ LLAMA_FIELDS: SourceFields = {
         "anchor": "float",
         "pid": "int",
         "capture": "text",
+        "child": "text",  # router mode: the child's port
+        "child_model": "text",  # ... and the model the router spawned it for
     },
     "args": {
         **{name: "text" if name == "model" else "int" for name in dict.fromkeys(ARG_FLAGS.values())},
@@ -161,6 +168,7 @@ class Item:
 
     line: Line
     wall: float | None
+    child: str = ""  # router mode: the child's port; "" for the router's own lines or a plain server's
 
 
 @dataclass(frozen=True)
@@ -226,53 +234,45 @@ class LlamaLogSource(LineSourceBase):
         self.queue = QueueWatch()  # the current process's slots: each task's wait for one (llama_queue.py)
         self.inventory: dict[str, Any] | None = None  # the prompt cache's listing being read (`- cache state:`)
         self.doubt: float | None = None  # the segment's doubt at the end of the last batch (see _segments)
+        # One timeline per process writing to the log: "" the server (or a router), each router child by its port.
+        self.timelines: OrderedDict[str, Segment] = OrderedDict()
+        self.child = ""  # the timeline being read
+        self.main: Segment | None = None  # the server's (or router's) segment while a child's is read
+        self.child_models: OrderedDict[str, str] = OrderedDict()  # router mode: port -> the model it serves
         self.continuing = 0  # lines since one that may go on over lines of no shape (1: that line), 0: none
+        self.dated: float | None = None  # the time a runner's header line gave the lines after it (LM Studio)
 
     # -- the LineSource protocol ------------------------------------------------------------------
     def file_mtime(self, mtime: float) -> None:
         self.mtime = mtime
 
     def checkpoint(self) -> dict[str, Any] | None:
-        s = self.segment
-        if s is None:
-            return {"lines": [self.lines_read, self.lines_unread]} if self.lines_read else None
-        return {
-            "lines": [self.lines_read, self.lines_unread],
-            "start": s.start,
-            "anchor": s.anchor,
-            "last_rel": s.last_rel,
-            "evictions": s.evictions,
-            "budget_bytes": s.budget_bytes,
-            "busy": s.busy,
-            "back": s.back,
-            "timing_owner": s.timing_owner,
-            "tasks": {str(k): v for k, v in s.tasks.items()},
-            "queue": self.queue.saved(),
-        }
+        saved: dict[str, Any] = {"lines": [self.lines_read, self.lines_unread]}
+        if self.segment is not None:
+            saved.update(saved_segment(self.segment))
+        if self.timelines:
+            saved["children"] = {child: saved_segment(s) for child, s in self.timelines.items()}
+        if self.child_models:
+            saved["child_models"] = dict(self.child_models)
+        if self.segment is not None:
+            saved["queue"] = self.queue.saved()
+        return saved if self.lines_read or self.segment is not None else None
 
     def restore(self, saved: dict[str, Any]) -> None:
         self.queue = QueueWatch.restored(saved.get("queue", {}))
         counts = saved.get("lines")
         if isinstance(counts, list) and len(counts) == 2 and all(isinstance(n, int) and n >= 0 for n in counts):
             self.lines_read, self.lines_unread = counts
-        try:
-            owner = saved.get("timing_owner")
-            self.segment = Segment(
-                float(saved["start"]),
-                str(saved["anchor"]),
-                float(saved["last_rel"]),
-                int(saved["evictions"]),
-                saved.get("budget_bytes"),
-                bool(saved.get("busy", True)),
-                None if saved.get("back") is None else float(saved["back"]),
-                [int(owner[0]), int(owner[1])] if isinstance(owner, list) and len(owner) == 2 else None,
-                OrderedDict((int(k), dict(v)) for k, v in saved.get("tasks", {}).items()),
-            )
-        except (KeyError, TypeError, ValueError):
-            self.segment = None  # an unreadable checkpoint: the next lines start a segment afresh
-            return
-        if not EARLIEST_SECONDS <= self.segment.start <= self.clock.now() + FUTURE_SLACK_SECONDS:
-            self.segment = None  # a start no clock can have (saved before clocks were bounded): placed afresh
+        latest = self.clock.now() + FUTURE_SLACK_SECONDS
+        self.segment = restored_segment(saved, latest)
+        children, models = saved.get("children"), saved.get("child_models")
+        if isinstance(children, dict):
+            for child, part in list(children.items())[-MAX_CHILDREN:]:
+                segment = restored_segment(part, latest) if isinstance(part, dict) else None
+                if segment is not None:
+                    self.timelines[str(child)] = segment
+        if isinstance(models, dict):
+            self.child_models.update((str(k), str(v)[:200]) for k, v in list(models.items())[-MAX_CHILDREN:])
 
     def close(self) -> None:
         pass
@@ -291,7 +291,21 @@ class LlamaLogSource(LineSourceBase):
                 misses[WRAPPER] = misses.get(WRAPPER, 0) + 1  # one line, whatever it holds
                 continue
             if wrapped.foreign:
+                if wrapped.dating:
+                    self.dated = wrapped.wall  # LM Studio's header: the time of the lines after it
                 misses[Miss.IGNORED] += 1
+                continue
+            if not wrapped.child and b"spawning server instance with name=" in wrapped.payload:
+                self._spawned(wrapped.payload)
+            glued = self.parser.glued(wrapped.payload)
+            if glued:  # two messages on one line, each read (ik_llama.cpp's checkpoint line, then a 2024 one)
+                self.forms.update(line.form for line in glued)
+                for line in glued:
+                    at = wrapped.wall if wrapped.wall is not None else line.wall
+                    if at is not None and not EARLIEST_SECONDS <= at <= latest:
+                        misses[CLOCK] = misses.get(CLOCK, 0) + 1
+                        break
+                    items.append(Item(line, at if at is not None else self.dated, wrapped.child))
                 continue
             result = self.parser.parse(wrapped.payload)
             if result == Miss.UNPREFIXED and 0 < self.continuing <= MAX_CONTINUED:
@@ -317,12 +331,13 @@ class LlamaLogSource(LineSourceBase):
             if wall is not None and not EARLIEST_SECONDS <= wall <= latest:
                 misses[CLOCK] = misses.get(CLOCK, 0) + 1  # evidence against the file and the agent: no anchor
                 continue
-            items.append(Item(result, wall))
+            items.append(Item(result, wall if wall is not None else self.dated, wrapped.child))
         events: list[Event] = []
-        for begins, run in self._segments(items, misses):
-            events += self._segment_events(begins, run, misses)
-        if self.segment is not None:
-            self.segment.doubt = self.doubt
+        for child, group in by_child(items):
+            self._enter(child)
+            for begins, run in self._segments(group, misses):
+                events += self._segment_events(begins, run, misses)
+            self._leave()
         # Unusable: of no shape or pattern known, or refused (a stamp, a wrapper's clock or body): the drift alarm's
         # count. The running count is stored with each batch that has an unreadable line (a lone refused line adds
         # no event of its own: one bad stamp changes nothing but its count).
@@ -332,6 +347,32 @@ class LlamaLogSource(LineSourceBase):
         if unread:
             events.append(self._unread(events, items, unread))
         return events, misses, unread[:512]
+
+    def _spawned(self, payload: bytes) -> None:
+        found = SPAWNED.search(payload)
+        if found is not None:
+            self.child_models[found.group("port").decode()] = found.group("model").decode("utf-8", "replace")
+            while len(self.child_models) > MAX_CHILDREN:
+                self.child_models.popitem(last=False)
+
+    def _enter(self, child: str) -> None:
+        """Read `child`'s timeline: its segment is the current one (`self.segment` is the server's, or the
+        router's, between batches)."""
+        self.child, self.main = child, self.segment
+        if child:
+            self.segment = self.timelines.get(child)
+
+    def _leave(self) -> None:
+        if self.segment is not None:
+            self.segment.doubt = self.doubt
+        if self.child:
+            if self.segment is not None:
+                self.timelines[self.child] = self.segment
+                self.timelines.move_to_end(self.child)
+                while len(self.timelines) > MAX_CHILDREN:
+                    self.timelines.popitem(last=False)
+            self.segment = self.main
+        self.child = ""
 
     def _latest_wall(self) -> float:
         """The latest absolute time a line's wrapper may claim: the file's last write (a line is written before
@@ -465,7 +506,8 @@ class LlamaLogSource(LineSourceBase):
         """The start of the last new segment of a read: its running writer's start, or the file's mtime
         minus its last stamp."""
         seen = self._seen()
-        writer = self.writer_of(Path(self.options.path), self.clock.now) if self.options.path is not None else None
+        named = self.options.path is not None and not self.child  # the writer naming the file is the router
+        writer = self.writer_of(Path(self.options.path), self.clock.now) if named else None
         if (
             writer is not None
             and writer.start + last_rel <= seen + SEGMENT_TOLERANCE
@@ -525,6 +567,8 @@ class LlamaLogSource(LineSourceBase):
         command line's flags."""
         ts = segment.start
         fields: dict[str, Any] = {"build_name": "llama.cpp", "version": "", "build": "", "anchor": segment.anchor}
+        if self.child:
+            fields["child"], fields["child_model"] = self.child, self.child_models.get(self.child, "")
         build = next((item.line.fields for item in run[:64] if item.line.kind == "build"), None)
         if build is not None:
             fields["version"] = str(build.get("number", ""))
@@ -792,3 +836,46 @@ class LlamaLogSource(LineSourceBase):
 
 RELEASE = ("slot", "n_tokens", "truncated")
 DIGITS = bytes.maketrans(b"0123456789", b"9999999999")
+
+
+def by_child(items: list[Item]) -> list[tuple[str, list[Item]]]:
+    """The items of each timeline, in the order each first appears (one group for a plain server's log)."""
+    groups: dict[str, list[Item]] = {}
+    for item in items:
+        groups.setdefault(item.child, []).append(item)
+    return list(groups.items())
+
+
+def saved_segment(s: Segment) -> dict[str, Any]:
+    return {
+        "start": s.start,
+        "anchor": s.anchor,
+        "last_rel": s.last_rel,
+        "evictions": s.evictions,
+        "budget_bytes": s.budget_bytes,
+        "busy": s.busy,
+        "back": s.back,
+        "timing_owner": s.timing_owner,
+        "tasks": {str(k): v for k, v in s.tasks.items()},
+    }
+
+
+def restored_segment(saved: dict[str, Any], latest: float) -> Segment | None:
+    """The segment a checkpoint saved; None for one unreadable (the next lines start a segment afresh), or
+    whose start no clock can have (saved before clocks were bounded: placed afresh)."""
+    try:
+        owner = saved.get("timing_owner")
+        segment = Segment(
+            float(saved["start"]),
+            str(saved["anchor"]),
+            float(saved["last_rel"]),
+            int(saved["evictions"]),
+            saved.get("budget_bytes"),
+            bool(saved.get("busy", True)),
+            None if saved.get("back") is None else float(saved["back"]),
+            [int(owner[0]), int(owner[1])] if isinstance(owner, list) and len(owner) == 2 else None,
+            OrderedDict((int(k), dict(v)) for k, v in saved.get("tasks", {}).items()),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return segment if EARLIEST_SECONDS <= segment.start <= latest else None

@@ -17,15 +17,16 @@ import re
 from collections.abc import Iterable
 
 _TOKENS = re.compile(
-    rb"(?P<json>\{[\"\[{].*|\{\})"
+    rb"(?:(?![A-Za-z_])|(?<![A-Za-z_]))"  # no token starts within a word's letters: skip those positions at once
+    rb"(?:(?P<json>\{[\"\[{].*|\{\})"
     rb"|(?P<sq>'[^']*')"
     rb'|(?P<dq>"[^"]*")'
     rb"|(?P<hex>[-+]?0x[0-9a-fA-F]+\b|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b)"
-    rb"|(?P<url>\b[a-z][a-z0-9+.-]*://[^\s'\",)]+)"
-    rb"|(?P<path>(?<![\w.])(?:[A-Za-z]:\\|\.{0,2}/)[\w.+@~/\\-]*[\w/])"
+    rb"|(?P<url>\b(?:https?|wss?|ftp|file|unix|tcp|rpc)://[^\s'\",)]+)"
+    rb"|(?P<path>(?<![\w.])(?:[A-Za-z]:\\|~?\.{0,2}/)[\w.+@~/\\-]*[\w/])"
     rb"|(?P<num>[-+]?\d+(?:[.:,]\d+)*(?:e[-+]?\d+)?)"
     rb"|(?P<dots>\.{3,})"
-    rb"|(?P<blank>\s+)"
+    rb"|(?P<blank>\s{2,}|[\t\n\r\f\v]))"  # a single blank stays as it is
 )
 _REPLACE = {
     "json": b"{\xe2\x80\xa6}",

@@ -35,6 +35,7 @@ SHAPES: dict[str, tuple[str, ...]] = {
         "load_tensors: layer <n> assigned to device <w>, is_swa = <n>",
         "llama_kv_cache: layer <n>: dev = <w>",
         "srv load: <w>",
+        "cmn common_param: - <w> : <*> (<n> MiB, <n> MiB free)",
         "",  # an empty line (a message's trailing new line, docker's blank lines)
         "srv params_from_: Chat format: <w>",
         "srv operator(): chat format: <w>",
@@ -90,7 +91,6 @@ SHAPES: dict[str, tuple[str, ...]] = {
         'cmn common_init_: added <<p>> logit bias = -inf',
         'cmn common_init_: fitting params to device memory ...',
         'cmn common_init_: warming up the model with an empty run - please wait ... (--no-warmup to disable)',
-        'cmn common_param: - CPU : AMD EPYC (<n> MiB, <n> MiB free)',
         'cmn common_param: device_info:',
         'cmn common_param: system_info: n_threads = <n> (n_threads_batch = <n>) / <n> | CPU : SSE<n> = <n> | SSSE<n> = <n> | AVX = <n> | AVX<n> = <n> | F<n>C = <n> | FMA = <n> | BMI<n> = <n> | LLAMAFILE = <n> | OPENMP = <n> | REPACK = <n> |',
         'common_chat_templates_apply_jinja: generated parser:',
@@ -374,6 +374,9 @@ SHAPES: dict[str, tuple[str, ...]] = {
     ),
     'https://github.com/ggml-org/llama.cpp/pull/22929': (
         'begin: ngram_mod occupancy = <n>/<n> (<n>)',
+        'slot update_slots: id <n> | task <n> | Checking checkpoint with [<n>, <n>] against <n>...',
+        'srv params_from_: message_spans: last user message: byte_pos=<n>, text_n_tokens=<n>, checkpoint_n_tokens=<n>',
+        'reasoning-budget: activated, budget=<n> tokens',
         'reasoning-budget: deactivated (natural end)',
         'statistics ngram-mod: #calls(b,g,a) = <n> <n> <n>, #gen drafts = <n>, #acc drafts = <n>, #gen tokens = <n>, #acc tokens = <n>, dur(b,g,a) = <n>, <n>, <n> ms',
     ),
@@ -429,6 +432,44 @@ SHAPES: dict[str, tuple[str, ...]] = {
         'No symbol table is loaded. Use the "…" command.',
         '[New LWP <n>]',
         '[Thread debugging using libthread_db enabled]',
+    ),
+    'https://github.com/mudler/LocalAI/issues/771': (
+        'common_init_from_params: warming up the model with an empty run - please wait ... (--no-warmup to disable)',
+    ),
+    'https://github.com/lemonade-sdk/lemonade/issues/1623': (
+        'Loading model <w>...',
+        'Progress: <n>% (<n>/<n> MB)',
+        'Running model: <w>',
+        'Waiting for llama-server to be ready (timeout: <n>s)...',
+        'ggml_vulkan: Found <n> Vulkan devices:',
+        'ggml_vulkan: <n> = <*> | uma: <n> | fp16: <n> | bf16: <n> | warp size: <n> | shared memory: <n> | int dot: <n> | matrix cores: <w>',
+        'load_backend: loaded <w> backend from <p>',
+    ),
+    'https://github.com/lemonade-sdk/lemonade/issues/515': (
+        'Waiting for llama-server to be ready...',
+        'llama-server will use port: <n>',
+    ),
+    'https://github.com/ggml-org/llama.cpp/issues/23469': (
+        '[Nuevo LWP <n>]',
+    ),
+    'https://github.com/mozilla-ai/llamafile/issues/98': (
+        'Fault offset: <x>',
+        'Faulting application name: <*>, version: <n>, time stamp: <x>',
+        'Faulting module name: <*>, version: <n>, time stamp: <x>',
+        'Faulting process id: <x>',
+    ),
+    'https://github.com/lmstudio-ai/lmstudio-bug-tracker/issues/2006': (
+        'slot update_slots: id <n> | task <n> | cache reuse is not supported - ignoring n_cache_reuse = <n>',
+    ),
+    'https://github.com/gpustack/llama-box/issues/41': (
+        'srv log_server_request: rid <n> | <w> <p> <n>',
+        'srv log_server_response: rid <n> | <w> <p> <n> | status <n> | cost <n>s',
+        'srv main: initializing server',
+        'srv main: starting server',
+    ),
+    'recorded: 0.3.36 router-lv4 (tests/fixtures/llama_levels/0.3.36/router-lv4/server.log)': (
+        'srv load_models: Loaded <n> cached model presets from <p>',
+        'srv load_models: Loaded <n> local model presets from <p>',
     ),
 }
 # fmt: on

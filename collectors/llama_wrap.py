@@ -11,9 +11,17 @@ taken off, and its absolute time kept when it has one (it beats the file's mtime
   (an RFC 3339 stamp first) and docker compose (`service-1  | ...`);
 - llama-server's router mode, where the router prints each child's lines after `[PORT] `;
 - runners that embed llama.cpp and interleave their own lines with llama.cpp's: Ollama (Go's slog
-  `time=... level=INFO source=...` and log `2024/06/02 18:43:45 file.go:12: ...`) and llama-swap
-  (`[INFO] ...`, `[DEBUG] <model> ...`): such lines are the runner's, marked `foreign` (no event, not
-  counted as unreadable).
+  `time=... level=INFO source=...` and log `2024/06/02 18:43:45 file.go:12: ...`), llama-swap
+  (`[INFO] ...`, `[DEBUG] <model> ...`), LM Studio (its own `LlamaV4: ...` lines), Lemonade (`[Info]
+  (ServerManager) ...`, `[LlamaCpp] ...`), LocalAI (`7:23PM INF ...`) and a Windows console's prompt
+  (`C:\\dir>llama-server.exe ...`, `PS C:\\dir> ...`): such lines are the runner's, marked `foreign` (no event,
+  not counted as unreadable);
+- the wrappers those runners put around llama.cpp's own lines, taken off with their clock: LocalAI's
+  backend (`7:23PM DBG GRPC(model-127.0.0.1:44125): stderr ...`, the time of day on the file's day),
+  Lemonade's (`2026-04-09 21:52:11.806 [Info] (Process) ...`, `[stdout] ...`), and LM Studio's, whose
+  header line (`2026-06-04 12:09:49 [DEBUG]`) dates the lines after it, each with one blank before it
+  (` 11.40.246.753 I slot ...`): the header is `dating` (its time is the next lines'). A level in a wrapper
+  is no filter: a runner's debug output is read like any other.
 
 Wrappers nest (a router child's line in journald, a compose service in docker); ANSI colour codes
 (`--log-colors`) are dropped. Pure: the year of a year-less stamp comes from `ref` (the file's mtime),
@@ -35,9 +43,11 @@ MONTHS = {
 ANSI = re.compile(rb"\x1b\[[0-9;]*m")
 ISO = rb"(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)"
 SYSLOG_TAG = rb" (?P<host>[^\s:]{1,255}) (?P<tag>[^\s\[:]{1,128})(?:\[(?P<pid>\d{1,10})\])?: ?"
+# util-linux `logger`'s default to the local socket: no host name (`<13>Dec  4 14:57:03 llama-server: ...`).
+BSD_TAG = rb" (?:(?P<host>[^\s:]{1,255}) )?(?P<tag>[^\s\[:]{1,128})(?:\[(?P<pid>\d{1,10})\])?: ?"
 BSD = re.compile(
     rb"(?:<\d{1,3}>)?(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) (?P<day>[ \d]\d)"
-    rb" (?P<hms>\d\d:\d\d:\d\d)(?P<frac>\.\d{1,9})?" + SYSLOG_TAG
+    rb" (?P<hms>\d\d:\d\d:\d\d)(?P<frac>\.\d{1,9})?" + BSD_TAG
 )
 ISO_SYSLOG = re.compile(rb"(?:<\d{1,3}>)?" + ISO + SYSLOG_TAG)
 RFC5424 = re.compile(
@@ -46,32 +56,44 @@ RFC5424 = re.compile(
 )
 DOCKER_T = re.compile(ISO + rb" (?=\S)")  # docker logs -t (RFC 3339), or a naive dated prefix (Docker Desktop's view)
 COMPOSE = re.compile(rb"(?P<service>[\w.-]{1,64}) +\| ")
+LOCALAI = re.compile(
+    rb"(?P<hour>\d{1,2}):(?P<minute>\d\d)(?P<half>AM|PM) (?:TRC|DBG|INF|WRN|ERR|FTL) GRPC\([^)]{1,300}\): std(?:err|out) "
+)
+LEMONADE = re.compile(rb"\[(?:Trace|Debug|Info|Warn|Warning|Error|Fatal)\] \(Process\) |\[stdout\] |\[stderr\] ")
+LMSTUDIO_HEAD = re.compile(rb"\[(?:DEBUG|INFO|WARN|WARNING|ERROR)\]$")  # after its date: the next lines' clock
 ROUTER = re.compile(rb"\[(?P<port>\d{1,5})\] ")
 # A runner's own lines: Ollama (slog, Go log), llama-swap (bracketed level).
 MAX_JSON_BYTES = 256 << 10  # a journald or docker JSON record: a llama line and its fields, far below this
 FOREIGN = re.compile(
     rb"time=\d{4}-\d\d-\d\dT\S+ level=[A-Z]+ source=|\d{4}/\d\d/\d\d \d\d:\d\d:\d\d \S+\.go:\d+: "
     rb"|\[(?:INFO|DEBUG|WARN|ERROR)\] "
+    rb"|LlamaV\d+(?:::\w+)?:? |\[\d+:\d{4}/\d{6}\.\d{3}:[A-Z]+:"  # LM Studio's own lines, its Chromium's
+    rb"|\[(?:Trace|Debug|Info|Warn|Warning|Error|Fatal)\] \(|\[LlamaCpp\] "  # Lemonade's own lines
+    rb"|\d{1,2}:\d\d[AP]M (?:TRC|DBG|INF|WRN|ERR|FTL) "  # LocalAI's own lines (zerolog)
+    rb"|(?:PS )?[A-Za-z]:\\[^>\r\n]{0,260}> ?\S"  # a Windows console's prompt and the command typed at it
 )
 
 
 @dataclass(frozen=True)
 class Unwrapped:
     """A line without its wrappers: the payload, the wrapper's absolute time (epoch seconds, None: none),
-    the captures it came through (outermost first, e.g. "journald-iso+router"), and whether it is a
-    runner's own line rather than llama.cpp's. `refused`: why a wrapper past its bounds (a JSON record
-    nested too deep or too large) was not taken off; the line is then one invalid line."""
+    the captures it came through (outermost first, e.g. "journald-iso+router"), whether it is a
+    runner's own line rather than llama.cpp's, and whether it is a header that dates the lines after it.
+    `refused`: why a wrapper past its bounds (a JSON record nested too deep or too large) was not taken
+    off; the line is then one invalid line."""
 
     payload: bytes
     wall: float | None = None
     capture: str = "plain"
     foreign: bool = False
     refused: str | None = None
+    child: str = ""  # router mode: the child's port (its `[PORT] ` prefix); "" for the router's or a plain server's
+    dating: bool = False  # a runner's header line whose time is the next lines' (LM Studio)
 
 
 def unwrap(line: bytes, ref: float, tz: str = "UTC") -> Unwrapped:
     """`line` (no newline) without its captures' wrappers; `ref` dates a year-less stamp."""
-    payload, wall, layers = line, None, list[str]()
+    payload, wall, layers, child = line, None, list[str](), ""
     for _ in range(4):  # wrappers nest at most a few deep; a loop bound, not a format rule
         try:
             found = _one(payload, ref, tz)
@@ -79,13 +101,20 @@ def unwrap(line: bytes, ref: float, tz: str = "UTC") -> Unwrapped:
             return Unwrapped(b"", None, "+".join([*layers, "json"]), refused=str(exc))
         if found is None:
             break
+        if found[2] == "router":
+            port = ROUTER.match(payload)
+            child = port.group("port").decode() if port is not None else ""
         payload, stamp, name = found
         layers.append(name)
         wall = wall if wall is not None else stamp  # the outermost clock received the line first
     if b"\x1b[" in payload:
         payload = ANSI.sub(b"", payload)
     payload = payload.lstrip(b"\r")
-    return Unwrapped(payload, wall, "+".join(layers) or "plain", FOREIGN.match(payload) is not None)
+    if layers and layers[-1] == "dated" and LMSTUDIO_HEAD.match(payload) is not None:
+        return Unwrapped(b"", wall, "+".join(layers[:-1] + ["lmstudio"]), foreign=True, dating=True)
+    if payload[:1] == b" " and payload[1:2] not in b" \t":
+        payload = payload[1:]  # LM Studio's message line, one blank in; 2024's ` ERR [...]` reads the same without
+    return Unwrapped(payload, wall, "+".join(layers) or "plain", FOREIGN.match(payload) is not None, child=child)
 
 
 def _one(line: bytes, ref: float, tz: str) -> tuple[bytes, float | None, str] | None:
@@ -98,8 +127,14 @@ def _one(line: bytes, ref: float, tz: str) -> tuple[bytes, float | None, str] | 
         if found is not None:
             return line[found.end() :], iso_epoch(found.group("iso"), tz), "syslog-5424"
     if head == b"[":
-        found = ROUTER.match(line)
-        return (line[found.end() :], None, "router") if found is not None else None
+        found = ROUTER.match(line) or LEMONADE.match(line)
+        if found is None:
+            return None
+        return line[found.end() :], None, "router" if found.re is ROUTER else "lemonade"
+    if head.isdigit():
+        found = LOCALAI.match(line)
+        if found is not None:
+            return line[found.end() :], kitchen_epoch(found, ref, tz), "localai"
     found = BSD.match(line)
     if found is not None:
         return (
@@ -149,6 +184,18 @@ def _json(line: bytes) -> tuple[bytes, float | None, str] | None:
         return None
     wall = int(stamp) / 1e6 if isinstance(stamp, str) and stamp.isdigit() and len(stamp) <= 19 else None
     return message.rstrip("\r\n").encode(), wall, "journald-json"
+
+
+def kitchen_epoch(found: re.Match[bytes], ref: float, tz: str) -> float | None:
+    """Epoch seconds of a time of day with no date (`7:23PM`, Go's Kitchen layout): on the day of `ref`, or the
+    day before when that would put it more than an hour after `ref`."""
+    hour = int(found.group("hour")) % 12 + (12 if found.group("half") == b"PM" else 0)
+    minute = int(found.group("minute"))
+    if hour > 23 or minute > 59:
+        return None
+    day = datetime.fromtimestamp(ref, tz=ZoneInfo(tz))
+    moment = day.replace(hour=hour, minute=minute, second=0, microsecond=0).timestamp()
+    return moment - 86400 if moment > ref + 3600 else moment
 
 
 def iso_epoch(text: bytes, tz: str) -> float | None:

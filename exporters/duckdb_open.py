@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
+if TYPE_CHECKING:  # DuckDB loads at the first connection: a metrics-only agent names StoreUnusable, never opens one
+    import duckdb
 
 SAFE = {
     "autoinstall_known_extensions": "false",
@@ -27,6 +28,8 @@ def connect(
     path: str | Path = ":memory:", *, read_only: bool = False, settings: Mapping[str, Any] | None = None
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with extension autoloading and autoinstall off, and `settings` (as strings)."""
+    import duckdb
+
     config: dict[str, Any] = {**SAFE, **{k: str(v) for k, v in (settings or {}).items()}}
     return duckdb.connect(str(path), read_only=read_only, config=config)
 

@@ -37,40 +37,45 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 3  # 1: one `events` table with every field in a JSON column; 2: a table per kind; 3: and the
 # per-request rows (exporters/request_rows.py)
-BASE = (
-    ("seq", "BIGINT"),
-    ("ts", "TIMESTAMPTZ NOT NULL"),
-    ("source", "VARCHAR NOT NULL"),
-    ("kind", "VARCHAR NOT NULL"),
-    ("instance", "VARCHAR"),
-    ("host", "VARCHAR"),
-    ("request_id", "VARCHAR"),
+# The columns every event has, each with its type: the one list the kind tables' SQL (BASE), their Arrow
+# batches (base_arrow), the Parquet segments (exporters/segment_schema.py) and the JSON segments before the
+# typed store (exporters/parquet.py) derive theirs from. A field type (collectors/fields.py) or a timestamp.
+BASE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("seq", "int"),
+    ("ts", "timestamp"),
+    ("source", "text"),
+    ("kind", "text"),
+    ("instance", "text"),
+    ("host", "text"),
+    ("request_id", "text"),
 )
+REQUIRED = frozenset({"ts", "source", "kind"})  # NOT NULL in the kind tables
+COLUMN_SQL = {**SQL_TYPES, "timestamp": "TIMESTAMPTZ"}
+BASE = tuple((name, COLUMN_SQL[type_] + (" NOT NULL" if name in REQUIRED else "")) for name, type_ in BASE_COLUMNS)
+BASE_NAMES = ", ".join(name for name, _ in BASE_COLUMNS)  # as a SELECT lists them
 RESERVED = frozenset({name for name, _ in BASE} | {"extra", "fields", "source_kind"})
 OTHER = "ev_other"
 
 
 @cache
 def arrow_types() -> dict[str, pa.DataType]:
-    """The Arrow type of each field type (pyarrow loads here, not at import: the SQL side needs none)."""
+    """The Arrow type of each column type (pyarrow loads here, not at import: the SQL side needs none)."""
     import pyarrow as pa
 
-    return {"int": pa.int64(), "float": pa.float64(), "text": pa.string(), "bool": pa.bool_(), "json": pa.string()}
+    return {
+        "int": pa.int64(),
+        "float": pa.float64(),
+        "text": pa.string(),
+        "bool": pa.bool_(),
+        "json": pa.string(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+    }
 
 
 @cache
 def base_arrow() -> list[tuple[str, pa.DataType]]:
-    import pyarrow as pa
-
-    return [
-        ("seq", pa.int64()),
-        ("ts", pa.timestamp("us", tz="UTC")),
-        ("source", pa.string()),
-        ("kind", pa.string()),
-        ("instance", pa.string()),
-        ("host", pa.string()),
-        ("request_id", pa.string()),
-    ]
+    types = arrow_types()
+    return [(name, types[type_]) for name, type_ in BASE_COLUMNS]
 
 
 def column_name(field: str) -> str:

@@ -82,22 +82,12 @@ from loguru import logger
 
 from spyglass.collectors.clock import Clock
 from spyglass.exporters.event_schema import kind_tables
-from spyglass.exporters.segment_schema import conform, from_json_segment, rows_sql
+from spyglass.exporters.segment_schema import COMMON, arrow, conform, from_json_segment, rows_sql
 from spyglass.exporters.store import LAST_STORABLE_SECONDS, DuckDBStore, Publication
 from spyglass.signals.state import MetricState
 
-JSON_SEGMENT_SCHEMA = pa.schema(
-    [
-        ("ts", pa.timestamp("us", tz="UTC")),
-        ("seq", pa.int64()),
-        ("source", pa.string()),
-        ("kind", pa.string()),
-        ("instance", pa.string()),
-        ("host", pa.string()),
-        ("request_id", pa.string()),
-        ("fields", pa.string()),
-    ]
-)  # before the typed store
+# The segments before the typed store: the base columns, then every field as JSON text.
+JSON_SEGMENT_SCHEMA = pa.schema([*((c, arrow(t)) for c, t in COMMON[:-1]), ("fields", pa.string())])
 ROW_GROUP = 122_880  # DuckDB's own row group: a 15-minute window reads a few, not the hour
 SORT = [("ts", "ascending"), ("seq", "ascending")]
 MIN_ROWS = 1_000  # the smallest batch a failing publication shrinks to

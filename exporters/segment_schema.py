@@ -17,33 +17,42 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cache
+from typing import TYPE_CHECKING
 
 import orjson
-import pyarrow as pa
 
 from spyglass.collectors.event import Event
 from spyglass.collectors.fields import SQL_TYPES, FieldType
 from spyglass.exporters import event_schema
-from spyglass.exporters.event_schema import OTHER, KindTable, column_name, kind_tables, quoted
+from spyglass.exporters.event_schema import (
+    BASE_COLUMNS,
+    BASE_NAMES,
+    OTHER,
+    KindTable,
+    arrow_types,
+    column_name,
+    kind_tables,
+    quoted,
+)
 
+if TYPE_CHECKING:  # pyarrow loads when a segment is written, not for the SQL over segments (the commands')
+    import pyarrow as pa
+
+# The segments' own columns: the base columns, `ts` first (files sort by it), and the event's source kind.
 COMMON = [
-    ("ts", pa.timestamp("us", tz="UTC")),
-    ("seq", pa.int64()),
-    ("source", pa.string()),
-    ("kind", pa.string()),
-    ("instance", pa.string()),
-    ("host", pa.string()),
-    ("request_id", pa.string()),
-    ("source_kind", pa.string()),
+    *(c for c in BASE_COLUMNS if c[0] == "ts"),
+    *(c for c in BASE_COLUMNS if c[0] != "ts"),
+    ("source_kind", "text"),
 ]
-JSON = pa.json_(pa.string())
-ARROW: dict[str, pa.DataType] = {
-    "int": pa.int64(),
-    "float": pa.float64(),
-    "text": pa.string(),
-    "bool": pa.bool_(),
-    "json": JSON,
-}
+COMMON_NAMES = ", ".join(name for name, _ in COMMON[:-1])
+
+
+@cache
+def arrow(type_: str) -> pa.DataType:
+    """A column's Arrow type in a segment: the store's, but JSON as Arrow's JSON type."""
+    import pyarrow as pa
+
+    return pa.json_(pa.string()) if type_ == "json" else arrow_types()[type_]
 
 
 def widest(types: set[FieldType]) -> FieldType:
@@ -64,18 +73,19 @@ def segment_types() -> dict[str, FieldType]:
 
 @cache
 def segment_schema() -> pa.Schema:
-    return pa.schema([*COMMON, *((c, ARROW[t]) for c, t in segment_types().items()), ("extra", JSON)])
+    import pyarrow as pa
+
+    columns = [*COMMON, *segment_types().items(), ("extra", "json")]
+    return pa.schema([(c, arrow(t)) for c, t in columns])
 
 
-READ_AS = {"int": "BIGINT", "float": "DOUBLE", "text": "VARCHAR", "bool": "BOOLEAN", "json": "VARCHAR"}
+READ_AS = {**event_schema.COLUMN_SQL, "json": "VARCHAR"}  # JSON columns come back as text from Parquet
 
 
 def every_column_sql() -> str:
     """No rows, but every column of today's segments, typed as DuckDB reads them: its UNION ALL BY NAME with
     older segments gives them the columns they lack (fields declared since they were written) as NULLs."""
-    common = {"ts": "TIMESTAMPTZ", "seq": "BIGINT"}
-    typed = [(c, common.get(c, "VARCHAR")) for c, _ in COMMON]
-    typed += [(c, READ_AS[t]) for c, t in segment_types().items()] + [("extra", "VARCHAR")]
+    typed = [(c, READ_AS[t]) for c, t in [*COMMON, *segment_types().items(), ("extra", "json")]]
     return "SELECT " + ", ".join(f"CAST(NULL AS {t}) AS {quoted(c)}" for c, t in typed) + " WHERE false"
 
 
@@ -92,7 +102,7 @@ def _stored(column: str, type_: FieldType) -> str:
 def rows_sql(tables: list[KindTable]) -> str:
     """SELECT every stored event with $1 <= seq <= $2 in the segments' columns, ordered by (ts, seq);
     a column a kind does not have is NULL."""
-    common = "ts, seq, source, kind, instance, host, request_id"
+    common = COMMON_NAMES
     parts = [
         f"SELECT {common}, '{t.source_kind}' AS source_kind, "
         + "".join(f"{_stored(column_name(f), ty)}, " for f, ty in t.fields)
@@ -108,6 +118,8 @@ def rows_sql(tables: list[KindTable]) -> str:
 
 def conform(table: pa.Table) -> pa.Table:
     """Rows with some of the segments' columns (as `rows_sql` gives them) in exactly the segments' schema."""
+    import pyarrow as pa
+
     schema = segment_schema()
     arrays = [
         table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type) for f in schema
@@ -118,6 +130,8 @@ def conform(table: pa.Table) -> pa.Table:
 def from_json_segment(old: pa.Table, sources: Mapping[str, str]) -> pa.Table:
     """A segment of the JSON schema (`fields` JSON, before the typed store) in the typed columns, each
     event typed as the store types it (`event_schema.kind_arrow`): undeclared fields kept in `extra`."""
+    import pyarrow as pa
+
     events: dict[str, tuple[KindTable | None, list[Event], list[int]]] = {}
     for row in old.to_pylist():
         event = Event(
@@ -155,10 +169,7 @@ def source_view_sql(source_kind: str, segments: str) -> str:
     """`events_<source kind>` over the segments (a CTE body): the store's view of the same name, its
     columns typed as the source kind declares them."""
     body = "".join(f"{_typed(c, t)} AS {quoted(c)}, " for c, t in event_schema.declared_columns(source_kind).items())
-    return (
-        f"SELECT seq, ts, source, kind, instance, host, request_id, {body}extra FROM {segments}"
-        f" WHERE source_kind = '{source_kind}'"
-    )
+    return f"SELECT {BASE_NAMES}, {body}extra FROM {segments} WHERE source_kind = '{source_kind}'"
 
 
 def events_view_sql(segments: str) -> str:
@@ -174,6 +185,6 @@ def events_view_sql(segments: str) -> str:
             f" json_merge_patch('{{}}', json_object({pairs}), coalesce(extra, '{{}}'))"
         )
     return (
-        f"SELECT seq, ts, source, kind, instance, host, request_id, CASE source_kind || '/' || kind"
+        f"SELECT {BASE_NAMES}, CASE source_kind || '/' || kind"
         f" {' '.join(cases)} ELSE extra END AS fields, source_kind FROM {segments}"
     )

@@ -182,6 +182,7 @@ def test_a_null_figure_is_left_out_and_its_summary_says_unknown():
         2508,
         15.8,
         4_716_362_992,
+        None,
         8192 << 20,
         None,
         0.549,
@@ -189,7 +190,8 @@ def test_a_null_figure_is_left_out_and_its_summary_says_unknown():
     )
     [f] = findings_of(h, columns, [row], "SELECT 1")
     assert "slots" not in f.figures and f.figures["evictions"] == 2508 and f.end is None
-    assert "one of ? slots" in f.summary and "2,508" in f.summary
+    assert "?" not in f.summary and "2,508" in f.summary
+    assert f.summary.endswith("Not known: slots, snapshot in slot shares (not in this window's events).")
     assert f.start.isoformat() == "2026-10-07T07:24:10+00:00" and f.severity == "critical"
 
 

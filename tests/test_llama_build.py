@@ -69,7 +69,8 @@ def test_the_recorder_runs_each_build_in_the_logging_modes_it_has(tmp_path: Path
     assert [m.name for m in modes(version("0.2.56"))] == ["default", "text", "verbose"]
     assert [m.name for m in modes(version("0.3.1"))] == ["default", "prefix", "verbose"]
     pinned = {m.name: m for m in modes(version(PINNED))}
-    assert list(pinned) == ["default", "prefix", "verbose", "router"]
+    assert list(pinned) == ["default", "prefix", "verbose", "router", "router-two"]
+    assert pinned["router-two"].router and pinned["router-two"].models == 2
     build, model = LlamaBuild(PINNED, tmp_path), tmp_path / "m" / "tiny.gguf"
     argv = server_argv(build, version(PINNED), pinned["prefix"], model, 8081, tmp_path / "x.log", "--slots, --no-slots")
     assert argv[argv.index("--cache-ram") + 1] == "1" and "--slots" in argv

@@ -101,17 +101,19 @@ def test_a_captured_log_yields_the_plain_files_events(capture: str) -> None:
     assert abs(next(e for e in events if e.kind == "done").ts - released) < 1.0  # journald short: to the second
 
 
-@pytest.mark.parametrize("rfc", ["--rfc3164", "--rfc5424"])
+@pytest.mark.parametrize("rfc", ["--rfc3164", "--rfc5424", "default"])
 def test_syslog_as_util_linux_logger_sends_it(tmp_path: Path, rfc: str, spawns: None) -> None:
     """util-linux's logger formats each line and sends it to a datagram socket (/dev/log's kind) the test
-    binds; what arrives is read as rsyslog would have written it to a file, one message a line."""
+    binds; what arrives is read as rsyslog would have written it to a file, one message a line. By default
+    (to a local socket) it names no host: `<13>Dec  4 14:57:03 llama-server: ...`."""
     path = tmp_path / "log.sock"
     receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     receiver.bind(str(path))
     receiver.settimeout(20)
     try:
         before = time.time()
-        sender = subprocess.Popen(["logger", "-u", str(path), "-d", rfc, "-t", "llama-server", "-f", str(FIXTURE)])
+        form = [] if rfc == "default" else [rfc]
+        sender = subprocess.Popen(["logger", "-u", str(path), "-d", *form, "-t", "llama-server", "-f", str(FIXTURE)])
         received = [receiver.recv(65536) for _ in PLAIN_LINES]  # read while it sends: a full socket blocks it
         assert sender.wait(timeout=60) == 0
     finally:

@@ -161,3 +161,26 @@ def test_the_drift_alarm_counts_every_unusable_line_over_the_lines_read(tmp_path
         assert unusable / sum(grew.values()) >= threshold, grew
     finally:
         pipeline.close()
+
+
+@pytest.mark.parametrize("preset", [None, "llama_server"])
+def test_check_log_reads_a_file_with_no_newline_in_bounded_memory(tmp_path: Path, preset: str | None) -> None:
+    """Round 4: check-log held a whole line, however long (a 2 GB sparse file with no newline reached 2.2 GB
+    and failed with MemoryError under a 4 GB limit), and read the sample twice before the whole file. Now
+    a line is cut to 1 MiB and the rest read past, in one pass; 128 MiB of no newline stays under 32 MB."""
+    import tracemalloc
+
+    from spyglass.cli.checklog import report
+
+    log = tmp_path / "sparse.log"
+    with log.open("wb") as f:
+        f.write(b"0.00.000.001 I srv  llama_server: initializing ...\n")
+        f.truncate(128 << 20)
+    tracemalloc.start()
+    try:
+        text, reading = report(log, preset)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, peak
+    assert reading.lines == 2 and "1 longer than 1 MiB, cut to it" in text, text

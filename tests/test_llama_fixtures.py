@@ -142,3 +142,41 @@ def test_the_docs_table_of_builds_is_the_version_table_and_its_fixtures() -> Non
     recorded = {p.parent.name: list(json.loads(p.read_text())["logs"]) for p in FIXTURES.glob("*/expected.json")}
     doc = (Path(__file__).parent.parent / "docs" / "llama-server.md").read_text()
     assert docs_rows(recorded) in doc, "docs/llama-server.md's table of builds: paste versions.docs_rows()"
+
+
+ROUTER_TWO = FIXTURES / "0.3.36" / "router-two" / "server.log"
+
+
+@pytest.mark.parametrize("batch", [0, 7], ids=["whole", "7-line reads, restarted between"])
+def test_router_mode_keeps_one_timeline_per_child(batch: int) -> None:
+    """Round 4: in router mode the `[PORT] ` prefix was stripped and two children's lines merged into one
+    process: each burst of the other child looked like a restart (phantom starts), its tasks' request ids
+    collided with the other's, and evictions counted across both. The real build's router serving two
+    models (the second child started seconds after the first): one timeline per child, keyed by its port."""
+    from collections import Counter
+
+    from spyglass.collectors.clock import ManualClock
+
+    options = EngineLogOptions(path=ROUTER_TWO, instance="llama-a", preset="llama_server")
+    lines = ROUTER_TWO.read_bytes().splitlines(keepends=True)
+    events, source = [], None
+    for n in range(0, len(lines), batch or len(lines)):
+        fresh = collectors.load_all()["engine_log"].build("engine-a", options)
+        assert isinstance(fresh, LlamaLogSource)
+        fresh.writer_of, fresh.clock = lambda path, now: None, ManualClock(MTIME)  # read just after its last write
+        if source is not None:
+            fresh.restore(source.checkpoint() or {})  # an agent restart between reads
+        source = fresh
+        source.file_mtime(MTIME)
+        events += source.handle_lines(lines[n : n + (batch or len(lines))])[0]
+    starts = [e for e in events if e.kind == "start"]
+    ports = sorted({line[1:6].decode() for line in lines if line.startswith(b"[")})
+    assert sorted(e.fields.get("child", "") for e in starts) == ["", *ports]
+    assert sorted(e.fields.get("child_model", "") for e in starts) == ["", "tiny-moe-f32-a", "tiny-moe-f32-b"]
+    done = [e for e in events if e.kind == "done"]
+    workload = json.loads((FIXTURES / "0.3.36" / "expected.json").read_text())["logs"]["router-two"]["workload"]
+    ended = workload["completed"] + workload["aborted"]  # each request ends in one `done` (its outcome a field)
+    assert len(done) == len({e.request_id for e in done}) == ended  # no two tasks share a request id
+    per_child = Counter(line[1:6] for line in lines if line.startswith(b"[") and b"removing oldest" in line)
+    evictions = sorted(e.fields["evictions"] for e in events if e.kind == "evict")
+    assert evictions == sorted(n for count in per_child.values() for n in range(1, count + 1))

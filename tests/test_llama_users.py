@@ -4,6 +4,7 @@ format and capture since 2024 yields the events its lines carry, and the signal 
 from __future__ import annotations
 
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from spyglass import collectors
 from spyglass.collectors.engine_log import EngineLogOptions
 from spyglass.collectors.llama_log import LlamaLogSource
+from spyglass.collectors.llama_wrap import unwrap
 
 USERS = Path(__file__).parent / "fixtures" / "llama_users"
 MTIME = 1_796_000_000.0
@@ -83,11 +85,26 @@ EXPECTED: dict[str, dict[str, int]] = {
     "compose-2024-ollama-4131.log": {},
     "dated-2024-ollama-fork-tc-mb-10.log": {},
     "llama-swap-2025-155.log": {},
+    "lmstudio-2026-lmstudio-2006.log": {"start": 1, "slot_select": 1, "queued": 1, "prompt_progress": 1},
+    "localai-2024-localai-771.log": {"start": 1, "slots_config": 1, "queued": 1, "unread": 1},  # llama_get_logits_ith
+    "lemonade-2026-lemonade-1623.log": {},  # Lemonade's own lines and llama.cpp's start-up dump: known
+    "lemonade-2025-lemonade-515.log": {"start": 1},
+    "plain-2024-crash-llama.cpp-5023.log": {"start": 1, "error": 2},
+    "level-2026-crash-llama.cpp-23469.log": {"start": 1, "error": 4},
+    "windows-2023-crash-llamafile-98.log": {"start": 1, "error": 1},
+    "windows-2026-llama.cpp-18546.log": {"start": 1},
+    "windows-2025-llama.cpp-14826.log": {"start": 1},
+    # the release, with no timings before it in the excerpt, ends the task as 2024's cancel would
+    "text-2026-ik_llama.cpp-1346.log": {"start": 1, "checkpoint": 1, "done": 1},
+    "level-2025-llama-box-41.log": {"start": 1, "slots_config": 1},
 }
 BUILDS = {
     "plain-2025-llama.cpp-18546.log": ["b6945-cc98f8d34"],
     "level-2026-llama.cpp-23162-23613.log": ["b9284-afcda09d1"],
     "plain-2025-llama.cpp-14363.log": ["b0-unknown"],
+    "lemonade-2025-lemonade-515.log": ["b6510-703f9e32"],
+    "windows-2026-llama.cpp-18546.log": ["b6945-cc98f8d34"],
+    "windows-2025-llama.cpp-14826.log": ["b5966-14c28dfc"],
 }
 
 
@@ -133,6 +150,31 @@ def test_a_joined_task_has_its_timings() -> None:
         299,
         1717067386,
     )
+
+
+def test_a_runners_wrapper_gives_its_clock() -> None:
+    """LM Studio's header line dates the lines after it; LocalAI's time of day falls on the file's day (or the
+    day before, when that would be ahead of the file); Lemonade's stamp is to the millisecond."""
+    lines = (USERS / "lmstudio-2026-lmstudio-2006.log").read_bytes().splitlines()
+    events, _, _ = source(USERS / "x").handle_lines(lines)
+    queued = next(e for e in events if e.kind == "queued")
+    assert abs(queued.ts - datetime(2026, 6, 4, 12, 9, 49, tzinfo=UTC).timestamp()) < 0.01
+    progress = next(e for e in events if e.kind == "prompt_progress")  # 13:06:21, 68 min into the process
+    assert abs(progress.ts - datetime(2026, 6, 4, 13, 6, 21, tzinfo=UTC).timestamp()) < 1
+    events, _, _ = source(USERS / "x").handle_lines((USERS / "localai-2024-localai-771.log").read_bytes().splitlines())
+    queued = next(e for e in events if e.kind == "queued")
+    at = datetime.fromtimestamp(queued.ts, tz=UTC)
+    assert (at.hour, at.minute) == (19, 23) and 0 < MTIME - queued.ts < 86400
+    line = (USERS / "lemonade-2026-lemonade-1623.log").read_bytes().splitlines()[10]
+    assert unwrap(line, MTIME).wall == datetime(2026, 4, 9, 21, 52, 11, 806000, tzinfo=UTC).timestamp()
+
+
+def test_logger_s_default_line_names_no_host() -> None:
+    line = b"<13>Dec  4 14:57:03 llama-server: 0.00.028.850 I srv  llama_server: initializing ..."
+    events, misses, _ = source(USERS / "x").handle_lines([line])
+    assert [e.kind for e in events] == ["start"] and not misses["unprefixed"] + misses["unmatched"]
+    started = datetime.fromtimestamp(events[0].ts + 0.028850, tz=UTC)  # the start: the stamp's time before the line
+    assert started.strftime("%m-%d %H:%M:%S.%f") == "12-04 14:57:03.000000"
 
 
 def recognized_share(paths: list[Path]) -> tuple[int, int]:

@@ -38,7 +38,9 @@ def test_instruments_read_the_state(tmp_path):
     instruments = run_fixture(tmp_path, lambda state: OtelInstruments(state, reader, "h1"))
     data = reader.get_metrics_data()
     _, evictions = points(data, "spyglass.engine.evictions")
-    assert [(dict(p.attributes), p.value) for p in evictions] == [({"instance": "strata-b", "lane": "normal"}, 0)]
+    assert [(dict(p.attributes), p.value) for p in evictions] == [
+        ({"instance": "strata-b", "lane": "normal"}, 1)
+    ]  # the fixture's one evict line
     metric, ttft = points(data, "spyglass.engine.ttft")
     assert metric.unit == "s" and ttft[0].count == 4
     assert ttft[0].explicit_bounds[-1] == 1800.0  # the 30-minute tail survives into OpenTelemetry

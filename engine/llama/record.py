@@ -50,6 +50,7 @@ class Mode:
     flags: tuple[str, ...] = ()
     log_file: bool = False
     router: bool = False
+    models: int = 1  # in router mode: the models it serves, each its own child process, used in turn
 
 
 def modes(row: LlamaVersion) -> list[Mode]:
@@ -62,6 +63,7 @@ def modes(row: LlamaVersion) -> list[Mode]:
         found.append(Mode("verbose", ("-v",)))
     if row.has(ROUTER):
         found.append(Mode("router", ("--log-prefix", "--log-timestamps"), router=True))
+        found.append(Mode("router-two", ("--log-prefix", "--log-timestamps"), router=True, models=2))
     return found
 
 
@@ -151,7 +153,10 @@ def complete(client: httpx.Client, url: str, prompt: str, tally: Tally, model: s
     if model:
         body["model"] = model
     tally.sent += 1
-    response = client.post(url + "/completion", json=body, timeout=120)
+    try:
+        response = client.post(url + "/completion", json=body, timeout=120)
+    except httpx.RemoteProtocolError:  # a router may close a kept-alive connection as it spawns a child: once more
+        response = client.post(url + "/completion", json=body, headers={"Connection": "close"}, timeout=120)
     tally.statuses.append(response.status_code)
     tally.completed += response.status_code == 200
 
@@ -195,17 +200,25 @@ def wait_idle(client: httpx.Client, url: str, timeout: float = 60) -> None:
         pause.wait(0.2)
 
 
-def router_model(client: httpx.Client, url: str) -> str:
+def router_models(client: httpx.Client, url: str) -> list[str]:
     listed = client.get(url + "/v1/models", timeout=30).json()
-    return str(listed["data"][0]["id"])
+    return sorted(str(entry["id"]) for entry in listed["data"])
 
 
 def run_workload(url: str, folder: Path, router: bool) -> Tally:
+    """The workload; in router mode each prompt goes to every model the router lists in turn, so that
+    with two models their children's lines interleave in the router's log."""
     tally = Tally()
     with httpx.Client() as client:
-        model = router_model(client, url) if router else None
+        models: list[str | None] = list(router_models(client, url)) if router else [None]
+        model = models[0]
         first = text(300, "alpha")
         grown = first + " " + text(64, "alpha-1")
+        if len(models) > 1:
+            # the first child runs a while alone: the next one's stamps (from its own start) then run seconds
+            # behind it, as children started at different times do (a recorder's pause, not a test's)
+            complete(client, url, text(50, "warm"), tally, model)
+            threading.Event().wait(5.0)
         for prompt in (
             first,
             first,
@@ -214,7 +227,8 @@ def run_workload(url: str, folder: Path, router: bool) -> Tally:
             *(text(600, name) for name in ("charlie", "delta", "echo", "foxtrot")),
             grown,
         ):
-            complete(client, url, prompt, tally, model)
+            for each in models:
+                complete(client, url, prompt, tally, each)
         busy = abort_one(client, url, tally, model)
         wait_idle(client, url)
         for name, path in (("metrics.txt", "/metrics"), ("slots.json", "/slots"), ("props.json", "/props")):
@@ -240,8 +254,10 @@ def record_mode(build: LlamaBuild, row: LlamaVersion, mode: Mode, model: Path, o
         run_model = model
         if mode.router:
             (work / "models").mkdir()
-            run_model = work / "models" / model.name
-            shutil.copy(model, run_model)  # a real file: the router lists regular .gguf files
+            names = [model.name] if mode.models == 1 else [f"{model.stem}-{n}{model.suffix}" for n in "ab"]
+            for name in names:
+                run_model = work / "models" / name
+                shutil.copy(model, run_model)  # a real file: the router lists regular .gguf files
         log_file = work / "server.log"
         argv = server_argv(build, row, mode, run_model, port, log_file, flags_known)
         server = Server(build, argv, work / "console.log")
@@ -252,7 +268,8 @@ def record_mode(build: LlamaBuild, row: LlamaVersion, mode: Mode, model: Path, o
             code = server.stop()
         shutil.copy(log_file if mode.log_file else work / "console.log", folder / "server.log")
     evictions = count_lines(folder / "server.log", EVICTION_WORDING)
-    processes = 2 if mode.router else 1  # a router starts, then one child for the model on the first request
+    # a router starts, then one child per model on that model's first request
+    processes = 1 + mode.models if mode.router else 1
     return {
         "log": f"{mode.name}/server.log",
         "flags": list(mode.flags) + (["--log-file"] if mode.log_file else []),
@@ -304,19 +321,26 @@ def record_load_failure(build: LlamaBuild, out: Path) -> dict:
     }
 
 
-def record(name: str) -> Path:
+def record(name: str, only: tuple[str, ...] = ()) -> Path:
+    """Record every mode of `name` afresh, or only the modes named in `only` (the others' fixtures kept)."""
     row = version(name)
     build, model = ensure_built(name, progress=True), ensure_model(split_experts=row.split_experts)
     out = FIXTURES / name
-    if out.exists():
+    logs: dict[str, Any] = {}
+    if only and (out / "expected.json").is_file():
+        logs = json.loads((out / "expected.json").read_text())["logs"]
+    elif out.exists():
         shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
     flags_known = help_text(build)
-    logs = {}
     for mode in modes(row):
+        if only and mode.name not in only:
+            continue
         print(f"recording {name} {mode.name}", file=sys.stderr)
         logs[mode.name] = record_mode(build, row, mode, model, out, flags_known)
-    logs["load-failure"] = record_load_failure(build, out)
+    if not only or "load-failure" in only:
+        logs["load-failure"] = record_load_failure(build, out)
+    logs = {**{m: logs[m] for m in logs if m != "load-failure"}, "load-failure": logs["load-failure"]}
     expected = {
         "llama_cpp_python": name,
         "vendored": row.vendored,
@@ -332,13 +356,14 @@ def record(name: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
+    if not args:
         print(
-            "usage: scripts/record-llama VERSION   (a llama-cpp-python version of engine/llama/versions.py)",
+            "usage: scripts/record-llama VERSION [MODE ...]   (a llama-cpp-python version of"
+            " engine/llama/versions.py; MODEs: only those, e.g. router-two, the other fixtures kept)",
             file=sys.stderr,
         )
         return 2
-    print(record(args[0]))
+    print(record(args[0], tuple(args[1:])))
     return 0
 
 

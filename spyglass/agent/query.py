@@ -31,6 +31,10 @@ class QueryError(Exception):
     """A query that was refused or failed, phrased for the analyst."""
 
 
+class NotFound(QueryError):
+    """No such alert in the catalogue, no notification of it, or no such request: a 404, with why."""
+
+
 @dataclass(frozen=True)
 class Limits:
     """What one query may cost: wall time (start to encoded answer), memory, rows and bytes."""
@@ -113,11 +117,13 @@ class Session:
     a query killed at its deadline ends the session. Opening it raises QueryError("... lock ...") when
     an agent holds the file."""
 
-    def __init__(self, path: Path, limits: Limits) -> None:
+    def __init__(self, path: Path, limits: Limits, warm: bool = False) -> None:
         self.limits = limits
+        self.path = path
         request = {
             "path": str(path),
             "session": True,
+            "warm": warm,  # the agent's: kept between queries, its CPU bounded per query, moved between copies
             "memory_mb": limits.memory_mb,
             "timeout": limits.timeout_seconds,
             "cpu_seconds": limits.timeout_seconds * SESSION_QUERIES,
@@ -137,11 +143,12 @@ class Session:
             self.close()
             raise QueryError(opened["error"])
 
-    def _exchange(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _exchange(self, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         import threading
 
         assert self.worker.stdin is not None and self.worker.stdout is not None
-        timer = threading.Timer(self.limits.timeout_seconds, self.worker.kill)  # the deadline of this exchange
+        timeout = self.limits.timeout_seconds if timeout is None else timeout
+        timer = threading.Timer(timeout, self.worker.kill)  # the deadline of this exchange
         timer.start()
         try:
             self.worker.stdin.write(json.dumps(request).encode() + b"\n")
@@ -161,19 +168,21 @@ class Session:
             )
         return dict(json.loads(line))
 
-    def ask(self, query: str) -> Answer:
+    def ask(self, query: str, path: Path | None = None, deadline: float | None = None) -> Answer:
+        """The answer to `query`, on the file at `path` (reopened there when it is not the session's; a warm
+        session's copies), killed at `deadline` (time.monotonic(); default: the limits' timeout from now)."""
         limits = self.limits
-        return _answer(
-            self._exchange(
-                {
-                    "query": query,
-                    "max_rows": limits.max_rows,
-                    "max_bytes": limits.max_bytes,
-                    "timeout": limits.timeout_seconds,
-                }
-            ),
-            limits,
-        )
+        timeout = limits.timeout_seconds if deadline is None else deadline - time.monotonic()
+        if timeout <= 0:
+            raise QueryError(f"query not started within {limits.timeout_seconds:g} s (the agent is busy)")
+        request = {"query": query, "max_rows": limits.max_rows, "max_bytes": limits.max_bytes, "timeout": timeout}
+        if path is not None and path != self.path:
+            request["path"], self.path = str(path), path
+        return _answer(self._exchange(request, timeout), limits)
+
+    @property
+    def alive(self) -> bool:
+        return self.worker.poll() is None
 
     def close(self) -> None:
         if self.worker.stdin is not None:

@@ -28,6 +28,7 @@ from spyglass.exporters.statefile import StateFile, Store
 if TYPE_CHECKING:
     from spyglass.agent.server import AgentServer
     from spyglass.agent.snapshot import Snapshots
+    from spyglass.agent.warm_queries import WarmQueries
 
 
 SHARED_ROUND_SECONDS = 0.05  # polls of one host due this close together are made in one round
@@ -73,9 +74,10 @@ def source_folders(config: Config) -> set[Path]:
 class Agent:
     """The pipeline plus its server and watcher; `serve()` runs until `stop` is set."""
 
-    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+    def __init__(self, config: Config, clock: Clock | None = None, config_path: Path | None = None) -> None:
         settle(config.agent.cpus, config.agent.nice)  # before the store's and the server's threads start
         self.config = config
+        self.config_path = config_path  # the file `config` was read from: /api/command runs commands for it only
         self.stop = threading.Event()
         self.wake = Wake()
         self.pipeline = Pipeline(config, clock or SystemClock(), open_store(config))
@@ -95,6 +97,7 @@ class Agent:
             kinds = {name: options.kind for name, options in config.sources.items()}
             self.pipeline.event_hooks.append(EngineSpanExporter(self.tracing, kinds).observe)
         self.snapshots: Snapshots | None = None
+        self.warm: WarmQueries | None = None
         self._decoding = threading.Lock()
         from spyglass.agent.alert_webhook import AlertBudget, Replays
 
@@ -140,6 +143,11 @@ class Agent:
     def close_unstarted(self) -> None:
         """Release what the constructor opened (the store, the sources), for an agent that never served."""
         self.pipeline.close()
+        self._close_queries()
+
+    def _close_queries(self) -> None:
+        if self.warm is not None:
+            self.warm.close()
         if self.snapshots is not None:
             self.snapshots.close()
 
@@ -308,9 +316,12 @@ class Agent:
             got = query(text)
             return Answer(got["columns"], got["rows"], got.get("truncated"), got.get("as_of"))
 
+        from spyglass.agent import command_route
+
         return {
             ("GET", evidence_route.EVIDENCE): partial(evidence_route.evidence, self.config, ask),
             ("GET", evidence_route.TRACE): partial(evidence_route.trace, self.config, ask),
+            ("POST", command_route.COMMAND): partial(command_route.command, self.config_path, ask),
         }
 
     def _query_function(self):
@@ -320,14 +331,19 @@ class Agent:
             return None
         import time
 
-        from spyglass.agent.query import Limits, QueryError, run_bounded
+        from spyglass.agent.query import Limits, QueryError
         from spyglass.agent.snapshot import Snapshots
+        from spyglass.agent.warm_queries import WarmQueries
 
         server = self.config.exporters.prometheus
         snapshots = self.snapshots = Snapshots(
-            lambda: store.con, self.config.state_dir() / "sql-copies", server.sql_snapshot_seconds
+            lambda: store.con,
+            self.config.state_dir() / "sql-copies",
+            server.sql_snapshot_seconds,
+            stored=lambda: store.next_seq,
         )
         limits = Limits(server.sql_timeout_seconds, server.sql_memory_mb, server.sql_max_rows, server.sql_max_bytes)
+        warm = self.warm = WarmQueries(limits)  # query processes kept between queries (the warm query path)
         turns = threading.BoundedSemaphore(server.sql_workers)
 
         def query(text: str) -> dict:
@@ -338,7 +354,7 @@ class Agent:
                 )
             try:
                 with snapshots.lease() as copy:
-                    answer = run_bounded(copy.path, text, limits, deadline)
+                    answer = warm.ask(copy.path, text, deadline)
                     answer.as_of = copy.as_of
                     return answer.to_json()
             finally:
@@ -388,8 +404,7 @@ class Agent:
                 self.tracing.shutdown()
             self.pipeline.close()
             self.wake.close()
-            if self.snapshots is not None:
-                self.snapshots.close()
+            self._close_queries()
             if clean:
                 logger.info("stopped cleanly")
             else:

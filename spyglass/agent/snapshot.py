@@ -62,9 +62,11 @@ class Snapshots:
         folder: Path,
         max_age: float,
         clock: Callable[[], float] = time.time,
+        stored: Callable[[], int] | None = None,
     ) -> None:
         # `connection()` is the store's connection now: the store reopens it after DuckDB invalidated it
         self.connection, self.folder, self.max_age, self.clock = connection, folder, max_age, clock
+        self.stored = stored  # the store's next seq: while it stays a copy's, no event came, and the copy is fresh
         folder.mkdir(parents=True, exist_ok=True)
         for old in folder.glob("copy-*.duckdb*"):  # left by an agent that was killed
             old.unlink()
@@ -91,7 +93,7 @@ class Snapshots:
     def _fresh(self) -> Copy:
         with self._lock:
             newest = self._newest
-            if newest is not None and self.clock() - newest.as_of <= self.max_age:
+            if newest is not None and self._current(newest):
                 newest.users += 1
                 return newest
         if self._taking.acquire(blocking=newest is None):
@@ -105,10 +107,22 @@ class Snapshots:
             newest.users += 1
             return newest
 
+    def _current(self, copy: Copy) -> bool:
+        """Whether `copy` may answer a query now: young enough, or no event was stored since it was taken
+        (then it is as of now: a copy of an idle store, however large, is not taken again; its
+        checkpoints and metric state may be older, the events the commands read are not)."""
+        now = self.clock()
+        if now - copy.as_of <= self.max_age:
+            return True
+        if self.stored is not None and self.stored() == copy.next_seq:
+            copy.as_of = now
+            return True
+        return False
+
     def _replace(self) -> Copy:
         with self._lock:
             newest = self._newest
-            if newest is not None and self.clock() - newest.as_of <= self.max_age:
+            if newest is not None and self._current(newest):
                 newest.users += 1  # taken while this query waited for its turn
                 return newest
         copy = self.take()

@@ -40,11 +40,21 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
-def limit_process(memory_mb: int, cpu_seconds: float) -> None:
+def limit_process(memory_mb: int, cpu_seconds: float | None) -> None:
+    """The process's memory, and its CPU time in all (None: set per query, `limit_query`)."""
     memory = memory_mb << 20
     resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
-    cpu = int(cpu_seconds) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    if cpu_seconds is not None:
+        cpu = int(cpu_seconds) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+
+
+def limit_query(timeout: float) -> None:
+    """A warm process's CPU bound for its next query: what it used so far plus the query's timeout (the
+    soft limit only, raised again for the query after it; the caller also kills it at the deadline)."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = int(used.ru_utime + used.ru_stime + timeout) + 1
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, resource.RLIM_INFINITY))
 
 
 def open_readonly(path: str, memory_mb: int):
@@ -111,9 +121,12 @@ def main() -> None:
     """One request (a JSON line): answer its query and exit; or, with "session": true, open the file
     once, say whether it opened ({"ready": true} or {"error": ...}), then answer one query a line
     ({"query", "max_rows", "max_bytes", "timeout"}) until stdin ends: every query of a command on
-    one connection, in one process, under one memory and CPU limit."""
+    one connection, in one process, under one memory and CPU limit. A "warm" session (the agent's, kept
+    between queries) bounds each query's CPU instead, and a query may name a new "path" (the store's
+    newest copy): the file is opened there, in the same process, without importing DuckDB again."""
     request = json.loads(sys.stdin.readline())
-    limit_process(request["memory_mb"], request.get("cpu_seconds", request["timeout"]))
+    warm = bool(request.get("warm"))
+    limit_process(request["memory_mb"], None if warm else request.get("cpu_seconds", request["timeout"]))
     out = sys.stdout.buffer
     try:
         con = open_readonly(request["path"], request["memory_mb"])
@@ -127,8 +140,20 @@ def main() -> None:
         return
     out.write(encoded({"ready": True}))
     out.flush()
+    path = request["path"]
     for line in sys.stdin:
         ask = json.loads(line)
+        if warm:
+            limit_query(ask["timeout"])
+        if ask.get("path", path) != path:
+            con.close()
+            try:
+                con = open_readonly(ask["path"], request["memory_mb"])
+            except Exception as exc:  # noqa: BLE001 - as at the start: the reason goes back, the process ends
+                out.write(encoded({"error": str(exc).splitlines()[0]}))
+                out.flush()
+                return
+            path = ask["path"]
         out.write(encoded(answer(con, ask["query"], ask["max_rows"], ask["max_bytes"], ask["timeout"])))
         out.flush()
 

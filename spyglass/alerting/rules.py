@@ -15,6 +15,7 @@ import yaml
 
 from spyglass import resources
 from spyglass.alerting.heuristics import Alert, Deployment, Heuristic, catalogue, recording_rules
+from spyglass.alerting.heuristics.model import ENGINE_NAMES, ENGINES
 
 RULES_FILE = "spyglass-rules.yml"
 ALERTMANAGER_FILE = "alertmanager.yml"
@@ -201,6 +202,10 @@ def _code(language: str, text: str) -> list[str]:
 
 
 def render_runbook(d: Deployment, h: Heuristic, a: Alert) -> str:
+    """The runbook in the words of the deployment's engine (one engine), and a section for each other engine
+    the heuristic speaks of differently (its check and flags there, or why it does not apply)."""
+    engines = sorted(d.engines_present())
+    general, h = h, h.speaking(engines[0]) if len(engines) == 1 else h
     c = h.check
     lines = [
         f"# {a.name}",
@@ -237,6 +242,9 @@ def render_runbook(d: Deployment, h: Heuristic, a: Alert) -> str:
     if c.sql:
         lines += ['Run SQL with `spyglass sql --config examples/strata.toml "..."`.', ""]
     lines += ["## Knobs", "", *[f"- {k}" for k in h.knobs], ""]
+    for engine in ENGINES:
+        if engine in general.words and engines != [engine]:
+            lines += engine_section(general, engine)
     if h.thresholds:
         lines += ["## Thresholds", "", "| name | value | unit | meaning | setting |", "|---|---|---|---|---|"]
         lines += [
@@ -247,6 +255,21 @@ def render_runbook(d: Deployment, h: Heuristic, a: Alert) -> str:
     if h.diagnosis:
         lines += ["## Left to the forensic diagnosis", "", h.diagnosis, ""]
     return "\n".join(lines)
+
+
+def engine_section(h: Heuristic, engine: str) -> list[str]:
+    """What the runbook says of `engine`'s instances where it speaks of them in their own words."""
+    lines = [f"## On {ENGINE_NAMES[engine]}", ""]
+    if not h.applies_to(engine):
+        return lines + [f"Does not apply: {h.why_not(engine)}.", ""]
+    said = h.speaking(engine)
+    if h.metrics_only(engine):
+        lines += [f"Checked by its alerts only ({h.metrics_only(engine)}).", ""]
+    if said.check.text != h.check.text:
+        lines += [said.check.text, ""]
+    if said.knobs != h.knobs:
+        lines += ["Knobs:", "", *[f"- {k}" for k in said.knobs], ""]
+    return lines
 
 
 def render_docs(d: Deployment) -> str:

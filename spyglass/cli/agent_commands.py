@@ -22,7 +22,7 @@ def run(config: ConfigOption) -> None:
 
     cfg = read_config(config)
     try:
-        agent = Agent(cfg)
+        agent = Agent(cfg, config_path=config)
     except CpusUnavailable as exc:
         typer.echo(f"error: {exc}; set agent.cpus in {config} to CPUs of this host", err=True)
         raise typer.Exit(2) from None

@@ -9,8 +9,7 @@ import typer
 from loguru import logger
 
 from spyglass import __version__
-from spyglass.cli import agent_commands, alert_commands, example_commands, store_commands
-from spyglass.forensics import commands as forensics
+from spyglass.cli import agent_commands, alert_commands, answered, example_commands, store_commands
 from spyglass.forensics import diagnose_cli, evidence_cli
 from spyglass.forensics.run import one_connection
 from spyglass.upgrades import commands as upgrades
@@ -41,12 +40,7 @@ def _main(
 app.command()(agent_commands.run)
 app.command()(agent_commands.ingest)
 app.command("check-log")(agent_commands.check_log)
-app.command()(store_commands.sql)
-app.command("trace")(store_commands.trace_command)
-app.command("timeline")(one_connection(forensics.timeline))
-app.command("requests")(one_connection(forensics.requests))
-app.command("report")(one_connection(forensics.report))
-app.command("views")(one_connection(forensics.views))
+answered.register(app)  # sql, trace, timeline, requests, report, views: what the agent answers (cli/warm.py)
 app.command("diagnose")(one_connection(diagnose_cli.diagnose))
 app.command("evidence")(one_connection(evidence_cli.evidence))
 app.command("changes")(one_connection(upgrades.changes))

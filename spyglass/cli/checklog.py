@@ -5,19 +5,24 @@ the lines a source could not read."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from spyglass import collectors
 from spyglass.collectors.grammar import Miss
 from spyglass.collectors.llama_log import MAX_SHAPES
 
 CHUNK = 4096  # lines per batch, as a tailer hands them over
+CHUNK_BYTES = 8 << 20  # ... and at most this many bytes of them
 SAMPLE = 2000  # lines each preset reads when none is given
+SAMPLE_BYTES = 8 << 20  # ... and at most this many bytes of them
+MAX_LINE = 1 << 20  # bytes of a line kept, as the agent's default agent.max_line_bytes: the rest is skipped
 ANCHORS = {
     "wrapper": "the capture's own clock (journald, syslog, docker) or the 2024 formats' own timestamp",
     "process": "the start time of the running llama-server that writes the file",
@@ -36,17 +41,42 @@ class Reading:
     events: Counter[str] = field(default_factory=Counter)
     misses: Counter[str] = field(default_factory=Counter)
     source: Any = None
+    long_lines: int = 0  # lines longer than MAX_LINE, cut to it
 
     @property
     def unreadable(self) -> int:
         return sum(self.misses[m] for m in UNREADABLE)
 
 
-def read_log(
-    path: Path, preset: str, tz: str = "UTC", limit: int | None = None, shapes: int | None = MAX_SHAPES
-) -> Reading:
-    """`path` read whole (or its first `limit` lines) by the engine log's `preset`, as the agent would, keeping
-    at most `shapes` shapes of unread lines (None: every one)."""
+def lines_of(file: IO[bytes], reading: Reading | None = None) -> Iterator[bytes]:
+    """The file's lines, each cut to MAX_LINE bytes (the rest of a longer one is read past, never held: a 2 GB
+    file with no newline is read in 1 MiB pieces), as the agent's tailer cuts them; counted in `reading`."""
+    while line := file.readline(MAX_LINE):
+        if len(line) == MAX_LINE and not line.endswith(b"\n"):
+            while (rest := file.readline(MAX_LINE)) and not rest.endswith(b"\n"):
+                pass
+            if reading is not None:
+                reading.long_lines += 1
+        yield line
+
+
+def batches(lines: Iterator[bytes], most: int, most_bytes: int) -> Iterator[list[bytes]]:
+    """`lines` in batches of at most `most` lines and about `most_bytes` bytes."""
+    batch: list[bytes] = []
+    size = 0
+    for line in lines:
+        batch.append(line)
+        size += len(line)
+        if len(batch) == most or size >= most_bytes:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def reader(path: Path, preset: str, tz: str, shapes: int | None = MAX_SHAPES) -> Reading:
+    """A Reading whose source is the engine log's `preset`, as the agent would build it for `path`, keeping at
+    most `shapes` shapes of unread lines (None: every one)."""
     from spyglass.collectors.engine_log import EngineLogOptions
 
     options = EngineLogOptions(path=path, preset=preset, tz=tz, instance="check-log", columnar="never")
@@ -54,21 +84,32 @@ def read_log(
     if hasattr(source, "writer_of"):
         source.writer_of = lambda log, now: None  # a file, not a running process: placed by its own times
         source.max_shapes = shapes
-    reading = Reading(preset, source=source)
-    mtime = os.stat(path).st_mtime
-    batch: list[bytes] = []
+    return Reading(preset, source=source)
+
+
+def read_log(
+    path: Path, preset: str, tz: str = "UTC", limit: int | None = None, shapes: int | None = MAX_SHAPES
+) -> Reading:
+    """`path` read whole (or its first `limit` lines) by the engine log's `preset`, as the agent would: in
+    one pass, in bounded memory, keeping at most `shapes` shapes of unread lines (None: every one)."""
     with open(path, "rb") as file:
-        for line in file:
-            batch.append(line)
-            reading.lines += 1
-            if len(batch) == CHUNK or reading.lines == limit:
-                _feed(reading, batch, mtime)
-                batch = []
-                if reading.lines == limit:
-                    break
-    if batch:
+        return read_rest(reader(path, preset, tz, shapes), file, os.fstat(file.fileno()).st_mtime, [], limit)
+
+
+def read_rest(reading: Reading, file: IO[bytes], mtime: float, head: list[bytes], limit: int | None = None) -> Reading:
+    """`head` (lines already read from `file`), then the rest of `file` (up to `limit` lines in all), fed."""
+    lines = lines_of(file, reading)
+    if limit is not None:
+        lines = itertools.islice(lines, max(0, limit - len(head)))
+    for batch in batches(_chain(head, lines), CHUNK, CHUNK_BYTES):
+        reading.lines += len(batch)
         _feed(reading, batch, mtime)
     return reading
+
+
+def _chain(head: list[bytes], rest: Iterator[bytes]) -> Iterator[bytes]:
+    yield from head
+    yield from rest
 
 
 def _feed(reading: Reading, batch: list[bytes], mtime: float) -> None:
@@ -80,13 +121,49 @@ def _feed(reading: Reading, batch: list[bytes], mtime: float) -> None:
 
 def choose_preset(path: Path, tz: str) -> tuple[str, str]:
     """The preset that reads more of the file's first lines, and why."""
+    with open(path, "rb") as file:
+        return _choose(head_of(file), path, os.fstat(file.fileno()).st_mtime, tz)
+
+
+def head_of(file: IO[bytes], reading: Reading | None = None) -> list[bytes]:
+    """The first SAMPLE lines of `file`, at most SAMPLE_BYTES of them (each cut to MAX_LINE)."""
+    head: list[bytes] = []
+    size = 0
+    for line in lines_of(file, reading):
+        head.append(line)
+        size += len(line)
+        if len(head) == SAMPLE or size >= SAMPLE_BYTES:
+            break
+    return head
+
+
+def _choose(head: list[bytes], path: Path, mtime: float, tz: str) -> tuple[str, str]:
+    """The preset that reads more of `head` (the file's first lines, read once), and why."""
     shares = {}
     presets = collectors.preset_names("engine_log")
     for preset in presets:
-        sample = read_log(path, preset, tz, SAMPLE)
+        sample = reader(path, preset, tz)
+        for batch in batches(iter(head), CHUNK, CHUNK_BYTES):
+            sample.lines += len(batch)
+            _feed(sample, batch, mtime)
         shares[preset] = 1 - sample.unreadable / sample.lines if sample.lines else 0.0
     best = max(presets, key=lambda p: shares[p])
-    return best, ", ".join(f"{p} reads {shares[p]:.0%}" for p in presets) + f" of the first {SAMPLE:,} lines"
+    return best, ", ".join(f"{p} reads {shares[p]:.0%}" for p in presets) + f" of the first {len(head):,} lines"
+
+
+def read_file(path: Path, preset: str | None, tz: str) -> tuple[Reading, str]:
+    """`path` read once, start to end: without a preset, its first SAMPLE lines (at most SAMPLE_BYTES) choose
+    one and are then read by it with the rest. The reading, and why its preset."""
+    with open(path, "rb") as file:
+        mtime = os.fstat(file.fileno()).st_mtime
+        if preset is not None:
+            return read_rest(reader(path, preset, tz), file, mtime, []), "as given"
+        long_lines = Reading("")
+        head = head_of(file, long_lines)
+        chosen, why = _choose(head, path, mtime, tz)
+        reading = reader(path, chosen, tz)
+        reading.long_lines = long_lines.long_lines
+        return read_rest(reading, file, mtime, head), why
 
 
 def report(
@@ -94,10 +171,8 @@ def report(
 ) -> tuple[str, Reading]:
     """The check-log report of `path`, and the reading it describes; with `url`, what the llama-server there
     answers on each endpoint the agent polls, and the fix for each one switched off."""
-    why = "as given"
-    if preset is None:
-        preset, why = choose_preset(path, tz)
-    reading = read_log(path, preset, tz)
+    reading, why = read_file(path, preset, tz)
+    preset = reading.preset
     src = reading.source
     out = [f"{path}: {reading.lines:,} lines, read with preset {preset} ({why})"]
     captures: Counter[str] = Counter(getattr(src, "captures", None) or {})
@@ -128,6 +203,7 @@ def report(
     out.append(
         f"lines:       {reading.unreadable:,} unreadable ({share:.0%}); {known:,} known (no event of their own);"
         f" {sum(v for k, v in reading.misses.items() if k.startswith('invalid')):,} invalid"
+        + (f"; {reading.long_lines:,} longer than {MAX_LINE >> 20} MiB, cut to it" if reading.long_lines else "")
     )
     shapes: Counter[str] = Counter(getattr(src, "shapes", None) or {})
     if shapes:

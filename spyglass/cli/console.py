@@ -7,7 +7,45 @@ import json
 import os
 import re
 import sys
+from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, TextIO
+
+
+@dataclass(frozen=True)
+class Terminal:
+    """The terminal of a client whose command the agent runs (spyglass/agent/command_route.py): what rich
+    would read off its own stdout and environment, so the output is what the command prints itself."""
+
+    environ: Mapping[str, str]  # the client's TERM, COLORTERM, NO_COLOR, FORCE_COLOR, COLUMNS, LINES ...
+    size: tuple[int, int] | None = None  # columns, lines, when its stdout is a terminal
+
+
+CLIENT: ContextVar[Terminal | None] = ContextVar("client_terminal", default=None)
+
+
+def console(out: TextIO | None = None, width: int | None = None) -> Any:
+    """A rich Console on `out` (stdout by default): this process's terminal, or the client's."""
+    from rich.console import Console
+
+    client = CLIENT.get()
+    if client is None:
+        return Console(file=out or sys.stdout, width=width)
+    columns, lines = client.size or (None, None)
+    return Console(
+        file=out or sys.stdout,
+        width=width or columns,
+        height=lines,
+        force_terminal=True if client.size else None,
+        _environ=client.environ,
+    )
+
+
+def has_columns() -> bool:
+    """Whether COLUMNS is set, in this process's environment or the client's."""
+    client = CLIENT.get()
+    return "COLUMNS" in (os.environ if client is None else client.environ)
 
 
 def command() -> str:
@@ -26,10 +64,8 @@ def command() -> str:
 
 def terminal_width(out: TextIO | None = None) -> int | None:
     """The width a text printed on `out` is wrapped at: a terminal's (or COLUMNS'); None for a pipe or a file."""
-    from rich.console import Console
-
-    console = Console(file=out or sys.stdout)
-    return console.width if console.is_terminal or "COLUMNS" in os.environ else None
+    shown = console(out)
+    return shown.width if shown.is_terminal or has_columns() else None
 
 
 def shell_lines(words: list[str], width: int | None = None, indent: str = "  ") -> str:
@@ -54,12 +90,10 @@ def console_for(out: TextIO | None, *renderables: Any) -> Any:
     """A rich Console on `out` (stdout by default) for printing `renderables`: a terminal's width
     (or COLUMNS'); to a pipe or a file, which have no width, as wide as the widest of them, so that
     nothing is cut to "…" or folded a word a line (`spyglass timeline ... > incident.txt`)."""
-    from rich.console import Console
-
-    console = Console(file=out or sys.stdout)
-    if console.is_terminal or "COLUMNS" in os.environ or not renderables:
-        return console
-    return Console(file=out or sys.stdout, width=max(1, *(natural_width(console, r) for r in renderables)))
+    shown = console(out)
+    if shown.is_terminal or has_columns() or not renderables:
+        return shown
+    return console(out, width=max(1, *(natural_width(shown, r) for r in renderables)))
 
 
 # Data that reaches a terminal is shown, never obeyed: C0 and C1 control characters (ESC starts

@@ -47,12 +47,13 @@ def sql(
 ) -> None:
     """Run a read-only query on the store's tables. The forensic views (requests, cache_events, ...) are
     `spyglass views`'s: it puts them in front of a query, over a window."""
-    from spyglass.agent.query import QueryError, agent_api, run_readonly, show
+    from spyglass.agent.query import QueryError, show
+    from spyglass.forensics.run import ask_store
 
     text = query_text(query, file)
     cfg = read_config(config)
     try:
-        answer = run_readonly(cfg.store_path(), text, agent_api(cfg), cfg.forensics.limits())
+        answer = ask_store(cfg, text)  # in the agent (the warm path), on its copy; else the file or /api/sql
     except QueryError as exc:
         typer.echo(f"error: {exc}{views_hint(str(exc))}", err=True)
         raise typer.Exit(1) from None

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from spyglass import collectors
+from spyglass import collectors, serving
 
 if TYPE_CHECKING:  # spyglass.agent.query imports httpx: not for every config load
     from spyglass.agent.query import Limits
@@ -129,7 +129,7 @@ class PrometheusConfig(Strict):
         " on a non-loopback address. 16 or more of A-Z a-z 0-9 - . _ ~ + / (RFC 6750).",
     )
     token_file: Path | None = Field(None, description="A file holding the token (first line), instead of `token`.")
-    listen: str = Field("127.0.0.1:9464", description="IP:port or [IPv6]:port; a non-loopback address needs a token.")
+    listen: str = Field(serving.LISTEN, description="IP:port or [IPv6]:port; a non-loopback address needs a token.")
     open_paths: list[str] = Field(["/metrics", "/health"], description="Paths served without the token.")
     metrics_listen: str | None = Field(
         None,
@@ -206,8 +206,7 @@ class PrometheusConfig(Strict):
 
     def client_url(self) -> str:
         """Where a local client reaches the server: an all-interfaces address means this host's loopback."""
-        host, _, port = self.listen.rpartition(":")
-        host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]", "localhost": "127.0.0.1"}.get(host, host)
+        host, port = serving.client_address(self.listen)
         return f"http://{host}:{port}"
 
 

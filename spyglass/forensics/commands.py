@@ -203,16 +203,14 @@ def rows_total(cfg: Config, w, f, parquet: str | None, fetched: int, limit: int)
 
 def print_timeline(records: list[dict], total: int, w) -> None:
     """One line an event, cut to the terminal's width; to a pipe or a file, whole."""
-    import os
     import sys
     import textwrap
 
-    from spyglass.cli.console import console_for
+    from spyglass.cli.console import terminal_width
     from spyglass.forensics.timeline import event_lines
     from spyglass.forensics.times import describe
 
-    console = console_for(sys.stdout)
-    width = console.width if console.is_terminal or "COLUMNS" in os.environ else None
+    width = terminal_width(sys.stdout)
     shown = f"the first {len(records):,} of {total:,}" if total > len(records) else f"{total:,}"
     title = f"{shown} event{'' if total == 1 else 's'} {describe(w)}"
     sys.stdout.write((textwrap.fill(title, width) if width else title) + "\n")

@@ -10,6 +10,7 @@ the store (through spyglass.forensics.run.query).
 from __future__ import annotations
 
 import json
+import re
 import string
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -73,6 +74,7 @@ class Diagnosis:
     checked: list[str] = field(default_factory=list)  # heuristics with a probe
     unchecked: list[str] = field(default_factory=list)  # metrics only: left to the alerts
     not_checked: dict[str, str] = field(default_factory=dict)  # heuristic -> why its probe could not run here
+    not_applicable: dict[str, str] = field(default_factory=dict)  # heuristic -> why no engine here has what it checks
     parquet: str | None = None  # the segments it ran over, when not the store
 
     def exit_status(self) -> int:
@@ -86,6 +88,7 @@ class Diagnosis:
             "findings": [f.as_json() for f in self.findings],
             "checked": self.checked,
             "not_checked": self.not_checked,
+            "not_applicable": self.not_applicable,
             "metrics_only": self.unchecked,
         }
 
@@ -119,21 +122,52 @@ def figures_of(names: tuple[str, ...], row: dict[str, Any]) -> dict[str, float |
     return out
 
 
-class _Missing:
-    def __format__(self, spec: str) -> str:
-        return "?"
-
-
 class _Summary(string.Formatter):
-    """str.format that writes `?` for a NULL and `a x3, b x1` for a JSON object."""
+    """str.format that writes `a x3, b x1` for a JSON object."""
 
     def format_field(self, value: Any, spec: str) -> str:
         nested = as_object(value)
         if nested is not None:
             return ", ".join(f"{k} x{v}" for k, v in sorted(nested.items(), key=lambda kv: (-kv[1], kv[0])))
-        if value is None:
-            return format(_Missing(), spec)
         return super().format_field(value if number(value) is None else number(value), spec)
+
+
+CLAUSE_END = re.compile(r"(?<=[;:.])\s+")  # where a template's clauses end (outside its {fields})
+
+
+def clauses(template: str) -> list[str]:
+    """The template cut after each `; `, `: ` or `. ` that is not inside a {field}."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(template):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if depth == 0 and ch == " " and i > 0 and template[i - 1] in ";:." and CLAUSE_END.match(template, i):
+            out.append(template[start : i + 1])
+            start = i + 1
+    return [*out, template[start:]]
+
+
+def fields_of(template: str) -> set[str]:
+    return {name.split(".")[0].split("[")[0] for _, name, _, _ in string.Formatter().parse(template) if name}
+
+
+def summarise(template: str, row: dict[str, Any], unknown: dict[str, str] | None = None) -> str:
+    """The template filled from the row, never with a placeholder for a NULL: each clause naming a figure the
+    row lacks is left out, and what is not known is said once at the end, with why (`unknown`: figure -> why,
+    the engine's; else that the window's events do not give it)."""
+    kept, lacking = [], []
+    for clause in clauses(template):
+        absent = sorted(f for f in fields_of(clause) if row.get(f) is None)
+        if absent:
+            lacking += [f for f in absent if f not in lacking]
+        else:
+            kept.append(clause)
+    text = _Summary().format("".join(kept), **row).strip().rstrip(";:,")
+    if not lacking:
+        return text
+    text = text + ("" if text.endswith(".") else ".") if text else ""
+    reasons = dict.fromkeys((unknown or {}).get(f, "not in this window's events") for f in lacking)
+    names = ", ".join(f.replace("_", " ") for f in lacking)
+    return f"{text} Not known: {names} ({'; '.join(reasons)}).".strip()
 
 
 def instant(value: Any) -> datetime | None:
@@ -144,34 +178,49 @@ def instant(value: Any) -> datetime | None:
     return None
 
 
-def findings_of(h: Heuristic, columns: list[str], rows: list[tuple], evidence: str) -> list[Finding]:
-    """The probe's rows of heuristic `h` as findings (pure)."""
-    probe = h.probe
+def finding_of(h: Heuristic, row: dict[str, Any], evidence: str, d: Deployment | None = None) -> Finding | None:
+    """The probe's row of heuristic `h` as a finding in the words of its instance's engine, or None when `h`
+    does not apply to that engine (pure)."""
+    engine = (d or Deployment()).engine_of(row.get("instance"))
+    if not h.applies_to(engine):
+        return None
+    said = h.speaking(engine)
+    probe = said.probe
     assert probe is not None  # only heuristics with a probe are run
     alert = next(a for a in h.alerts if a.name == probe.alert)
-    out = []
-    for values in rows:
-        row = dict(zip(columns, values))
-        out.append(
-            Finding(
-                h.id,
-                h.title,
-                alert.name,
-                alert.severity,
-                row.get("instance"),
-                row.get("lane"),
-                instant(row.get("start_utc")),
-                instant(row.get("end_utc")),
-                _Summary().format(probe.summary, **row),
-                figures_of(probe.figures, row),
-                evidence,
-                h.wrong_guess,
-                h.check.text,
-                h.knobs,
-                trace_request_id=row.get("trace_request_id") or None,
-            )
-        )
-    return out
+    return Finding(
+        h.id,
+        h.title,
+        alert.name,
+        alert.severity,
+        row.get("instance"),
+        row.get("lane"),
+        instant(row.get("start_utc")),
+        instant(row.get("end_utc")),
+        summarise(probe.summary, row, h.unknown(engine)),
+        figures_of(probe.figures, row),
+        evidence,
+        said.wrong_guess,
+        said.check.text,
+        said.knobs,
+        trace_request_id=row.get("trace_request_id") or None,
+    )
+
+
+def findings_of(
+    h: Heuristic, columns: list[str], rows: list[tuple], evidence: str, d: Deployment | None = None
+) -> list[Finding]:
+    """The probe's rows of heuristic `h` as findings, each in its engine's words (pure)."""
+    found = (finding_of(h, dict(zip(columns, values)), evidence, d) for values in rows)
+    return [f for f in found if f is not None]
+
+
+def not_applicable(h: Heuristic, d: Deployment) -> str:
+    """Why `h` applies to none of the deployment's engines ("" when it applies to one)."""
+    engines = sorted(d.engines_present())
+    if any(h.applies_to(e) for e in engines):
+        return ""
+    return "; ".join(h.why_not(e) for e in engines)
 
 
 def probe_query(h: Heuristic, config: Config, w: Window) -> Query:
@@ -205,7 +254,8 @@ def diagnose(config: Config, w: Window, parquet: str | None = None) -> Diagnosis
     """Every probe of the catalogue (with this deployment's thresholds) over the window: of the store,
     or of the Parquet segments `parquet` matches, all on one connection (one query process). A probe
     whose sources wrote nothing in the window is not run: it is listed in `not_checked` with the
-    reason, never reported as healthy."""
+    reason, never reported as healthy. A heuristic that applies to none of the deployment's engines (H4's
+    checkpoint-only reuse on a llama-server) is not run either: `not_applicable`, with why."""
     with session(config, parquet):
         return _diagnose(config, w, parquet)
 
@@ -215,8 +265,12 @@ def _diagnose(config: Config, w: Window, parquet: str | None) -> Diagnosis:
     result = Diagnosis(w, events, parquet=parquet)
     if parquet is not None and events:
         share_rows(config, w, parquet)  # the probes' per-request rows, computed once instead of once a probe
-    for h in catalogue(Deployment.of(config)):
-        if h.probe is None:
+    d = Deployment.of(config)
+    for h in catalogue(d):
+        if why := not_applicable(h, d):
+            result.not_applicable[h.id] = why
+            continue
+        if h.probe is None or all(h.metrics_only(e) for e in d.engines_present()):
             result.unchecked.append(h.id)
             continue
         if not result.events:
@@ -228,6 +282,6 @@ def _diagnose(config: Config, w: Window, parquet: str | None) -> Diagnosis:
         result.checked.append(h.id)
         q = probe_query(h, config, w)
         columns, rows = query(config, q, parquet)
-        result.findings += findings_of(h, columns, rows, render(q.sql, q.params))
+        result.findings += findings_of(h, columns, rows, render(q.sql, q.params), d)
     result.findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.start or w.params()["from"], f.heuristic))
     return result

@@ -50,6 +50,10 @@ def print_table(diagnosis, out=None, config: Path | None = None) -> None:
             f" ({diagnosis.events:,} events; checked {', '.join(diagnosis.checked)})"
         )
     ]
+    if diagnosis.not_applicable:
+        parts.append(
+            plain("not applicable here: " + "; ".join(f"{h} ({why})" for h, why in diagnosis.not_applicable.items()))
+        )
     if diagnosis.not_checked:
         parts.append(plain("could not check: " + "; ".join(f"{h} ({why})" for h, why in diagnosis.not_checked.items())))
     if diagnosis.findings:

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from spyglass.agent.query import QueryError
+from spyglass.agent.query import NotFound, QueryError
 from spyglass.alerting.heuristics import Alert, Deployment, Heuristic
+from spyglass.alerting.heuristics.model import ENGINE_NAMES
 from spyglass.config import Config
 from spyglass.forensics.charts import Chart, Series
-from spyglass.forensics.diagnose import Finding, _Summary, census, findings_of, missing, probe_query
+from spyglass.forensics.diagnose import Finding, census, finding_of, missing, probe_query, summarise
 from spyglass.forensics.output import records
 from spyglass.forensics.page import BUCKET, instant
 from spyglass.forensics.run import EARLIEST, LATEST, Query, Window, query, render, session
@@ -139,10 +140,6 @@ SERIES = {
 LABEL_OF = {"instance": "instance", "program": "instance", "lane": "lane"}  # the alert label a series' `by` is
 
 
-class NotFound(QueryError):
-    """No such alert in the catalogue, or no notification of it: a 404, with why."""
-
-
 @dataclass
 class Notification:
     status: str
@@ -168,6 +165,15 @@ class EvidencePage:
     request_ids: list[str] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)
     evidence_sql: str = ""
+    engine: str = "strata"  # the engine of the labels' instance: the page speaks its words
+
+    def why_not(self) -> str:
+        """Why this alert's heuristic or rule does not apply to the instance's engine ("" when it does)."""
+        if not self.heuristic.applies_to(self.engine):
+            return f"{self.heuristic.id} does not apply to {ENGINE_NAMES[self.engine]}: {self.heuristic.why_not(self.engine)}"
+        if not self.alert.watches(self.engine):
+            return f"{self.alert.name} reads metrics {ENGINE_NAMES[self.engine]} has none of"
+        return ""
 
     @property
     def start(self) -> datetime:
@@ -272,14 +278,15 @@ def probe_rows(
     q = probe_query(h, config, w)
     columns, rows = query(config, q)
     text = render(q.sql, q.params)
-    found = findings_of(h, columns, rows, text)
-    pairs = [(f, dict(zip(columns, r))) for f, r in zip(found, rows)]
+    d = Deployment.of(config)
+    found = ((finding_of(h, row, text, d), row) for row in (dict(zip(columns, r)) for r in rows))
+    pairs = [(f, row) for f, row in found if f is not None]
     mine = [(f, r) for f, r in pairs if matches(r, labels)]
     return mine, len(pairs) - len(mine), text
 
 
-def filled(template: str, row: dict[str, Any]) -> str:
-    return _Summary().format(template, **row)
+def filled(template: str, row: dict[str, Any], unknown: dict[str, str] | None = None) -> str:
+    return summarise(template, row, unknown)
 
 
 def build(
@@ -297,12 +304,13 @@ def build(
     labels = checked_labels(alertname, labels)
     d = Deployment.of(config)
     h, a = rule_of(d, alertname)
+    engine = d.engine_of(labels.get("instance"))
     with session(config):
         if window is None:
             window, note = the_window(config, d, a, labels, at, start, now or datetime.now(UTC))
         else:
             note = None
-        page = EvidencePage(a, h, labels, window, runbook_url(d, a.name), note)
+        page = EvidencePage(a, h.speaking(engine), labels, window, runbook_url(d, a.name), note, engine=engine)
         fill(config, page)
     return page
 
@@ -310,10 +318,14 @@ def build(
 def fill(config: Config, page: EvidencePage) -> None:
     h, w = page.heuristic, page.window
     page.events, present = census(config, w)
-    if h.probe is None or h.evidence is None:
+    if why := page.why_not():
+        page.not_checked.append(why)
+        return
+    if h.probe is None or h.evidence is None or h.metrics_only(page.engine):
+        why = h.metrics_only(page.engine) or h.diagnosis
         page.not_checked.append(
-            f"{h.id} has no probe over the store (metrics only): its evidence is the alert's"
-            f" own PromQL in Prometheus{': ' + h.diagnosis if h.diagnosis else ''}"
+            f"{h.id} has no probe over the store for {ENGINE_NAMES[page.engine]} (metrics only): its evidence is"
+            f" the alert's own PromQL in Prometheus{': ' + why if why else ''}"
         )
         return
     if not page.events:
@@ -345,17 +357,18 @@ def compare(config: Config, page: EvidencePage, rows: list[dict[str, Any]]) -> N
     if not rows:
         page.not_checked.append(f"the comparison ({e.control}): the probe found nothing here to compare")
         return
+    unknown = page.heuristic.unknown(page.engine)
     for row in rows:
-        page.comparison.append(("this window", filled(e.this, row)))
+        page.comparison.append(("this window", filled(e.this, row, unknown)))
         if e.other:
-            page.comparison.append((e.control, filled(e.other, row)))
+            page.comparison.append((e.control, filled(e.other, row, unknown)))
     if not e.other:
         before = Window(page.start - HOUR, page.start)
         earlier, _, _ = probe_rows(config, page.heuristic, before, page.labels)
         page.comparison.append(
             (
                 "the hour before",
-                "; ".join(filled(e.this, r) for _, r in earlier)
+                "; ".join(filled(e.this, r, unknown) for _, r in earlier)
                 or "no finding: the probe is quiet over the hour before the window",
             )
         )

@@ -170,6 +170,8 @@ def session(config: Config | None = None, parquet: str | None = None, ask: Asker
 def ask_store(config: Config, text: str) -> Answer:
     """One read-only query of raw SQL (no views): on the current session's connection, else as run_readonly."""
     current = _SESSION.get()
+    if current is not None and current.config is None and current.parquet is None:
+        current.config = config  # a command's session adopts its first query's store
     if current is not None and current.config is config and current.parquet is None:
         return current.store(text)
     return run_readonly(config.store_path(), text, agent_api(config), config.forensics.limits())

@@ -14,7 +14,7 @@ import re
 from rich.text import Text
 from rich.tree import Tree
 
-from spyglass.agent.query import QueryError
+from spyglass.agent.query import NotFound, QueryError
 from spyglass.cli.console import console_for, plain
 from spyglass.collectors.clock import format_both
 from spyglass.collectors.event import Event
@@ -37,8 +37,6 @@ def request_of(config: Config, trace_hex: str) -> str:
         f" AND trace_id = '{trace_hex}' LIMIT 1) LIMIT 1",
     )
     if not answer.rows:
-        from spyglass.forensics.evidence import NotFound
-
         raise NotFound(f"no request of trace {trace_hex} in the store")
     return str(answer.rows[0][0])
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from html import escape
 
+from spyglass.agent.query import NotFound
 from spyglass.collectors.clock import format_both
 from spyglass.collectors.trace_ids import trace_id_for
 from spyglass.config import Config
-from spyglass.forensics.evidence import NotFound
 from spyglass.forensics.page import CSS
 from spyglass.forensics.trace import (
     clock_notes,

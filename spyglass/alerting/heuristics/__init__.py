@@ -38,6 +38,7 @@ from spyglass.alerting.heuristics.model import (
     Recording,
     Severity,
     Threshold,
+    Words,
 )
 from spyglass.alerting.heuristics.promql import (
     CHECKPOINT_ONLY,
@@ -92,6 +93,7 @@ __all__ = [
     "Recording",
     "Severity",
     "Threshold",
+    "Words",
     "BUILDERS",
     "by_id",
     "catalogue",

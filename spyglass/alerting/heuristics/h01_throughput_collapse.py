@@ -13,6 +13,7 @@ from spyglass.alerting.heuristics.model import (
     Heuristic,
     Probe,
     Threshold,
+    Words,
     probe_sql,
 )
 from spyglass.alerting.heuristics.promql import (
@@ -46,6 +47,18 @@ def build(d: Deployment) -> Heuristic:
         figures=("decode_tps", "baseline_decode_tps", "requests"),
     )
     return Heuristic(
+        words={
+            "llama_server": Words(
+                check="CPU affinity overlap between llama-server and the other processes, and CFS throttling: pinning"
+                " (not fewer -t threads) separates contention from capacity. A 2-3x loss smells of capacity, 10x of"
+                " contention.",
+                knobs=(
+                    "taskset or --cpu-range / --cpu-mask per llama-server",
+                    "-t / --threads (CPU threads of one instance)",
+                    "--n-cpu-moe (MoE experts kept on the CPU)",
+                ),
+            )
+        },
         evidence=Evidence(
             control="hour before",
             text="Decode rate per request now against the same instance's an hour before (the rule's baseline).",

@@ -13,6 +13,7 @@ from spyglass.alerting.heuristics.model import (
     Heuristic,
     Probe,
     Threshold,
+    Words,
     probe_sql,
 )
 from spyglass.alerting.heuristics.promql import num, ratio, spoken
@@ -30,6 +31,21 @@ def build(d: Deployment) -> Heuristic:
         figures=("shared_cpus", "decode_tps", "other_decode_tps", "requests"),
     )
     return Heuristic(
+        words={
+            "llama_server": Words(
+                check="The overlap itself, per pair of processes: llama-server logs no CPU list, the host source reads"
+                " each process's affinity (spyglass_host_shared_cpus).",
+                knobs=(
+                    "taskset or --cpu-range / --cpu-mask per llama-server",
+                    "agent.cpus (pin the spyglass agent beside it)",
+                    "cpu.cfs_quota_us of the instance's cgroup",
+                ),
+                unknown={
+                    "cpus": "llama-server logs no CPU list: spyglass_host_shared_cpus has the overlap",
+                    "other_cpus": "llama-server logs no CPU list: spyglass_host_shared_cpus has the overlap",
+                },
+            )
+        },
         evidence=Evidence(
             control="other instance",
             text="Each engine's decode rate and CPU list: the instance against the one it shares CPUs with.",

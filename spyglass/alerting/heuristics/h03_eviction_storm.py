@@ -14,6 +14,7 @@ from spyglass.alerting.heuristics.model import (
     Heuristic,
     Probe,
     Threshold,
+    Words,
     probe_sql,
 )
 from spyglass.alerting.heuristics.promql import (
@@ -59,6 +60,7 @@ def build(d: Deployment) -> Heuristic:
             "evictions",
             "evictions_per_minute_peak",
             "largest_snapshot_bytes",
+            "largest_evicted_bytes",
             "budget_bytes",
             "slots",
             "snapshot_share_of_budget",
@@ -66,6 +68,30 @@ def build(d: Deployment) -> Heuristic:
         ),
     )
     return Heuristic(
+        words={
+            "llama_server": Words(
+                summary="{instance} evicted {evictions:,} prompts from its host prompt cache (up to"
+                " {evictions_per_minute_peak:g} a minute). The largest evicted entry was {largest_evicted_bytes:,}"
+                " bytes. The --cache-ram limit is {budget_bytes:,} bytes for {slots} slots (-np).",
+                evidence_text="Evictions from the host prompt cache and its largest entry against the hour before.",
+                this="{evictions:,} evictions, up to {evictions_per_minute_peak:g} a minute; the largest entry"
+                " {largest_evicted_bytes:,} bytes",
+                check="The same conversation's next turn with a short prompt eval proves the cache works; compare the"
+                " largest evicted entry with --cache-ram over -np.",
+                knobs=(
+                    "--cache-ram MiB (the host prompt cache's limit; 8192 by default)",
+                    "-np (slots: each one's prompt becomes a cache entry)",
+                    "-c (context: how large one entry can grow)",
+                    "admission (concurrent long sessions per lane)",
+                ),
+                unknown={
+                    "budget_bytes": "the --cache-ram limit is read from a running llama-server's command line or its"
+                    " `- cache state:` lines (-lv 4); neither was in the window",
+                    "slots": "-np is read from a running llama-server's command line, not from its log",
+                    "largest_evicted_bytes": "no eviction line named its size",
+                },
+            )
+        },
         evidence=Evidence(
             control="hour before",
             text="Evictions and the largest parked snapshot against the hour before.",

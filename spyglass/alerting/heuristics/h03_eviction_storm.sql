@@ -1,7 +1,8 @@
 -- Per eviction: the rate over the window before it ({recent}) and over the hour before that (as the rule computes
 -- them; the views read an hour beyond the window, so its first minutes see a shorter baseline), and the mean
 -- parked snapshot's share of the budget then. The peak is the most evictions in one real minute; the largest
--- snapshot is the largest parked in the window (incident 2: 4,716,362,992 bytes against 8 GiB).
+-- snapshot is the largest parked in the window (incident 2: 4,716,362,992 bytes against 8 GiB); the largest evicted
+-- entry is what llama-server names (it logs an eviction's size, never what stays parked).
 WITH cache AS (
   SELECT instance, lane, ts_utc, event, snapshot_bytes, used_bytes, parked, budget_bytes, slots
   FROM cache_events__all WHERE ts_utc < $to
@@ -33,13 +34,15 @@ WITH cache AS (
   GROUP BY r.instance
 ), in_window AS (
   SELECT instance, any_value(lane) AS lane, count(*) FILTER (WHERE event = 'evict') AS evictions,
-    max(snapshot_bytes) FILTER (WHERE event = 'park') AS largest_snapshot_bytes, max(budget_bytes) AS budget_bytes, max(slots) AS stats_slots
+    max(snapshot_bytes) FILTER (WHERE event = 'park') AS largest_snapshot_bytes,
+    max(snapshot_bytes) FILTER (WHERE event = 'evict') AS largest_evicted_bytes, max(budget_bytes) AS budget_bytes,
+    max(slots) AS stats_slots
   FROM cache WHERE ts_utc >= $from GROUP BY instance
 ), banner AS (
   SELECT instance, max(slots) AS slots FROM deploys__all WHERE component = 'engine' GROUP BY instance
 )
 SELECT instance, w.lane, s.start_utc, s.end_utc, w.evictions, s.peak AS evictions_per_minute_peak,
-  w.largest_snapshot_bytes, w.budget_bytes, coalesce(b.slots, w.stats_slots) AS slots,
+  w.largest_snapshot_bytes, w.largest_evicted_bytes, w.budget_bytes, coalesce(b.slots, w.stats_slots) AS slots,
   round(w.largest_snapshot_bytes / w.budget_bytes, 3) AS snapshot_share_of_budget,
   round(w.largest_snapshot_bytes / (w.budget_bytes / coalesce(b.slots, w.stats_slots)), 1) AS snapshot_in_slot_shares
 FROM storm s JOIN in_window w USING (instance) LEFT JOIN banner b USING (instance)

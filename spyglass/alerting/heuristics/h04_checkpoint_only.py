@@ -13,6 +13,7 @@ from spyglass.alerting.heuristics.model import (
     Heuristic,
     Probe,
     Threshold,
+    Words,
     probe_sql,
 )
 from spyglass.alerting.heuristics.promql import CHECKPOINT_ONLY, HOURLY, LONG_PROMPTS, last, num, spoken, sql_interval
@@ -35,6 +36,12 @@ def build(d: Deployment) -> Heuristic:
         ),
     )
     return Heuristic(
+        words={
+            "llama_server": Words(
+                not_applicable="llama.cpp has no --prompt-cache-every: its host prompt cache (--cache-ram) keeps whole"
+                " prompts, so there is no checkpoint-only reuse to count"
+            )
+        },
         evidence=Evidence(
             control="hour before",
             text="Long prompts restored only from a checkpoint against the hour before.",

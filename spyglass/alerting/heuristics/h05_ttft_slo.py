@@ -14,6 +14,7 @@ from spyglass.alerting.heuristics.model import (
     Heuristic,
     Probe,
     Threshold,
+    Words,
     probe_sql,
 )
 from spyglass.alerting.heuristics.promql import SLO_ERRORS, TTFT, last, num, per_lane, spoken, sql_interval
@@ -87,6 +88,17 @@ def build(d: Deployment) -> Heuristic:
         for lane, o in d.lanes.items()
     )
     return Heuristic(
+        words={
+            "llama_server": Words(
+                check="Whether load-test traffic shares the lane with real users: compare requests per lane, and"
+                " whether every slot (-np) was busy (a request then waits for one: spyglass_llama_requests_deferred).",
+                knobs=(
+                    "lane routing of load tests",
+                    "-np (slots) and -c (context per slot: -c / -np)",
+                    "alerts.lanes.<lane>.ttft_seconds",
+                ),
+            )
+        },
         evidence=Evidence(
             control="hour before",
             text="Late first tokens on this lane against the hour before.",

@@ -13,6 +13,7 @@ from spyglass.alerting.heuristics.model import (
     Heuristic,
     Probe,
     Threshold,
+    Words,
     probe_sql,
 )
 from spyglass.alerting.heuristics.promql import HOURLY, STOPS_REASONING, THINKING_ONLY, last, num, ratio, spoken
@@ -39,6 +40,11 @@ def _split(share: float, factor: float, least: float) -> str:
         f"  and on ({by}) sum by ({by}) (increase({WITH_LITERALS}[{HOURLY}])) >= {num(least)}\n"
         f"  unless on ({by}) ({num(factor)} * {without_share}\n  >= on ({by}) {with_share})"
     )
+
+
+SERVE_ONLY = (
+    "it reads the Strata serve's infer store (its request and response records); llama-server has no serve layer"
+)
 
 
 def build(d: Deployment) -> Heuristic:
@@ -70,6 +76,7 @@ def build(d: Deployment) -> Heuristic:
         + ("thinking_only", "requests"),
     )
     return Heuristic(
+        words={"llama_server": Words(not_applicable=SERVE_ONLY)},
         evidence=Evidence(
             control="control group",
             text="Same lane, same window: thinking-only among prompts with special-token literals against among those without.",

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import INSTANCE, Alert, Check, Deployment, Evidence, Heuristic, Probe, probe_sql
+from spyglass.alerting.heuristics.model import (
+    INSTANCE,
+    Alert,
+    Check,
+    Deployment,
+    Evidence,
+    Heuristic,
+    Probe,
+    Words,
+    probe_sql,
+)
 
 
 def build(d: Deployment) -> Heuristic:
@@ -17,6 +27,12 @@ def build(d: Deployment) -> Heuristic:
         figures=("polls_without_fix", "minutes_without_fix"),
     )
     return Heuristic(
+        words={
+            "llama_server": Words(
+                not_applicable="it compares the Strata serve's build per lane; llama-server has no serve layer (its build"
+                " is spyglass_llama_build_info, from /props)"
+            )
+        },
         evidence=Evidence(
             control="other instance",
             text="The serve build without the escape fix against the instance that reports it.",

@@ -12,9 +12,14 @@ from spyglass.alerting.heuristics.model import (
     Heuristic,
     Probe,
     Threshold,
+    Words,
     probe_sql,
 )
 from spyglass.alerting.heuristics.promql import HOURLY, last, num, spoken, sql_interval
+
+SERVE_ONLY = (
+    "it reads the Strata serve's infer store (its request and response records); llama-server has no serve layer"
+)
 
 
 def build(d: Deployment) -> Heuristic:
@@ -38,6 +43,7 @@ def build(d: Deployment) -> Heuristic:
         ),
     )
     return Heuristic(
+        words={"llama_server": Words(not_applicable=SERVE_ONLY)},
         evidence=Evidence(
             control="hour before",
             text="Turns ended after a plan against the hour before.",

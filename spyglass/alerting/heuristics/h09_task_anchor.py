@@ -11,9 +11,14 @@ from spyglass.alerting.heuristics.model import (
     Evidence,
     Heuristic,
     Probe,
+    Words,
     probe_sql,
 )
 from spyglass.alerting.heuristics.promql import HOURLY, last
+
+SERVE_ONLY = (
+    "it reads the Strata serve's infer store (its request and response records); llama-server has no serve layer"
+)
 
 
 def build(d: Deployment) -> Heuristic:
@@ -26,6 +31,7 @@ def build(d: Deployment) -> Heuristic:
         figures=("anchor_lost", "sessions", "sent_msgs", "client_msgs", "most_dropped_msgs"),
     )
     return Heuristic(
+        words={"llama_server": Words(not_applicable=SERVE_ONLY)},
         evidence=Evidence(
             control="control group",
             text="The messages the client sent against those the assembly sent on.",

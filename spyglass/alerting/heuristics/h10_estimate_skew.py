@@ -12,9 +12,12 @@ from spyglass.alerting.heuristics.model import (
     Heuristic,
     Probe,
     Threshold,
+    Words,
     probe_sql,
 )
 from spyglass.alerting.heuristics.promql import ESTIMATE_RATIO, num
+
+GATEWAY_ONLY = "it reads the Strata stack's RAG gateway log (its token estimate and relay); llama-server has no gateway"
 
 
 def build(d: Deployment) -> Heuristic:
@@ -39,6 +42,7 @@ def build(d: Deployment) -> Heuristic:
         ),
     )
     return Heuristic(
+        words={"llama_server": Words(not_applicable=GATEWAY_ONLY)},
         evidence=Evidence(
             control="control group",
             text="The gateway's estimate against the engine's count of the same requests.",

@@ -11,9 +11,12 @@ from spyglass.alerting.heuristics.model import (
     Evidence,
     Heuristic,
     Probe,
+    Words,
     probe_sql,
 )
 from spyglass.alerting.heuristics.promql import spoken
+
+GATEWAY_ONLY = "it reads the Strata stack's RAG gateway log (its token estimate and relay); llama-server has no gateway"
 
 
 def build(d: Deployment) -> Heuristic:
@@ -35,6 +38,7 @@ def build(d: Deployment) -> Heuristic:
         ),
     )
     return Heuristic(
+        words={"llama_server": Words(not_applicable=GATEWAY_ONLY)},
         evidence=Evidence(
             control="other instance",
             text="What the gateway relayed against what the engine answered for the same requests.",

@@ -13,6 +13,7 @@ from spyglass.alerting.heuristics.model import (
     Heuristic,
     Probe,
     Threshold,
+    Words,
     probe_sql,
 )
 from spyglass.alerting.heuristics.promql import num, spoken
@@ -30,6 +31,14 @@ def build(d: Deployment) -> Heuristic:
         figures=("requests", "rejected", "share"),
     )
     return Heuristic(
+        words={
+            "llama_server": Words(
+                metrics_only="llama-server turns no request away with a 429: one with no free slot waits"
+                " (spyglass_llama_requests_deferred), and EngineRequestsDeferred pages on it",
+                check="Slots (-np) against demand: the deferred requests and the busy slots over the same window.",
+                knobs=("-np (slots)", "-c (context, shared by the slots)", "client retry back-off"),
+            )
+        },
         evidence=Evidence(
             control="hour before",
             text="Requests turned away with a 429 against the hour before.",
@@ -59,6 +68,7 @@ def build(d: Deployment) -> Heuristic:
         alerts=(
             Alert(
                 name="GatewayConcurrencyFull",
+                engines=("strata",),
                 severity="warning",
                 expr=f"sum without (lane) (rate(spyglass_gateway_concurrency_rejections_total[{window}]))\n"
                 f"  / (sum without (lane, status) (rate(spyglass_gateway_requests_total[{window}])) > 0)"
@@ -71,6 +81,7 @@ def build(d: Deployment) -> Heuristic:
             # never drained over the whole window is the same condition seen from the engine.
             Alert(
                 name="EngineRequestsDeferred",
+                engines=("llama_server",),
                 severity="warning",
                 expr=f"min_over_time(spyglass_llama_requests_deferred[{deferred_window}]) > 0",
                 for_="0m",

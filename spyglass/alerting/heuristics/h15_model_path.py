@@ -13,6 +13,7 @@ from spyglass.alerting.heuristics.model import (
     Evidence,
     Heuristic,
     Probe,
+    Words,
     probe_sql,
 )
 from spyglass.alerting.heuristics.promql import since_path_change
@@ -27,6 +28,14 @@ def build(d: Deployment) -> Heuristic:
         figures=("checksum_mismatches",),
     )
     return Heuristic(
+        words={
+            "llama_server": Words(
+                metrics_only="llama-server logs no model checksum; the model_path source watches the link"
+                " (EngineModelPathDangling)",
+                check="Print the path actually read (llama-server's `loading model` line); the blue/green cleanup"
+                " timing.",
+            )
+        },
         evidence=Evidence(
             control="hour before",
             text="Model checksum mismatches against the hour before.",

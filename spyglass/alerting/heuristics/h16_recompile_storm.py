@@ -13,6 +13,7 @@ from spyglass.alerting.heuristics.model import (
     Heuristic,
     Probe,
     Threshold,
+    Words,
     probe_sql,
 )
 from spyglass.alerting.heuristics.promql import PEAK, RECENT, minutes, num, sql_interval
@@ -34,6 +35,12 @@ def build(d: Deployment) -> Heuristic:
         figures=("rebuilds", "rebuilds_per_minute_peak"),
     )
     return Heuristic(
+        words={
+            "llama_server": Words(
+                not_applicable="llama-server logs how many compute graphs each task reused (`graphs reused`), never a"
+                " rebuild"
+            )
+        },
         evidence=Evidence(
             control="hour before",
             text="Compute-graph rebuilds against the hour before.",

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from spyglass.alerting.heuristics.model import BYTES, INSTANCE, Alert, Check, Deployment, Heuristic, Threshold
+from spyglass.alerting.heuristics.model import BYTES, INSTANCE, Alert, Check, Deployment, Heuristic, Threshold, Words
 from spyglass.alerting.heuristics.promql import num
 
 
 def build(d: Deployment) -> Heuristic:
     limit, horizon = d.settings.memory_limit_bytes, 4 * 3600
     return Heuristic(
+        words={
+            "llama_server": Words(
+                knobs=(
+                    "--cache-ram (the host prompt cache grows up to it)",
+                    "-c and -np (the KV cache)",
+                    "alerts.memory_limit_bytes",
+                )
+            )
+        },
         id="H17",
         title="Memory growth toward the limit",
         incident="upgrade",

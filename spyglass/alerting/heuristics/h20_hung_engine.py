@@ -12,6 +12,7 @@ from spyglass.alerting.heuristics.model import (
     Heuristic,
     Probe,
     Threshold,
+    Words,
     probe_sql,
 )
 from spyglass.alerting.heuristics.promql import PROGRESS_SILENCE, busy
@@ -29,6 +30,12 @@ def build(d: Deployment) -> Heuristic:
         figures=("silent_minutes", "queued", "busy", "queued_lines"),
     )
     return Heuristic(
+        words={
+            "llama_server": Words(
+                not_applicable="it reads the Strata serve's ready state and the [stats] heartbeat; a hung llama-server"
+                " stops answering /health (spyglass_llama_up 0: SpyglassSourceDown)"
+            )
+        },
         evidence=Evidence(
             control="hour before",
             text="Time without a finished request while work waited, against the hour before.",

@@ -4,7 +4,7 @@ each field it fills, so no two positional strings can be swapped unnoticed."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from spyglass.collectors.engine_log import EngineLogOptions
@@ -60,6 +60,10 @@ class Alert:
     keep_firing_for: str = ""
     inhibits_latency: bool = False  # a source of the per-instance inhibition of latency/throughput alerts
     latency: bool = False  # a latency or throughput alert that such a source silences
+    engines: tuple[str, ...] = ()  # the engines whose metrics it reads (ENGINES); empty: every engine's
+
+    def watches(self, engine: str) -> bool:
+        return not self.engines or engine in self.engines
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +117,31 @@ class Evidence:
     threshold_factor: float = 1.0  # the line is at this times `threshold` (H1: a share of the baseline)
 
 
+Engine = Literal["strata", "llama_server"]  # the engine_log presets: which engine an instance runs
+ENGINES: tuple[Engine, ...] = ("strata", "llama_server")
+ENGINE_NAMES: dict[str, str] = {"strata": "Strata's engine", "llama_server": "llama.cpp's llama-server"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Words:
+    """How a heuristic speaks of one engine's instances, in that engine's words: what it overrides of the
+    heuristic (the probe's summary, the evidence's templates, the check, the knobs as that engine's flags),
+    `unknown` (a figure the engine cannot give -> why: said once on a finding that lacks it),
+    `metrics_only` (why its probe has nothing of that engine to read, while its alerts apply), or
+    `not_applicable` (why the heuristic does not apply to that engine at all)."""
+
+    summary: str | None = None
+    knobs: tuple[str, ...] | None = None
+    check: str | None = None
+    wrong_guess: str | None = None
+    evidence_text: str | None = None
+    this: str | None = None
+    other: str | None = None
+    unknown: dict[str, str] = field(default_factory=dict)
+    not_applicable: str = ""
+    metrics_only: str = ""  # why its probe reads nothing this engine writes (its alerts still apply)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Heuristic:
     id: str
@@ -128,9 +157,49 @@ class Heuristic:
     history: str = ""  # what the seeds measured then: the runbook's history, never an alert's description
     probe: Probe | None = None  # the diagnosis's SQL check over the store; None: metrics only
     evidence: Evidence | None = None  # the evidence page's comparison and chart; None: metrics only
+    # per engine (ENGINES), what it says differently of that engine's instances; an engine not named: as above
+    words: dict[str, Words] = field(default_factory=dict)
 
     def threshold(self, name: str) -> float:
         return next(t.value for t in self.thresholds if t.name == name)
+
+    def applies_to(self, engine: str) -> bool:
+        return not self.words.get(engine, Words()).not_applicable
+
+    def why_not(self, engine: str) -> str:
+        """Why it does not apply to `engine` ("" when it does)."""
+        return self.words.get(engine, Words()).not_applicable
+
+    def metrics_only(self, engine: str) -> str:
+        """Why its probe has nothing of `engine` to read ("" when it has, or when it has no probe)."""
+        return self.words.get(engine, Words()).metrics_only if self.probe is not None else ""
+
+    def unknown(self, engine: str) -> dict[str, str]:
+        """The figures `engine` cannot give, and why."""
+        return self.words.get(engine, Words()).unknown
+
+    def speaking(self, engine: str) -> Heuristic:
+        """This heuristic in `engine`'s words: its summary, evidence, check and knobs for that engine's instances."""
+        w = self.words.get(engine)
+        if w is None:
+            return self
+        probe = self.probe if self.probe is None or w.summary is None else replace(self.probe, summary=w.summary)
+        evidence = self.evidence
+        if evidence is not None:
+            evidence = replace(
+                evidence,
+                text=w.evidence_text or evidence.text,
+                this=w.this or evidence.this,
+                other=evidence.other if w.other is None else w.other,
+            )
+        return replace(
+            self,
+            probe=probe,
+            evidence=evidence,
+            check=self.check if w.check is None else replace(self.check, text=w.check),
+            knobs=self.knobs if w.knobs is None else w.knobs,
+            wrong_guess=self.wrong_guess if w.wrong_guess is None else w.wrong_guess,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,6 +222,19 @@ class Deployment:
     status_sources: dict[str, tuple[str, float]] = field(
         default_factory=lambda: {"serve-a": ("strata-a", 67.0), "serve-b": ("strata-b", 67.0)}
     )
+    # the engine each instance runs (its engine log's preset; a llama_server poller's instance: llama_server)
+    engines: dict[str, str] = field(default_factory=lambda: {"strata-a": "strata", "strata-b": "strata"})
+
+    def engine_of(self, instance: str | None) -> str:
+        """The engine of `instance`; for a row of no known instance (a lane's), the deployment's one engine
+        when it has one, else strata."""
+        if instance in self.engines:
+            return self.engines[instance]
+        present = set(self.engines.values())
+        return present.pop() if len(present) == 1 else "strata"
+
+    def engines_present(self) -> set[str]:
+        return set(self.engines.values()) or {"strata"}
 
     @classmethod
     def of(cls, config: Config) -> Deployment:
@@ -178,8 +260,16 @@ class Deployment:
             engine_sources=engines,
             heartbeat_sources={name: i for name, i in engines.items() if logs[name].idle_lines()},
             status_sources=status,
+            engines=engines_of(config),
             evidence_base_url=evidence,
         )
+
+
+def engines_of(config: Config) -> dict[str, str]:
+    """Each configured instance's engine: its engine log's preset, or llama_server for a llama-server poller's."""
+    found = {o.instance: "llama_server" for o in config.sources_of(LlamaServerOptions).values() if o.instance}
+    found |= {o.instance: o.preset for o in config.sources_of(EngineLogOptions).values() if o.instance}
+    return found
 
 
 def probe_sql(module: str, **values: object) -> str:
