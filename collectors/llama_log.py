@@ -339,12 +339,13 @@ class LlamaLogSource(LineSourceBase):
                 events += self._segment_events(begins, run, misses)
             self._leave()
         # Unusable: of no shape or pattern known, or refused (a stamp, a wrapper's clock or body): the drift alarm's
-        # count. The running count is stored with each batch that has an unreadable line (a lone refused line adds
-        # no event of its own: one bad stamp changes nothing but its count).
+        # count. The running count is stored with each batch that has an unreadable line, or a refused one among
+        # lines that made events (a lone refused line adds no event of its own: one bad stamp changes nothing but
+        # its count).
         unusable = sum(n for miss, n in misses.items() if miss in UNUSABLE or miss.startswith(Miss.INVALID))
         self.lines_read += len(lines)
         self.lines_unread += unusable
-        if unread:
+        if unread or (unusable and events):
             events.append(self._unread(events, items, unread))
         return events, misses, unread[:512]
 

@@ -176,7 +176,9 @@ def summarise_slots(body: Any) -> dict[str, int]:
     summary = {"total": len(body), "busy": len(busy)}
     for key, name in (("n_prompt_tokens_cache", "cached_tokens"), ("n_prompt_tokens_processed", "processed_tokens")):
         values = [s.get(key) for s in busy]
-        summary[name] = int(sum(v for v in values if isinstance(v, int) and number_ok(v)))
+        total = sum(v for v in values if isinstance(v, int) and number_ok(v))
+        if number_ok(total):  # a sum past 2^53 (2,000 slots of 2^53 reach 2^64) is no count: left out, not the poll
+            summary[name] = int(total)
     return summary
 
 

@@ -57,13 +57,13 @@ def metric(url: str, sample: str) -> float | None:
 
 def test_agent_follows_the_log_and_stops_cleanly_on_sigterm(agent):
     url, key = agent["url"], 'spyglass_engine_evictions_total{instance="strata-b",lane="normal"}'
-    wait_until(lambda: metric(url, key) == 0.0, what="the fixture on /metrics")
+    wait_until(lambda: metric(url, key) == 1.0, what="the fixture on /metrics (its one evict event)")
     with open(agent["log"], "ab") as log:
         log.write(
             b"2026-10-19 05:21:00.000 I [cache] evict conv=7b7b bytes=76021760 reason=budget parked=0"
             b" used=0 budget=8589934592 evictions=1\n"
         )
-    wait_until(lambda: metric(url, key) == 1.0, what="the appended evict line on /metrics")
+    wait_until(lambda: metric(url, key) == 2.0, what="the appended evict line on /metrics")
     assert httpx.get(f"{url}/health").text == "ok\n"
     sources = httpx.get(f"{url}/debug/sources").json()
     assert sources["engine-b"]["last_unmatched"].endswith("rebalanced experts in 12 ms")

@@ -133,7 +133,7 @@ def test_run_lives_through_a_log_folder_that_appears_later(tmp_path):
                     break
             log.parent.mkdir()
             log.write_bytes(FIXTURE.read_bytes())
-            key = 'spyglass_engine_evictions_total{instance="strata-b",lane="normal"} 0.0'
+            key = 'spyglass_engine_evictions_total{instance="strata-b",lane="normal"} 1.0'  # its one evict event
             wait_until(lambda: key in httpx.get(f"http://127.0.0.1:{port}/metrics").text, what="the late log read")
             assert proc.poll() is None
         finally:

@@ -184,3 +184,23 @@ def test_check_log_reads_a_file_with_no_newline_in_bounded_memory(tmp_path: Path
         tracemalloc.stop()
     assert peak < 32 << 20, peak
     assert reading.lines == 2 and "1 longer than 1 MiB, cut to it" in text, text
+
+
+def test_a_backtest_of_a_log_refusing_most_lines_fires_the_drift_alarm(tmp_path: Path, spawns: None) -> None:
+    """Round 4: lines refused as invalid (here wrapper clocks in 9999, two per real eviction) count in the
+    stored `unread` events, so a backtest of the stored log replays the drift alarm too."""
+    lines = ["0.00.000.001 I srv  llama_server: initializing ..."]
+    for n in range(60):
+        lines += [TACTICS["forged clocks"](1)[0]] * 2 + [FORGED_EVICT.format(n=0).replace("0.00.000.000", stamp(n))]
+    log = tmp_path / "source.log"
+    log.write_text("".join(line + "\n" for line in lines))
+    cfg = config(tmp_path, log)
+    result = CliRunner().invoke(app, ["ingest", "--config", str(cfg)])
+    assert result.exit_code == 0, result.output
+    fired = [a for a in backtest(cfg, END - 3600, END + 3600) if a["alert"] == "SpyglassSourceUnreadable"]
+    assert [a["labels"]["source"] for a in fired] == ["llama-a"], fired
+
+
+def stamp(n: int) -> str:
+    """The stamp of the n-th minute of a process: M.SS.mmm.uuu."""
+    return f"{n}.00.000.000"

@@ -137,3 +137,32 @@ def test_a_counter_beyond_2_to_the_53_is_refused(wired, fake) -> None:
     assert poll(wired, 1)
     assert KEY + ("processed",) not in state.series("spyglass_llama_prompt_tokens_total")
     assert state.series("spyglass_source_invalid_fields_total")[("metrics-a", "metrics.prompt_tokens_total")] == 1
+
+
+def test_a_counter_alternating_0_and_9e15_neither_inflates_nor_counts_restarts(wired, fake) -> None:
+    """Round 4: a /metrics counter alternating 0 and 9e15 inflated prompt_tokens_total to 3.6e16 and counted a
+    restart every other poll. An increment no server makes in the time since the last poll is refused."""
+    _, state, _ = wired
+    assert poll(wired, 1000)
+    for n in range(8):
+        fake.bodies["/metrics"] = metrics(0 if n % 2 == 0 else 9e15)
+        assert poll(wired, 1015 + 15 * n)
+    assert state.series("spyglass_llama_prompt_tokens_total")[KEY + ("processed",)] <= 1000
+    assert state.series("spyglass_llama_restarts_total")[KEY] == 1  # the first 0: a restart, once
+    invalid = state.series("spyglass_source_invalid_fields_total")
+    assert invalid[("metrics-a", "metrics.prompt_tokens_total")] == 4
+    fake.bodies["/metrics"] = metrics(700)
+    assert poll(wired, 1200)  # a believable count after the 0 goes on from it
+    assert state.series("spyglass_llama_prompt_tokens_total")[KEY + ("processed",)] == 1000 + 700
+
+
+def test_a_slots_sum_past_2_to_the_63_keeps_the_polls_event(wired, fake) -> None:
+    """Round 4: 2,000 busy slots of 2^53 prompt tokens each summed past 2^63, and the store discarded that
+    poll's event; the sum is now left out and the rest of the poll kept."""
+    source, state, _ = wired
+    slot = '{"id": 0, "is_processing": true, "n_prompt_tokens_processed": 9007199254740992}'
+    fake.bodies["/slots"] = ("[" + ", ".join([slot] * 2000) + "]").encode()
+    result = source.poll(1)
+    [status] = [e for e in result.events if e.kind == "llama_status"]
+    assert status.fields["slots"]["busy"] == 2000 and "processed_tokens" not in status.fields["slots"]
+    assert all(abs(v) < 2**63 for v in status.fields["slots"].values())

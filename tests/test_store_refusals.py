@@ -128,3 +128,34 @@ def test_a_store_in_a_read_only_folder_is_one_line(tmp_path, read_only_folder, c
     assert result.exit_code == 1 and result.exception is None or isinstance(result.exception, SystemExit), result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "read-only" in lines[0].lower(), result.output
+
+
+@pytest.fixture
+def read_only_v1(tmp_path, spawns):
+    """A store of schema 1 on a tmpfs remounted read-only: nothing can migrate it."""
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("remounting a tmpfs read-only needs root; a chmod does not stop root's writes")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(folder)], check=True)
+    try:
+        v1_store(folder / "state" / "spyglass.duckdb")
+        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+@pytest.mark.parametrize("command", ["timeline", "diagnose", "requests"])
+def test_a_read_only_store_of_schema_1_is_one_line_naming_the_migration(tmp_path, read_only_v1, command):
+    """Round 4: on a read-only v1 store these failed with DuckDB's Binder and Catalog errors."""
+    config = tmp_path / "spyglass.toml"
+    config.write_text(
+        engine_log_toml(tmp_path / "engine.log", read_only_v1 / "state", listen=f"127.0.0.1:{free_port()}")
+    )
+    result = CliRunner().invoke(app, [command, "-c", str(config)])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code != 0 and len(lines) == 1, result.output
+    assert "is of schema 1" in lines[0] and "spyglass store migrate" in lines[0], result.output

@@ -2,9 +2,12 @@
 /api/alerts (Alertmanager's webhook), /api/smoke (the smoke gate's results), and the pages under
 /evidence/ and /trace/ (spyglass.agent.evidence_route; a route keyed `/name/` serves every path under it).
 
-Every request is bounded: at most `workers` are served at once (past that a connection gets
-503 at once, never a queue), its headers and body must arrive within `request_timeout_seconds` in
-total (a half-sent or dripping request is dropped at its deadline, so it cannot pin a worker),
+Every request is bounded: a connection holds no worker until its request line and headers have arrived
+(a reception thread reads them for every connection at once; a head not sent within
+`request_timeout_seconds`, `scrape_read_seconds` on the metrics port, is dropped there, as are the oldest
+past MAX_PENDING), so no number of slow or dripping clients can starve a scrape; at most `workers` are
+served at once (past that a connection gets 503 at once, never a queue), its body must arrive within
+`request_timeout_seconds` (a half-sent body is dropped at its deadline, so it cannot pin a worker),
 a body must have a Content-Length no larger than `max_body_bytes` (else 411 or 413, unread), and
 with a token configured every path but `open_paths` needs `Authorization: Bearer TOKEN`.
 
@@ -16,13 +19,16 @@ header, if any, must be the agent's own (else 403), and on a loopback listener e
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import io
 import json
+import queue
+import selectors
 import socket
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -64,15 +70,21 @@ class ServerLimits:
 
 
 class _DeadlineReader(io.RawIOBase):
-    """A socket's bytes until a deadline: each recv waits only for what is left of it."""
+    """A socket's bytes until a deadline, after the `head` the reception already read: each recv waits only
+    for what is left of it."""
 
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self.sock, self.deadline = sock, deadline
+    def __init__(self, sock: socket.socket, deadline: float, head: bytes = b"") -> None:
+        self.sock, self.deadline, self.head = sock, deadline, memoryview(head)
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
+        if self.head:
+            n = min(len(buffer), len(self.head))
+            buffer[:n] = self.head[:n]
+            self.head = self.head[n:]
+            return n
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("request not received in time")
@@ -81,7 +93,108 @@ class _DeadlineReader(io.RawIOBase):
 
 
 SCRAPE_READ_SECONDS = 1.0  # a scrape sends its whole request at once: the kept worker waits no longer
-_connection = threading.local()  # the worker's current connection: its read budget, and whether it is the kept one
+_connection = (
+    threading.local()
+)  # the worker's current connection: its read budget, whether it is the kept one, its head
+MAX_PENDING = 256  # connections whose head has not arrived, per port: past it the oldest is dropped
+MAX_HEAD = 64 << 10  # bytes of a request line and headers (http.server reads at most 100 headers of 64 KiB)
+HEAD_ENDS = (b"\r\n\r\n", b"\n\n")
+
+
+class _Reception:
+    """Connections until their request line and headers have arrived, read on one thread for all of them: a
+    complete head is handed on (`deliver`) with its bytes; a connection that closes, sends more than MAX_HEAD
+    without a blank line, or not a whole head within `seconds`, is closed here, and past MAX_PENDING the
+    oldest is. A slow or dripping client holds a socket here, never a worker."""
+
+    def __init__(self, deliver: Callable[[socket.socket, Any, bytes], None], seconds: float) -> None:
+        self.deliver, self.seconds = deliver, seconds
+        self.selector = selectors.DefaultSelector()
+        self.incoming: queue.SimpleQueue[tuple[socket.socket, Any]] = queue.SimpleQueue()
+        self.wake, self.waker = socket.socketpair()
+        self.wake.setblocking(False)
+        self.waker.setblocking(False)
+        self.selector.register(self.wake, selectors.EVENT_READ)
+        self.pending: OrderedDict[socket.socket, tuple[Any, bytearray, float]] = OrderedDict()
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="spyglass-reception", daemon=True)
+        self.thread.start()
+
+    def add(self, sock: socket.socket, address: Any) -> None:
+        self.incoming.put((sock, address))
+        with contextlib.suppress(OSError):  # the wake-up pipe is full: the loop is awake anyway
+            self.waker.send(b"\0")
+
+    def close(self) -> None:
+        self.closed.set()
+        self.add(socket.socket(), None)  # wakes the loop, which closes everything
+        self.thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self.closed.is_set():
+            first = next(iter(self.pending.values()), None)
+            wait = 1.0 if first is None else max(0.0, min(1.0, first[2] - time.monotonic()))
+            for key, _ in self.selector.select(wait):
+                if key.fileobj is self.wake:
+                    self._take()
+                else:
+                    self._read(key.fileobj)  # type: ignore[arg-type]
+            now = time.monotonic()
+            while self.pending and next(iter(self.pending.values()))[2] <= now:
+                self._drop(next(iter(self.pending)))
+        while not self.incoming.empty():
+            self.incoming.get()[0].close()
+        for sock in [*self.pending, self.wake, self.waker]:
+            self._drop(sock)
+        self.selector.close()
+
+    def _take(self) -> None:
+        try:
+            while self.wake.recv(4096):
+                pass
+        except OSError:
+            pass
+        while not self.incoming.empty():
+            sock, address = self.incoming.get()
+            if address is None:
+                sock.close()
+                continue
+            sock.setblocking(False)
+            self.selector.register(sock, selectors.EVENT_READ)
+            self.pending[sock] = (address, bytearray(), time.monotonic() + self.seconds)
+            if len(self.pending) > MAX_PENDING:
+                self._drop(next(iter(self.pending)))
+
+    def _read(self, sock: socket.socket) -> None:
+        try:
+            data = sock.recv(MAX_HEAD)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data or sock not in self.pending:
+            self._drop(sock)
+            return
+        address, head, _ = self.pending[sock]
+        head += data
+        if any(end in head for end in HEAD_ENDS):
+            self.selector.unregister(sock)
+            del self.pending[sock]
+            sock.setblocking(True)
+            self.deliver(sock, address, bytes(head))
+        elif len(head) > MAX_HEAD:
+            self._drop(sock, b"HTTP/1.0 431 Request Header Fields Too Large\r\nContent-Length: 0\r\n\r\n")
+
+    def _drop(self, sock: socket.socket, answer: bytes = b"") -> None:
+        self.pending.pop(sock, None)
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(sock)
+        try:
+            if answer:
+                sock.send(answer)
+        except OSError:
+            pass
+        sock.close()
 
 
 class _BoundedServer(HTTPServer):
@@ -101,38 +214,51 @@ class _BoundedServer(HTTPServer):
         self.pool = ThreadPoolExecutor(workers + 1, thread_name_prefix="spyglass-http")
         self.slots = threading.BoundedSemaphore(workers)
         self.kept = threading.BoundedSemaphore(1)
+        limits = site.limits
+        seconds = limits.request_timeout_seconds
+        self.reception = _Reception(
+            self._dispatch, min(seconds, limits.scrape_read_seconds) if site.only is not None else seconds
+        )
         super().__init__(address, AgentHandler)
 
     def process_request(self, request: Any, client_address: Any) -> None:  # a socket, for TCP
+        self.reception.add(request, client_address)
+
+    def _dispatch(self, request: socket.socket, client_address: Any, head: bytes) -> None:
+        """A connection whose head has arrived: to a worker, the kept one (scrapes only), or 503 at once."""
         if self.slots.acquire(blocking=False):
-            self.pool.submit(self._serve, request, client_address, self.slots, None)
+            self.pool.submit(self._serve, request, client_address, self.slots, None, head)
         elif self.kept.acquire(blocking=False):
-            self.pool.submit(self._serve, request, client_address, self.kept, SCRAPE_READ_SECONDS)
+            self.pool.submit(self._serve, request, client_address, self.kept, SCRAPE_READ_SECONDS, head)
         else:
             try:
-                request.settimeout(1.0)
-                request.sendall(
-                    b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 5\r\nRetry-After: 1\r\n\r\nbusy\n"
-                )
+                request.setblocking(False)  # the reception thread never waits on a client
+                request.send(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 5\r\nRetry-After: 1\r\n\r\nbusy\n")
             except OSError:
                 pass
             self.shutdown_request(request)
 
     def _serve(
-        self, request: socket.socket, client_address: Any, slot: threading.BoundedSemaphore, scrape_only: float | None
+        self,
+        request: socket.socket,
+        client_address: Any,
+        slot: threading.BoundedSemaphore,
+        scrape_only: float | None,
+        head: bytes,
     ) -> None:
-        _connection.scrape_only = scrape_only
+        _connection.scrape_only, _connection.head = scrape_only, head
         try:
             self.finish_request(request, client_address)
         except Exception:  # noqa: BLE001 - a broken connection costs itself, never the server
             pass
         finally:
-            _connection.scrape_only = None
+            _connection.scrape_only, _connection.head = None, b""
             self.shutdown_request(request)
             slot.release()
 
     def server_close(self) -> None:
         super().server_close()
+        self.reception.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -234,7 +360,8 @@ class AgentHandler(BaseHTTPRequestHandler):
             read = min(read, self.scrape_only)
         elif self.server.site.only is not None:  # the metrics port: a GET, its request sent at once
             read = min(read, self.server.site.limits.scrape_read_seconds)
-        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, time.monotonic() + read))
+        head = getattr(_connection, "head", b"")
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, time.monotonic() + read, head))
         self.wfile = _SocketWriter(self.connection)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name

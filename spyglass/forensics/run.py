@@ -243,11 +243,38 @@ def _ask_store(config: Config, q: Query, opened: _Open | None) -> Any:
         return run_readonly(config.store_path(), text, agent_api(config), config.forensics.limits())
 
     try:
-        return ask(q.text(config))
+        try:
+            return ask(q.text(config))
+        except QueryError as exc:
+            if not NO_ROWS.search(str(exc)):
+                raise
+        return ask(q.text(config, from_events=True))
     except QueryError as exc:
-        if not NO_ROWS.search(str(exc)):
+        old = _old_schema(ask) if OLD_SCHEMA_ERRORS.search(str(exc)) else None
+        if old is None:
             raise
-    return ask(q.text(config, from_events=True))
+        raise QueryError(
+            f"the store {config.store_path()} is of schema {old} (one JSON `events` table); the views read"
+            " schema 2 and on: `spyglass store migrate` converts it (it needs write access: the agent"
+            " does it at start; a read-only store can be copied somewhere writable first)"
+        ) from None
+
+
+OLD_SCHEMA_ERRORS = re.compile(r"Binder Error|Catalog Error|does not exist|does not have a column")
+
+
+def _old_schema(ask: Callable[[str], Any]) -> int | None:
+    """1 when the store is of the first schema (a base table `events` and no `store_schema`), else None."""
+    try:
+        answer = ask(
+            "SELECT count(*) FILTER (WHERE table_name = 'store_schema'),"
+            " count(*) FILTER (WHERE table_name = 'events' AND table_type = 'BASE TABLE')"
+            " FROM information_schema.tables"
+        )
+    except QueryError:
+        return None
+    rows = getattr(answer, "rows", None) or []
+    return 1 if rows and rows[0][0] == 0 and rows[0][1] == 1 else None
 
 
 GLOB_CHARS = re.compile(r"[*?\[{]")

@@ -49,6 +49,8 @@ GAUGES = {
 }
 DRAFTS = ("spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total", "spec_decode_num_drafts_total")
 BUILD = re.compile(r"b(\d+)-")
+MAX_PER_SECOND = 1e7  # most a llama-server counter (tokens, seconds, decodes) grows in a second: far past any build
+WHEN = "@polled"  # the poll time kept with an instance's last counters
 DROPPED_ON_ERROR = ("spyglass_llama_ready", "spyglass_engine_slots", "spyglass_engine_slots_busy", *GAUGES.values())
 
 spec = spec_maker("llama_server", INSTANCE_LANE)
@@ -220,7 +222,7 @@ class LlamaServerSignals(SignalsBase):
             self._queue(key, e.instance, e.ts, float(metrics["requests_deferred"]))
         if "slots" not in f and number_ok(metrics.get("requests_processing")):
             s.set("spyglass_engine_slots_busy", key, metrics["requests_processing"])
-        self._counters(e.instance, key, metrics)
+        self._counters(e, key, metrics)
 
     def _queue(self, key: tuple[str, str], instance: str, ts: float, deferred: float) -> None:
         """The queue the last poll saw, held until this one: time with a queue, and request-seconds waited. A
@@ -238,11 +240,23 @@ class LlamaServerSignals(SignalsBase):
         version = m.group(1) if (m := BUILD.match(build)) else ""
         self.state.set_info("spyglass_engine_build_info", key + ("llama.cpp", version, build), 2)
 
-    def _counters(self, instance: str, key: tuple[str, str], metrics: dict) -> None:
+    def _counters(self, e: Event, key: tuple[str, str], metrics: dict) -> None:
         """Each llamacpp counter as increments since the last poll; a counter that went backwards means a
-        new process: its whole count is added, and the restart counted once."""
+        new process: its whole count is added, and the restart counted once. An increment no server can
+        make in the time since the last poll (MAX_PER_SECOND) is refused, counted invalid by its name, and
+        the counter keeps its last value: a body alternating 0 and 9e15 moves nothing after its first 0."""
+        instance, ts = e.instance, e.ts
         last = self.last.get(instance, {})
+        then = last.get(WHEN)
+        most = MAX_PER_SECOND * max(1.0, ts - then) if number_ok(then) and ts >= then else None  # type: ignore[operator]
         raw = {name: float(metrics[name]) for name in COUNTERS if value_ok(name, metrics.get(name))}
+        if most is not None:
+            for name, value in list(raw.items()):
+                before = last.get(name)
+                step = value - before if number_ok(before) and value >= before else value  # type: ignore[operator]
+                if number_ok(before) and step > most:
+                    del raw[name]
+                    self.state.inc("spyglass_source_invalid_fields_total", (e.source, f"metrics.{name}"))
         restarted = any(value < last[name] for name, value in raw.items() if number_ok(last.get(name)))
         if restarted:
             self.state.inc("spyglass_llama_restarts_total", key)
@@ -254,4 +268,5 @@ class LlamaServerSignals(SignalsBase):
                 self.state.set(metric, series, max(self.state.series(metric).get(series, 0.0), value))
             else:
                 self.state.inc(metric, key + extra, value if restarted else value - before)
-        self.last[instance] = raw if restarted else {**last, **raw}
+        kept = {name: value for name, value in last.items() if name != WHEN}
+        self.last[instance] = {**(raw if restarted else {**kept, **raw}), WHEN: ts}
