@@ -158,6 +158,13 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
         + MIB
         + r" \(limits: (?P<limit_mib>\d+\.\d+) MiB, (?P<limit_tokens>\d+) tokens, (?P<est_tokens>\d+) est\)",
     ),
+    # Each entry of the host prompt cache, listed under `- cache state:` after each update (-lv 4 / -v).
+    "cache_prompt": (
+        "",
+        "tokens, checkpoints:",
+        SRV + r"- prompt (?P<addr>0x[0-9a-f]{1,16}): +(?P<tokens>\d+) tokens, checkpoints: +(?P<checkpoints>\d+),"
+        r" +" + MIB,
+    ),
     "reprocess": (
         "",
         "forcing full prompt re-processing",
@@ -173,14 +180,18 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     ),
     "reasoning_budget": ("", "reasoning budget", r"(?P<message>.{0,200}reasoning budget.{0,200})"),
     # A request's end and the KV cache's pressure (docs/llama-server.md, "Outcomes and KV pressure"), in the
-    # wording of each build that prints them: `send_error` (late 2024 on; 2024's JSON `task error` in
-    # from_2024), the cancel of a task whose client went away (`cancel_tasks:` late 2024, `stop:` 2026),
+    # wording of each build that prints them: `send_error` (late 2024 on; early 2024's `task N - error: ...`, mid
+    # 2024's JSON `task error` in from_2024), the cancel of a task whose client went away (`cancel_tasks:` late 2024, `stop:` 2026),
     # libllama's memory-slot line (`llama_decode_internal: ... KV cache slot for ubatch` 2024-2025, `decode:
     # ... a memory slot for batch` later), the server's retry with a smaller batch (2024's `update_slots :
     # ... smaller n_batch = N`, later `... smaller batch size, off = ...`), a failed decode, and a prompt
     # restored from the host cache that did not fit (`state_read_meta: failed to find N available cells`).
     # No literal: llama-server writes it at level E, so a reworded one is still an `error` event, never noise.
-    "task_error": ("", "", SRV + r"task id = (?P<task>-?\d+), error: (?P<message>.{0,400})"),
+    "task_error": (
+        "",
+        "",
+        r"(?:srv +[\w()~]+: +task id = |task )(?P<task>-?\d+)(?:,| -) error: (?P<message>.{0,400})",
+    ),
     "cancel": ("", "cancel task, id_task = ", SRV + r"cancel task, id_task = (?P<task>\d+)"),
     # A request's arrival: its task posted to the queue (debug verbosity, `-v`): what its wait for a slot starts at.
     "arrival": ("", "post: new task, id = ", r"que +post: new task, id = (?P<task>\d+)(?:/\d+)?, front = \d+"),
@@ -198,7 +209,8 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     "decode_failed": (
         "",
         "",
-        r"(?:srv +[\w()~]+: +|\w+ ?: +)?(?:(?:failed to decode(?: the batch, n_batch = \d+)?"
+        r"(?:srv +[\w()~]+: +|\w+ ?: +)?(?:(?:failed to decode(?: the batch, n_batch = \d+| the batch: KV cache is full"
+        r" - try increasing it via the context size, i = \d+, n_batch = \d+)?"
         r"|(?P<message>Context size has been exceeded\.|Invalid input batch\.|Compute error\.) off = \d+,"
         r" n_batch = \d+),? ret = (?P<ret>-?\d+)|decode\(\) failed: (?P<cause>.{1,200}))",
     ),
@@ -240,6 +252,7 @@ TEXT_FIELDS = frozenset(
         "commit",
         "compiler",
         "target",
+        "addr",
     }
 )
 ALIASES = {"build_params": "build"}  # kinds read as another kind's line

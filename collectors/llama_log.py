@@ -134,6 +134,7 @@ LLAMA_FIELDS: SourceFields = {
     "model": {"path": "text", "real": "text", "bytes": "int", "md5": "text"},
     "model_unreadable": {"path": "text"},
     "ready": {"seconds": "float", "address": "text"},
+    "cache_inventory": {"parked": "int", "used": "int", "budget": "int", "largest": "int", "limit_tokens": "int"},
     "evict": {"bytes": "int", "reason": "text", "cause": "text", "evictions": "int", "budget": "int"},
     "queued": {**_TASKED, "prefill_depth": "int", "queue_ms": "int", "queue_basis": "text"},
     "release": {**_TASKED, "n_tokens": "int", "truncated": "int"},
@@ -231,6 +232,7 @@ class LlamaLogSource(LineSourceBase):
         self.anchors: list[str] = []  # how each segment was placed in time
         self.lines_read = self.lines_unread = 0  # since the source's first line (checkpointed): the `unread` event
         self.queue = QueueWatch()  # the current process's slots: each task's wait for one (llama_queue.py)
+        self.inventory: dict[str, Any] | None = None  # the prompt cache's listing being read (`- cache state:`)
         self.doubt: float | None = None  # the segment's doubt at the end of the last batch (see _segments)
         # One timeline per process writing to the log: "" the server (or a router), each router child by its port.
         self.timelines: OrderedDict[str, Segment] = OrderedDict()
@@ -625,6 +627,12 @@ class LlamaLogSource(LineSourceBase):
             return []
         if kind == "slots_config" and isinstance(f.get("slots"), int):
             self.queue.slots = f["slots"]
+        if kind == "cache_prompt":
+            return self._cache_entry(f)
+        if kind == "cache_state":
+            self.inventory = {"ts": ts, "state": f, "entries": []}
+            made = [make(ts, kind, {key: value for key, value in f.items() if key != "func"})]
+            return made + (self._inventory() if f["prompts"] == 0 else [])
         if kind == "release" and isinstance(task, int):
             return self._released(segment, task, f, ts, line.form)
         if kind == "cancel" and isinstance(task, int):
@@ -779,6 +787,31 @@ class LlamaLogSource(LineSourceBase):
                 req,
             ),
         ]
+
+    def _cache_entry(self, f: dict[str, Any]) -> list[Event]:
+        """One entry of the listing under `- cache state:`, stamped with its update's time; the listing's
+        last entry completes the inventory. An entry with no listing open (a read begun mid-list) is dropped."""
+        listing = self.inventory
+        if listing is None or len(listing["entries"]) >= listing["state"]["prompts"]:
+            return []
+        entry = {key: f[key] for key in ("addr", "tokens", "checkpoints", "mib")}
+        listing["entries"].append(entry)
+        made = [self._event(listing["ts"], "cache_prompt", entry)]
+        return made + (self._inventory() if len(listing["entries"]) == listing["state"]["prompts"] else [])
+
+    def _inventory(self) -> list[Event]:
+        """What the host prompt cache held after an update, as the Strata engine's cache gauges read it."""
+        listing, self.inventory = self.inventory, None
+        assert listing is not None
+        state = listing["state"]
+        fields = {
+            "parked": state["prompts"],
+            "used": round(state["mib"] * (1 << 20)),
+            "budget": round(state["limit_mib"] * (1 << 20)),
+            "largest": round(max((e["mib"] for e in listing["entries"]), default=0.0) * (1 << 20)),
+            "limit_tokens": state["limit_tokens"],
+        }
+        return [self._event(listing["ts"], "cache_inventory", fields)]
 
     @staticmethod
     def _waited(state: dict[str, Any], prefill_ms: int) -> dict[str, Any]:

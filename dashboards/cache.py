@@ -35,6 +35,10 @@ def build(d: Deployment):
             "bytes",
             Q(f"max by (host, instance) ({s('spyglass_engine_cache_used_bytes')})", "{{instance}} parked"),
             Q(f"max by (host, instance) ({s('spyglass_engine_cache_budget_bytes')})", "{{instance}} budget"),
+            Q(
+                f"max by (host, instance) ({s('spyglass_engine_cache_largest_snapshot_bytes')})",
+                "{{instance}} largest entry (llama-server's listing)",
+            ),
             width=8,
         ),
         timeseries_panel(

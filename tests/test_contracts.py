@@ -157,7 +157,7 @@ def test_the_engine_operations_name_declared_metrics_of_their_type_and_parsed_ki
     types = {spec.name: spec.type for spec in SPECS}
     wanted = {Count: "counter", Add: "counter", Observe: "histogram", Set: "gauge"}
     for kind, ops in OPS.items():
-        assert kind in PATTERNS or kind in LLAMA_PATTERNS or kind == "error", kind
+        assert kind in PATTERNS or kind in LLAMA_PATTERNS or kind in ("error", "cache_inventory"), kind
         for op in ops:
             assert types.get(op.metric) == wanted[type(op)], (kind, op)
             if isinstance(op, Count) and op.by:

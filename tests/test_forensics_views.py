@@ -161,10 +161,15 @@ def test_spans_alerts_and_snapshots_are_typed(replay):
     ) == (1, 1603, 1)
 
 
+LLAMA_ONLY = {"prompt-cache": "tests/test_llama_outcomes.py"}  # reports of llama-server's lines, run where tested
+
+
 def test_every_report_runs_and_says_which_incident_it_reproduces(replay):
     with session(replay) as con:
         for name, report in reports.load_all().items():
             assert "Reproduces" in report.doc, name
+            if name in LLAMA_ONLY:  # the replay holds no llama-server log: its own test runs it over one
+                continue
             assert con.execute(report.query(replay, Window()).text(replay)).fetchall(), name
 
 

@@ -79,7 +79,17 @@ LINES = [
     ),
     # 0.3.1, recorded (no level letter, no stamp)
     (b"srv  cancel_tasks: cancel task, id_task = 81", "cancel", {"task": 81}),
-    # late 2024 to mid 2025 (llama_decode_internal's LLAMA_LOG_WARN; update_slots's SRV_WRN with its advice)
+    # 0.3.1's sdist (examples/server/server.cpp, src/llama.cpp): its KV-full decode line, and libllama's reason
+    # for a restore that does not fit (no count); it prints no memory-slot line
+    (
+        b"srv  update_slots: failed to decode the batch: KV cache is full - try increasing it via the context size,"
+        b" i = 0, n_batch = 1, ret = 1",
+        "decode_failed",
+        {"ret": 1},
+    ),
+    (b"llama_state_seq_set_data: failed to find available cells in kv cache", "restore_no_cells", {}),
+    (b"que          post: new task, id = 81, front = 0", "arrival", {"task": 81}),
+    # 2025's libllama (llama_decode_internal's LLAMA_LOG_WARN, a public llama.cpp source of the period)
     (b"llama_decode_internal: failed to find KV cache slot for ubatch of size 512", "kv_no_slot", {"batch": 512}),
     (
         b"srv  update_slots: failed to find free space in the KV cache, retrying with smaller batch size - try"
@@ -87,7 +97,12 @@ LINES = [
         "kv_retry",
         {"n_batch": 2048},
     ),
-    # 2024 (examples/server/server.cpp: LOG_TEE, and LOG_ERROR("task error", {id_task, error}) in JSON)
+    # 0.2.56's sdist (examples/server/server.cpp: LOG_TEE), and mid 2024's LOG_ERROR("task error", {id_task, error})
+    (
+        b"task 5 - error: Input prompt is too big compared to KV size. Please try increasing KV size.",
+        "task_error",
+        {"task": 5},
+    ),
     (
         b"update_slots : failed to find free space in the KV cache, retrying with smaller n_batch = 256",
         "kv_retry",
@@ -388,3 +403,56 @@ def test_the_poller_keeps_the_time_with_a_queue() -> None:
     key = ("llama-a", "normal")
     assert state.values["spyglass_llama_queue_seconds_total"][key] == 3.0  # 1-2, 2-3 and 60-61; not the gap 3-60
     assert state.values["spyglass_llama_queued_request_seconds_total"][key] == 3 + 1 + 2
+
+
+VERBOSE = Path(__file__).parent / "fixtures" / "llama" / "0.3.36" / "verbose" / "server.log"
+
+
+def test_each_listing_of_the_prompt_cache_is_kept_and_sets_its_gauges() -> None:
+    """The real build at -v lists the host cache after each update: every listing is an inventory, every entry
+    an event at its update's time; the gauges read the last listing (entries, bytes, the limit, the largest)."""
+    raw = VERBOSE.read_bytes()
+    events, misses = read(VERBOSE)
+    inventories = [e for e in events if e.kind == "cache_inventory"]
+    entries = [e for e in events if e.kind == "cache_prompt"]
+    assert len(inventories) == raw.count(b"- cache state:") and len(entries) == raw.count(b"- prompt 0x") > 0
+    assert all(i.fields["parked"] == sum(e.ts == i.ts for e in entries) for i in inventories)
+    last = inventories[-1].fields
+    assert last == {
+        "parked": 3,
+        "used": round(0.969 * 2**20),
+        "budget": 2**20,
+        "largest": round(0.371 * 2**20),
+        "limit_tokens": 4096,
+    }
+    key = ("llama-a", "normal")
+    state = signals(*events)
+    assert state.values["spyglass_engine_cache_parked_snapshots"][key] == 3
+    assert state.values["spyglass_engine_cache_used_bytes"][key] == last["used"]
+    assert state.values["spyglass_engine_cache_budget_bytes"][key] == 2**20
+    assert state.values["spyglass_engine_cache_largest_snapshot_bytes"][key] == last["largest"]
+    assert misses["unmatched"] == 0
+
+
+def test_the_prompt_cache_report_shows_what_the_cache_held_and_what_left_it(tmp_path: Path, spawns: None) -> None:
+    from typer.testing import CliRunner
+
+    from spyglass.cli.app import app
+
+    log = tmp_path / "llama.log"
+    log.write_bytes(VERBOSE.read_bytes())
+    (tmp_path / "spyglass.toml").write_text(
+        f'[agent]\nstate_dir = "{tmp_path}"\n[exporters.prometheus]\nenabled = false\n[exporters.store]\nenabled = true\n'
+        f'[sources.llama-a]\nkind = "engine_log"\npreset = "llama_server"\npath = "{log}"\ninstance = "llama-a"\n'
+    )
+    config = str(tmp_path / "spyglass.toml")
+    assert CliRunner().invoke(app, ["ingest", "--config", config]).exit_code == 0
+    result = CliRunner().invoke(app, ["report", "prompt-cache", "--config", config, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    listed = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    assert len(listed) == VERBOSE.read_bytes().count(b"- cache state:")
+    assert listed[-1]["held"] == "0x564123b9d060:742:0.371 0x564121a46dd0:741:0.37 0x564121a499d0:455:0.227"
+    assert listed[-1]["used_percent"] == 96.9
+    # an address is reused by a new entry: the 455-token prompt at 0x564123b9d060 left when the 742-token one came
+    gone = [row["left_since_before"] for row in listed if row["left_count"]]
+    assert gone == ["0x564123b9d060:455:0.227", "0x564121a499d0:253:0.127"]

@@ -69,6 +69,7 @@ EXPECTED: dict[str, dict[str, int]] = {
         "done": 1,
         "slot_select": 1,
         "cache_state": 1,
+        "cache_inventory": 1,  # its listing is empty: `0 prompts`
     },
     "level-2026-llama.cpp-25121.log": {
         "start": 1,

@@ -3,7 +3,8 @@
 is held against it (tests/test_llama_real.py); `python -m spyglass.engine.llama.outcomes` records the
 fixture tests/fixtures/llama/<version>/outcomes/ (the log and client.json) from the cached build.
 
-The workload, on one llama-server with `-c 1024 -np 2 --kv-unified` (both slots share one 1,024-cell KV cache):
+The workload, on one llama-server with `-c 1024 -np 2 --kv-unified` (both slots share one 1,024-cell KV cache)
+and `--threads-http 8`:
 a warm request; a prompt longer than the context (400, context exceeded); a stream the client closes after
 its first bytes (cancelled); two long prompts at once whose tokens do not fit the shared cache together (the
 server halves its batch down to 1, then answers both 500 `Context size has been exceeded.`); a burst of six
@@ -30,7 +31,9 @@ from spyglass.engine.llama.load import text
 from spyglass.engine.llama.model import ensure_model
 from spyglass.engine.llama.versions import PINNED
 
-FLAGS = ("-c", "1024", "-np", "2", "--kv-unified", "--cache-ram", "1", "-t", "1")
+# --threads-http 8: every request of the burst has an HTTP thread at once (the default is max(-np + 2, cores - 1),
+# 4 here), so what it waits for is a slot, which the log shows; a wait for an HTTP thread is in no line.
+FLAGS = ("-c", "1024", "-np", "2", "--kv-unified", "--cache-ram", "1", "-t", "1", "--threads-http", "8")
 BURST = 6
 
 

@@ -79,6 +79,13 @@ SPECS = [
     spec("spyglass_engine_cache_used_bytes", "gauge", "Bytes of parked conversation snapshots.", unit="bytes"),
     spec("spyglass_engine_cache_budget_bytes", "gauge", "Byte budget of the conversation cache.", unit="bytes"),
     spec(
+        "spyglass_engine_cache_largest_snapshot_bytes",
+        "gauge",
+        "The largest entry in the cache at its last listing (llama-server's `- prompt 0x...: N tokens, ..., X MiB`"
+        " under `- cache state:`, at -lv 4).",
+        unit="bytes",
+    ),
+    spec(
         "spyglass_engine_cache_snapshot_bytes",
         "histogram",
         "Size of each conversation snapshot parked.",
@@ -388,6 +395,8 @@ OPS: dict[str, tuple[Op, ...]] = {  # event kind -> its operations, in order; th
         Observe("spyglass_engine_client_wait_seconds", "client_wait_ms", per=1000.0, optional=True),
         PROGRESS,
     ),
+    # llama-server's host prompt cache as listed after an update (-lv 4): entries, bytes, limit, largest entry
+    "cache_inventory": CACHE + (Set("spyglass_engine_cache_largest_snapshot_bytes", "largest"),),
     "kv_no_slot": (Count(KV_PRESSURE, label="memory_slot"),),
     "kv_retry": (Count(KV_PRESSURE, label="batch_retry"),),
     "context_shift": (Count(KV_PRESSURE, label="context_shift"),),

@@ -28,9 +28,9 @@ def build(d: Deployment) -> Heuristic:
         needs=("engine_log",),
         alert="EngineKVCacheFull",
         sql=probe_sql(__name__, splits=splits, window=sql_interval(window)),
-        summary="{instance}'s KV cache was full: {refused} decodes refused at batch size 1 ({failed} requests"
-        " answered `Context size has been exceeded.`), {retries} batches split and retried, {shifts} context"
-        " shifts, {restores} cached prompts that did not fit back.",
+        summary="{instance}'s KV cache was full. Decodes refused at batch size 1: {refused} (requests answered"
+        " `Context size has been exceeded.`: {failed}); batches split and retried: {retries}; context shifts:"
+        " {shifts}; cached prompts that did not fit back: {restores}.",
         figures=("refused", "failed", "retries", "shifts", "restores"),
     )
     return Heuristic(
