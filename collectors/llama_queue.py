@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# Seconds from a release to the launch of a deferred task (the server's next loop: 0.2 to 0.6 ms in the recorded
+# Seconds from a release to the launch of a deferred task (the server's next loop: 0.2 to 2 ms in the recorded and live
 # burst). A task launched later than this after a release is taken as one that arrived to a free slot; a new
 # request arriving within it is taken as deferred (its client's next request right after an answer can).
-FOLLOWS = 0.003
+FOLLOWS = 0.004
 
 
 @dataclass
@@ -50,6 +50,7 @@ class QueueWatch:
         self.busy[slot] = task
         if not deferred:
             self.at_once = (task, ts)
+            self.freed_from = None  # a newcomer found a slot free: the run of full slots is over
         if self.slots is not None and len(self.busy) >= self.slots and self.full_since is None:
             # A deferred task taking the slot just freed continues the run: no newcomer found a slot free.
             self.full_since = self.freed_from if deferred else ts
@@ -63,7 +64,9 @@ class QueueWatch:
 
     def released(self, slot: int, ts: float) -> None:
         if self.slots is not None and self.full_since is not None and len(self.busy) >= self.slots:
-            self.freed, self.freed_from = ts, self.full_since
+            self.freed_from = self.full_since
+        if self.freed_from is not None:  # each release of a run of full slots may launch a deferred task
+            self.freed = ts
         self.busy.pop(slot, None)
         if self.slots is None or len(self.busy) < self.slots:
             self.full_since = None

@@ -456,3 +456,22 @@ def test_the_prompt_cache_report_shows_what_the_cache_held_and_what_left_it(tmp_
     # an address is reused by a new entry: the 455-token prompt at 0x564123b9d060 left when the 742-token one came
     gone = [row["left_since_before"] for row in listed if row["left_count"]]
     assert gone == ["0x564123b9d060:455:0.227", "0x564121a499d0:253:0.127"]
+
+
+def test_a_deferred_task_launched_after_the_second_of_two_releases_is_deferred() -> None:
+    """Both slots released 1.8 ms apart, the deferred tasks launched 1.6 ms after the second (a live run):
+    each release of the run of full slots may launch one."""
+    log = lines(
+        "0.01.000.001 I srv    load_model: initializing, n_slots = 2, n_ctx_slot = 4096, kv_unified = 'false'",
+        LAUNCH.format(ms=100, slot=0, task=1),
+        LAUNCH.format(ms=101, slot=1, task=2),
+        RELEASE.format(ms=700, slot=0, task=1, t=0),
+        RELEASE.format(ms=702, slot=1, task=2, t=0),
+        LAUNCH.format(ms=704, slot=0, task=4),
+        LAUNCH.format(ms=705, slot=1, task=3),
+    )
+    events, _ = read(Path("/nonexistent.log"), log)
+    waits = {
+        e.fields["task"]: (e.fields.get("queue_ms"), e.fields.get("queue_basis")) for e in events if e.kind == "queued"
+    }
+    assert waits == {1: (0, "none"), 2: (0, "none"), 3: (604, "slots_full"), 4: (603, "slots_full")}
