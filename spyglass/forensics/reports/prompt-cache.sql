@@ -11,7 +11,7 @@ WITH entries AS (
     (fields->>'checkpoints')::BIGINT AS checkpoints, (fields->>'mib')::DOUBLE AS mib
   FROM timeline WHERE source_kind = 'engine_log' AND kind = 'cache_prompt'
 ), updates AS (
-  SELECT instance, ts_utc, ts_beijing, (fields->>'parked')::BIGINT AS prompts,
+  SELECT instance, ts_utc, ts_local, (fields->>'parked')::BIGINT AS prompts,
     round((fields->>'used')::DOUBLE / 1048576, 3) AS mib, round((fields->>'budget')::DOUBLE / 1048576, 3) AS limit_mib,
     round((fields->>'largest')::DOUBLE / 1048576, 3) AS largest_mib,
     lag(ts_utc) OVER (PARTITION BY instance ORDER BY ts_utc) AS before_utc
@@ -30,7 +30,7 @@ WITH entries AS (
       AND e.tokens = b.tokens)
   GROUP BY ALL
 )
-SELECT u.instance, u.ts_utc, u.ts_beijing, u.prompts, u.mib, u.limit_mib, u.largest_mib,
+SELECT u.instance, u.ts_utc, u.ts_local, u.prompts, u.mib, u.limit_mib, u.largest_mib,
   round(100 * u.mib / nullif(u.limit_mib, 0), 1) AS used_percent, coalesce(h.held, '') AS held,
   coalesce(g.left_count, 0) AS left_count, coalesce(g.gone, '') AS left_since_before
 FROM updates u LEFT JOIN held h USING (instance, ts_utc) LEFT JOIN gone g USING (instance, ts_utc)
