@@ -269,11 +269,11 @@ def requests(
     records = output.records(columns, rows)
     title = f"{output.counted(len(rows), 'request')} {describe(w)}"
     note = clock_note(records)
-    if note and fmt != "table":
-        typer.echo(note, err=True)  # json and csv stay data on stdout
+    if note:  # a line of its own, not wrapped to the table's width; json and csv stay data on stdout
+        typer.echo(note, err=fmt != "table")
     if fmt == "table":  # the table shows the columns with a value; json and csv keep every column
         records = with_values(records)
-    output.emit(records, fmt, title=(f"{title}\n{note}" if note else title) if fmt == "table" else None)
+    output.emit(records, fmt, title=title if fmt == "table" else None)
     if matched > len(rows) and not slowest:
         more(matched - len(rows), "request")
 
