@@ -63,6 +63,14 @@ NOT_EXERCISED = {
     ): "the disk does not fill up here (tests/test_disk_full.py)",
     ("spyglass-lifecycle", "Model path (H15)"): "the emulated stack's config watches no model path",
     ("spyglass-lifecycle", "Model path changes"): "the emulated stack's config watches no model path",
+    (
+        "spyglass-latency",
+        "Requests waiting for a slot (llama-server, polled each second)",
+    ): "llama-server's poller only: the emulated stack is Strata's (tests/test_llama_wall.py runs the real one)",
+    (
+        "spyglass-latency",
+        "KV cache full: splits, refusals, shifts (a minute)",
+    ): "llama.cpp's KV lines only (tests/test_llama_outcomes_real.py fills a real KV cache)",
 }
 
 
