@@ -175,6 +175,10 @@ def test_a_timeline_line_shows_span_times_as_times_and_is_cut_to_the_width():
         "otlp    rag-proxy  span  req=20261202-235230-0e0d73"
     )
     assert 'name="POST /v1/messages"' in "\n".join(wrapped)
+    llama = {**record, "source": "engine-llama-a", "instance": "llama-a", "kind": "done"}
+    llama["request_id"] = "20261204-215430-99fd92191021c61a"  # a llama id: 36 cells with its key, too wide beside
+    _, *rows = event_lines([llama], width=80)
+    assert f"req={llama['request_id']}" in "\n".join(rows) and all(len(line) <= 80 for line in rows), rows
 
 
 def test_ingest_after_the_stack_stopped_stores_no_poll_that_stretches_the_window(tmp_path, spawns):

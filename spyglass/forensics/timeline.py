@@ -260,7 +260,9 @@ def event_lines(records: Sequence[dict[str, Any]], width: int | None = None) -> 
         widths[0] = max(len(head[0]), *(len(row[0]) for row in rows))
     del widths[1]
     indent = sum(widths) + 2 * len(widths)
-    beside = width - indent >= 24  # else too narrow beside the columns: the fields go under them, indented 4
+    # a key=value (a request id) must fit whole beside the columns, else the fields go under them, indented 4
+    whole_word = max((cell_len(p) for row in rows for p in row[5] if " " not in p), default=0)
+    beside = width - indent >= max(24, whole_word)
     indent = indent if beside else 4
     header = "  ".join(c.ljust(w) for c, w in zip((head[0], *head[2:5]), widths)) + "  fields"
     note = f"({offset_note(display_zone())})"
