@@ -136,7 +136,7 @@ class Session:
         )
         try:
             opened = self._exchange(request)
-        except QueryError:
+        except BaseException:  # the process is ours to end whatever failed, or it outlives us unclosed
             self.close()
             raise
         if "error" in opened:

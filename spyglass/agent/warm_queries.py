@@ -28,12 +28,9 @@ class WarmQueries:
         """`query` on the copy at `path`, read-only, answered by `deadline` (time.monotonic())."""
         session = self._take(path)
         try:
-            answer = session.ask(query, path, deadline)
-        except QueryError:
-            self._give(session)  # a refused query leaves its process usable; a killed one is dropped
-            raise
-        self._give(session)
-        return answer
+            return session.ask(query, path, deadline)
+        finally:
+            self._give(session)  # a refused query leaves its process usable; a killed one is closed
 
     def _take(self, path: Path) -> Session:
         with self._lock:
