@@ -143,3 +143,26 @@ def test_an_agent_that_fails_does_not_say_it_stopped_cleanly(tmp_path, monkeypat
         logger.remove(sink)
     assert not any("stopped cleanly" in line for line in said)
     assert any("stopped by the error below" in line for line in said)
+
+
+def test_an_agent_closed_without_serve_leaves_no_query_process(tmp_path):
+    """An agent driven by its caller (server started, pipeline run until idle) and then closed ends the query
+    processes its warm path kept; one left running was collected in a later test as a ResourceWarning (CI)."""
+    import tomllib
+
+    from spyglass.agent.runtime import Agent
+    from spyglass.config import parse_config
+
+    log, port = tmp_path / "engine.log", free_port()
+    log.write_bytes(FIXTURE.read_bytes())
+    agent = Agent(parse_config(tomllib.loads(engine_log_toml(log, tmp_path / "state", listen=f"127.0.0.1:{port}")), "t"))
+    agent.server.start()
+    try:
+        agent.pipeline.run_until_idle()
+        answer = run_readonly(agent.config.store_path(), "SELECT 1 AS n", AgentApi(f"http://127.0.0.1:{port}/api/sql"))
+        assert answer.rows == [[1]]
+        kept = list(agent.warm._idle)
+        assert kept and all(session.alive for session in kept)  # the warm path keeps its process between queries
+    finally:
+        agent.close()
+    assert not any(session.alive for session in kept) and not agent.warm._idle

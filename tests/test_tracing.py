@@ -270,8 +270,7 @@ def test_the_agent_stores_pushed_spans_and_trace_merges_them_with_the_log(spawns
             env={"COLUMNS": "200", "PATH": ""},
         )
     finally:
-        agent.server.stop()
-        agent.pipeline.close()
+        agent.close()
     assert out.returncode == 0, out.stderr
     names = [m.group(1).split(": ", 1)[-1] for m in map(SPAN_LINE.match, out.stdout.splitlines()) if m]
     assert names[0] == "POST /v1/messages"  # the gateway's server span is the root
@@ -347,7 +346,7 @@ def test_spyglass_trace_of_a_request_from_the_running_stack(spawns, tmp_path):
     finally:
         agent.server.stop()
         agent.pipeline.run_until_idle()
-        agent.pipeline.close()
+        agent.close()
     out = subprocess.run(
         [
             sys.executable,

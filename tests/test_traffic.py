@@ -168,8 +168,7 @@ def traffic(tmp_path_factory):
         ]
     finally:
         provider.shutdown()
-        agent.server.stop()
-        agent.pipeline.close()
+        agent.close()
     return {"sent": sent, "memory": spans, "stored": stored}
 
 

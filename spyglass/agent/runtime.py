@@ -140,6 +140,13 @@ class Agent:
                 self.close_unstarted()
                 raise
 
+    def close(self) -> None:
+        """Stop the server and release the store, the sources and the query processes: the end of an agent
+        driven without serve() (its server started by the caller, its pipeline run with run_until_idle)."""
+        if self.server:
+            self.server.stop()
+        self.close_unstarted()
+
     def close_unstarted(self) -> None:
         """Release what the constructor opened (the store, the sources), for an agent that never served."""
         self.pipeline.close()
