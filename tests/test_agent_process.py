@@ -155,7 +155,9 @@ def test_an_agent_closed_without_serve_leaves_no_query_process(tmp_path):
 
     log, port = tmp_path / "engine.log", free_port()
     log.write_bytes(FIXTURE.read_bytes())
-    agent = Agent(parse_config(tomllib.loads(engine_log_toml(log, tmp_path / "state", listen=f"127.0.0.1:{port}")), "t"))
+    agent = Agent(
+        parse_config(tomllib.loads(engine_log_toml(log, tmp_path / "state", listen=f"127.0.0.1:{port}")), "t")
+    )
     agent.server.start()
     try:
         agent.pipeline.run_until_idle()
