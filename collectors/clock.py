@@ -143,9 +143,17 @@ def display_zone() -> str:
     return _DISPLAY[0] if _DISPLAY else host_zone()
 
 
+UTC_NAMES = frozenset({"UTC", "Z", "ETC/UTC", "ETC/UCT", "UCT", "ETC/ZULU", "ZULU", "UNIVERSAL", "ETC/UNIVERSAL"})
+
+
+def is_utc(name: str) -> bool:
+    """The zone is UTC under one of its names: a second clock in it would repeat the first."""
+    return name.upper() in UTC_NAMES
+
+
 def zone_label(name: str, when: datetime | None = None) -> str:
     """A short name of the zone for a column or a clock: UTC, or its abbreviation then (CST, CET)."""
-    if name.upper() in ("UTC", "Z", "ETC/UTC"):
+    if is_utc(name):
         return "UTC"
     return (when or datetime.now(UTC)).astimezone(zone(name)).strftime("%Z") or name
 
@@ -157,9 +165,12 @@ def offset_note(name: str, when: datetime | None = None) -> str:
 
 
 def format_both(ts: float, tz: str | None = None) -> str:
-    """'2026-10-19 04:49:00Z (12:49:00 Asia/Shanghai)': storage is UTC, analysts also read the display zone."""
+    """'2026-10-19 04:49:00Z (12:49:00 Asia/Shanghai)': storage is UTC, analysts also read the display zone (not
+    when that is UTC too)."""
     name = tz or display_zone()
     utc = datetime.fromtimestamp(ts, tz=UTC)
+    if is_utc(name):
+        return f"{utc:%Y-%m-%d %H:%M:%S}Z"
     local = utc.astimezone(zone(name))
     day = "" if local.date() == utc.date() else local.strftime("%m-%d ")
     return f"{utc:%Y-%m-%d %H:%M:%S}Z ({day}{local:%H:%M:%S} {name})"

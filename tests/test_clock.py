@@ -57,6 +57,7 @@ def test_both_zones_for_humans():
     late = ZonedParser("UTC").seconds(b"2026-10-19 17:33:10")
     assert format_both(late, "Asia/Shanghai") == "2026-10-19 17:33:10Z (10-20 01:33:10 Asia/Shanghai)"
     assert format_both(late, "America/New_York") == "2026-10-19 17:33:10Z (13:33:10 America/New_York)"
+    assert format_both(late, "Etc/UTC") == format_both(late, "UTC") == "2026-10-19 17:33:10Z"  # no second clock
 
 
 def test_the_display_zone_is_the_configs_else_the_hosts(monkeypatch, tmp_path):

@@ -18,14 +18,16 @@ Html = Annotated[Path | None, typer.Option("--html", help="Also write a self-con
 
 
 def when(start, end) -> str:
-    """The date, then `07:24:10-07:59:40 UTC` and the same in the display zone (dates added where they differ)."""
-    from spyglass.collectors.clock import display_zone, zone_label
+    """The date, then `07:24:10-07:59:40 UTC` and the same in the display zone (dates added where they differ),
+    unless that is UTC."""
+    from spyglass.collectors.clock import display_zone, is_utc, zone_label
     from spyglass.forensics.times import local_text, utc_text
 
     if not start:
         return ""
     lines = [utc_text(start)[:10]]
-    for text, zone in ((utc_text, "UTC"), (local_text, zone_label(display_zone(), start))):
+    clocks = [(utc_text, "UTC")] + ([] if is_utc(display_zone()) else [(local_text, zone_label(display_zone(), start))])
+    for text, zone in clocks:
         a, b = text(start), text(end) if end else ""
         head = a[11:19] if a[:10] == lines[0] else a[:19].replace("T", " ")
         tail = b[11:19] if b[:10] == a[:10] else b[:19].replace("T", " ")
