@@ -38,6 +38,7 @@ class Board:
 
     def json(self, d: Deployment) -> dict[str, Any]:
         data = json.loads(JSONEncoder(sort_keys=True).encode(self._mod.build(d).build()))
+        data["panels"] = panels_with_data(data["panels"], d)
         formats = title_formats()
         for annotation in data.get("annotations", {}).get("list", []):
             if annotation.get("name") in formats:
@@ -45,21 +46,76 @@ class Board:
         return data
 
 
+def given(d: Deployment) -> set[str] | None:
+    """The catalogue's metrics this deployment's sources can give (None: every one): a kind's metrics where a
+    source of that kind is configured, an engine's only where that engine runs (MetricSpec.engines), and the
+    agent's own always."""
+    from spyglass.signals import load_all
+
+    if d.source_kinds is None and d.engines_present() >= {"strata"}:
+        return None
+    kinds = d.source_kinds if d.source_kinds is not None else frozenset(load_all())
+    return {
+        spec.name
+        for kind, registration in load_all().items()
+        if kind in kinds or registration.cls is None
+        for spec in registration.specs
+        if not spec.engines or spec.engines & d.engines_present()
+    }
+
+
+def panels_with_data(panels: list[dict[str, Any]], d: Deployment) -> list[dict[str, Any]]:
+    """`panels` without those that read only metrics this deployment cannot give (a Strata panel for a llama.cpp
+    deployment, a gateway's where no gateway is watched), and without the rows left empty by that. A panel that
+    reads no catalogue metric (ALERTS) stays."""
+    from spyglass.alerting.heuristics import recording_rules
+    from spyglass.dashboards.lint import series
+    from spyglass.signals import full_catalogue
+
+    can = given(d)
+    if can is None:
+        return panels
+    known = {spec.name for spec in full_catalogue()}
+    rules = {r.record: r.expr for r in recording_rules(d)}
+
+    def metrics(panel: dict[str, Any]) -> set[str]:
+        read = {name for t in panel.get("targets", []) for name in series(t.get("expr", ""))}
+        read |= {name for rule in read & rules.keys() for name in series(rules[rule])}
+        return {base for name in read if (base := name.removesuffix("_bucket").removesuffix("_count")) in known}
+
+    kept = [p for p in panels if p.get("type") == "row" or not metrics(p) or metrics(p) & can]
+    return [p for n, p in enumerate(kept) if p.get("type") != "row" or next_is_panel(kept, n)]
+
+
+def next_is_panel(panels: list[dict[str, Any]], n: int) -> bool:
+    return n + 1 < len(panels) and panels[n + 1].get("type") != "row"
+
+
 # The wall first: it is the home dashboard; each drill-down links back to it.
 DASHBOARDS = tuple(Board(m) for m in ("wall", "cache", "latency", "early_stops", "tokens", "lifecycle", "cpu", "agent"))
 
 
 def deployment() -> Deployment:
-    """The deployment the committed JSON is for: examples/strata.toml, as alerts/ is."""
+    """The deployment the committed JSON is for: examples/strata.toml's thresholds and lanes, as alerts/ is, with
+    every panel (whatever sources a user configures; `spyglass dashboards` writes a deployment's own)."""
+    from dataclasses import replace
+
     from spyglass.config import load_config
 
     with resources.as_file(resources.folder("spyglass", "examples", "strata.toml")) as example:
-        return Deployment.of(load_config(example))
+        return replace(Deployment.of(load_config(example)), source_kinds=None)
 
 
 def build_all(d: Deployment | None = None) -> dict[str, dict[str, Any]]:
+    """Every dashboard with a panel this deployment can fill, their links only to each other."""
     d = d or deployment()
-    return {b.uid: b.json(d) for b in DASHBOARDS}
+    boards = {b.uid: b.json(d) for b in DASHBOARDS}
+    boards = {uid: data for uid, data in boards.items() if any(p.get("type") != "row" for p in data["panels"])}
+    for data in boards.values():
+        data["links"] = [
+            k for k in data.get("links", []) if not k.get("url", "").startswith("/d/") or k["url"][3:] in boards
+        ]
+    return boards
 
 
 def generated(d: Deployment | None = None) -> dict[str, str]:

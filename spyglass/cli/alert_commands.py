@@ -22,6 +22,19 @@ def rules(
     typer.echo(f"wrote {len(paths)} files to {out}")
 
 
+def dashboards(
+    config: ConfigOption,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the dashboards' JSON.")] = Path("dashboards"),
+) -> None:
+    """Write the Grafana dashboards for this deployment: the panels its sources and engines can fill (for a
+    llama-server, in llama.cpp's figures), for Grafana's file provisioning."""
+    from spyglass.alerting.heuristics import Deployment
+    from spyglass.dashboards.model import write
+
+    paths = write(out, Deployment.of(read_config(config)))
+    typer.echo(f"wrote {len(paths)} dashboards to {out}")
+
+
 FromOption = Annotated[str, typer.Option("--from", help="Start: RFC 3339 (no offset: UTC), epoch seconds, or now-1h.")]
 ToOption = Annotated[str, typer.Option("--to", help="End: RFC 3339 (no offset: UTC), epoch seconds, or now.")]
 

@@ -31,6 +31,7 @@ class MetricSpec:
     buckets: tuple[float, ...] = ()
     source: str = ""  # which signals module declares it (for docs)
     exemplars: bool = False  # a histogram whose buckets carry the latest observation's request (its trace)
+    engines: frozenset[str] = frozenset()  # the engines whose logs can give it (empty: any engine, or not an engine's)
 
     @property
     def otel_name(self) -> str:

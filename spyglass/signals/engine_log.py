@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -51,6 +51,31 @@ CLOSED = {  # label -> the values the engine writes; any other is exported as "o
     "event": frozenset({"memory_slot", "batch_retry", "context_shift", "context_full", "restore_failed"}),
 }
 spec = spec_maker("engine_log", INSTANCE_LANE)
+# What only Strata's engine writes (its CPU expert pool, thinking budgets, snapshots and checkpoints, graph rebuilds,
+# refusals, md5 lines): no llama-server build logs it (tests/test_dashboards_engines.py reads every recorded llama
+# log), so a llama.cpp deployment's dashboards leave out the panels that read only these.
+STRATA_ONLY = frozenset(
+    {
+        "spyglass_engine_allowed_cpus",
+        "spyglass_engine_cache_snapshot_bytes",
+        "spyglass_engine_cpus_info",
+        "spyglass_engine_experts",
+        "spyglass_engine_experts_resident",
+        "spyglass_engine_graph_rebuild_seconds_total",
+        "spyglass_engine_graph_rebuilds_total",
+        "spyglass_engine_long_prompts_checkpoint_only_total",
+        "spyglass_engine_long_prompts_total",
+        "spyglass_engine_model_checksum_mismatches_total",
+        "spyglass_engine_pool_workers",
+        "spyglass_engine_prompt_cache_every_tokens",
+        "spyglass_engine_rejections_total",
+        "spyglass_engine_shared_cpus",
+        "spyglass_engine_thinking_budget_exhausted_total",
+        "spyglass_engine_thinking_stops_total",
+        "spyglass_engine_thinking_tokens_total",
+        "spyglass_engine_tool_calls_total",
+    }
+)
 
 SPECS = [
     spec(
@@ -253,6 +278,7 @@ SPECS = [
         ("model", "md5"),
     ),
 ]
+SPECS = [replace(row, engines=frozenset({"strata"})) if row.name in STRATA_ONLY else row for row in SPECS]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -224,6 +224,9 @@ class Deployment:
     )
     # the engine each instance runs (its engine log's preset; a llama_server poller's instance: llama_server)
     engines: dict[str, str] = field(default_factory=lambda: {"strata-a": "strata", "strata-b": "strata"})
+    # the collector kinds configured (None: every kind, as for the committed dashboards); a dashboard leaves out
+    # the panels that read only what none of them gives
+    source_kinds: frozenset[str] | None = None
 
     def engine_of(self, instance: str | None) -> str:
         """The engine of `instance`; for a row of no known instance (a lane's), the deployment's one engine
@@ -262,6 +265,7 @@ class Deployment:
             status_sources=status,
             engines=engines_of(config),
             evidence_base_url=evidence,
+            source_kinds=frozenset(config.source_kinds().values()),
         )
 
 
