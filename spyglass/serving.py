@@ -19,6 +19,6 @@ def client_address(listen: str) -> tuple[str, str]:
 # The commands the agent runs for a client (spyglass/cli/answered.py registers them; a test holds the two
 # equal), what makes the client run one itself (a file on its side, typer's help), and what of its
 # environment says how it prints (rich reads these).
-COMMANDS = frozenset({"timeline", "requests", "trace", "sql", "report", "views"})
+COMMANDS = frozenset({"timeline", "requests", "trace", "sql", "report", "views", "diagnose"})
 HERE_ONLY = ("--parquet", "--html", "--file", "--help")
 ENVIRON = ("TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES", "TTY_COMPATIBLE", "TTY_INTERACTIVE")

@@ -38,6 +38,8 @@ def commands(config: Path, request_id: str) -> list[list[str]]:
         ["report", "special-tokens", *c, *WINDOW],
         ["report", "cache", *c, *WINDOW, "--format", "csv"],
         ["views", "SELECT count(*) AS n FROM requests", *c, *WINDOW],
+        ["diagnose", *c, *WINDOW],  # exit 2: incident 3's window has a critical finding
+        ["diagnose", *c, *WINDOW, "--json"],
         ["requests", *c, "--from", "not a time"],  # a usage error: exit 2
     ]
 

@@ -11,6 +11,7 @@ import typer
 
 from spyglass.cli import store_commands
 from spyglass.forensics import commands as forensics
+from spyglass.forensics import diagnose_cli
 from spyglass.forensics.run import one_connection
 
 COMMANDS: dict[str, Callable[..., None]] = {
@@ -20,6 +21,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "requests": one_connection(forensics.requests),
     "report": one_connection(forensics.report),
     "views": one_connection(forensics.views),
+    "diagnose": one_connection(diagnose_cli.diagnose),
 }
 
 

@@ -10,7 +10,7 @@ from loguru import logger
 
 from spyglass import __version__
 from spyglass.cli import agent_commands, alert_commands, answered, example_commands, store_commands
-from spyglass.forensics import diagnose_cli, evidence_cli
+from spyglass.forensics import evidence_cli
 from spyglass.forensics.run import one_connection
 from spyglass.upgrades import commands as upgrades
 
@@ -40,8 +40,7 @@ def _main(
 app.command()(agent_commands.run)
 app.command()(agent_commands.ingest)
 app.command("check-log")(agent_commands.check_log)
-answered.register(app)  # sql, trace, timeline, requests, report, views: what the agent answers (cli/warm.py)
-app.command("diagnose")(one_connection(diagnose_cli.diagnose))
+answered.register(app)  # sql, trace, timeline, requests, report, views, diagnose: what the agent answers (cli/warm.py)
 app.command("evidence")(one_connection(evidence_cli.evidence))
 app.command("changes")(one_connection(upgrades.changes))
 app.command("crashes")(one_connection(upgrades.crashes))

@@ -1,6 +1,6 @@
 """The `spyglass` command's entry point, and the warm query path of the forensic commands.
 
-`timeline`, `requests`, `trace`, `sql`, `report` and `views` ask the running agent that serves the store
+`timeline`, `requests`, `trace`, `sql`, `report`, `views` and `diagnose` ask the running agent that serves the store
 (POST /api/command, spyglass/agent/command_route.py): it runs the command on its warm read-only query
 processes (/api/sql's, with its bounds and sandbox) and sends back what it printed and its exit status.
 This module imports only the standard library (no typer, pydantic, DuckDB or pyarrow: check with
