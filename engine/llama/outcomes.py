@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -29,11 +30,15 @@ import httpx
 from spyglass.engine.llama.build import REPO_ROOT, LlamaBuild, ensure_built
 from spyglass.engine.llama.load import text
 from spyglass.engine.llama.model import ensure_model
+from spyglass.engine.llama.record import help_text
 from spyglass.engine.llama.versions import PINNED
 
 # --threads-http 8: every request of the burst has an HTTP thread at once (the default is max(-np + 2, cores - 1),
 # 4 here), so what it waits for is a slot, which the log shows; a wait for an HTTP thread is in no line.
-FLAGS = ("-c", "1024", "-np", "2", "--kv-unified", "--cache-ram", "1", "-t", "1", "--threads-http", "8")
+FLAGS = ("-c", "1024", "-np", "2", "-t", "1", "--threads-http", "8")
+# Where the build has them (its --help says): one KV pool for both slots (older builds give each -c/-np cells, so
+# the two long prompts overflow their own slot instead), the host prompt cache at 1 MiB.
+IF_KNOWN = (("--kv-unified",), ("--cache-ram", "1"))
 BURST = 6
 
 
@@ -127,23 +132,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def server_argv(build: LlamaBuild, model: Path, port: int, log: Path) -> list[str]:
-    return [
-        str(build.server),
-        "-m",
-        str(model),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        *FLAGS,
-        "--metrics",
-        "--slots",
-        "--log-prefix",
-        "--log-timestamps",
-        "--log-file",
-        str(log),
-    ]
+def server_argv(build: LlamaBuild, model: Path, port: int, log: Path, known: str) -> list[str]:
+    """The server's command line; `known`: its --help. A build before --log-file (2024) logs to its console,
+    which record() writes to `log`, as a user's redirect does."""
+    argv = [str(build.server), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), *FLAGS, "--metrics"]
+    argv += [flag for flags in IF_KNOWN if f"{flags[0]} " in known or f"{flags[0]}," in known for flag in flags]
+    if "--slots " in known or "--slots," in known:
+        argv.append("--slots")
+    if "--log-file" in known:
+        argv += ["--log-prefix", "--log-timestamps", "--log-file", str(log)]
+    return argv
 
 
 def wait_healthy(proc: subprocess.Popen, url: str, timeout: float = 120) -> None:
@@ -166,8 +164,9 @@ def record(out: Path, version: str = PINNED) -> list[ClientSaw]:
     build, model, port = ensure_built(version), ensure_model(), free_port()
     log = out / "server.log"
     log.unlink(missing_ok=True)
-    argv = server_argv(build, model, port, log)
-    proc = subprocess.Popen(argv, env=build.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    argv = server_argv(build, model, port, log, help_text(build))
+    console = open(os.devnull, "wb") if "--log-file" in argv else log.open("wb")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(argv, env=build.env(), stdout=console, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(proc, url)
@@ -175,6 +174,7 @@ def record(out: Path, version: str = PINNED) -> list[ClientSaw]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        console.close()
     flags = [Path(a).name if a.startswith("/") else a for a in argv[1:]]
     (out / "client.json").write_text(
         json.dumps(
