@@ -32,6 +32,7 @@ from spyglass.engine.llama.load import text
 from spyglass.engine.llama.model import ensure_model
 from spyglass.engine.llama.record import help_text
 from spyglass.engine.llama.versions import PINNED
+from spyglass.engine.llama.versions import version as version_row
 
 # --threads-http 8: every request of the burst has an HTTP thread at once (the default is max(-np + 2, cores - 1),
 # 4 here), so what it waits for is a slot, which the log shows; a wait for an HTTP thread is in no line.
@@ -53,13 +54,16 @@ class ClientSaw:
     ttfb: float | None  # seconds from sending to the first byte of the body
     total: float
     error_code: int | None = None  # the code of an error event in a stream already answered 200
+    truncated: bool = False  # the answer's last event says its prompt was cut to fit the slot's context
 
     @property
     def outcome(self) -> str:
         """What spyglass must name it: the client hung up, was answered an error, or got its answer."""
         if self.cancelled:
             return "cancelled"
-        return "done" if self.status == 200 and self.error_code is None else "error"
+        if self.status != 200 or self.error_code is not None:
+            return "error"
+        return "truncated" if self.truncated else "done"
 
     @property
     def error_status(self) -> int | None:
@@ -84,6 +88,19 @@ def stream_error(body: bytes) -> int | None:
     return None
 
 
+def stream_truncated(body: bytes) -> bool:
+    """Whether a streamed answer's last event (`"stop": true`) says `"truncated": true`."""
+    for line in reversed(body.splitlines()):
+        if line.startswith(b"data: {"):
+            try:
+                event = json.loads(line[6:])
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("stop"):
+                return event.get("truncated") is True
+    return False
+
+
 async def ask(
     client: httpx.AsyncClient, url: str, name: str, prompt: str, n_predict: int, hang_up: bool = False
 ) -> ClientSaw:
@@ -106,8 +123,9 @@ async def ask(
     except httpx.HTTPError as exc:
         if status == 0:  # no answer at all: the driver's failure, which no log line can show
             raise RuntimeError(f"{name}: no answer from llama-server ({exc!r})") from exc
-    code = stream_error(b"".join(chunks)) if status == 200 else None
-    return ClientSaw(name, sent, status, hang_up, first, time.monotonic() - start, code)
+    body = b"".join(chunks)
+    code = stream_error(body) if status == 200 else None
+    return ClientSaw(name, sent, status, hang_up, first, time.monotonic() - start, code, stream_truncated(body))
 
 
 async def workload(url: str) -> list[ClientSaw]:
@@ -161,12 +179,15 @@ def wait_healthy(proc: subprocess.Popen, url: str, timeout: float = 120) -> None
 def record(out: Path, version: str = PINNED) -> list[ClientSaw]:
     """Run the workload on a fresh llama-server of `version`; its log and client.json into `out`."""
     out.mkdir(parents=True, exist_ok=True)
-    build, model, port = ensure_built(version), ensure_model(), free_port()
+    build, port = ensure_built(version), free_port()
+    model = ensure_model(split_experts=version_row(version).split_experts)  # 2024 builds read experts split
     log = out / "server.log"
     log.unlink(missing_ok=True)
     argv = server_argv(build, model, port, log, help_text(build))
     console = open(os.devnull, "wb") if "--log-file" in argv else log.open("wb")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(argv, env=build.env(), stdout=console, stderr=subprocess.STDOUT)
+    # a console into a file is block-buffered: SIGTERM would lose the last lines, so a line is written at once
+    line_buffered = [] if "--log-file" in argv else ["stdbuf", "-oL", "-eL"]
+    proc = subprocess.Popen([*line_buffered, *argv], env=build.env(), stdout=console, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(proc, url)
