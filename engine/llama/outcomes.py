@@ -123,9 +123,9 @@ async def ask(
     except httpx.HTTPError as exc:
         if status == 0:  # no answer at all: the driver's failure, which no log line can show
             raise RuntimeError(f"{name}: no answer from llama-server ({exc!r})") from exc
-    body = b"".join(chunks)
-    code = stream_error(body) if status == 200 else None
-    return ClientSaw(name, sent, status, hang_up, first, time.monotonic() - start, code, stream_truncated(body))
+    answer = b"".join(chunks)
+    code = stream_error(answer) if status == 200 else None
+    return ClientSaw(name, sent, status, hang_up, first, time.monotonic() - start, code, stream_truncated(answer))
 
 
 async def workload(url: str) -> list[ClientSaw]:
