@@ -168,3 +168,23 @@ def test_an_agent_closed_without_serve_leaves_no_query_process(tmp_path):
     finally:
         agent.close()
     assert not any(session.alive for session in kept) and not agent.warm._idle
+
+
+def test_a_server_stopped_twice_leaves_no_socket_behind():
+    """Agent.close() stops a server its caller may have stopped already; the second stop once left the socket
+    that wakes the reception loop in a queue nobody read (a ResourceWarning in a later test, CI)."""
+    import gc
+    import warnings
+
+    from spyglass import signals
+    from spyglass.agent.server import AgentServer
+    from spyglass.signals.state import MetricState
+
+    server = AgentServer("127.0.0.1:0", MetricState(signals.full_catalogue()), dict).start()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always", ResourceWarning)
+        server.stop()
+        server.stop()
+        del server
+        gc.collect()
+    assert [str(w.message) for w in said if issubclass(w.category, ResourceWarning)] == []

@@ -123,19 +123,20 @@ def test_smoke_results_are_bounded_in_size_and_rate_and_sql_keeps_answering(star
     answer = httpx.post(f"{url}/api/smoke", json=big, timeout=30)
     assert answer.status_code == 413 and f"at most {SMOKE_MAX_BYTES:,}" in answer.text, answer.text
     medium = smoke("m", samples=100, problem="p" * 500)  # about 60 KB: taken until the burst is spent
-    codes = []
+    codes, held = [], 0
     with ThreadPoolExecutor(4) as pool:
         for answer in pool.map(lambda n: httpx.post(f"{url}/api/smoke", json=medium, timeout=30), range(40)):
             codes.append(answer.status_code)
             if answer.status_code == 429:
                 assert int(answer.headers["Retry-After"]) >= 1
+            # a 503 that says so was taken, its commit slower than half the request timeout (a loaded machine)
+            held += answer.status_code == 503 and "held in memory and stored" in answer.text
     # 1 MiB of burst is 17 of them; a 503 is a worker busy waiting for a commit (nothing taken)
-    assert set(codes) <= {200, 429, 503} and 10 <= codes.count(200) <= 20 and codes.count(429) >= 15, codes
+    assert set(codes) <= {200, 429, 503} and 10 <= codes.count(200) + held <= 20 and codes.count(429) >= 15, codes
     # /api/sql answers (a query may time out on a loaded machine: asked again, never an out-of-memory)
     assert wait_until(lambda: sql(url, "SELECT 1 AS one").json().get("rows")) == [[1]]
-    assert wait_until(lambda: sql(url, "SELECT count(*) FROM events WHERE source = 'smoke'").json().get("rows")) == [
-        [codes.count(200)]
-    ]
+    stored = "SELECT count(*) FROM events WHERE source = 'smoke'"
+    wait_until(lambda: sql(url, stored).json().get("rows") == [[codes.count(200) + held]], what="every taken result")
     assert metric(url, 'spyglass_received_refused_total{reason="too_large",receiver="/api/smoke"}') == 1
     assert metric(url, 'spyglass_received_refused_total{reason="rate",receiver="/api/smoke"}') == codes.count(429)
 

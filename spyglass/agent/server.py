@@ -126,6 +126,8 @@ class _Reception:
             self.waker.send(b"\0")
 
     def close(self) -> None:
+        if self.closed.is_set():  # closed before: the loop is gone, and a waking socket would be left unclosed
+            return
         self.closed.set()
         self.add(socket.socket(), None)  # wakes the loop, which closes everything
         self.thread.join(timeout=5)
