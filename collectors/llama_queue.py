@@ -9,7 +9,8 @@ full slots that its launch ends, and after the last task numbered before it that
 wait is taken from the later of the two. For a burst (requests arriving together) that is its wait to the
 millisecond; a request that arrived later in a long run of full slots waited less than this says, by at most
 the time between that run's start and its arrival. A task launched with a slot free waited nothing (basis
-`none`). The slot count is the log's `n_slots = N`; without it no wait is reported.
+`none`). The slot count is the log's `n_slots = N`; without it no wait is reported, nor where the log stamps whole
+seconds (2024's JSON log): there a release and a launch in one second look alike, deferred or not.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from typing import Any
 # burst). A task launched later than this after a release is taken as one that arrived to a free slot; a new
 # request arriving within it is taken as deferred (its client's next request right after an answer can).
 FOLLOWS = 0.004
+
+
+def whole_seconds(launch: float, freed: float | None) -> bool:
+    """The stamps are whole seconds (a finer stamp falls on a whole second about once in a million lines)."""
+    return launch.is_integer() and (freed is None or freed.is_integer())
 
 
 @dataclass
@@ -56,7 +62,7 @@ class QueueWatch:
             self.full_since = self.freed_from if deferred else ts
         if arrival is not None:
             return max(round((ts - arrival) * 1000), 0), "arrival"
-        if self.slots is None:
+        if self.slots is None or whole_seconds(ts, self.freed):
             return None
         if floor is None:
             return 0, "none"
