@@ -141,6 +141,17 @@ def test_rules_are_written_and_pass_promtool(installed, strata, promtool):
     assert len(list((out / "runbooks").glob("*.md"))) >= 30
 
 
+def test_dashboards_are_written_for_a_llama_deployment(installed):
+    config = installed.home / "llama.toml"
+    config.write_text(installed.run("example", "llama-server").stdout)
+    out = installed.home / "dashboards"
+    result = installed.run("dashboards", "-c", str(config), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    written = sorted(p.stem for p in out.glob("*.json"))
+    assert "spyglass-wall" in written and "spyglass-early-stops" in written, written
+    assert "Reasoning tokens" not in (out / "spyglass-early-stops.json").read_text()  # Strata's: left out
+
+
 def test_check_log_reads_a_log_with_no_config(installed):
     result = installed.run("check-log", str(FIXTURES / "llama_server" / "llama-server.log"))
     assert result.returncode == 0, result.stderr
