@@ -319,6 +319,10 @@ SHAPES: dict[str, tuple[str, ...]] = {
         'srv update_slots: decoding batch, n_tokens = <n>',
         'srv update_slots: run slots completed',
     ),
+    # the prompt cut to fit the slot's context: the release's `truncated = 1` is what the request's outcome reads
+    'recorded: 0.3.1 outcomes (tests/fixtures/llama/0.3.1/outcomes/server.log)': (
+        'slot update_slots: id <n> | task <n> | input truncated, n_ctx = <n>, n_keep = <n>, n_left = <n>, n_prompt_tokens = <n>',
+    ),
     'recorded: 0.3.1 load-failure (tests/fixtures/llama/0.3.1/load-failure/server.log)': (
         "gguf_init_from_file: failed to open '…': '…'",
         "llama_init_from_gpt_params: failed to load model '…'",

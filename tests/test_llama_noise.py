@@ -42,7 +42,7 @@ PARSER = LlamaLineParser()
 LITERALS = {kind: literal for kind, (_, literal, _) in PATTERNS.items() if literal}
 # Signal kinds that no real log of the project holds a line of (nothing to reword): named, so one that
 # turns up in a fixture is reworded too and this list shrinks.
-UNSEEN = {"context_shift", "sleeping", "cache_load_failed", "cache_restore_failed", "restore_no_cells"}
+UNSEEN = {"sleeping", "cache_load_failed", "cache_restore_failed", "restore_no_cells"}
 
 
 def kind_of(payload: bytes) -> str | None:
