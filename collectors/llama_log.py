@@ -65,7 +65,7 @@ from spyglass.collectors.llama_noise import SIGNAL_MARK, opens_block, shape
 from spyglass.collectors.llama_outcome import error_reason, finish_of
 from spyglass.collectors.llama_process import ARG_FLAGS, Writer, find_writer, parse_args, process_start, request_id
 from spyglass.collectors.llama_queue import QueueWatch
-from spyglass.collectors.llama_wrap import unwrap
+from spyglass.collectors.llama_wrap import Unwrapped, unwrap
 from spyglass.collectors.timebounds import EARLIEST_SECONDS, FUTURE_SLACK_SECONDS
 
 __all__ = [
@@ -287,51 +287,8 @@ class LlamaLogSource(LineSourceBase):
         for raw in lines:
             wrapped = unwrap(raw.rstrip(b"\r\n"), ref, self.options.tz)
             self.captures[wrapped.capture] += 1
-            if wrapped.refused is not None:
-                misses[WRAPPER] = misses.get(WRAPPER, 0) + 1  # one line, whatever it holds
-                continue
-            if wrapped.foreign:
-                if wrapped.dating:
-                    self.dated = wrapped.wall  # LM Studio's header: the time of the lines after it
-                misses[Miss.IGNORED] += 1
-                continue
-            if not wrapped.child and b"spawning server instance with name=" in wrapped.payload:
-                self._spawned(wrapped.payload)
-            glued = self.parser.glued(wrapped.payload)
-            if glued:  # two messages on one line, each read (ik_llama.cpp's checkpoint line, then a 2024 one)
-                self.forms.update(line.form for line in glued)
-                for line in glued:
-                    at = wrapped.wall if wrapped.wall is not None else line.wall
-                    if at is not None and not EARLIEST_SECONDS <= at <= latest:
-                        misses[CLOCK] = misses.get(CLOCK, 0) + 1
-                        break
-                    items.append(Item(line, at if at is not None else self.dated, wrapped.child))
-                continue
-            result = self.parser.parse(wrapped.payload)
-            if result == Miss.UNPREFIXED and 0 < self.continuing <= MAX_CONTINUED:
-                self.continuing += 1  # a line of a multi-line message (a chat template, a quoted value)
-                misses[Miss.IGNORED] += 1
-                continue
-            if opens_block(wrapped.payload):
-                self.continuing = 1
-            elif not (result == Miss.IGNORED and self.continuing and not wrapped.payload[:1].isdigit()):
-                self.continuing = 0  # a known line of no stamp within a multi-line message does not end it
-            if isinstance(result, str):
-                misses[result] = misses.get(result, 0) + 1
-                if result in (Miss.UNMATCHED, Miss.UNPREFIXED):
-                    unread = raw
-                    self._shape(wrapped.payload)
-                continue
-            self.forms[result.form] += 1
-            if result.kind is None:
-                misses[Miss.UNMATCHED] += 1
+            if self._read(wrapped, latest, items, misses):
                 unread = raw
-                self._shape(wrapped.payload)
-            wall = wrapped.wall if wrapped.wall is not None else result.wall
-            if wall is not None and not EARLIEST_SECONDS <= wall <= latest:
-                misses[CLOCK] = misses.get(CLOCK, 0) + 1  # evidence against the file and the agent: no anchor
-                continue
-            items.append(Item(result, wall if wall is not None else self.dated, wrapped.child))
         events: list[Event] = []
         for child, group in by_child(items):
             self._enter(child)
@@ -348,6 +305,65 @@ class LlamaLogSource(LineSourceBase):
         if unread or (unusable and events):
             events.append(self._unread(events, items, unread))
         return events, misses, unread[:512]
+
+    def _read(self, wrapped: Unwrapped, latest: float, items: list[Item], misses: dict[str, int]) -> bool:
+        """The line's items (none; one; two messages glued on one line) added to `items`, its miss counted:
+        whether it is unreadable (of no shape or pattern known)."""
+        if wrapped.refused is not None:
+            misses[WRAPPER] = misses.get(WRAPPER, 0) + 1  # one line, whatever it holds
+            return False
+        if wrapped.foreign:
+            if wrapped.dating:
+                self.dated = wrapped.wall  # LM Studio's header: the time of the lines after it
+            misses[Miss.IGNORED] += 1
+            return False
+        payload = wrapped.payload
+        if not wrapped.child and b"spawning server instance with name=" in payload:
+            self._spawned(payload)
+        glued = self.parser.glued(payload)
+        if glued:  # two messages on one line, each read (ik_llama.cpp's checkpoint line, then a 2024 one)
+            self.forms.update(line.form for line in glued)
+            for line in glued:
+                if not self._add(line, wrapped, latest, items, misses):
+                    break
+            return False
+        result = self.parser.parse(payload)
+        if self._continues(payload, result):
+            misses[Miss.IGNORED] += 1
+            return False
+        if isinstance(result, str):
+            misses[result] = misses.get(result, 0) + 1
+            unreadable = result in UNUSABLE
+        else:
+            self.forms[result.form] += 1
+            unreadable = result.kind is None  # a llama.cpp line no pattern knows: still placed in time
+            if unreadable:
+                misses[Miss.UNMATCHED] += 1
+            self._add(result, wrapped, latest, items, misses)
+        if unreadable:
+            self._shape(payload)
+        return unreadable
+
+    def _continues(self, payload: bytes, result: Line | str) -> bool:
+        """Whether the line goes on a multi-line message (a chat template, a quoted value) begun before it."""
+        if result == Miss.UNPREFIXED and 0 < self.continuing <= MAX_CONTINUED:
+            self.continuing += 1
+            return True
+        if opens_block(payload):
+            self.continuing = 1
+        elif not (result == Miss.IGNORED and self.continuing and not payload[:1].isdigit()):
+            self.continuing = 0  # a known line of no stamp within a multi-line message does not end it
+        return False
+
+    def _add(self, line: Line, wrapped: Unwrapped, latest: float, items: list[Item], misses: dict[str, int]) -> bool:
+        """The line added to `items` at its absolute time (its wrapper's, else its own, else a runner header's),
+        unless that time is refused: whether it was added."""
+        wall = wrapped.wall if wrapped.wall is not None else line.wall
+        if wall is not None and not EARLIEST_SECONDS <= wall <= latest:
+            misses[CLOCK] = misses.get(CLOCK, 0) + 1  # evidence against the file and the agent: no anchor
+            return False
+        items.append(Item(line, wall if wall is not None else self.dated, wrapped.child))
+        return True
 
     def _spawned(self, payload: bytes) -> None:
         found = SPAWNED.search(payload)
