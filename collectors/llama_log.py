@@ -200,6 +200,82 @@ class Segment:
         return self.start + self.last_rel
 
 
+@dataclass
+class Cut:
+    """A batch being cut into runs of one process each (LlamaLogSource._segments): the runs so far, and what
+    the lines so far say of the process writing the last one."""
+
+    last: float | None  # the highest stamp read of the process
+    busy: bool  # the process has written more than start-up lines
+    back: float | None  # an unconfirmed step back of the stamps (a restart if the next line agrees)
+    anchor: float | None  # the start instant the lines so far were placed by
+    doubt: float | None  # the start instant one line's clock implied against the anchor (unconfirmed)
+    runs: list[list[Item]] = field(default_factory=lambda: [[]])
+    new: list[bool] = field(default_factory=list)  # per run: whether it begins a new segment
+    moves: list[float | None] = field(default_factory=lambda: [None])  # per run: where it moves the segment's start
+
+    @classmethod
+    def after(cls, seg: Segment | None) -> Cut:
+        """The cut of a batch that goes on from `seg` (None: the log's first lines)."""
+        if seg is None:
+            return cls(None, False, None, None, None, new=[True])
+        return cls(seg.last_rel, seg.busy, seg.back, seg.start, seg.doubt, new=[False])
+
+    def restarts(self, rel: float, went_back: bool, following: float | None) -> bool:
+        """Whether the line's step back of the stamps is a new process: two lines agree (this one and the
+        next, or the one held back and this one); a step back alone waits for the next line."""
+        assert self.last is not None
+        if not went_back:
+            self.back = None  # the old sequence goes on: a step back before this was a line out of order
+            return False
+        if self.back is not None or (following is not None and following < self.last - BACKSTEP):
+            return True
+        if following is None:
+            self.back = rel  # unconfirmed until the next line
+        return False
+
+    def restart(self) -> None:
+        """A new process begins with the next line taken."""
+        if self.runs[-1] or not self.new[-1]:
+            self._run(new=True, move=None)
+        else:
+            self.new[-1] = True
+        self.busy, self.back, self.last, self.anchor, self.doubt = False, None, None, None, None
+
+    def agrees(self, item: Item) -> bool:
+        """A clock is evidence, not authority: False for a line whose clock contradicts the anchor (refused);
+        two lines whose clocks agree with each other and not with the anchor move it (a run of its own)."""
+        rel = item.line.rel
+        if rel is None or item.wall is None or self.anchor is None:
+            return True
+        implied = item.wall - rel
+        if abs(implied - self.anchor) <= STAMP_SLACK:
+            self.doubt = None
+        elif self.doubt is not None and abs(implied - self.doubt) <= AGREE:
+            self._run(new=False, move=implied)
+            self.anchor, self.doubt = implied, None
+        else:
+            self.doubt = implied
+            return False
+        return True
+
+    def take(self, item: Item, went_back: bool) -> None:
+        """The line joins the last run."""
+        self.runs[-1].append(item)
+        rel, kind = item.line.rel, item.line.kind
+        if self.anchor is None and item.wall is not None:
+            self.anchor = item.wall - (rel or 0.0)  # the run's start, as _placed will find it
+        if kind is not None and kind not in START_MARKERS:
+            self.busy = True
+        if rel is not None and (self.last is None or not went_back):  # a restart left last None
+            self.last = rel if self.last is None else max(self.last, rel)
+
+    def _run(self, new: bool, move: float | None) -> None:
+        self.runs.append([])
+        self.new.append(new)
+        self.moves.append(move)
+
+
 @register_preset("engine_log", "llama_server", fields=LLAMA_FIELDS)
 class LlamaLogSource(LineSourceBase):
     """llama-server log lines in, Strata-shaped events out (see the module's rules for time)."""
@@ -420,70 +496,30 @@ class LlamaLogSource(LineSourceBase):
     def _segments(self, items: list[Item], misses: dict[str, int]) -> list[tuple[Start | None, list[Item]]]:
         """The batch cut into runs of one process each: (how a new segment starts, or None for the run
         continuing the current one; its lines). Refused stamps are counted and their lines dropped."""
-        runs: list[list[Item]] = [[]]
         seg = self.segment
-        new = [seg is None]
-        moves: list[float | None] = [None]  # a run that moves the current segment's start: where to
-        last = seg.last_rel if seg is not None else None
-        busy = seg.busy if seg is not None else False
-        back = seg.back if seg is not None else None
-        anchor = seg.start if seg is not None else None  # the start instant the lines so far were placed by
-        doubt = seg.doubt if seg is not None else None
-        stamped = [i for i, item in enumerate(items) if item.line.rel is not None]
-        after = {
-            i: (items[j].line.rel if n + 1 < len(stamped) else None)
-            for n, (i, j) in enumerate(zip(stamped, stamped[1:] + [-1]))
-        }
+        cut = Cut.after(seg)
+        following = next_stamps(items)
         seen = self._seen()
         for i, item in enumerate(items):
-            line, rel = item.line, item.line.rel
+            line, rel, last = item.line, item.line.rel, cut.last
             went_back = rel is not None and last is not None and rel < last - BACKSTEP
-            reset = line.kind in START_MARKERS and (busy or went_back)
+            reset = line.kind in START_MARKERS and (cut.busy or went_back)
             if rel is not None and last is not None and not reset:
-                if item.wall is None and self._refused(rel, last, after.get(i), None if new[-1] else seg, seen):
+                placed = None if cut.new[-1] else seg
+                if item.wall is None and self._refused(rel, last, following.get(i), placed, seen):
                     misses[STAMP] = misses.get(STAMP, 0) + 1
                     continue
-                following = after.get(i)
-                if not went_back:
-                    back = None  # the old sequence goes on: a step back before this was a line out of order
-                elif back is not None or (following is not None and following < last - BACKSTEP):
-                    reset = True  # two lines agree: a new process
-                elif following is None:
-                    back = rel  # unconfirmed until the next line
+                reset = cut.restarts(rel, went_back, following.get(i))
             if reset:
-                if runs[-1] or not new[-1]:
-                    runs.append([])
-                    new.append(True)
-                    moves.append(None)
-                else:
-                    new[-1] = True
-                busy, back, last, anchor, doubt = False, None, None, None, None
-            elif rel is not None and item.wall is not None and anchor is not None:
-                # A clock is evidence, not authority: a line whose clock contradicts the anchor is refused, and
-                # two lines whose clocks agree with each other and not with the anchor move it.
-                implied = item.wall - rel
-                if abs(implied - anchor) <= STAMP_SLACK:
-                    doubt = None
-                elif doubt is not None and abs(implied - doubt) <= AGREE:
-                    runs.append([])
-                    new.append(False)
-                    moves.append(implied)
-                    anchor, doubt = implied, None
-                else:
-                    doubt = implied
-                    misses[STAMP] = misses.get(STAMP, 0) + 1
-                    continue
-            runs[-1].append(item)
-            if anchor is None and item.wall is not None:
-                anchor = item.wall - (rel or 0.0)  # the run's start, as _placed will find it
-            if line.kind is not None and line.kind not in START_MARKERS:
-                busy = True
-            if rel is not None and (last is None or not went_back or reset):
-                last = rel if last is None else max(last, rel)
-        if seg is not None and not new[0]:
-            seg.back = back
-        self.doubt = doubt
-        return self._placed(runs, new, moves)
+                cut.restart()
+            elif not cut.agrees(item):
+                misses[STAMP] = misses.get(STAMP, 0) + 1
+                continue
+            cut.take(item, went_back)
+        if seg is not None and not cut.new[0]:
+            seg.back = cut.back
+        self.doubt = cut.doubt
+        return self._placed(cut.runs, cut.new, cut.moves)
 
     @staticmethod
     def _refused(rel: float, last: float, following: float | None, seg: Segment | None, seen: float) -> bool:
@@ -861,6 +897,12 @@ def by_child(items: list[Item]) -> list[tuple[str, list[Item]]]:
     for item in items:
         groups.setdefault(item.child, []).append(item)
     return list(groups.items())
+
+
+def next_stamps(items: list[Item]) -> dict[int, float | None]:
+    """For each stamped line but the last, by index: the stamp of the next stamped line."""
+    stamped = [i for i, item in enumerate(items) if item.line.rel is not None]
+    return {i: items[j].line.rel for i, j in zip(stamped, stamped[1:])}
 
 
 def saved_segment(s: Segment) -> dict[str, Any]:
