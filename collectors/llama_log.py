@@ -52,7 +52,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from spyglass.collectors import LineSourceBase, register_preset
 from spyglass.collectors import engine_log as _kind  # noqa: F401 - the kind this preset extends, registered first
@@ -274,6 +274,10 @@ class Cut:
         self.runs.append([])
         self.new.append(new)
         self.moves.append(move)
+
+
+KindHandler = Callable[["LlamaLogSource", Segment, Line, float], list[Event]]
+TaskHandler = Callable[["LlamaLogSource", Segment, int, Line, float], list[Event]]
 
 
 @register_preset("engine_log", "llama_server", fields=LLAMA_FIELDS)
@@ -636,64 +640,78 @@ class LlamaLogSource(LineSourceBase):
         return [Event(ts, self.name, "start", self.instance, fields, None, self.host), *events]
 
     def _events(self, segment: Segment, line: Line, ts: float) -> list[Event]:
-        kind, f = line.kind, line.fields
-        make = self._event
-        if kind in ("start", "build"):
-            return []  # a start-up line within a segment that has seen only start-up lines: part of its `start`
-        if kind == "model":
-            return [self._model(ts, str(f["path"]))]
-        if kind == "ready":
-            return [
-                make(ts, "ready", {"seconds": round(max(ts - segment.start, 0.0), 3), "address": f.get("address", "")})
-            ]
-        if kind == "evict":
-            segment.evictions += 1
-            cause = "room" if f.get("room") else "size" if f.get("size") else "tokens"
-            fields = {
-                "bytes": round(f["mib"] * (1 << 20)),
-                "reason": "budget",
-                "cause": cause,
-                "evictions": segment.evictions,
-            }
-            if segment.budget_bytes is not None:
-                fields["budget"] = segment.budget_bytes
-            return [make(ts, "evict", fields)]
-        if kind == "timing_header":
-            segment.timing_owner = [f["slot"], f["task"]]
-            return []
-        if kind is not None and kind.startswith("timing_"):
-            return self._timing(segment, kind, f, ts)
-        task = f.get("task")
-        if kind == "launch" and isinstance(task, int):
-            req = request_id(self.instance, segment.start, task, ts)
-            state = self._task(segment, task)
-            state.update(ts=ts, slot=f["slot"], req=req)
-            fields = {"task": task, "slot": f["slot"], "prefill_depth": 0}
-            waited = self.queue.launched(task, f["slot"], ts)
-            if waited is not None:
-                state["queue_ms"], state["queue_basis"] = waited
-                fields.update(queue_ms=waited[0], queue_basis=waited[1])
-            return [make(ts, "queued", fields, req)]
-        if kind == "arrival" and isinstance(task, int):
-            self.queue.arrived(task, ts)
-            return []
-        if kind == "slots_config" and isinstance(f.get("slots"), int):
-            self.queue.slots = f["slots"]
-        if kind == "cache_prompt":
-            return self._cache_entry(f)
-        if kind == "cache_state":
-            self.inventory = {"ts": ts, "state": f, "entries": []}
-            made = [make(ts, kind, {key: value for key, value in f.items() if key != "func"})]
-            return made + (self._inventory() if f["prompts"] == 0 else [])
-        if kind == "release" and isinstance(task, int):
-            return self._released(segment, task, f, ts, line.form)
-        if kind == "cancel" and isinstance(task, int):
-            return self._cancelled(segment, task, ts)
-        if kind == "task_error" and isinstance(task, int):
-            return self._errored(segment, task, str(f.get("message", "")), ts)
-        fields = {key: value for key, value in f.items() if key != "func"}
+        """The line's events: those of a timing line (_timing), of a line of a task (ON_TASK) or of a kind
+        that means more than its fields (ON_KIND); else the line as read."""
+        kind = line.kind or "unknown"
+        if kind.startswith("timing_"):
+            return self._timing(segment, line, ts)
+        task = line.fields.get("task")
+        if isinstance(task, int) and kind in self.ON_TASK:
+            return self.ON_TASK[kind](self, segment, task, line, ts)
+        handler = self.ON_KIND.get(kind)
+        return handler(self, segment, line, ts) if handler is not None else self._as_read(segment, line, ts)
+
+    def _as_read(self, segment: Segment, line: Line, ts: float) -> list[Event]:
+        """The line as an event of its kind, its fields as read, joined to its task's request if it names one."""
+        task = line.fields.get("task")
         owner = segment.tasks.get(task, {}).get("req") if isinstance(task, int) else None
-        return [make(ts, kind or "unknown", fields, owner)]
+        fields = {key: value for key, value in line.fields.items() if key != "func"}
+        return [self._event(ts, line.kind or "unknown", fields, owner)]
+
+    def _startup(self, segment: Segment, line: Line, ts: float) -> list[Event]:
+        return []  # a start-up line within a segment that has seen only start-up lines: part of its `start`
+
+    def _loaded(self, segment: Segment, line: Line, ts: float) -> list[Event]:
+        return [self._model(ts, str(line.fields["path"]))]
+
+    def _ready(self, segment: Segment, line: Line, ts: float) -> list[Event]:
+        seconds = round(max(ts - segment.start, 0.0), 3)
+        return [self._event(ts, "ready", {"seconds": seconds, "address": line.fields.get("address", "")})]
+
+    def _evicted(self, segment: Segment, line: Line, ts: float) -> list[Event]:
+        """A prompt cache entry evicted: its size, why, this process's count so far, and the budget if known."""
+        f = line.fields
+        segment.evictions += 1
+        cause = "room" if f.get("room") else "size" if f.get("size") else "tokens"
+        fields = {
+            "bytes": round(f["mib"] * (1 << 20)),
+            "reason": "budget",
+            "cause": cause,
+            "evictions": segment.evictions,
+        }
+        if segment.budget_bytes is not None:
+            fields["budget"] = segment.budget_bytes
+        return [self._event(ts, "evict", fields)]
+
+    def _slots(self, segment: Segment, line: Line, ts: float) -> list[Event]:
+        """The server's slot count, for the queue watch; the line as read."""
+        if isinstance(line.fields.get("slots"), int):
+            self.queue.slots = line.fields["slots"]
+        return self._as_read(segment, line, ts)
+
+    def _cache_state(self, segment: Segment, line: Line, ts: float) -> list[Event]:
+        """The head of the prompt cache's listing: its entries follow (none: the inventory is complete)."""
+        f = line.fields
+        self.inventory = {"ts": ts, "state": f, "entries": []}
+        made = [self._event(ts, "cache_state", {key: value for key, value in f.items() if key != "func"})]
+        return made + (self._inventory() if f["prompts"] == 0 else [])
+
+    def _launched(self, segment: Segment, task: int, line: Line, ts: float) -> list[Event]:
+        """The task got a slot: `queued`, with its wait for one where the queue watch saw it arrive."""
+        slot = line.fields["slot"]
+        req = request_id(self.instance, segment.start, task, ts)
+        state = self._task(segment, task)
+        state.update(ts=ts, slot=slot, req=req)
+        fields = {"task": task, "slot": slot, "prefill_depth": 0}
+        waited = self.queue.launched(task, slot, ts)
+        if waited is not None:
+            state["queue_ms"], state["queue_basis"] = waited
+            fields.update(queue_ms=waited[0], queue_basis=waited[1])
+        return [self._event(ts, "queued", fields, req)]
+
+    def _arrived(self, segment: Segment, task: int, line: Line, ts: float) -> list[Event]:
+        self.queue.arrived(task, ts)
+        return []
 
     @staticmethod
     def _task(segment: Segment, task: int) -> dict[str, Any]:
@@ -702,9 +720,13 @@ class LlamaLogSource(LineSourceBase):
             segment.tasks.popitem(last=False)
         return state
 
-    def _timing(self, segment: Segment, kind: str, f: dict[str, Any], ts: float) -> list[Event]:
+    def _timing(self, segment: Segment, line: Line, ts: float) -> list[Event]:
         """A timing line, its task named or (a continuation line) the last header's: kept until the task is
         released; after its release (builds of 2025 release first), the total line completes it."""
+        kind, f = line.kind or "", line.fields
+        if kind == "timing_header":
+            segment.timing_owner = [f["slot"], f["task"]]
+            return []
         task, slot = f.get("task"), f.get("slot")
         if not isinstance(task, int) and segment.timing_owner is not None:
             slot, task = segment.timing_owner
@@ -725,14 +747,15 @@ class LlamaLogSource(LineSourceBase):
         came after its end, joins that request and starts no other)."""
         segment.tasks[task] = {"ended": True, "req": state.get("req")}
 
-    def _released(self, segment: Segment, task: int, f: dict[str, Any], ts: float, form: str) -> list[Event]:
+    def _released(self, segment: Segment, task: int, line: Line, ts: float) -> list[Event]:
+        f = line.fields
         self.queue.released(f["slot"], ts)
         state = self._task(segment, task)
         released = {"slot": f["slot"], "n_tokens": f["n_tokens"], "truncated": f["truncated"], "ts": ts}
         timed = "timing_prompt" in state and "timing_eval" in state
         if state.get("ended"):
             return [self._event(ts, "release", {"task": task, **{k: released[k] for k in RELEASE}}, state.get("req"))]
-        if form != "common" and not any(key.startswith("timing_") for key in state):
+        if line.form != "common" and not any(key.startswith("timing_") for key in state):
             state["cancelled"] = ts  # a 2024 build prints a task's timings before its release, and no cancel line
         if "error" in state or "cancelled" in state:
             self._end(segment, task, state)
@@ -750,7 +773,7 @@ class LlamaLogSource(LineSourceBase):
             )
         ]
 
-    def _cancelled(self, segment: Segment, task: int, ts: float) -> list[Event]:
+    def _cancelled(self, segment: Segment, task: int, line: Line, ts: float) -> list[Event]:
         """The client went away: a launched task ends at its release; one still waiting for a slot ends here."""
         state = self._task(segment, task)
         req = self._req(segment, task, state, ts)
@@ -763,9 +786,10 @@ class LlamaLogSource(LineSourceBase):
             events += self._ended(state, task, {}, ts)
         return events
 
-    def _errored(self, segment: Segment, task: int, message: str, ts: float) -> list[Event]:
+    def _errored(self, segment: Segment, task: int, line: Line, ts: float) -> list[Event]:
         """llama-server answered the task with an error: a launched task ends at its release (which follows
         the error), one refused before it had a slot ends here."""
+        message = str(line.fields.get("message", ""))
         state = self._task(segment, task)
         req = self._req(segment, task, state, ts)
         reason, status = error_reason(message)
@@ -840,10 +864,10 @@ class LlamaLogSource(LineSourceBase):
             ),
         ]
 
-    def _cache_entry(self, f: dict[str, Any]) -> list[Event]:
+    def _cache_entry(self, segment: Segment, line: Line, ts: float) -> list[Event]:
         """One entry of the listing under `- cache state:`, stamped with its update's time; the listing's
         last entry completes the inventory. An entry with no listing open (a read begun mid-list) is dropped."""
-        listing = self.inventory
+        f, listing = line.fields, self.inventory
         if listing is None or len(listing["entries"]) >= listing["state"]["prompts"]:
             return []
         entry = {key: f[key] for key in ("addr", "tokens", "checkpoints", "mib")}
@@ -864,6 +888,26 @@ class LlamaLogSource(LineSourceBase):
             "limit_tokens": state["limit_tokens"],
         }
         return [self._event(listing["ts"], "cache_inventory", fields)]
+
+    # What a line of each kind makes, where it is more than the line as read (_events). A line of a task: one
+    # that names its task by number.
+    ON_KIND: ClassVar[dict[str, KindHandler]] = {
+        "start": _startup,
+        "build": _startup,
+        "model": _loaded,
+        "ready": _ready,
+        "evict": _evicted,
+        "slots_config": _slots,
+        "cache_prompt": _cache_entry,
+        "cache_state": _cache_state,
+    }
+    ON_TASK: ClassVar[dict[str, TaskHandler]] = {
+        "launch": _launched,
+        "arrival": _arrived,
+        "release": _released,
+        "cancel": _cancelled,
+        "task_error": _errored,
+    }
 
     @staticmethod
     def _waited(state: dict[str, Any], prefill_ms: int) -> dict[str, Any]:
