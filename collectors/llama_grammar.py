@@ -487,16 +487,22 @@ def _num(record: dict[str, Any], key: str) -> float | None:
     )
 
 
-def from_2024(level: str, function: str, msg: str, record: dict[str, Any], form: str) -> Line | str:
-    """A 2024 server_log record (JSON, or text with its extras) as a Line of the same kinds as the later formats."""
-    letter = {"INFO": "I", "WARN": "W", "WARNING": "W", "ERR": "E", "ERROR": "E", "VERB": "D", "DEBUG": "D"}.get(
-        level.strip(), ""
-    )
-    stamp = _num(record, "timestamp")
-    wall = stamp if stamp is not None and stamp > 0 else None
+LEVELS_2024 = {"INFO": "I", "WARN": "W", "WARNING": "W", "ERR": "E", "ERROR": "E", "VERB": "D", "DEBUG": "D"}
+
+
+def _tasked_2024(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The slot and task a 2024 record names ({"slot": ..., "task": ...}), None unless it names both."""
     slot = _int(record, "id_slot") if "id_slot" in record else _int(record, "slot_id")  # slot_id, task_id: early 2024
     task = _int(record, "id_task") if "id_task" in record else _int(record, "task_id")
-    tasked = {"slot": slot, "task": task} if slot is not None and task is not None else None
+    return {"slot": slot, "task": task} if slot is not None and task is not None else None
+
+
+def from_2024(level: str, function: str, msg: str, record: dict[str, Any], form: str) -> Line | str:
+    """A 2024 server_log record (JSON, or text with its extras) as a Line of the same kinds as the later formats."""
+    letter = LEVELS_2024.get(level.strip(), "")
+    stamp = _num(record, "timestamp")
+    wall = stamp if stamp is not None and stamp > 0 else None
+    tasked = _tasked_2024(record)
 
     def line(kind: str | None, fields: dict[str, Any] | None = None) -> Line:
         return Line(None, letter, kind, fields or {}, wall, form)

@@ -52,7 +52,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from spyglass.collectors import LineSourceBase, register_preset
 from spyglass.collectors import engine_log as _kind  # noqa: F401 - the kind this preset extends, registered first
@@ -65,7 +65,7 @@ from spyglass.collectors.llama_noise import SIGNAL_MARK, opens_block, shape
 from spyglass.collectors.llama_outcome import error_reason, finish_of
 from spyglass.collectors.llama_process import ARG_FLAGS, Writer, find_writer, parse_args, process_start, request_id
 from spyglass.collectors.llama_queue import QueueWatch
-from spyglass.collectors.llama_wrap import unwrap
+from spyglass.collectors.llama_wrap import Unwrapped, unwrap
 from spyglass.collectors.timebounds import EARLIEST_SECONDS, FUTURE_SLACK_SECONDS
 
 __all__ = [
@@ -200,6 +200,86 @@ class Segment:
         return self.start + self.last_rel
 
 
+@dataclass
+class Cut:
+    """A batch being cut into runs of one process each (LlamaLogSource._segments): the runs so far, and what
+    the lines so far say of the process writing the last one."""
+
+    last: float | None  # the highest stamp read of the process
+    busy: bool  # the process has written more than start-up lines
+    back: float | None  # an unconfirmed step back of the stamps (a restart if the next line agrees)
+    anchor: float | None  # the start instant the lines so far were placed by
+    doubt: float | None  # the start instant one line's clock implied against the anchor (unconfirmed)
+    runs: list[list[Item]] = field(default_factory=lambda: [[]])
+    new: list[bool] = field(default_factory=list)  # per run: whether it begins a new segment
+    moves: list[float | None] = field(default_factory=lambda: [None])  # per run: where it moves the segment's start
+
+    @classmethod
+    def after(cls, seg: Segment | None) -> Cut:
+        """The cut of a batch that goes on from `seg` (None: the log's first lines)."""
+        if seg is None:
+            return cls(None, False, None, None, None, new=[True])
+        return cls(seg.last_rel, seg.busy, seg.back, seg.start, seg.doubt, new=[False])
+
+    def restarts(self, rel: float, went_back: bool, following: float | None) -> bool:
+        """Whether the line's step back of the stamps is a new process: two lines agree (this one and the
+        next, or the one held back and this one); a step back alone waits for the next line."""
+        assert self.last is not None
+        if not went_back:
+            self.back = None  # the old sequence goes on: a step back before this was a line out of order
+            return False
+        if self.back is not None or (following is not None and following < self.last - BACKSTEP):
+            return True
+        if following is None:
+            self.back = rel  # unconfirmed until the next line
+        return False
+
+    def restart(self) -> None:
+        """A new process begins with the next line taken."""
+        if self.runs[-1] or not self.new[-1]:
+            self._run(new=True, move=None)
+        else:
+            self.new[-1] = True
+        self.busy, self.back, self.last, self.anchor, self.doubt = False, None, None, None, None
+
+    def agrees(self, item: Item) -> bool:
+        """A clock is evidence, not authority: False for a line whose clock contradicts the anchor (refused);
+        two lines whose clocks agree with each other and not with the anchor move it (a run of its own)."""
+        rel = item.line.rel
+        if rel is None or item.wall is None or self.anchor is None:
+            return True
+        implied = item.wall - rel
+        if abs(implied - self.anchor) <= STAMP_SLACK:
+            self.doubt = None
+        elif self.doubt is not None and abs(implied - self.doubt) <= AGREE:
+            self._run(new=False, move=implied)
+            self.anchor, self.doubt = implied, None
+        else:
+            self.doubt = implied
+            return False
+        return True
+
+    def take(self, item: Item, went_back: bool) -> None:
+        """The line joins the last run."""
+        self.runs[-1].append(item)
+        rel, kind = item.line.rel, item.line.kind
+        if self.anchor is None and item.wall is not None:
+            self.anchor = item.wall - (rel or 0.0)  # the run's start, as _placed will find it
+        if kind is not None and kind not in START_MARKERS:
+            self.busy = True
+        if rel is not None and (self.last is None or not went_back):  # a restart left last None
+            self.last = rel if self.last is None else max(self.last, rel)
+
+    def _run(self, new: bool, move: float | None) -> None:
+        self.runs.append([])
+        self.new.append(new)
+        self.moves.append(move)
+
+
+KindHandler = Callable[["LlamaLogSource", Segment, Line, float], list[Event]]
+TaskHandler = Callable[["LlamaLogSource", Segment, int, Line, float], list[Event]]
+
+
 @register_preset("engine_log", "llama_server", fields=LLAMA_FIELDS)
 class LlamaLogSource(LineSourceBase):
     """llama-server log lines in, Strata-shaped events out (see the module's rules for time)."""
@@ -287,51 +367,8 @@ class LlamaLogSource(LineSourceBase):
         for raw in lines:
             wrapped = unwrap(raw.rstrip(b"\r\n"), ref, self.options.tz)
             self.captures[wrapped.capture] += 1
-            if wrapped.refused is not None:
-                misses[WRAPPER] = misses.get(WRAPPER, 0) + 1  # one line, whatever it holds
-                continue
-            if wrapped.foreign:
-                if wrapped.dating:
-                    self.dated = wrapped.wall  # LM Studio's header: the time of the lines after it
-                misses[Miss.IGNORED] += 1
-                continue
-            if not wrapped.child and b"spawning server instance with name=" in wrapped.payload:
-                self._spawned(wrapped.payload)
-            glued = self.parser.glued(wrapped.payload)
-            if glued:  # two messages on one line, each read (ik_llama.cpp's checkpoint line, then a 2024 one)
-                self.forms.update(line.form for line in glued)
-                for line in glued:
-                    at = wrapped.wall if wrapped.wall is not None else line.wall
-                    if at is not None and not EARLIEST_SECONDS <= at <= latest:
-                        misses[CLOCK] = misses.get(CLOCK, 0) + 1
-                        break
-                    items.append(Item(line, at if at is not None else self.dated, wrapped.child))
-                continue
-            result = self.parser.parse(wrapped.payload)
-            if result == Miss.UNPREFIXED and 0 < self.continuing <= MAX_CONTINUED:
-                self.continuing += 1  # a line of a multi-line message (a chat template, a quoted value)
-                misses[Miss.IGNORED] += 1
-                continue
-            if opens_block(wrapped.payload):
-                self.continuing = 1
-            elif not (result == Miss.IGNORED and self.continuing and not wrapped.payload[:1].isdigit()):
-                self.continuing = 0  # a known line of no stamp within a multi-line message does not end it
-            if isinstance(result, str):
-                misses[result] = misses.get(result, 0) + 1
-                if result in (Miss.UNMATCHED, Miss.UNPREFIXED):
-                    unread = raw
-                    self._shape(wrapped.payload)
-                continue
-            self.forms[result.form] += 1
-            if result.kind is None:
-                misses[Miss.UNMATCHED] += 1
+            if self._read(wrapped, latest, items, misses):
                 unread = raw
-                self._shape(wrapped.payload)
-            wall = wrapped.wall if wrapped.wall is not None else result.wall
-            if wall is not None and not EARLIEST_SECONDS <= wall <= latest:
-                misses[CLOCK] = misses.get(CLOCK, 0) + 1  # evidence against the file and the agent: no anchor
-                continue
-            items.append(Item(result, wall if wall is not None else self.dated, wrapped.child))
         events: list[Event] = []
         for child, group in by_child(items):
             self._enter(child)
@@ -348,6 +385,65 @@ class LlamaLogSource(LineSourceBase):
         if unread or (unusable and events):
             events.append(self._unread(events, items, unread))
         return events, misses, unread[:512]
+
+    def _read(self, wrapped: Unwrapped, latest: float, items: list[Item], misses: dict[str, int]) -> bool:
+        """The line's items (none; one; two messages glued on one line) added to `items`, its miss counted:
+        whether it is unreadable (of no shape or pattern known)."""
+        if wrapped.refused is not None:
+            misses[WRAPPER] = misses.get(WRAPPER, 0) + 1  # one line, whatever it holds
+            return False
+        if wrapped.foreign:
+            if wrapped.dating:
+                self.dated = wrapped.wall  # LM Studio's header: the time of the lines after it
+            misses[Miss.IGNORED] += 1
+            return False
+        payload = wrapped.payload
+        if not wrapped.child and b"spawning server instance with name=" in payload:
+            self._spawned(payload)
+        glued = self.parser.glued(payload)
+        if glued:  # two messages on one line, each read (ik_llama.cpp's checkpoint line, then a 2024 one)
+            self.forms.update(line.form for line in glued)
+            for line in glued:
+                if not self._add(line, wrapped, latest, items, misses):
+                    break
+            return False
+        result = self.parser.parse(payload)
+        if self._continues(payload, result):
+            misses[Miss.IGNORED] += 1
+            return False
+        if isinstance(result, str):
+            misses[result] = misses.get(result, 0) + 1
+            unreadable = result in UNUSABLE
+        else:
+            self.forms[result.form] += 1
+            unreadable = result.kind is None  # a llama.cpp line no pattern knows: still placed in time
+            if unreadable:
+                misses[Miss.UNMATCHED] += 1
+            self._add(result, wrapped, latest, items, misses)
+        if unreadable:
+            self._shape(payload)
+        return unreadable
+
+    def _continues(self, payload: bytes, result: Line | str) -> bool:
+        """Whether the line goes on a multi-line message (a chat template, a quoted value) begun before it."""
+        if result == Miss.UNPREFIXED and 0 < self.continuing <= MAX_CONTINUED:
+            self.continuing += 1
+            return True
+        if opens_block(payload):
+            self.continuing = 1
+        elif not (result == Miss.IGNORED and self.continuing and not payload[:1].isdigit()):
+            self.continuing = 0  # a known line of no stamp within a multi-line message does not end it
+        return False
+
+    def _add(self, line: Line, wrapped: Unwrapped, latest: float, items: list[Item], misses: dict[str, int]) -> bool:
+        """The line added to `items` at its absolute time (its wrapper's, else its own, else a runner header's),
+        unless that time is refused: whether it was added."""
+        wall = wrapped.wall if wrapped.wall is not None else line.wall
+        if wall is not None and not EARLIEST_SECONDS <= wall <= latest:
+            misses[CLOCK] = misses.get(CLOCK, 0) + 1  # evidence against the file and the agent: no anchor
+            return False
+        items.append(Item(line, wall if wall is not None else self.dated, wrapped.child))
+        return True
 
     def _spawned(self, payload: bytes) -> None:
         found = SPAWNED.search(payload)
@@ -404,70 +500,30 @@ class LlamaLogSource(LineSourceBase):
     def _segments(self, items: list[Item], misses: dict[str, int]) -> list[tuple[Start | None, list[Item]]]:
         """The batch cut into runs of one process each: (how a new segment starts, or None for the run
         continuing the current one; its lines). Refused stamps are counted and their lines dropped."""
-        runs: list[list[Item]] = [[]]
         seg = self.segment
-        new = [seg is None]
-        moves: list[float | None] = [None]  # a run that moves the current segment's start: where to
-        last = seg.last_rel if seg is not None else None
-        busy = seg.busy if seg is not None else False
-        back = seg.back if seg is not None else None
-        anchor = seg.start if seg is not None else None  # the start instant the lines so far were placed by
-        doubt = seg.doubt if seg is not None else None
-        stamped = [i for i, item in enumerate(items) if item.line.rel is not None]
-        after = {
-            i: (items[j].line.rel if n + 1 < len(stamped) else None)
-            for n, (i, j) in enumerate(zip(stamped, stamped[1:] + [-1]))
-        }
+        cut = Cut.after(seg)
+        following = next_stamps(items)
         seen = self._seen()
         for i, item in enumerate(items):
-            line, rel = item.line, item.line.rel
+            line, rel, last = item.line, item.line.rel, cut.last
             went_back = rel is not None and last is not None and rel < last - BACKSTEP
-            reset = line.kind in START_MARKERS and (busy or went_back)
+            reset = line.kind in START_MARKERS and (cut.busy or went_back)
             if rel is not None and last is not None and not reset:
-                if item.wall is None and self._refused(rel, last, after.get(i), None if new[-1] else seg, seen):
+                placed = None if cut.new[-1] else seg
+                if item.wall is None and self._refused(rel, last, following.get(i), placed, seen):
                     misses[STAMP] = misses.get(STAMP, 0) + 1
                     continue
-                following = after.get(i)
-                if not went_back:
-                    back = None  # the old sequence goes on: a step back before this was a line out of order
-                elif back is not None or (following is not None and following < last - BACKSTEP):
-                    reset = True  # two lines agree: a new process
-                elif following is None:
-                    back = rel  # unconfirmed until the next line
+                reset = cut.restarts(rel, went_back, following.get(i))
             if reset:
-                if runs[-1] or not new[-1]:
-                    runs.append([])
-                    new.append(True)
-                    moves.append(None)
-                else:
-                    new[-1] = True
-                busy, back, last, anchor, doubt = False, None, None, None, None
-            elif rel is not None and item.wall is not None and anchor is not None:
-                # A clock is evidence, not authority: a line whose clock contradicts the anchor is refused, and
-                # two lines whose clocks agree with each other and not with the anchor move it.
-                implied = item.wall - rel
-                if abs(implied - anchor) <= STAMP_SLACK:
-                    doubt = None
-                elif doubt is not None and abs(implied - doubt) <= AGREE:
-                    runs.append([])
-                    new.append(False)
-                    moves.append(implied)
-                    anchor, doubt = implied, None
-                else:
-                    doubt = implied
-                    misses[STAMP] = misses.get(STAMP, 0) + 1
-                    continue
-            runs[-1].append(item)
-            if anchor is None and item.wall is not None:
-                anchor = item.wall - (rel or 0.0)  # the run's start, as _placed will find it
-            if line.kind is not None and line.kind not in START_MARKERS:
-                busy = True
-            if rel is not None and (last is None or not went_back or reset):
-                last = rel if last is None else max(last, rel)
-        if seg is not None and not new[0]:
-            seg.back = back
-        self.doubt = doubt
-        return self._placed(runs, new, moves)
+                cut.restart()
+            elif not cut.agrees(item):
+                misses[STAMP] = misses.get(STAMP, 0) + 1
+                continue
+            cut.take(item, went_back)
+        if seg is not None and not cut.new[0]:
+            seg.back = cut.back
+        self.doubt = cut.doubt
+        return self._placed(cut.runs, cut.new, cut.moves)
 
     @staticmethod
     def _refused(rel: float, last: float, following: float | None, seg: Segment | None, seen: float) -> bool:
@@ -584,64 +640,78 @@ class LlamaLogSource(LineSourceBase):
         return [Event(ts, self.name, "start", self.instance, fields, None, self.host), *events]
 
     def _events(self, segment: Segment, line: Line, ts: float) -> list[Event]:
-        kind, f = line.kind, line.fields
-        make = self._event
-        if kind in ("start", "build"):
-            return []  # a start-up line within a segment that has seen only start-up lines: part of its `start`
-        if kind == "model":
-            return [self._model(ts, str(f["path"]))]
-        if kind == "ready":
-            return [
-                make(ts, "ready", {"seconds": round(max(ts - segment.start, 0.0), 3), "address": f.get("address", "")})
-            ]
-        if kind == "evict":
-            segment.evictions += 1
-            cause = "room" if f.get("room") else "size" if f.get("size") else "tokens"
-            fields = {
-                "bytes": round(f["mib"] * (1 << 20)),
-                "reason": "budget",
-                "cause": cause,
-                "evictions": segment.evictions,
-            }
-            if segment.budget_bytes is not None:
-                fields["budget"] = segment.budget_bytes
-            return [make(ts, "evict", fields)]
-        if kind == "timing_header":
-            segment.timing_owner = [f["slot"], f["task"]]
-            return []
-        if kind is not None and kind.startswith("timing_"):
-            return self._timing(segment, kind, f, ts)
-        task = f.get("task")
-        if kind == "launch" and isinstance(task, int):
-            req = request_id(self.instance, segment.start, task, ts)
-            state = self._task(segment, task)
-            state.update(ts=ts, slot=f["slot"], req=req)
-            fields = {"task": task, "slot": f["slot"], "prefill_depth": 0}
-            waited = self.queue.launched(task, f["slot"], ts)
-            if waited is not None:
-                state["queue_ms"], state["queue_basis"] = waited
-                fields.update(queue_ms=waited[0], queue_basis=waited[1])
-            return [make(ts, "queued", fields, req)]
-        if kind == "arrival" and isinstance(task, int):
-            self.queue.arrived(task, ts)
-            return []
-        if kind == "slots_config" and isinstance(f.get("slots"), int):
-            self.queue.slots = f["slots"]
-        if kind == "cache_prompt":
-            return self._cache_entry(f)
-        if kind == "cache_state":
-            self.inventory = {"ts": ts, "state": f, "entries": []}
-            made = [make(ts, kind, {key: value for key, value in f.items() if key != "func"})]
-            return made + (self._inventory() if f["prompts"] == 0 else [])
-        if kind == "release" and isinstance(task, int):
-            return self._released(segment, task, f, ts, line.form)
-        if kind == "cancel" and isinstance(task, int):
-            return self._cancelled(segment, task, ts)
-        if kind == "task_error" and isinstance(task, int):
-            return self._errored(segment, task, str(f.get("message", "")), ts)
-        fields = {key: value for key, value in f.items() if key != "func"}
+        """The line's events: those of a timing line (_timing), of a line of a task (ON_TASK) or of a kind
+        that means more than its fields (ON_KIND); else the line as read."""
+        kind = line.kind or "unknown"
+        if kind.startswith("timing_"):
+            return self._timing(segment, line, ts)
+        task = line.fields.get("task")
+        if isinstance(task, int) and kind in self.ON_TASK:
+            return self.ON_TASK[kind](self, segment, task, line, ts)
+        handler = self.ON_KIND.get(kind)
+        return handler(self, segment, line, ts) if handler is not None else self._as_read(segment, line, ts)
+
+    def _as_read(self, segment: Segment, line: Line, ts: float) -> list[Event]:
+        """The line as an event of its kind, its fields as read, joined to its task's request if it names one."""
+        task = line.fields.get("task")
         owner = segment.tasks.get(task, {}).get("req") if isinstance(task, int) else None
-        return [make(ts, kind or "unknown", fields, owner)]
+        fields = {key: value for key, value in line.fields.items() if key != "func"}
+        return [self._event(ts, line.kind or "unknown", fields, owner)]
+
+    def _startup(self, segment: Segment, line: Line, ts: float) -> list[Event]:
+        return []  # a start-up line within a segment that has seen only start-up lines: part of its `start`
+
+    def _loaded(self, segment: Segment, line: Line, ts: float) -> list[Event]:
+        return [self._model(ts, str(line.fields["path"]))]
+
+    def _ready(self, segment: Segment, line: Line, ts: float) -> list[Event]:
+        seconds = round(max(ts - segment.start, 0.0), 3)
+        return [self._event(ts, "ready", {"seconds": seconds, "address": line.fields.get("address", "")})]
+
+    def _evicted(self, segment: Segment, line: Line, ts: float) -> list[Event]:
+        """A prompt cache entry evicted: its size, why, this process's count so far, and the budget if known."""
+        f = line.fields
+        segment.evictions += 1
+        cause = "room" if f.get("room") else "size" if f.get("size") else "tokens"
+        fields = {
+            "bytes": round(f["mib"] * (1 << 20)),
+            "reason": "budget",
+            "cause": cause,
+            "evictions": segment.evictions,
+        }
+        if segment.budget_bytes is not None:
+            fields["budget"] = segment.budget_bytes
+        return [self._event(ts, "evict", fields)]
+
+    def _slots(self, segment: Segment, line: Line, ts: float) -> list[Event]:
+        """The server's slot count, for the queue watch; the line as read."""
+        if isinstance(line.fields.get("slots"), int):
+            self.queue.slots = line.fields["slots"]
+        return self._as_read(segment, line, ts)
+
+    def _cache_state(self, segment: Segment, line: Line, ts: float) -> list[Event]:
+        """The head of the prompt cache's listing: its entries follow (none: the inventory is complete)."""
+        f = line.fields
+        self.inventory = {"ts": ts, "state": f, "entries": []}
+        made = [self._event(ts, "cache_state", {key: value for key, value in f.items() if key != "func"})]
+        return made + (self._inventory() if f["prompts"] == 0 else [])
+
+    def _launched(self, segment: Segment, task: int, line: Line, ts: float) -> list[Event]:
+        """The task got a slot: `queued`, with its wait for one where the queue watch saw it arrive."""
+        slot = line.fields["slot"]
+        req = request_id(self.instance, segment.start, task, ts)
+        state = self._task(segment, task)
+        state.update(ts=ts, slot=slot, req=req)
+        fields = {"task": task, "slot": slot, "prefill_depth": 0}
+        waited = self.queue.launched(task, slot, ts)
+        if waited is not None:
+            state["queue_ms"], state["queue_basis"] = waited
+            fields.update(queue_ms=waited[0], queue_basis=waited[1])
+        return [self._event(ts, "queued", fields, req)]
+
+    def _arrived(self, segment: Segment, task: int, line: Line, ts: float) -> list[Event]:
+        self.queue.arrived(task, ts)
+        return []
 
     @staticmethod
     def _task(segment: Segment, task: int) -> dict[str, Any]:
@@ -650,9 +720,13 @@ class LlamaLogSource(LineSourceBase):
             segment.tasks.popitem(last=False)
         return state
 
-    def _timing(self, segment: Segment, kind: str, f: dict[str, Any], ts: float) -> list[Event]:
+    def _timing(self, segment: Segment, line: Line, ts: float) -> list[Event]:
         """A timing line, its task named or (a continuation line) the last header's: kept until the task is
         released; after its release (builds of 2025 release first), the total line completes it."""
+        kind, f = line.kind or "", line.fields
+        if kind == "timing_header":
+            segment.timing_owner = [f["slot"], f["task"]]
+            return []
         task, slot = f.get("task"), f.get("slot")
         if not isinstance(task, int) and segment.timing_owner is not None:
             slot, task = segment.timing_owner
@@ -673,14 +747,15 @@ class LlamaLogSource(LineSourceBase):
         came after its end, joins that request and starts no other)."""
         segment.tasks[task] = {"ended": True, "req": state.get("req")}
 
-    def _released(self, segment: Segment, task: int, f: dict[str, Any], ts: float, form: str) -> list[Event]:
+    def _released(self, segment: Segment, task: int, line: Line, ts: float) -> list[Event]:
+        f = line.fields
         self.queue.released(f["slot"], ts)
         state = self._task(segment, task)
         released = {"slot": f["slot"], "n_tokens": f["n_tokens"], "truncated": f["truncated"], "ts": ts}
         timed = "timing_prompt" in state and "timing_eval" in state
         if state.get("ended"):
             return [self._event(ts, "release", {"task": task, **{k: released[k] for k in RELEASE}}, state.get("req"))]
-        if form != "common" and not any(key.startswith("timing_") for key in state):
+        if line.form != "common" and not any(key.startswith("timing_") for key in state):
             state["cancelled"] = ts  # a 2024 build prints a task's timings before its release, and no cancel line
         if "error" in state or "cancelled" in state:
             self._end(segment, task, state)
@@ -698,7 +773,7 @@ class LlamaLogSource(LineSourceBase):
             )
         ]
 
-    def _cancelled(self, segment: Segment, task: int, ts: float) -> list[Event]:
+    def _cancelled(self, segment: Segment, task: int, line: Line, ts: float) -> list[Event]:
         """The client went away: a launched task ends at its release; one still waiting for a slot ends here."""
         state = self._task(segment, task)
         req = self._req(segment, task, state, ts)
@@ -711,9 +786,10 @@ class LlamaLogSource(LineSourceBase):
             events += self._ended(state, task, {}, ts)
         return events
 
-    def _errored(self, segment: Segment, task: int, message: str, ts: float) -> list[Event]:
+    def _errored(self, segment: Segment, task: int, line: Line, ts: float) -> list[Event]:
         """llama-server answered the task with an error: a launched task ends at its release (which follows
         the error), one refused before it had a slot ends here."""
+        message = str(line.fields.get("message", ""))
         state = self._task(segment, task)
         req = self._req(segment, task, state, ts)
         reason, status = error_reason(message)
@@ -788,10 +864,10 @@ class LlamaLogSource(LineSourceBase):
             ),
         ]
 
-    def _cache_entry(self, f: dict[str, Any]) -> list[Event]:
+    def _cache_entry(self, segment: Segment, line: Line, ts: float) -> list[Event]:
         """One entry of the listing under `- cache state:`, stamped with its update's time; the listing's
         last entry completes the inventory. An entry with no listing open (a read begun mid-list) is dropped."""
-        listing = self.inventory
+        f, listing = line.fields, self.inventory
         if listing is None or len(listing["entries"]) >= listing["state"]["prompts"]:
             return []
         entry = {key: f[key] for key in ("addr", "tokens", "checkpoints", "mib")}
@@ -812,6 +888,26 @@ class LlamaLogSource(LineSourceBase):
             "limit_tokens": state["limit_tokens"],
         }
         return [self._event(listing["ts"], "cache_inventory", fields)]
+
+    # What a line of each kind makes, where it is more than the line as read (_events). A line of a task: one
+    # that names its task by number.
+    ON_KIND: ClassVar[dict[str, KindHandler]] = {
+        "start": _startup,
+        "build": _startup,
+        "model": _loaded,
+        "ready": _ready,
+        "evict": _evicted,
+        "slots_config": _slots,
+        "cache_prompt": _cache_entry,
+        "cache_state": _cache_state,
+    }
+    ON_TASK: ClassVar[dict[str, TaskHandler]] = {
+        "launch": _launched,
+        "arrival": _arrived,
+        "release": _released,
+        "cancel": _cancelled,
+        "task_error": _errored,
+    }
 
     @staticmethod
     def _waited(state: dict[str, Any], prefill_ms: int) -> dict[str, Any]:
@@ -845,6 +941,12 @@ def by_child(items: list[Item]) -> list[tuple[str, list[Item]]]:
     for item in items:
         groups.setdefault(item.child, []).append(item)
     return list(groups.items())
+
+
+def next_stamps(items: list[Item]) -> dict[int, float | None]:
+    """For each stamped line but the last, by index: the stamp of the next stamped line."""
+    stamped = [i for i, item in enumerate(items) if item.line.rel is not None]
+    return {i: items[j].line.rel for i, j in zip(stamped, stamped[1:])}
 
 
 def saved_segment(s: Segment) -> dict[str, Any]:

@@ -110,8 +110,9 @@ def _nice_step(span: float, unit: str, ticks: int = 4) -> float:
     return next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
 
 
-def _timeseries(panel: dict[str, Any], results: list[Result], box: tuple[int, int], start: float, end: float) -> str:
-    unit = _field(panel).get("unit", "")
+def _lines(panel: dict[str, Any], results: list[Result]) -> list[tuple[str, Series, str, bool]]:
+    """Each series drawn: its legend, itself, its colour (its query's fixed one, else the palette's next) and
+    whether it is dashed."""
     lines: list[tuple[str, Series, str, bool]] = []
     for r in results:
         config = _field(panel, r.ref)
@@ -120,20 +121,31 @@ def _timeseries(panel: dict[str, Any], results: list[Result], box: tuple[int, in
         for s in r.series:
             pick = color(fixed) if fixed else LINE_COLORS[len(lines) % len(LINE_COLORS)]
             lines.append((legend(r.legend, s.labels), s, pick, dash))
+    return lines
+
+
+def _y_axis(panel: dict[str, Any], values: list[float], unit: str) -> tuple[float, float, float]:
+    """The value axis over `values`: its low and high ends and its tick step, the high end a whole step."""
+    values = values or [0.0]  # series whose every point is NaN (0/0): drawn on an empty axis, as Grafana does
+    low = min(0.0, min(values)) if _field(panel).get("min") is not None else min(values)
+    high = max(values)
+    high = high if high > low else low + 1.0
+    step = _nice_step(high - low, unit)
+    return low, math.ceil(high / step) * step, step
+
+
+def _timeseries(panel: dict[str, Any], results: list[Result], box: tuple[int, int], start: float, end: float) -> str:
+    unit = _field(panel).get("unit", "")
+    lines = _lines(panel, results)
     thresholds = [(v, c) for v, c in _steps(_field(panel)) if not math.isinf(v)]
     values = [v for _, s, _, _ in lines for v in s.values if not math.isnan(v) and not math.isinf(v)]
     values += [v for v, _ in thresholds]
     if not lines:
         return '<div class="nodata">No data</div>'
-    values = values or [0.0]  # series whose every point is NaN (0/0): drawn on an empty axis, as Grafana does
     legend_rows = math.ceil(len(lines) / max(1, box[0] // 190))
     width, height = box[0], box[1] - 18 * legend_rows - 4
     left, bottom, top, right = 70, 18, 6, 8
-    low = min(0.0, min(values)) if _field(panel).get("min") is not None else min(values)
-    high = max(values) if values else 1.0
-    high = high if high > low else low + 1.0
-    step = _nice_step(high - low, unit)
-    high = math.ceil(high / step) * step
+    low, high, step = _y_axis(panel, values, unit)
     plot_w, plot_h = width - left - right, height - top - bottom
 
     def x(t: float) -> float:

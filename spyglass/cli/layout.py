@@ -97,41 +97,49 @@ def one_date(cells: Sequence[str]) -> str | None:
 def plan(
     names: Sequence[str], rows: Sequence[Sequence[Any]], texts: Sequence[Sequence[str]], width: int | None, natural: int
 ) -> Layout:
-    """The layout of a table whose natural width is `natural` at `width` (None: any width, a pipe)."""
+    """The layout of a table whose natural width is `natural` at `width` (None: any width, a pipe): the first
+    of the module's steps that fits."""
     columns = [Column(n, role(n, [r[i] for r in rows], names)) for i, n in enumerate(names)]
     if width is None or natural <= width:
         return Layout(columns, [], [], whole=True)
-    header: list[str] = []
-    kept = []
-    undated: dict[str, str] = {}
-    empty: list[str] = []
-    for i, c in enumerate(columns):
-        values = {t[i] for t in texts}
-        date = one_date([t[i] for t in texts])
-        if c.role == "key" and date:
-            undated[c.name] = date
-        if c.role == "clock":
-            header.append(f"{c.name} left out: {offset_note(display_zone())}")
-        elif c.role != "key" and len(texts) > 1 and values == {""}:
-            empty.append(c.name)
-        elif c.role != "key" and len(texts) > 1 and len(values) == 1:
-            header.append(f"{c.name}: {next(iter(values))}")
-        else:
-            kept.append(i)
-    if empty:
-        header.append(f"empty in every row: {', '.join(empty)}")
-    cards = Layout([columns[i] for i in kept], list(header), [], cards=True)  # a block a row keeps the dates
+    kept, header, undated = to_header(columns, texts)
+    cards = Layout(kept, list(header), [], cards=True)  # a block a row keeps the dates
     for date in dict.fromkeys(undated.values()):
         header.append(f"{date}: the date of every {', '.join(n for n, d in undated.items() if d == date)}")
-    layout = Layout([columns[i] for i in kept], header, [], undated=tuple(undated))
-    if needed(layout, names, texts) <= width:
-        return widened(layout, names, texts, width)
-    labels = [c.name for c in layout.shown if c.role == "label"]
-    if labels:
-        layout = Layout([c for c in layout.shown if c.role != "label"], header, labels, undated=layout.undated)
+    wrapped = Layout(kept, header, [], undated=tuple(undated))
+    labels = [c.name for c in kept if c.role == "label"]
+    unlabelled = Layout([c for c in kept if c.role != "label"], header, labels, undated=tuple(undated))
+    for layout in (wrapped, unlabelled) if labels else (wrapped,):
         if needed(layout, names, texts) <= width:
             return widened(layout, names, texts, width)
     return cards
+
+
+def to_header(columns: list[Column], texts: Sequence[Sequence[str]]) -> tuple[list[Column], list[str], dict[str, str]]:
+    """The first step: the columns kept; the header lines of those moved out (the second clock, a column with one
+    value in every row, those empty in every row); and the one date of each key column whose times all have it."""
+    kept: list[Column] = []
+    header: list[str] = []
+    empty: list[str] = []
+    undated: dict[str, str] = {}
+    for i, c in enumerate(columns):
+        cells = [t[i] for t in texts]
+        values = set(cells)
+        date = one_date(cells) if c.role == "key" else None
+        if date:
+            undated[c.name] = date
+        if c.role == "clock":
+            header.append(f"{c.name} left out: {offset_note(display_zone())}")
+        elif c.role != "key" and len(texts) > 1 and len(values) == 1:
+            if values == {""}:
+                empty.append(c.name)
+            else:
+                header.append(f"{c.name}: {next(iter(values))}")
+        else:
+            kept.append(c)
+    if empty:
+        header.append(f"empty in every row: {', '.join(empty)}")
+    return kept, header, undated
 
 
 def key_width(name: str, cells: list[str]) -> int:

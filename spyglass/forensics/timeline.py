@@ -233,9 +233,23 @@ def event_lines(records: Sequence[dict[str, Any]], width: int | None = None) -> 
     (spyglass.cli.console.shown)."""
     from rich.cells import cell_len
 
+    rows = event_rows(records)
+    head = ("utc", zone_label(display_zone()).lower(), "source", "instance", "kind", ["fields"])
+    widths = [max(len(x) for x in column) for column in zip(head, *rows)][:5]
+    whole = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + " ".join(row[5]) for row in [head, *rows]
+    ]
+    if width is None or all(cell_len(line) <= width for line in whole):
+        return whole
+    return folded_lines(head, rows, widths, width)
+
+
+def event_rows(records: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Each event's cells: UTC date and time, the display zone's time of day, source, instance, kind, and its
+    fields as key=value parts, the data's control characters escaped."""
     from spyglass.cli.console import shown
 
-    rows = [
+    return [
         (
             r["ts_utc"].replace("T", " ").removesuffix("Z"),
             r["ts_local"][11:23],
@@ -246,13 +260,13 @@ def event_lines(records: Sequence[dict[str, Any]], width: int | None = None) -> 
         )
         for r in records
     ]
-    head = ("utc", zone_label(display_zone()).lower(), "source", "instance", "kind", ["fields"])
-    widths = [max(len(x) for x in column) for column in zip(head, *rows)][:5]
-    whole = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + " ".join(row[5]) for row in [head, *rows]
-    ]
-    if width is None or all(cell_len(line) <= width for line in whole):
-        return whole
+
+
+def folded_lines(head: tuple[Any, ...], rows: list[tuple[Any, ...]], widths: list[int], width: int) -> list[str]:
+    """The table at `width`: the display zone's column said in the header (and the date, when every event has
+    the same), the fields wrapped beside the columns, or under them when a key=value would not fit beside."""
+    from rich.cells import cell_len
+
     dates = {row[0][:10] for row in rows}
     if len(dates) == 1:  # one day: it moves to the header, the rows keep the time
         rows = [(row[0][11:], *row[1:]) for row in rows]

@@ -155,27 +155,35 @@ def outcome(events: list[Event], kinds: dict[str, str]) -> list[Text]:
     stored = [e for e in events if kinds.get(e.source) == "infer_store" and e.kind == "request"]
     failed = [e for e in gateway if e.kind in ("overfit", "reject")]
     retries = [e for e in gateway if e.kind == "retry_on_overfit"]
-    statuses = [e.fields.get("status") for e in stored + [e for e in gateway if e.kind in ("done", "reject")]]
-    final = next((s for s in reversed(statuses) if s is not None), failed[-1].fields.get("status") if failed else None)
+    final = final_status(stored + [e for e in gateway if e.kind in ("done", "reject")], failed)
     if not failed and not retries and final in (None, 200):
         return []
     reason = next((e.fields.get("upstream") or e.fields.get("reason") for e in failed), None)
     first = failed[0].fields.get("status") if failed else final
     lines = [Text.assemble(("status: ", "bold"), plain(f"{first}" + (f" {reason}" if reason else "")))]
-    for retry in retries:
-        f = retry.fields
-        lines.append(
-            Text.assemble(
-                ("blind retry: ", "bold"),
-                plain(
-                    f"the gateway sent the same prompt again with max_tokens {f.get('max_from')} -> {f.get('max_to')}"
-                    f" (the prompt is what did not fit): {final if final is not None else 'no answer stored'}"
-                ),
-            )
-        )
+    lines += [retry_line(retry, final) for retry in retries]
     if final is not None and final != first:
         lines.append(Text.assemble(("answered: ", "bold"), plain(str(final))))
     return lines
+
+
+def final_status(answers: list[Event], failed: list[Event]) -> object:
+    """The request's last status: the last answer's that has one (the store's, then the gateway's), else
+    that of the gateway's last refusal; None when nothing says."""
+    statuses = [e.fields.get("status") for e in answers]
+    return next((s for s in reversed(statuses) if s is not None), failed[-1].fields.get("status") if failed else None)
+
+
+def retry_line(retry: Event, final: object) -> Text:
+    """A blind retry: what the gateway changed, and what the request got in the end."""
+    fields = retry.fields
+    return Text.assemble(
+        ("blind retry: ", "bold"),
+        plain(
+            f"the gateway sent the same prompt again with max_tokens {fields.get('max_from')} -> {fields.get('max_to')}"
+            f" (the prompt is what did not fit): {final if final is not None else 'no answer stored'}"
+        ),
+    )
 
 
 def walk(span: PhaseSpan):

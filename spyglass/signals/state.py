@@ -220,41 +220,40 @@ class MetricState:
         Series of metrics no longer declared are dropped quietly; a damaged series (a value that
         is not a finite number, labels of the wrong count or type, bucket counts that do not fit)
         is dropped loudly, and the rest is restored."""
-        damaged = 0
-        values = saved.get("values") if isinstance(saved, dict) else None
-        for name, rows in (values if isinstance(values, dict) else {}).items():
-            if name in self.values:
-                restored, bad = self._rows(name, rows, self._value)
-                self.values[name], damaged = restored, damaged + bad
-        hists = saved.get("hists") if isinstance(saved, dict) else None
-        for name, rows in (hists if isinstance(hists, dict) else {}).items():
-            if name not in self.hists:
-                continue
-            width = len(self.bounds[name]) + 1
-            if (
-                isinstance(rows, list)
-                and rows
-                and all(
-                    isinstance(r, list) and len(r) == 3 and isinstance(r[1], list) and len(r[1]) != width for r in rows
-                )
-            ):
-                logger.warning("{}: bucket bounds changed since the checkpoint; its counts restart", name)
-                continue
-            restored, bad = self._rows(name, rows, functools.partial(self._histogram, width))
-            self.hists[name], damaged = restored, damaged + bad
-        signals = saved.get("signals") if isinstance(saved, dict) else None
-        memo = saved.get("memo") if isinstance(saved, dict) else None  # the format before typed checkpoints
-        if not isinstance(signals, dict) and isinstance(memo, dict):
-            signals = {LEGACY_MEMO: memo}
-        self.saved_signals = (
-            {k: v for k, v in signals.items() if isinstance(v, dict)} if isinstance(signals, dict) else {}
-        )
+        saved = saved if isinstance(saved, dict) else {}
+        values, hists = saved.get("values"), saved.get("hists")
+        damaged = self._load_values(values) + self._load_hists(hists)
+        self.saved_signals = loaded_signals(saved)
         if damaged or not isinstance(values, (dict, type(None))) or not isinstance(hists, (dict, type(None))):
             logger.error(
                 "the saved metric state was damaged: {} series dropped, the valid ones restored;"
                 " counters of the dropped series restart from 0",
                 damaged,
             )
+
+    def _load_values(self, values: Any) -> int:
+        """The saved series of the counters and gauges still declared, restored: how many were damaged."""
+        damaged = 0
+        for name, rows in (values if isinstance(values, dict) else {}).items():
+            if name in self.values:
+                self.values[name], bad = self._rows(name, rows, self._value)
+                damaged += bad
+        return damaged
+
+    def _load_hists(self, hists: Any) -> int:
+        """The saved series of the histograms still declared with the same buckets, restored: how many were
+        damaged. A histogram whose bounds changed since restarts its counts."""
+        damaged = 0
+        for name, rows in (hists if isinstance(hists, dict) else {}).items():
+            if name not in self.hists:
+                continue
+            width = len(self.bounds[name]) + 1
+            if rebucketed(rows, width):
+                logger.warning("{}: bucket bounds changed since the checkpoint; its counts restart", name)
+                continue
+            self.hists[name], bad = self._rows(name, rows, functools.partial(self._histogram, width))
+            damaged += bad
+        return damaged
 
     def _rows(self, name: str, rows: Any, parse: Callable[[list[Any]], Any]) -> tuple[dict[Key, Any], int]:
         arity, bad = len(self.catalogue[name].labels), 0
@@ -291,3 +290,20 @@ class MetricState:
         ):
             return None
         return [list(counts), float(total)]
+
+
+def rebucketed(rows: Any, width: int) -> bool:
+    """Whether a histogram's saved rows all hold bucket counts of another number of buckets than `width`."""
+    return (
+        isinstance(rows, list)
+        and bool(rows)
+        and all(isinstance(r, list) and len(r) == 3 and isinstance(r[1], list) and len(r[1]) != width for r in rows)
+    )
+
+
+def loaded_signals(saved: dict[str, Any]) -> dict[str, Any]:
+    """The signals objects' saved state by source kind (the format before typed checkpoints: one memo)."""
+    signals, memo = saved.get("signals"), saved.get("memo")
+    if not isinstance(signals, dict) and isinstance(memo, dict):
+        signals = {LEGACY_MEMO: memo}
+    return {k: v for k, v in signals.items() if isinstance(v, dict)} if isinstance(signals, dict) else {}
