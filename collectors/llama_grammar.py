@@ -75,7 +75,8 @@ PATTERNS: dict[str, tuple[str, str, str]] = {
     "ready": (
         "",
         "listening on ",
-        r"(?:srv +\w+: +|main: )(?:server is )?listening on (?P<address>\S+)(?: - starting the main loop)?",
+        # `main: router server is listening on` is a router's own (0.3.20)
+        r"(?:srv +\w+: +|main: )(?:(?:router )?server is )?listening on (?P<address>\S+)(?: - starting the main loop)?",
     ),
     "exiting": ("", "cleaning up before exit", r"srv +[\w():, ]{0,60}cleaning up before exit\.\.\."),
     "verbosity": (

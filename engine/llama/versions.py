@@ -103,9 +103,6 @@ VERSIONS: dict[str, LlamaVersion] = {
             features=LATE_2025,
             metrics="n_decode_total, n_tokens_max, n_busy_slots_per_decode",
             slots="`is_processing`; on by default",
-            unbuilt="not built yet: a build is 15-30 minutes on the shared two-core machine; its wording,"
-            " flags and router mode are the pinned build's (read in its sources);"
-            " `scripts/record-llama 0.3.20` is the next step",
         ),
         LlamaVersion(
             PINNED,
