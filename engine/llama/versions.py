@@ -92,8 +92,6 @@ VERSIONS: dict[str, LlamaVersion] = {
             features=frozenset({LOG_PREFIX, VERBOSE, SLOTS, PROPS}),
             metrics="n_decode_total, n_busy_slots_per_decode (kv_cache_* gone)",
             slots="`is_processing`; needs `--slots`",
-            unbuilt="not built yet: its build did not finish in the session (15-30 minutes on the shared"
-            " two-core machine); `scripts/record-llama 0.3.16` is the next step",
         ),
         LlamaVersion(
             "0.3.20",
