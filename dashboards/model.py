@@ -83,6 +83,11 @@ def panels_with_data(panels: list[dict[str, Any]], d: Deployment) -> list[dict[s
         read |= {name for rule in read & rules.keys() for name in series(rules[rule])}
         return {base for name in read if (base := name.removesuffix("_bucket").removesuffix("_count")) in known}
 
+    for panel in panels:  # a query of what the deployment cannot give goes (a Strata gateway's beside the engine's)
+        targets = panel.get("targets", [])
+        given_targets = [t for t in targets if not metrics({"targets": [t]}) or metrics({"targets": [t]}) & can]
+        if given_targets and len(given_targets) < len(targets):
+            panel["targets"] = given_targets
     kept = [p for p in panels if p.get("type") == "row" or not metrics(p) or metrics(p) & can]
     return [p for n, p in enumerate(kept) if p.get("type") != "row" or next_is_panel(kept, n)]
 

@@ -207,8 +207,9 @@ def first_look(d: Deployment) -> list:
         (
             "Waiting requests",
             "none",
-            f"max by (host, instance) ({s('spyglass_engine_prefill_queue_depth')})\n"
-            f"or max by (host, instance) ({s('spyglass_llama_requests_deferred')})",
+            # llama-server's first: its log gives a prefill depth too (0), which `or` would keep instead
+            f"max by (host, instance) ({s('spyglass_llama_requests_deferred')})\n"
+            f"or max by (host, instance) ({s('spyglass_engine_prefill_queue_depth')})",
             "Requests waiting: Strata's global serial prefill queue; llama-server's requests deferred for a free"
             " slot (llamacpp:requests_deferred).",
         ),

@@ -88,3 +88,21 @@ def test_a_restart_keeps_restored_counters(tmp_path):
     finally:
         pipeline.close()
     assert value == 3.0
+
+
+def test_a_counter_only_strata_gives_is_absent_for_a_llama_server_not_zero(tmp_path):
+    """docs/llama-server.md: what a build does not have, spyglass does not report. A new user's /metrics showed
+    a llama-server's thinking tokens, tool calls and checksum mismatches at 0 (MetricSpec.engines)."""
+    settings = config(tmp_path)
+    settings["sources"]["engine-a"]["preset"] = "llama_server"
+    settings["sources"]["engine-a"]["instance"] = "llama-a"
+    pipeline = Pipeline(parse_config(settings, "test"), ManualClock(start=1_792_400_000.0), StateFile(tmp_path / "s"))
+    pipeline.run_until_idle()
+    try:
+        with pipeline.exposed.lock:
+            thinking = dict(pipeline.exposed.series("spyglass_engine_thinking_tokens_total"))
+            evictions = dict(pipeline.exposed.series("spyglass_engine_evictions_total"))
+    finally:
+        pipeline.close()
+    assert thinking == {("strata-b", "normal"): 0.0}
+    assert evictions == {("llama-a", "fast"): 0.0, ("strata-b", "normal"): 0.0}  # what both give starts for both

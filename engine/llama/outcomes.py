@@ -187,7 +187,10 @@ def record(out: Path, version: str = PINNED) -> list[ClientSaw]:
     console = open(os.devnull, "wb") if "--log-file" in argv else log.open("wb")  # noqa: SIM115 (closed below)
     # a console into a file is block-buffered: SIGTERM would lose the last lines, so a line is written at once
     line_buffered = [] if "--log-file" in argv else ["stdbuf", "-oL", "-eL"]
-    proc = subprocess.Popen([*line_buffered, *argv], env=build.env(), stdout=console, stderr=subprocess.STDOUT)
+    # in `out`: a 2024 build also writes a llama.log of its own to its working folder
+    proc = subprocess.Popen(
+        [*line_buffered, *argv], env=build.env(), stdout=console, stderr=subprocess.STDOUT, cwd=out
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(proc, url)

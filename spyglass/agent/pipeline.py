@@ -227,7 +227,13 @@ class Pipeline:
         for options in self.config.sources.values():
             instances.setdefault(options.kind, []).append(options.instance or "")
         lane_of = self.config.lanes()
-        signals.start_known_counters(self.state, instances, [*lane_of.values(), *self.config.alerts.lanes], lane_of)
+        engine_of = {  # an engine log's preset, llama_server for a llama-server poller's instance
+            o.instance: str(getattr(o, "preset", "") or ("llama_server" if o.kind == "llama_server" else ""))
+            for o in self.config.sources.values()
+            if o.instance and o.kind in ("engine_log", "llama_server")
+        }
+        lanes = [*lane_of.values(), *self.config.alerts.lanes]
+        signals.start_known_counters(self.state, instances, lanes, lane_of, engine_of)
 
     def _build_signals(self) -> dict[str, Signals]:
         return build_signals(self.config, self.state)

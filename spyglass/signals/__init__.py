@@ -185,7 +185,11 @@ def load_all() -> dict[str, SignalsRegistration]:
 
 
 def start_known_counters(
-    state: MetricState, instances: Mapping[str, Iterable[str]], lanes: Iterable[str], lane_of: Mapping[str, str]
+    state: MetricState,
+    instances: Mapping[str, Iterable[str]],
+    lanes: Iterable[str],
+    lane_of: Mapping[str, str],
+    engine_of: Mapping[str, str] | None = None,
 ) -> None:
     """Create at 0 every counter series whose labels are all known before any event arrives: per
     source kind, counters labelled (instance, lane), (instance) or (lane), for the configured
@@ -196,7 +200,9 @@ def start_known_counters(
     Why: a counter first exported above 0 is invisible to rate() and increase(), which need a sample
     before the first increment, so the first model checksum mismatch or lost task anchor since the
     agent started would page no one. Counters with another label (status, finish, reason) are left
-    to their first event (their values are open), and so are a class's `mirrored_counters`."""
+    to their first event (their values are open), and so are a class's `mirrored_counters`. A counter only some
+    engines give (MetricSpec.engines) starts only for the instances `engine_of` says run one of them: a
+    llama-server's thinking tokens are absent, not 0."""
     for kind, registration in load_all().items():
         if kind not in instances:
             continue
@@ -214,6 +220,12 @@ def start_known_counters(
             if spec.type != "counter" or spec.name in mirrored:
                 continue
             for key in keys_of.get(spec.labels, ()):
+                if (
+                    spec.engines
+                    and spec.labels[0] == "instance"
+                    and (engine_of or {}).get(key[0], "") not in spec.engines
+                ):
+                    continue
                 state.inc(spec.name, key, 0.0)
 
 
