@@ -77,7 +77,9 @@ def test_a_llama_deployment_has_no_panel_that_reads_only_what_it_cannot_give() -
     assert "Checkpoint interval (--prompt-cache-every)" in dropped
     assert "Evictions per minute against the hourly baseline" not in dropped
     early = boards["spyglass-early-stops"]["panels"]  # the engine's finish reasons, without the serve's query
-    assert [t["expr"] for p in early if p["type"] != "row" for t in p["targets"] if "spyglass_infer_" in t["expr"]] == []
+    assert [
+        t["expr"] for p in early if p["type"] != "row" for t in p["targets"] if "spyglass_infer_" in t["expr"]
+    ] == []
     waiting = next(p for p in boards["spyglass-wall"]["panels"] if p["title"].startswith("Waiting requests"))
     assert waiting["targets"][0]["expr"].index("llama_requests_deferred") < waiting["targets"][0]["expr"].index(
         "prefill_queue_depth"

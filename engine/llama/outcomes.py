@@ -188,9 +188,7 @@ def record(out: Path, version: str = PINNED) -> list[ClientSaw]:
     # a console into a file is block-buffered: SIGTERM would lose the last lines, so a line is written at once
     line_buffered = [] if "--log-file" in argv else ["stdbuf", "-oL", "-eL"]
     # in `out`: a 2024 build also writes a llama.log of its own to its working folder
-    proc = subprocess.Popen(
-        [*line_buffered, *argv], env=build.env(), stdout=console, stderr=subprocess.STDOUT, cwd=out
-    )
+    proc = subprocess.Popen([*line_buffered, *argv], env=build.env(), stdout=console, stderr=subprocess.STDOUT, cwd=out)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(proc, url)
