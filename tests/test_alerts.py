@@ -335,3 +335,16 @@ def test_descriptions_carry_the_measured_value_not_the_seeds_figures() -> None:
             runbook = files[f"runbooks/{a.name}.md"]
             assert "## History" in runbook and h.history in runbook
     assert sum(1 for h in catalogue(DEPLOYMENT) if h.history) >= 3
+
+
+def test_alertmanager_stores_notifications_where_the_agent_listens() -> None:
+    """A new user's agent on 127.0.0.1:19464 got an alertmanager.yml that sent its pages to :9464 (issue 37)."""
+    from spyglass.alerting.rules import alertmanager_config
+
+    def stores(settings: dict) -> set[str]:
+        routes = alertmanager_config(Deployment.of(parse_config(settings, "t")))["receivers"]
+        return {c["url"] for r in routes for c in r.get("webhook_configs", []) if c["url"].endswith("/api/alerts")}
+
+    assert stores({"exporters": {"prometheus": {"listen": "127.0.0.1:19464"}}}) == {"http://127.0.0.1:19464/api/alerts"}
+    given = {"exporters": {"prometheus": {"listen": "127.0.0.1:19464"}}, "alerts": {"store_webhook_url": None}}
+    assert stores(given) == set()  # unset by the user: not sent

@@ -387,7 +387,8 @@ class AlertsConfig(Strict):
     )
     store_webhook_url: str | None = Field(
         "http://127.0.0.1:9464/api/alerts",
-        description="Alertmanager also sends pages and tickets here (spyglass stores them as events); unset to not.",
+        description="Alertmanager also sends pages and tickets here (spyglass stores them as events); unset to not."
+        " Not given: the agent's own /api/alerts, where exporters.prometheus.listen says.",
     )
 
     @field_validator("evidence_base_url")

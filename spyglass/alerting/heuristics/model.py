@@ -256,8 +256,12 @@ class Deployment:
             for name, o in config.sources_of(LlamaServerOptions).items()
         }
         evidence = config.alerts.evidence_base_url or config.exporters.prometheus.client_url()
+        settings = config.alerts
+        if "store_webhook_url" not in settings.model_fields_set:  # the agent's own, where it listens
+            stored = f"{config.exporters.prometheus.client_url()}/api/alerts"
+            settings = settings.model_copy(update={"store_webhook_url": stored})
         return cls(
-            settings=config.alerts,
+            settings=settings,
             signals=config.signals,
             lanes=dict(sorted(lanes.items())),
             engine_sources=engines,
