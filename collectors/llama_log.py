@@ -110,7 +110,7 @@ LLAMA_FIELDS: SourceFields = {
                 "prompt_progress": {"tps": "float"},
                 "context_shift": {"n_keep": "int", "n_left": "int", "n_discard": "int"},
                 "slot_select": {"t_last": "int", "keep": "float"},
-                "task_error": {"slot": "int", "error_reason": "text", "status": "int"},
+                "task_error": {"slot": "int", "error_reason": "text", "status": "int", "prompt": "int"},
                 "cancel": {"slot": "int"},
             },
         ).items()
@@ -794,6 +794,8 @@ class LlamaLogSource(LineSourceBase):
         req = self._req(segment, task, state, ts)
         reason, status = error_reason(message)
         error = {"error_reason": reason, "message": message[:240], **({"status": status} if status else {})}
+        if (asked := PROMPT_ASKED.search(message)) is not None:  # `request (1833 tokens) exceeds ...`: its prompt
+            error["prompt"] = int(asked.group(1))
         events = [self._event(ts, "task_error", {"task": task, **error}, req)]
         if state.get("ended") or "error" in state:
             return events
@@ -817,7 +819,8 @@ class LlamaLogSource(LineSourceBase):
         fields: dict[str, Any] = {"task": task, "finish": finish_of(outcome), "outcome": outcome}
         if state.get("slot") is not None or released:
             fields["slot"] = released.get("slot", state.get("slot"))
-        fields.update({k: released[k] for k in ("n_tokens", "truncated") if k in released})
+        # a failed task's release counts what the slot holds from before (its prompt was never read): not its own
+        fields.update({k: released[k] for k in ("n_tokens", "truncated") if k in released and outcome != "error"})
         fields.update(state.get("error", {}))
         fields.update({k: state[k] for k in ("queue_ms", "queue_basis") if k in state})
         return [self._event(ts, "done", fields, state.get("req"))]
@@ -932,6 +935,7 @@ class LlamaLogSource(LineSourceBase):
 
 
 RELEASE = ("slot", "n_tokens", "truncated")
+PROMPT_ASKED = re.compile(r"^request \((\d+) tokens\)")
 DIGITS = bytes.maketrans(b"0123456789", b"9999999999")
 
 

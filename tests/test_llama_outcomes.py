@@ -495,3 +495,13 @@ def test_a_deferred_task_launched_after_the_second_of_two_releases_is_deferred()
         e.fields["task"]: (e.fields.get("queue_ms"), e.fields.get("queue_basis")) for e in events if e.kind == "queued"
     }
     assert waits == {1: (0, "none"), 2: (0, "none"), 3: (604, "slots_full"), 4: (603, "slots_full")}
+
+
+def test_a_refused_request_says_its_own_prompt_not_what_its_slot_held() -> None:
+    """A new user's 16,391-token prompt answered 400 showed n_tokens=74: its slot's previous conversation, from
+    the release after the error. Its own size is in llama.cpp's message."""
+    events, _ = read(RECORDED / "server.log")
+    refused = next(e for e in events if e.kind == "done" and e.fields.get("status") == 400)
+    assert refused.fields["prompt"] == 1833 and "n_tokens" not in refused.fields
+    error = next(e for e in events if e.kind == "task_error" and e.fields.get("status") == 400)
+    assert error.fields["prompt"] == 1833
