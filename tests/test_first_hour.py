@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, wait_until
 
-from spyglass.cli.timeinput import parse_since, parse_time
 from spyglass.config import engine_log_config, toml_text
 from spyglass.engine.emulator.ports import free_port
+from spyglass.terminal.timeinput import parse_since, parse_time
 
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
 

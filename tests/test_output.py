@@ -86,7 +86,7 @@ def test_a_sql_answer_and_a_trace_to_a_pipe_are_whole(monkeypatch, capsys):
     from rich.tree import Tree
 
     from spyglass.agent.query import show
-    from spyglass.cli.console import console_for
+    from spyglass.terminal.console import console_for
 
     monkeypatch.delenv("COLUMNS", raising=False)
     show(["min(ts)", "detail"], [("2026-12-01T18:57:33.269000+00:00", SUMMARY)], "table")
@@ -155,7 +155,7 @@ def test_the_second_clock_moves_to_a_header_line_before_anything_wraps(monkeypat
 
 
 def test_a_header_breaks_after_an_underscore_to_fit_its_column():
-    from spyglass.cli.layout import header_lines
+    from spyglass.terminal.layout import header_lines
 
     assert header_lines("tokens_engine_via_gateway", 14) == "tokens_engine_\nvia_gateway"
     assert header_lines("instance", 3) == "instance"  # a part longer than the width stays whole

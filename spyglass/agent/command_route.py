@@ -108,8 +108,8 @@ def refusal(argv: list[str], at: int, config_path: Path | None) -> str | None:
 def run(argv: list[str], stdin: str, terminal: dict[str, Any], ask: Callable[[str], Answer]) -> dict[str, Any]:
     """The command's exit status and output, run here with every query through `ask`."""
     from spyglass.cli.answered import answered_app
-    from spyglass.cli.console import CLIENT, Terminal
     from spyglass.forensics.run import session
+    from spyglass.terminal.console import CLIENT, Terminal
 
     size = terminal.get("size")
     client = Terminal(dict(terminal.get("environ") or {}), (int(size[0]), int(size[1])) if size else None)

@@ -244,7 +244,7 @@ def nested(value: Any) -> Any:
 def show(columns: list[str], rows: list[list[Any]] | list[tuple[Any, ...]], fmt: str) -> None:
     """Print a result as a rich table, CSV (LF line ends) or JSON lines (JSON columns nested). Values
     are data: no markup is read, control characters are escaped, no CSV cell starts a formula."""
-    from spyglass.cli.console import csv_cell, json_line, plain
+    from spyglass.terminal.console import csv_cell, json_line, plain
 
     if fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
@@ -254,6 +254,6 @@ def show(columns: list[str], rows: list[list[Any]] | list[tuple[Any, ...]], fmt:
         for row in rows:
             print(json_line({c: nested(v) for c, v in zip(columns, row)}, default=jsonable))
     else:
-        from spyglass.cli.layout import show as show_table
+        from spyglass.terminal.layout import show as show_table
 
         show_table(list(columns), rows, [[plain("" if v is None else v) for v in row] for row in rows])

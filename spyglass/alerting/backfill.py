@@ -31,13 +31,13 @@ import orjson
 
 from spyglass.agent.pipeline import build_signals, metric_state
 from spyglass.alerting.replay_state import ReplayState
-from spyglass.cli import timeinput
 from spyglass.collectors import reports_unread
 from spyglass.collectors.event import Event
 from spyglass.config import Config
 from spyglass.exporters.duckdb_open import connect
 from spyglass.signals.buckets import le_label
 from spyglass.signals.state import MetricState
+from spyglass.terminal import timeinput
 
 OPENMETRICS_FILE = "spyglass.om"
 BATCH = 20_000
@@ -57,7 +57,7 @@ EARLIEST, LATEST = 946_684_800.0, 4_102_444_800.0  # 2000-01-01 and 2100-01-01 U
 
 
 def parse_duration(text: str) -> float:
-    """Prometheus durations: 15s, 1m30s, 2h, 1d (spyglass.cli.timeinput's grammar); UsageError otherwise."""
+    """Prometheus durations: 15s, 1m30s, 2h, 1d (spyglass.terminal.timeinput's grammar); UsageError otherwise."""
     try:
         return timeinput.parse_duration(text)
     except ValueError as exc:
@@ -65,7 +65,7 @@ def parse_duration(text: str) -> float:
 
 
 def parse_time(text: str, now: datetime | None = None) -> float:
-    """Seconds since the epoch of a time in spyglass.cli.timeinput's grammar: RFC 3339 (no offset means UTC),
+    """Seconds since the epoch of a time in spyglass.terminal.timeinput's grammar: RFC 3339 (no offset means UTC),
     epoch seconds, or `now-1h` (counted from `now`, by default the wall clock: the commands' edge);
     between the years 2000 and 2100 (UsageError otherwise)."""
     try:

@@ -70,11 +70,11 @@ def _rest(labels: dict[str, str]) -> str:
 
 def show(result: BacktestResult, start: float, end: float, out: Any = None) -> None:
     """The firings, then the alerts that were pending but never fired, then a summary; laid out as every table
-    (spyglass.cli.layout: the alert, instance and times whole), to a pipe at full width."""
+    (spyglass.terminal.layout: the alert, instance and times whole), to a pipe at full width."""
     from rich.text import Text
 
-    from spyglass.cli.console import console_for
     from spyglass.forensics.output import print_table  # labels are data: a `[/x]` in one prints as written
+    from spyglass.terminal.console import console_for
 
     print_table(
         ["alert", "severity", "heuristic", "instance", "labels", "fired_utc", "resolved_utc"],

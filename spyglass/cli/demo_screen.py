@@ -19,8 +19,8 @@ from rich.live import Live
 
 from spyglass import resources
 from spyglass.agent.runtime import Agent
-from spyglass.cli.console import command, shell_lines
 from spyglass.cli.demo_board import Board
+from spyglass.terminal.console import command, shell_lines
 
 SQL_KINDS = "SELECT kind, count(*) FROM events GROUP BY ALL"
 
@@ -78,7 +78,7 @@ def storm_needs() -> float:
     """Seconds of evictions before EngineEvictionStorm can fire: its rate window, then its `for:`. A backtest
     of a shorter demo cannot fire it (the other alerts the mix causes it may)."""
     from spyglass.alerting.heuristics import catalogue
-    from spyglass.cli.timeinput import parse_duration
+    from spyglass.terminal.timeinput import parse_duration
 
     [alert] = [a for h in catalogue() for a in h.alerts if a.name == STORM]
     return STORM_RATE_SECONDS + parse_duration(alert.for_)

@@ -206,9 +206,9 @@ def print_timeline(records: list[dict], total: int, w) -> None:
     import sys
     import textwrap
 
-    from spyglass.cli.console import terminal_width
     from spyglass.forensics.timeline import event_lines
     from spyglass.forensics.times import describe
+    from spyglass.terminal.console import terminal_width
 
     width = terminal_width(sys.stdout)
     shown = f"the first {len(records):,} of {total:,}" if total > len(records) else f"{total:,}"

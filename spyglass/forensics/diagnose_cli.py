@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from spyglass.cli.console import json_line, shown
 from spyglass.forensics.commands import ConfigOption, From, Parquet, Since, To, Tz, fail, load, the_window
+from spyglass.terminal.console import json_line, shown
 
 Html = Annotated[Path | None, typer.Option("--html", help="Also write a self-contained HTML report page here.")]
 
@@ -36,14 +36,14 @@ def when(start, end) -> str:
 
 
 def print_table(diagnosis, out=None, config: Path | None = None) -> None:
-    """The findings as tables. Every value is data (spyglass.cli.console.plain): a `[/x]` or an escape
+    """The findings as tables. Every value is data (spyglass.terminal.console.plain): a `[/x]` or an escape
     sequence in a log line, an instance name or a figure prints as written and is never obeyed."""
     from rich.table import Table
     from rich.text import Text
 
-    from spyglass.cli.console import console_for, plain, terminal_width
     from spyglass.forensics.output import number
     from spyglass.forensics.times import describe
+    from spyglass.terminal.console import console_for, plain, terminal_width
 
     count = len(diagnosis.findings)
     copied: set[int] = set()  # the parts printed as they are, never wrapped by rich: the evidence SQL
@@ -111,8 +111,8 @@ def evidence_command(w, config: Path | None, width: int | None = None) -> str:
     `SQL`) over the diagnosis's window, as a shell runs it pasted whole (continued with ` \\` past `width`)."""
     import shlex
 
-    from spyglass.cli.console import command, shell_lines
     from spyglass.forensics.times import utc_text
+    from spyglass.terminal.console import command, shell_lines
 
     words = [
         command(),

@@ -59,7 +59,7 @@ How they run:
 | `spyglass evidence ALERTNAME --config F [--label K=V ...] [--at T [--from T]] [--html FILE]` | an alert's evidence page as text: its heuristic's figures (diagnose's numbers), the comparison its runbook names, the requests behind them, what could not be checked; the window of its latest notification, or the one ending at `--at` (docs/alerting.md); the agent serves the same page at the rules' `evidence_url` |
 | `spyglass report NAME ... --html FILE`, `spyglass diagnose ... --html FILE` | also write one self-contained HTML page: the findings or the report's table, and charts of TTFT, evictions and parked bytes against the budget, restarts and deploys as markers, UTC and the display zone |
 
-Every command that takes a window reads times in one grammar (`spyglass/cli/timeinput.py`; `backfill` and
+Every command that takes a window reads times in one grammar (`spyglass/terminal/timeinput.py`; `backfill` and
 `backtest` too): RFC 3339 (`2026-10-19T04:49:00.120Z`, `2026-10-19 12:49+08:00`, `2026-10-19 04:49`,
 `2026-10-19`), epoch seconds (`1792385340`), or relative to now (`now`, `now-1h`, `now-90m`); `--since 15m`
 is the window from 15 minutes ago to now (`--since` also takes a time). Times without a zone are UTC
@@ -75,7 +75,7 @@ findings (below). A table wider than the terminal keeps the columns a user acts 
 request and trace ids, UTC times, figures): the display zone's time beside UTC, a date every row shares and columns
 with one value in every row move to a line above it, text and labels wrap, then labels are left out (said
 under it; `--format json` has them all), and only a row of keys wider than the terminal prints a block a
-row (`spyglass/cli/layout.py`). To a pipe or a file a table is as wide as it is: nothing is cut.
+row (`spyglass/terminal/layout.py`). To a pipe or a file a table is as wide as it is: nothing is cut.
 
 Data prints as data: a table cell, a trace or a finding is text, never rich markup (a log line's `[/x]` or
 `[link=...]` prints as written), and control characters are shown escaped (`\\x1b[2J`, `\\n`; in JSON as

@@ -55,11 +55,11 @@ def evidence(
     from datetime import UTC, datetime
 
     from spyglass.agent.query import QueryError
-    from spyglass.cli.console import console_for, plain
     from spyglass.forensics.evidence import NotFound, build
     from spyglass.forensics.evidence_page import html as page_html
     from spyglass.forensics.evidence_page import text
     from spyglass.forensics.times import parse_time
+    from spyglass.terminal.console import console_for, plain
 
     cfg = load(config)
     now = datetime.now(UTC)

@@ -15,8 +15,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, TextIO
 
-from spyglass.cli.console import csv_cell, json_line, plain
 from spyglass.forensics.times import local_text, utc_text
+from spyglass.terminal.console import csv_cell, json_line, plain
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?([+-]\d\d:?\d\d|Z)?$")
 
@@ -84,7 +84,7 @@ class Lines(list):
 
 
 def table_cell(value: Any, column: str = "") -> Any:
-    """A table cell as data (spyglass.cli.console.plain): a log line's `[load]` or `[/x]` prints as written,
+    """A table cell as data (spyglass.terminal.console.plain): a log line's `[load]` or `[/x]` prints as written,
     an escape sequence as `\\x1b[2J`."""
     if isinstance(value, Lines):
         from rich.text import Text
@@ -95,7 +95,7 @@ def table_cell(value: Any, column: str = "") -> Any:
 
 def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | None = None) -> None:
     """Print records as `table` (rich), `json` (one object a line, nested) or `csv`. A table wider than the
-    terminal keeps its key columns whole and gives way in its others (spyglass.cli.layout). To a pipe or a
+    terminal keeps its key columns whole and gives way in its others (spyglass.terminal.layout). To a pipe or a
     file (no terminal, no COLUMNS) a table is as wide as its longest row: nothing cut."""
     out = out or sys.stdout
     if fmt == "json":
@@ -115,8 +115,8 @@ def emit(rows: list[dict], fmt: str, title: str | None = None, out: TextIO | Non
 
 
 def print_table(names: list[str], values: list[list[Any]], title: Any = None, out: TextIO | None = None) -> None:
-    """A table of `values` (rows, in `names`' order) on a terminal or a pipe, as spyglass.cli.layout lays it out;
+    """A table of `values` (rows, in `names`' order) on a terminal or a pipe, as spyglass.terminal.layout lays it out;
     every cell is data (table_cell)."""
-    from spyglass.cli.layout import show
+    from spyglass.terminal.layout import show
 
     show(names, values, [[table_cell(v, c) for c, v in zip(names, row)] for row in values], title, out)

@@ -230,7 +230,7 @@ def event_lines(records: Sequence[dict[str, Any]], width: int | None = None) -> 
     kind padded to their widest, then the fields as key=value. Wider than `width` (None: any width, a pipe), the
     display zone's column moves to the header and the fields wrap under themselves, a key=value never cut: a request
     id stays whole to copy into `spyglass trace`. Control characters in the data are shown escaped
-    (spyglass.cli.console.shown)."""
+    (spyglass.terminal.console.shown)."""
     from rich.cells import cell_len
 
     rows = event_rows(records)
@@ -247,7 +247,7 @@ def event_lines(records: Sequence[dict[str, Any]], width: int | None = None) -> 
 def event_rows(records: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """Each event's cells: UTC date and time, the display zone's time of day, source, instance, kind, and its
     fields as key=value parts, the data's control characters escaped."""
-    from spyglass.cli.console import shown
+    from spyglass.terminal.console import shown
 
     return [
         (

@@ -1,6 +1,6 @@
 """Times an analyst types, and how instants are written back: UTC and the display zone side by side.
 
-Input is spyglass.cli.timeinput's grammar (RFC 3339, epoch seconds, `now-1h`, `--since 15m`); a time
+Input is spyglass.terminal.timeinput's grammar (RFC 3339, epoch seconds, `now-1h`, `--since 15m`); a time
 without a zone is read in the zone given (UTC unless `--tz` says otherwise); output is
 ISO-8601 with milliseconds, `Z` for UTC and the offset (`+08:00`) for the display zone, `[agent]
 display_tz` (collectors.clock.display_zone: the host's zone unless the config names one). A request id's
@@ -12,16 +12,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from spyglass.cli import timeinput
 from spyglass.collectors.clock import BEIJING_ZONE_NAME, display_zone, zone
 from spyglass.config import Config
 from spyglass.forensics.run import Window
 from spyglass.forensics.trace import REQUEST_ID
+from spyglass.terminal import timeinput
 
 
 def parse_time(text: str, tz: str = "UTC", now: datetime | None = None) -> datetime:
     """`2026-10-19 04:49`, `2026-10-19T04:49:00.120Z`, `2026-10-19 12:49+08:00`, `2026-10-19`, epoch
-    seconds, `now-1h` (spyglass.cli.timeinput, the one grammar); naive times are in `tz`. ValueError with
+    seconds, `now-1h` (spyglass.terminal.timeinput, the one grammar); naive times are in `tz`. ValueError with
     the accepted forms otherwise."""
     return timeinput.parse_time(text, tz, now)
 

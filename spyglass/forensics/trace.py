@@ -15,13 +15,13 @@ from rich.text import Text
 from rich.tree import Tree
 
 from spyglass.agent.query import NotFound, QueryError
-from spyglass.cli.console import console_for, plain
 from spyglass.collectors.clock import format_both
 from spyglass.collectors.event import Event
 from spyglass.collectors.trace_ids import span_id_for, trace_id_for
 from spyglass.config import Config
 from spyglass.forensics.run import ask_store
 from spyglass.signals.spans import PhaseSpan, engine_span, request_tree
+from spyglass.terminal.console import console_for, plain
 
 REQUEST_ID = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{2,32}$")
 TRACE_ID = re.compile(r"^[0-9a-f]{32}$")

@@ -253,7 +253,7 @@ def render(
     from rich.table import Table
     from rich.text import Text
 
-    from spyglass.cli.console import natural_width
+    from spyglass.terminal.console import natural_width
 
     texts = [[c.plain if isinstance(c, Text) else str(c) for c in row] for row in cells]
     table = table_of(whole(names), names, cells, texts, title)
@@ -299,7 +299,7 @@ def show(
 ) -> None:
     """Print a table (`values` its data, `cells` as printed, rich Texts) on `out`: to a terminal as `render` lays
     it out; to a pipe or a file (no terminal, no COLUMNS), as wide as it is."""
-    from spyglass.cli.console import console_for
+    from spyglass.terminal.console import console_for
 
     console = console_for(out, table_of(whole(names), names, cells, [], title))
     for part in render(names, values, cells, console, title):
