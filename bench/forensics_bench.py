@@ -49,7 +49,6 @@ OUT = HERE / "out" / "forensics"
 sys.path.insert(0, str(HERE.parent))
 
 from spyglass.agent.pipeline import Pipeline  # noqa: E402
-from spyglass.agent.query import QueryError  # noqa: E402
 from spyglass.collectors.clock import ManualClock  # noqa: E402
 from spyglass.config import Config, engine_log_config, parse_config, toml_text  # noqa: E402
 from spyglass.engine.emulator.logsynth import EngineModel  # noqa: E402
@@ -63,6 +62,7 @@ from spyglass.forensics.finder import Filters, requests_query  # noqa: E402
 from spyglass.forensics.run import Query, Window, query  # noqa: E402
 from spyglass.forensics.segment_queries import QUERIES, clickhouse_rows, duckdb_rows, on  # noqa: E402
 from spyglass.forensics.timeline import starts_query, timeline_query  # noqa: E402
+from spyglass.query.bounded import QueryError  # noqa: E402
 
 START = datetime(2026, 10, 13, tzinfo=UTC)
 ENGINES = {"engine-a": ("strata-a", 8081, 5), "engine-b": ("strata-b", 8082, 6)}  # source: instance, port, seed

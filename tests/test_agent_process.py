@@ -11,9 +11,9 @@ import httpx
 import pytest
 from conftest import FIXTURES, wait_until
 
-from spyglass.agent.query import AgentApi, QueryError, run_readonly
 from spyglass.config import engine_log_toml
 from spyglass.engine.emulator.ports import free_port
+from spyglass.query.bounded import AgentApi, QueryError, run_readonly
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 

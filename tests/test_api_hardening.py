@@ -24,12 +24,12 @@ from conftest import FIXTURES, wait_until
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from spyglass.agent.otlp_receiver import SpanLimits, decode_spans
-from spyglass.agent.query import AgentApi, QueryError, run_readonly
 from spyglass.config import ConfigError, engine_log_toml, parse_config
 from spyglass.engine.emulator.ports import free_port
 from spyglass.engine.instrument import trace_id_for
 from spyglass.exporters import event_schema
 from spyglass.exporters.request_rows import row_tables
+from spyglass.query.bounded import AgentApi, QueryError, run_readonly
 
 JSON_BODY = {"Content-Type": "application/json"}
 PROTOBUF_BODY = {"Content-Type": "application/x-protobuf"}

@@ -259,10 +259,10 @@ def test_the_ttft_probe_finds_what_either_h5_alert_would(ttfts, found):
 
 @pytest.fixture
 def query_processes(monkeypatch) -> list[list[str]]:
-    """The query processes (spyglass.agent.sqlworker) started while the test runs: each Popen is recorded, then made."""
+    """The query processes (spyglass.query.sqlworker) started while the test runs: each Popen is recorded, then made."""
     import subprocess
 
-    import spyglass.agent.query
+    import spyglass.query.bounded
 
     started: list[list[str]] = []
     real = subprocess.Popen
@@ -271,7 +271,7 @@ def query_processes(monkeypatch) -> list[list[str]]:
         started.append(list(args))
         return real(args, *rest, **kwargs)
 
-    monkeypatch.setattr(spyglass.agent.query.subprocess, "Popen", popen)
+    monkeypatch.setattr(spyglass.query.bounded.subprocess, "Popen", popen)
     return started
 
 

@@ -102,7 +102,7 @@ def test_a_window_with_nothing_in_it_says_so(stores) -> None:
 
 
 def test_a_hostile_label_is_escaped_and_a_bad_one_refused(stores) -> None:
-    from spyglass.agent.query import QueryError
+    from spyglass.query.bounded import QueryError
 
     window = BY_NAME["incident2"]
     config = load_config(stores("incident2"))

@@ -28,12 +28,12 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from test_commit import LINES, open_pipeline
 
 from spyglass import signals
-from spyglass.agent.query import AgentApi, run_readonly
 from spyglass.agent.server import AgentServer
 from spyglass.collectors.clock import ManualClock
 from spyglass.engine.emulator.ports import free_port, free_port_base
 from spyglass.engine.instrument import trace_id_for
 from spyglass.exporters.prometheus import CONTENT_TYPE_OPENMETRICS, render, wants_openmetrics
+from spyglass.query.bounded import AgentApi, run_readonly
 from spyglass.signals.state import MetricState
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier

@@ -15,7 +15,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from spyglass.agent.alert_webhook import decode_notification
 from spyglass.agent.otlp_receiver import decode_spans
 from spyglass.agent.pipeline import Pipeline
-from spyglass.agent.query import QueryError
 from spyglass.collectors.clock import SystemClock
 from spyglass.config import load_config
 from spyglass.engine.instrument import span_id_for, trace_id_for
@@ -26,6 +25,7 @@ from spyglass.forensics import reports
 from spyglass.forensics.run import Query, Window, render
 from spyglass.forensics.times import parse_time, window
 from spyglass.forensics.views import VIEWS, needed, with_views
+from spyglass.query.bounded import QueryError
 from spyglass.upgrades.smoke_event import decode_result
 
 

@@ -85,7 +85,7 @@ def test_a_diagnosis_to_a_pipe_keeps_each_summary_and_evidence_on_its_line(monke
 def test_a_sql_answer_and_a_trace_to_a_pipe_are_whole(monkeypatch, capsys):
     from rich.tree import Tree
 
-    from spyglass.agent.query import show
+    from spyglass.query.bounded import show
     from spyglass.terminal.console import console_for
 
     monkeypatch.delenv("COLUMNS", raising=False)

@@ -23,7 +23,7 @@ from typing import Any
 from loguru import logger
 
 from spyglass import serving
-from spyglass.agent.query import Answer
+from spyglass.query.bounded import Answer
 
 COMMAND = "/api/command"
 _local = threading.local()

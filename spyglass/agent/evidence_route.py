@@ -18,10 +18,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from spyglass.agent.query import Answer, QueryError
 from spyglass.agent.server import failed
 from spyglass.collectors import timebounds
 from spyglass.config import Config
+from spyglass.query.bounded import Answer, QueryError
 
 if TYPE_CHECKING:
     from spyglass.agent.server import AgentHandler

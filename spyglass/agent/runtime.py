@@ -317,7 +317,7 @@ class Agent:
         from functools import partial
 
         from spyglass.agent import evidence_route
-        from spyglass.agent.query import Answer
+        from spyglass.query.bounded import Answer
 
         def ask(text: str) -> Answer:
             got = query(text)
@@ -338,9 +338,9 @@ class Agent:
             return None
         import time
 
-        from spyglass.agent.query import Limits, QueryError
         from spyglass.agent.snapshot import Snapshots
         from spyglass.agent.warm_queries import WarmQueries
+        from spyglass.query.bounded import Limits, QueryError
 
         server = self.config.exporters.prometheus
         snapshots = self.snapshots = Snapshots(

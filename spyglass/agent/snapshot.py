@@ -3,7 +3,7 @@
 The agent's own connection is its only write path to the store, so no query runs on it. Each
 copy is a new DuckDB file written once, from one read-only transaction of the store (events,
 checkpoints and state as of one commit), and never changed again; a query opens it read-only in
-a process of its own (spyglass.agent.query.run_bounded).
+a process of its own (spyglass.query.bounded.run_bounded).
 """
 
 from __future__ import annotations

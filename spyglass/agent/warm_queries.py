@@ -1,4 +1,4 @@
-"""The query processes /api/sql keeps warm: each a `spyglass.agent.sqlworker` session that stays up between
+"""The query processes /api/sql keeps warm: each a `spyglass.query.sqlworker` session that stays up between
 queries, under the same bounds as a process started per query (its memory for its life, each query's CPU
 and wall time, killed at the deadline), so a query pays neither Python's start nor DuckDB's import nor
 opening the copy again (about 350 ms of a 15-minute `timeline` before, docs/benchmarks.md).
@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from spyglass.agent.query import Answer, Limits, QueryError, Session
+from spyglass.query.bounded import Answer, Limits, QueryError, Session
 
 
 class WarmQueries:

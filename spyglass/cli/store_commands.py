@@ -47,8 +47,8 @@ def sql(
 ) -> None:
     """Run a read-only query on the store's tables. The forensic views (requests, cache_events, ...) are
     `spyglass views`'s: it puts them in front of a query, over a window."""
-    from spyglass.agent.query import QueryError, show
     from spyglass.forensics.run import ask_store
+    from spyglass.query.bounded import QueryError, show
 
     text = query_text(query, file)
     cfg = read_config(config)
@@ -95,8 +95,8 @@ def trace_command(config: ConfigOption, request_id: RequestId) -> None:
     """Print one request's trace from the store: gateway, engine and its phases, with durations.
 
     The request is named by its id or by its trace id (a TTFT or duration exemplar's trace_id)."""
-    from spyglass.agent.query import QueryError
     from spyglass.forensics.trace import print_trace
+    from spyglass.query.bounded import QueryError
 
     try:
         print_trace(read_config(config), request_id)

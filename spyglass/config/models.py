@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from spyglass import collectors, serving
 from spyglass.collectors.clock import host_zone, zone
 
-if TYPE_CHECKING:  # spyglass.agent.query imports httpx: not for every config load
-    from spyglass.agent.query import Limits
+if TYPE_CHECKING:  # spyglass.query.bounded imports httpx: not for every config load
+    from spyglass.query.bounded import Limits
 
 
 Options = TypeVar("Options", bound=collectors.SourceOptions)
@@ -322,7 +322,7 @@ class ForensicsConfig(Strict):
     timeout_seconds: float = Field(300, gt=0, le=3600, description="Wall time of one query on the store file.")
 
     def limits(self) -> Limits:
-        from spyglass.agent.query import Limits
+        from spyglass.query.bounded import Limits
 
         return Limits(self.timeout_seconds, self.memory_mb, settings="[forensics] memory_mb, timeout_seconds")
 

@@ -83,8 +83,8 @@ def check_format(fmt: str) -> None:
 
 
 def fetch(config: Config, q, parquet: str | None = None) -> tuple[list[str], list[tuple]]:
-    from spyglass.agent.query import QueryError
     from spyglass.forensics.run import query
+    from spyglass.query.bounded import QueryError
 
     try:
         return query(config, q, parquet)

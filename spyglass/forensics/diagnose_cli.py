@@ -153,9 +153,9 @@ def diagnose(
 ) -> None:
     """Run every heuristic of the catalogue over the window (default: everything stored); exit 0 healthy,
     1 warnings, 2 critical."""
-    from spyglass.agent.query import QueryError
     from spyglass.forensics.diagnose import diagnose as run_diagnosis
     from spyglass.forensics.times import describe
+    from spyglass.query.bounded import QueryError
 
     cfg = load(config)
     w = the_window(start, end, tz, since)
@@ -191,8 +191,8 @@ def diagnose(
 
 def write_page(cfg, result, html: Path) -> None:
     """Write the HTML page and say where; a page that cannot be written is said, and changes no exit status."""
-    from spyglass.agent.query import QueryError
     from spyglass.forensics.page import diagnosis_page
+    from spyglass.query.bounded import QueryError
 
     try:
         html.write_text(diagnosis_page(cfg, result), encoding="utf-8")

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from spyglass.agent.query import NotFound, QueryError
 from spyglass.alerting.heuristics import Alert, Deployment, Heuristic
 from spyglass.alerting.heuristics.model import ENGINE_NAMES
 from spyglass.config import Config
@@ -25,6 +24,7 @@ from spyglass.forensics.diagnose import Finding, census, finding_of, missing, pr
 from spyglass.forensics.output import records
 from spyglass.forensics.page import BUCKET, instant
 from spyglass.forensics.run import EARLIEST, LATEST, Query, Window, query, render, session
+from spyglass.query.bounded import NotFound, QueryError
 
 ALERT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
 LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")

@@ -54,11 +54,11 @@ def evidence(
     """Print an alert's evidence: its heuristic's figures, the comparison, the requests behind them."""
     from datetime import UTC, datetime
 
-    from spyglass.agent.query import QueryError
     from spyglass.forensics.evidence import NotFound, build
     from spyglass.forensics.evidence_page import html as page_html
     from spyglass.forensics.evidence_page import text
     from spyglass.forensics.times import parse_time
+    from spyglass.query.bounded import QueryError
     from spyglass.terminal.console import console_for, plain
 
     cfg = load(config)

@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from spyglass.agent.query import Answer, QueryError, Session, agent_api, run_readonly
 from spyglass.collectors.checkpoint_reuse import checkpoint_only_sql
 from spyglass.config import Config
 from spyglass.exporters import request_rows
 from spyglass.exporters.event_schema import source_kinds, source_view
 from spyglass.exporters.segment_schema import events_view_sql, every_column_sql, source_view_sql
 from spyglass.forensics.views import PAD, literal, with_views
+from spyglass.query.bounded import Answer, QueryError, Session, agent_api, run_readonly
 
 Result = tuple[list[str], list[tuple[Any, ...]]]
 Asker = Callable[[str], Answer]  # one read-only query, as the agent answers its own pages (no process of its own)
@@ -345,13 +345,13 @@ def run_parquet(glob: str, sql: str, start: Any = None, end: Any = None) -> Resu
 
 def execute(con: Any, sql: str, timeout: float = 60.0) -> Result:
     """`sql` on `con`, interrupted after `timeout`, rows encoded as the store's query process
-    encodes them (spyglass.agent.sqlworker), so an answer reads the same from Parquet as from the store."""
+    encodes them (spyglass.query.sqlworker), so an answer reads the same from Parquet as from the store."""
     import threading
 
     import duckdb
     import orjson
 
-    from spyglass.agent.sqlworker import jsonable
+    from spyglass.query.sqlworker import jsonable
 
     watchdog = threading.Timer(timeout, con.interrupt)
     watchdog.start()

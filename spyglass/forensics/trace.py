@@ -14,12 +14,12 @@ import re
 from rich.text import Text
 from rich.tree import Tree
 
-from spyglass.agent.query import NotFound, QueryError
 from spyglass.collectors.clock import format_both
 from spyglass.collectors.event import Event
 from spyglass.collectors.trace_ids import span_id_for, trace_id_for
 from spyglass.config import Config
 from spyglass.forensics.run import ask_store
+from spyglass.query.bounded import NotFound, QueryError
 from spyglass.signals.spans import PhaseSpan, engine_span, request_tree
 from spyglass.terminal.console import console_for, plain
 

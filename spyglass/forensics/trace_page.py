@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from html import escape
 
-from spyglass.agent.query import NotFound
 from spyglass.collectors.clock import format_both
 from spyglass.collectors.trace_ids import trace_id_for
 from spyglass.config import Config
@@ -20,6 +19,7 @@ from spyglass.forensics.trace import (
     request_tree,
     resolve,
 )
+from spyglass.query.bounded import NotFound
 from spyglass.signals.spans import PhaseSpan
 
 TRACE_CSS = "ul.tree { list-style: none; padding-left: 18px; border-left: 1px solid #ddd; } .dim { color: #777; }"

@@ -95,7 +95,7 @@ def crashes(
     check_format(fmt)
     cfg = load(config)
     w = the_window(start, end, tz, since)
-    from spyglass.agent.query import QueryError
+    from spyglass.query.bounded import QueryError
 
     try:
         found = cr.classify(cfg, w)
@@ -116,8 +116,8 @@ def baseline(
 ) -> None:
     """The hour after a deploy against the previous steady state (H18): TTFT p50/p99, decode rate, error share,
     prefill queue, graph rebuilds a minute, memory; a metric past the heuristic's factor is marked worse."""
-    from spyglass.agent.query import QueryError
     from spyglass.forensics import baseline as bl
+    from spyglass.query.bounded import QueryError
 
     check_format(fmt)
     cfg = load(config)

@@ -1,7 +1,7 @@
 """Read-only SQL over the store, bounded, from the CLI or through the running agent.
 
 `run_bounded(path, query, limits)` is the one way a query runs: in a process of its own
-(`spyglass.agent.sqlworker`) that opens a DuckDB file read-only with file access off and the
+(`spyglass.query.sqlworker`) that opens a DuckDB file read-only with file access off and the
 configuration locked, under a memory and CPU limit, killed at its deadline; the answer is cut at
 `max_rows` rows and `max_bytes` bytes and says so. Nothing it runs has a write path to the store.
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from spyglass.agent.sqlworker import jsonable
+from spyglass.query.sqlworker import jsonable
 
 
 class QueryError(Exception):
@@ -81,7 +81,7 @@ def run_bounded(path: Path, query: str, limits: Limits, deadline: float | None =
         "max_bytes": limits.max_bytes,
     }
     worker = subprocess.Popen(
-        [sys.executable, "-m", "spyglass.agent.sqlworker"],
+        [sys.executable, "-m", "spyglass.query.sqlworker"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -111,7 +111,7 @@ def _answer(body: dict[str, Any], limits: Limits) -> Answer:
 
 
 class Session:
-    """One query process (spyglass.agent.sqlworker) and one read-only connection for every query of a command:
+    """One query process (spyglass.query.sqlworker) and one read-only connection for every query of a command:
     `ask` sends a query and waits for its answer, each within `limits` (memory for the process, the
     timeout per query, and SESSION_QUERIES timeouts of CPU in all). Raises QueryError as run_bounded does;
     a query killed at its deadline ends the session. Opening it raises QueryError("... lock ...") when
@@ -129,7 +129,7 @@ class Session:
             "cpu_seconds": limits.timeout_seconds * SESSION_QUERIES,
         }
         self.worker = subprocess.Popen(
-            [sys.executable, "-m", "spyglass.agent.sqlworker"],
+            [sys.executable, "-m", "spyglass.query.sqlworker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

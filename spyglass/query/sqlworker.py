@@ -1,4 +1,4 @@
-"""Read-only queries in a process of their own: `python -m spyglass.agent.sqlworker` reads a request
+"""Read-only queries in a process of their own: `python -m spyglass.query.sqlworker` reads a request
 (JSON on stdin) and writes the answer (JSON on stdout), then exits; or, as a session, answers one
 query a line on one connection until its stdin ends (a command's queries: `spyglass diagnose`'s probes).
 
