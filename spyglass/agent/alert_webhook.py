@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from spyglass.agent.bodies import json_object
 from spyglass.collectors import timebounds
+from spyglass.collectors.bounded_json import json_object
 from spyglass.collectors.event import Event
 
 # Alertmanager sends a group's alerts in one notification, all of them unless its webhook_config sets

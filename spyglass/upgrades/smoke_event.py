@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from spyglass.agent.bodies import json_object
 from spyglass.collectors import timebounds
+from spyglass.collectors.bounded_json import json_object
 from spyglass.collectors.event import Event
 from spyglass.config import Config
 from spyglass.upgrades.smoke import Verdict
