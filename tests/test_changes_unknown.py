@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from spyglass.upgrades.changes import change_list, deploys
+from spyglass.forensics.changes import change_list, deploys
 
 AT = datetime(2026, 12, 3, 11, 43, 52, tzinfo=UTC)
 

@@ -16,11 +16,11 @@ import pytest
 from spyglass.alerting.heuristics import Deployment, catalogue
 from spyglass.config import engine_log_config, parse_config
 from spyglass.exporters.store import DuckDBStore
-from spyglass.forensics import baseline, finder, reports, timeline
+from spyglass.forensics import baseline, changes, finder, reports, timeline
 from spyglass.forensics.diagnose import probe_query
 from spyglass.forensics.run import Query, Window
 from spyglass.forensics.views import ENGINE, VIEWS, Fields, UnknownField, needed
-from spyglass.upgrades import changes, crashes
+from spyglass.upgrades import crashes
 
 WINDOW = Window(datetime(2026, 10, 19, 4, tzinfo=UTC), datetime(2026, 10, 19, 5, tzinfo=UTC))
 

@@ -420,7 +420,7 @@ def test_oom_needs_a_kill_and_memory_that_grew():
 
 
 def test_argv_is_kept_verbatim_whatever_its_shape():
-    from spyglass.upgrades.changes import parse_argv
+    from spyglass.forensics.changes import parse_argv
 
     assert parse_argv("--model /m.gguf --offset -1 --x=1 -v positional --flag") == {
         "--model": "/m.gguf",
@@ -464,7 +464,7 @@ def test_baseline_of_an_unknown_deploy_says_which_exist(replay):
 
 
 def test_a_load_longer_than_the_probe_budget_is_a_finding_of_its_start():
-    from spyglass.upgrades.changes import changes, deploy_of
+    from spyglass.forensics.changes import changes, deploy_of
 
     row = {
         "instance": "strata-b",

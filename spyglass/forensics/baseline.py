@@ -15,8 +15,8 @@ from datetime import timedelta
 from typing import Any
 
 from spyglass.config import Config
+from spyglass.forensics.changes import Deploy, as_rows, deploys, deploys_query
 from spyglass.forensics.run import Query, Window
-from spyglass.upgrades.changes import Deploy, as_rows, deploys, deploys_query
 
 HOUR = timedelta(hours=1)
 METRICS_SQL = """

@@ -16,7 +16,7 @@ import typer
 from spyglass.config import Config, ConfigError, load_config
 
 if TYPE_CHECKING:
-    from spyglass.upgrades.changes import Deploy
+    from spyglass.forensics.changes import Deploy
 
 # The query and tracing modules load DuckDB and OpenTelemetry: each command imports them when it
 # runs, so that registering the commands costs every other `spyglass` command nothing.
@@ -98,8 +98,8 @@ def load_deploys(
     """The deploy records (engine starts, with what each said) up to `until`, of one instance or all;
     exit 1 on a query error. `timeline` merges them as changes; `changes` lists them."""
     from spyglass.collectors.serve_status import ServeStatusOptions
+    from spyglass.forensics import changes as ch
     from spyglass.forensics.run import Window
-    from spyglass.upgrades import changes as ch
 
     serve = frozenset(o.instance for o in cfg.sources_of(ServeStatusOptions).values() if o.instance)
     columns, rows = fetch(cfg, ch.deploys_query(Window(None, until), instance), parquet)

@@ -2,7 +2,7 @@
 
 Besides the stored events, one row for each build change (`build_changed`) and each model change
 (`model_changed`) between consecutive starts of an instance, from the change list
-(spyglass.upgrades.changes), at the start that brought it: the timeline says what a start changed
+(spyglass.forensics.changes), at the start that brought it: the timeline says what a start changed
 even when the start before it is outside the window. The SQL is built here (pure), and so are the
 change rows; spyglass.forensics.commands runs and prints them.
 """
@@ -126,7 +126,7 @@ def change_rows(
 ) -> list[tuple[Any, ...]]:
     """Rows in the timeline's columns, one per start and kind of change, for the changes in [from, to):
     fields hold the deploy number and each changed key's before and after."""
-    from spyglass.upgrades.changes import change_list
+    from spyglass.forensics.changes import change_list
 
     source_of = {(d.instance, d.n): d.get("source") for d in records}
     grouped: dict[tuple[str, int, str], dict[str, Any]] = {}

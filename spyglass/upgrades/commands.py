@@ -66,7 +66,7 @@ def changes(
 ) -> None:
     """What changed between consecutive starts of an instance: model md5, real file, build, every argument,
     serve and gateway version, CPUs; and what a start's banner did not say."""
-    from spyglass.upgrades import changes as ch
+    from spyglass.forensics import changes as ch
 
     check_format(fmt)
     cfg = load(config)

@@ -139,8 +139,8 @@ def queries(window: Window) -> dict[str, Query]:
 
 def classify(config: Config, window: Window) -> list[CrashFinding]:
     """Every finding of the window, in time order (QueryError when the store cannot be read)."""
+    from spyglass.forensics.changes import as_rows
     from spyglass.forensics.run import query
-    from spyglass.upgrades.changes import as_rows
 
     got = {name: as_rows(*query(config, q)) for name, q in queries(window).items()}
     for row in got["engine"]:
