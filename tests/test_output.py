@@ -54,8 +54,8 @@ def test_a_diagnosis_to_a_pipe_keeps_each_summary_and_evidence_on_its_line(monke
     """`spyglass diagnose > findings.txt`: at 80 assumed columns the summary was 4 wide, a word a line."""
     from datetime import UTC, datetime
 
+    from spyglass.cli.diagnose_commands import print_table
     from spyglass.forensics.diagnose import Diagnosis, Finding
-    from spyglass.forensics.diagnose_cli import print_table
     from spyglass.forensics.run import Window
 
     monkeypatch.delenv("COLUMNS", raising=False)

@@ -9,9 +9,8 @@ from functools import cache
 
 import typer
 
-from spyglass.cli import store_commands
-from spyglass.forensics import commands as forensics
-from spyglass.forensics import diagnose_cli
+from spyglass.cli import diagnose_commands, store_commands
+from spyglass.cli import forensics_commands as forensics
 from spyglass.forensics.run import one_connection
 
 COMMANDS: dict[str, Callable[..., None]] = {
@@ -21,7 +20,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "requests": one_connection(forensics.requests),
     "report": one_connection(forensics.report),
     "views": one_connection(forensics.views),
-    "diagnose": one_connection(diagnose_cli.diagnose),
+    "diagnose": one_connection(diagnose_commands.diagnose),
 }
 
 

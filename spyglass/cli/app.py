@@ -9,10 +9,16 @@ import typer
 from loguru import logger
 
 from spyglass import __version__
-from spyglass.cli import agent_commands, alert_commands, answered, example_commands, store_commands
-from spyglass.forensics import evidence_cli
+from spyglass.cli import (
+    agent_commands,
+    alert_commands,
+    answered,
+    evidence_commands,
+    example_commands,
+    store_commands,
+    upgrade_commands,
+)
 from spyglass.forensics.run import one_connection
-from spyglass.upgrades import commands as upgrades
 
 app = typer.Typer(
     add_completion=False,
@@ -41,10 +47,10 @@ app.command()(agent_commands.run)
 app.command()(agent_commands.ingest)
 app.command("check-log")(agent_commands.check_log)
 answered.register(app)  # sql, trace, timeline, requests, report, views, diagnose: what the agent answers (cli/warm.py)
-app.command("evidence")(one_connection(evidence_cli.evidence))
-app.command("changes")(one_connection(upgrades.changes))
-app.command("crashes")(one_connection(upgrades.crashes))
-app.command("baseline")(one_connection(upgrades.baseline))
+app.command("evidence")(one_connection(evidence_commands.evidence))
+app.command("changes")(one_connection(upgrade_commands.changes))
+app.command("crashes")(one_connection(upgrade_commands.crashes))
+app.command("baseline")(one_connection(upgrade_commands.baseline))
 app.command()(alert_commands.rules)
 app.command()(alert_commands.dashboards)
 app.command()(example_commands.example)

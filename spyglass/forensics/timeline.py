@@ -4,7 +4,7 @@ Besides the stored events, one row for each build change (`build_changed`) and e
 (`model_changed`) between consecutive starts of an instance, from the change list
 (spyglass.forensics.changes), at the start that brought it: the timeline says what a start changed
 even when the start before it is outside the window. The SQL is built here (pure), and so are the
-change rows; spyglass.forensics.commands runs and prints them.
+change rows; spyglass.cli.forensics_commands runs and prints them.
 """
 
 from __future__ import annotations

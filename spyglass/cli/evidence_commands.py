@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from spyglass.forensics.commands import ConfigOption, Tz, fail, load
+from spyglass.cli.forensics_commands import ConfigOption, Tz, fail, load
 
 Labels = Annotated[
     list[str] | None,

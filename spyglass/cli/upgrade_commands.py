@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from spyglass.forensics.commands import (
+from spyglass.cli.forensics_commands import (
     ConfigOption,
     Format,
     From,

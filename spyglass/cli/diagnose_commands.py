@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from spyglass.forensics.commands import ConfigOption, From, Parquet, Since, To, Tz, fail, load, the_window
+from spyglass.cli.forensics_commands import ConfigOption, From, Parquet, Since, To, Tz, fail, load, the_window
 from spyglass.terminal.console import json_line, shown
 
 Html = Annotated[Path | None, typer.Option("--html", help="Also write a self-contained HTML report page here.")]
