@@ -17,7 +17,8 @@ import pytest
 from conftest import wait_until
 from test_api_hardening import peak_rss_mb, start_agent, stop  # noqa: F401 - start_agent is a fixture
 
-from spyglass.agent.alert_webhook import MAX_ALERTS, AlertBudget
+from spyglass.agent.alert_webhook import AlertBudget
+from spyglass.alerting.rules import MAX_ALERTS
 from spyglass.engine.emulator.ports import free_port
 
 JSON_BODY = {"Content-Type": "application/json"}

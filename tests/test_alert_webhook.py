@@ -349,7 +349,8 @@ def test_a_duplicate_in_flight_is_answered_only_once_the_first_is_committed(tmp_
 def test_a_notification_past_the_cap_is_read_to_the_cap_and_the_rest_counted() -> None:
     """Alertmanager sends a group whole unless `max_alerts` is set (the generated config sets it to
     MAX_ALERTS, and then it says how many it left out). Past the cap nothing is decoded; all is counted."""
-    from spyglass.agent.alert_webhook import MAX_ALERTS, read_notification
+    from spyglass.agent.alert_webhook import read_notification
+    from spyglass.alerting.rules import MAX_ALERTS
 
     body = json.loads(notification(*[alert("firing", name=f"Storm{i}") for i in range(MAX_ALERTS + 7)]))
     note = read_notification(json.dumps({**body, "truncatedAlerts": 40}).encode(), now=NOW)
@@ -390,7 +391,7 @@ def test_the_alert_budget_drops_a_flapping_alert_and_defers_a_flood() -> None:
 
 def test_the_overflow_is_answered_with_why_and_counted_on_metrics(agent) -> None:
     """A notification past the cap is stored up to it; the 200's text says what was not, and /metrics counts it."""
-    from spyglass.agent.alert_webhook import MAX_ALERTS
+    from spyglass.alerting.rules import MAX_ALERTS
 
     agent, url, stop = agent
     body = notification(*[alert("firing", name=f"Storm{i}") for i in range(MAX_ALERTS + 5)])

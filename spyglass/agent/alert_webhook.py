@@ -17,15 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from spyglass.alerting.rules import MAX_ALERTS  # the receiver's max_alerts: read up to it, count the rest
 from spyglass.collectors import timebounds
 from spyglass.collectors.bounded_json import json_object
 from spyglass.collectors.event import Event
 
-# Alertmanager sends a group's alerts in one notification, all of them unless its webhook_config sets
-# `max_alerts` (then it truncates, and says how many it left out in `truncatedAlerts`). The store's
-# receiver in the generated alertmanager.yml sets max_alerts to MAX_ALERTS; a notification with more
-# is read up to MAX_ALERTS, and the rest is counted, never decoded.
-MAX_ALERTS = 1000
 MAX_LABELS = 32
 MAX_LABEL_CHARS = 256
 MAX_LABEL_TEXT = 2048  # characters of label names and values kept per alert; past that labels are dropped
