@@ -185,9 +185,9 @@ AFTER_BANNER = lines(
 
 def applied_one_by_one(log: bytes) -> list[dict]:
     """The metric state after each event of `log`, applied as the agent applies them."""
-    from spyglass.agent.pipeline import metric_state
     from spyglass.collectors.engine_log import EngineLogSource
     from spyglass.config import engine_log_config
+    from spyglass.config.signals import metric_state
     from spyglass.signals.engine_log import EngineSignals
 
     source = EngineLogSource("engine-b", EngineLogOptions(path="x", instance="strata-b", lane="normal"))

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
-from spyglass.agent.pipeline import build_signals, metric_state
 from spyglass.agent.unreadable import UnreadableWatch
 from spyglass.cli.checklog import endpoints
 from spyglass.collectors.llama_server import LlamaServerOptions, LlamaServerSource
 from spyglass.config import parse_config
+from spyglass.config.signals import build_signals, metric_state
 
 KEY = ("llama-a", "")
 REAL = Path(__file__).parent / "fixtures" / "llama" / "0.3.36" / "default"

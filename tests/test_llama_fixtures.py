@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from spyglass import collectors
-from spyglass.agent.pipeline import build_signals, metric_state
 from spyglass.collectors.engine_log import EngineLogOptions
 from spyglass.collectors.event import Event
 from spyglass.collectors.llama_log import LlamaLogSource
 from spyglass.collectors.llama_server import parse_metrics, summarise_slots
 from spyglass.config import parse_config
+from spyglass.config.signals import build_signals, metric_state
 from spyglass.engine.llama.versions import VERSIONS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llama"

@@ -11,11 +11,11 @@ import pytest
 from conftest import wait_until
 
 from spyglass import collectors
-from spyglass.agent.pipeline import build_signals, metric_state
 from spyglass.collectors.engine_log import EngineLogOptions
 from spyglass.collectors.llama_log import LlamaLineParser, LlamaLogSource, Writer, parse_args, request_id
 from spyglass.collectors.trace_ids import trace_id_for
 from spyglass.config import parse_config
+from spyglass.config.signals import build_signals, metric_state
 from spyglass.signals.state import MetricState
 
 START = 1_796_000_000.0  # the writer's start instant, epoch seconds

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from spyglass.agent.pipeline import build_signals, metric_state
 from spyglass.collectors.event import Event
 from spyglass.collectors.llama_server import parse_metrics, summarise_slots
 from spyglass.config import parse_config
+from spyglass.config.signals import build_signals, metric_state
 from spyglass.signals.state import MetricState
 
 

@@ -13,9 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from spyglass.agent.pipeline import build_signals, metric_state
 from spyglass.collectors.llama_server import LlamaServerOptions, LlamaServerSource
 from spyglass.config import parse_config
+from spyglass.config.signals import build_signals, metric_state
 from spyglass.signals.state import MetricState
 
 KEY = ("llama-a", "")

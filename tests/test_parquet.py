@@ -372,8 +372,8 @@ def test_one_row_no_partition_can_name_is_set_aside_and_counted_and_the_rest_pub
     """A store from before the edges bounded timestamps holds a smoke event in the year 33658: the
     publication sets that row aside (outside the glob), counts it, and publishes the rest, at once
     and after a restart; it no longer fails every interval."""
-    from spyglass.agent.pipeline import metric_state
     from spyglass.config import engine_log_config
+    from spyglass.config.signals import metric_state
 
     state = metric_state(parse_config(engine_log_config(tmp_path / "a.log", tmp_path), "test"))
     clock, folder = ManualClock(T0 + 30 * 60), tmp_path / "pq"
@@ -399,8 +399,8 @@ def test_one_row_no_partition_can_name_is_set_aside_and_counted_and_the_rest_pub
 
 
 def test_a_failed_publication_is_counted_on_metrics_and_retried(tmp_path, store):
-    from spyglass.agent.pipeline import metric_state
     from spyglass.config import engine_log_config
+    from spyglass.config.signals import metric_state
 
     state = metric_state(parse_config(engine_log_config(tmp_path / "a.log", tmp_path), "test"))
     clock, folder = ManualClock(T0 + 30 * 60), tmp_path / "pq"

@@ -12,10 +12,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from spyglass.agent.pipeline import metric_state
 from spyglass.collectors.clock import ManualClock
 from spyglass.collectors.event import Event
 from spyglass.config import engine_log_config, parse_config
+from spyglass.config.signals import metric_state
 from spyglass.exporters.parquet import ParquetPublisher
 from spyglass.exporters.store import DuckDBStore
 

@@ -28,9 +28,9 @@ from spyglass.collectors.event import Event
 from spyglass.collectors.grammar import split_outcome
 from spyglass.collectors.tailer import Tailer
 from spyglass.config import Config
+from spyglass.config.signals import build_signals, metric_state
 from spyglass.exporters.statefile import Store
-from spyglass.signals import Signals, SignalsLinks, SignalsSettings
-from spyglass.signals.state import MetricState
+from spyglass.signals import Signals
 
 UNREAD_SHAPES = 16  # shapes of unread lines /debug/sources lists per source, the most first
 
@@ -41,27 +41,6 @@ def unreadable_watch(config: Config) -> UnreadableWatch:
 
     h19 = by_id(Deployment.of(config))["H19"]
     return UnreadableWatch(h19.threshold("unreadable_share"), int(h19.threshold("unreadable_lines")))
-
-
-def build_signals(config: Config, state: MetricState) -> dict[str, Signals]:
-    """One signals object per source kind, on `state`, with the config's settings and one set of links
-    between them (also for a replay); each restored from `state`'s saved signals and saved with it."""
-    settings = SignalsSettings(
-        lanes=config.lanes(),
-        long_prompt_tokens=config.signals.long_prompt_tokens,
-        default_prompt_cache_every=config.signals.default_prompt_cache_every,
-    )
-    links, built = SignalsLinks(), {}
-    for kind, registration in signals.load_all().items():
-        if registration.cls is not None:
-            built[kind] = registration.cls(state, settings=settings, links=links)
-            signals.attach_signals(kind, built[kind], state)
-    return built
-
-
-def metric_state(config: Config) -> MetricState:
-    """A fresh metric state of the full catalogue with the config's bucket bounds."""
-    return MetricState(signals.full_catalogue().with_buckets(config.signals.buckets))
 
 
 @dataclass

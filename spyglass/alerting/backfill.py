@@ -29,11 +29,11 @@ from typing import IO
 import duckdb
 import orjson
 
-from spyglass.agent.pipeline import build_signals, metric_state
 from spyglass.alerting.replay_state import ReplayState
 from spyglass.collectors import reports_unread
 from spyglass.collectors.event import Event
 from spyglass.config import Config
+from spyglass.config.signals import build_signals, metric_state
 from spyglass.exporters.duckdb_open import connect
 from spyglass.signals.buckets import le_label
 from spyglass.signals.state import MetricState
