@@ -341,7 +341,8 @@ def test_small_things_a_new_user_tripped_on(tmp_path, spawns):
 
 
 def test_numbers_print_with_thousands_separators_and_no_exponent():
-    from spyglass.forensics.output import cell, counted
+    from spyglass.forensics.output import counted
+    from spyglass.terminal.cells import cell
 
     assert cell(75677700.0, "resident_bytes_max") == "75,677,700"  # baseline printed 7.56777e+07
     assert cell(2508, "evictions") == "2,508" and cell(0.33761, "share") == "0.3376" and cell(77.06, "rate") == "77.06"

@@ -18,7 +18,7 @@ from fixtures.incidents.replay import WINDOWS, write_all
 from typer.testing import CliRunner
 
 from spyglass.cli.app import app
-from spyglass.forensics.output import cell
+from spyglass.terminal.cells import cell
 from spyglass.terminal.layout import DATED, role
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes (the query worker): the e2e tier

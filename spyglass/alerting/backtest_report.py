@@ -73,7 +73,7 @@ def show(result: BacktestResult, start: float, end: float, out: Any = None) -> N
     (spyglass.terminal.layout: the alert, instance and times whole), to a pipe at full width."""
     from rich.text import Text
 
-    from spyglass.forensics.output import print_table  # labels are data: a `[/x]` in one prints as written
+    from spyglass.terminal.cells import print_table  # labels are data: a `[/x]` in one prints as written
     from spyglass.terminal.console import console_for
 
     print_table(

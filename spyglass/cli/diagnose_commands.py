@@ -41,8 +41,8 @@ def print_table(diagnosis, out=None, config: Path | None = None) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from spyglass.forensics.output import number
     from spyglass.forensics.times import describe
+    from spyglass.terminal.cells import number
     from spyglass.terminal.console import console_for, plain, terminal_width
 
     count = len(diagnosis.findings)

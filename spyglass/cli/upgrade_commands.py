@@ -39,9 +39,10 @@ StartsSince = Annotated[
 def show(rows: list[dict], fmt: str, title: str) -> None:
     """Print rows (as data: output.emit reads no markup); in a table a list (evidence) is one item a line."""
     from spyglass.forensics import output
+    from spyglass.terminal.cells import Lines
 
     rows = [
-        {k: output.Lines(v) if isinstance(v, list) and fmt == "table" else output.value_of(k, v) for k, v in r.items()}
+        {k: Lines(v) if isinstance(v, list) and fmt == "table" else output.value_of(k, v) for k, v in r.items()}
         for r in rows
     ]
     output.emit(rows, fmt, title=title if fmt == "table" else None)

@@ -15,9 +15,10 @@ from typing import Any
 from spyglass.collectors.clock import display_zone, zone_label
 from spyglass.config import Config
 from spyglass.forensics.charts import Chart, Marker, Series, human, svg
-from spyglass.forensics.output import cell, records
+from spyglass.forensics.output import records
 from spyglass.forensics.run import Query, Window, query
 from spyglass.forensics.times import local_text, utc_text
+from spyglass.terminal.cells import cell
 
 BUCKETS = 120
 WIDE_COLUMNS = 8  # a report with more columns than this is turned on its side
@@ -149,7 +150,7 @@ def both_clocks(t: datetime | None) -> str:
 
 def table_html(rows: list[dict]) -> str:
     """The rows as a table; one with more columns than fit a page is turned (a row a column), so no column
-    hides off to the side. Numbers are right-aligned with thousands separators (output.cell)."""
+    hides off to the side. Numbers are right-aligned with thousands separators (spyglass.terminal.cells.cell)."""
     if not rows:
         return "<p>No rows.</p>"
     if len(rows[0]) > WIDE_COLUMNS and len(rows) <= WIDE_COLUMNS:
