@@ -105,9 +105,14 @@ def refusal(argv: list[str], at: int, config_path: Path | None) -> str | None:
     return None
 
 
-def run(argv: list[str], stdin: str, terminal: dict[str, Any], ask: Callable[[str], Answer]) -> dict[str, Any]:
-    """The command's exit status and output, run here with every query through `ask`."""
-    from spyglass.cli.answered import answered_app
+def run(
+    commands: Callable[[list[str]], None],
+    argv: list[str],
+    stdin: str,
+    terminal: dict[str, Any],
+    ask: Callable[[str], Answer],
+) -> dict[str, Any]:
+    """The command's exit status and output, run here by `commands` with every query through `ask`."""
     from spyglass.forensics.run import session
     from spyglass.terminal.console import CLIENT, Terminal
 
@@ -117,7 +122,7 @@ def run(argv: list[str], stdin: str, terminal: dict[str, Any], ask: Callable[[st
     with captured(stdin, client.size is not None) as (out, err), session(ask=ask):
         token = CLIENT.set(client)
         try:
-            answered_app()(args=argv, prog_name="spyglass")
+            commands(argv)
         except SystemExit as exc:
             status = exc.code
         except Exception as exc:  # noqa: BLE001 - a bug: the client hears of it, the agent goes on
@@ -132,8 +137,15 @@ def run(argv: list[str], stdin: str, terminal: dict[str, Any], ask: Callable[[st
     return {"exit": int(status or 0), "stdout": out.getvalue(), "stderr": err.getvalue()}
 
 
-def command(config_path: Path | None, ask: Callable[[str], Answer], request: Any, body: bytes) -> None:
-    """200 with the command's output; 400 for a body that is not a command; 409 for one the client runs itself."""
+def command(
+    config_path: Path | None,
+    commands: Callable[[list[str]], None] | None,
+    ask: Callable[[str], Answer],
+    request: Any,
+    body: bytes,
+) -> None:
+    """200 with the command's output; 400 for a body that is not a command; 409 for one the client runs itself
+    (every command, when the agent was given none to run: `commands` is what the CLI hands it, cli.answered.run)."""
     try:
         sent = json.loads(body)
         argv, at, stdin, terminal = sent["argv"], sent["config_at"], sent.get("stdin") or "", sent["terminal"]
@@ -153,8 +165,8 @@ def command(config_path: Path | None, ask: Callable[[str], Answer], request: Any
     except (ValueError, KeyError, TypeError) as exc:
         request.answer(400, "application/json", json.dumps({"error": str(exc)}).encode())
         return
-    why = refusal(argv, at, config_path)
-    if why is not None:
+    why = refusal(argv, at, config_path) if commands is not None else "this agent runs no commands"
+    if why is not None or commands is None:
         request.answer(409, "application/json", json.dumps({"local": why}).encode())
         return
-    request.answer(200, "application/json", json.dumps(run(argv, stdin, terminal, ask)).encode())
+    request.answer(200, "application/json", json.dumps(run(commands, argv, stdin, terminal, ask)).encode())

@@ -74,10 +74,17 @@ def source_folders(config: Config) -> set[Path]:
 class Agent:
     """The pipeline plus its server and watcher; `serve()` runs until `stop` is set."""
 
-    def __init__(self, config: Config, clock: Clock | None = None, config_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        clock: Clock | None = None,
+        config_path: Path | None = None,
+        commands: Callable[[list[str]], None] | None = None,
+    ) -> None:
         settle(config.agent.cpus, config.agent.nice)  # before the store's and the server's threads start
         self.config = config
         self.config_path = config_path  # the file `config` was read from: /api/command runs commands for it only
+        self.commands = commands  # what runs a client's command (the CLI hands it in: the agent imports no CLI)
         self.stop = threading.Event()
         self.wake = Wake()
         self.pipeline = Pipeline(config, clock or SystemClock(), open_store(config))
@@ -328,7 +335,7 @@ class Agent:
         return {
             ("GET", evidence_route.EVIDENCE): partial(evidence_route.evidence, self.config, ask),
             ("GET", evidence_route.TRACE): partial(evidence_route.trace, self.config, ask),
-            ("POST", command_route.COMMAND): partial(command_route.command, self.config_path, ask),
+            ("POST", command_route.COMMAND): partial(command_route.command, self.config_path, self.commands, ask),
         }
 
     def _query_function(self):

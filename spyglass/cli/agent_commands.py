@@ -18,11 +18,12 @@ def run(config: ConfigOption) -> None:
     from spyglass.agent.affinity import CpusUnavailable
     from spyglass.agent.runtime import Agent, StoreBusy
     from spyglass.agent.server import ListenError
+    from spyglass.cli import answered
     from spyglass.exporters.duckdb_open import StoreUnusable
 
     cfg = read_config(config)
     try:
-        agent = Agent(cfg, config_path=config)
+        agent = Agent(cfg, config_path=config, commands=answered.run)
     except CpusUnavailable as exc:
         typer.echo(f"error: {exc}; set agent.cpus in {config} to CPUs of this host", err=True)
         raise typer.Exit(2) from None

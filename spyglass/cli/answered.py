@@ -35,3 +35,8 @@ def answered_app() -> typer.Typer:
     app = typer.Typer(add_completion=False, no_args_is_help=True)
     register(app)
     return app
+
+
+def run(argv: list[str]) -> None:
+    """Run one of these commands as `spyglass` would: what the agent's POST /api/command is handed to run."""
+    answered_app()(args=argv, prog_name="spyglass")
