@@ -22,12 +22,10 @@ No prompt or response text is recorded unless `capture_content=True`; attributes
 from __future__ import annotations
 
 import contextvars
-import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -37,8 +35,7 @@ from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
-from spyglass.collectors.clock import BEIJING
-from spyglass.collectors.trace_ids import span_id_for, trace_id_for
+from spyglass.collectors.trace_ids import new_request_id, span_id_for, trace_id_for
 
 # OpenTelemetry's advisory heads with a tail to 30 minutes, defined once beside the catalogue's buckets.
 from spyglass.signals.buckets import LATENCY_SECONDS as TTFT_BUCKETS
@@ -53,11 +50,6 @@ MAIN_PATHS = ("/v1/messages", "/v1/chat/completions")
 URL_TEMPLATES = frozenset({*MAIN_PATHS, "/v1/messages/count_tokens", "/v1/status", "/health"})
 TRACE_HEADERS = (b"traceparent", b"tracestate")
 REMEMBERED_IDS = 65_536  # request ids whose main server span took the derived id, per process
-
-
-def new_request_id(now: datetime | None = None) -> str:
-    now = (now or datetime.now(UTC)).astimezone(BEIJING)
-    return f"{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
 @dataclass

@@ -33,8 +33,9 @@ from pydantic import BaseModel
 
 from spyglass.collectors.clock import BEIJING
 from spyglass.collectors.infer_store import text_of
+from spyglass.collectors.trace_ids import new_request_id
 from spyglass.engine.emulator.mechanism import cjk_chars, count_tokens, estimate_tokens
-from spyglass.engine.instrument import annotate, event, instrument, new_request_id, otlp_tracing, request_id
+from spyglass.engine.instrument import annotate, event, instrument, otlp_tracing, request_id
 
 FINISH = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
 SCHEMA = (

@@ -166,7 +166,7 @@ def smoke(
 ) -> Verdict:
     """Wait for /health, then send each sample with a request id of its own (a run's ids never merge with
     another run's in `spyglass requests`, and `spyglass trace` takes them), and judge the answers."""
-    from spyglass.engine.instrument import new_request_id
+    from spyglass.collectors.trace_ids import new_request_id
 
     request_id = request_id or new_request_id
     url = url.rstrip("/")
