@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from bench.live import cpu_seconds  # noqa: E402
 from bench.pyspy import Profile  # noqa: E402
-from spyglass.engine.emulator.ports import free_port  # noqa: E402
+from spyglass.ports import free_port  # noqa: E402
 
 FAMILIES = (
     "prompt_tokens_total",

@@ -27,9 +27,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from spyglass.engine.emulator.ports import free_port_base  # noqa: E402
 from spyglass.engine.emulator.serve import EngineSettings, create_app  # noqa: E402
 from spyglass.engine.instrument import instrument, tracer_provider  # noqa: E402
+from spyglass.ports import free_port_base  # noqa: E402
 
 
 class Drop(SpanExporter):

@@ -36,7 +36,7 @@ sys.path.insert(0, str(HERE.parent))
 from bench.gen_log import generate  # noqa: E402
 from bench.pyspy import Profile  # noqa: E402
 from spyglass.config import engine_log_toml  # noqa: E402
-from spyglass.engine.emulator.ports import free_port  # noqa: E402
+from spyglass.ports import free_port  # noqa: E402
 
 LINES_SERIES = re.compile(rb'^spyglass_source_lines_total\{[^}]*source="engine-b"[^}]*\} (\S+)$', re.M)
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -26,11 +26,11 @@ import httpx
 import tomli_w
 
 from bench.pyspy import Profile
-from spyglass.engine.emulator.ports import free_port
 from spyglass.engine.llama.build import ensure_built
 from spyglass.engine.llama.load import LlamaDriver
 from spyglass.engine.llama.model import ensure_model
 from spyglass.engine.llama.stack import Instance
+from spyglass.ports import free_port
 
 OUT = Path(__file__).resolve().parent / "out"
 

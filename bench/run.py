@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE.parent))
 from bench.gen_log import generate  # noqa: E402
 from spyglass.config import engine_log_toml  # noqa: E402
 from spyglass.engine.emulator import logsynth  # noqa: E402
-from spyglass.engine.emulator.ports import free_port  # noqa: E402
+from spyglass.ports import free_port  # noqa: E402
 
 
 def timed(cmd: list[str], **kwargs) -> tuple[float, int, str, float]:

@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from bench.live import cpu_seconds  # noqa: E402
-from spyglass.engine.emulator.ports import free_port  # noqa: E402
+from spyglass.ports import free_port  # noqa: E402
 
 SERVERS = {
     "http.server": (

@@ -12,7 +12,7 @@ import pytest
 from conftest import FIXTURES, wait_until
 
 from spyglass.config import engine_log_toml
-from spyglass.engine.emulator.ports import free_port
+from spyglass.ports import free_port
 from spyglass.query.bounded import AgentApi, QueryError, run_readonly
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier

@@ -19,7 +19,7 @@ from test_api_hardening import peak_rss_mb, start_agent, stop  # noqa: F401 - st
 
 from spyglass.agent.alert_webhook import AlertBudget
 from spyglass.alerting.rules import MAX_ALERTS
-from spyglass.engine.emulator.ports import free_port
+from spyglass.ports import free_port
 
 JSON_BODY = {"Content-Type": "application/json"}
 FLOOD_SECONDS = 10.0

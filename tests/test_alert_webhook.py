@@ -16,7 +16,7 @@ import pytest
 from conftest import wait_until
 
 from spyglass.agent.alert_webhook import decode_notification
-from spyglass.engine.emulator.ports import free_port
+from spyglass.ports import free_port
 
 JSON_BODY = {"Content-Type": "application/json"}
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier

@@ -20,7 +20,7 @@ from spyglass.alerting.heuristics import Deployment, catalogue, recording_rules
 from spyglass.alerting.rules import alerts, generated, render_docs
 from spyglass.cli.app import app
 from spyglass.config import ConfigError, load_config, parse_config
-from spyglass.engine.emulator.ports import free_port
+from spyglass.ports import free_port
 from spyglass.signals import full_catalogue
 
 ROOT = Path(__file__).resolve().parents[1]

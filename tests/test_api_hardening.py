@@ -25,10 +25,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from spyglass.agent.otlp_receiver import SpanLimits, decode_spans
 from spyglass.config import ConfigError, engine_log_toml, parse_config
-from spyglass.engine.emulator.ports import free_port
 from spyglass.engine.instrument import trace_id_for
 from spyglass.exporters import event_schema
 from spyglass.exporters.request_rows import row_tables
+from spyglass.ports import free_port
 from spyglass.query.bounded import AgentApi, QueryError, run_readonly
 
 JSON_BODY = {"Content-Type": "application/json"}

@@ -119,7 +119,7 @@ def test_run_lives_through_a_log_folder_that_appears_later(tmp_path):
     import httpx
     from conftest import wait_until
 
-    from spyglass.engine.emulator.ports import free_port
+    from spyglass.ports import free_port
 
     port, log = free_port(), tmp_path / "not-yet" / "engine.log"
     config = tmp_path / "spyglass.toml"

@@ -26,9 +26,9 @@ from spyglass.config import parse_config
 from spyglass.dashboards.model import GENERATED
 from spyglass.dashboards.preview_page import draw
 from spyglass.dashboards.preview_query import run_queries
-from spyglass.engine.emulator.ports import free_port, free_port_base
 from spyglass.engine.emulator.scenarios import SCENARIOS, run_scenario
 from spyglass.engine.emulator.stack import Stack
+from spyglass.ports import free_port, free_port_base
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 

@@ -19,7 +19,7 @@ from spyglass import signals
 from spyglass.alerting.heuristics import Deployment, by_id
 from spyglass.cli.demo_board import SIGNALS, Above, Board, Faster, Held, Increase, Signal, incident_signals
 from spyglass.config import AlertsConfig
-from spyglass.engine.emulator.ports import free_port
+from spyglass.ports import free_port
 from spyglass.signals.state import MetricState
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier

@@ -35,12 +35,12 @@ from spyglass.alerting.heuristics import Deployment, catalogue
 from spyglass.alerting.rules import render_rules
 from spyglass.collectors.clock import SystemClock
 from spyglass.config import parse_config
-from spyglass.engine.emulator.ports import free_port_base
 from spyglass.engine.emulator.scenarios import SCENARIOS, run_scenario
 from spyglass.engine.emulator.stack import Stack
 from spyglass.exporters.prometheus import render
 from spyglass.forensics.diagnose import diagnose
 from spyglass.forensics.run import Window
+from spyglass.ports import free_port_base
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spawns")]  # starts processes: the e2e tier
 MINUTES = 60

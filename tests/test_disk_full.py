@@ -21,8 +21,8 @@ from test_alert_webhook import alert, notification
 
 from spyglass.config import engine_log_toml
 from spyglass.engine.emulator.logsynth import EngineModel
-from spyglass.engine.emulator.ports import free_port
 from spyglass.exporters.statefile import StateFile
+from spyglass.ports import free_port
 
 JSON_BODY = {"Content-Type": "application/json"}
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier

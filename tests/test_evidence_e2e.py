@@ -25,9 +25,9 @@ from live_prometheus import ProcessGroups, scraping, start_prometheus
 from test_pager_e2e import DEFAULTS, Webhook, answers, pager_setup, pinned
 
 from spyglass.collectors.clock import host_zone
-from spyglass.engine.emulator.ports import free_port_base
 from spyglass.engine.emulator.scenarios import SCENARIOS, run_scenario
 from spyglass.engine.emulator.stack import Stack
+from spyglass.ports import free_port_base
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spawns")]  # starts processes: the e2e tier
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from incidents.windows import BY_NAME
 from typer.testing import CliRunner
 
 from spyglass.cli.app import app
-from spyglass.engine.emulator.ports import free_port
+from spyglass.ports import free_port
 
 pytestmark = pytest.mark.usefixtures("spawns")  # ingest, an agent and its query processes
 TOKEN = "evidence-test-token-0123456789"

@@ -30,9 +30,9 @@ from test_commit import LINES, open_pipeline
 from spyglass import signals
 from spyglass.agent.server import AgentServer
 from spyglass.collectors.clock import ManualClock
-from spyglass.engine.emulator.ports import free_port, free_port_base
 from spyglass.engine.instrument import trace_id_for
 from spyglass.exporters.prometheus import CONTENT_TYPE_OPENMETRICS, render, wants_openmetrics
+from spyglass.ports import free_port, free_port_base
 from spyglass.query.bounded import AgentApi, run_readonly
 from spyglass.signals.state import MetricState
 

@@ -16,7 +16,7 @@ import pytest
 from conftest import FIXTURES, wait_until
 
 from spyglass.config import engine_log_config, toml_text
-from spyglass.engine.emulator.ports import free_port
+from spyglass.ports import free_port
 from spyglass.terminal.timeinput import parse_since, parse_time
 
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"

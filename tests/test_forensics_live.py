@@ -11,7 +11,7 @@ import pytest
 from conftest import wait_until
 from fixtures.incidents.replay import WINDOWS, write_all
 
-from spyglass.engine.emulator.ports import free_port
+from spyglass.ports import free_port
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier
 

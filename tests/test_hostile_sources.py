@@ -19,7 +19,7 @@ from conftest import FIXTURES, wait_until
 from spyglass.collectors.clock import ManualClock
 from spyglass.collectors.tailer import Tailer
 from spyglass.config import engine_log_config, toml_text
-from spyglass.engine.emulator.ports import free_port
+from spyglass.ports import free_port
 
 FIXTURE = FIXTURES / "engine_log" / "strata-iq3_xxs-b.log"
 

@@ -22,9 +22,9 @@ from conftest import kill_at_random_until_done, wait_until
 from spyglass import signals
 from spyglass.config import engine_log_toml
 from spyglass.engine.emulator.logsynth import EngineModel
-from spyglass.engine.emulator.ports import free_port
 from spyglass.exporters.prometheus import render
 from spyglass.exporters.request_rows import row_tables
+from spyglass.ports import free_port
 from spyglass.signals.state import MetricState
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier

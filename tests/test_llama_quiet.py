@@ -29,9 +29,9 @@ from spyglass.agent.runtime import open_store
 from spyglass.alerting.backtest import backtest
 from spyglass.collectors.clock import ManualClock
 from spyglass.config import load_config
-from spyglass.engine.emulator.ports import free_port
 from spyglass.engine.llama.build import ensure_built
 from spyglass.engine.llama.model import ensure_model
+from spyglass.ports import free_port
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]

@@ -40,11 +40,11 @@ from spyglass.collectors.event import Event
 from spyglass.collectors.supervisord_log import SupervisordLogOptions, SupervisordLogSource
 from spyglass.collectors.supervisord_rpc import rpc
 from spyglass.config import AlertsConfig
-from spyglass.engine.emulator.ports import free_port
 from spyglass.engine.llama.build import LlamaBuild, ensure_built
 from spyglass.engine.llama.load import burst, conversations, text
 from spyglass.engine.llama.model import ensure_model
 from spyglass.engine.llama.stack import Instance, LlamaStack
+from spyglass.ports import free_port
 
 pytestmark = pytest.mark.slow
 ALERTS = {

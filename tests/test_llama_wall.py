@@ -34,10 +34,10 @@ from spyglass.config import parse_config
 from spyglass.dashboards.model import build_all
 from spyglass.dashboards.preview_page import draw
 from spyglass.dashboards.preview_query import run_queries
-from spyglass.engine.emulator.ports import free_port
 from spyglass.engine.llama.build import ensure_built
 from spyglass.engine.llama.load import conversations
 from spyglass.engine.llama.model import ensure_model
+from spyglass.ports import free_port
 
 pytestmark = pytest.mark.slow
 JOB = "spyglass"

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from conftest import wait_until
 
-from spyglass.engine.emulator.ports import free_port
+from spyglass.ports import free_port
 
 
 def test_dripping_connections_on_the_main_port_cannot_starve_a_scrape(tmp_path: Path) -> None:

@@ -40,9 +40,9 @@ from conftest import wait_until
 from live_prometheus import ProcessGroups, scraping, start_prometheus
 
 from spyglass.config import AlertsConfig
-from spyglass.engine.emulator.ports import free_port, free_port_base
 from spyglass.engine.emulator.scenarios import BIG_CACHE, SCENARIOS, run_scenario
 from spyglass.engine.emulator.stack import Stack, engines
+from spyglass.ports import free_port, free_port_base
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("spawns")]  # starts processes: the e2e tier
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from spyglass.engine.emulator import ports
+from spyglass import ports
 
 
 @pytest.mark.parametrize(

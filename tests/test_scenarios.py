@@ -11,10 +11,10 @@ import pytest
 from spyglass.agent.pipeline import Pipeline
 from spyglass.collectors.clock import SystemClock
 from spyglass.config import parse_config
-from spyglass.engine.emulator.ports import free_port_base
 from spyglass.engine.emulator.scenarios import HUNG_REQUESTS, SCENARIOS, run_scenario
 from spyglass.engine.emulator.stack import Stack
 from spyglass.exporters.statefile import StateFile
+from spyglass.ports import free_port_base
 from spyglass.signals.state import MetricState
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier

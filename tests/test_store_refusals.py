@@ -19,10 +19,10 @@ from typer.testing import CliRunner
 
 from spyglass.cli.app import app
 from spyglass.config import engine_log_toml
-from spyglass.engine.emulator.ports import free_port
 from spyglass.exporters import event_schema
 from spyglass.exporters.duckdb_open import StoreUnusable
 from spyglass.exporters.store import SET_ASIDE, DuckDBStore
+from spyglass.ports import free_port
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SOURCES = {"engine-b": "engine_log"}

@@ -19,7 +19,7 @@ from test_alert_webhook import alert, notification
 
 from spyglass.collectors import timebounds
 from spyglass.collectors.event import Event
-from spyglass.engine.emulator.ports import free_port
+from spyglass.ports import free_port
 
 NOW = 1_796_000_000.0
 GOOD_SMOKE = {

@@ -23,11 +23,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from spyglass.collectors.engine_log import EngineLogOptions, EngineLogSource
 from spyglass.engine.emulator.gateway import GatewaySettings
 from spyglass.engine.emulator.gateway import create_app as gateway_app
-from spyglass.engine.emulator.ports import free_port, free_port_base
 from spyglass.engine.emulator.serve import EngineSettings
 from spyglass.engine.emulator.serve import create_app as serve_app
 from spyglass.engine.instrument import instrument, otlp_tracing, span_id_for, trace_id_for, tracer_provider
 from spyglass.exporters.otel_spans import EngineSpanExporter
+from spyglass.ports import free_port, free_port_base
 
 MARKER = "SECRET-MARKER-93d1"
 

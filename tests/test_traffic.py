@@ -29,11 +29,11 @@ from test_tracing import Server, plain
 from spyglass.collectors.engine_log import EngineLogOptions, EngineLogSource
 from spyglass.engine.emulator.gateway import GatewaySettings
 from spyglass.engine.emulator.gateway import create_app as gateway_app
-from spyglass.engine.emulator.ports import free_port
 from spyglass.engine.emulator.serve import EngineSettings
 from spyglass.engine.emulator.serve import create_app as serve_app
 from spyglass.engine.instrument import instrument, otlp_tracing, span_id_for, trace_id_for
 from spyglass.exporters.otel_spans import EngineSpanExporter
+from spyglass.ports import free_port
 
 IN_A_ROW, CONCURRENT, CLIENTS = 60, 90, 20  # the concurrent part still keeps 20 clients in flight
 FILLER = "the expert pool reads the arena and the cache parks the snapshot "

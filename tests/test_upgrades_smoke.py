@@ -15,8 +15,8 @@ from conftest import wait_until
 from typer.testing import CliRunner
 
 from spyglass.cli.app import app
-from spyglass.engine.emulator.ports import free_port
 from spyglass.engine.emulator.serve import EngineSettings, create_app
+from spyglass.ports import free_port
 from spyglass.upgrades.smoke import SamplesError, load_samples
 
 SIZES = (700, 1500, 3100, 6300, 12700)  # one graph shape each

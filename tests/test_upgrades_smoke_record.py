@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from spyglass.cli.app import app
 from spyglass.config import engine_log_config, load_config, toml_text
-from spyglass.engine.emulator.ports import free_port
+from spyglass.ports import free_port
 from spyglass.upgrades.smoke_event import decode_result, instance_for
 
 pytestmark = pytest.mark.usefixtures("spawns")  # starts processes: the e2e tier

@@ -18,7 +18,7 @@ from conftest import wait_until
 from incidents.windows import BY_NAME
 
 from spyglass.cli import warm
-from spyglass.engine.emulator.ports import free_port
+from spyglass.ports import free_port
 
 SPYGLASS = str(Path(sys.executable).parent / "spyglass")
 WINDOW = ["--from", "2026-10-17 14:00", "--to", "2026-10-17 14:20"]

@@ -18,7 +18,7 @@ from conftest import FIXTURES, wait_until
 
 from spyglass import __version__
 from spyglass.config import engine_log_config, toml_text
-from spyglass.engine.emulator.ports import free_port
+from spyglass.ports import free_port
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 # The checkout's folders that the wheel carries as spyglass.<folder> (spyglass/ links to each).

@@ -35,7 +35,7 @@ from spyglass.alerting.backtest_cleanup import die_with_parent, make_workdir, sw
 from spyglass.alerting.backtest_report import BacktestResult, Firing, Pending, duration_text
 from spyglass.alerting.backtest_rules import AlertRule, BacktestError, config_rules, inline, load_rules
 from spyglass.config import Config
-from spyglass.engine.emulator.ports import free_port
+from spyglass.ports import free_port
 
 MAX_POINTS = 10_000  # Prometheus refuses a query_range of more than 11,000 points per series
 MIN_STEP = 1.0  # seconds between replayed samples, at least

@@ -30,9 +30,9 @@ from spyglass.alerting.heuristics import Deployment, by_id
 from spyglass.cli.demo_board import Board, incident_signals
 from spyglass.cli.demo_screen import banner, clock_note, finished_request, print_kept, watch
 from spyglass.config import parse_config, toml_text
-from spyglass.engine.emulator.ports import free_port_base
 from spyglass.engine.emulator.scenarios import SCENARIOS, run_scenario
 from spyglass.engine.emulator.stack import Stack
+from spyglass.ports import free_port_base
 from spyglass.signals.state import MetricState
 
 # strata-b gets the seed's troubles: a cache too small for its snapshots, an old serve build.
