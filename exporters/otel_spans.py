@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 
 from spyglass.collectors.event import Event
@@ -18,6 +18,21 @@ from spyglass.collectors.trace_ids import span_id_for, trace_id_for
 from spyglass.signals.spans import PhaseSpan, engine_span
 
 FINAL = ("done", "rejected")
+
+
+def span_provider(endpoint: str, service: str) -> TracerProvider:
+    """The agent's spans pushed in batches to an OTLP/HTTP endpoint, never blocking the pipeline. Their trace
+    ids come from their parents (collectors.trace_ids), so no id generator of the engine's is needed here."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": service}), span_limits=SpanLimits(max_attribute_length=256)
+    )
+    exporter = OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=32_768))  # a burst of finished requests
+    return provider
 
 
 class EngineSpanExporter:

@@ -97,10 +97,9 @@ class Agent:
             self.otel = otlp_instruments(
                 self.pipeline.state, otlp.endpoint, otlp.interval_seconds, config.agent.host, __version__
             )
-            from spyglass.engine.instrument import otlp_tracing
-            from spyglass.exporters.otel_spans import EngineSpanExporter
+            from spyglass.exporters.otel_spans import EngineSpanExporter, span_provider
 
-            self.tracing = otlp_tracing(otlp.endpoint, "spyglass")
+            self.tracing = span_provider(otlp.endpoint, "spyglass")
             kinds = {name: options.kind for name, options in config.sources.items()}
             self.pipeline.event_hooks.append(EngineSpanExporter(self.tracing, kinds).observe)
         self.snapshots: Snapshots | None = None
