@@ -16,7 +16,7 @@ from pydantic_core import PydanticUndefined
 from spyglass import collectors, signals
 from spyglass.config import AgentConfig, AlertsConfig, ExportersConfig, ForensicsConfig, SignalsConfig
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def metrics_markdown() -> str:
@@ -206,7 +206,3 @@ def main() -> None:
         path.parent.mkdir(exist_ok=True)
         path.write_text(text)
         print(f"wrote {path.relative_to(ROOT)}")
-
-
-if __name__ == "__main__":
-    main()
