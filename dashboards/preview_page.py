@@ -15,7 +15,7 @@ from spyglass.dashboards.preview_format import BACKGROUND, BORDER, COLORS, MUTED
 from spyglass.dashboards.preview_panels import _esc, _heatmap, _stat, _table, _timeseries
 from spyglass.dashboards.preview_query import Result
 
-NOTICE = "Preview of the dashboard's queries against Prometheus, drawn by dashboards.preview; not Grafana."
+NOTICE = "Preview of the dashboard's queries against Prometheus, drawn by spyglass.cli.preview_commands; not Grafana."
 UNIT_PX, HEADER_PX = 34, 44  # one grid unit (Grafana: 30 px and a gap); the page's title line
 CHROMIUM_FLAGS = [
     "--headless",

@@ -254,7 +254,7 @@ def test_the_preview_command_draws_any_dashboard(run, tmp_path):
         [
             sys.executable,
             "-m",
-            "spyglass.dashboards.preview",
+            "spyglass.cli.preview_commands",
             "--prometheus",
             run.url,
             "--from",

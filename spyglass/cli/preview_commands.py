@@ -4,12 +4,12 @@ substituted) run through Prometheus's HTTP API, laid out as an HTML page in the 
 as the generated JSON says), and photographed by headless Chromium (Debian's `chromium`). The page
 says it is a preview of the queries, not Grafana.
 
-    python -m spyglass.dashboards.preview --prometheus http://127.0.0.1:9090 --from now-1h --to now --out wall.png
+    python -m spyglass.cli.preview_commands --prometheus http://127.0.0.1:9090 --from now-1h --to now --out wall.png
 
 Querying (`run_queries`, preview_query), laying out (`page`, preview_page, with the panels of
 preview_panels and the units and colours of preview_format) and photographing (`screenshot`,
 preview_page) are separate: the tests check the first's results and read what the browser rendered
-of the second. This module is the command line.
+of the second, all in dashboards/. This module is their command line, in cli/ with every typer command.
 """
 
 from __future__ import annotations
