@@ -1,76 +1,194 @@
-"""Arrows run down: collectors know only the event; signals derive metrics and spans from
-collectors' events; exporters ship the events and the signals' state; the application (spyglass/)
-and the observed stack (engine/) sit above them, and engine/ needs no exporter."""
+"""Arrows run down. One table, ORDER, says which room of the one installed package may import which: a room
+may import the rooms it names and, through them, what those may import. Every .py of every room is read
+(the rooms at the checkout's root, dashboards included), and every import counts: at module level or inside a
+function, `import x` or `from x import y`, `from spyglass import forensics` as much as `import
+spyglass.forensics`. CONTRIBUTING.md shows the table (`pytest tests/test_layers.py --update-golden` writes it
+there). No exception list: a room that needs something of a room above it moves that below both."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import graphlib
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# The layers of the one installed package: spyglass.<layer> for these, the application (spyglass) for the rest.
-LAYERS = {"collectors": "collectors", "signals": "spyglass/signals", "exporters": "exporters", "engine": "engine"}
-FORBIDDEN = {
-    "collectors": {"signals", "exporters", "spyglass", "engine"},
-    "signals": {"exporters", "spyglass", "engine"},
-    "exporters": {"spyglass", "engine"},
-    "engine": {"spyglass", "exporters"},
+PACKAGE = ROOT / "spyglass"
+# Room -> the rooms it may import (and, through them, theirs), lowest first. A room is a subpackage of spyglass
+# (the rooms at the checkout's root are linked into it), a module of spyglass/ itself, `spyglass` for its
+# __init__ (the version), or a library only some rooms may use. Each with why it sits where it does.
+ORDER: dict[str, tuple[tuple[str, ...], str]] = {
+    "spyglass": ((), "the package's `__init__`: its version"),
+    "resources": ((), "the data files the installed package reads, through importlib.resources"),
+    "ports": ((), "free loopback ports for the servers the backtest, the demo and the tests start"),
+    "serving": ((), "where the agent listens and which commands it answers: the light client reads it too"),
+    "collectors": ((), "the sources: options, pure parsers, polls; they know only the event"),
+    "signals": (("collectors",), "metrics and spans derived from collectors' events"),
+    "exporters": (("signals",), "what leaves the agent: exposition, OTLP, the store, Parquet"),
+    "engine": (("signals",), "the observed stack (instrumentation, emulator, llama-server), which needs no exporter"),
+    "terminal": (("collectors",), "what every command prints through: the console, tables, times a person types"),
+    "query": (("terminal",), "a bounded read-only query in a process of its own"),
+    "config": (("query", "serving", "signals"), "the config's models (with the query limits), the signals it makes"),
+    "alerting": (("config", "exporters", "ports", "resources"), "heuristics, rules, runbooks, backfill, backtest"),
+    "dashboards": (("alerting",), "Grafana dashboards as code, their thresholds read from the heuristics"),
+    "forensics": (("alerting",), "what the analyst's commands ask of the store: views, timeline, changes, diagnose"),
+    "upgrades": (("forensics",), "the smoke gate and crashes, over forensics' query session"),
+    "agent": (("spyglass", "upgrades"), "the running agent: pipeline, store, HTTP API, the evidence pages"),
+    "docs": (("forensics",), "the reference docs, generated from the tables"),
+    "typer": ((), "the command-line library"),
+    "cli": (("agent", "dashboards", "engine", "typer"), "the commands, one `<room>_commands.py` a room, and the demo"),
 }
+LIBRARIES = {"typer"}  # rooms outside spyglass: imports of them count too
 
 
-def layer(module: str) -> str:
-    """The layer a dotted module name belongs to: `spyglass.collectors.tailer` -> collectors."""
+def allowed(room: str) -> set[str]:
+    """What `room` may import: itself, what it names, and what those may import."""
+    out, todo = {room}, [room]
+    while todo:
+        for below in ORDER[todo.pop()][0]:
+            if below not in out:
+                out.add(below)
+                todo.append(below)
+    return out
+
+
+def room_of(module: str) -> str | None:
+    """The room a dotted name lies in (`spyglass.forensics.run.Query` -> forensics), None for one outside."""
     parts = module.split(".")
     if parts[0] != "spyglass":
-        return parts[0]
-    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "spyglass"
+        return parts[0] if parts[0] in LIBRARIES else None
+    if len(parts) > 1 and ((PACKAGE / parts[1]).is_dir() or (PACKAGE / f"{parts[1]}.py").is_file()):
+        return parts[1]
+    return "spyglass"  # `from spyglass import __version__`
 
 
-def imported_packages(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), str(path))
-    names: set[str] = set()
-    for node in ast.walk(tree):
+def python_files(folder: Path) -> list[Path]:
+    """The .py files under folder, through the links that put the rooms at the root inside spyglass/."""
+    return sorted(
+        Path(top, name) for top, _, names in os.walk(folder, followlinks=True) for name in names if name.endswith(".py")
+    )
+
+
+@functools.cache
+def rooms() -> dict[str, dict[Path, str]]:
+    """Every room of the package: its .py files, each with its dotted name (collectors/x.py: spyglass.collectors.x)."""
+    found = {"spyglass": {PACKAGE / "__init__.py": "spyglass"}}
+    for entry in sorted(PACKAGE.iterdir()):
+        if entry.suffix == ".py" and entry.name != "__init__.py":
+            found[entry.stem] = {entry: f"spyglass.{entry.stem}"}
+        elif entry.is_dir() and python_files(entry):
+            found[entry.name] = {
+                path: ".".join(("spyglass", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+                for path in python_files(entry)
+            }
+    return found
+
+
+def imports(path: Path, module: str) -> Iterator[tuple[int, str]]:
+    """(line, dotted name) of every import in the file of `module`, a function's own and a relative one too."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            names |= {layer(alias.name) for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names |= {layer(f"{node.module}.{alias.name}") for alias in node.names}
-    return names
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+            base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
+            start = ".".join(part for part in (base, node.module or "") if part)
+            yield from ((node.lineno, f"{start}.{alias.name}") for alias in node.names)
 
 
-@pytest.mark.parametrize("package", sorted(FORBIDDEN))
-def test_a_package_imports_nothing_above_it(package):
-    offenders = {
-        str(path.relative_to(ROOT)): sorted(imported_packages(path) & FORBIDDEN[package])
-        for path in sorted((ROOT / LAYERS[package]).rglob("*.py"))
-    }
-    assert {path: bad for path, bad in offenders.items() if bad} == {}
+def forbidden(path: Path, room: str, module: str) -> list[str]:
+    """`file:line: room -> other (name)` for every import of `path` (the file of `module`) that the order does not
+    allow `room`."""
+    may = allowed(room)
+    real = path.resolve()
+    shown = real.relative_to(ROOT) if real.is_relative_to(ROOT) else path
+    return [
+        f"{shown}:{line}: {room} -> {other} ({name})"
+        for line, name in imports(path, module)
+        if (other := room_of(name)) is not None and other not in may
+    ]
+
+
+def test_the_order_has_no_cycle():
+    graph = {room: set(below) for room, (below, _) in ORDER.items()}
+    assert all(below in ORDER for names in graph.values() for below in names)
+    graphlib.TopologicalSorter(graph).prepare()  # CycleError names the cycle
+
+
+def test_every_room_of_the_package_is_in_the_order():
+    assert set(rooms()) == set(ORDER) - LIBRARIES
+
+
+@pytest.mark.parametrize("room", sorted(set(ORDER) - LIBRARIES))
+def test_a_room_imports_only_what_the_order_allows(room):
+    found = rooms()[room]
+    assert found
+    assert [bad for path, module in found.items() for bad in forbidden(path, room, module)] == []
 
 
 def test_the_rule_sees_a_violation(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text(
-        "from spyglass.config import Config\nimport spyglass.engine.instrument\nfrom spyglass import signals\n"
+        "from spyglass.config import Config\nimport spyglass.engine.instrument\n"
+        "def f():\n    from spyglass import forensics, __version__\n    import typer\n"
+        "from spyglass.signals.state import MetricState\nfrom . import sibling\n"
     )
-    assert imported_packages(bad) >= {"spyglass", "engine", "signals"}
+    assert forbidden(bad, "exporters", "spyglass.exporters.bad") == [
+        f"{bad}:1: exporters -> config (spyglass.config.Config)",
+        f"{bad}:2: exporters -> engine (spyglass.engine.instrument)",
+        f"{bad}:4: exporters -> forensics (spyglass.forensics)",
+        f"{bad}:4: exporters -> spyglass (spyglass.__version__)",
+        f"{bad}:5: exporters -> typer (typer)",
+    ]
+    assert forbidden(bad, "cli", "spyglass.cli.bad") == []
 
 
-def test_the_wheel_layers_are_linked_into_the_one_package():
-    for name, folder in LAYERS.items():
-        linked = ROOT / "spyglass" / name
-        assert linked.is_dir() and linked.resolve() == (ROOT / folder).resolve(), name
+def test_the_rooms_at_the_root_are_linked_into_the_one_package():
+    for name in ("collectors", "exporters", "engine", "dashboards", "alerts", "examples"):
+        linked = PACKAGE / name
+        assert linked.is_symlink() and linked.resolve() == (ROOT / name).resolve(), name
 
 
-def python_files(folder: Path) -> list[Path]:
-    """The .py files under folder, through the links that put the layers inside spyglass/."""
-    return sorted(
-        Path(top, name) for top, _, names in os.walk(folder, followlinks=True) for name in names if name.endswith(".py")
-    )
+ORDER_BLOCK = re.compile(r"(<!-- order -->\n).*?(<!-- /order -->)", re.DOTALL)
+
+
+def where(room: str) -> str:
+    """Where a room's files are: `collectors/` (at the root, linked in), `spyglass/agent/`, `spyglass/ports.py`."""
+    if room in LIBRARIES:
+        return room
+    if room == "spyglass":
+        return "spyglass/__init__.py"
+    if (PACKAGE / room).is_symlink():
+        return f"{room}/"
+    return f"spyglass/{room}/" if (PACKAGE / room).is_dir() else f"spyglass/{room}.py"
+
+
+def order_markdown() -> str:
+    """The order as CONTRIBUTING.md shows it: the rooms lowest first, each with what it may import."""
+    graph = {room: set(below) for room, (below, _) in ORDER.items()}
+    lines = ["| room | where | imports (and what those import) | what it holds |", "|---|---|---|---|"]
+    for room in graphlib.TopologicalSorter(graph).static_order():
+        below, what = ORDER[room]
+        imports = ", ".join(f"`{b}`" for b in sorted(below)) or "nothing of the package"
+        lines.append(f"| `{room}` | `{where(room)}` | {imports} | {what} |")
+    return "\n".join(lines) + "\n"
+
+
+def test_contributing_shows_the_order(update_golden):
+    path = ROOT / "CONTRIBUTING.md"
+    text = path.read_text()
+    assert ORDER_BLOCK.search(text), "CONTRIBUTING.md lost its <!-- order --> block"
+    current = ORDER_BLOCK.sub(lambda m: m[1] + order_markdown() + m[2], text)
+    if update_golden:
+        path.write_text(text := current)
+    assert text == current, "regenerate with `pytest tests/test_layers.py --update-golden`"
 
 
 def module_graph(root: Path, packages: list[str]) -> dict[str, set[str]]:
