@@ -79,10 +79,17 @@ def forensic_queries(config) -> dict[str, Query]:
 def evidence_queries(config) -> dict[str, str]:
     """The heuristics' discriminating checks written in SQL: over the store's tables, or over the views
     (then with the views in front, as `spyglass views` runs them)."""
-    return {
-        h.id: Query(h.check.sql, WINDOW.params()).text(config) if needed(h.check.sql) else h.check.sql
+    checks = {h.id: h.check for h in catalogue(Deployment.of(config))}
+    checks |= {  # an engine's own check (Words.check_query): llama-server's, where Strata's reads a gateway
+        f"{h.id} {engine}": w.check_query
         for h in catalogue(Deployment.of(config))
-        if h.check.sql
+        for engine, w in h.words.items()
+        if w.check_query is not None
+    }
+    return {
+        name: Query(check.sql, WINDOW.params()).text(config) if needed(check.sql) else check.sql
+        for name, check in checks.items()
+        if check.sql
     }
 
 

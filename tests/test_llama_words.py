@@ -98,6 +98,9 @@ def test_a_llama_only_deployments_runbooks_speak_llama() -> None:
         if h.applies_to("llama_server"):
             knobs = book.split("## Knobs")[1].split("##")[0]
             assert not strata_words(knobs), (a.name, knobs)
+    deferred = next(render_runbook(LLAMA, h, a) for h, a in alerts(LLAMA) if a.name == "EngineRequestsDeferred")
+    head = deferred.split("## Thresholds")[0]  # a new user's: the title, check and query of Strata's gateway 429s
+    assert "Every slot busy: requests deferred" in head and "gateway" not in head and "(429)" not in head, head
     storm = next(render_runbook(LLAMA, h, a) for h, a in alerts(LLAMA) if a.name == "EngineEvictionStorm")
     assert "- --cache-ram MiB" in storm and "On llama.cpp" not in storm
     strata = next(

@@ -243,7 +243,11 @@ def render_runbook(d: Deployment, h: Heuristic, a: Alert) -> str:
     ]
     lines += _code("promql", c.promql) + _code("sql", c.sql) + _code("sh", c.shell)
     if c.sql:
-        lines += ['Run SQL with `spyglass sql --config YOUR_CONFIG "..."` (the agent\'s config).', ""]
+        lines += [
+            'Run it with `spyglass views "..." --config YOUR_CONFIG` (the agent\'s config; `--from`/`--to`'
+            " for a window): it reads the store's tables and the forensic views.",
+            "",
+        ]
     lines += ["## Knobs", "", *[f"- {k}" for k in h.knobs], ""]
     for engine in ENGINES:
         if engine in general.words and engines != [engine]:

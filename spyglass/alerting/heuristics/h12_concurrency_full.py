@@ -35,7 +35,16 @@ def build(d: Deployment) -> Heuristic:
             "llama_server": Words(
                 metrics_only="llama-server turns no request away with a 429: one with no free slot waits"
                 " (spyglass_llama_requests_deferred), and EngineRequestsDeferred pages on it",
-                check="Slots (-np) against demand: the deferred requests and the busy slots over the same window.",
+                title="Every slot busy: requests deferred",
+                symptom="Requests wait for a free slot (llama-server defers them; it answers no 429) at every"
+                " poll: every slot is busy.",
+                check_query=Check(
+                    text="Slots (-np) against demand: the deferred requests and the busy slots over the same window,"
+                    " and how long each request waited for its slot.",
+                    promql="max by (host, instance) (spyglass_llama_requests_deferred)",
+                    sql="SELECT instance, count(*) AS requests, quantile_cont(queue_ms, 0.95) AS queue_p95_ms"
+                    " FROM engine_requests WHERE queue_ms IS NOT NULL GROUP BY instance",
+                ),
                 knobs=("-np (slots)", "-c (context, shared by the slots)", "client retry back-off"),
             )
         },

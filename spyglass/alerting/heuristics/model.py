@@ -133,6 +133,9 @@ class Words:
     summary: str | None = None
     knobs: tuple[str, ...] | None = None
     check: str | None = None
+    check_query: Check | None = None  # the whole check, where the other engines' query reads what this one lacks
+    title: str | None = None
+    symptom: str | None = None
     wrong_guess: str | None = None
     evidence_text: str | None = None
     this: str | None = None
@@ -196,9 +199,11 @@ class Heuristic:
             self,
             probe=probe,
             evidence=evidence,
-            check=self.check if w.check is None else replace(self.check, text=w.check),
+            check=w.check_query or (self.check if w.check is None else replace(self.check, text=w.check)),
             knobs=self.knobs if w.knobs is None else w.knobs,
             wrong_guess=self.wrong_guess if w.wrong_guess is None else w.wrong_guess,
+            title=w.title or self.title,
+            symptom=w.symptom or self.symptom,
         )
 
 
