@@ -188,3 +188,30 @@ def test_a_server_stopped_twice_leaves_no_socket_behind():
         del server
         gc.collect()
     assert [str(w.message) for w in said if issubclass(w.category, ResourceWarning)] == []
+
+
+def test_health_names_a_polled_source_that_does_not_answer(tmp_path):
+    """A new user's /health said `ok` with llama-server killed (spyglass_llama_up 0) but `degraded` for its
+    /metrics answering 501: a server that does not answer is at least as worth naming."""
+    import tomllib
+
+    from spyglass.agent.pipeline import Pipeline
+    from spyglass.collectors.clock import ManualClock
+    from spyglass.config import parse_config
+    from spyglass.exporters.statefile import StateFile
+
+    dead = free_port()  # nothing listens there
+    text = (
+        f'[agent]\nstate_dir = "{tmp_path / "state"}"\n[exporters.prometheus]\nenabled = false\n'
+        f'[exporters.store]\nenabled = false\n[sources.metrics-llama-a]\nkind = "llama_server"\n'
+        f'url = "http://127.0.0.1:{dead}"\ninstance = "llama-a"\n'
+    )
+    pipeline = Pipeline(parse_config(tomllib.loads(text), "t"), ManualClock(), StateFile(tmp_path / "s.json"))
+    try:
+        for rt in pipeline.polled_sources():
+            pipeline.poll(rt)
+        pipeline.run_until_idle()
+        said = pipeline.problems()
+    finally:
+        pipeline.close()
+    assert [line for line in said if line.startswith("source metrics-llama-a: its last poll failed (")] != [], said

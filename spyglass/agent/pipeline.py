@@ -109,6 +109,7 @@ class PolledRuntime(SourceRuntime):
     schedule: PollSchedule
     saved: dict[str, Any] | None = None
     last_poll: list[tuple[str, str, dict[str, Any]]] | None = None  # what the last poll said, poll_ms aside
+    down: str | None = None  # why the last poll failed (its error), None while it answers
 
     def repeats(self, events: list[Event], ok: bool) -> bool:
         """Whether this poll says what the last one said (an idle server): its events are stored, but
@@ -278,6 +279,8 @@ class Pipeline:
                 self._apply(poller, events)
                 self.state.inc("spyglass_source_polls_total", (poller.name, "ok" if ok else "error"))
                 self.state.set("spyglass_source_up", (poller.name,), 1.0 if ok else 0.0)
+                failed = (str(e.fields["error"]) for e in events if e.fields.get("error"))
+                poller.down = None if ok else next(failed, "the last poll failed")
                 quiet += len(events) if poller.repeats(events, ok) else 0
                 stored += events
             lines_read = sum(len(lines) for _, lines in batches) + len(stored)
@@ -516,8 +519,9 @@ class Pipeline:
         s.set("spyglass_source_lag_bytes", key, tailer.lag_bytes())
 
     def problems(self) -> list[str]:
-        """What /health names: each file source whose path holds something it refuses to read, and what a
-        polled source says it cannot read (an endpoint switched off: llama-server's /metrics without --metrics)."""
+        """What /health names: each file source whose path holds something it refuses to read, what a
+        polled source says it cannot read (an endpoint switched off: llama-server's /metrics without --metrics),
+        and each polled source whose last poll failed (a server that does not answer: spyglass_source_up 0)."""
         found = [
             f"source {rt.name}: {rt.tailer.path} is {rt.tailer.error}"
             for rt in self.tailed_sources()
@@ -526,6 +530,7 @@ class Pipeline:
         for rt in self.polled_sources():
             says = getattr(rt.source, "problems", None)
             found += says() if callable(says) else []
+            found += [f"source {rt.name}: its last poll failed ({rt.down})"] if rt.down is not None else []
         return found
 
     def debug_sources(self) -> dict[str, Any]:
