@@ -138,6 +138,8 @@ def test_diagnose_and_every_evidence_page_of_a_real_llama_log(llama_store: Path)
     assert not set(result.not_checked) & set(result.not_applicable)
     assert all("?" not in f.summary and not strata_words(f.summary + " ".join(f.knobs)) for f in result.findings)
     assert {"H12", "H15"} <= set(result.unchecked)  # their alerts watch llama-server; their probes read nothing of it
+    said = CliRunner().invoke(app, ["diagnose", "--config", str(llama_store)]).output
+    assert re.search(r"watched by the alerts only \(no probe of the store\): .*H12, H15", " ".join(said.split())), said
     _, [(first, last)] = query(config, Query("SELECT min(ts_utc), max(ts_utc) FROM timeline", w.params()))
     everything = Window(instant(first) - timedelta(minutes=1), instant(last) + timedelta(minutes=1))
     for h, a in alerts(Deployment.of(config)):

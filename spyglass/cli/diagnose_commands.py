@@ -59,6 +59,8 @@ def print_table(diagnosis, out=None, config: Path | None = None) -> None:
         )
     if diagnosis.not_checked:
         parts.append(plain("could not check: " + "; ".join(f"{h} ({why})" for h, why in diagnosis.not_checked.items())))
+    if diagnosis.unchecked:  # no probe over the store for them: Prometheus's rules watch them
+        parts.append(plain(f"watched by the alerts only (no probe of the store): {', '.join(diagnosis.unchecked)}"))
     if diagnosis.findings:
         table = Table(title_justify="left")
         table.add_column("severity", no_wrap=True, min_width=8)
