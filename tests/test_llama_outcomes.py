@@ -505,3 +505,21 @@ def test_a_refused_request_says_its_own_prompt_not_what_its_slot_held() -> None:
     assert refused.fields["prompt"] == 1833 and "n_tokens" not in refused.fields
     error = next(e for e in events if e.kind == "task_error" and e.fields.get("status") == 400)
     assert error.fields["prompt"] == 1833
+
+
+def test_an_empty_prompt_cache_report_says_which_verbosity_lists_the_cache(tmp_path: Path, spawns: None) -> None:
+    """A new user's `report prompt-cache` at the default verbosity said only that it found nothing."""
+    from typer.testing import CliRunner
+
+    from spyglass.cli.app import app
+
+    log = tmp_path / "llama-a.log"
+    log.write_bytes((RECORDED / "server.log").read_bytes())  # the default verbosity: no `- cache state:` listing
+    config = tmp_path / "spyglass.toml"
+    config.write_text(
+        f'[agent]\nstate_dir = "{tmp_path / "state"}"\n[exporters.prometheus]\nenabled = false\n'
+        f'[sources.llama-a]\nkind = "engine_log"\npreset = "llama_server"\npath = "{log}"\ninstance = "llama-a"\n'
+    )
+    assert CliRunner().invoke(app, ["ingest", "--config", str(config)]).exit_code == 0
+    said = CliRunner().invoke(app, ["report", "prompt-cache", "--config", str(config)])
+    assert said.exit_code == 1 and "found nothing" in said.output and "at -lv 4 (or -v) only" in said.output, said.output

@@ -106,15 +106,15 @@ def load_deploys(
     return ch.deploys(ch.as_rows(columns, rows), cfg.alerts.probe_budget_seconds, serve)
 
 
-def nothing(config: Config, w, what: str, parquet: str | None = None) -> typer.Exit:
-    """Exit 1, saying whether the window holds no events at all or only none of `what`."""
+def nothing(config: Config, w, what: str, parquet: str | None = None, hint: str = "") -> typer.Exit:
+    """Exit 1, saying whether the window holds no events at all or only none of `what` (and `hint`: why it may be)."""
     from spyglass.forensics.run import Query
     from spyglass.forensics.times import describe
 
     _, rows = fetch(config, Query("SELECT count(*) FROM ev WHERE ts >= $from AND ts < $to", w.params()), parquet)
     stored = rows[0][0] if rows else 0
     detail = "no events are stored" if not stored else f"{stored} events are stored, but {what}"
-    return fail(f"{detail} {describe(w)}", 1)
+    return fail(f"{detail} {describe(w)}" + (f"; {hint}" if stored and hint else ""), 1)
 
 
 def timeline(
@@ -335,7 +335,7 @@ def report(
         return
     columns, rows = fetch(cfg, q, parquet)
     if not rows:
-        raise nothing(cfg, w, f"report {name} found nothing", parquet)
+        raise nothing(cfg, w, f"report {name} found nothing", parquet, chosen.when_empty)
     if html:
         from spyglass.forensics.page import report_page
 

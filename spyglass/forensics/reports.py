@@ -24,6 +24,18 @@ class Report:
     sql: str
 
     @property
+    def when_empty(self) -> str:
+        """What to check when the report finds nothing: its docstring's `When empty:` line, or ''."""
+        return next(
+            (
+                line.removeprefix("When empty:").strip()
+                for line in self.doc.splitlines()
+                if line.startswith("When empty:")
+            ),
+            "",
+        )
+
+    @property
     def takes_request(self) -> bool:
         """Whether the report reads `$request` (one request id); the others cover the whole window."""
         return "$request" in self.sql

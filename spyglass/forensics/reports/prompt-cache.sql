@@ -5,6 +5,7 @@
 -- What the cache held at a moment is the last row at or before it: `--to MOMENT --since 10m`.
 -- Reproduces issue 37's ask, on the real build's -v log (tests/fixtures/llama/0.3.36/verbose/server.log): three
 -- entries of 0.969 of 1 MiB at its end, a 455-token prompt gone when a 742-token one took its address.
+-- When empty: llama-server lists its prompt cache at -lv 4 (or -v) only; at the default verbosity nothing is listed.
 -- Parameters: $from, $to.
 WITH entries AS (
   SELECT instance, ts_utc, fields->>'addr' AS prompt, (fields->>'tokens')::BIGINT AS tokens,
