@@ -522,4 +522,6 @@ def test_an_empty_prompt_cache_report_says_which_verbosity_lists_the_cache(tmp_p
     )
     assert CliRunner().invoke(app, ["ingest", "--config", str(config)]).exit_code == 0
     said = CliRunner().invoke(app, ["report", "prompt-cache", "--config", str(config)])
-    assert said.exit_code == 1 and "found nothing" in said.output and "at -lv 4 (or -v) only" in said.output, said.output
+    assert said.exit_code == 1 and "found nothing" in said.output and "at -lv 4 (or -v) only" in said.output, (
+        said.output
+    )
