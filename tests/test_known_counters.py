@@ -49,15 +49,22 @@ def run(tmp_path: Path) -> Pipeline:
     return pipeline
 
 
-def test_known_counters_are_exposed_at_zero_before_any_event(tmp_path):
-    pipeline = run(tmp_path)
+def exposed_and_closed(pipeline: Pipeline, *names: str) -> list[dict]:
+    """The exposed series of `names`, then the pipeline closed."""
     try:
         with pipeline.exposed.lock:
-            mismatches = dict(pipeline.exposed.series("spyglass_engine_model_checksum_mismatches_total"))
-            retries = dict(pipeline.exposed.series("spyglass_gateway_blind_retries_total"))
-            by_status = dict(pipeline.exposed.series("spyglass_gateway_requests_total"))
+            return [dict(pipeline.exposed.series(name)) for name in names]
     finally:
         pipeline.close()
+
+
+def test_known_counters_are_exposed_at_zero_before_any_event(tmp_path):
+    mismatches, retries, by_status = exposed_and_closed(
+        run(tmp_path),
+        "spyglass_engine_model_checksum_mismatches_total",
+        "spyglass_gateway_blind_retries_total",
+        "spyglass_gateway_requests_total",
+    )
     assert mismatches == {("strata-a", "fast"): 0.0, ("strata-b", "normal"): 0.0}
     assert retries == {("fast",): 0.0, ("normal",): 0.0, ("unknown",): 0.0}  # unknown: a line naming no lane
     assert by_status == {}  # a label of open values (status) waits for its first event
@@ -66,13 +73,9 @@ def test_known_counters_are_exposed_at_zero_before_any_event(tmp_path):
 def test_first_event_after_the_zero_is_an_increment_and_a_mirrored_counter_starts_at_the_source(tmp_path):
     run(tmp_path).close()
     (tmp_path / "b.log").write_bytes(MISMATCH + STATS)
-    pipeline = run(tmp_path)  # restarted from the saved state: the zeros it saved, now the events
-    try:
-        with pipeline.exposed.lock:
-            mismatches = dict(pipeline.exposed.series("spyglass_engine_model_checksum_mismatches_total"))
-            evictions = dict(pipeline.exposed.series("spyglass_engine_evictions_total"))
-    finally:
-        pipeline.close()
+    mismatches, evictions = exposed_and_closed(  # restarted from the saved state: the zeros it saved, now the events
+        run(tmp_path), "spyglass_engine_model_checksum_mismatches_total", "spyglass_engine_evictions_total"
+    )
     assert mismatches == {("strata-a", "fast"): 0.0, ("strata-b", "normal"): 1.0}
     # a sum of evict events since round 4 (the stats line's evictions=500 is no event): known, so from 0
     assert evictions == {("strata-a", "fast"): 0.0, ("strata-b", "normal"): 0.0}
@@ -98,11 +101,8 @@ def test_a_counter_only_strata_gives_is_absent_for_a_llama_server_not_zero(tmp_p
     settings["sources"]["engine-a"]["instance"] = "llama-a"
     pipeline = Pipeline(parse_config(settings, "test"), ManualClock(start=1_792_400_000.0), StateFile(tmp_path / "s"))
     pipeline.run_until_idle()
-    try:
-        with pipeline.exposed.lock:
-            thinking = dict(pipeline.exposed.series("spyglass_engine_thinking_tokens_total"))
-            evictions = dict(pipeline.exposed.series("spyglass_engine_evictions_total"))
-    finally:
-        pipeline.close()
+    thinking, evictions = exposed_and_closed(
+        pipeline, "spyglass_engine_thinking_tokens_total", "spyglass_engine_evictions_total"
+    )
     assert thinking == {("strata-b", "normal"): 0.0}
     assert evictions == {("llama-a", "fast"): 0.0, ("strata-b", "normal"): 0.0}  # what both give starts for both
