@@ -135,6 +135,12 @@ def test_the_wall_of_a_real_llama_run_shows_what_llama_server_gives(run, tmp_pat
     for record in ("spyglass_engine_evictions:rate10m", "spyglass_engine_ttft_seconds:p95_rate5m"):
         recorded = f'instance_lane:{record}{{instance="llama-a"}} >= 0'
         wait_until(lambda recorded=recorded: query(api, recorded), 60, f"{record} recorded")
+    # a counter that appeared with the burst (its finish label opens it) has a rate once scraped a few times
+    wait_until(
+        lambda: query(api, 'count_over_time(spyglass_engine_requests_finished_total{instance="llama-a"}[1m]) >= 5'),
+        60,
+        "the finished requests scraped five times",
+    )
     end = time.time() + 1
     results = run_queries(board, api, start - 30, end, scrape_seconds=1.0, points=120)
     assert [(r.expr[:120], r.error) for rs in results.values() for r in rs if r.error] == []

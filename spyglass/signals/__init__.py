@@ -199,7 +199,8 @@ def start_known_counters(
 
     Why: a counter first exported above 0 is invisible to rate() and increase(), which need a sample
     before the first increment, so the first model checksum mismatch or lost task anchor since the
-    agent started would page no one. Counters with another label (status, finish, reason) are left
+    agent started would page no one; a histogram likewise (its buckets are counters: a first TTFT batch
+    read in one commit would leave its p95 rule NaN). Counters with another label (status, finish, reason) are left
     to their first event (their values are open), and so are a class's `mirrored_counters`. A counter only some
     engines give (MetricSpec.engines) starts only for the instances `engine_of` says run one of them: a
     llama-server's thinking tokens are absent, not 0."""
@@ -217,7 +218,7 @@ def start_known_counters(
         }
         mirrored = base.mirrored_counters if base else frozenset()
         for spec in registration.specs:
-            if spec.type != "counter" or spec.name in mirrored:
+            if spec.type not in ("counter", "histogram") or spec.name in mirrored:
                 continue
             for key in keys_of.get(spec.labels, ()):
                 if (
@@ -226,7 +227,10 @@ def start_known_counters(
                     and (engine_of or {}).get(key[0], "") not in spec.engines
                 ):
                     continue
-                state.inc(spec.name, key, 0.0)
+                if spec.type == "histogram":
+                    state.start_histogram(spec.name, key)
+                else:
+                    state.inc(spec.name, key, 0.0)
 
 
 def full_catalogue() -> Catalogue:

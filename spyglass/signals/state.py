@@ -169,6 +169,12 @@ class MetricState:
         series = self.values.get(name) or {k: sum(c) for k, (c, _) in self.hists.get(name, {}).items()}
         return sum(v for key, v in series.items() if all(dict(zip(names, key)).get(k) == w for k, w in labels.items()))
 
+    def start_histogram(self, name: str, key: Key) -> None:
+        """The series at 0 in every bucket, unless it exists: its first observations then count in rate()."""
+        series = self.hists[name]
+        if key not in series and self._admit(name, key, series):
+            series[key] = [[0] * (len(self.bounds[name]) + 1), 0.0]
+
     def observe(self, name: str, key: Key, value: float, exemplar: Exemplar | None = None) -> None:
         """Count `value` in its bucket; with `exemplar` (request id, epoch seconds), for a histogram the
         catalogue declares with exemplars, it becomes that bucket's exemplar, replacing the one before."""
