@@ -250,9 +250,9 @@ def test_an_eviction_storm_is_counted_from_the_log_raises_ttft_and_pages(deploym
     assert set(drive(url, ["warm-0", "warm-1"], 4, 600)) == {200}
     # The storm: eight conversations on two slots and a 1 MiB host cache (three entries of ~0.3 MiB).
     assert set(drive(url, [f"conv-{i}" for i in range(8)], 4, 600)) == {200}
-    wait_until(
+    wait_until(  # a loaded CI machine: it fired, and reached the pager, just after 120 s once
         lambda: d.paged("EngineEvictionStorm", "llama-storm", "/pager"),
-        120,
+        300,
         f"EngineEvictionStorm at the pager; fired in Prometheus: {sorted(d.fired)}",
     )
     # Every eviction line of the real log is counted, by the store and by the exported counter.
