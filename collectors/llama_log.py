@@ -935,7 +935,7 @@ class LlamaLogSource(LineSourceBase):
 
 
 RELEASE = ("slot", "n_tokens", "truncated")
-PROMPT_ASKED = re.compile(r"^request \((\d+) tokens\)")
+PROMPT_ASKED = re.compile(r"^request \((\d{1,12}) tokens\)")  # a number the store's BIGINT holds, whatever a line says
 DIGITS = bytes.maketrans(b"0123456789", b"9999999999")
 
 

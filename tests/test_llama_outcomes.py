@@ -525,3 +525,11 @@ def test_an_empty_prompt_cache_report_says_which_verbosity_lists_the_cache(tmp_p
     assert said.exit_code == 1 and "found nothing" in said.output and "at -lv 4 (or -v) only" in said.output, (
         said.output
     )
+
+
+def test_a_forged_prompt_size_in_an_error_line_stays_a_number_the_store_holds() -> None:
+    """The worst such line: a prompt size past any integer column; its size is left out, the line still read."""
+    forged = b"0.00.565.358 E srv    send_error: task id = 9, error: request (" + b"9" * 40 + b" tokens) exceeds it"
+    events, misses = read(RECORDED / "x.log", lines=[forged + b"\n"])
+    errors = [e for e in events if e.kind == "task_error"]
+    assert len(errors) == 1 and "prompt" not in errors[0].fields, errors

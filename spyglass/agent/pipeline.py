@@ -203,17 +203,14 @@ class Pipeline:
 
     def _start_known_counters(self) -> None:
         """Counters of the configured instances and lanes start at 0 (see signals.start_known_counters)."""
+        from spyglass.alerting.heuristics.model import engines_of  # the instances' engines, as the rules read them
+
         instances: dict[str, list[str]] = {}
         for options in self.config.sources.values():
             instances.setdefault(options.kind, []).append(options.instance or "")
         lane_of = self.config.lanes()
-        engine_of = {  # an engine log's preset, llama_server for a llama-server poller's instance
-            o.instance: str(getattr(o, "preset", "") or ("llama_server" if o.kind == "llama_server" else ""))
-            for o in self.config.sources.values()
-            if o.instance and o.kind in ("engine_log", "llama_server")
-        }
         lanes = [*lane_of.values(), *self.config.alerts.lanes]
-        signals.start_known_counters(self.state, instances, lanes, lane_of, engine_of)
+        signals.start_known_counters(self.state, instances, lanes, lane_of, engines_of(self.config))
 
     def _build_signals(self) -> dict[str, Signals]:
         return build_signals(self.config, self.state)
