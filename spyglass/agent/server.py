@@ -126,11 +126,15 @@ class _Reception:
             self.waker.send(b"\0")
 
     def close(self) -> None:
-        if self.closed.is_set():  # closed before: the loop is gone, and a waking socket would be left unclosed
-            return
         self.closed.set()
-        self.add(socket.socket(), None)  # wakes the loop, which closes everything
+        with contextlib.suppress(OSError):  # the loop may have closed the pipe already: then it is gone
+            self.waker.send(b"\0")
         self.thread.join(timeout=5)
+        self._close_incoming()  # what arrived while the loop was leaving (CI once found one, unclosed)
+
+    def _close_incoming(self) -> None:
+        while not self.incoming.empty():
+            self.incoming.get()[0].close()
 
     def _run(self) -> None:
         while not self.closed.is_set():
@@ -144,8 +148,7 @@ class _Reception:
             now = time.monotonic()
             while self.pending and next(iter(self.pending.values()))[2] <= now:
                 self._drop(next(iter(self.pending)))
-        while not self.incoming.empty():
-            self.incoming.get()[0].close()
+        self._close_incoming()
         for sock in [*self.pending, self.wake, self.waker]:
             self._drop(sock)
         self.selector.close()
@@ -158,9 +161,6 @@ class _Reception:
             pass
         while not self.incoming.empty():
             sock, address = self.incoming.get()
-            if address is None:
-                sock.close()
-                continue
             sock.setblocking(False)
             self.selector.register(sock, selectors.EVENT_READ)
             self.pending[sock] = (address, bytearray(), time.monotonic() + self.seconds)
