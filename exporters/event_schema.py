@@ -21,7 +21,6 @@ tables, and touches no connection (exporters/store.py does).
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -56,10 +55,6 @@ BASE = tuple((name, COLUMN_SQL[type_] + (" NOT NULL" if name in REQUIRED else ""
 BASE_NAMES = ", ".join(name for name, _ in BASE_COLUMNS)  # as a SELECT lists them
 RESERVED = frozenset({name for name, _ in BASE} | {"extra", "fields", "source_kind"})
 OTHER = "ev_other"
-# A commit's events of every kind, in one narrow table (one INSERT a commit: each INSERT costs DuckDB about
-# 2 ms whatever its rows, and a live batch spans a dozen kinds), moved into the kind tables at the store's
-# fold (exporters/store.py). `cols` holds the declared fields, already of their types, as a JSON object.
-STAGED = "staged_events"
 
 
 @cache
@@ -104,10 +99,6 @@ class KindTable:
     def name(self) -> str:
         return table_name(self.source_kind, self.kind)
 
-    @property
-    def declared(self) -> frozenset[str]:
-        return _declared(self)
-
     def columns(self) -> list[tuple[str, str]]:
         """(column, SQL type) of every column, in table order."""
         return [*BASE, *((column_name(f), SQL_TYPES[t]) for f, t in self.fields), ("extra", "JSON")]
@@ -123,11 +114,6 @@ class KindTable:
 
     def arrow_schema(self) -> pa.Schema:
         return _arrow_schema(self)
-
-
-@cache
-def _declared(table: KindTable) -> frozenset[str]:
-    return frozenset(f for f, _ in table.fields)
 
 
 @cache
@@ -164,58 +150,7 @@ def source_view(source_kind: str) -> str:
 
 def _source_view_sql(source_kind: str, tables: Iterable[KindTable]) -> str:
     parts = [f"SELECT * FROM {quoted(t.name)}" for t in tables if t.source_kind == source_kind]
-    parts.append(staged_select(source_kind))
     return f"CREATE OR REPLACE VIEW {quoted(source_view(source_kind))} AS {' UNION ALL BY NAME '.join(parts)}"
-
-
-def _struct(columns: Iterable[tuple[str, str]]) -> str:
-    """json_transform's structure: the fields (by field name) with their SQL types."""
-    return "{" + ", ".join(f'"{field}": "{SQL_TYPES[type_]}"' for field, type_ in columns) + "}"
-
-
-def _field_of(column: str) -> str:
-    return column.removeprefix("field_") if column.startswith("field_") and column[6:] in RESERVED else column
-
-
-def staged_select(source_kind: str | None = None, table: KindTable | None = None) -> str:
-    """The staged rows of a source kind (or of one kind table) in its typed columns, as the kind tables hold
-    them: one parse of each row's `cols` (json_transform), each field taken from it under its column name."""
-    if table is not None:
-        columns = [(column_name(f), t) for f, t in table.fields]
-        where = f"tbl = '{table.name}'"
-    else:
-        columns = list(declared_columns(source_kind or "").items())
-        where = f"source_kind = '{source_kind}'"
-    if not columns:
-        return f"SELECT {BASE_NAMES}, extra FROM {STAGED} WHERE {where}"
-    struct = _struct((_field_of(c), t) for c, t in columns)
-    typed = "".join(f", s.{quoted(_field_of(c))} AS {quoted(c)}" for c, _ in columns)
-    return (
-        f"SELECT {BASE_NAMES}{typed}, extra FROM (SELECT *, json_transform(cols, '{struct}') AS s"
-        f" FROM {STAGED} WHERE {where})"
-    )
-
-
-def staged_create_sql() -> str:
-    body = ", ".join(f"{quoted(c)} {t}" for c, t in BASE)
-    return (
-        f"CREATE TABLE IF NOT EXISTS {STAGED} ({body}, source_kind VARCHAR NOT NULL, tbl VARCHAR NOT NULL,"
-        f" cols VARCHAR, extra JSON)"
-    )
-
-
-def move_sql(table: KindTable) -> str:
-    """The staged rows of `table` into it, in seq order (the caller deletes them, in the same transaction)."""
-    return f"INSERT INTO {quoted(table.name)} BY NAME {staged_select(table=table)} ORDER BY seq"
-
-
-def move_unknown_sql(known: Iterable[str]) -> str:
-    """Staged rows whose kind table this code does not declare (a kind since dropped) into OTHER."""
-    names = ", ".join(f"'{name}'" for name in known)
-    return (
-        f"INSERT INTO {OTHER} SELECT {BASE_NAMES}, json_merge_patch('{{}}', coalesce(cols, '{{}}'),"
-        f" coalesce(extra, '{{}}')) FROM {STAGED} WHERE tbl NOT IN ({names}) ORDER BY seq"
-    )
 
 
 def events_view_sql(tables: Iterable[KindTable]) -> str:
@@ -226,12 +161,6 @@ def events_view_sql(tables: Iterable[KindTable]) -> str:
         for t in tables
     ]
     parts.append(f"SELECT {common}, fields, NULL AS source_kind FROM {OTHER}")
-    for source_kind in sorted({t.source_kind for t in tables}):  # typed first, as a kind table's: NaN stays NaN
-        pairs = ", ".join(f"'{_field_of(c)}', {quoted(c)}" for c in declared_columns(source_kind))
-        parts.append(
-            f"SELECT {common}, json_merge_patch('{{}}', json_object({pairs}), coalesce(extra, '{{}}')) AS fields,"
-            f" '{source_kind}' AS source_kind FROM ({staged_select(source_kind)})"
-        )
     return f"CREATE OR REPLACE VIEW events AS {' UNION ALL '.join(parts)}"
 
 
@@ -247,17 +176,12 @@ def view_statements() -> list[str]:
 
 def create_statements() -> list[str]:
     """Every table (IF NOT EXISTS) and view (OR REPLACE) of the typed schema."""
-    return [
-        *(t.create_sql() for t in kind_tables().values()),
-        other_create_sql(),
-        staged_create_sql(),
-        *view_statements(),
-    ]
+    return [*(t.create_sql() for t in kind_tables().values()), other_create_sql(), *view_statements()]
 
 
 def table_names() -> list[str]:
-    """Every table events are stored in: the kind tables, OTHER and STAGED."""
-    return [*(t.name for t in kind_tables().values()), OTHER, STAGED]
+    """Every table events are stored in: the kind tables and OTHER."""
+    return [*(t.name for t in kind_tables().values()), OTHER]
 
 
 def table_of(event: Event, sources: Mapping[str, str]) -> KindTable | None:
@@ -303,8 +227,6 @@ def _json(value: Any) -> str:
 
 COERCE = {"int": _int, "float": _float, "text": _text, "bool": _bool, "json": _json}
 EXACT = {"int": int, "float": float, "text": str, "bool": bool}  # values of these classes go to Arrow as they are
-INT64 = range(-(1 << 63), 1 << 63)
-NOT_FINITE = {"nan": "nan", "inf": "inf", "-inf": "-inf"}  # JSON has no such numbers: json_transform reads these
 
 
 def _base(events: list[Event], seqs: list[int]) -> list[pa.Array]:
@@ -312,7 +234,7 @@ def _base(events: list[Event], seqs: list[int]) -> list[pa.Array]:
 
     return [
         pa.array(seqs, pa.int64()),
-        pa.array([round(e.ts * 1_000_000) for e in events], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array([round(e.ts * 1_000_000) for e in events], arrow_types()["timestamp"]),
         pa.array([e.source for e in events], pa.string()),
         pa.array([e.kind for e in events], pa.string()),
         pa.array([e.instance for e in events], pa.string()),
@@ -335,7 +257,7 @@ def kind_arrow(table: KindTable, events: list[Event], seqs: list[int]) -> pa.Tab
         values = [f.get(name) for f in given]
         exact = EXACT.get(type_)
         if exact is not None and all(v is None or v.__class__ is exact for v in values):
-            columns.append(pa.array(values, types[type_]))  # Arrow would also take 3.5 as an int (3): not here
+            columns.append(pa.array(values, types[type_]))  # Arrow would take 3.5 for an int (3): not here
             continue
         coerce, out = COERCE[type_], []
         for i, value in enumerate(values):
@@ -360,87 +282,6 @@ def other_arrow(events: list[Event], seqs: list[int]) -> pa.Table:
     columns = _base(events, seqs)
     columns.append(pa.array([orjson.dumps(e.fields, default=str).decode() for e in events], pa.string()))
     return pa.Table.from_arrays(columns, schema=pa.schema([*base_arrow(), ("fields", pa.string())]))
-
-
-def _staged_fields(table: KindTable, given: dict[str, Any]) -> tuple[str | None, str | None]:
-    """An event's `cols` and `extra` (JSON) as its kind table would hold them (kind_arrow's coercions,
-    value by value); OverflowError for an int past 64 bits, which no table takes."""
-    cols: dict[str, Any] = {}
-    extra: dict[str, Any] = {}
-    for name, type_ in table.fields:
-        value = given.get(name)
-        if value is None:
-            continue
-        if type_ == "json":
-            cols[name] = value
-            continue
-        try:
-            typed = COERCE[type_](value)
-        except (TypeError, ValueError, OverflowError):
-            extra[name] = value
-            continue
-        if typed.__class__ is int and typed not in INT64:
-            raise OverflowError(f"{name} = {typed} does not fit 64 bits")
-        if typed.__class__ is float and not math.isfinite(typed):
-            typed = NOT_FINITE[repr(typed)]
-        cols[name] = typed
-    if not given.keys() <= table.declared:
-        extra.update((k, v) for k, v in given.items() if k not in table.declared)
-    return (
-        orjson.dumps(cols, default=str).decode() if cols else None,
-        orjson.dumps(extra, default=str).decode() if extra else None,
-    )
-
-
-def stage(events: list[Event], first_seq: int, sources: Mapping[str, str]) -> dict[str, pa.Table]:
-    """The events as rows of STAGED (and OTHER, for undeclared kinds), numbered from `first_seq` in the
-    order given: what `split` gives, in one narrow table."""
-    import pyarrow as pa
-
-    tables = kind_tables()
-    kept: list[Event] = []
-    seqs: list[int] = []
-    homes: list[KindTable] = []
-    others: tuple[list[Event], list[int]] = ([], [])
-    for seq, event in enumerate(events, first_seq):
-        source_kind = sources.get(event.source)
-        table = tables.get((source_kind, event.kind)) if source_kind else None
-        if table is None:
-            others[0].append(event)
-            others[1].append(seq)
-            continue
-        kept.append(event)
-        seqs.append(seq)
-        homes.append(table)
-    out: dict[str, pa.Table] = {}
-    if kept:
-        encoded = [_staged_fields(t, e.fields) for t, e in zip(homes, kept, strict=True)]
-        columns = [
-            *_base(kept, seqs),
-            pa.array([t.source_kind for t in homes], pa.string()),
-            pa.array([t.name for t in homes], pa.string()),
-            pa.array([c for c, _ in encoded], pa.string()),
-            pa.array([x for _, x in encoded], pa.string()),
-        ]
-        out[STAGED] = pa.Table.from_arrays(columns, schema=_staged_schema())
-    if others[0]:
-        out[OTHER] = other_arrow(*others)
-    return out
-
-
-@cache
-def _staged_schema() -> pa.Schema:
-    import pyarrow as pa
-
-    return pa.schema(
-        [
-            *base_arrow(),
-            ("source_kind", pa.string()),
-            ("tbl", pa.string()),
-            ("cols", pa.string()),
-            ("extra", pa.string()),
-        ]
-    )
 
 
 def split(events: list[Event], first_seq: int, sources: Mapping[str, str]) -> dict[str, pa.Table]:

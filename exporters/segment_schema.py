@@ -31,10 +31,8 @@ from spyglass.exporters.event_schema import (
     KindTable,
     arrow_types,
     column_name,
-    declared_columns,
     kind_tables,
     quoted,
-    staged_select,
 )
 
 if TYPE_CHECKING:  # pyarrow loads when a segment is written, not for the SQL over segments (the commands')
@@ -111,12 +109,6 @@ def rows_sql(tables: list[KindTable]) -> str:
         + f"extra::VARCHAR AS extra FROM {quoted(t.name)} WHERE seq BETWEEN $1 AND $2"
         for t in tables
     ]
-    for source_kind in sorted({t.source_kind for t in tables}):  # rows staged, not yet in their kind tables
-        parts.append(
-            f"SELECT {common}, '{source_kind}' AS source_kind, "
-            + "".join(f"{_stored(c, ty)}, " for c, ty in declared_columns(source_kind).items())
-            + f"extra::VARCHAR AS extra FROM ({staged_select(source_kind)}) WHERE seq BETWEEN $1 AND $2"
-        )
     parts.append(
         f"SELECT {common}, NULL::VARCHAR AS source_kind, fields::VARCHAR AS extra FROM {OTHER}"
         " WHERE seq BETWEEN $1 AND $2"

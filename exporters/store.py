@@ -39,9 +39,6 @@ MIGRATION_ROWS = 50_000
 # A fold's memory grows with its events (a 750k-event fold of a catch-up ran out of 64 MiB): they are folded
 # in steps of at most this many, and at once when this many wait, whatever agent.request_rows_seconds says.
 FOLD_MAX_EVENTS = 100_000  # events read, typed and written per step of a migration
-# A commit of at most this many events is staged (event_schema.STAGED: one INSERT), a larger one (a catch-up's)
-# written to its kind tables at once; the staged rows move to the kind tables at the fold, or when this many wait.
-STAGE_MAX_EVENTS = 20_000
 SET_ASIDE = "migration_set_aside"  # rows of an old store a migration could not convert, kept as they were
 UNCONVERTIBLE = (TypeError, ValueError, OverflowError, AttributeError, pa.ArrowException, orjson.JSONDecodeError)
 
@@ -54,29 +51,26 @@ def storable(event: Event) -> bool:
     return 0.0 <= event.ts < LAST_STORABLE_SECONDS  # false for NaN too
 
 
-Tables = Callable[[list[Event], int, Mapping[str, str]], dict[str, pa.Table]]
-
-
 def storable_tables(
-    events: list[Event], first_seq: int, sources: Mapping[str, str], build: Tables = event_schema.split
+    events: list[Event], first_seq: int, sources: Mapping[str, str]
 ) -> tuple[dict[str, pa.Table], list[Event]]:
-    """The events as Arrow tables by table (`build`: event_schema.split by kind table, or event_schema.stage),
-    less those that will not encode (returned): one bad record never blocks the ones behind it. Timestamps
-    are checked before (`storable`, in the committer, and at the edges: collectors/timebounds.py); this is
-    the store's own last guard."""
+    """The events as Arrow tables by kind table (event_schema.split), less those that will not encode
+    (returned): one bad record never blocks the ones behind it. Timestamps are checked before
+    (`storable`, in the committer, and at the edges: collectors/timebounds.py); this is the store's
+    own last guard."""
     try:
-        return build(events, first_seq, sources), []
+        return event_schema.split(events, first_seq, sources), []
     except (TypeError, ValueError, OverflowError, pa.ArrowException):
         pass
     kept, refused = [], []
     for event in events:
         try:
-            build([event], 0, sources)
+            event_schema.split([event], 0, sources)
         except (TypeError, ValueError, OverflowError, pa.ArrowException):
             refused.append(event)
         else:
             kept.append(event)
-    return build(kept, first_seq, sources), refused
+    return event_schema.split(kept, first_seq, sources), refused
 
 
 @dataclass(frozen=True)
@@ -137,7 +131,6 @@ class DuckDBStore:
                 _rollback(self.con)
                 raise
         self.next_seq = self._first_free_seq()
-        self.staged = self._count_staged()
         self._load_rows_state()
         # Analysts query through this connection (/api/sql): no file access, settings frozen.
         self.con.execute("SET enable_external_access = false")
@@ -208,13 +201,9 @@ class DuckDBStore:
                         f"ALTER TABLE {quoted(table.name)} ADD COLUMN {quoted(column)} {type_.replace(' NOT NULL', '')}"
                     )
                     changed = True
-        for name, create in (
-            (event_schema.OTHER, event_schema.other_create_sql()),
-            (event_schema.STAGED, event_schema.staged_create_sql()),
-        ):
-            if name not in have:
-                con.execute(create)
-                changed = True
+        if event_schema.OTHER not in have:
+            con.execute(event_schema.other_create_sql())
+            changed = True
         for statement in request_rows.create_statements():
             con.execute(statement)
         for table in request_rows.row_tables().values():  # a column added since: NULL in the rows folded before it
@@ -385,8 +374,7 @@ class DuckDBStore:
             self.migrate()
             self._typed = True
         now = time.time()
-        build = event_schema.stage if len(events) <= STAGE_MAX_EVENTS else event_schema.split
-        tables, refused = storable_tables(events, self.next_seq, self.sources, build) if events else ({}, [])
+        tables, refused = storable_tables(events, self.next_seq, self.sources) if events else ({}, [])
         stored = sum(t.num_rows for t in tables.values())
         changed = {source: json.dumps(state) for source, state in checkpoints.items()}
         changed = {source: state for source, state in changed.items() if self._written.get(source) != state}
@@ -395,11 +383,7 @@ class DuckDBStore:
         try:
             for name, table in tables.items():
                 con.from_arrow(table).insert_into(name)
-            staged = self.staged + (tables[event_schema.STAGED].num_rows if event_schema.STAGED in tables else 0)
-            if fold or staged > STAGE_MAX_EVENTS:
-                self._move_staged()
-                staged = 0
-            behind = self._fold_or_mark(fold, self.next_seq + stored - 1, now, _kind_tables_in(tables))
+            behind = self._fold_or_mark(fold, self.next_seq + stored - 1, now, tables)
             self._write_checkpoints(changed, now)
             if self._has_metrics:
                 con.execute(
@@ -427,7 +411,6 @@ class DuckDBStore:
             raise
         self._written.update(changed)
         self._has_metrics = True
-        self.staged = staged
         self.next_seq += stored
         self.rows_behind = behind
         if not behind:
@@ -441,7 +424,7 @@ class DuckDBStore:
         self.rows_behind = bool(saved.get("behind"))
         self.rows_through = int(saved["through"]) if self.rows_behind else self.next_seq - 1
 
-    def _fold_or_mark(self, fold: bool, last: int, now: float, written: set[str] | None = None) -> bool:
+    def _fold_or_mark(self, fold: bool, last: int, now: float, written: Mapping[str, Any] | None = None) -> bool:
         """Inside a commit (which wrote the kind tables `written`): fold the events through seq `last` not yet
         folded, or record that the rows are behind (once: until the next fold). Returns whether they are
         behind after it. Events no row reads (polls, host samples) leave caught-up rows caught up."""
@@ -450,7 +433,6 @@ class DuckDBStore:
             return self.rows_behind
         fold = fold or last - self.rows_through > FOLD_MAX_EVENTS
         if fold:
-            self._move_staged()  # the rows read the kind tables
             for first in range(self.rows_through + 1, last + 1, FOLD_MAX_EVENTS):
                 request_rows.maintain(self.con, first, min(last, first + FOLD_MAX_EVENTS - 1))
         if fold == self.rows_behind:  # the recorded state changes: behind from now, or caught up
@@ -465,31 +447,17 @@ class DuckDBStore:
         return not fold
 
     def fold_rows(self) -> None:
-        """Move and fold, in a transaction of its own, what a killed agent staged or stored without folding."""
-        if not self.rows_behind and not self.staged:
+        """Fold, in a transaction of its own, what a killed agent stored without folding."""
+        if not self.rows_behind:
             return
         self.con.begin()
         try:
-            self._move_staged()
             self._fold_or_mark(True, self.next_seq - 1, time.time())
             self.con.commit()
         except BaseException:
             _rollback(self.con)
             raise
-        self.rows_behind, self.rows_through, self.staged = False, self.next_seq - 1, 0
-
-    def _move_staged(self) -> None:
-        """Inside a transaction: every staged row into its kind table (the request rows read those)."""
-        con = self.con
-        present = {name for (name,) in con.execute(f"SELECT DISTINCT tbl FROM {event_schema.STAGED}").fetchall()}
-        if not present:
-            return
-        tables = {t.name: t for t in event_schema.kind_tables().values()}
-        for name in sorted(present & tables.keys()):
-            con.execute(event_schema.move_sql(tables[name]))
-        if present - tables.keys():
-            con.execute(event_schema.move_unknown_sql(tables))
-        con.execute(f"DELETE FROM {event_schema.STAGED}")
+        self.rows_behind, self.rows_through = False, self.next_seq - 1
 
     def _write_checkpoints(self, changed: dict[str, str], now: float) -> None:
         old = [(source, state) for source, state in changed.items() if source in self._written]
@@ -507,13 +475,6 @@ class DuckDBStore:
                 f"INSERT OR REPLACE INTO checkpoints VALUES {values}",
                 [x for source, state in new for x in (source, state, now)],
             )
-
-    def _count_staged(self) -> int:
-        """Rows staged and not yet moved (by an agent killed before its fold): 0 before the table exists."""
-        found = self.con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [event_schema.STAGED]
-        ).fetchall()[0][0]
-        return self.con.execute(f"SELECT count(*) FROM {event_schema.STAGED}").fetchall()[0][0] if found else 0
 
     def _first_free_seq(self) -> int:
         version = self.schema_version()
@@ -584,14 +545,6 @@ class DuckDBStore:
 
     def close(self) -> None:
         self.con.close()
-
-
-def _kind_tables_in(tables: Mapping[str, pa.Table]) -> set[str]:
-    """The kind tables a commit's `tables` hold events of: a staged row names its own (`tbl`)."""
-    names = set(tables) - {event_schema.STAGED}
-    if event_schema.STAGED in tables:
-        names.update(tables[event_schema.STAGED].column("tbl").unique().to_pylist())
-    return names
 
 
 def _runs(rows: list[tuple[Any, ...]]) -> list[tuple[int, list[Event]]]:

@@ -16,10 +16,7 @@ the order of storage, `ts` TIMESTAMPTZ in UTC, `source`, `kind`, `instance`, `ho
 column per field the kind declares (`collectors/fields.py`: counts and bytes BIGINT, rates DOUBLE, flags
 BOOLEAN, nested bodies JSON; a field named like a common column is stored as `field_<name>`), and `extra`
 (JSON: a field the kind does not declare, e.g. a configured pattern's own group, or a value not of its
-type, kept as given). Events of a kind nobody declares go to `ev_other` with their fields as JSON. A live
-agent's commit lands in one narrow table, `staged_events` (its fields as a JSON object `cols`, already of their
-types), moved into the kind tables when the request rows are folded; the views read both, so a staged event
-is as visible as a moved one. Two
+type, kept as given). Events of a kind nobody declares go to `ev_other` with their fields as JSON. Two
 kinds of view read them: `events_<source kind>` (every kind of a source kind, e.g.
 `SELECT reason, count(*) FROM events_engine_log WHERE kind = 'evict' GROUP BY ALL`), and `events`, every
 event with its `source_kind` and its fields rebuilt as JSON, so a query written for the old one-table
