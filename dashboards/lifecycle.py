@@ -54,6 +54,7 @@ def build(d: Deployment):
             Q(rate("spyglass_gateway_starts_total", fn="increase"), "gateway"),
             Q(rate("spyglass_supervisord_starts_total", fn="increase"), "supervisord"),
             width=8,
+            links=[runbook(d, "EngineRestartLoop")],  # an engine no supervisord watches: its log's starts
         ),
         timeseries_panel(
             "FATAL, SIGKILL escalations, core dumps",

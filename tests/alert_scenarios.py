@@ -315,6 +315,10 @@ def scenarios() -> list[Scenario]:
                     (T0 + 30, 1), (rest - 30, 0)
                 ),
                 'spyglass_host_process_up{instance="strata-b"}': gauge((T0 + 30, 1), (rest - 30, 0)),
+                # its log shows each start too: under supervisord that is ProgramCrashLoop's page, not a second one
+                f"spyglass_engine_starts_total{{{b_il}}}": gauge(
+                    (T0, 1), *[(3, 2 + k) for k in range(10)], (rest - 30, 11)
+                ),
                 'spyglass_source_last_event_timestamp_seconds{source="engine-b"}': clock(T0 + 30)
                 + f" {(T0 + 29) * 60}x{rest - 31}",
             },
@@ -328,6 +332,24 @@ def scenarios() -> list[Scenario]:
                 ],
                 175: [("ProgramFatal", {"instance": "strata-b", "program": "strata-b", "state": "FATAL"})],
             },
+        ),
+        # llama-server under systemd (or in a container): no supervisord counts its spawns, its log shows each start.
+        Scenario(
+            "H13 llama-server restarting outside supervisord",
+            N,
+            {
+                'spyglass_engine_starts_total{instance="llama-a", lane="normal"}': gauge(
+                    (T0, 1), *[(3, 2 + k) for k in range(10)], (rest - 30, 11)
+                ),
+            },
+            {
+                115: [],
+                T0 + 5: [],
+                T0 + 6: [("EngineRestartLoop", {"instance": "llama-a"})],
+                T0 + 30: [("EngineRestartLoop", {"instance": "llama-a"})],
+                N - 2: [],
+            },
+            {"EngineRestartLoop": (T0 + 6, {"instance": "llama-a"}, "3")},
         ),
         Scenario(
             "H14 loading past the probe budget, then a slow load",

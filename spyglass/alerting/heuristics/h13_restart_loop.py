@@ -13,6 +13,7 @@ from spyglass.alerting.heuristics.model import (
     Heuristic,
     Probe,
     Threshold,
+    Words,
     probe_sql,
 )
 
@@ -40,7 +41,33 @@ def build(d: Deployment) -> Heuristic:
         ),
     )
     spawns = f"max_over_time(spyglass_supervisord_spawns_total[{window}]) - min_over_time(spyglass_supervisord_spawns_total[{window}])"
+    starts = (
+        f"sum by (host, instance) (max_over_time(spyglass_engine_starts_total[{window}])"
+        f" - min_over_time(spyglass_engine_starts_total[{window}]))"
+    )
+    supervised = 'label_replace(spyglass_supervisord_spawns_total, "instance", "$1", "program", "(.*)")'
     return Heuristic(
+        words={
+            "llama_server": Words(
+                symptom=f"llama-server starts {s.crash_loop_spawns}+ times in {window} (its log's start banner, or"
+                " supervisord's spawns), or supervisord gives it up (FATAL).",
+                wrong_guess="the model file is broken",
+                check_query=Check(
+                    text="The exit reason and the last log lines before each start: a failed load (`E` lines ending"
+                    " in `exiting due to model loading error`), an out-of-memory kill (dmesg), or a signal; then the"
+                    " same build with the previous model, and the previous build with this model.",
+                    promql=starts,
+                    sql="SELECT ts, instance, kind, build, component, message FROM events_engine_log"
+                    " WHERE kind IN ('start', 'error') ORDER BY ts DESC LIMIT 30",
+                    shell="journalctl -u llama-server -n 200 --no-pager  # or the file given to --log-file",
+                ),
+                knobs=(
+                    "systemd Restart= / StartLimitBurst= (or supervisord startretries / startsecs)",
+                    "-m / --model, -c and -ngl: what the load needs in memory",
+                    "the build pinned with the model",
+                ),
+            )
+        },
         evidence=Evidence(
             control="hour before",
             text="Spawns of the program against the hour before.",
@@ -50,7 +77,8 @@ def build(d: Deployment) -> Heuristic:
         id="H13",
         title="Restart loop",
         incident="upgrade (crashes within minutes; rolling back seemed to fix it)",
-        symptom=f"A program is spawned {s.crash_loop_spawns}+ times in {window}, or enters FATAL.",
+        symptom=f"A program is spawned (or an engine's log shows a start) {s.crash_loop_spawns}+ times in {window},"
+        " or enters FATAL.",
         wrong_guess="the new model is broken",
         check=Check(
             text="2x2 old/new model x old/new environment; the exit reason and the last log lines before it.",
@@ -89,6 +117,17 @@ def build(d: Deployment) -> Heuristic:
                 for_="0m",
                 summary=f"{INSTANCE} is restarting in a loop.",
                 description=f"supervisord spawned {INSTANCE} {VALUE} times in {window}.",
+                keep_firing_for="10m",
+                inhibits_latency=True,
+            ),
+            Alert(
+                name="EngineRestartLoop",
+                severity="critical",
+                expr=f"{starts} >= {s.crash_loop_spawns} unless on (host, instance) {supervised}",
+                for_="0m",
+                summary=f"{INSTANCE} is restarting in a loop (its log shows each start).",
+                description=f"{INSTANCE} started {VALUE} times in {window}, by its own log; no supervisord watches"
+                " it (systemd, a container, a shell loop), so ProgramCrashLoop cannot.",
                 keep_firing_for="10m",
                 inhibits_latency=True,
             ),
