@@ -133,8 +133,13 @@ class _Reception:
         self._close_incoming()  # what arrived while the loop was leaving (CI once found one, unclosed)
 
     def _close_incoming(self) -> None:
-        while not self.incoming.empty():
-            self.incoming.get()[0].close()
+        """Close what is queued; safe from two threads at once (a loop slower than close's join is still leaving)."""
+        while True:
+            try:
+                sock, _ = self.incoming.get_nowait()
+            except queue.Empty:
+                return
+            sock.close()
 
     def _run(self) -> None:
         while not self.closed.is_set():
