@@ -29,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spyglass.collectors.clock import MICROS, fraction_micros
 from spyglass.collectors.event import Event
 from spyglass.collectors.grammar import Grammar, LineKind, Miss, _float, _int
 
@@ -175,16 +176,16 @@ class _Kind:
 
 
 class _Block:
-    """One block's prefixed rows: their prefix groups, line numbers and whether a '.' follows the stamp."""
+    """One block's prefixed rows: their prefix groups and line numbers."""
 
-    def __init__(self, heads: pa.StructArray, rows: pa.Array, dots: pa.Array) -> None:
-        self.heads, self.rows, self.dots = heads, rows, dots
+    def __init__(self, heads: pa.StructArray, rows: pa.Array) -> None:
+        self.heads, self.rows = heads, rows
 
     def filter(self, mask: pa.Array) -> _Block:
-        return _Block(self.heads.filter(mask), self.rows.filter(mask), self.dots.filter(mask))
+        return _Block(self.heads.filter(mask), self.rows.filter(mask))
 
     def take(self, positions: pa.Array) -> _Block:
-        return _Block(self.heads.take(positions), self.rows.take(positions), self.dots.take(positions))
+        return _Block(self.heads.take(positions), self.rows.take(positions))
 
 
 class BlockGrammar:
@@ -196,7 +197,7 @@ class BlockGrammar:
     def __init__(
         self,
         grammar: Grammar,
-        event: Callable[[bytes, str, dict, float], Event | str],
+        event: Callable[[bytes, str, dict, int], Event | str],
         parse_line: Callable[[bytes], Event | str],
         *,
         source: str,
@@ -204,14 +205,12 @@ class BlockGrammar:
         host: str,
         utc: bool,
         special: frozenset[str] = frozenset(),
-        fast_fraction: bool = False,
         ignored_prefix: str | None = None,
     ) -> None:
         self.grammar, self.event, self.parse_line = grammar, event, parse_line
         self.source, self.instance, self.host = source, instance, host
         self.utc = utc  # stamps converted column-wise; otherwise by the parser's zone, per event
         self.special = special  # kinds whose event() does more than build the Event (the engine's args)
-        self.fast_fraction = fast_fraction  # the per-line fast path's ms arithmetic (int * 0.001)
         groups = _groups(grammar.prefix)
         for name in ("ts", "level", "component"):
             if name in groups and (groups[name][0] == 0 or groups[name][1]):
@@ -242,8 +241,7 @@ class BlockGrammar:
         heads = pc.extract_regex(lines_array, self.prefix)
         prefixed = heads.is_valid()
         misses[Miss.UNPREFIXED] = len(heads) - (pc.sum(prefixed).as_py() or 0)
-        dots = pc.equal(pc.binary_slice(lines_array, 19, 20), pa.scalar(b".", pa.binary()))
-        block = _Block(heads, rows, dots).filter(prefixed)
+        block = _Block(heads, rows).filter(prefixed)
         if self.grammar.has_level and self.grammar.ignore_levels:
             skip = pc.is_in(block.heads.field("level"), pa.array(sorted(self.grammar.ignore_levels), pa.binary()))
             misses[Miss.IGNORED] += pc.sum(skip).as_py() or 0
@@ -328,9 +326,9 @@ class BlockGrammar:
         return self._events(name, positions, values, times)
 
     def _own_events(self, name: str, positions: list[int], values: list[Any], rows: _Rows) -> list[Any]:
-        stamps, fractions = rows.stamps, rows.fractions
+        stamps, micros = rows.stamps, rows.micros
         return [
-            fields if isinstance(fields, str) else self.event(stamps[p], name, fields, fractions[p])
+            fields if isinstance(fields, str) else self.event(stamps[p], name, fields, micros[p])
             for p, fields in zip(positions, values)
         ]
 
@@ -345,30 +343,23 @@ class BlockGrammar:
             for p, fields in zip(positions, values)
         ]
 
-    def _fractions(self, heads: pa.StructArray, dots: pa.Array) -> pa.Array:
-        """The per-line parser's fraction of a second, with its arithmetic: int(ms) / 10**len(ms),
-        and int(ms) * 0.001 (not always equal) where its fast path takes 'YYYY-MM-DD HH:MM:SS.mmm'."""
+    def _micros(self, heads: pa.StructArray) -> pa.Array:
+        """clock.fraction_micros of each row's ms group, column-wise: its first six digits, padded with zeros."""
         if "ms" not in self.grammar.prefix.groupindex:
-            return pa.array([0.0] * len(heads), pa.float64())
-        ms = heads.field("ms")
-        digits = pc.binary_length(ms)
-        present = pc.greater(digits, 0)
-        value = pc.cast(pc.cast(pc.if_else(present, ms, pa.scalar(b"0", pa.binary())), pa.string()), pa.int64())
-        value = pc.cast(value, pa.float64())
-        fraction = pc.divide(value, pc.power(10.0, pc.cast(digits, pa.float64())))
-        if self.fast_fraction:
-            fast = pc.and_(dots, pc.equal(digits, 3))
-            fraction = pc.if_else(fast, pc.multiply(value, 0.001), fraction)
-        return pc.if_else(present, fraction, 0.0)
+            return pa.array([0] * len(heads), pa.int64())
+        ms = pc.cast(pc.binary_slice(heads.field("ms"), 0, 6), pa.string())
+        present = pc.greater(pc.utf8_length(ms), 0)
+        padded = pc.utf8_rpad(pc.if_else(present, ms, pa.scalar("0", pa.string())), width=6, padding="0")
+        return pc.cast(padded, pa.int64())
 
-    def _timestamps(self, heads: pa.StructArray, dots: pa.Array) -> list[float | None] | None:
+    def _timestamps(self, heads: pa.StructArray) -> list[float | None] | None:
         """Epoch seconds per row as the per-line parser computes them (UTC stamps only; None for a
         stamp it would refuse, such as 02-30: its row takes the parser's own `event`); None for
         all rows when the block cannot be done column-wise."""
         if not self.utc:
             return None
         try:
-            fractions = self._fractions(heads, dots)
+            micros = self._micros(heads)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # an ms group that is no number
             return None
         ts = heads.field("ts")
@@ -381,16 +372,18 @@ class BlockGrammar:
         for part, (start, end) in STAMP_PARTS.items():
             stamped = pc.cast(pc.cast(pc.binary_slice(ts, start, end), pa.string()), pa.int64())
             exact = pc.and_(exact, pc.equal(getattr(pc, part)(seconds), stamped))
-        epoch = pc.add(pc.cast(pc.cast(seconds, pa.int64()), pa.float64()), fractions)
+        instant = pc.add(pc.multiply(pc.cast(seconds, pa.int64()), MICROS), micros)
+        # As DatedLogParser.event: float(micros) / MICROS (a year-0 row, beyond float's exact integers, is masked below).
+        epoch = pc.divide(pc.cast(instant, pa.float64(), safe=False), float(MICROS))
         return pc.if_else(
             pc.and_(exact, pc.greater_equal(pc.cast(seconds, pa.int64()), FIRST_DAY)), epoch, None
         ).to_pylist()
 
-    def _fraction_list(self, heads: pa.StructArray, dots: pa.Array) -> list[float]:
+    def _micros_list(self, heads: pa.StructArray) -> list[int]:
         try:
-            return self._fractions(heads, dots).to_pylist()
+            return self._micros(heads).to_pylist()
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # an ms group that is no number
-            return [int(ms) / 10 ** len(ms) if ms else 0.0 for ms in heads.field("ms").to_pylist()]
+            return [fraction_micros(ms) for ms in heads.field("ms").to_pylist()]
 
     def _leftovers(self, block: _Block, rows: _Rows, positions: list[int], found: list) -> None:
         """Prefixed rows no kind took: an error-level line is an `error` event, the rest unmatched."""
@@ -403,14 +396,14 @@ class BlockGrammar:
         for p, level, component, message in zip(positions, levels, components, heads.field(MESSAGE).to_pylist()):
             if error is not None and level == error:
                 fields = self.grammar.error_fields(component, message)
-                found.append((rows.rows[p], self.event(rows.stamps[p], "error", fields, rows.fractions[p])))
+                found.append((rows.rows[p], self.event(rows.stamps[p], "error", fields, rows.micros[p])))
             else:
                 found.append((rows.rows[p], Miss.UNMATCHED))
 
 
 class _Rows:
-    """Per prefixed row of a block, as Python lists computed once: line number, stamp, fraction,
-    and the epoch seconds where they could be computed column-wise."""
+    """Per prefixed row of a block, as Python lists computed once: line number, stamp, microseconds into
+    its second, and the epoch seconds where they could be computed column-wise."""
 
     def __init__(self, grammar: BlockGrammar, block: _Block) -> None:
         self._grammar, self._block = grammar, block
@@ -418,15 +411,15 @@ class _Rows:
 
     @functools.cached_property
     def times(self) -> list[float | None] | None:
-        return self._grammar._timestamps(self._block.heads, self._block.dots)
+        return self._grammar._timestamps(self._block.heads)
 
     @functools.cached_property
     def stamps(self) -> list[bytes]:
         return self._block.heads.field("ts").to_pylist()
 
     @functools.cached_property
-    def fractions(self) -> list[float]:
-        return self._grammar._fraction_list(self._block.heads, self._block.dots)
+    def micros(self) -> list[int]:
+        return self._grammar._micros_list(self._block.heads)
 
 
 def _convert(

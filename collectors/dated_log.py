@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from spyglass.collectors.clock import ZonedParser
+from spyglass.collectors.clock import MICROS, ZonedParser, fraction_micros
 from spyglass.collectors.event import Event
 from spyglass.collectors.grammar import Grammar, LineKind, Miss
 
@@ -37,12 +37,13 @@ class DatedLogParser:
         if isinstance(found, str):
             return found
         head, kind, fields = found
-        ms = head.groupdict().get("ms")
-        return self.event(head.group("ts"), kind, fields, int(ms) / 10 ** len(ms) if ms else 0.0)
+        return self.event(head.group("ts"), kind, fields, fraction_micros(head.groupdict().get("ms")))
 
-    def event(self, stamp: bytes, kind: str, fields: dict[str, Any], fraction: float) -> Event | str:
+    def event(self, stamp: bytes, kind: str, fields: dict[str, Any], micros: int) -> Event | str:
+        """The Event of a line, stamped `micros` microseconds into its second."""
         try:
-            ts = self.clock.seconds(stamp) + fraction
+            # float() first, as the columnar path's cast: int / int rounds once, and differs past 2**53 us (year 2255).
+            ts = float(self.clock.micros(stamp, micros)) / MICROS
         except ValueError:  # e.g. month 13: the prefix shape matched, the date did not
             return Miss.UNMATCHED
         return Event(

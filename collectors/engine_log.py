@@ -269,7 +269,6 @@ class EngineLogParser(DatedLogParser):
                 host=self.host,
                 utc=options.tz == "UTC",
                 special=frozenset({"args"}),
-                fast_fraction=self.fast,
                 ignored_prefix=ignored,
             )
         except NotRe2 as exc:
@@ -303,14 +302,14 @@ class EngineLogParser(DatedLogParser):
                     fields = kind.typed(found)
                     if isinstance(fields, str):
                         return fields
-                    return self.event(line[:19], kind.kind, fields, int(line[20:23]) * 0.001)
+                    return self.event(line[:19], kind.kind, fields, int(line[20:23]) * 1000)
         if head[1:2] == self.grammar.error_level:
             return self.event(
-                line[:19], "error", self.grammar.error_fields(component, line[start:]), int(line[20:23]) * 0.001
+                line[:19], "error", self.grammar.error_fields(component, line[start:]), int(line[20:23]) * 1000
             )
         return Miss.UNMATCHED
 
-    def event(self, stamp: bytes, kind: str, fields: dict, fraction: float) -> Event | str:
+    def event(self, stamp: bytes, kind: str, fields: dict, micros: int) -> Event | str:
         if kind == "args":
             text = fields.get("args", "")
             fields = parse_args(text)
@@ -320,7 +319,7 @@ class EngineLogParser(DatedLogParser):
             if refused:
                 return Miss.invalid(refused)
             fields["argv"] = text  # verbatim: a flag this parser does not know still shows in a change list
-        return super().event(stamp, kind, fields, fraction)
+        return super().event(stamp, kind, fields, micros)
 
 
 @register_preset("engine_log", "strata")

@@ -13,11 +13,28 @@ from spyglass.collectors.clock import (
     ZonedParser,
     display_zone,
     format_both,
+    fraction_micros,
     host_zone,
     local_to_epoch,
     zone,
 )
 from spyglass.config import ConfigError, load_config
+
+
+@pytest.mark.parametrize(
+    ("digits", "micros"),
+    [
+        (b"5", 500_000),
+        (b"004", 4_000),
+        (b"120", 120_000),
+        (b"123456", 123_456),
+        (b"1234567", 123_456),
+        (b"", 0),
+        (None, 0),
+    ],
+)
+def test_a_fraction_is_read_as_microseconds(digits, micros):
+    assert fraction_micros(digits) == micros
 
 
 def utc(stamp: bytes, tz: str) -> str:

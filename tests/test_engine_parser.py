@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,23 @@ def test_line_kinds(needle, kind, fields):
 def test_timestamp_is_utc_with_milliseconds():
     event = parser().parse_line(line_with(b"task 18231 req="))
     assert event.utc.isoformat() == "2026-10-19T04:49:00.120000+00:00"
+
+
+@pytest.mark.parametrize("layout", [b"%03d", b"%06d"])
+def test_every_path_stamps_a_line_at_its_exact_microsecond(layout):
+    """The fixed-layout path, the grammar's and the columnar block's read a stamp's fraction one way
+    (clock.fraction_micros): each line's ts is the float nearest its instant, whatever the digits."""
+    second = int(datetime(2026, 10, 19, 4, 49, tzinfo=UTC).timestamp())
+    scale = 1000 if layout == b"%03d" else 1
+    values = range(1000) if scale == 1000 else range(0, 1_000_000, 997)
+    lines = [b"2026-10-19 04:49:00.%s I [main] ready in 1 s" % (layout % v) for v in values]
+    options = EngineLogOptions(path="x", instance="strata-b", columnar="always")
+    exact = [float(second * 1_000_000 + v * scale) / 1_000_000 for v in values]
+    fast = [EngineLogParser(options, "b").parse_line(line).ts for line in lines]
+    slow = [EngineLogParser(options, "b", fast_layout=False).parse_line(line).ts for line in lines]
+    block, _, _ = EngineLogSource("b", options).handle_block(lines)
+    assert fast == exact and slow == exact and [e.ts for e in block] == exact
+    assert {round(ts * 1_000_000) - second * 1_000_000 for ts in exact} == {v * scale for v in values}
 
 
 def test_engine_log_in_another_zone_is_converted():
