@@ -247,9 +247,24 @@ class EngineLogParser(DatedLogParser):
         # kind's, instead of two. Any other line takes the grammar's path; both agree exactly.
         self.fast = fast_layout and options.prefix == PREFIX
         self.skip = {b" %s [" % level.encode() for level in options.ignore_levels} if self.fast else set()
-        self.block, self.block_note = None, "columnar: never (configured)"
-        if options.columnar != "never":
-            self.block, self.block_note = self._block_grammar(options)
+        self._options = options
+        self._block: tuple[Any, str] | None = None
+
+    @property
+    def block(self) -> Any:
+        """The columnar grammar (collectors/columnar.py), or None: built at first use, so a source
+        whose blocks never reach it (live, metrics only) never imports pyarrow."""
+        return self._built()[0]
+
+    @property
+    def block_note(self) -> str:
+        return self._built()[1]
+
+    def _built(self) -> tuple[Any, str]:
+        if self._block is None:
+            never = self._options.columnar == "never"
+            self._block = (None, "columnar: never (configured)") if never else self._block_grammar(self._options)
+        return self._block
 
     def _block_grammar(self, options: EngineLogOptions) -> tuple[Any, str]:
         """The columnar form of this grammar, or None and why RE2 cannot run it as Python does."""
@@ -336,8 +351,8 @@ class EngineLogSource(LineSourceBase):
         self._max_tasks = max_tasks
         self._start_pending = False  # a start line was read; the next event says whether it was real
         self._pool: ThreadPoolExecutor | None = None
-        block = self.parser.block
-        self._block_from = None if block is None else 1 if options.columnar == "always" else options.columnar_min_lines
+        never, always = options.columnar == "never", options.columnar == "always"
+        self._block_from = None if never else 1 if always else options.columnar_min_lines
 
     @property
     def parse_note(self) -> str:
@@ -355,7 +370,7 @@ class EngineLogSource(LineSourceBase):
     def handle_lines(self, lines: list[bytes]) -> tuple[list[Event], dict[str, int], bytes]:
         """Per line, or column-wise for a block large enough to pay for its fixed cost: the same
         events, misses and last unmatched line either way (tests/test_columnar.py)."""
-        if self._block_from is not None and len(lines) >= self._block_from:
+        if self._block_from is not None and len(lines) >= self._block_from and self.parser.block is not None:
             return self.handle_block(lines)
         return self.handle_each(lines)
 

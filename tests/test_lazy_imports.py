@@ -26,3 +26,23 @@ def test_the_cli_and_a_metrics_only_agent_load_no_store_library(modules, spawns)
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_an_engine_source_imports_pyarrow_at_its_first_columnar_block_only(spawns) -> None:
+    """A live, metrics-only agent reads blocks below columnar_min_lines: its engine source never builds the
+    columnar grammar, so pyarrow (about 48 MiB mapped) stays out of the process; a large block builds it."""
+    probe = """
+import sys
+from pathlib import Path
+from spyglass.collectors.engine_log import EngineLogOptions, EngineLogSource
+lines = Path("tests/fixtures/engine_log/strata-iq3_xxs-b.log").read_bytes().splitlines()[:8]
+source = EngineLogSource("engine-b", EngineLogOptions(path="x", instance="strata-b", columnar_min_lines=8))
+small, _, _ = source.handle_lines(lines[:7])
+print(len(small), "pyarrow" in sys.modules)
+large, _, _ = source.handle_lines(lines)
+print(len(large), "pyarrow" in sys.modules, source.parse_note)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    small, large = done.stdout.splitlines()
+    assert small.split()[1] == "False" and int(small.split()[0]) > 0
+    assert large.split()[1] == "True" and large.split(maxsplit=2)[2] == "columnar: auto (blocks of 8+ lines)"
