@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fixtures.incidents.healthy import WINDOW as HEALTHY
 from fixtures.incidents.healthy import write_healthy
-from fixtures.incidents.replay import WINDOWS, utc, write_all
+from fixtures.incidents.replay import WINDOWS, engine_banner, supervisord, utc, write_all
 from typer.testing import CliRunner
 
 from spyglass.alerting.heuristics import by_id
@@ -142,6 +142,35 @@ def test_the_restart_loop_is_critical_with_its_exit_causes(replay):
     assert loop["start"] == "2026-10-19T06:10:01.130Z" and loop["end"] == "2026-10-19T06:20:09.112Z"
     # rag-proxy restarted three times that day, hours apart: not a loop
     assert all(f["instance"] != "rag-proxy" for f in found.get("H13", []))
+
+
+SPAWNS = ("06:10:01.130", "06:20:02.780", "06:20:04.110", "06:20:07.520")  # supervisord's, in the replay
+
+
+@pytest.mark.parametrize("watched", [True, False], ids=["supervisord watches it", "nothing watches it"])
+def test_a_restart_loop_is_found_once_whoever_counts_it(tmp_path, watched):
+    """The engine's own start banners at supervisord's four spawns: with supervisord's log in the store the loop
+    is ProgramCrashLoop's, counted by supervisord, and the banners add no second finding; without it (systemd,
+    a container, a shell loop) it is EngineRestartLoop's, counted from the log, as the alert pages it."""
+    banners = [raw for at in SPAWNS for raw in engine_banner(utc(f"2026-10-19 {at}"), 8082, "38-53")]
+    (tmp_path / "engine-b.log").write_bytes(b"\n".join(sorted(banners, key=lambda raw: raw[:23])) + b"\n")
+    (tmp_path / "supervisord.log").write_bytes(b"\n".join(supervisord()) + b"\n")
+    sources = f'[sources.engine-b]\nkind = "engine_log"\npath = "{tmp_path}/engine-b.log"\ninstance = "strata-b"\n'
+    if watched:
+        sources += f'[sources.supervisord]\nkind = "supervisord_log"\npath = "{tmp_path}/supervisord.log"\n'
+    config = tmp_path / "spyglass.toml"
+    config.write_text(f'[agent]\nstate_dir = "{tmp_path}/state"\n[exporters.prometheus]\nenabled = false\n{sources}')
+    found = findings(ingest(config), *WINDOWS["restarts"], code=2)
+    [loop] = found["H13"]
+    assert (loop["instance"], loop["severity"]) == ("strata-b", "critical")
+    figures = {k: v for k, v in loop["figures"].items() if k in ("spawns", "restarts", "most_spawns_in_window")}
+    assert figures == {"spawns": 4, "restarts": 3, "most_spawns_in_window": 4}
+    if watched:
+        assert loop["alert"] == "ProgramCrashLoop" and loop["figures"]["fatal"] == 1
+        assert "counted by supervisord" in loop["summary"]
+    else:
+        assert loop["alert"] == "EngineRestartLoop" and "fatal" not in loop["figures"]
+        assert "counted from its own log, no supervisord watching it" in loop["summary"], loop["summary"]
 
 
 def test_a_healthy_hour_finds_nothing_and_exits_0(healthy):

@@ -92,6 +92,21 @@ def test_what_llama_server_cannot_give_is_said_once_with_why() -> None:
     assert said.knobs[0].startswith("--cache-ram")
 
 
+def test_a_probe_row_carries_the_alert_it_names_and_only_one_its_probe_declares() -> None:
+    """H13's row of an engine no supervisord watches is EngineRestartLoop's finding (the page it rang); a row
+    naming an alert its probe does not declare is a bug in the probe's SQL, refused by name."""
+    for h in catalogue(LLAMA):
+        if h.probe is not None:
+            assert {h.probe.alert, *h.probe.also} <= {a.name for a in h.alerts}, h.id
+    h13 = next(h for h in catalogue(LLAMA) if h.id == "H13")
+    row = {**rows(h13)[0], "alert": "EngineRestartLoop", "counted_by": "counted from its own log"}
+    found = finding_of(h13, row, "", LLAMA)
+    assert found is not None and (found.alert, found.severity) == ("EngineRestartLoop", "critical")
+    assert finding_of(h13, {**row, "alert": None}, "", LLAMA).alert == "ProgramCrashLoop"  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="H13's probe row names ProgramFatal"):
+        finding_of(h13, {**row, "alert": "ProgramFatal"}, "", LLAMA)
+
+
 def test_a_llama_only_deployments_runbooks_speak_llama() -> None:
     for h, a in alerts(LLAMA):
         book = render_runbook(LLAMA, h, a)

@@ -187,7 +187,10 @@ def finding_of(h: Heuristic, row: dict[str, Any], evidence: str, d: Deployment |
     said = h.speaking(engine)
     probe = said.probe
     assert probe is not None  # only heuristics with a probe are run
-    alert = next(a for a in h.alerts if a.name == probe.alert)
+    named = row.get("alert") or probe.alert
+    if named not in (probe.alert, *probe.also):
+        raise ValueError(f"{h.id}'s probe row names {named}, which is not one of its probe's alerts")
+    alert = next(a for a in h.alerts if a.name == named)
     return Finding(
         h.id,
         h.title,

@@ -209,9 +209,9 @@ def diagnosis_markdown() -> list[str]:
     for h in catalogue():
         if h.probe:
             alert = next(a for a in h.alerts if a.name == h.probe.alert)
+            names = ", ".join(f"`{name}`" for name in (alert.name, *h.probe.also))
             out.append(
-                f"| {h.id} {h.title} | `{alert.name}` | {alert.severity} |"
-                f" {', '.join(f'`{f}`' for f in h.probe.figures)} |"
+                f"| {h.id} {h.title} | {names} | {alert.severity} | {', '.join(f'`{f}`' for f in h.probe.figures)} |"
             )
     unchecked = [h.id for h in catalogue() if not h.probe]
     out += ["", f"Metrics only (left to the alerts, no SQL check over the store): {', '.join(unchecked)}."]

@@ -23,13 +23,14 @@ def build(d: Deployment) -> Heuristic:
     window = f"{s.crash_loop_window_minutes}m"
     planned = 900  # seconds after an announced restart during which its latency alerts are expected
     probe = Probe(
-        needs=("supervisord_log|supervisord_rpc",),
+        needs=("supervisord_log|supervisord_rpc|engine_log",),
         alert="ProgramCrashLoop",
+        also=("EngineRestartLoop",),  # the row of an engine that no supervisord watches
         sql=probe_sql(
             __name__, crash_loop_window_minutes=s.crash_loop_window_minutes, crash_loop_spawns=s.crash_loop_spawns
         ),
-        summary="supervisord spawned {instance} {spawns} times ({restarts} restarts, {most_spawns_in_window} within"
-        f" {window}); {{unexpected_exits}} unexpected exits ({{exit_causes}}); FATAL: {{fatal}}.",
+        summary="{instance} started {spawns} times ({restarts} restarts, {most_spawns_in_window} within"
+        f" {window}, {{counted_by}}); {{unexpected_exits}} unexpected exits ({{exit_causes}}); {{fatal}} FATAL.",
         figures=(
             "spawns",
             "restarts",

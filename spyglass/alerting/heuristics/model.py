@@ -84,13 +84,15 @@ class Probe:
     in `figures` (a number, or a JSON object of named numbers), and `trace_request_id` where a request
     stands for the finding (the one `spyglass trace` should show). Its conditions are this heuristic's
     thresholds, written in with the same `_n` as the alert expressions, so a finding and an alert
-    cannot disagree on a number. `alert` names the alert whose severity the finding carries;
+    cannot disagree on a number. `alert` names the alert whose severity the finding carries; a row may
+    name one of `also` in an `alert` column instead (H13's engine that no supervisord watches);
     `summary` is a str.format template over the row's columns."""
 
     alert: str
     sql: str
     summary: str
     figures: tuple[str, ...]
+    also: tuple[str, ...] = ()
     # the source kinds whose events it reads ("a|b": either); without them in the window it cannot be checked
     needs: tuple[str, ...] = ()
 
