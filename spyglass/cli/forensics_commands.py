@@ -144,11 +144,21 @@ def timeline(
         str | None, typer.Option("--request", help="One request's events (and its conversation's cache lines).")
     ] = None,
     limit: Annotated[int, typer.Option(min=1, max=100_000, help="At most this many events.")] = 1000,
+    every_poll: Annotated[
+        bool,
+        typer.Option(
+            "--every-poll",
+            help="Every status poll (llama-server's, the serve's, supervisord's, the host's), not only those"
+            " that changed what their source said.",
+        ),
+    ] = False,
     fmt: Format = "table",
     parquet: Parquet = None,
 ) -> None:
     """Every source's events of a window (default: everything stored) in time order, UTC and the display zone,
-    one line an event (fields as key=value, cut to the terminal's width; whole to a pipe)."""
+    one line an event (fields as key=value, cut to the terminal's width; whole to a pipe). A status poll is shown
+    where it changed what its source said (health, state, build, pid) and at the window's start; --every-poll
+    shows each."""
     from spyglass.forensics import output
     from spyglass.forensics.run import Window
     from spyglass.forensics.timeline import Filters, change_rows, merged, starts_query, timeline_query
@@ -164,7 +174,8 @@ def timeline(
         except ValueError as exc:
             raise fail(str(exc), 2) from None
         w = Window(w.start or around.start, w.end or around.end)
-    f = Filters(source or [], instance or [], kind or [], exclude_kind or [], contains or [], request)
+    polled = [] if every_poll else sorted({o.kind for o in cfg.sources.values()})
+    f = Filters(source or [], instance or [], kind or [], exclude_kind or [], contains or [], request, polled)
     columns, rows = fetch(cfg, timeline_query(w, f, limit), parquet)
     changes: list = []
     if wants_changes(f) and fetch(cfg, starts_query(w), parquet)[1][0][0]:
@@ -181,7 +192,7 @@ def timeline(
         output.emit(records, fmt)
     else:
         total = rows_total(cfg, w, f, parquet, len(rows), limit) + len(changes)
-        print_timeline(records, total, w)
+        print_timeline(records, total, w, " (status polls: changes only)" if f.thinned_polls() else "")
     if len(rows) > limit:
         typer.echo(f"(stopped at --limit {limit:,}; narrow the window or raise the limit)", err=True)
 
@@ -201,8 +212,8 @@ def rows_total(cfg: Config, w, f, parquet: str | None, fetched: int, limit: int)
     return int(fetch(cfg, count_query(w, f), parquet)[1][0][0])
 
 
-def print_timeline(records: list[dict], total: int, w) -> None:
-    """One line an event, cut to the terminal's width; to a pipe or a file, whole."""
+def print_timeline(records: list[dict], total: int, w, note: str = "") -> None:
+    """One line an event, cut to the terminal's width; to a pipe or a file, whole. `note` ends the header."""
     import sys
     import textwrap
 
@@ -212,7 +223,7 @@ def print_timeline(records: list[dict], total: int, w) -> None:
 
     width = terminal_width(sys.stdout)
     shown = f"the first {len(records):,} of {total:,}" if total > len(records) else f"{total:,}"
-    title = f"{shown} event{'' if total == 1 else 's'} {describe(w)}"
+    title = f"{shown} event{'' if total == 1 else 's'} {describe(w)}{note}"
     sys.stdout.write((textwrap.fill(title, width) if width else title) + "\n")
     for line in event_lines(records, width):
         sys.stdout.write(line + "\n")

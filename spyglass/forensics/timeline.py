@@ -29,10 +29,35 @@ CONVERSATION = """(source_kind = 'engine_log' AND kind IN ('restore', 'park', 'e
                      AND (SELECT max(ts) + INTERVAL 1 SECOND FROM ev WHERE request_id = $request))"""
 
 
+# A status poll (llama-server's each second by default) mostly repeats the one before it: the timeline shows a
+# poll where what it says changed from the source's previous poll (and the window's first), not a row a second.
+# Source kind -> the kind of its polls, and the typed columns whose change is news.
+POLLS = {
+    "llama_server": ("llama_status", "health, build"),
+    "serve_status": ("status", "state, build, serve_version"),
+    "supervisord_rpc": ("process_info", "statename, pid"),
+    "host": ("process", "pid, cpus"),
+}
+
+
+def repeated_polls(source_kinds: Sequence[str]) -> str:
+    """The seqs of the window's polls (of these source kinds) that say what their source's previous poll said."""
+    selects = [
+        f"SELECT seq, row({columns}) IS NOT DISTINCT FROM lag(row({columns})) OVER"
+        f" (PARTITION BY source, instance ORDER BY ts, seq) AS same\n"
+        f"    FROM ev_{source_kind} WHERE kind = '{kind}' AND ts >= $from AND ts < $to"
+        for source_kind, (kind, columns) in POLLS.items()
+        if source_kind in source_kinds
+    ]
+    return "SELECT seq FROM (" + "\n    UNION ALL ".join(selects) + ") WHERE same"
+
+
 @dataclass(frozen=True)
 class Filters:
     """What a timeline keeps: sources, instances, kinds (empty: all), kinds left out, texts every kept event
-    contains (in its source, instance, kind, request id or fields: LogQL's `|=`, case-sensitive), a request."""
+    contains (in its source, instance, kind, request id or fields: LogQL's `|=`, case-sensitive), a request;
+    and `polls`, the source kinds whose polls are kept only where they changed (POLLS), unless `kinds` names
+    the poll's kind or the timeline is a request's."""
 
     sources: Sequence[str] = ()
     instances: Sequence[str] = ()
@@ -40,6 +65,13 @@ class Filters:
     exclude_kinds: Sequence[str] = ()
     contains: Sequence[str] = ()
     request: str | None = None
+    polls: Sequence[str] = ()
+
+    def thinned_polls(self) -> list[str]:
+        """The source kinds whose repeated polls this timeline leaves out."""
+        if self.request:
+            return []
+        return [sk for sk in self.polls if sk in POLLS and POLLS[sk][0] not in self.kinds]
 
     def keeps(self, source: str | None, instance: str | None, kind: str, text: str) -> bool:
         """Whether a row made outside SQL (a change row) passes the same filters."""
@@ -78,6 +110,8 @@ def where(window: Window, f: Filters) -> tuple[str, dict[str, Any]]:
         conditions.append(
             f"(request_id = $request OR seq IN (SELECT seq FROM ev_otlp WHERE trace_id = $trace)\n   OR {CONVERSATION})"
         )
+    if thinned := f.thinned_polls():
+        conditions.append(f"seq NOT IN ({repeated_polls(thinned)})")
     return (f"\nWHERE {' AND '.join(conditions)}" if conditions else ""), params
 
 
