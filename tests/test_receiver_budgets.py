@@ -138,7 +138,10 @@ def test_smoke_results_are_bounded_in_size_and_rate_and_sql_keeps_answering(star
     stored = "SELECT count(*) FROM events WHERE source = 'smoke'"
     wait_until(lambda: sql(url, stored).json().get("rows") == [[codes.count(200) + held]], what="every taken result")
     assert metric(url, 'spyglass_received_refused_total{reason="too_large",receiver="/api/smoke"}') == 1
-    assert metric(url, 'spyglass_received_refused_total{reason="rate",receiver="/api/smoke"}') == codes.count(429)
+    # /metrics shows the state as last committed: a 429 answered after the last stored result's commit is
+    # counted at the next one (CI saw 20 of 22 when it read at once)
+    rate = 'spyglass_received_refused_total{reason="rate",receiver="/api/smoke"}'
+    wait_until(lambda: metric(url, rate) == codes.count(429), what=f"{codes.count(429)} refusals on /metrics")
 
 
 def test_span_event_bombs_are_refused_before_they_are_built(start_agent):  # noqa: F811 - the imported fixture
