@@ -175,6 +175,7 @@ class Agent:
                 with self.pipeline.state.lock:
                     self.pipeline.state.inc("spyglass_received_refused_total", (receiver, exc.reason))
                     self.pipeline.committer.dirty = True  # shown at the next commit, even if nothing is stored
+                self.wake.set()  # an idle loop waits a poll interval for a wake: that commit comes now
                 raise
 
         return counted
